@@ -1,0 +1,255 @@
+//! The client side of PBFT as a deterministic state machine.
+//!
+//! One outstanding request at a time (PBFT's model; run several clients for concurrency).
+//! The request goes to the believed primary first; if no certificate of f+1 matching replies
+//! arrives within the retransmission timeout it is multicast to every replica, with randomized
+//! exponential back-off. The timeout is derived from measured response times.
+
+use crate::auth::{open, request_authenticator, seal, Auth};
+use crate::effect::{Bytes, Effect, Env};
+use crate::message::{decode_frame, Message, Request, SignedRequest};
+use crate::types::{ClientId, Config, Principal, ReplicaId, View};
+use redoubt_crypto::Digest;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Client-side timing knobs (ms).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientTiming {
+    /// Lower bound of the retransmission timeout.
+    pub retransmit_min_ms: u64,
+    /// Upper bound of the retransmission timeout after back-off.
+    pub retransmit_max_ms: u64,
+    /// Initial estimate of the response time before any measurement.
+    pub initial_rtt_ms: u64,
+}
+
+impl Default for ClientTiming {
+    fn default() -> Self {
+        ClientTiming {
+            retransmit_min_ms: 50,
+            retransmit_max_ms: 4000,
+            initial_rtt_ms: 100,
+        }
+    }
+}
+
+/// A completed operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    pub timestamp: u64,
+    pub result: Vec<u8>,
+    /// View reported by the certificate (tracks the primary).
+    pub view: View,
+    pub latency_ms: u64,
+    pub retransmissions: u32,
+}
+
+/// Why an invocation was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvokeError {
+    #[error("a request is already outstanding")]
+    Busy,
+    #[error("operation of {0} bytes exceeds the configured maximum")]
+    TooLarge(usize),
+}
+
+struct Outstanding {
+    request: Request,
+    bytes: Bytes,
+    started_ms: u64,
+    deadline_ms: u64,
+    backoff: u32,
+    /// replica -> (view, result digest, result)
+    replies: BTreeMap<ReplicaId, (View, Digest, Vec<u8>)>,
+}
+
+/// A client.
+pub struct Client<A: Auth> {
+    cfg: Config,
+    timing: ClientTiming,
+    id: ClientId,
+    auth: A,
+    view: View,
+    last_timestamp: u64,
+    srtt_ms: f64,
+    outstanding: Option<Outstanding>,
+    effects: Vec<Effect>,
+    /// Frames dropped because they did not verify or did not match (for metrics).
+    pub rejected: u64,
+}
+
+impl<A: Auth> Client<A> {
+    pub fn new(cfg: Config, timing: ClientTiming, id: ClientId, auth: A) -> Self {
+        let srtt_ms = timing.initial_rtt_ms as f64;
+        Client {
+            cfg,
+            timing,
+            id,
+            auth,
+            view: 0,
+            last_timestamp: 0,
+            srtt_ms,
+            outstanding: None,
+            effects: Vec::new(),
+            rejected: 0,
+        }
+    }
+
+    pub fn id(&self) -> ClientId {
+        self.id
+    }
+    pub fn view(&self) -> View {
+        self.view
+    }
+    pub fn is_busy(&self) -> bool {
+        self.outstanding.is_some()
+    }
+    /// Current retransmission timeout before back-off (ms).
+    pub fn rto_ms(&self) -> u64 {
+        ((self.srtt_ms * 4.0) as u64)
+            .clamp(self.timing.retransmit_min_ms, self.timing.retransmit_max_ms)
+    }
+    /// Timestamp of the outstanding request, if any.
+    pub fn outstanding_timestamp(&self) -> Option<u64> {
+        self.outstanding.as_ref().map(|o| o.request.timestamp)
+    }
+
+    /// Starts an operation. Returns its timestamp; the effects send it.
+    pub fn invoke(
+        &mut self,
+        env: Env,
+        op: Vec<u8>,
+        read_only: bool,
+    ) -> Result<(u64, Vec<Effect>), InvokeError> {
+        if self.outstanding.is_some() {
+            return Err(InvokeError::Busy);
+        }
+        if op.len() > self.cfg.request_bytes_max {
+            return Err(InvokeError::TooLarge(op.len()));
+        }
+        // Timestamps stay increasing across restarts as long as the clock does.
+        let timestamp = (self.last_timestamp + 1).max(env.now_ms.saturating_mul(1000));
+        self.last_timestamp = timestamp;
+        let request = Request {
+            client: self.id,
+            timestamp,
+            read_only,
+            op,
+        };
+        let auth = request_authenticator(&self.auth, &request.digest(), self.cfg.n());
+        let msg = Message::Request(SignedRequest {
+            request: request.clone(),
+            auth,
+        });
+        let bytes = Arc::new(seal(&self.auth, &msg, None, self.cfg.n()));
+        let primary = self.cfg.primary(self.view);
+        self.effects.push(Effect::Send {
+            to: Principal::Replica(primary),
+            bytes: bytes.clone(),
+        });
+        self.outstanding = Some(Outstanding {
+            request,
+            bytes,
+            started_ms: env.now_ms,
+            deadline_ms: env.now_ms + self.rto_ms(),
+            backoff: 0,
+            replies: BTreeMap::new(),
+        });
+        Ok((timestamp, std::mem::take(&mut self.effects)))
+    }
+
+    /// Forgets the outstanding request (the caller gave up on it). Its outcome is unknown.
+    pub fn abandon(&mut self) {
+        self.outstanding = None;
+    }
+
+    /// Handles a frame; returns the completion if this reply finished the request.
+    pub fn receive(&mut self, env: Env, bytes: &[u8]) -> Option<Completion> {
+        let frame = match decode_frame(bytes, self.cfg.message_bytes_max) {
+            Ok(f) => f,
+            Err(_) => {
+                self.rejected += 1;
+                return None;
+            }
+        };
+        let Principal::Replica(from) = frame.from else {
+            self.rejected += 1;
+            return None;
+        };
+        let reply = match open(&self.auth, &frame) {
+            Ok(Message::Reply(r)) => r,
+            _ => {
+                self.rejected += 1;
+                return None;
+            }
+        };
+        if reply.replica != from || reply.client != self.id || from >= self.cfg.n() {
+            self.rejected += 1;
+            return None;
+        }
+        let weak = self.cfg.weak_quorum();
+        let o = self.outstanding.as_mut()?;
+        if reply.timestamp != o.request.timestamp {
+            return None; // a late reply to an earlier request
+        }
+        let d = Digest::of(&reply.result);
+        o.replies.insert(from, (reply.view, d, reply.result));
+        let mut matching: Vec<View> = o
+            .replies
+            .values()
+            .filter(|(_, rd, _)| *rd == d)
+            .map(|(v, _, _)| *v)
+            .collect();
+        if matching.len() < weak {
+            return None;
+        }
+        // The view vouched for by f+1 replicas: the (f+1)-th highest.
+        matching.sort_unstable_by(|a, b| b.cmp(a));
+        let view = matching[weak - 1];
+        let o = self.outstanding.take().expect("checked");
+        let result = o
+            .replies
+            .into_values()
+            .find(|(_, rd, _)| *rd == d)
+            .map(|(_, _, r)| r)
+            .expect("matching reply present");
+        let latency_ms = env.now_ms.saturating_sub(o.started_ms);
+        if o.backoff == 0 {
+            // Only unambiguous samples (no retransmission) update the estimate.
+            self.srtt_ms = 0.875 * self.srtt_ms + 0.125 * latency_ms as f64;
+        }
+        if view > self.view {
+            self.view = view;
+        }
+        Some(Completion {
+            timestamp: o.request.timestamp,
+            result,
+            view,
+            latency_ms,
+            retransmissions: o.backoff,
+        })
+    }
+
+    /// Retransmits when the timeout expired: to every replica, with back-off and jitter.
+    pub fn tick(&mut self, env: Env) -> Vec<Effect> {
+        let rto = self.rto_ms();
+        let max = self.timing.retransmit_max_ms;
+        if let Some(o) = self.outstanding.as_mut() {
+            if env.now_ms >= o.deadline_ms {
+                o.backoff += 1;
+                let base = rto.saturating_mul(1 << o.backoff.min(16)).min(max);
+                // Jitter in [0.5, 1.5) of the base spreads retransmissions of many clients.
+                let jitter = base / 2 + env.entropy % base.max(1);
+                o.deadline_ms = env.now_ms + jitter.max(1);
+                for r in 0..self.cfg.n() {
+                    self.effects.push(Effect::Send {
+                        to: Principal::Replica(r),
+                        bytes: o.bytes.clone(),
+                    });
+                }
+            }
+        }
+        std::mem::take(&mut self.effects)
+    }
+}

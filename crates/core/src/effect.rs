@@ -1,0 +1,60 @@
+//! What the core asks its host to do, and what it reports.
+
+use crate::message::Reject;
+use crate::types::{ClientId, Principal, Seq, View};
+use redoubt_crypto::Digest;
+use std::sync::Arc;
+
+/// An encoded, authenticated frame shared between the receivers of a multicast.
+pub type Bytes = Arc<Vec<u8>>;
+
+/// Inputs from the host that are not messages: the clock and a source of unpredictability.
+/// The core has neither of its own, which keeps it deterministic under the simulator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Env {
+    /// The host's clock (ms). Only used for timers and for proposing/validating batch times.
+    pub now_ms: u64,
+    /// Fresh random bits from the host (used for proposed seeds and client back-off jitter).
+    pub entropy: u64,
+}
+
+/// Something the host must do or may observe.
+#[derive(Clone, Debug)]
+pub enum Effect {
+    /// Send to one principal.
+    Send { to: Principal, bytes: Bytes },
+    /// Send to every replica except this one.
+    Broadcast { bytes: Bytes },
+    /// An observation for metrics, logs and the simulator's checkers.
+    Event(Event),
+}
+
+/// Observable protocol events.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A batch was executed at `seq`. `digest` is recomputed from the executed requests.
+    Executed {
+        seq: Seq,
+        view: View,
+        digest: Digest,
+        requests: Vec<(ClientId, u64)>,
+    },
+    /// This replica took a checkpoint of its state after executing `seq`.
+    CheckpointTaken { seq: Seq, digest: Digest },
+    /// A checkpoint became stable (low watermark advanced).
+    Stable { seq: Seq },
+    /// This replica sent VIEW-CHANGE for `view`.
+    ViewChangeStarted { view: View },
+    /// This replica entered `view` (NEW-VIEW accepted or sent).
+    NewViewInstalled { view: View },
+    /// This replica replaced its state by a fetched checkpoint.
+    StateTransferred { seq: Seq, digest: Digest },
+    /// A message was rejected.
+    Rejected {
+        from: Principal,
+        kind: &'static str,
+        reason: Reject,
+    },
+    /// Our own state disagrees with a certified checkpoint digest.
+    StateDivergence { seq: Seq },
+}

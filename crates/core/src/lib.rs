@@ -1,0 +1,28 @@
+//! The pure protocol core of redoubt: PBFT with the MAC-only view change of BFT-PR.
+//!
+//! This crate is a set of deterministic state machines: [`Replica`] and [`Client`] take an
+//! input (a received frame, a tick, an admin command) together with an [`Env`] (the host's
+//! clock reading and fresh random bits) and return [`Effect`]s (frames to send, events to
+//! observe). It must never do I/O, read a clock, spawn threads or draw randomness itself: the
+//! same code runs in the node runtime and in the seeded simulator, which is what lets us test
+//! Byzantine behaviour exhaustively.
+
+pub mod auth;
+pub mod client;
+pub mod effect;
+pub mod message;
+pub mod quorum;
+pub mod replica;
+pub mod service;
+pub mod types;
+pub mod viewchange;
+
+pub use auth::{Auth, StaticKeys};
+pub use client::{Client, ClientTiming, Completion, InvokeError};
+pub use effect::{Bytes, Effect, Env, Event};
+pub use message::{Message, Reject};
+pub use replica::{Footprint, Input, Replica, Stats};
+pub use service::{ExecContext, Service};
+#[cfg(feature = "mutants")]
+pub use types::Mutant;
+pub use types::{ClientId, Config, Principal, ReplicaId, Seq, View};

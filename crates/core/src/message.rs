@@ -1,0 +1,497 @@
+//! Protocol messages and their canonical wire encoding.
+//!
+//! Every message travels inside a [`Frame`]: version, claimed sender, the encoded body and an
+//! authentication tag. The encoding is postcard (deterministic: the same message always
+//! encodes to the same bytes), so a digest over the body bytes is the same on every replica.
+//! Decoding never trusts a length field: frames larger than the configured maximum are
+//! rejected before decoding, and postcard bounds allocations by the input length.
+
+use crate::types::{ClientId, Principal, ReplicaId, Seq, View};
+use redoubt_crypto::{Digest, DigestBuilder, Mac};
+use serde::{Deserialize, Serialize};
+
+/// Wire format version carried by every frame.
+pub const WIRE_VERSION: u8 = 1;
+
+/// The digest that stands for the null request in view changes.
+pub const NULL_DIGEST: Digest = Digest::ZERO;
+
+/// A client operation. `timestamp` is strictly increasing per client and gives exactly-once
+/// semantics.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    pub client: ClientId,
+    pub timestamp: u64,
+    pub read_only: bool,
+    #[serde(with = "serde_bytes")]
+    pub op: Vec<u8>,
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "req(c{} t{} {}B{})",
+            self.client,
+            self.timestamp,
+            self.op.len(),
+            if self.read_only { " ro" } else { "" }
+        )
+    }
+}
+
+impl Request {
+    pub fn digest(&self) -> Digest {
+        DigestBuilder::new("redoubt.request.v1")
+            .u64(self.client)
+            .u64(self.timestamp)
+            .u64(self.read_only as u64)
+            .bytes(&self.op)
+            .finish()
+    }
+}
+
+/// A request with the client's authenticator: one MAC per replica (indexed by replica id)
+/// over the request digest. It carries its own authentication, so a backup can relay it to the
+/// primary and the primary can piggyback it in a pre-prepare.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignedRequest {
+    pub request: Request,
+    pub auth: Vec<Mac>,
+}
+
+/// Values the primary proposes for non-deterministic choices (PBFT §4.6): a timestamp and a
+/// random seed. Replicas validate them deterministically at execution time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct NonDet {
+    pub time_ms: u64,
+    pub seed: u64,
+}
+
+/// The requests ordered at one sequence number.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Batch {
+    pub nondet: NonDet,
+    pub requests: Vec<SignedRequest>,
+}
+
+impl Batch {
+    /// The batch digest covers the proposed values and the request digests (not the client
+    /// authenticators, which differ per receiver and do not change what is executed).
+    pub fn digest(&self) -> Digest {
+        let mut b = DigestBuilder::new("redoubt.batch.v1");
+        b.u64(self.nondet.time_ms)
+            .u64(self.nondet.seed)
+            .u64(self.requests.len() as u64);
+        for r in &self.requests {
+            b.digest(&r.request.digest());
+        }
+        b.finish()
+    }
+
+    pub fn op_bytes(&self) -> usize {
+        self.requests.iter().map(|r| r.request.op.len()).sum()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrePrepare {
+    pub view: View,
+    pub seq: Seq,
+    pub digest: Digest,
+    pub batch: Batch,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prepare {
+    pub view: View,
+    pub seq: Seq,
+    pub digest: Digest,
+    pub replica: ReplicaId,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Commit {
+    pub view: View,
+    pub seq: Seq,
+    pub digest: Digest,
+    pub replica: ReplicaId,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reply {
+    pub view: View,
+    pub timestamp: u64,
+    pub client: ClientId,
+    pub replica: ReplicaId,
+    #[serde(with = "serde_bytes")]
+    pub result: Vec<u8>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub seq: Seq,
+    pub digest: Digest,
+    pub replica: ReplicaId,
+}
+
+/// `⟨n, d, v⟩`: request `d` prepared at `n` in view `v` (and nothing prepared later).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PEntry {
+    pub seq: Seq,
+    pub digest: Digest,
+    pub view: View,
+}
+
+/// `⟨n, {⟨d, v⟩…}⟩`: for each request pre-prepared at `n`, the latest view it was pre-prepared in.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct QEntry {
+    pub seq: Seq,
+    pub pairs: Vec<(Digest, View)>,
+}
+
+/// VIEW-CHANGE of the MAC-only protocol (BFT-PR §4.3): no certificates, claims only.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewChange {
+    pub view: View,
+    pub replica: ReplicaId,
+    /// Sequence number of the sender's last stable checkpoint.
+    pub ls: Seq,
+    /// One `(seq, digest)` per checkpoint the sender stores.
+    pub checkpoints: Vec<(Seq, Digest)>,
+    pub p: Vec<PEntry>,
+    pub q: Vec<QEntry>,
+}
+
+impl ViewChange {
+    pub fn digest(&self) -> Digest {
+        let bytes = postcard::to_stdvec(self).expect("view change encodes");
+        Digest::of_parts("redoubt.view-change.v1", &[&bytes])
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewChangeAck {
+    pub view: View,
+    pub acker: ReplicaId,
+    pub sender: ReplicaId,
+    pub digest: Digest,
+}
+
+/// NEW-VIEW: the view-change messages used (by sender and digest), the chosen checkpoint and
+/// one digest per sequence number after it (`chosen[i]` is for `checkpoint.0 + 1 + i`).
+/// `batches` carries bodies of chosen batches so backups need not fetch them; they are checked
+/// against the chosen digests and are not part of the decision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewView {
+    pub view: View,
+    pub vcs: Vec<(ReplicaId, Digest)>,
+    pub checkpoint: (Seq, Digest),
+    pub chosen: Vec<Digest>,
+    pub batches: Vec<Batch>,
+}
+
+/// Receiver-driven retransmission (BFT-PR §4.6.1): a summary of what the sender has. Peers
+/// answer with what it lacks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Status {
+    pub replica: ReplicaId,
+    pub view: View,
+    /// False while the sender is changing view (it has sent VIEW-CHANGE for `view`).
+    pub normal: bool,
+    pub last_executed: Seq,
+    pub stable: Seq,
+    /// Sequence numbers above `last_executed` the sender has prepared in `view`.
+    pub prepared: Vec<Seq>,
+    /// Sequence numbers above `last_executed` the sender has committed in `view`.
+    pub committed: Vec<Seq>,
+    /// Batch bodies the sender needs.
+    pub missing_batches: Vec<Digest>,
+    /// View-change messages named in a NEW-VIEW the sender holds but lacks.
+    pub missing_vcs: Vec<(ReplicaId, Digest)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchState {
+    pub seq: Seq,
+    pub digest: Digest,
+}
+
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateReply {
+    pub seq: Seq,
+    #[serde(with = "serde_bytes")]
+    pub snapshot: Vec<u8>,
+}
+
+impl std::fmt::Debug for StateReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StateReply(n{} {}B)", self.seq, self.snapshot.len())
+    }
+}
+
+/// Every protocol message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Message {
+    Request(SignedRequest),
+    PrePrepare(PrePrepare),
+    Prepare(Prepare),
+    Commit(Commit),
+    Reply(Reply),
+    Checkpoint(Checkpoint),
+    ViewChange(ViewChange),
+    ViewChangeAck(ViewChangeAck),
+    NewView(NewView),
+    Status(Status),
+    FetchState(FetchState),
+    StateReply(StateReply),
+    /// Retransmitted batch bodies, checked against digests the receiver already knows.
+    Batches(Vec<Batch>),
+    /// A VIEW-CHANGE forwarded by another replica; accepted only with matching acks.
+    RelayViewChange(ViewChange),
+}
+
+impl Message {
+    /// Short name, used for metrics labels and traces.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Message::Request(_) => "request",
+            Message::PrePrepare(_) => "pre-prepare",
+            Message::Prepare(_) => "prepare",
+            Message::Commit(_) => "commit",
+            Message::Reply(_) => "reply",
+            Message::Checkpoint(_) => "checkpoint",
+            Message::ViewChange(_) => "view-change",
+            Message::ViewChangeAck(_) => "view-change-ack",
+            Message::NewView(_) => "new-view",
+            Message::Status(_) => "status",
+            Message::FetchState(_) => "fetch-state",
+            Message::StateReply(_) => "state-reply",
+            Message::Batches(_) => "batches",
+            Message::RelayViewChange(_) => "relay-view-change",
+        }
+    }
+
+    /// The authentication a message of this kind must carry.
+    pub fn required_tag(&self) -> TagKind {
+        match self {
+            // Requests authenticate themselves (client authenticator inside).
+            Message::Request(_) => TagKind::None,
+            Message::Reply(_)
+            | Message::ViewChangeAck(_)
+            | Message::FetchState(_)
+            | Message::StateReply(_)
+            | Message::Batches(_)
+            | Message::RelayViewChange(_) => TagKind::Mac,
+            Message::PrePrepare(_)
+            | Message::Prepare(_)
+            | Message::Commit(_)
+            | Message::Checkpoint(_)
+            | Message::ViewChange(_)
+            | Message::NewView(_)
+            | Message::Status(_) => TagKind::Authenticator,
+        }
+    }
+}
+
+/// Kind of authentication tag on a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TagKind {
+    None,
+    Mac,
+    Authenticator,
+}
+
+/// Authentication tag: nothing, one MAC for the single receiver, or an authenticator (one MAC
+/// per replica, indexed by replica id; the sender's own slot is zero).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Tag {
+    None,
+    Mac(Mac),
+    Authenticator(Vec<Mac>),
+}
+
+impl Tag {
+    pub fn kind(&self) -> TagKind {
+        match self {
+            Tag::None => TagKind::None,
+            Tag::Mac(_) => TagKind::Mac,
+            Tag::Authenticator(_) => TagKind::Authenticator,
+        }
+    }
+}
+
+/// The unit on the wire.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Frame {
+    pub version: u8,
+    pub from: Principal,
+    /// Key epoch of the sender's keys used for the tag. Static keys use epoch 0; session-key
+    /// refresh (NEW-KEY) advances it.
+    pub epoch: u32,
+    #[serde(with = "serde_bytes")]
+    pub body: Vec<u8>,
+    pub tag: Tag,
+}
+
+impl Frame {
+    /// The digest every MAC of this frame covers: sender, epoch and body.
+    pub fn auth_digest(from: Principal, epoch: u32, body: &[u8]) -> Digest {
+        let from_bytes = postcard::to_stdvec(&from).expect("principal encodes");
+        DigestBuilder::new("redoubt.frame.v1")
+            .bytes(&from_bytes)
+            .u64(epoch as u64)
+            .bytes(body)
+            .finish()
+    }
+}
+
+/// Why a frame or message was rejected. Every rejection is counted by reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, thiserror::Error)]
+pub enum Reject {
+    #[error("frame larger than the configured maximum")]
+    Oversized,
+    #[error("frame or message does not decode")]
+    Malformed,
+    #[error("unsupported wire version")]
+    BadVersion,
+    #[error("sender unknown to this node")]
+    UnknownSender,
+    #[error("wrong kind of authentication tag for the message")]
+    WrongTag,
+    #[error("MAC or authenticator entry does not verify")]
+    BadMac,
+    #[error("client authenticator on a request does not verify")]
+    BadRequestAuth,
+    #[error("message fields contradict the sender or each other")]
+    Inconsistent,
+    #[error("message outside the watermarks or for another view")]
+    OutOfWindow,
+    #[error("message exceeds a configured bound")]
+    TooLarge,
+    #[error("digest does not match content")]
+    BadDigest,
+    #[error("conflicts with an accepted message")]
+    Conflict,
+    #[error("proposed non-deterministic value refused")]
+    BadNonDet,
+    #[error("stale or replayed")]
+    Stale,
+    #[error("message not expected by this node's role")]
+    Unexpected,
+}
+
+impl Reject {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Reject::Oversized => "oversized",
+            Reject::Malformed => "malformed",
+            Reject::BadVersion => "bad_version",
+            Reject::UnknownSender => "unknown_sender",
+            Reject::WrongTag => "wrong_tag",
+            Reject::BadMac => "bad_mac",
+            Reject::BadRequestAuth => "bad_request_auth",
+            Reject::Inconsistent => "inconsistent",
+            Reject::OutOfWindow => "out_of_window",
+            Reject::TooLarge => "too_large",
+            Reject::BadDigest => "bad_digest",
+            Reject::Conflict => "conflict",
+            Reject::BadNonDet => "bad_nondet",
+            Reject::Stale => "stale",
+            Reject::Unexpected => "unexpected",
+        }
+    }
+}
+
+/// Decodes a frame without verifying it. Bounded by `max_bytes`.
+pub fn decode_frame(bytes: &[u8], max_bytes: usize) -> Result<Frame, Reject> {
+    if bytes.len() > max_bytes {
+        return Err(Reject::Oversized);
+    }
+    let (frame, rest): (Frame, &[u8]) =
+        postcard::take_from_bytes(bytes).map_err(|_| Reject::Malformed)?;
+    if !rest.is_empty() {
+        return Err(Reject::Malformed);
+    }
+    if frame.version != WIRE_VERSION {
+        return Err(Reject::BadVersion);
+    }
+    Ok(frame)
+}
+
+/// Decodes a message body.
+pub fn decode_body(body: &[u8]) -> Result<Message, Reject> {
+    let (m, rest): (Message, &[u8]) =
+        postcard::take_from_bytes(body).map_err(|_| Reject::Malformed)?;
+    if !rest.is_empty() {
+        return Err(Reject::Malformed);
+    }
+    Ok(m)
+}
+
+pub fn encode_body(m: &Message) -> Vec<u8> {
+    postcard::to_stdvec(m).expect("messages always encode")
+}
+
+pub fn encode_frame(f: &Frame) -> Vec<u8> {
+    postcard::to_stdvec(f).expect("frames always encode")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_digest_ignores_authenticators_but_not_content() {
+        let r = |ts, auth: u8| SignedRequest {
+            request: Request {
+                client: 1,
+                timestamp: ts,
+                read_only: false,
+                op: vec![1, 2, 3],
+            },
+            auth: vec![Mac([auth; 16])],
+        };
+        let b1 = Batch {
+            nondet: NonDet::default(),
+            requests: vec![r(1, 0)],
+        };
+        let mut b2 = b1.clone();
+        b2.requests[0].auth[0] = Mac([9; 16]);
+        assert_eq!(b1.digest(), b2.digest());
+        let b3 = Batch {
+            nondet: NonDet::default(),
+            requests: vec![r(2, 0)],
+        };
+        assert_ne!(b1.digest(), b3.digest());
+        let mut b4 = b1.clone();
+        b4.nondet.time_ms = 1;
+        assert_ne!(b1.digest(), b4.digest());
+        assert_ne!(b1.digest(), NULL_DIGEST);
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        let mut x: u64 = 0x9e3779b97f4a7c15;
+        for len in 0..400usize {
+            let mut buf = vec![0u8; len];
+            for b in buf.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
+            }
+            let _ = decode_frame(&buf, 1 << 20);
+            let _ = decode_body(&buf);
+        }
+        assert_eq!(decode_frame(&[0u8; 100], 10), Err(Reject::Oversized));
+    }
+
+    #[test]
+    fn huge_length_prefix_does_not_allocate() {
+        // A body that claims a vector of 2^60 elements must fail fast, not allocate.
+        let mut body = vec![13u8]; // variant index of Batches
+        body.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0f]);
+        assert_eq!(decode_body(&body), Err(Reject::Malformed));
+    }
+}

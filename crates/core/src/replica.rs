@@ -1,0 +1,1900 @@
+//! The PBFT replica as a deterministic state machine (Input -> Effects).
+//!
+//! Normal case (PBFT §4.2), checkpoints and watermarks (§4.3), the MAC-only view change of
+//! BFT-PR (§4.3 of the 2000 paper), receiver-driven retransmission with status messages, and a
+//! whole-checkpoint state transfer. The replica owns the service and executes committed batches
+//! synchronously; everything it sends leaves as [`Effect`]s.
+//!
+//! Every bound is explicit: the log holds at most L slots, checkpoints and checkpoint votes are
+//! limited to the window, the request pool holds at most one request per known client, and
+//! view-change bookkeeping holds at most one message per replica.
+
+use crate::auth::{open, seal, verify_request, Auth};
+use crate::effect::{Bytes, Effect, Env, Event};
+use crate::message::*;
+use crate::quorum;
+use crate::service::{ExecContext, Service};
+use crate::types::{ClientId, Config, Principal, ReplicaId, Seq, View};
+use crate::viewchange::{self, Pending, SlotSummary};
+use redoubt_crypto::{Digest, DigestBuilder};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Admin and transport inputs.
+#[derive(Clone, Copy, Debug)]
+pub enum Input<'a> {
+    /// A frame arrived from the network.
+    Receive(&'a [u8]),
+    /// Time passed; fire due timers. Hosts call this every few milliseconds.
+    Tick,
+    /// The primary is about to stop (for recovery or shutdown): hand over to the next view.
+    StepDown,
+}
+
+/// The replicated part of a checkpoint: service state plus the per-client last replies, so
+/// exactly-once execution survives state transfer.
+#[derive(Serialize, Deserialize)]
+struct CheckpointState {
+    seq: Seq,
+    last_time_ms: u64,
+    clients: Vec<(ClientId, u64, Vec<u8>)>,
+    #[serde(with = "serde_bytes")]
+    service: Vec<u8>,
+}
+
+#[derive(Clone, Debug)]
+struct LastReply {
+    timestamp: u64,
+    result: Vec<u8>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Slot {
+    /// Digest of the accepted pre-prepare (or the NEW-VIEW selection) in the current view.
+    pp: Option<Digest>,
+    /// True if this replica proposed the slot itself as primary in normal operation.
+    proposed_here: bool,
+    prepares: BTreeMap<ReplicaId, Digest>,
+    commits: BTreeMap<ReplicaId, Digest>,
+    sent_prepare: bool,
+    sent_commit: bool,
+    prepared: bool,
+    committed: bool,
+}
+
+#[derive(Clone, Debug)]
+struct StoredCheckpoint {
+    digest: Digest,
+    snapshot: Arc<Vec<u8>>,
+}
+
+#[derive(Clone, Debug)]
+struct Waiting {
+    req: SignedRequest,
+    order: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Transfer {
+    seq: Seq,
+    digest: Digest,
+    next_try_ms: u64,
+    attempt: u64,
+}
+
+/// Counters a host can export as metrics.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub requests_executed: u64,
+    pub batches_executed: u64,
+    pub view_changes: u64,
+    pub state_transfers: u64,
+    pub rejected: u64,
+}
+
+/// A replica.
+pub struct Replica<S: Service, A: Auth> {
+    cfg: Config,
+    id: ReplicaId,
+    auth: A,
+    service: S,
+    env: Env,
+    effects: Vec<Effect>,
+    pub stats: Stats,
+
+    // Execution state (reflected in checkpoints).
+    clients: BTreeMap<ClientId, LastReply>,
+    last_time_ms: u64,
+    last_executed: Seq,
+
+    // Views.
+    view: View,
+    normal: bool,
+    vc_timeout_ms: u64,
+    vc_deadline_ms: Option<u64>,
+    my_vc: Option<(ViewChange, Digest)>,
+    vcs: BTreeMap<ReplicaId, (ViewChange, Digest)>,
+    relayed: BTreeMap<(ReplicaId, Digest), ViewChange>,
+    acks: BTreeMap<(ReplicaId, Digest), BTreeSet<ReplicaId>>,
+    pset: BTreeMap<Seq, PEntry>,
+    qset: BTreeMap<Seq, Vec<(Digest, View)>>,
+    new_view: Option<NewView>,
+    pending_nv: Option<NewView>,
+    decision_missing: Vec<Digest>,
+    executed_in_view: bool,
+
+    // Log.
+    log: BTreeMap<Seq, Slot>,
+    batches: BTreeMap<Digest, Batch>,
+    next_seq: Seq,
+    last_proposed_time_ms: u64,
+
+    // Checkpoints.
+    stable_seq: Seq,
+    stable_digest: Digest,
+    checkpoints: BTreeMap<Seq, StoredCheckpoint>,
+    ckpt_votes: BTreeMap<ReplicaId, BTreeMap<Seq, Digest>>,
+    transfer: Option<Transfer>,
+    last_progress_ms: u64,
+
+    // Requests.
+    waiting: BTreeMap<ClientId, Waiting>,
+    arrivals: BTreeMap<u64, ClientId>,
+    next_order: u64,
+    inflight: BTreeMap<ClientId, u64>,
+    req_timer: Option<(u64, ClientId, u64)>,
+
+    next_status_ms: u64,
+}
+
+impl<S: Service, A: Auth> Replica<S, A> {
+    /// A replica in view 0 with the service's initial state as checkpoint 0.
+    pub fn new(cfg: Config, id: ReplicaId, auth: A, service: S) -> Self {
+        assert!(
+            cfg.validate().is_ok(),
+            "invalid config: {:?}",
+            cfg.validate()
+        );
+        assert!(id < cfg.n());
+        let mut r = Replica {
+            vc_timeout_ms: cfg.view_change_timeout_ms,
+            cfg,
+            id,
+            auth,
+            service,
+            env: Env::default(),
+            effects: Vec::new(),
+            stats: Stats::default(),
+            clients: BTreeMap::new(),
+            last_time_ms: 0,
+            last_executed: 0,
+            view: 0,
+            normal: true,
+            vc_deadline_ms: None,
+            my_vc: None,
+            vcs: BTreeMap::new(),
+            relayed: BTreeMap::new(),
+            acks: BTreeMap::new(),
+            pset: BTreeMap::new(),
+            qset: BTreeMap::new(),
+            new_view: None,
+            pending_nv: None,
+            decision_missing: Vec::new(),
+            executed_in_view: false,
+            log: BTreeMap::new(),
+            batches: BTreeMap::new(),
+            next_seq: 1,
+            last_proposed_time_ms: 0,
+            stable_seq: 0,
+            stable_digest: Digest::ZERO,
+            checkpoints: BTreeMap::new(),
+            ckpt_votes: BTreeMap::new(),
+            transfer: None,
+            last_progress_ms: 0,
+            waiting: BTreeMap::new(),
+            arrivals: BTreeMap::new(),
+            next_order: 0,
+            inflight: BTreeMap::new(),
+            req_timer: None,
+            next_status_ms: 0,
+        };
+        let (digest, snapshot) = r.snapshot(0);
+        r.stable_digest = digest;
+        r.checkpoints
+            .insert(0, StoredCheckpoint { digest, snapshot });
+        r
+    }
+
+    // ----- accessors -------------------------------------------------------------------
+
+    pub fn id(&self) -> ReplicaId {
+        self.id
+    }
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    pub fn view(&self) -> View {
+        self.view
+    }
+    pub fn is_normal(&self) -> bool {
+        self.normal
+    }
+    pub fn primary(&self) -> ReplicaId {
+        self.cfg.primary(self.view)
+    }
+    pub fn is_primary(&self) -> bool {
+        self.primary() == self.id
+    }
+    pub fn last_executed(&self) -> Seq {
+        self.last_executed
+    }
+    pub fn stable_checkpoint(&self) -> Seq {
+        self.stable_seq
+    }
+    pub fn service(&self) -> &S {
+        &self.service
+    }
+    /// Mutable access for hosts and fault injection (the simulator corrupts state with it).
+    pub fn service_mut(&mut self) -> &mut S {
+        &mut self.service
+    }
+    pub fn auth(&self) -> &A {
+        &self.auth
+    }
+
+    /// Sizes of every bounded structure, for tests and metrics.
+    pub fn footprint(&self) -> Footprint {
+        Footprint {
+            log_slots: self.log.len(),
+            batches: self.batches.len(),
+            checkpoints: self.checkpoints.len(),
+            checkpoint_votes: self.ckpt_votes.values().map(|m| m.len()).sum(),
+            pset: self.pset.len(),
+            qset_pairs: self.qset.values().map(|v| v.len()).sum(),
+            clients: self.clients.len(),
+            waiting: self.waiting.len(),
+            arrivals: self.arrivals.len(),
+            view_changes: self.vcs.len() + self.relayed.len(),
+            acks: self.acks.len(),
+        }
+    }
+
+    /// The bounds [`Replica::footprint`] must stay within, given the number of known clients.
+    pub fn footprint_bounds(&self, clients: usize) -> Footprint {
+        let n = self.cfg.n() as usize;
+        let l = self.cfg.log_size as usize;
+        let f = self.cfg.f as usize;
+        let ckpts = (self.cfg.log_size / self.cfg.checkpoint_interval) as usize + 2;
+        Footprint {
+            log_slots: l,
+            batches: l * (f + 4),
+            checkpoints: ckpts,
+            checkpoint_votes: n * ckpts,
+            pset: l,
+            qset_pairs: l * (f + 2),
+            clients,
+            waiting: clients,
+            arrivals: clients,
+            view_changes: 2 * n,
+            acks: ACKS_MAX,
+        }
+    }
+
+    // ----- entry point ----------------------------------------------------------------------
+
+    /// Processes one input and returns the effects it produced.
+    pub fn handle(&mut self, env: Env, input: Input<'_>) -> Vec<Effect> {
+        self.env = env;
+        match input {
+            Input::Receive(bytes) => self.receive(bytes),
+            Input::Tick => self.tick(),
+            Input::StepDown => {
+                if self.normal && self.is_primary() {
+                    self.start_view_change(self.view + 1);
+                }
+            }
+        }
+        std::mem::take(&mut self.effects)
+    }
+
+    fn now(&self) -> u64 {
+        self.env.now_ms
+    }
+
+    // ----- sending --------------------------------------------------------------------------
+
+    fn seal(&self, msg: &Message, to: Option<Principal>) -> Bytes {
+        Arc::new(seal(&self.auth, msg, to, self.cfg.n()))
+    }
+
+    fn send(&mut self, to: Principal, msg: &Message) {
+        let bytes = self.seal(msg, Some(to));
+        self.effects.push(Effect::Send { to, bytes });
+    }
+
+    fn send_replica(&mut self, to: ReplicaId, msg: &Message) {
+        if to != self.id {
+            self.send(Principal::Replica(to), msg);
+        }
+    }
+
+    fn broadcast(&mut self, msg: &Message) {
+        let bytes = self.seal(msg, None);
+        self.effects.push(Effect::Broadcast { bytes });
+    }
+
+    fn event(&mut self, e: Event) {
+        self.effects.push(Effect::Event(e));
+    }
+
+    fn reject(&mut self, from: Principal, kind: &'static str, reason: Reject) {
+        self.stats.rejected += 1;
+        self.event(Event::Rejected { from, kind, reason });
+    }
+
+    // ----- receive --------------------------------------------------------------------------
+
+    fn receive(&mut self, bytes: &[u8]) {
+        let frame = match decode_frame(bytes, self.cfg.message_bytes_max) {
+            Ok(f) => f,
+            Err(r) => {
+                // The claimed sender is unknown when the frame does not decode.
+                self.reject(Principal::Client(u64::MAX), "frame", r);
+                return;
+            }
+        };
+        let from = frame.from;
+        let msg = match open(&self.auth, &frame) {
+            Ok(m) => m,
+            Err(r) => {
+                self.reject(from, "frame", r);
+                return;
+            }
+        };
+        let kind = msg.kind();
+        if let Err(r) = self.dispatch(from, msg) {
+            self.reject(from, kind, r);
+        }
+    }
+
+    fn dispatch(&mut self, from: Principal, msg: Message) -> Result<(), Reject> {
+        let sender = match from {
+            Principal::Replica(r) => Some(r),
+            Principal::Client(_) => None,
+        };
+        match (msg, sender) {
+            (Message::Request(r), _) => self.on_request(from, r),
+            (Message::PrePrepare(m), Some(s)) => self.on_pre_prepare(s, m),
+            (Message::Prepare(m), Some(s)) => self.on_prepare(s, m),
+            (Message::Commit(m), Some(s)) => self.on_commit(s, m),
+            (Message::Checkpoint(m), Some(s)) => self.on_checkpoint(s, m),
+            (Message::ViewChange(m), Some(s)) => self.on_view_change(s, m),
+            (Message::ViewChangeAck(m), Some(s)) => self.on_ack(s, m),
+            (Message::NewView(m), Some(s)) => self.on_new_view(s, m),
+            (Message::Status(m), Some(s)) => self.on_status(s, m),
+            (Message::FetchState(m), Some(s)) => self.on_fetch_state(s, m),
+            (Message::StateReply(m), Some(s)) => self.on_state_reply(s, m),
+            (Message::Batches(m), Some(_)) => self.on_batches(m),
+            (Message::RelayViewChange(m), Some(s)) => self.on_relayed_vc(s, m),
+            _ => Err(Reject::Unexpected),
+        }
+    }
+
+    fn in_window(&self, n: Seq) -> bool {
+        n > self.stable_seq && n <= self.stable_seq + self.cfg.log_size
+    }
+
+    // ----- requests ---------------------------------------------------------------------------
+
+    fn on_request(&mut self, from: Principal, sr: SignedRequest) -> Result<(), Reject> {
+        let req = &sr.request;
+        let client = Principal::Client(req.client);
+        if let Principal::Client(c) = from {
+            if c != req.client {
+                return Err(Reject::Inconsistent);
+            }
+        }
+        if !self.auth.knows(client) {
+            return Err(Reject::UnknownSender);
+        }
+        if req.op.len() > self.cfg.request_bytes_max {
+            return Err(Reject::TooLarge);
+        }
+        if !verify_request(&self.auth, client, &req.digest(), &sr.auth) {
+            return Err(Reject::BadRequestAuth);
+        }
+        if let Some(last) = self.clients.get(&req.client) {
+            if req.timestamp < last.timestamp {
+                return Err(Reject::Stale);
+            }
+            if req.timestamp == last.timestamp {
+                // Already executed: resend the cached reply.
+                let reply = Message::Reply(Reply {
+                    view: self.view,
+                    timestamp: last.timestamp,
+                    client: req.client,
+                    replica: self.id,
+                    result: last.result.clone(),
+                });
+                self.send(client, &reply);
+                return Ok(());
+            }
+        }
+        let c = req.client;
+        let ts = req.timestamp;
+        match self.waiting.get(&c) {
+            Some(w) if w.req.request.timestamp > ts => return Err(Reject::Stale),
+            Some(w) if w.req.request.timestamp == ts => {
+                if w.req.request != sr.request {
+                    // A client reusing a timestamp for a different operation: keep the first.
+                    return Err(Reject::Conflict);
+                }
+            }
+            _ => {
+                if let Some(old) = self.waiting.remove(&c) {
+                    self.arrivals.remove(&old.order);
+                }
+                let order = self.next_order;
+                self.next_order += 1;
+                self.arrivals.insert(order, c);
+                self.waiting.insert(
+                    c,
+                    Waiting {
+                        req: sr.clone(),
+                        order,
+                    },
+                );
+            }
+        }
+        if self.is_primary() {
+            self.try_propose();
+        } else if matches!(from, Principal::Client(_)) && self.normal {
+            // Relay to the primary, which may not have received it.
+            let p = self.primary();
+            self.send_replica(p, &Message::Request(sr));
+        }
+        self.arm_request_timer();
+        Ok(())
+    }
+
+    /// Starts the view-change timer for the oldest waiting request if none is running.
+    fn arm_request_timer(&mut self) {
+        if self.req_timer.is_some() || !self.normal || self.is_primary() {
+            return;
+        }
+        if let Some((_, c)) = self.arrivals.iter().next() {
+            let ts = self.waiting[c].req.request.timestamp;
+            self.req_timer = Some((self.now() + self.vc_timeout_ms, *c, ts));
+        }
+    }
+
+    fn request_done(&mut self, c: ClientId, ts: u64) {
+        if let Some(w) = self.waiting.get(&c) {
+            if w.req.request.timestamp <= ts {
+                let order = w.order;
+                self.waiting.remove(&c);
+                self.arrivals.remove(&order);
+            }
+        }
+        if self.inflight.get(&c).is_some_and(|t| *t <= ts) {
+            self.inflight.remove(&c);
+        }
+        if let Some((_, tc, tts)) = self.req_timer {
+            if tc == c && tts <= ts {
+                self.req_timer = None;
+            }
+        }
+    }
+
+    // ----- primary: proposing -----------------------------------------------------------
+
+    fn try_propose(&mut self) {
+        if !self.normal || !self.is_primary() || self.transfer.is_some() {
+            return;
+        }
+        loop {
+            let in_flight = self.next_seq.saturating_sub(self.last_executed + 1);
+            if in_flight >= self.cfg.inflight_batches_max
+                || self.next_seq > self.stable_seq + self.cfg.log_size
+                || self.next_seq <= self.stable_seq
+            {
+                return;
+            }
+            let mut requests = Vec::new();
+            let mut bytes = 0usize;
+            for c in self.arrivals.values() {
+                if requests.len() >= self.cfg.batch_requests_max {
+                    break;
+                }
+                let w = &self.waiting[c];
+                let ts = w.req.request.timestamp;
+                if self.inflight.get(c).is_some_and(|t| *t >= ts) {
+                    continue;
+                }
+                let len = w.req.request.op.len();
+                if !requests.is_empty() && bytes + len > self.cfg.batch_bytes_max {
+                    break;
+                }
+                bytes += len;
+                requests.push(w.req.clone());
+            }
+            if requests.is_empty() {
+                return;
+            }
+            for r in &requests {
+                self.inflight.insert(r.request.client, r.request.timestamp);
+            }
+            let time_ms = self.now().max(self.last_proposed_time_ms);
+            self.last_proposed_time_ms = time_ms;
+            let batch = Batch {
+                nondet: NonDet {
+                    time_ms,
+                    seed: self.env.entropy ^ self.next_seq.rotate_left(32),
+                },
+                requests,
+            };
+            let digest = batch.digest();
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            let pp = PrePrepare {
+                view: self.view,
+                seq,
+                digest,
+                batch: batch.clone(),
+            };
+            self.batches.insert(digest, batch);
+            let slot = self.log.entry(seq).or_default();
+            slot.pp = Some(digest);
+            slot.proposed_here = true;
+            self.broadcast(&Message::PrePrepare(pp));
+            self.check_slot(seq);
+        }
+    }
+
+    // ----- normal case ------------------------------------------------------------------------
+
+    fn on_pre_prepare(&mut self, from: ReplicaId, pp: PrePrepare) -> Result<(), Reject> {
+        if pp.view != self.view || !self.normal {
+            return Err(Reject::OutOfWindow);
+        }
+        if from != self.primary() || self.is_primary() {
+            return Err(Reject::Inconsistent);
+        }
+        if !self.in_window(pp.seq) {
+            return Err(Reject::OutOfWindow);
+        }
+        #[cfg(feature = "mutants")]
+        let check_digest = !matches!(self.cfg.mutant, crate::types::Mutant::SkipDigestCheck);
+        #[cfg(not(feature = "mutants"))]
+        let check_digest = true;
+        if pp.digest == NULL_DIGEST || (check_digest && pp.batch.digest() != pp.digest) {
+            return Err(Reject::BadDigest);
+        }
+        if pp.batch.requests.is_empty()
+            || pp.batch.requests.len() > self.cfg.batch_requests_max
+            || pp.batch.op_bytes() > self.cfg.batch_bytes_max
+        {
+            return Err(Reject::TooLarge);
+        }
+        if let Some(slot) = self.log.get(&pp.seq) {
+            if let Some(d) = slot.pp {
+                return if d == pp.digest {
+                    if !self.batches.contains_key(&d) {
+                        self.batches.insert(d, pp.batch);
+                        self.try_execute();
+                    }
+                    Ok(())
+                } else {
+                    Err(Reject::Conflict)
+                };
+            }
+        }
+        if self.now().abs_diff(pp.batch.nondet.time_ms) > self.cfg.clock_skew_max_ms {
+            return Err(Reject::BadNonDet);
+        }
+        // Client authentication of every request. A request this replica cannot authenticate
+        // stops it from vouching (no PREPARE), but it still accepts the slot if 2f others do:
+        // then f+1 correct replicas authenticated the request.
+        let mut verified = true;
+        for r in &pp.batch.requests {
+            let c = Principal::Client(r.request.client);
+            if !self.auth.knows(c)
+                || r.request.op.len() > self.cfg.request_bytes_max
+                || !verify_request(&self.auth, c, &r.request.digest(), &r.auth)
+            {
+                verified = false;
+            }
+        }
+        let (view, seq, digest) = (pp.view, pp.seq, pp.digest);
+        self.batches.insert(digest, pp.batch);
+        let slot = self.log.entry(seq).or_default();
+        slot.pp = Some(digest);
+        if verified {
+            slot.sent_prepare = true;
+            slot.prepares.insert(self.id, digest);
+            let id = self.id;
+            self.broadcast(&Message::Prepare(Prepare {
+                view,
+                seq,
+                digest,
+                replica: id,
+            }));
+        }
+        self.check_slot(seq);
+        if verified {
+            Ok(())
+        } else {
+            Err(Reject::BadRequestAuth)
+        }
+    }
+
+    fn on_prepare(&mut self, from: ReplicaId, p: Prepare) -> Result<(), Reject> {
+        if p.replica != from || from == self.cfg.primary(p.view) {
+            return Err(Reject::Inconsistent);
+        }
+        if p.view != self.view || !self.normal || !self.in_window(p.seq) {
+            return Err(Reject::OutOfWindow);
+        }
+        let slot = self.log.entry(p.seq).or_default();
+        match slot.prepares.get(&from) {
+            Some(d) if *d != p.digest => return Err(Reject::Conflict),
+            Some(_) => return Ok(()),
+            None => {
+                slot.prepares.insert(from, p.digest);
+            }
+        }
+        self.check_slot(p.seq);
+        Ok(())
+    }
+
+    fn on_commit(&mut self, from: ReplicaId, c: Commit) -> Result<(), Reject> {
+        if c.replica != from {
+            return Err(Reject::Inconsistent);
+        }
+        if c.view != self.view || !self.normal || !self.in_window(c.seq) {
+            return Err(Reject::OutOfWindow);
+        }
+        let slot = self.log.entry(c.seq).or_default();
+        match slot.commits.get(&from) {
+            Some(d) if *d != c.digest => return Err(Reject::Conflict),
+            Some(_) => return Ok(()),
+            None => {
+                slot.commits.insert(from, c.digest);
+            }
+        }
+        self.check_slot(c.seq);
+        Ok(())
+    }
+
+    fn commit_quorum(&self) -> usize {
+        #[cfg(feature = "mutants")]
+        if self.cfg.mutant == crate::types::Mutant::CommitQuorum {
+            return 2 * self.cfg.f as usize;
+        }
+        self.cfg.quorum()
+    }
+
+    /// Advances a slot through prepared and committed, sending COMMIT when it prepares.
+    fn check_slot(&mut self, seq: Seq) {
+        let primary = self.primary();
+        let quorum = self.commit_quorum();
+        let f = self.cfg.f;
+        let Some(slot) = self.log.get_mut(&seq) else {
+            return;
+        };
+        if !slot.prepared && quorum::prepared(f, primary, slot.pp.as_ref(), &slot.prepares) {
+            slot.prepared = true;
+        }
+        let mut send_commit = None;
+        if slot.prepared && !slot.sent_commit {
+            slot.sent_commit = true;
+            let d = slot.pp.expect("prepared implies pre-prepared");
+            slot.commits.insert(self.id, d);
+            send_commit = Some(d);
+        }
+        if !slot.committed
+            && quorum::committed_local(quorum, slot.prepared, slot.pp.as_ref(), &slot.commits)
+        {
+            slot.committed = true;
+        }
+        let committed = slot.committed;
+        if let Some(digest) = send_commit {
+            let c = Commit {
+                view: self.view,
+                seq,
+                digest,
+                replica: self.id,
+            };
+            self.broadcast(&Message::Commit(c));
+        }
+        if committed {
+            self.try_execute();
+        }
+    }
+
+    // ----- execution --------------------------------------------------------------------------
+
+    fn try_execute(&mut self) {
+        if self
+            .transfer
+            .as_ref()
+            .is_some_and(|t| t.seq > self.last_executed)
+            && !self.log.contains_key(&(self.last_executed + 1))
+        {
+            return;
+        }
+        loop {
+            let n = self.last_executed + 1;
+            let Some(slot) = self.log.get(&n) else { break };
+            if !slot.committed {
+                break;
+            }
+            let d = slot.pp.expect("committed implies pre-prepared");
+            if d == NULL_DIGEST {
+                self.execute(n, None);
+            } else if let Some(b) = self.batches.get(&d).cloned() {
+                self.execute(n, Some(b));
+            } else {
+                break; // the body is fetched through status messages
+            }
+        }
+        if self.is_primary() {
+            self.try_propose();
+        }
+    }
+
+    fn execute(&mut self, seq: Seq, batch: Option<Batch>) {
+        debug_assert_eq!(seq, self.last_executed + 1);
+        let mut executed = Vec::new();
+        let digest = match &batch {
+            None => NULL_DIGEST,
+            Some(b) => b.digest(),
+        };
+        if let Some(b) = batch {
+            let time_ms = b.nondet.time_ms.max(self.last_time_ms + 1);
+            self.last_time_ms = time_ms;
+            for (i, r) in b.requests.iter().enumerate() {
+                let req = &r.request;
+                let c = req.client;
+                if self
+                    .clients
+                    .get(&c)
+                    .is_some_and(|l| l.timestamp >= req.timestamp)
+                {
+                    continue; // exactly once
+                }
+                let seed = {
+                    let d = DigestBuilder::new("redoubt.seed.v1")
+                        .u64(b.nondet.seed)
+                        .u64(seq)
+                        .u64(i as u64)
+                        .finish();
+                    u64::from_le_bytes(d.0[..8].try_into().expect("8 bytes"))
+                };
+                let ctx = ExecContext {
+                    seq,
+                    client: c,
+                    time_ms,
+                    seed,
+                };
+                let result = self.service.execute(&req.op, &ctx);
+                self.stats.requests_executed += 1;
+                let reply = Message::Reply(Reply {
+                    view: self.view,
+                    timestamp: req.timestamp,
+                    client: c,
+                    replica: self.id,
+                    result: result.clone(),
+                });
+                self.clients.insert(
+                    c,
+                    LastReply {
+                        timestamp: req.timestamp,
+                        result,
+                    },
+                );
+                self.send(Principal::Client(c), &reply);
+                executed.push((c, req.timestamp));
+            }
+            // Every request of the batch is settled (executed now or before).
+            for r in &b.requests {
+                let (c, ts) = (r.request.client, r.request.timestamp);
+                let done = self.clients.get(&c).map_or(ts, |l| l.timestamp.max(ts));
+                self.request_done(c, done);
+            }
+        }
+        self.last_executed = seq;
+        self.last_progress_ms = self.now();
+        self.stats.batches_executed += 1;
+        if !executed.is_empty() {
+            if !self.executed_in_view {
+                self.executed_in_view = true;
+                self.vc_timeout_ms = self.cfg.view_change_timeout_ms;
+            }
+        }
+        self.event(Event::Executed {
+            seq,
+            view: self.view,
+            digest,
+            requests: executed,
+        });
+        self.arm_request_timer();
+        if seq % self.cfg.checkpoint_interval == 0 {
+            self.take_checkpoint(seq);
+        }
+    }
+
+    // ----- checkpoints ------------------------------------------------------------------------
+
+    fn snapshot(&self, seq: Seq) -> (Digest, Arc<Vec<u8>>) {
+        let st = CheckpointState {
+            seq,
+            last_time_ms: self.last_time_ms,
+            clients: self
+                .clients
+                .iter()
+                .map(|(c, l)| (*c, l.timestamp, l.result.clone()))
+                .collect(),
+            service: self.service.snapshot(),
+        };
+        let bytes = postcard::to_stdvec(&st).expect("checkpoint encodes");
+        (checkpoint_digest(&bytes), Arc::new(bytes))
+    }
+
+    fn take_checkpoint(&mut self, seq: Seq) {
+        let (digest, snapshot) = self.snapshot(seq);
+        self.checkpoints
+            .insert(seq, StoredCheckpoint { digest, snapshot });
+        self.event(Event::CheckpointTaken { seq, digest });
+        let id = self.id;
+        self.broadcast(&Message::Checkpoint(Checkpoint {
+            seq,
+            digest,
+            replica: id,
+        }));
+        self.record_vote(self.id, seq, digest);
+        self.check_checkpoint(seq);
+    }
+
+    fn record_vote(&mut self, from: ReplicaId, seq: Seq, digest: Digest) {
+        let cap = (self.cfg.log_size / self.cfg.checkpoint_interval) as usize + 2;
+        let votes = self.ckpt_votes.entry(from).or_default();
+        votes.insert(seq, digest);
+        while votes.len() > cap {
+            let lowest = *votes.keys().next().expect("non-empty");
+            votes.remove(&lowest);
+        }
+    }
+
+    fn votes_for(&self, seq: Seq, digest: &Digest) -> Vec<ReplicaId> {
+        self.ckpt_votes
+            .iter()
+            .filter(|(_, v)| v.get(&seq) == Some(digest))
+            .map(|(r, _)| *r)
+            .collect()
+    }
+
+    fn on_checkpoint(&mut self, from: ReplicaId, c: Checkpoint) -> Result<(), Reject> {
+        if c.replica != from || c.seq % self.cfg.checkpoint_interval != 0 {
+            return Err(Reject::Inconsistent);
+        }
+        if c.seq <= self.stable_seq {
+            return Ok(()); // old news
+        }
+        self.record_vote(from, c.seq, c.digest);
+        self.check_checkpoint(c.seq);
+        Ok(())
+    }
+
+    fn check_checkpoint(&mut self, seq: Seq) {
+        if seq <= self.stable_seq {
+            return;
+        }
+        // Which digest, if any, is vouched for by f+1 (known correct) or 2f+1 (stable)?
+        let mut tally: BTreeMap<Digest, usize> = BTreeMap::new();
+        for v in self.ckpt_votes.values() {
+            if let Some(d) = v.get(&seq) {
+                *tally.entry(*d).or_default() += 1;
+            }
+        }
+        let Some((digest, count)) = tally.into_iter().max_by_key(|(_, c)| *c) else {
+            return;
+        };
+        if count < self.cfg.weak_quorum() {
+            return;
+        }
+        match self.checkpoints.get(&seq) {
+            Some(own) if own.digest == digest => {
+                if count >= self.cfg.quorum() {
+                    self.make_stable(seq, digest);
+                }
+            }
+            Some(_) => {
+                // f+1 replicas vouch for another digest: our state is wrong. Fetch theirs.
+                self.event(Event::StateDivergence { seq });
+                self.checkpoints.remove(&seq);
+                self.last_executed = self.last_executed.min(seq - 1);
+                self.start_transfer(seq, digest, true);
+            }
+            None if seq > self.last_executed => {
+                let urgent = seq > self.stable_seq + self.cfg.log_size
+                    || seq >= self.last_executed + self.cfg.log_size;
+                self.start_transfer(seq, digest, urgent);
+            }
+            None => {}
+        }
+    }
+
+    fn make_stable(&mut self, seq: Seq, digest: Digest) {
+        if seq <= self.stable_seq {
+            return;
+        }
+        self.stable_seq = seq;
+        self.stable_digest = digest;
+        self.log = self.log.split_off(&(seq + 1));
+        self.checkpoints = self.checkpoints.split_off(&seq);
+        for v in self.ckpt_votes.values_mut() {
+            *v = v.split_off(&(seq + 1));
+        }
+        self.pset = self.pset.split_off(&(seq + 1));
+        self.qset = self.qset.split_off(&(seq + 1));
+        if self.next_seq <= seq {
+            self.next_seq = seq + 1;
+        }
+        self.gc_batches();
+        self.event(Event::Stable { seq });
+        if self.is_primary() {
+            self.try_propose();
+        }
+    }
+
+    /// Keeps only batch bodies something still refers to.
+    fn gc_batches(&mut self) {
+        let mut keep: BTreeSet<Digest> = BTreeSet::new();
+        keep.extend(self.log.values().filter_map(|s| s.pp));
+        keep.extend(self.pset.values().map(|e| e.digest));
+        keep.extend(self.qset.values().flat_map(|v| v.iter().map(|(d, _)| *d)));
+        for nv in self.pending_nv.iter() {
+            keep.extend(nv.chosen.iter().copied());
+        }
+        self.batches.retain(|d, _| keep.contains(d));
+    }
+
+    // ----- state transfer ---------------------------------------------------------------------
+
+    fn start_transfer(&mut self, seq: Seq, digest: Digest, urgent: bool) {
+        if self.transfer.as_ref().is_some_and(|t| t.seq >= seq) {
+            return;
+        }
+        let delay = if urgent {
+            0
+        } else {
+            self.cfg.state_transfer_delay_ms
+        };
+        self.transfer = Some(Transfer {
+            seq,
+            digest,
+            next_try_ms: self.now() + delay,
+            attempt: self.env.entropy % self.cfg.n() as u64,
+        });
+    }
+
+    fn drive_transfer(&mut self) {
+        let Some(t) = self.transfer.clone() else {
+            return;
+        };
+        if self.last_executed >= t.seq {
+            self.transfer = None;
+            return;
+        }
+        if self.now() < t.next_try_ms {
+            return;
+        }
+        // Ask, in turn, the replicas that vouched for the checkpoint (all others if none did).
+        let mut candidates: Vec<ReplicaId> = self
+            .votes_for(t.seq, &t.digest)
+            .into_iter()
+            .filter(|r| *r != self.id)
+            .collect();
+        if candidates.is_empty() {
+            candidates = (0..self.cfg.n()).filter(|r| *r != self.id).collect();
+        }
+        let target = candidates[(t.attempt % candidates.len() as u64) as usize];
+        let retry = self.cfg.state_transfer_retry_ms;
+        if let Some(tr) = self.transfer.as_mut() {
+            tr.attempt += 1;
+            tr.next_try_ms = self.env.now_ms + retry;
+        }
+        self.send_replica(
+            target,
+            &Message::FetchState(FetchState {
+                seq: t.seq,
+                digest: t.digest,
+            }),
+        );
+    }
+
+    fn on_fetch_state(&mut self, from: ReplicaId, fs: FetchState) -> Result<(), Reject> {
+        // Serve the requested checkpoint, or a later one we hold; the receiver checks digests.
+        let found = self
+            .checkpoints
+            .range(fs.seq..)
+            .find(|(n, c)| **n > fs.seq || c.digest == fs.digest)
+            .map(|(n, c)| (*n, c.snapshot.clone()));
+        match found {
+            Some((seq, snapshot)) => {
+                let msg = Message::StateReply(StateReply {
+                    seq,
+                    snapshot: snapshot.to_vec(),
+                });
+                self.send_replica(from, &msg);
+                Ok(())
+            }
+            None => Err(Reject::Stale),
+        }
+    }
+
+    fn on_state_reply(&mut self, _from: ReplicaId, sr: StateReply) -> Result<(), Reject> {
+        if sr.seq <= self.last_executed {
+            return Err(Reject::Stale);
+        }
+        let digest = checkpoint_digest(&sr.snapshot);
+        let target_ok = self
+            .transfer
+            .as_ref()
+            .is_some_and(|t| t.seq == sr.seq && t.digest == digest);
+        let vouched = self.votes_for(sr.seq, &digest).len() >= self.cfg.weak_quorum();
+        if !target_ok && !vouched {
+            return Err(Reject::BadDigest);
+        }
+        let st: CheckpointState =
+            postcard::from_bytes(&sr.snapshot).map_err(|_| Reject::Malformed)?;
+        if st.seq != sr.seq {
+            return Err(Reject::Inconsistent);
+        }
+        self.service
+            .restore(&st.service)
+            .map_err(|_| Reject::Malformed)?;
+        self.clients = st
+            .clients
+            .into_iter()
+            .map(|(c, timestamp, result)| (c, LastReply { timestamp, result }))
+            .collect();
+        self.last_time_ms = st.last_time_ms;
+        self.last_executed = sr.seq;
+        self.last_progress_ms = self.now();
+        self.checkpoints.insert(
+            sr.seq,
+            StoredCheckpoint {
+                digest,
+                snapshot: Arc::new(sr.snapshot),
+            },
+        );
+        // Requests settled by the transferred state are no longer waited for.
+        let settled: Vec<(ClientId, u64)> = self
+            .clients
+            .iter()
+            .map(|(c, l)| (*c, l.timestamp))
+            .collect();
+        for (c, ts) in settled {
+            self.request_done(c, ts);
+        }
+        if self.transfer.as_ref().is_some_and(|t| t.seq <= sr.seq) {
+            self.transfer = None;
+        }
+        self.stats.state_transfers += 1;
+        self.event(Event::StateTransferred {
+            seq: sr.seq,
+            digest,
+        });
+        if self.next_seq <= sr.seq {
+            self.next_seq = sr.seq + 1;
+        }
+        if self.stable_seq < sr.seq && self.votes_for(sr.seq, &digest).len() >= self.cfg.quorum() {
+            self.make_stable(sr.seq, digest);
+        }
+        self.arm_request_timer();
+        self.try_execute();
+        Ok(())
+    }
+
+    // ----- view change ------------------------------------------------------------------------
+
+    fn slot_summaries(&self) -> BTreeMap<Seq, SlotSummary> {
+        let primary = self.is_primary();
+        self.log
+            .iter()
+            .filter(|(_, s)| s.pp.is_some())
+            .map(|(n, s)| {
+                let pre = s.sent_prepare || (primary && s.pp.is_some());
+                (
+                    *n,
+                    SlotSummary {
+                        prepared: if s.prepared { s.pp } else { None },
+                        preprepared: if pre { s.pp } else { None },
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Sends VIEW-CHANGE for `v` and enters it (not yet active).
+    fn start_view_change(&mut self, v: View) {
+        debug_assert!(v > self.view || (v == self.view && self.normal));
+        if v <= self.view && !self.normal {
+            return;
+        }
+        // P and Q from the log of the view we leave (only meaningful if we were active in it).
+        let slots = if self.normal {
+            self.slot_summaries()
+        } else {
+            BTreeMap::new()
+        };
+        let (p, q) = viewchange::compute_pq(
+            self.cfg.f,
+            self.stable_seq,
+            self.cfg.log_size,
+            self.view,
+            &slots,
+            &self.pset,
+            &self.qset,
+        );
+        self.pset = p;
+        self.qset = q;
+        self.log.clear();
+        let (pw, qw) = viewchange::to_wire(&self.pset, &self.qset);
+        let vc = ViewChange {
+            view: v,
+            replica: self.id,
+            ls: self.stable_seq,
+            checkpoints: self
+                .checkpoints
+                .iter()
+                .filter(|(n, _)| **n >= self.stable_seq)
+                .map(|(n, c)| (*n, c.digest))
+                .collect(),
+            p: pw,
+            q: qw,
+        };
+        let digest = vc.digest();
+        self.view = v;
+        self.normal = false;
+        self.stats.view_changes += 1;
+        self.vc_deadline_ms = None;
+        self.req_timer = None;
+        self.inflight.clear();
+        self.relayed.clear();
+        self.acks.clear();
+        self.pending_nv = None;
+        self.new_view = None;
+        self.decision_missing.clear();
+        self.executed_in_view = false;
+        self.vcs.retain(|_, (m, _)| m.view >= v);
+        self.my_vc = Some((vc.clone(), digest));
+        self.event(Event::ViewChangeStarted { view: v });
+        self.broadcast(&Message::ViewChange(vc));
+        self.gc_batches();
+        self.after_vc_update();
+    }
+
+    fn on_view_change(&mut self, from: ReplicaId, vc: ViewChange) -> Result<(), Reject> {
+        if vc.replica != from || from == self.id {
+            return Err(Reject::Inconsistent);
+        }
+        viewchange::validate(
+            &vc,
+            self.cfg.f,
+            self.cfg.checkpoint_interval,
+            self.cfg.log_size,
+        )
+        .map_err(|_| Reject::Inconsistent)?;
+        if vc.view < self.view || (vc.view == self.view && self.normal) {
+            return Err(Reject::Stale);
+        }
+        let digest = vc.digest();
+        match self.vcs.get(&from) {
+            Some((old, _)) if old.view > vc.view => return Err(Reject::Stale),
+            Some((old, od)) if old.view == vc.view => {
+                if *od != digest {
+                    return Err(Reject::Conflict); // equivocation: the first one stands
+                }
+            }
+            _ => {
+                self.vcs.insert(from, (vc.clone(), digest));
+            }
+        }
+        // Vouch for it to the primary of its view.
+        let p = self.cfg.primary(vc.view);
+        if p != from && p != self.id {
+            let ack = Message::ViewChangeAck(ViewChangeAck {
+                view: vc.view,
+                acker: self.id,
+                sender: from,
+                digest,
+            });
+            self.send_replica(p, &ack);
+        }
+        // A primary stepping down hands over at once.
+        if self.normal && from == self.primary() && vc.view == self.view + 1 {
+            self.start_view_change(self.view + 1);
+            return Ok(());
+        }
+        self.after_vc_update();
+        Ok(())
+    }
+
+    /// Re-evaluates the join rule, the view-change timer and pending decisions after the set of
+    /// view-change messages changed.
+    fn after_vc_update(&mut self) {
+        let others: BTreeMap<ReplicaId, View> =
+            self.vcs.iter().map(|(r, (m, _))| (*r, m.view)).collect();
+        if let Some(v) = quorum::join_view(self.cfg.f, self.view, &others) {
+            if v > self.view {
+                self.start_view_change(v);
+                return;
+            }
+        }
+        if !self.normal {
+            let count = 1 + self
+                .vcs
+                .values()
+                .filter(|(m, _)| m.view == self.view)
+                .count();
+            if count >= self.cfg.quorum() && self.vc_deadline_ms.is_none() {
+                self.vc_deadline_ms = Some(self.now() + self.vc_timeout_ms);
+            }
+            if self.is_primary() {
+                self.try_new_view();
+            } else {
+                self.try_accept_new_view();
+            }
+        }
+    }
+
+    fn on_ack(&mut self, from: ReplicaId, ack: ViewChangeAck) -> Result<(), Reject> {
+        if ack.acker != from || ack.sender == from {
+            return Err(Reject::Inconsistent);
+        }
+        if ack.view != self.view || self.normal {
+            return Err(Reject::Stale);
+        }
+        if ack.sender == self.id {
+            return Ok(());
+        }
+        let known = self
+            .vcs
+            .get(&ack.sender)
+            .is_some_and(|(m, d)| m.view == ack.view && *d == ack.digest)
+            || self.relayed.contains_key(&(ack.sender, ack.digest))
+            || self
+                .pending_nv
+                .as_ref()
+                .is_some_and(|nv| nv.vcs.contains(&(ack.sender, ack.digest)));
+        if !known && self.acks.len() >= ACKS_MAX / 2 {
+            return Err(Reject::TooLarge);
+        }
+        if self.acks.len() >= ACKS_MAX && !self.acks.contains_key(&(ack.sender, ack.digest)) {
+            return Err(Reject::TooLarge);
+        }
+        self.acks
+            .entry((ack.sender, ack.digest))
+            .or_default()
+            .insert(from);
+        if self.is_primary() {
+            self.try_new_view();
+        } else {
+            self.try_accept_new_view();
+        }
+        Ok(())
+    }
+
+    fn ack_count(&self, sender: ReplicaId, digest: &Digest) -> usize {
+        self.acks.get(&(sender, *digest)).map_or(0, |s| {
+            s.iter().filter(|a| **a != self.id && **a != sender).count()
+        })
+    }
+
+    /// The new primary: S, then the decision procedure, then NEW-VIEW.
+    fn try_new_view(&mut self) {
+        if self.normal || !self.is_primary() {
+            return;
+        }
+        let Some((mine, my_digest)) = self.my_vc.clone() else {
+            return;
+        };
+        let need_acks = 2 * self.cfg.f as usize - 1;
+        let mut s: Vec<(ReplicaId, Digest, ViewChange)> = vec![(self.id, my_digest, mine)];
+        for (r, (m, d)) in &self.vcs {
+            if m.view == self.view && self.ack_count(*r, d) >= need_acks {
+                s.push((*r, *d, m.clone()));
+            }
+        }
+        if s.len() < self.cfg.quorum() {
+            return;
+        }
+        let refs: Vec<&ViewChange> = s.iter().map(|(_, _, m)| m).collect();
+        let batches = &self.batches;
+        let outcome = viewchange::decide(
+            self.cfg.f,
+            self.cfg.log_size,
+            &refs,
+            |d| batches.contains_key(d),
+            self.any_prepared_mutant(),
+        );
+        match outcome {
+            Ok(dec) => {
+                let bodies = dec
+                    .chosen
+                    .iter()
+                    .filter(|d| **d != NULL_DIGEST)
+                    .filter_map(|d| self.batches.get(d).cloned())
+                    .collect();
+                let nv = NewView {
+                    view: self.view,
+                    vcs: s.iter().map(|(r, d, _)| (*r, *d)).collect(),
+                    checkpoint: dec.checkpoint,
+                    chosen: dec.chosen,
+                    batches: bodies,
+                };
+                self.broadcast(&Message::NewView(nv.clone()));
+                self.install_new_view(nv);
+            }
+            Err(Pending::NeedBatches(ds)) => self.decision_missing = ds,
+            Err(_) => {}
+        }
+    }
+
+    fn any_prepared_mutant(&self) -> bool {
+        #[cfg(feature = "mutants")]
+        return self.cfg.mutant == crate::types::Mutant::ViewChangeAnyPrepared;
+        #[cfg(not(feature = "mutants"))]
+        false
+    }
+
+    fn on_new_view(&mut self, from: ReplicaId, nv: NewView) -> Result<(), Reject> {
+        if from != self.cfg.primary(nv.view) || from == self.id {
+            return Err(Reject::Inconsistent);
+        }
+        if nv.view < self.view || (nv.view == self.view && self.normal) {
+            return Err(Reject::Stale);
+        }
+        let mut ids: Vec<ReplicaId> = nv.vcs.iter().map(|(r, _)| *r).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() != nv.vcs.len()
+            || nv.vcs.len() < self.cfg.quorum()
+            || ids.iter().any(|r| *r >= self.cfg.n())
+            || nv.chosen.len() as u64 > self.cfg.log_size
+            || nv.checkpoint.0 % self.cfg.checkpoint_interval != 0
+            || nv.batches.len() > nv.chosen.len()
+        {
+            return Err(Reject::Inconsistent);
+        }
+        if nv.view > self.view {
+            // We missed this view change: enter the view (reporting our log) first.
+            self.start_view_change(nv.view);
+            if self.normal {
+                return Ok(());
+            }
+        }
+        if self.pending_nv.is_some() {
+            return Ok(()); // the first NEW-VIEW for a view is the one we check
+        }
+        let chosen: BTreeSet<Digest> = nv.chosen.iter().copied().collect();
+        for b in &nv.batches {
+            let d = b.digest();
+            if chosen.contains(&d) {
+                self.batches.insert(d, b.clone());
+            }
+        }
+        let mut nv = nv;
+        nv.batches.clear();
+        self.pending_nv = Some(nv);
+        self.try_accept_new_view();
+        Ok(())
+    }
+
+    /// The view-change messages a pending NEW-VIEW names, or the pairs still missing.
+    fn gather_nv_vcs(&self, nv: &NewView) -> Result<Vec<ViewChange>, Vec<(ReplicaId, Digest)>> {
+        let mut found = Vec::new();
+        let mut missing = Vec::new();
+        for (r, d) in &nv.vcs {
+            if *r == self.id {
+                match &self.my_vc {
+                    Some((m, md)) if md == d => found.push(m.clone()),
+                    _ => missing.push((*r, *d)),
+                }
+                continue;
+            }
+            match self.vcs.get(r) {
+                Some((m, md)) if md == d && m.view == nv.view => found.push(m.clone()),
+                _ => match self.relayed.get(&(*r, *d)) {
+                    Some(m) if self.ack_count(*r, d) >= self.cfg.f as usize => {
+                        found.push(m.clone())
+                    }
+                    _ => missing.push((*r, *d)),
+                },
+            }
+        }
+        if missing.is_empty() {
+            Ok(found)
+        } else {
+            Err(missing)
+        }
+    }
+
+    fn try_accept_new_view(&mut self) {
+        let Some(nv) = self.pending_nv.clone() else {
+            return;
+        };
+        if self.normal || nv.view != self.view {
+            return;
+        }
+        // Our own view change must be named with its true digest if it is named at all.
+        if let Some((_, d)) = nv.vcs.iter().find(|(r, _)| *r == self.id) {
+            if self.my_vc.as_ref().map(|(_, md)| md) != Some(d) {
+                self.bad_new_view();
+                return;
+            }
+        }
+        let vcs = match self.gather_nv_vcs(&nv) {
+            Ok(v) => v,
+            Err(_) => return, // fetched through status messages
+        };
+        for m in &vcs {
+            if m.view != nv.view
+                || viewchange::validate(
+                    m,
+                    self.cfg.f,
+                    self.cfg.checkpoint_interval,
+                    self.cfg.log_size,
+                )
+                .is_err()
+            {
+                self.bad_new_view();
+                return;
+            }
+        }
+        let refs: Vec<&ViewChange> = vcs.iter().collect();
+        let outcome = viewchange::decide(
+            self.cfg.f,
+            self.cfg.log_size,
+            &refs,
+            |_| true,
+            self.any_prepared_mutant(),
+        );
+        match outcome {
+            Ok(dec) if dec.checkpoint == nv.checkpoint && dec.chosen == nv.chosen => {
+                self.install_new_view(nv);
+            }
+            _ => self.bad_new_view(),
+        }
+    }
+
+    /// The NEW-VIEW does not follow from its view changes: the primary is faulty.
+    fn bad_new_view(&mut self) {
+        self.pending_nv = None;
+        self.event(Event::Rejected {
+            from: Principal::Replica(self.primary()),
+            kind: "new-view",
+            reason: Reject::Inconsistent,
+        });
+        self.vc_timeout_ms = (self.vc_timeout_ms * 2).min(self.cfg.view_change_timeout_max_ms);
+        self.start_view_change(self.view + 1);
+    }
+
+    fn install_new_view(&mut self, nv: NewView) {
+        let (h, hd) = nv.checkpoint;
+        self.normal = true;
+        self.vc_deadline_ms = None;
+        self.pending_nv = None;
+        self.decision_missing.clear();
+        if h > self.stable_seq {
+            match self.checkpoints.get(&h) {
+                Some(c) if c.digest == hd => self.make_stable(h, hd),
+                other => {
+                    if other.is_some() {
+                        // Our checkpoint at h differs from the one f+1 replicas reported.
+                        self.event(Event::StateDivergence { seq: h });
+                        self.checkpoints.remove(&h);
+                        self.last_executed = self.last_executed.min(h - 1);
+                    }
+                    self.stable_seq = h;
+                    self.stable_digest = hd;
+                    self.checkpoints = self.checkpoints.split_off(&h);
+                    for v in self.ckpt_votes.values_mut() {
+                        *v = v.split_off(&(h + 1));
+                    }
+                    self.pset = self.pset.split_off(&(h + 1));
+                    self.qset = self.qset.split_off(&(h + 1));
+                    if self.last_executed < h {
+                        self.start_transfer(h, hd, true);
+                    }
+                }
+            }
+        }
+        self.log.clear();
+        let primary = self.is_primary();
+        let mut prepares = Vec::new();
+        for (i, d) in nv.chosen.iter().enumerate() {
+            let n = h + 1 + i as u64;
+            let slot = self.log.entry(n).or_default();
+            slot.pp = Some(*d);
+            if !primary {
+                slot.sent_prepare = true;
+                slot.prepares.insert(self.id, *d);
+                prepares.push((n, *d));
+            }
+        }
+        let last = h + nv.chosen.len() as u64;
+        self.next_seq = (last + 1).max(self.last_executed + 1).max(h + 1);
+        self.new_view = Some(nv);
+        self.gc_batches();
+        self.event(Event::NewViewInstalled { view: self.view });
+        for (n, d) in prepares {
+            let id = self.id;
+            let view = self.view;
+            self.broadcast(&Message::Prepare(Prepare {
+                view,
+                seq: n,
+                digest: d,
+                replica: id,
+            }));
+        }
+        let seqs: Vec<Seq> = self.log.keys().copied().collect();
+        for n in seqs {
+            self.check_slot(n);
+        }
+        // Requests still waiting go to the new primary; the timer restarts for them.
+        if primary {
+            self.try_propose();
+        } else {
+            let p = self.primary();
+            let reqs: Vec<SignedRequest> = self
+                .arrivals
+                .values()
+                .take(self.cfg.batch_requests_max)
+                .map(|c| self.waiting[c].req.clone())
+                .collect();
+            for r in reqs {
+                self.send_replica(p, &Message::Request(r));
+            }
+            self.arm_request_timer();
+        }
+    }
+
+    fn on_relayed_vc(&mut self, _from: ReplicaId, vc: ViewChange) -> Result<(), Reject> {
+        let digest = vc.digest();
+        let wanted = self
+            .pending_nv
+            .as_ref()
+            .is_some_and(|nv| nv.vcs.contains(&(vc.replica, digest)));
+        if !wanted {
+            return Err(Reject::Unexpected);
+        }
+        self.relayed.insert((vc.replica, digest), vc);
+        self.try_accept_new_view();
+        Ok(())
+    }
+
+    fn on_batches(&mut self, bodies: Vec<Batch>) -> Result<(), Reject> {
+        let mut wanted: BTreeSet<Digest> = self.log.values().filter_map(|s| s.pp).collect();
+        wanted.extend(self.decision_missing.iter().copied());
+        wanted.extend(self.pset.values().map(|e| e.digest));
+        let mut useful = false;
+        for b in bodies {
+            let d = b.digest();
+            if wanted.contains(&d) && !self.batches.contains_key(&d) {
+                self.batches.insert(d, b);
+                useful = true;
+            }
+        }
+        if !useful {
+            return Err(Reject::Unexpected);
+        }
+        self.try_execute();
+        if !self.normal && self.is_primary() {
+            self.try_new_view();
+        }
+        Ok(())
+    }
+
+    // ----- timers -------------------------------------------------------------------------
+
+    fn tick(&mut self) {
+        let now = self.now();
+        if self.normal {
+            if let Some((deadline, c, ts)) = self.req_timer {
+                if now >= deadline {
+                    let still = self
+                        .waiting
+                        .get(&c)
+                        .is_some_and(|w| w.req.request.timestamp == ts);
+                    self.req_timer = None;
+                    if still && !self.is_primary() {
+                        self.vc_timeout_ms =
+                            (self.vc_timeout_ms * 2).min(self.cfg.view_change_timeout_max_ms);
+                        self.start_view_change(self.view + 1);
+                    } else {
+                        self.arm_request_timer();
+                    }
+                }
+            }
+        } else if let Some(deadline) = self.vc_deadline_ms {
+            if now >= deadline {
+                self.vc_timeout_ms =
+                    (self.vc_timeout_ms * 2).min(self.cfg.view_change_timeout_max_ms);
+                self.start_view_change(self.view + 1);
+            }
+        }
+        self.drive_transfer();
+        if now >= self.next_status_ms {
+            self.next_status_ms = now + self.cfg.status_interval_ms;
+            self.send_status();
+        }
+    }
+
+    // ----- status and retransmission ----------------------------------------------------------
+
+    fn missing_batches(&self) -> Vec<Digest> {
+        let mut m: Vec<Digest> = self
+            .log
+            .iter()
+            .filter(|(n, s)| **n > self.last_executed && s.prepared)
+            .filter_map(|(_, s)| s.pp)
+            .filter(|d| *d != NULL_DIGEST && !self.batches.contains_key(d))
+            .collect();
+        m.extend(self.decision_missing.iter().copied());
+        m.truncate(MISSING_MAX);
+        m
+    }
+
+    fn send_status(&mut self) {
+        let window = |s: &Slot| s.pp.is_some();
+        let prepared: Vec<Seq> = self
+            .log
+            .iter()
+            .filter(|(n, s)| **n > self.last_executed && window(s) && s.prepared)
+            .map(|(n, _)| *n)
+            .collect();
+        let committed: Vec<Seq> = self
+            .log
+            .iter()
+            .filter(|(n, s)| **n > self.last_executed && s.committed)
+            .map(|(n, _)| *n)
+            .collect();
+        let missing_vcs = match &self.pending_nv {
+            Some(nv) => self.gather_nv_vcs(nv).err().unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let st = Status {
+            replica: self.id,
+            view: self.view,
+            normal: self.normal,
+            last_executed: self.last_executed,
+            stable: self.stable_seq,
+            prepared,
+            committed,
+            missing_batches: self.missing_batches(),
+            missing_vcs,
+        };
+        self.broadcast(&Message::Status(st));
+    }
+
+    fn on_status(&mut self, from: ReplicaId, st: Status) -> Result<(), Reject> {
+        if st.replica != from || from == self.id {
+            return Err(Reject::Inconsistent);
+        }
+        let l = self.cfg.log_size as usize;
+        if st.prepared.len() > l
+            || st.committed.len() > l
+            || st.missing_batches.len() > MISSING_MAX
+            || st.missing_vcs.len() > self.cfg.n() as usize
+        {
+            return Err(Reject::TooLarge);
+        }
+        // Views: help a replica that is behind or stuck in a view change.
+        if st.view < self.view || (st.view == self.view && !st.normal) {
+            if self.normal && self.is_primary() {
+                if let Some(nv) = self.new_view.clone() {
+                    let mut nv = nv;
+                    nv.batches = nv
+                        .chosen
+                        .iter()
+                        .filter(|d| **d != NULL_DIGEST)
+                        .filter_map(|d| self.batches.get(d).cloned())
+                        .collect();
+                    self.send_replica(from, &Message::NewView(nv));
+                }
+            }
+            if let Some((vc, _)) = self.my_vc.clone() {
+                if vc.view == self.view {
+                    self.send_replica(from, &Message::ViewChange(vc));
+                }
+            }
+            if st.view == self.view && !self.normal && from == self.primary() {
+                // The new primary may have lost our acks.
+                let acks: Vec<ViewChangeAck> = self
+                    .vcs
+                    .iter()
+                    .filter(|(r, (m, _))| m.view == self.view && **r != from)
+                    .map(|(r, (_, d))| ViewChangeAck {
+                        view: self.view,
+                        acker: self.id,
+                        sender: *r,
+                        digest: *d,
+                    })
+                    .collect();
+                for a in acks {
+                    self.send_replica(from, &Message::ViewChangeAck(a));
+                }
+            }
+        }
+        // Log entries in the same view.
+        if st.view == self.view && st.normal && self.normal {
+            let prepared: BTreeSet<Seq> = st.prepared.iter().copied().collect();
+            let committed: BTreeSet<Seq> = st.committed.iter().copied().collect();
+            let mut budget = self.cfg.retransmit_entries_max;
+            let entries: Vec<(Seq, Slot)> = self
+                .log
+                .range(st.last_executed + 1..)
+                .filter(|(_, s)| s.pp.is_some())
+                .map(|(n, s)| (*n, s.clone()))
+                .collect();
+            for (n, s) in entries {
+                if budget == 0 {
+                    break;
+                }
+                let d = s.pp.expect("filtered");
+                let mut sent = false;
+                if !prepared.contains(&n) && !committed.contains(&n) {
+                    if s.proposed_here {
+                        if let Some(b) = self.batches.get(&d).cloned() {
+                            let pp = PrePrepare {
+                                view: self.view,
+                                seq: n,
+                                digest: d,
+                                batch: b,
+                            };
+                            self.send_replica(from, &Message::PrePrepare(pp));
+                            sent = true;
+                        }
+                    }
+                    if s.sent_prepare {
+                        let p = Prepare {
+                            view: self.view,
+                            seq: n,
+                            digest: d,
+                            replica: self.id,
+                        };
+                        self.send_replica(from, &Message::Prepare(p));
+                        sent = true;
+                    }
+                }
+                if !committed.contains(&n) && s.sent_commit {
+                    let c = Commit {
+                        view: self.view,
+                        seq: n,
+                        digest: d,
+                        replica: self.id,
+                    };
+                    self.send_replica(from, &Message::Commit(c));
+                    sent = true;
+                }
+                if sent {
+                    budget -= 1;
+                }
+            }
+        }
+        // Checkpoints: votes for what it lacks, so it can advance or fetch state.
+        if st.stable < self.stable_seq || st.last_executed < self.last_executed {
+            let mine: Vec<(Seq, Digest)> = self
+                .checkpoints
+                .range(st.stable.max(st.last_executed.min(self.stable_seq)) + 1..)
+                .map(|(n, c)| (*n, c.digest))
+                .collect();
+            let own_stable = (self.stable_seq, self.stable_digest);
+            let mut send: Vec<(Seq, Digest)> = mine;
+            if st.stable < self.stable_seq && !send.iter().any(|(n, _)| *n == own_stable.0) {
+                send.push(own_stable);
+            }
+            for (seq, digest) in send {
+                if seq == 0 {
+                    continue;
+                }
+                let c = Checkpoint {
+                    seq,
+                    digest,
+                    replica: self.id,
+                };
+                self.send_replica(from, &Message::Checkpoint(c));
+            }
+        }
+        // Batch bodies.
+        let bodies: Vec<Batch> = st
+            .missing_batches
+            .iter()
+            .filter_map(|d| self.batches.get(d).cloned())
+            .collect();
+        if !bodies.is_empty() {
+            self.send_replica(from, &Message::Batches(bodies));
+        }
+        // View changes named by a NEW-VIEW it holds.
+        for (r, d) in st.missing_vcs {
+            if r == self.id {
+                if let Some((m, md)) = self.my_vc.clone() {
+                    if md == d {
+                        self.send_replica(from, &Message::ViewChange(m));
+                    }
+                }
+            } else if let Some((m, md)) = self.vcs.get(&r).cloned() {
+                if md == d && r != from {
+                    self.send_replica(from, &Message::RelayViewChange(m.clone()));
+                    let ack = ViewChangeAck {
+                        view: m.view,
+                        acker: self.id,
+                        sender: r,
+                        digest: d,
+                    };
+                    self.send_replica(from, &Message::ViewChangeAck(ack));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Bound on view-change acknowledgement entries kept.
+const ACKS_MAX: usize = 256;
+/// Bound on digests named as missing in one status message.
+const MISSING_MAX: usize = 32;
+
+/// Digest of an encoded checkpoint.
+pub fn checkpoint_digest(snapshot: &[u8]) -> Digest {
+    Digest::of_parts("redoubt.checkpoint.v1", &[snapshot])
+}
+
+/// Sizes of a replica's bounded structures.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Footprint {
+    pub log_slots: usize,
+    pub batches: usize,
+    pub checkpoints: usize,
+    pub checkpoint_votes: usize,
+    pub pset: usize,
+    pub qset_pairs: usize,
+    pub clients: usize,
+    pub waiting: usize,
+    pub arrivals: usize,
+    pub view_changes: usize,
+    pub acks: usize,
+}
+
+impl Footprint {
+    /// Names of the fields of `self` that exceed `bound`.
+    pub fn exceeds(&self, bound: &Footprint) -> Vec<&'static str> {
+        let pairs = [
+            ("log_slots", self.log_slots, bound.log_slots),
+            ("batches", self.batches, bound.batches),
+            ("checkpoints", self.checkpoints, bound.checkpoints),
+            (
+                "checkpoint_votes",
+                self.checkpoint_votes,
+                bound.checkpoint_votes,
+            ),
+            ("pset", self.pset, bound.pset),
+            ("qset_pairs", self.qset_pairs, bound.qset_pairs),
+            ("clients", self.clients, bound.clients),
+            ("waiting", self.waiting, bound.waiting),
+            ("arrivals", self.arrivals, bound.arrivals),
+            ("view_changes", self.view_changes, bound.view_changes),
+            ("acks", self.acks, bound.acks),
+        ];
+        pairs
+            .iter()
+            .filter(|(_, v, b)| v > b)
+            .map(|(n, _, _)| *n)
+            .collect()
+    }
+}

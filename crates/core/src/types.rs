@@ -1,0 +1,192 @@
+//! Identifiers and the protocol configuration.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// View number. The primary of view `v` is replica `v mod n`.
+pub type View = u64;
+/// Sequence number assigned by the primary.
+pub type Seq = u64;
+/// Replica identifier in `0..n`.
+pub type ReplicaId = u32;
+/// Client identifier.
+pub type ClientId = u64;
+
+/// A principal that can send authenticated messages.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Principal {
+    Replica(ReplicaId),
+    Client(ClientId),
+}
+
+impl fmt::Debug for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Principal::Replica(r) => write!(f, "r{r}"),
+            Principal::Client(c) => write!(f, "c{c}"),
+        }
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// Deliberately broken protocol variants, compiled only with the `mutants` feature (the
+/// simulator's checker self-test).
+#[cfg(feature = "mutants")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Mutant {
+    #[default]
+    None,
+    /// Commit with 2f matching COMMITs instead of 2f+1.
+    CommitQuorum,
+    /// A backup accepts a pre-prepare without checking that the digest matches the batch.
+    SkipDigestCheck,
+    /// The new primary picks any prepared request for a sequence number, ignoring views.
+    ViewChangeAnyPrepared,
+}
+
+#[cfg(feature = "mutants")]
+impl Mutant {
+    pub const ALL: [(&'static str, Mutant); 3] = [
+        ("commit-quorum", Mutant::CommitQuorum),
+        ("skip-digest-check", Mutant::SkipDigestCheck),
+        ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
+    ];
+}
+
+/// Protocol parameters shared by every replica and client of a cluster. Every field has a
+/// unit in its name or documentation; see `docs/configuration.md`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    /// Maximum number of faulty replicas; the cluster has `n = 3f+1` replicas.
+    pub f: u32,
+    /// Checkpoint interval K (sequence numbers).
+    pub checkpoint_interval: Seq,
+    /// Log size L (sequence numbers): messages are accepted for `h < n <= h + L`.
+    /// Must be a multiple of the checkpoint interval, at least twice it.
+    pub log_size: Seq,
+    /// Maximum number of requests the primary packs into one pre-prepare.
+    pub batch_requests_max: usize,
+    /// Maximum total operation bytes in one batch.
+    pub batch_bytes_max: usize,
+    /// Maximum number of batches the primary keeps in flight (proposed, not yet executed).
+    /// Requests arriving while this many are in flight queue and go out together.
+    pub inflight_batches_max: u64,
+    /// Base view-change timeout (ms); doubled on each view change that fails to make progress.
+    pub view_change_timeout_ms: u64,
+    /// Cap on the doubled view-change timeout (ms).
+    pub view_change_timeout_max_ms: u64,
+    /// Interval between status messages (ms), the receiver-driven retransmission heartbeat.
+    pub status_interval_ms: u64,
+    /// Maximum number of log entries retransmitted in answer to one status message.
+    pub retransmit_entries_max: usize,
+    /// How long a replica that knows of a newer checkpoint waits for the log to catch it up
+    /// before fetching the checkpoint state (ms).
+    pub state_transfer_delay_ms: u64,
+    /// Retry interval for a state fetch; each retry asks another replica (ms).
+    pub state_transfer_retry_ms: u64,
+    /// Largest difference accepted between the primary's proposed batch time and a backup's
+    /// own clock (ms). Larger skews make the backup refuse the pre-prepare (a liveness check;
+    /// safety never depends on clocks).
+    pub clock_skew_max_ms: u64,
+    /// Largest operation accepted in a request (bytes).
+    pub request_bytes_max: usize,
+    /// Largest encoded message accepted (bytes); bigger frames are rejected before decoding.
+    pub message_bytes_max: usize,
+    /// Mutant to run (simulator only).
+    #[cfg(feature = "mutants")]
+    #[serde(skip)]
+    pub mutant: Mutant,
+}
+
+impl Config {
+    /// Defaults for a cluster tolerating `f` faults.
+    pub fn new(f: u32) -> Config {
+        Config {
+            f,
+            checkpoint_interval: 128,
+            log_size: 256,
+            batch_requests_max: 64,
+            batch_bytes_max: 1 << 20,
+            inflight_batches_max: 2,
+            view_change_timeout_ms: 1000,
+            view_change_timeout_max_ms: 16_000,
+            status_interval_ms: 100,
+            retransmit_entries_max: 64,
+            state_transfer_delay_ms: 300,
+            state_transfer_retry_ms: 500,
+            clock_skew_max_ms: 60_000,
+            request_bytes_max: 64 << 10,
+            message_bytes_max: 32 << 20,
+            #[cfg(feature = "mutants")]
+            mutant: Mutant::None,
+        }
+    }
+
+    /// Number of replicas, `3f+1`.
+    pub fn n(&self) -> u32 {
+        3 * self.f + 1
+    }
+
+    /// The primary of view `v`.
+    pub fn primary(&self, v: View) -> ReplicaId {
+        (v % self.n() as u64) as ReplicaId
+    }
+
+    /// Weak certificate size: at least one correct member.
+    pub fn weak_quorum(&self) -> usize {
+        self.f as usize + 1
+    }
+
+    /// Strong certificate size.
+    pub fn quorum(&self) -> usize {
+        2 * self.f as usize + 1
+    }
+
+    /// Checks the parameters are coherent; returns a description of the first problem.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.f == 0 {
+            return Err("f must be at least 1 (n = 3f+1 >= 4)".into());
+        }
+        if self.checkpoint_interval == 0 {
+            return Err("checkpoint_interval must be positive".into());
+        }
+        if self.log_size < 2 * self.checkpoint_interval
+            || self.log_size % self.checkpoint_interval != 0
+        {
+            return Err(format!(
+                "log_size ({}) must be a multiple of checkpoint_interval ({}) and at least twice it",
+                self.log_size, self.checkpoint_interval
+            ));
+        }
+        if self.batch_requests_max == 0 || self.inflight_batches_max == 0 {
+            return Err("batch_requests_max and inflight_batches_max must be positive".into());
+        }
+        if self.inflight_batches_max > self.log_size {
+            return Err("inflight_batches_max must not exceed log_size".into());
+        }
+        if self.view_change_timeout_ms == 0
+            || self.view_change_timeout_max_ms < self.view_change_timeout_ms
+        {
+            return Err(
+                "view_change_timeout_ms must be positive and at most view_change_timeout_max_ms"
+                    .into(),
+            );
+        }
+        if self.status_interval_ms == 0 {
+            return Err("status_interval_ms must be positive".into());
+        }
+        if self.request_bytes_max > self.batch_bytes_max
+            || self.batch_bytes_max > self.message_bytes_max / 2
+        {
+            return Err(
+                "need request_bytes_max <= batch_bytes_max <= message_bytes_max / 2".into(),
+            );
+        }
+        Ok(())
+    }
+}
