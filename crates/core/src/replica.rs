@@ -116,7 +116,7 @@ pub struct Replica<S: Service, A: Auth> {
     my_vc: Option<(ViewChange, Digest)>,
     vcs: BTreeMap<ReplicaId, (ViewChange, Digest)>,
     relayed: BTreeMap<(ReplicaId, Digest), ViewChange>,
-    acks: BTreeMap<(ReplicaId, Digest), BTreeSet<ReplicaId>>,
+    acks: BTreeMap<(View, ReplicaId, Digest), BTreeSet<ReplicaId>>,
     pset: BTreeMap<Seq, PEntry>,
     qset: BTreeMap<Seq, Vec<(Digest, View)>>,
     new_view: Option<NewView>,
@@ -277,7 +277,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             waiting: clients,
             arrivals: clients,
             view_changes: 2 * n,
-            acks: ACKS_MAX,
+            acks: n * ACKS_PER_ACKER_MAX,
         }
     }
 
@@ -545,6 +545,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
             };
             self.batches.insert(digest, batch);
             let slot = self.log.entry(seq).or_default();
+            // A correct primary never assigns a sequence number twice in a view.
+            assert!(
+                slot.pp.is_none(),
+                "r{} proposing n{seq} twice in v{}",
+                self.id,
+                self.view
+            );
             slot.pp = Some(digest);
             slot.proposed_here = true;
             self.broadcast(&Message::PrePrepare(pp));
@@ -884,6 +891,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         self.record_vote(from, c.seq, c.digest);
         self.check_checkpoint(c.seq);
+        // A new stable checkpoint may open the window for more proposals.
+        self.try_propose();
         Ok(())
     }
 
@@ -944,9 +953,6 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         self.gc_batches();
         self.event(Event::Stable { seq });
-        if self.is_primary() {
-            self.try_propose();
-        }
     }
 
     /// Keeps only batch bodies something still refers to.
@@ -1165,7 +1171,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.req_timer = None;
         self.inflight.clear();
         self.relayed.clear();
-        self.acks.clear();
+        self.acks.retain(|(view, _, _), _| *view >= v);
         self.pending_nv = None;
         self.new_view = None;
         self.decision_missing.clear();
@@ -1256,41 +1262,33 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if ack.acker != from || ack.sender == from {
             return Err(Reject::Inconsistent);
         }
-        if ack.view != self.view || self.normal {
+        // Acks may arrive before this replica enters their view; keep them (bounded).
+        if ack.view < self.view || (ack.view == self.view && self.normal) {
             return Err(Reject::Stale);
         }
-        if ack.sender == self.id {
+        if ack.sender == self.id || ack.sender >= self.cfg.n() {
             return Ok(());
         }
-        let known = self
-            .vcs
-            .get(&ack.sender)
-            .is_some_and(|(m, d)| m.view == ack.view && *d == ack.digest)
-            || self.relayed.contains_key(&(ack.sender, ack.digest))
-            || self
-                .pending_nv
-                .as_ref()
-                .is_some_and(|nv| nv.vcs.contains(&(ack.sender, ack.digest)));
-        if !known && self.acks.len() >= ACKS_MAX / 2 {
+        let key = (ack.view, ack.sender, ack.digest);
+        // Each acker may hold a bounded number of entries, so a faulty one cannot crowd out
+        // the acks of correct replicas.
+        let per_acker = self.acks.values().filter(|s| s.contains(&from)).count();
+        if per_acker >= ACKS_PER_ACKER_MAX {
             return Err(Reject::TooLarge);
         }
-        if self.acks.len() >= ACKS_MAX && !self.acks.contains_key(&(ack.sender, ack.digest)) {
-            return Err(Reject::TooLarge);
-        }
-        self.acks
-            .entry((ack.sender, ack.digest))
-            .or_default()
-            .insert(from);
-        if self.is_primary() {
-            self.try_new_view();
-        } else {
-            self.try_accept_new_view();
+        self.acks.entry(key).or_default().insert(from);
+        if ack.view == self.view {
+            if self.is_primary() {
+                self.try_new_view();
+            } else {
+                self.try_accept_new_view();
+            }
         }
         Ok(())
     }
 
     fn ack_count(&self, sender: ReplicaId, digest: &Digest) -> usize {
-        self.acks.get(&(sender, *digest)).map_or(0, |s| {
+        self.acks.get(&(self.view, sender, *digest)).map_or(0, |s| {
             s.iter().filter(|a| **a != self.id && **a != sender).count()
         })
     }
@@ -1519,6 +1517,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let mut prepares = Vec::new();
         for (i, d) in nv.chosen.iter().enumerate() {
             let n = h + 1 + i as u64;
+            if n <= self.stable_seq {
+                continue; // already below our low watermark (we fetched a later checkpoint)
+            }
             let slot = self.log.entry(n).or_default();
             slot.pp = Some(*d);
             if !primary {
@@ -1845,8 +1846,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 }
 
-/// Bound on view-change acknowledgement entries kept.
-const ACKS_MAX: usize = 256;
+/// Bound on view-change acknowledgement entries kept per acknowledging replica.
+const ACKS_PER_ACKER_MAX: usize = 64;
 /// Bound on digests named as missing in one status message.
 const MISSING_MAX: usize = 32;
 

@@ -1,0 +1,271 @@
+//! The adversary's hands: rewriting what a Byzantine replica sends. The replica runs the
+//! unmodified core (so it knows the protocol state); its outgoing frames pass through
+//! [`Adversary::outgoing`], which decodes them, lies, and re-authenticates the lies with the
+//! replica's own keys, so receivers cannot tell the lies from honest messages by their MACs.
+
+use crate::scenario::Behavior;
+use rand::RngExt;
+use rand_chacha::ChaCha8Rng;
+use redoubt_core::auth::seal;
+use redoubt_core::message::{
+    decode_body, decode_frame, Batch, Commit, Message, PEntry, Prepare, QEntry,
+};
+use redoubt_core::{Config, Principal, ReplicaId, StaticKeys};
+use redoubt_crypto::Digest;
+use std::collections::BTreeMap;
+
+/// One frame to put on the network: receiver, bytes, extra delay (ms).
+pub type Out = (ReplicaOrClient, Vec<u8>, u64);
+
+/// A network destination.
+pub type ReplicaOrClient = Principal;
+
+pub struct Adversary {
+    cfg: Config,
+    /// Keys of every replica the adversary controls.
+    keys: BTreeMap<ReplicaId, StaticKeys>,
+    behaviors: BTreeMap<ReplicaId, Behavior>,
+    /// Alternative batches already invented per (replica, seq), so equivocation is consistent
+    /// per receiver group.
+    alternates: BTreeMap<(ReplicaId, u64), Batch>,
+}
+
+impl Adversary {
+    pub fn new(
+        cfg: Config,
+        keys: BTreeMap<ReplicaId, StaticKeys>,
+        behaviors: BTreeMap<ReplicaId, Behavior>,
+    ) -> Self {
+        Adversary {
+            cfg,
+            keys,
+            behaviors,
+            alternates: BTreeMap::new(),
+        }
+    }
+
+    pub fn controls(&self, r: ReplicaId) -> bool {
+        self.behaviors.contains_key(&r)
+    }
+
+    fn seal(&self, from: ReplicaId, msg: &Message, to: Principal) -> Vec<u8> {
+        seal(&self.keys[&from], msg, Some(to), self.cfg.n())
+    }
+
+    /// Rewrites one outgoing frame of Byzantine replica `from` addressed to `to` (one frame per
+    /// receiver; broadcasts are expanded by the caller).
+    pub fn outgoing(
+        &mut self,
+        rng: &mut ChaCha8Rng,
+        from: ReplicaId,
+        to: Principal,
+        bytes: &[u8],
+    ) -> Vec<Out> {
+        let Some(mut behavior) = self.behaviors.get(&from).copied() else {
+            return vec![(to, bytes.to_vec(), 0)];
+        };
+        if behavior == Behavior::Mixed {
+            behavior = Behavior::ALL[rng.random_range(0..Behavior::ALL.len() - 1)];
+            if behavior == Behavior::Silent {
+                behavior = Behavior::Withhold;
+            }
+        }
+        let Ok(frame) = decode_frame(bytes, usize::MAX) else {
+            return vec![];
+        };
+        let Ok(msg) = decode_body(&frame.body) else {
+            return vec![];
+        };
+        let honest = vec![(to, bytes.to_vec(), 0)];
+        match behavior {
+            Behavior::Silent => vec![],
+            Behavior::Withhold => {
+                if rng.random_bool(0.5) {
+                    vec![]
+                } else {
+                    honest
+                }
+            }
+            Behavior::Equivocate | Behavior::SameDigestEquivocate => match msg {
+                Message::PrePrepare(mut pp) => {
+                    // Receivers with odd id (relative to a per-seq coin) get the alternative.
+                    let Principal::Replica(r) = to else {
+                        return honest;
+                    };
+                    let coin = (pp.seq % 2) as u32;
+                    if (r + coin) % 2 == 0 {
+                        return honest;
+                    }
+                    let alt = self
+                        .alternates
+                        .entry((from, pp.seq))
+                        .or_insert_with(|| {
+                            let mut b = pp.batch.clone();
+                            b.nondet.seed = b.nondet.seed.wrapping_add(0x9e37_79b9);
+                            if b.requests.len() > 1 {
+                                b.requests.reverse();
+                            }
+                            b
+                        })
+                        .clone();
+                    if behavior == Behavior::Equivocate {
+                        pp.digest = alt.digest();
+                    }
+                    pp.batch = alt;
+                    vec![(to, self.seal(from, &Message::PrePrepare(pp), to), 0)]
+                }
+                _ => honest,
+            },
+            Behavior::LieVotes => {
+                if !rng.random_bool(0.5) {
+                    return honest;
+                }
+                let lie = match msg {
+                    Message::Prepare(mut p) => {
+                        p.digest = random_digest(rng);
+                        Message::Prepare(p)
+                    }
+                    Message::Commit(mut c) => {
+                        c.digest = random_digest(rng);
+                        Message::Commit(c)
+                    }
+                    Message::Checkpoint(mut c) => {
+                        c.digest = random_digest(rng);
+                        Message::Checkpoint(c)
+                    }
+                    _ => return honest,
+                };
+                vec![(to, self.seal(from, &lie, to), 0)]
+            }
+            Behavior::BogusViewChange | Behavior::VoteEverything => match msg {
+                Message::ViewChange(mut vc) => {
+                    let k = self.cfg.checkpoint_interval;
+                    let l = self.cfg.log_size;
+                    match rng.random_range(0..5) {
+                        0 => {
+                            // Claim a request prepared in the latest possible view.
+                            let seq = vc.ls + rng.random_range(1..=l);
+                            let d = random_digest(rng);
+                            vc.p.retain(|e| e.seq != seq);
+                            vc.p.push(PEntry {
+                                seq,
+                                digest: d,
+                                view: vc.view - 1,
+                            });
+                            vc.p.sort();
+                            vc.q.retain(|e| e.seq != seq);
+                            vc.q.push(QEntry {
+                                seq,
+                                pairs: vec![(d, vc.view - 1)],
+                            });
+                            vc.q.sort();
+                        }
+                        1 => {
+                            // Claim a checkpoint nobody has.
+                            let seq = vc.ls + k;
+                            vc.checkpoints.retain(|(n, _)| *n != seq);
+                            vc.checkpoints.push((seq, random_digest(rng)));
+                            vc.checkpoints.sort();
+                        }
+                        2 => {
+                            // Hide everything.
+                            vc.p.clear();
+                            vc.q.clear();
+                        }
+                        3 => {
+                            // Claim a higher stable checkpoint.
+                            vc.ls += k;
+                            vc.p.retain(|e| e.seq > vc.ls && e.seq <= vc.ls + l);
+                            vc.q.retain(|e| e.seq > vc.ls && e.seq <= vc.ls + l);
+                            vc.checkpoints.retain(|(n, _)| *n >= vc.ls);
+                            if !vc.checkpoints.iter().any(|(n, _)| *n == vc.ls) {
+                                vc.checkpoints.insert(0, (vc.ls, random_digest(rng)));
+                            }
+                        }
+                        _ => {
+                            // Downgrade the views of prepared claims.
+                            for e in vc.p.iter_mut() {
+                                e.view = e.view.saturating_sub(1);
+                            }
+                        }
+                    }
+                    vec![(to, self.seal(from, &Message::ViewChange(vc), to), 0)]
+                }
+                _ => honest,
+            },
+            Behavior::BogusNewView => match msg {
+                Message::NewView(mut nv) => {
+                    match rng.random_range(0..4) {
+                        0 if !nv.chosen.is_empty() => {
+                            let i = rng.random_range(0..nv.chosen.len());
+                            nv.chosen[i] = random_digest(rng);
+                        }
+                        1 => nv.chosen.push(Digest::ZERO),
+                        2 => {
+                            nv.checkpoint.0 += self.cfg.checkpoint_interval;
+                        }
+                        _ => {
+                            if let Some(e) = nv.vcs.last_mut() {
+                                e.1 = random_digest(rng);
+                            }
+                        }
+                    }
+                    vec![(to, self.seal(from, &Message::NewView(nv), to), 0)]
+                }
+                _ => honest,
+            },
+            Behavior::Slow => match msg {
+                Message::PrePrepare(_) => {
+                    let hold = self.cfg.view_change_timeout_ms * 8 / 10;
+                    vec![(to, bytes.to_vec(), hold)]
+                }
+                _ => honest,
+            },
+            Behavior::Mixed => honest,
+        }
+    }
+
+    /// Called when a frame is delivered to Byzantine replica `at`: vote-stuffing replicas
+    /// answer every pre-prepare with PREPARE and COMMIT to everyone, whatever the protocol says.
+    pub fn on_delivery(&mut self, at: ReplicaId, bytes: &[u8]) -> Vec<Out> {
+        if self.behaviors.get(&at) != Some(&Behavior::VoteEverything) {
+            return vec![];
+        }
+        let Ok(frame) = decode_frame(bytes, usize::MAX) else {
+            return vec![];
+        };
+        let Ok(Message::PrePrepare(pp)) = decode_body(&frame.body) else {
+            return vec![];
+        };
+        let mut out = Vec::new();
+        for r in 0..self.cfg.n() {
+            if r == at {
+                continue;
+            }
+            let to = Principal::Replica(r);
+            let p = Message::Prepare(Prepare {
+                view: pp.view,
+                seq: pp.seq,
+                digest: pp.digest,
+                replica: at,
+            });
+            let c = Message::Commit(Commit {
+                view: pp.view,
+                seq: pp.seq,
+                digest: pp.digest,
+                replica: at,
+            });
+            out.push((to, self.seal(at, &p, to), 0));
+            out.push((to, self.seal(at, &c, to), 0));
+        }
+        out
+    }
+}
+
+pub fn random_digest(rng: &mut ChaCha8Rng) -> Digest {
+    let mut d = [0u8; 32];
+    for b in d.iter_mut() {
+        *b = rng.random();
+    }
+    Digest(d)
+}

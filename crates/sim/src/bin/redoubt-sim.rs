@@ -1,0 +1,174 @@
+//! `redoubt-sim`: run the deterministic simulator.
+//!
+//! ```text
+//! redoubt-sim --seeds 10000                 # many random seeds; ends with "N passed, M failed"
+//! redoubt-sim --seed 42 --trace             # replay one seed and print its trace
+//! redoubt-sim --mutant commit-quorum        # a deliberately broken core: must fail
+//! redoubt-sim --scenario primary-crash      # a named scenario
+//! ```
+
+use clap::Parser;
+use redoubt_core::Mutant;
+use redoubt_sim::runner::{mutant_by_name, run, run_seeds, scenario_for};
+use redoubt_sim::Scenario;
+use std::io::Write;
+use std::process::ExitCode;
+
+/// Default seed budget of a run (also the budget within which every mutant must be caught).
+const DEFAULT_SEEDS: u64 = 500;
+
+#[derive(Parser)]
+#[command(
+    name = "redoubt-sim",
+    about = "Deterministic Byzantine simulator for redoubt"
+)]
+struct Args {
+    /// Number of random seeds to run.
+    #[arg(long)]
+    seeds: Option<u64>,
+    /// First seed.
+    #[arg(long, default_value_t = 0)]
+    start_seed: u64,
+    /// Run exactly this seed.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Print the full trace of the run (with --seed or --scenario).
+    #[arg(long)]
+    trace: bool,
+    /// Run a deliberately broken core: commit-quorum, skip-digest-check, view-change-any-prepared.
+    #[arg(long)]
+    mutant: Option<String>,
+    /// Run a named scenario (see --list).
+    #[arg(long)]
+    scenario: Option<String>,
+    /// List the named scenarios and mutants.
+    #[arg(long)]
+    list: bool,
+    /// Worker threads (default: available cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Stop after this many failures (useful with mutants).
+    #[arg(long)]
+    stop_after: Option<u64>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if args.list {
+        println!("scenarios:");
+        for s in Scenario::NAMED {
+            println!("  {s}");
+        }
+        println!("mutants:");
+        for (n, _) in Mutant::ALL {
+            println!("  {n}");
+        }
+        return ExitCode::SUCCESS;
+    }
+    let mutant = match args.mutant.as_deref() {
+        None => Mutant::None,
+        Some(name) => match mutant_by_name(name) {
+            Some(m) => m,
+            None => {
+                eprintln!("unknown mutant {name:?}; try --list");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    if args.seed.is_some() || args.scenario.is_some() {
+        let seed = args.seed.unwrap_or(args.start_seed);
+        let sc = match &args.scenario {
+            Some(name) => match Scenario::named(name, seed) {
+                Some(mut s) => {
+                    s.mutant = mutant;
+                    s
+                }
+                None => {
+                    eprintln!("unknown scenario {name:?}; try --list");
+                    return ExitCode::from(2);
+                }
+            },
+            None => scenario_for(seed, mutant),
+        };
+        if args.trace {
+            println!("scenario: {sc:#?}");
+        }
+        let out = run(sc, args.trace);
+        let stdout = std::io::stdout();
+        let mut w = stdout.lock();
+        for line in &out.trace {
+            let _ = writeln!(w, "{line}");
+        }
+        let _ = writeln!(
+            w,
+            "seed {} ({}): {} ops, {} view changes (max view {}), {} state transfers, {} messages, {} rejected, {}ms simulated",
+            out.seed,
+            out.scenario,
+            out.stats.ops_completed,
+            out.stats.view_changes,
+            out.stats.max_view,
+            out.stats.state_transfers,
+            out.stats.messages,
+            out.stats.rejected,
+            out.stats.sim_time_ms
+        );
+        for v in &out.violations {
+            let _ = writeln!(w, "VIOLATION: {v}");
+        }
+        let _ = writeln!(
+            w,
+            "{} passed, {} failed",
+            out.passed() as u32,
+            !out.passed() as u32
+        );
+        return if out.passed() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
+    let count = args.seeds.unwrap_or(DEFAULT_SEEDS);
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let started = std::time::Instant::now();
+    let done = std::sync::atomic::AtomicU64::new(0);
+    let summary = run_seeds(
+        args.start_seed,
+        count,
+        mutant,
+        jobs,
+        args.stop_after,
+        |out| {
+            let d = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            if !out.passed() {
+                eprintln!("seed {} FAILED: {}", out.seed, out.violations[0]);
+            }
+            if d % 100 == 0 {
+                eprintln!(
+                    "  {d}/{count} seeds, {:.0}s",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        },
+    );
+    if !summary.failures.is_empty() {
+        println!("failing seeds (replay with `redoubt-sim --seed S --trace`):");
+        for (seed, v) in summary.failures.iter().take(20) {
+            println!("  {seed}: {v}");
+        }
+    }
+    println!(
+        "{} ops, {} view changes, {} state transfers in {:.1}s",
+        summary.ops,
+        summary.view_changes,
+        summary.state_transfers,
+        started.elapsed().as_secs_f64()
+    );
+    println!("{} passed, {} failed", summary.passed, summary.failed);
+    if summary.failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

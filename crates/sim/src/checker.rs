@@ -1,0 +1,108 @@
+//! Safety checks run after every step of a simulation:
+//! - agreement: no two correct replicas execute different batches at one sequence number
+//!   (digests recomputed from what was actually executed, not what was claimed);
+//! - state agreement: correct replicas have the same state digest at every checkpoint;
+//! - order: each correct replica executes sequence numbers one by one, without gaps, except
+//!   across a state transfer.
+//!
+//! Linearizability of the clients' history and liveness are checked by the world at the end.
+
+use redoubt_core::{Event, ReplicaId, Seq};
+use redoubt_crypto::Digest;
+use std::collections::BTreeMap;
+
+pub struct Checker {
+    faulty: Vec<ReplicaId>,
+    executed: BTreeMap<Seq, (Digest, ReplicaId)>,
+    checkpoints: BTreeMap<Seq, (Digest, ReplicaId)>,
+    last: Vec<Seq>,
+}
+
+impl Checker {
+    pub fn new(n: u32, faulty: Vec<ReplicaId>) -> Checker {
+        Checker {
+            faulty,
+            executed: BTreeMap::new(),
+            checkpoints: BTreeMap::new(),
+            last: vec![0; n as usize],
+        }
+    }
+
+    /// Returns a description of the violation `ev` reveals, if any.
+    pub fn observe(&mut self, _now: u64, r: ReplicaId, ev: &Event) -> Option<String> {
+        if self.faulty.contains(&r) {
+            return None;
+        }
+        match ev {
+            Event::Executed { seq, digest, .. } => {
+                let last = &mut self.last[r as usize];
+                if *seq != *last + 1 {
+                    return Some(format!("r{r} executed n{seq} after n{last}"));
+                }
+                *last = *seq;
+                match self.executed.get(seq) {
+                    Some((d, other)) if d != digest => Some(format!(
+                        "agreement: r{r} executed {digest:?} at n{seq} but r{other} executed {d:?}"
+                    )),
+                    Some(_) => None,
+                    None => {
+                        self.executed.insert(*seq, (*digest, r));
+                        None
+                    }
+                }
+            }
+            Event::CheckpointTaken { seq, digest } => self.checkpoint(r, *seq, *digest),
+            Event::StateTransferred { seq, digest } => {
+                self.last[r as usize] = *seq;
+                self.checkpoint(r, *seq, *digest)
+            }
+            Event::StateDivergence { seq } => Some(format!(
+                "r{r} found its own state diverged at checkpoint n{seq}"
+            )),
+            _ => None,
+        }
+    }
+
+    fn checkpoint(&mut self, r: ReplicaId, seq: Seq, digest: Digest) -> Option<String> {
+        match self.checkpoints.get(&seq) {
+            Some((d, other)) if *d != digest => Some(format!(
+                "state: r{r} has checkpoint digest {digest:?} at n{seq} but r{other} has {d:?}"
+            )),
+            Some(_) => None,
+            None => {
+                self.checkpoints.insert(seq, (digest, r));
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detects_divergent_execution_and_state() {
+        let mut c = Checker::new(4, vec![3]);
+        let ex = |seq, x: u8| Event::Executed {
+            seq,
+            view: 0,
+            digest: Digest([x; 32]),
+            requests: vec![],
+        };
+        assert!(c.observe(0, 0, &ex(1, 1)).is_none());
+        assert!(c.observe(0, 1, &ex(1, 1)).is_none());
+        assert!(
+            c.observe(0, 3, &ex(1, 9)).is_none(),
+            "faulty replicas are ignored"
+        );
+        assert!(c.observe(0, 2, &ex(1, 2)).unwrap().contains("agreement"));
+        assert!(c.observe(0, 0, &ex(3, 1)).unwrap().contains("after"));
+        let ck = |seq, x: u8| Event::CheckpointTaken {
+            seq,
+            digest: Digest([x; 32]),
+        };
+        assert!(c.observe(0, 0, &ck(8, 1)).is_none());
+        assert!(c.observe(0, 1, &ck(8, 2)).unwrap().contains("state"));
+    }
+}

@@ -1,0 +1,381 @@
+//! What a simulated run does: cluster size, workload, network faults, and which replicas and
+//! clients the adversary controls. Random scenarios are drawn from the seed; named scenarios
+//! are fixed recipes for the cases the issue tracker asks for by name.
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use redoubt_core::{Config, Mutant, ReplicaId};
+
+/// How a Byzantine replica misbehaves. Every behaviour sends well-authenticated messages (the
+/// adversary holds the replica's keys) unless it is about forging.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Behavior {
+    /// Sends nothing (a crash that never restarts).
+    Silent,
+    /// Drops each outgoing message to each receiver with probability 1/2.
+    Withhold,
+    /// As primary, sends different batches (different digests) to different backups.
+    Equivocate,
+    /// As primary, sends different batch bodies under the same digest.
+    SameDigestEquivocate,
+    /// Prepares, commits and checkpoints carry random digests for some receivers.
+    LieVotes,
+    /// View changes carry fabricated P, Q and checkpoint claims, differently per receiver.
+    BogusViewChange,
+    /// As new primary, sends NEW-VIEW messages that do not follow from their view changes.
+    BogusNewView,
+    /// As primary, holds every pre-prepare back just under the view-change timeout.
+    Slow,
+    /// Sends PREPARE and COMMIT for every pre-prepare it sees, to everyone, and lies in view
+    /// changes: the most aggressive vote-stuffing.
+    VoteEverything,
+    /// Picks one of the above per message.
+    Mixed,
+}
+
+impl Behavior {
+    pub const ALL: [Behavior; 10] = [
+        Behavior::Silent,
+        Behavior::Withhold,
+        Behavior::Equivocate,
+        Behavior::SameDigestEquivocate,
+        Behavior::LieVotes,
+        Behavior::BogusViewChange,
+        Behavior::BogusNewView,
+        Behavior::Slow,
+        Behavior::VoteEverything,
+        Behavior::Mixed,
+    ];
+}
+
+/// How a Byzantine client misbehaves (on its own keys, disjoint from correct clients' keys).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientAttack {
+    /// Sends two different operations under one timestamp to different replicas.
+    ReuseTimestamp,
+    /// Sends each request to one random replica only, never retransmitting.
+    SubsetOnly,
+    /// Corrupts the authenticator entries of up to f replicas.
+    BadAuthenticator,
+    /// Sends random bytes and frames with forged senders.
+    Garbage,
+    /// Re-sends old requests.
+    Replay,
+}
+
+impl ClientAttack {
+    pub const ALL: [ClientAttack; 5] = [
+        ClientAttack::ReuseTimestamp,
+        ClientAttack::SubsetOnly,
+        ClientAttack::BadAuthenticator,
+        ClientAttack::Garbage,
+        ClientAttack::Replay,
+    ];
+}
+
+/// Network misbehaviour before the heal time.
+#[derive(Clone, Debug)]
+pub struct NetFaults {
+    pub drop: f64,
+    pub duplicate: f64,
+    pub corrupt: f64,
+    /// Probability per send of also replaying an old captured frame somewhere.
+    pub replay: f64,
+    /// Probability per send of injecting a frame with a forged sender.
+    pub forge: f64,
+    /// Probability that a message is delayed by a long spike (reordering).
+    pub spike: f64,
+    pub spike_ms: u64,
+}
+
+impl NetFaults {
+    pub fn none() -> Self {
+        NetFaults {
+            drop: 0.0,
+            duplicate: 0.0,
+            corrupt: 0.0,
+            replay: 0.0,
+            forge: 0.0,
+            spike: 0.0,
+            spike_ms: 0,
+        }
+    }
+}
+
+/// A set of replicas cut off from everyone else during `[start_ms, end_ms)`.
+#[derive(Clone, Debug)]
+pub struct Partition {
+    pub start_ms: u64,
+    pub end_ms: u64,
+    pub isolated: Vec<ReplicaId>,
+}
+
+/// A timed event against one replica.
+#[derive(Clone, Debug)]
+pub struct Window {
+    pub replica: ReplicaId,
+    pub start_ms: u64,
+    pub end_ms: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub name: String,
+    pub seed: u64,
+    pub core: Config,
+    /// Correct clients.
+    pub clients: u32,
+    pub ops_per_client: u32,
+    /// Distinct keys the correct clients use (few keys, many conflicts).
+    pub keys: u32,
+    pub think_ms: (u64, u64),
+    /// One-way network delay range when nothing goes wrong.
+    pub delay_ms: (u64, u64),
+    pub net: NetFaults,
+    /// From this time on the network is clean: no drops, duplicates, corruption, replays or
+    /// partitions. Byzantine replicas and clients keep misbehaving.
+    pub heal_ms: u64,
+    pub partitions: Vec<Partition>,
+    pub byzantine: Vec<(ReplicaId, Behavior)>,
+    /// Faulty replicas that crash and restart with no memory (counted against f).
+    pub amnesia: Vec<Window>,
+    /// Correct replicas that stop and resume with their state intact (a paused process or
+    /// a long partition of one node).
+    pub pauses: Vec<Window>,
+    pub byz_clients: Vec<ClientAttack>,
+    /// Times at which the current primary hands over (the step-down admin command).
+    pub step_downs: Vec<u64>,
+    /// Every correct client's operations must complete within this long after `heal_ms`.
+    pub liveness_bound_ms: u64,
+    pub mutant: Mutant,
+}
+
+impl Scenario {
+    /// A fault-free baseline with f = 1.
+    pub fn calm(seed: u64) -> Scenario {
+        let mut core = Config::new(1);
+        core.checkpoint_interval = 8;
+        core.log_size = 16;
+        core.view_change_timeout_ms = 400;
+        core.view_change_timeout_max_ms = 6400;
+        core.status_interval_ms = 50;
+        core.state_transfer_delay_ms = 150;
+        core.state_transfer_retry_ms = 200;
+        core.batch_requests_max = 8;
+        Scenario {
+            name: "calm".into(),
+            seed,
+            core,
+            clients: 3,
+            ops_per_client: 20,
+            keys: 3,
+            think_ms: (0, 20),
+            delay_ms: (1, 8),
+            net: NetFaults::none(),
+            heal_ms: 0,
+            partitions: vec![],
+            byzantine: vec![],
+            amnesia: vec![],
+            pauses: vec![],
+            byz_clients: vec![],
+            step_downs: vec![],
+            liveness_bound_ms: 60_000,
+            mutant: Mutant::None,
+        }
+    }
+
+    /// Ids of the replicas the adversary controls (Byzantine or amnesiac).
+    pub fn faulty(&self) -> Vec<ReplicaId> {
+        let mut v: Vec<ReplicaId> = self
+            .byzantine
+            .iter()
+            .map(|(r, _)| *r)
+            .chain(self.amnesia.iter().map(|w| w.replica))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// A random scenario mixing every fault kind, drawn from `seed`.
+    pub fn random(seed: u64) -> Scenario {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5ce1_a810);
+        let mut s = Scenario::calm(seed);
+        s.name = "random".into();
+        // Mostly f = 1; some f = 2 runs (7 replicas) where two faulty replicas can collude.
+        let f = if rng.random_bool(0.2) { 2 } else { 1 };
+        let n = 3 * f + 1;
+        let k = [4u64, 8, 16][rng.random_range(0..3)];
+        s.core = Config {
+            f,
+            checkpoint_interval: k,
+            log_size: k * rng.random_range(2..4u64),
+            batch_requests_max: [1usize, 4, 16][rng.random_range(0..3)],
+            inflight_batches_max: rng.random_range(1..4),
+            ..s.core
+        };
+        s.clients = rng.random_range(2..6);
+        s.ops_per_client = rng.random_range(8..30);
+        s.keys = rng.random_range(1..5);
+        s.think_ms = (0, rng.random_range(1..40));
+        s.delay_ms = (1, rng.random_range(2..15));
+        s.heal_ms = rng.random_range(500..6000);
+        s.net = NetFaults {
+            drop: pick(&mut rng, 0.5, 0.0..0.25),
+            duplicate: pick(&mut rng, 0.4, 0.0..0.2),
+            corrupt: pick(&mut rng, 0.3, 0.0..0.05),
+            replay: pick(&mut rng, 0.4, 0.0..0.1),
+            forge: pick(&mut rng, 0.3, 0.0..0.05),
+            spike: pick(&mut rng, 0.4, 0.0..0.1),
+            spike_ms: rng.random_range(50..800),
+        };
+        // Up to f faulty replicas: Byzantine with a random behaviour, or amnesiac.
+        let faulty_count = rng.random_range(0..=f);
+        let mut ids: Vec<ReplicaId> = (0..n).collect();
+        shuffle(&mut rng, &mut ids);
+        let faulty: Vec<ReplicaId> = ids[..faulty_count as usize].to_vec();
+        for r in &faulty {
+            if rng.random_bool(0.8) {
+                let b = Behavior::ALL[rng.random_range(0..Behavior::ALL.len())];
+                s.byzantine.push((*r, b));
+            } else {
+                let start = rng.random_range(100..s.heal_ms.max(200));
+                s.amnesia.push(Window {
+                    replica: *r,
+                    start_ms: start,
+                    end_ms: start + rng.random_range(100..3000),
+                });
+            }
+        }
+        // Partitions and pauses of correct replicas (the network may also isolate faulty ones).
+        for _ in 0..rng.random_range(0..3) {
+            let start = rng.random_range(0..s.heal_ms);
+            let size = rng.random_range(1..=f as usize + 1);
+            let mut who = ids.clone();
+            shuffle(&mut rng, &mut who);
+            s.partitions.push(Partition {
+                start_ms: start,
+                end_ms: (start + rng.random_range(100..3000)).min(s.heal_ms),
+                isolated: who[..size].to_vec(),
+            });
+        }
+        let correct: Vec<ReplicaId> = ids[faulty_count as usize..].to_vec();
+        if rng.random_bool(0.3) && faulty_count < f {
+            // A paused correct replica (state intact) that falls behind the low watermark.
+            let r = correct[rng.random_range(0..correct.len())];
+            let start = rng.random_range(0..s.heal_ms);
+            s.pauses.push(Window {
+                replica: r,
+                start_ms: start,
+                end_ms: start + rng.random_range(200..4000),
+            });
+        }
+        for _ in 0..rng.random_range(0..3) {
+            let mut a = ClientAttack::ALL[rng.random_range(0..ClientAttack::ALL.len())];
+            // A client whose authenticator is bad at some backups stalls its batch when faulty
+            // replicas also withhold their PREPAREs (docs/adr/0002, item 7): with MAC
+            // authenticators that costs a view change. Liveness is only promised without
+            // faulty replicas then; safety is checked either way in the mutant-free runs below.
+            if a == ClientAttack::BadAuthenticator && faulty_count > 0 {
+                a = ClientAttack::Replay;
+            }
+            s.byz_clients.push(a);
+        }
+        if rng.random_bool(0.2) {
+            s.step_downs.push(rng.random_range(0..s.heal_ms));
+        }
+        s
+    }
+
+    /// The named scenarios.
+    pub fn named(name: &str, seed: u64) -> Option<Scenario> {
+        let mut s = Scenario::calm(seed);
+        s.name = name.to_string();
+        match name {
+            "calm" => {}
+            "primary-crash" => {
+                // Replica 0 (primary of view 0) stops for good early on.
+                s.byzantine.push((0, Behavior::Silent));
+                s.heal_ms = 0;
+            }
+            "equivocating-primary" => {
+                s.byzantine.push((0, Behavior::Equivocate));
+                s.net.drop = 0.05;
+                s.heal_ms = 2000;
+            }
+            "byzantine-partition-heal" => {
+                // f Byzantine replicas, a partition of one correct replica, lossy network, heal.
+                s.core.f = 2;
+                s.byzantine.push((1, Behavior::Mixed));
+                s.byzantine.push((4, Behavior::BogusViewChange));
+                s.partitions.push(Partition {
+                    start_ms: 200,
+                    end_ms: 2500,
+                    isolated: vec![0, 2],
+                });
+                s.net.drop = 0.1;
+                s.net.duplicate = 0.05;
+                s.heal_ms = 3000;
+                s.byz_clients = vec![ClientAttack::ReuseTimestamp, ClientAttack::Garbage];
+            }
+            "two-view-changes" => {
+                // The primaries of views 0 and 1 are both unreachable before any progress.
+                s.core.f = 2;
+                s.byzantine.push((0, Behavior::Silent));
+                s.byzantine.push((1, Behavior::Silent));
+            }
+            "lagging-backup" => {
+                // A correct backup is paused long enough to fall behind the low watermark and
+                // must rejoin by state transfer.
+                s.ops_per_client = 60;
+                s.pauses.push(Window {
+                    replica: 3,
+                    start_ms: 50,
+                    end_ms: 2500,
+                });
+            }
+            "slow-primary" => {
+                s.byzantine.push((0, Behavior::Slow));
+                s.ops_per_client = 8;
+            }
+            "bogus-new-view" => {
+                // Replica 1 is the next primary and lies in its NEW-VIEW; replica 0 is silent.
+                s.core.f = 2;
+                s.byzantine.push((0, Behavior::Silent));
+                s.byzantine.push((1, Behavior::BogusNewView));
+            }
+            "step-down" => {
+                s.step_downs = vec![200, 900];
+            }
+            _ => return None,
+        }
+        Some(s)
+    }
+
+    pub const NAMED: [&'static str; 9] = [
+        "calm",
+        "primary-crash",
+        "equivocating-primary",
+        "byzantine-partition-heal",
+        "two-view-changes",
+        "lagging-backup",
+        "slow-primary",
+        "bogus-new-view",
+        "step-down",
+    ];
+}
+
+fn pick(rng: &mut ChaCha8Rng, p: f64, range: std::ops::Range<f64>) -> f64 {
+    if rng.random_bool(p) {
+        rng.random_range(range)
+    } else {
+        0.0
+    }
+}
+
+fn shuffle<T>(rng: &mut ChaCha8Rng, v: &mut [T]) {
+    for i in (1..v.len()).rev() {
+        let j = rng.random_range(0..=i);
+        v.swap(i, j);
+    }
+}

@@ -1,0 +1,857 @@
+//! One simulated run: the unmodified core replicas and clients in a single thread, virtual
+//! time, one seeded RNG, a faulty network, the adversary, and the checkers after every step.
+
+use crate::adversary::{random_digest, Adversary};
+use crate::checker::Checker;
+use crate::linearizability::{self, Operation};
+use crate::scenario::{Behavior, ClientAttack, Scenario};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use redoubt_core::auth::{request_authenticator, seal};
+use redoubt_core::message::{
+    decode_body, decode_frame, encode_frame, Message, Request, SignedRequest,
+};
+use redoubt_core::{
+    Client, ClientId, ClientTiming, Effect, Env, Event, Input, Principal, Replica, ReplicaId,
+    StaticKeys,
+};
+use redoubt_services::kv::{KvOp, KvResult, KvService};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+const TICK_MS: u64 = 10;
+const BYZ_CLIENT_BASE: ClientId = 1000;
+/// Replay buffer of captured frames.
+const CAPTURE_MAX: usize = 512;
+/// How often (in processed events) the memory bounds are checked.
+const FOOTPRINT_EVERY: u64 = 997;
+
+#[derive(Clone, Debug)]
+enum Ev {
+    Deliver {
+        to: Principal,
+        from: Principal,
+        bytes: Vec<u8>,
+    },
+    TickReplica(ReplicaId),
+    TickClient(usize),
+    ClientNext(usize),
+    ByzClient(usize),
+    Crash(ReplicaId),
+    Restart(ReplicaId),
+    Pause(ReplicaId),
+    Resume(ReplicaId),
+    StepDown,
+}
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Key(u64, u64);
+
+struct SimClient {
+    core: Client<StaticKeys>,
+    done: u32,
+    current: Option<usize>, // index into history
+    counter: u64,
+}
+
+struct ByzClient {
+    id: ClientId,
+    attack: ClientAttack,
+    keys: StaticKeys,
+    timestamp: u64,
+    sent: Vec<Vec<u8>>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Up {
+    Running,
+    Paused,
+    Crashed,
+}
+
+/// Summary of a run.
+#[derive(Clone, Debug, Default)]
+pub struct RunStats {
+    pub ops_completed: u64,
+    pub messages: u64,
+    pub sim_time_ms: u64,
+    pub max_executed: u64,
+    pub view_changes: u64,
+    pub max_view: u64,
+    pub state_transfers: u64,
+    pub rejected: u64,
+}
+
+/// The result of a run.
+#[derive(Debug)]
+pub struct Outcome {
+    pub scenario: String,
+    pub seed: u64,
+    pub violations: Vec<String>,
+    pub stats: RunStats,
+    pub trace: Vec<String>,
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+pub struct World {
+    sc: Scenario,
+    rng: ChaCha8Rng,
+    now: u64,
+    next_id: u64,
+    queue: BinaryHeap<Reverse<(Key, usize)>>,
+    events: Vec<Option<Ev>>,
+    free: Vec<usize>,
+    master: Vec<u8>,
+    principals: Vec<Principal>,
+    replicas: Vec<Replica<KvService, StaticKeys>>,
+    up: Vec<Up>,
+    adversary: Adversary,
+    faulty: Vec<ReplicaId>,
+    clients: Vec<SimClient>,
+    byz_clients: Vec<ByzClient>,
+    history: Vec<Operation>,
+    captured: Vec<(Principal, Vec<u8>)>,
+    checker: Checker,
+    trace_on: bool,
+    trace: Vec<String>,
+    stats: RunStats,
+    processed: u64,
+    violations: Vec<String>,
+}
+
+impl World {
+    pub fn new(sc: Scenario, trace: bool) -> World {
+        let mut core = sc.core.clone();
+        core.mutant = sc.mutant;
+        let sc = Scenario { core, ..sc };
+        let n = sc.core.n();
+        let mut rng = ChaCha8Rng::seed_from_u64(sc.seed);
+        let master: Vec<u8> = (0..32).map(|_| rng.random()).collect();
+        let mut principals: Vec<Principal> = (0..n).map(Principal::Replica).collect();
+        principals.extend((1..=sc.clients as ClientId).map(Principal::Client));
+        principals.extend(
+            (0..sc.byz_clients.len() as ClientId).map(|i| Principal::Client(BYZ_CLIENT_BASE + i)),
+        );
+        let keys = |p: Principal| StaticKeys::derive(&master, p, principals.clone());
+        let replicas = (0..n)
+            .map(|r| {
+                Replica::new(
+                    sc.core.clone(),
+                    r,
+                    keys(Principal::Replica(r)),
+                    KvService::new(),
+                )
+            })
+            .collect();
+        let behaviors: BTreeMap<ReplicaId, Behavior> = sc.byzantine.iter().copied().collect();
+        let adv_keys = behaviors
+            .keys()
+            .map(|r| (*r, keys(Principal::Replica(*r))))
+            .collect();
+        let adversary = Adversary::new(sc.core.clone(), adv_keys, behaviors);
+        let clients = (1..=sc.clients as ClientId)
+            .map(|c| SimClient {
+                core: Client::new(
+                    sc.core.clone(),
+                    ClientTiming {
+                        retransmit_min_ms: 50,
+                        retransmit_max_ms: 2000,
+                        initial_rtt_ms: 50,
+                    },
+                    c,
+                    keys(Principal::Client(c)),
+                ),
+                done: 0,
+                current: None,
+                counter: 0,
+            })
+            .collect();
+        let byz_clients = sc
+            .byz_clients
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let id = BYZ_CLIENT_BASE + i as ClientId;
+                ByzClient {
+                    id,
+                    attack: *a,
+                    keys: keys(Principal::Client(id)),
+                    timestamp: 0,
+                    sent: Vec::new(),
+                }
+            })
+            .collect();
+        let faulty = sc.faulty();
+        let checker = Checker::new(n, faulty.clone());
+        let mut w = World {
+            rng,
+            now: 0,
+            next_id: 0,
+            queue: BinaryHeap::new(),
+            events: Vec::new(),
+            free: Vec::new(),
+            master,
+            principals,
+            replicas,
+            up: vec![Up::Running; n as usize],
+            adversary,
+            faulty,
+            clients,
+            byz_clients,
+            history: Vec::new(),
+            captured: Vec::new(),
+            checker,
+            trace_on: trace,
+            trace: Vec::new(),
+            stats: RunStats::default(),
+            processed: 0,
+            violations: Vec::new(),
+            sc,
+        };
+        w.schedule_initial();
+        w
+    }
+
+    fn schedule(&mut self, at: u64, ev: Ev) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let slot = match self.free.pop() {
+            Some(i) => {
+                self.events[i] = Some(ev);
+                i
+            }
+            None => {
+                self.events.push(Some(ev));
+                self.events.len() - 1
+            }
+        };
+        self.queue.push(Reverse((Key(at, id), slot)));
+    }
+
+    fn schedule_initial(&mut self) {
+        let n = self.sc.core.n();
+        for r in 0..n {
+            let jitter = self.rng.random_range(0..TICK_MS);
+            self.schedule(jitter, Ev::TickReplica(r));
+        }
+        for c in 0..self.clients.len() {
+            let start = self.rng.random_range(0..50);
+            self.schedule(start, Ev::ClientNext(c));
+            self.schedule(start + 1, Ev::TickClient(c));
+        }
+        for c in 0..self.byz_clients.len() {
+            let start = self.rng.random_range(0..100);
+            self.schedule(start, Ev::ByzClient(c));
+        }
+        for w in self.sc.amnesia.clone() {
+            self.schedule(w.start_ms, Ev::Crash(w.replica));
+            self.schedule(w.end_ms, Ev::Restart(w.replica));
+        }
+        for w in self.sc.pauses.clone() {
+            self.schedule(w.start_ms, Ev::Pause(w.replica));
+            self.schedule(w.end_ms, Ev::Resume(w.replica));
+        }
+        for t in self.sc.step_downs.clone() {
+            self.schedule(t, Ev::StepDown);
+        }
+    }
+
+    fn env(&mut self) -> Env {
+        Env {
+            now_ms: self.now,
+            entropy: self.rng.random(),
+        }
+    }
+
+    fn log(&mut self, line: impl FnOnce() -> String) {
+        if self.trace_on {
+            let l = line();
+            self.trace.push(format!("{:>8}ms {}", self.now, l));
+        }
+    }
+
+    fn healed(&self) -> bool {
+        self.now >= self.sc.heal_ms
+    }
+
+    fn partitioned(&self, a: Principal, b: Principal) -> bool {
+        if self.healed() {
+            return false;
+        }
+        let iso = |p: Principal, part: &crate::scenario::Partition| match p {
+            Principal::Replica(r) => part.isolated.contains(&r),
+            Principal::Client(_) => false,
+        };
+        self.sc.partitions.iter().any(|part| {
+            self.now >= part.start_ms && self.now < part.end_ms && iso(a, part) != iso(b, part)
+        })
+    }
+
+    /// Puts a frame on the network, applying the fault model.
+    fn transmit(&mut self, from: Principal, to: Principal, mut bytes: Vec<u8>, extra_ms: u64) {
+        self.stats.messages += 1;
+        if self.partitioned(from, to) {
+            return;
+        }
+        let faults = if self.healed() {
+            crate::scenario::NetFaults::none()
+        } else {
+            self.sc.net.clone()
+        };
+        if faults.drop > 0.0 && self.rng.random_bool(faults.drop) {
+            return;
+        }
+        if faults.corrupt > 0.0 && self.rng.random_bool(faults.corrupt) && !bytes.is_empty() {
+            let i = self.rng.random_range(0..bytes.len());
+            bytes[i] ^= 1 << self.rng.random_range(0..8);
+        }
+        if faults.replay > 0.0 && self.rng.random_bool(faults.replay) && !self.captured.is_empty() {
+            let i = self.rng.random_range(0..self.captured.len());
+            let (ofrom, old) = self.captured[i].clone();
+            let target = Principal::Replica(self.rng.random_range(0..self.sc.core.n()));
+            let at = self.now + self.rng.random_range(1..50);
+            self.schedule(
+                at,
+                Ev::Deliver {
+                    to: target,
+                    from: ofrom,
+                    bytes: old,
+                },
+            );
+        }
+        if faults.forge > 0.0 && self.rng.random_bool(faults.forge) {
+            if let Ok(mut f) = decode_frame(&bytes, usize::MAX) {
+                f.from = Principal::Replica(self.rng.random_range(0..self.sc.core.n()));
+                let forged = encode_frame(&f);
+                let target = Principal::Replica(self.rng.random_range(0..self.sc.core.n()));
+                self.schedule(
+                    self.now + 1,
+                    Ev::Deliver {
+                        to: target,
+                        from,
+                        bytes: forged,
+                    },
+                );
+            }
+        }
+        if self.captured.len() < CAPTURE_MAX {
+            self.captured.push((from, bytes.clone()));
+        } else {
+            let i = self.rng.random_range(0..CAPTURE_MAX);
+            self.captured[i] = (from, bytes.clone());
+        }
+        let (lo, hi) = self.sc.delay_ms;
+        let mut delay = self.rng.random_range(lo..=hi) + extra_ms;
+        if faults.spike > 0.0 && self.rng.random_bool(faults.spike) {
+            delay += self.rng.random_range(0..=faults.spike_ms);
+        }
+        if faults.duplicate > 0.0 && self.rng.random_bool(faults.duplicate) {
+            let d2 = delay + self.rng.random_range(0..100);
+            self.schedule(
+                self.now + d2,
+                Ev::Deliver {
+                    to,
+                    from,
+                    bytes: bytes.clone(),
+                },
+            );
+        }
+        self.schedule(self.now + delay, Ev::Deliver { to, from, bytes });
+    }
+
+    /// Routes the effects of a replica.
+    fn replica_effects(&mut self, r: ReplicaId, effects: Vec<Effect>) {
+        let n = self.sc.core.n();
+        for e in effects {
+            match e {
+                Effect::Send { to, bytes } => self.replica_send(r, to, bytes.to_vec()),
+                Effect::Broadcast { bytes } => {
+                    for t in 0..n {
+                        if t != r {
+                            self.replica_send(r, Principal::Replica(t), bytes.to_vec());
+                        }
+                    }
+                }
+                Effect::Event(ev) => self.observe(r, ev),
+            }
+        }
+    }
+
+    fn replica_send(&mut self, r: ReplicaId, to: Principal, bytes: Vec<u8>) {
+        if self.adversary.controls(r) {
+            for (t, b, extra) in self.adversary.outgoing(&mut self.rng, r, to, &bytes) {
+                self.transmit(Principal::Replica(r), t, b, extra);
+            }
+        } else {
+            self.transmit(Principal::Replica(r), to, bytes, 0);
+        }
+    }
+
+    fn observe(&mut self, r: ReplicaId, ev: Event) {
+        match &ev {
+            Event::ViewChangeStarted { .. } => self.stats.view_changes += 1,
+            Event::StateTransferred { .. } => self.stats.state_transfers += 1,
+            Event::Rejected { .. } => self.stats.rejected += 1,
+            Event::Executed { seq, .. } => {
+                self.stats.max_executed = self.stats.max_executed.max(*seq)
+            }
+            _ => {}
+        }
+        if self.trace_on && !matches!(ev, Event::Rejected { .. } | Event::Executed { .. }) {
+            self.log(|| format!("r{r} event {ev:?}"));
+        }
+        if self.trace_on {
+            if let Event::Rejected { from, kind, reason } = &ev {
+                let (from, kind, reason) = (*from, *kind, *reason);
+                self.log(|| format!("r{r} rejected {kind} from {from:?}: {reason}"));
+            }
+            if let Event::Executed {
+                seq,
+                view,
+                digest,
+                requests,
+            } = &ev
+            {
+                let s = format!("r{r} executed n{seq} v{view} {digest:?} {requests:?}");
+                self.log(|| s);
+            }
+        }
+        if let Some(v) = self.checker.observe(self.now, r, &ev) {
+            self.violation(v);
+        }
+    }
+
+    fn violation(&mut self, v: String) {
+        let line = format!("t={}ms {v}", self.now);
+        self.log(|| format!("VIOLATION {v}"));
+        if self.violations.len() < 20 {
+            self.violations.push(line);
+        }
+    }
+
+    fn key_name(&mut self) -> Vec<u8> {
+        format!("k{}", self.rng.random_range(0..self.sc.keys.max(1))).into_bytes()
+    }
+
+    fn next_op(&mut self, c: usize) -> KvOp {
+        let key = self.key_name();
+        let id = self.clients[c].core.id();
+        self.clients[c].counter += 1;
+        let value = format!("c{id}-{}", self.clients[c].counter).into_bytes();
+        match self.rng.random_range(0..10) {
+            0..=3 => KvOp::Put { key, value },
+            4..=6 => KvOp::Get { key },
+            7 => KvOp::Delete { key },
+            _ => {
+                let expected = if self.rng.random_bool(0.5) {
+                    None
+                } else {
+                    // Expect the value some client may have written.
+                    let other = self.rng.random_range(1..=self.sc.clients);
+                    let cnt = self.rng.random_range(1..4);
+                    Some(format!("c{other}-{cnt}").into_bytes())
+                };
+                KvOp::Cas {
+                    key,
+                    expected,
+                    new: value,
+                }
+            }
+        }
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Deliver { to, from, bytes } => self.deliver(to, from, bytes),
+            Ev::TickReplica(r) => {
+                if self.up[r as usize] == Up::Running {
+                    let env = self.env();
+                    let eff = self.replicas[r as usize].handle(env, Input::Tick);
+                    self.replica_effects(r, eff);
+                }
+                self.schedule(self.now + TICK_MS, Ev::TickReplica(r));
+            }
+            Ev::TickClient(c) => {
+                let env = self.env();
+                let eff = self.clients[c].core.tick(env);
+                let from = Principal::Client(self.clients[c].core.id());
+                for e in eff {
+                    if let Effect::Send { to, bytes } = e {
+                        self.transmit(from, to, bytes.to_vec(), 0);
+                    }
+                }
+                if self.clients[c].done < self.sc.ops_per_client {
+                    self.schedule(self.now + TICK_MS, Ev::TickClient(c));
+                }
+            }
+            Ev::ClientNext(c) => {
+                if self.clients[c].done >= self.sc.ops_per_client
+                    || self.clients[c].current.is_some()
+                {
+                    return;
+                }
+                let op = self.next_op(c);
+                let env = self.env();
+                let id = self.clients[c].core.id();
+                match self.clients[c].core.invoke(env, op.encode(), false) {
+                    Ok((ts, eff)) => {
+                        self.log(|| format!("c{id} invoke t{ts} {op:?}"));
+                        self.history.push(Operation {
+                            client: id,
+                            invoke_ms: self.now,
+                            complete_ms: None,
+                            op,
+                            result: None,
+                        });
+                        self.clients[c].current = Some(self.history.len() - 1);
+                        for e in eff {
+                            if let Effect::Send { to, bytes } = e {
+                                self.transmit(Principal::Client(id), to, bytes.to_vec(), 0);
+                            }
+                        }
+                    }
+                    Err(e) => self.violation(format!("client c{id} refused invoke: {e}")),
+                }
+            }
+            Ev::ByzClient(i) => {
+                self.byz_client_act(i);
+                let next = self.now + self.rng.random_range(20..200);
+                if !self.healed() || self.now < self.sc.heal_ms + 5000 {
+                    self.schedule(next, Ev::ByzClient(i));
+                }
+            }
+            Ev::Crash(r) => {
+                self.log(|| format!("r{r} CRASH (amnesia)"));
+                self.up[r as usize] = Up::Crashed;
+            }
+            Ev::Restart(r) => {
+                self.log(|| format!("r{r} RESTART with empty state"));
+                let keys = StaticKeys::derive(
+                    &self.master,
+                    Principal::Replica(r),
+                    self.principals.clone(),
+                );
+                self.replicas[r as usize] =
+                    Replica::new(self.sc.core.clone(), r, keys, KvService::new());
+                self.up[r as usize] = Up::Running;
+            }
+            Ev::Pause(r) => {
+                self.log(|| format!("r{r} PAUSE"));
+                if self.up[r as usize] == Up::Running {
+                    self.up[r as usize] = Up::Paused;
+                }
+            }
+            Ev::Resume(r) => {
+                self.log(|| format!("r{r} RESUME"));
+                if self.up[r as usize] == Up::Paused {
+                    self.up[r as usize] = Up::Running;
+                }
+            }
+            Ev::StepDown => {
+                // The replica that believes it is primary hands over.
+                for r in 0..self.sc.core.n() {
+                    let rep = &self.replicas[r as usize];
+                    if rep.is_primary() && rep.is_normal() && self.up[r as usize] == Up::Running {
+                        self.log(|| format!("r{r} STEP DOWN"));
+                        let env = self.env();
+                        let eff = self.replicas[r as usize].handle(env, Input::StepDown);
+                        self.replica_effects(r, eff);
+                    }
+                }
+            }
+        }
+    }
+
+    fn deliver(&mut self, to: Principal, from: Principal, bytes: Vec<u8>) {
+        if self.trace_on {
+            let d = describe(&bytes);
+            self.log(|| format!("{from:?} -> {to:?} {d}"));
+        }
+        match to {
+            Principal::Replica(r) => {
+                if self.up[r as usize] != Up::Running {
+                    return;
+                }
+                let env = self.env();
+                let eff = self.replicas[r as usize].handle(env, Input::Receive(&bytes));
+                self.replica_effects(r, eff);
+                let extra = self.adversary.on_delivery(r, &bytes);
+                for (t, b, d) in extra {
+                    self.transmit(Principal::Replica(r), t, b, d);
+                }
+            }
+            Principal::Client(id) => {
+                let Some(c) = self.clients.iter().position(|c| c.core.id() == id) else {
+                    return; // Byzantine clients ignore replies
+                };
+                let env = self.env();
+                if let Some(done) = self.clients[c].core.receive(env, &bytes) {
+                    let Some(h) = self.clients[c].current.take() else {
+                        self.violation(format!("c{id} completed with nothing outstanding"));
+                        return;
+                    };
+                    let result = match KvResult::decode(&done.result) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            self.violation(format!("c{id} got an undecodable result: {e}"));
+                            return;
+                        }
+                    };
+                    self.log(|| {
+                        format!(
+                            "c{id} complete t{} {result:?} ({}ms)",
+                            done.timestamp, done.latency_ms
+                        )
+                    });
+                    self.history[h].complete_ms = Some(self.now);
+                    self.history[h].result = Some(result);
+                    self.clients[c].done += 1;
+                    self.stats.ops_completed += 1;
+                    let (lo, hi) = self.sc.think_ms;
+                    let think = self.rng.random_range(lo..=hi.max(lo));
+                    self.schedule(self.now + think, Ev::ClientNext(c));
+                }
+            }
+        }
+    }
+
+    fn byz_client_act(&mut self, i: usize) {
+        let n = self.sc.core.n();
+        let f = self.sc.core.f;
+        let id = self.byz_clients[i].id;
+        let attack = self.byz_clients[i].attack;
+        let from = Principal::Client(id);
+        let make = |w: &mut World, op: KvOp, ts: u64| -> SignedRequest {
+            let request = Request {
+                client: id,
+                timestamp: ts,
+                read_only: false,
+                op: op.encode(),
+            };
+            let auth = request_authenticator(&w.byz_clients[i].keys, &request.digest(), n);
+            SignedRequest { request, auth }
+        };
+        let key = format!("b{}", self.rng.random_range(0..3)).into_bytes();
+        let value = format!("evil{}", self.rng.random::<u16>()).into_bytes();
+        self.byz_clients[i].timestamp += 1;
+        let ts = self.byz_clients[i].timestamp;
+        match attack {
+            ClientAttack::ReuseTimestamp => {
+                let a = make(
+                    self,
+                    KvOp::Put {
+                        key: key.clone(),
+                        value,
+                    },
+                    ts,
+                );
+                let b = make(self, KvOp::Delete { key }, ts);
+                for r in 0..n {
+                    let sr = if r % 2 == 0 { a.clone() } else { b.clone() };
+                    let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
+                    self.transmit(from, Principal::Replica(r), bytes, 0);
+                }
+            }
+            ClientAttack::SubsetOnly => {
+                let sr = make(self, KvOp::Put { key, value }, ts);
+                let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
+                let r = self.rng.random_range(0..n);
+                self.transmit(from, Principal::Replica(r), bytes, 0);
+            }
+            ClientAttack::BadAuthenticator => {
+                let mut sr = make(self, KvOp::Put { key, value }, ts);
+                let bad = self.rng.random_range(1..=f);
+                for _ in 0..bad {
+                    let j = self.rng.random_range(0..n as usize);
+                    sr.auth[j].0[0] ^= 0xff;
+                }
+                let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
+                for r in 0..n {
+                    self.transmit(from, Principal::Replica(r), bytes.clone(), 0);
+                }
+            }
+            ClientAttack::Garbage => {
+                let len = self.rng.random_range(0..300);
+                let junk: Vec<u8> = (0..len).map(|_| self.rng.random()).collect();
+                let r = self.rng.random_range(0..n);
+                self.transmit(from, Principal::Replica(r), junk, 0);
+                // A well-formed frame claiming to come from a replica, with a random MAC.
+                let fake = Message::Commit(redoubt_core::message::Commit {
+                    view: 0,
+                    seq: 1,
+                    digest: random_digest(&mut self.rng),
+                    replica: self.rng.random_range(0..n),
+                });
+                let bytes = seal(&self.byz_clients[i].keys, &fake, None, n);
+                if let Ok(mut fr) = decode_frame(&bytes, usize::MAX) {
+                    fr.from = Principal::Replica(self.rng.random_range(0..n));
+                    let r = self.rng.random_range(0..n);
+                    self.transmit(from, Principal::Replica(r), encode_frame(&fr), 0);
+                }
+            }
+            ClientAttack::Replay => {
+                let sr = make(self, KvOp::Put { key, value }, ts);
+                let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
+                self.byz_clients[i].sent.push(bytes.clone());
+                if self.byz_clients[i].sent.len() > 16 {
+                    self.byz_clients[i].sent.remove(0);
+                }
+                let k = self.rng.random_range(0..self.byz_clients[i].sent.len());
+                let old = self.byz_clients[i].sent[k].clone();
+                for r in 0..n {
+                    self.transmit(from, Principal::Replica(r), old.clone(), 0);
+                }
+            }
+        }
+    }
+
+    fn all_clients_done(&self) -> bool {
+        self.clients
+            .iter()
+            .all(|c| c.done >= self.sc.ops_per_client)
+    }
+
+    fn check_footprints(&mut self) {
+        let clients = self.sc.clients as usize + self.sc.byz_clients.len();
+        for r in 0..self.replicas.len() {
+            if self.faulty.contains(&(r as ReplicaId)) {
+                continue;
+            }
+            let rep = &self.replicas[r];
+            let over = rep.footprint().exceeds(&rep.footprint_bounds(clients));
+            if !over.is_empty() {
+                let fp = rep.footprint();
+                self.violation(format!("r{r} exceeds memory bounds {over:?}: {fp:?}"));
+            }
+        }
+    }
+
+    /// Runs to completion: all correct clients finished, or the liveness deadline passed.
+    pub fn run(mut self) -> Outcome {
+        let deadline = self.sc.heal_ms + self.sc.liveness_bound_ms;
+        let mut finished_at = None;
+        while let Some(Reverse((Key(at, _), slot))) = self.queue.pop() {
+            let ev = self.events[slot].take().expect("scheduled event present");
+            self.free.push(slot);
+            self.now = at;
+            if self.now > deadline {
+                break;
+            }
+            self.handle(ev);
+            self.processed += 1;
+            if self.processed % FOOTPRINT_EVERY == 0 {
+                self.check_footprints();
+            }
+            if !self.violations.is_empty() && !self.trace_on {
+                break;
+            }
+            if finished_at.is_none() && self.all_clients_done() {
+                finished_at = Some(self.now);
+            }
+            // Let the cluster settle briefly after the last operation so checkpoints compare.
+            if finished_at.is_some_and(|t| self.now > t + 1000) {
+                break;
+            }
+        }
+        self.stats.sim_time_ms = self.now;
+        self.check_footprints();
+        if self.violations.is_empty() && !self.all_clients_done() {
+            let stuck: Vec<String> = self
+                .clients
+                .iter()
+                .filter(|c| c.done < self.sc.ops_per_client)
+                .map(|c| {
+                    let since = c.current.map(|h| self.history[h].invoke_ms);
+                    format!(
+                        "c{} ({} of {} done, outstanding since {:?}ms)",
+                        c.core.id(),
+                        c.done,
+                        self.sc.ops_per_client,
+                        since
+                    )
+                })
+                .collect();
+            self.violation(format!(
+                "liveness: correct clients did not finish within {}ms after heal at {}ms: {}",
+                self.sc.liveness_bound_ms,
+                self.sc.heal_ms,
+                stuck.join(", ")
+            ));
+        }
+        if self.violations.is_empty() || self.trace_on {
+            if let Err(v) = linearizability::check(&self.history) {
+                self.violation(format!(
+                    "linearizability: key {:?}: {}",
+                    String::from_utf8_lossy(&v.key),
+                    v.explanation
+                ));
+            }
+        }
+        for r in &self.replicas {
+            self.stats.max_view = self.stats.max_view.max(r.view());
+        }
+        Outcome {
+            scenario: self.sc.name.clone(),
+            seed: self.sc.seed,
+            violations: self.violations,
+            stats: self.stats,
+            trace: self.trace,
+        }
+    }
+}
+
+/// A one-line description of a frame for traces.
+pub fn describe(bytes: &[u8]) -> String {
+    let Ok(f) = decode_frame(bytes, usize::MAX) else {
+        return format!("<garbage {}B>", bytes.len());
+    };
+    let Ok(m) = decode_body(&f.body) else {
+        return format!("<bad body {}B>", f.body.len());
+    };
+    match m {
+        Message::Request(r) => format!("REQUEST {:?}", r.request),
+        Message::PrePrepare(p) => format!(
+            "PRE-PREPARE v{} n{} {:?} [{} reqs]",
+            p.view,
+            p.seq,
+            p.digest,
+            p.batch.requests.len()
+        ),
+        Message::Prepare(p) => format!("PREPARE v{} n{} {:?}", p.view, p.seq, p.digest),
+        Message::Commit(c) => format!("COMMIT v{} n{} {:?}", c.view, c.seq, c.digest),
+        Message::Reply(r) => format!("REPLY v{} c{} t{}", r.view, r.client, r.timestamp),
+        Message::Checkpoint(c) => format!("CHECKPOINT n{} {:?}", c.seq, c.digest),
+        Message::ViewChange(v) => format!(
+            "VIEW-CHANGE v{} ls{} C{:?} P{:?} Q{:?}",
+            v.view, v.ls, v.checkpoints, v.p, v.q
+        ),
+        Message::ViewChangeAck(a) => format!(
+            "VC-ACK v{} {}->{} {:?}",
+            a.view, a.acker, a.sender, a.digest
+        ),
+        Message::NewView(nv) => format!(
+            "NEW-VIEW v{} V{:?} ckpt{:?} X{:?}",
+            nv.view, nv.vcs, nv.checkpoint, nv.chosen
+        ),
+        Message::Status(s) => format!(
+            "STATUS v{}{} exec{} stable{} P{:?} C{:?} missB{} missVC{}",
+            s.view,
+            if s.normal { "" } else { "(vc)" },
+            s.last_executed,
+            s.stable,
+            s.prepared,
+            s.committed,
+            s.missing_batches.len(),
+            s.missing_vcs.len()
+        ),
+        Message::FetchState(fs) => format!("FETCH-STATE n{} {:?}", fs.seq, fs.digest),
+        Message::StateReply(sr) => format!("STATE n{} {}B", sr.seq, sr.snapshot.len()),
+        Message::Batches(b) => format!("BATCHES {}", b.len()),
+        Message::RelayViewChange(v) => format!("RELAY-VC v{} r{}", v.view, v.replica),
+    }
+}

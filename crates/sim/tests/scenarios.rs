@@ -1,0 +1,118 @@
+//! Named scenarios, a CI-sized seed run, the checker self-test with mutants, and the
+//! bounded-memory run. Each test prints the seed to replay on failure.
+
+use redoubt_core::Mutant;
+use redoubt_sim::runner::{mutant_by_name, run, run_seeds};
+use redoubt_sim::{Outcome, Scenario};
+
+fn assert_passes(out: &Outcome) {
+    assert!(
+        out.passed(),
+        "{} seed {} failed (replay: redoubt-sim --scenario {} --seed {} --trace): {:#?}",
+        out.scenario,
+        out.seed,
+        out.scenario,
+        out.seed,
+        out.violations
+    );
+}
+
+fn named(name: &str, seeds: std::ops::Range<u64>) -> Vec<Outcome> {
+    seeds
+        .map(|seed| {
+            let out = run(Scenario::named(name, seed).expect("scenario exists"), false);
+            assert_passes(&out);
+            out
+        })
+        .collect()
+}
+
+#[test]
+fn calm_cluster_completes_everything() {
+    for out in named("calm", 0..5) {
+        assert_eq!(out.stats.view_changes, 0, "no view change without faults");
+        assert!(out.stats.ops_completed >= 60);
+    }
+}
+
+#[test]
+fn primary_crash_then_view_change_then_progress() {
+    for out in named("primary-crash", 0..5) {
+        assert!(out.stats.max_view >= 1, "a view change happened");
+        assert!(out.stats.ops_completed >= 60, "and service continued");
+    }
+}
+
+#[test]
+fn equivocating_primary_causes_no_divergence() {
+    named("equivocating-primary", 0..8);
+}
+
+#[test]
+fn f_byzantine_plus_partition_then_heal_completes_every_request() {
+    named("byzantine-partition-heal", 0..5);
+}
+
+#[test]
+fn two_view_changes_in_a_row_before_progress() {
+    for out in named("two-view-changes", 0..5) {
+        assert!(
+            out.stats.max_view >= 2,
+            "views 0 and 1 both failed: {:?}",
+            out.stats
+        );
+    }
+}
+
+#[test]
+fn backup_behind_low_watermark_rejoins_by_state_transfer() {
+    for out in named("lagging-backup", 0..4) {
+        assert!(out.stats.state_transfers >= 1, "{:?}", out.stats);
+    }
+}
+
+#[test]
+fn slow_primary_does_not_break_safety_or_liveness() {
+    named("slow-primary", 0..3);
+}
+
+#[test]
+fn bogus_new_view_is_rejected() {
+    for out in named("bogus-new-view", 0..5) {
+        assert!(out.stats.max_view >= 2, "{:?}", out.stats);
+    }
+}
+
+#[test]
+fn primary_step_down_hands_over() {
+    for out in named("step-down", 0..4) {
+        assert!(out.stats.max_view >= 2, "{:?}", out.stats);
+    }
+}
+
+/// The CI-sized random run: 500 seeds mixing every fault kind.
+#[test]
+fn five_hundred_random_seeds() {
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let s = run_seeds(1_000_000, 500, Mutant::None, jobs, None, |_| {});
+    assert_eq!(
+        s.failed, 0,
+        "failing seeds (replay with redoubt-sim --seed S --trace): {:#?}",
+        s.failures
+    );
+    assert!(
+        s.view_changes > 0 && s.state_transfers > 0,
+        "the mix exercised view changes and state transfer: {s:?}"
+    );
+}
+
+/// Every mutant is caught within the default seed budget: the checkers can fail.
+#[test]
+fn every_mutant_is_caught() {
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for (name, _) in Mutant::ALL {
+        let m = mutant_by_name(name).expect("known");
+        let s = run_seeds(0, 500, m, jobs, Some(1), |_| {});
+        assert!(s.failed > 0, "mutant {name} survived 500 seeds");
+    }
+}
