@@ -57,4 +57,11 @@ pub enum Event {
     },
     /// Our own state disagrees with a certified checkpoint digest.
     StateDivergence { seq: Seq },
+    /// A NEW-VIEW selected, at a sequence number this replica already executed, a different
+    /// batch than the one it executed. Impossible with at most f faulty replicas.
+    Contradiction {
+        seq: Seq,
+        executed: Digest,
+        chosen: Digest,
+    },
 }

@@ -107,6 +107,8 @@ pub struct Replica<S: Service, A: Auth> {
     clients: BTreeMap<ClientId, LastReply>,
     last_time_ms: u64,
     last_executed: Seq,
+    /// Digest executed at each sequence number above the stable checkpoint (at most L).
+    executed: BTreeMap<Seq, Digest>,
 
     // Views.
     view: View,
@@ -169,6 +171,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             clients: BTreeMap::new(),
             last_time_ms: 0,
             last_executed: 0,
+            executed: BTreeMap::new(),
             view: 0,
             normal: true,
             vc_deadline_ms: None,
@@ -246,7 +249,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// Sizes of every bounded structure, for tests and metrics.
     pub fn footprint(&self) -> Footprint {
         Footprint {
-            log_slots: self.log.len(),
+            log_slots: self.log.len().max(self.executed.len()),
             batches: self.batches.len(),
             checkpoints: self.checkpoints.len(),
             checkpoint_votes: self.ckpt_votes.values().map(|m| m.len()).sum(),
@@ -812,6 +815,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
         }
         self.last_executed = seq;
+        self.executed.insert(seq, digest);
         self.last_progress_ms = self.now();
         self.stats.batches_executed += 1;
         if !executed.is_empty() {
@@ -942,6 +946,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.stable_seq = seq;
         self.stable_digest = digest;
         self.log = self.log.split_off(&(seq + 1));
+        self.executed = self.executed.split_off(&(seq + 1));
         self.checkpoints = self.checkpoints.split_off(&seq);
         for v in self.ckpt_votes.values_mut() {
             *v = v.split_off(&(seq + 1));
@@ -1069,6 +1074,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             .collect();
         self.last_time_ms = st.last_time_ms;
         self.last_executed = sr.seq;
+        self.executed = self.executed.split_off(&(sr.seq + 1));
         self.last_progress_ms = self.now();
         self.checkpoints.insert(
             sr.seq,
@@ -1500,6 +1506,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     }
                     self.stable_seq = h;
                     self.stable_digest = hd;
+                    self.executed = self.executed.split_off(&(h + 1));
                     self.checkpoints = self.checkpoints.split_off(&h);
                     for v in self.ckpt_votes.values_mut() {
                         *v = v.split_off(&(h + 1));
@@ -1509,6 +1516,20 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     if self.last_executed < h {
                         self.start_transfer(h, hd, true);
                     }
+                }
+            }
+        }
+        // A correct NEW-VIEW never contradicts what this replica executed: that would mean
+        // more than f faults (or a protocol bug). Report it loudly; the simulator fails on it.
+        for (i, d) in nv.chosen.iter().enumerate() {
+            let n = h + 1 + i as u64;
+            if let Some(done) = self.executed.get(&n) {
+                if done != d {
+                    self.event(Event::Contradiction {
+                        seq: n,
+                        executed: *done,
+                        chosen: *d,
+                    });
                 }
             }
         }

@@ -28,6 +28,9 @@ pub struct Adversary {
     /// Alternative batches already invented per (replica, seq), so equivocation is consistent
     /// per receiver group.
     alternates: BTreeMap<(ReplicaId, u64), Batch>,
+    /// A lie told consistently to every receiver, per (replica, view), so that the receivers'
+    /// acks agree and the lie can enter the new primary's set S.
+    vc_lies: BTreeMap<(ReplicaId, u64), Message>,
 }
 
 impl Adversary {
@@ -41,6 +44,7 @@ impl Adversary {
             keys,
             behaviors,
             alternates: BTreeMap::new(),
+            vc_lies: BTreeMap::new(),
         }
     }
 
@@ -137,11 +141,49 @@ impl Adversary {
                 };
                 vec![(to, self.seal(from, &lie, to), 0)]
             }
+            Behavior::VoteEverything if matches!(msg, Message::Prepare(_) | Message::Commit(_)) => {
+                // Its honest votes are replaced by the selective ones of `on_delivery`.
+                vec![]
+            }
             Behavior::BogusViewChange | Behavior::VoteEverything => match msg {
                 Message::ViewChange(mut vc) => {
+                    let key = (from, vc.view);
+                    if let Some(lie) = self.vc_lies.get(&key) {
+                        return vec![(to, self.seal(from, lie, to), 0)];
+                    }
+                    // A vote-stuffer denies everything it voted for; other liars vary. Stale
+                    // claims and denials are told consistently, so they can enter S.
+                    let branch = if behavior == Behavior::VoteEverything {
+                        2
+                    } else {
+                        rng.random_range(0..6)
+                    };
+                    let consistent = branch == 5 || branch == 2 || rng.random_bool(0.5);
                     let k = self.cfg.checkpoint_interval;
                     let l = self.cfg.log_size;
-                    match rng.random_range(0..5) {
+                    match branch {
+                        5 => {
+                            // Claim that the null request was prepared at a sequence number
+                            // long ago (view 0), where a real request was prepared recently:
+                            // a stale, lower-view claim that only a decision procedure
+                            // ignoring views would pick.
+                            if !vc.p.is_empty() {
+                                let a = rng.random_range(0..vc.p.len());
+                                let seq = vc.p[a].seq;
+                                vc.p[a] = PEntry {
+                                    seq,
+                                    digest: Digest::ZERO,
+                                    view: 0,
+                                };
+                                if let Some(q) = vc.q.iter_mut().find(|q| q.seq == seq) {
+                                    if q.pairs.len() > self.cfg.f as usize + 1 {
+                                        q.pairs.remove(0);
+                                    }
+                                    q.pairs.push((Digest::ZERO, 0));
+                                    q.pairs.sort();
+                                }
+                            }
+                        }
                         0 => {
                             // Claim a request prepared in the latest possible view.
                             let seq = vc.ls + rng.random_range(1..=l);
@@ -189,7 +231,14 @@ impl Adversary {
                             }
                         }
                     }
-                    vec![(to, self.seal(from, &Message::ViewChange(vc), to), 0)]
+                    let lie = Message::ViewChange(vc);
+                    if consistent {
+                        self.vc_lies.insert(key, lie.clone());
+                        while self.vc_lies.len() > 64 {
+                            self.vc_lies.pop_first();
+                        }
+                    }
+                    vec![(to, self.seal(from, &lie, to), 0)]
                 }
                 _ => honest,
             },
@@ -227,7 +276,7 @@ impl Adversary {
 
     /// Called when a frame is delivered to Byzantine replica `at`: vote-stuffing replicas
     /// answer every pre-prepare with PREPARE and COMMIT to everyone, whatever the protocol says.
-    pub fn on_delivery(&mut self, at: ReplicaId, bytes: &[u8]) -> Vec<Out> {
+    pub fn on_delivery(&mut self, rng: &mut ChaCha8Rng, at: ReplicaId, bytes: &[u8]) -> Vec<Out> {
         if self.behaviors.get(&at) != Some(&Behavior::VoteEverything) {
             return vec![];
         }
@@ -238,8 +287,12 @@ impl Adversary {
             return vec![];
         };
         let mut out = Vec::new();
+        // Votes go to one random backup only (never the primary), so correct replicas disagree
+        // on what they have seen as much as possible.
+        let primary = self.cfg.primary(pp.view);
+        let target = rng.random_range(0..self.cfg.n());
         for r in 0..self.cfg.n() {
-            if r == at {
+            if r == at || r == primary || r != target {
                 continue;
             }
             let to = Principal::Replica(r);

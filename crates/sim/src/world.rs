@@ -580,7 +580,7 @@ impl World {
                 let env = self.env();
                 let eff = self.replicas[r as usize].handle(env, Input::Receive(&bytes));
                 self.replica_effects(r, eff);
-                let extra = self.adversary.on_delivery(r, &bytes);
+                let extra = self.adversary.on_delivery(&mut self.rng, r, &bytes);
                 for (t, b, d) in extra {
                     self.transmit(Principal::Replica(r), t, b, d);
                 }

@@ -15,7 +15,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 /// Default seed budget of a run (also the budget within which every mutant must be caught).
-const DEFAULT_SEEDS: u64 = 500;
+const DEFAULT_SEEDS: u64 = 1000;
 
 #[derive(Parser)]
 #[command(
