@@ -262,8 +262,8 @@ mod tests {
         let ks = cluster();
         let d = Digest::of(b"req");
         let macs = request_authenticator(&ks[4], &d, 4);
-        for r in 0..4 {
-            assert!(verify_request(&ks[r], Principal::Client(7), &d, &macs));
+        for k in &ks[..4] {
+            assert!(verify_request(k, Principal::Client(7), &d, &macs));
         }
         assert!(!verify_request(
             &ks[0],

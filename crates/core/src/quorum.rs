@@ -53,6 +53,7 @@ pub fn join_view(f: u32, my_view: View, others: &BTreeMap<ReplicaId, View>) -> O
 }
 
 #[cfg(test)]
+#[allow(clippy::type_complexity)] // table-driven cases read best inline
 mod tests {
     use super::*;
 

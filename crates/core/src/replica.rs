@@ -590,8 +590,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if let Some(slot) = self.log.get(&pp.seq) {
             if let Some(d) = slot.pp {
                 return if d == pp.digest {
-                    if !self.batches.contains_key(&d) {
-                        self.batches.insert(d, pp.batch);
+                    if let std::collections::btree_map::Entry::Vacant(e) = self.batches.entry(d) {
+                        e.insert(pp.batch);
                         self.try_execute();
                     }
                     Ok(())
@@ -818,11 +818,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.executed.insert(seq, digest);
         self.last_progress_ms = self.now();
         self.stats.batches_executed += 1;
-        if !executed.is_empty() {
-            if !self.executed_in_view {
-                self.executed_in_view = true;
-                self.vc_timeout_ms = self.cfg.view_change_timeout_ms;
-            }
+        if !executed.is_empty() && !self.executed_in_view {
+            self.executed_in_view = true;
+            self.vc_timeout_ms = self.cfg.view_change_timeout_ms;
         }
         self.event(Event::Executed {
             seq,
@@ -831,7 +829,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             requests: executed,
         });
         self.arm_request_timer();
-        if seq % self.cfg.checkpoint_interval == 0 {
+        if seq.is_multiple_of(self.cfg.checkpoint_interval) {
             self.take_checkpoint(seq);
         }
     }
@@ -887,7 +885,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     fn on_checkpoint(&mut self, from: ReplicaId, c: Checkpoint) -> Result<(), Reject> {
-        if c.replica != from || c.seq % self.cfg.checkpoint_interval != 0 {
+        if c.replica != from || !c.seq.is_multiple_of(self.cfg.checkpoint_interval) {
             return Err(Reject::Inconsistent);
         }
         if c.seq <= self.stable_seq {
@@ -918,11 +916,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return;
         }
         match self.checkpoints.get(&seq) {
-            Some(own) if own.digest == digest => {
-                if count >= self.cfg.quorum() {
-                    self.make_stable(seq, digest);
-                }
+            Some(own) if own.digest == digest && count >= self.cfg.quorum() => {
+                self.make_stable(seq, digest);
             }
+            Some(own) if own.digest == digest => {}
             Some(_) => {
                 // f+1 replicas vouch for another digest: our state is wrong. Fetch theirs.
                 self.event(Event::StateDivergence { seq });
@@ -1370,7 +1367,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             || nv.vcs.len() < self.cfg.quorum()
             || ids.iter().any(|r| *r >= self.cfg.n())
             || nv.chosen.len() as u64 > self.cfg.log_size
-            || nv.checkpoint.0 % self.cfg.checkpoint_interval != 0
+            || !nv.checkpoint.0.is_multiple_of(self.cfg.checkpoint_interval)
             || nv.batches.len() > nv.chosen.len()
         {
             return Err(Reject::Inconsistent);

@@ -156,7 +156,7 @@ impl Config {
             return Err("checkpoint_interval must be positive".into());
         }
         if self.log_size < 2 * self.checkpoint_interval
-            || self.log_size % self.checkpoint_interval != 0
+            || !self.log_size.is_multiple_of(self.checkpoint_interval)
         {
             return Err(format!(
                 "log_size ({}) must be a multiple of checkpoint_interval ({}) and at least twice it",

@@ -18,6 +18,11 @@ use crate::types::{Seq, View};
 use redoubt_crypto::Digest;
 use std::collections::BTreeMap;
 
+/// PSet: the prepared claim per sequence number.
+pub type PSet = BTreeMap<Seq, PEntry>;
+/// QSet: the pre-prepared digests (with their latest view) per sequence number.
+pub type QSet = BTreeMap<Seq, Vec<(Digest, View)>>;
+
 /// What the log knows about one sequence number in the current view.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SlotSummary {
@@ -35,9 +40,9 @@ pub fn compute_pq(
     log_size: Seq,
     v: View,
     slots: &BTreeMap<Seq, SlotSummary>,
-    pset: &BTreeMap<Seq, PEntry>,
-    qset: &BTreeMap<Seq, Vec<(Digest, View)>>,
-) -> (BTreeMap<Seq, PEntry>, BTreeMap<Seq, Vec<(Digest, View)>>) {
+    pset: &PSet,
+    qset: &QSet,
+) -> (PSet, QSet) {
     let mut p = BTreeMap::new();
     let mut q = BTreeMap::new();
     let hi = h + log_size;
@@ -88,10 +93,7 @@ pub fn compute_pq(
 }
 
 /// Builds the wire form of P and Q.
-pub fn to_wire(
-    p: &BTreeMap<Seq, PEntry>,
-    q: &BTreeMap<Seq, Vec<(Digest, View)>>,
-) -> (Vec<PEntry>, Vec<QEntry>) {
+pub fn to_wire(p: &PSet, q: &QSet) -> (Vec<PEntry>, Vec<QEntry>) {
     (
         p.values().copied().collect(),
         q.iter()
@@ -107,7 +109,7 @@ pub fn to_wire(
 /// bounded and its claims well formed. Its truth is established by the group (acks and the
 /// decision procedure), not here.
 pub fn validate(vc: &ViewChange, f: u32, k: Seq, log_size: Seq) -> Result<(), &'static str> {
-    if vc.ls % k != 0 {
+    if !vc.ls.is_multiple_of(k) {
         return Err("stable checkpoint not a multiple of the interval");
     }
     if vc.checkpoints.len() as u64 > log_size / k + 2 {
@@ -115,7 +117,7 @@ pub fn validate(vc: &ViewChange, f: u32, k: Seq, log_size: Seq) -> Result<(), &'
     }
     let mut last = None;
     for (n, _) in &vc.checkpoints {
-        if n % k != 0 || *n < vc.ls || last.is_some_and(|l| l >= *n) {
+        if !n.is_multiple_of(k) || *n < vc.ls || last.is_some_and(|l| l >= *n) {
             return Err("checkpoint list malformed");
         }
         last = Some(*n);

@@ -97,7 +97,7 @@ impl Adversary {
                         return honest;
                     };
                     let coin = (pp.seq % 2) as u32;
-                    if (r + coin) % 2 == 0 {
+                    if (r + coin).is_multiple_of(2) {
                         return honest;
                     }
                     let alt = self

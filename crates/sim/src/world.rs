@@ -744,7 +744,7 @@ impl World {
             }
             self.handle(ev);
             self.processed += 1;
-            if self.processed % FOOTPRINT_EVERY == 0 {
+            if self.processed.is_multiple_of(FOOTPRINT_EVERY) {
                 self.check_footprints();
             }
             if !self.violations.is_empty() && !self.trace_on {

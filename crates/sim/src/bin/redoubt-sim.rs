@@ -144,7 +144,7 @@ fn main() -> ExitCode {
             if !out.passed() {
                 eprintln!("seed {} FAILED: {}", out.seed, out.violations[0]);
             }
-            if d % 100 == 0 {
+            if d.is_multiple_of(100) {
                 eprintln!(
                     "  {d}/{count} seeds, {:.0}s",
                     started.elapsed().as_secs_f64()
