@@ -25,6 +25,8 @@ pub enum Effect {
     Send { to: Principal, bytes: Bytes },
     /// Send to every replica except this one.
     Broadcast { bytes: Bytes },
+    /// Make this record durable before performing any send of the same `handle` call.
+    Persist(crate::journal::Record),
     /// An observation for metrics, logs and the simulator's checkers.
     Event(Event),
 }

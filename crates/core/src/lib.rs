@@ -10,6 +10,7 @@
 pub mod auth;
 pub mod client;
 pub mod effect;
+pub mod journal;
 pub mod message;
 pub mod quorum;
 pub mod replica;
@@ -20,6 +21,7 @@ pub mod viewchange;
 pub use auth::{Auth, StaticKeys};
 pub use client::{Client, ClientTiming, Completion, InvokeError};
 pub use effect::{Bytes, Effect, Env, Event};
+pub use journal::Record;
 pub use message::{Message, Reject};
 pub use replica::{Footprint, Input, Replica, Stats};
 pub use service::{ExecContext, Service};

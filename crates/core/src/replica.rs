@@ -11,6 +11,7 @@
 
 use crate::auth::{open, seal, verify_request, Auth};
 use crate::effect::{Bytes, Effect, Env, Event};
+use crate::journal::Record;
 use crate::message::*;
 use crate::quorum;
 use crate::service::{ExecContext, Service};
@@ -148,6 +149,8 @@ pub struct Replica<S: Service, A: Auth> {
     req_timer: Option<(u64, ClientId, u64)>,
 
     next_status_ms: u64,
+    /// True while re-executing journaled batches after a restart: no sends, no records.
+    replaying: bool,
 }
 
 impl<S: Service, A: Auth> Replica<S, A> {
@@ -201,6 +204,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             inflight: BTreeMap::new(),
             req_timer: None,
             next_status_ms: 0,
+            replaying: false,
         };
         let (digest, snapshot) = r.snapshot(0);
         r.stable_digest = digest;
@@ -325,6 +329,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
     fn broadcast(&mut self, msg: &Message) {
         let bytes = self.seal(msg, None);
         self.effects.push(Effect::Broadcast { bytes });
+    }
+
+    fn persist(&mut self, r: Record) {
+        if !self.replaying {
+            self.effects.push(Effect::Persist(r));
+        }
     }
 
     fn event(&mut self, e: Event) {
@@ -557,6 +567,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
             );
             slot.pp = Some(digest);
             slot.proposed_here = true;
+            self.persist(Record::PrePrepared {
+                view: pp.view,
+                seq,
+                digest,
+                batch: Some(pp.batch.clone()),
+            });
             self.broadcast(&Message::PrePrepare(pp));
             self.check_slot(seq);
         }
@@ -617,6 +633,14 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
         }
         let (view, seq, digest) = (pp.view, pp.seq, pp.digest);
+        if verified {
+            self.persist(Record::PrePrepared {
+                view,
+                seq,
+                digest,
+                batch: Some(pp.batch.clone()),
+            });
+        }
         self.batches.insert(digest, pp.batch);
         let slot = self.log.entry(seq).or_default();
         slot.pp = Some(digest);
@@ -710,6 +734,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         let committed = slot.committed;
         if let Some(digest) = send_commit {
+            self.persist(Record::Prepared {
+                view: self.view,
+                seq,
+                digest,
+            });
             let c = Commit {
                 view: self.view,
                 seq,
@@ -761,6 +790,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
             None => NULL_DIGEST,
             Some(b) => b.digest(),
         };
+        if !self.replaying {
+            self.persist(Record::Executed {
+                seq,
+                digest,
+                batch: batch.clone(),
+            });
+        }
         if let Some(b) = batch {
             let time_ms = b.nondet.time_ms.max(self.last_time_ms + 1);
             self.last_time_ms = time_ms;
@@ -790,6 +826,17 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 };
                 let result = self.service.execute(&req.op, &ctx);
                 self.stats.requests_executed += 1;
+                executed.push((c, req.timestamp));
+                if self.replaying {
+                    self.clients.insert(
+                        c,
+                        LastReply {
+                            timestamp: req.timestamp,
+                            result,
+                        },
+                    );
+                    continue;
+                }
                 let reply = Message::Reply(Reply {
                     view: self.view,
                     timestamp: req.timestamp,
@@ -805,7 +852,6 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     },
                 );
                 self.send(Principal::Client(c), &reply);
-                executed.push((c, req.timestamp));
             }
             // Every request of the batch is settled (executed now or before).
             for r in &b.requests {
@@ -940,6 +986,14 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if seq <= self.stable_seq {
             return;
         }
+        if let Some(c) = self.checkpoints.get(&seq) {
+            let snapshot = c.snapshot.to_vec();
+            self.persist(Record::Checkpoint {
+                seq,
+                digest,
+                snapshot,
+            });
+        }
         self.stable_seq = seq;
         self.stable_digest = digest;
         self.log = self.log.split_off(&(seq + 1));
@@ -1056,30 +1110,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if !target_ok && !vouched {
             return Err(Reject::BadDigest);
         }
-        let st: CheckpointState =
-            postcard::from_bytes(&sr.snapshot).map_err(|_| Reject::Malformed)?;
-        if st.seq != sr.seq {
-            return Err(Reject::Inconsistent);
-        }
-        self.service
-            .restore(&st.service)
-            .map_err(|_| Reject::Malformed)?;
-        self.clients = st
-            .clients
-            .into_iter()
-            .map(|(c, timestamp, result)| (c, LastReply { timestamp, result }))
-            .collect();
-        self.last_time_ms = st.last_time_ms;
-        self.last_executed = sr.seq;
-        self.executed = self.executed.split_off(&(sr.seq + 1));
+        self.load_checkpoint(sr.seq, digest, sr.snapshot)?;
         self.last_progress_ms = self.now();
-        self.checkpoints.insert(
-            sr.seq,
-            StoredCheckpoint {
-                digest,
-                snapshot: Arc::new(sr.snapshot),
-            },
-        );
         // Requests settled by the transferred state are no longer waited for.
         let settled: Vec<(ClientId, u64)> = self
             .clients
@@ -1093,6 +1125,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
             self.transfer = None;
         }
         self.stats.state_transfers += 1;
+        let snapshot = self.checkpoints[&sr.seq].snapshot.to_vec();
+        self.persist(Record::Checkpoint {
+            seq: sr.seq,
+            digest,
+            snapshot,
+        });
         self.event(Event::StateTransferred {
             seq: sr.seq,
             digest,
@@ -1106,6 +1144,162 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.arm_request_timer();
         self.try_execute();
         Ok(())
+    }
+
+    /// Replaces the execution state by a checkpoint snapshot (already verified by the caller).
+    fn load_checkpoint(
+        &mut self,
+        seq: Seq,
+        digest: Digest,
+        snapshot: Vec<u8>,
+    ) -> Result<(), Reject> {
+        let st: CheckpointState = postcard::from_bytes(&snapshot).map_err(|_| Reject::Malformed)?;
+        if st.seq != seq {
+            return Err(Reject::Inconsistent);
+        }
+        self.service
+            .restore(&st.service)
+            .map_err(|_| Reject::Malformed)?;
+        self.clients = st
+            .clients
+            .into_iter()
+            .map(|(c, timestamp, result)| (c, LastReply { timestamp, result }))
+            .collect();
+        self.last_time_ms = st.last_time_ms;
+        self.last_executed = seq;
+        self.executed = self.executed.split_off(&(seq + 1));
+        self.checkpoints.insert(
+            seq,
+            StoredCheckpoint {
+                digest,
+                snapshot: Arc::new(snapshot),
+            },
+        );
+        Ok(())
+    }
+
+    /// Rebuilds a replica after a crash from the records its host made durable (see
+    /// [`crate::journal`]): the last checkpoint, the batches executed after it (re-executed
+    /// silently), the last view entered with its PSet/QSet and view change, and the log of
+    /// that view. The result never contradicts what the replica said before the crash.
+    pub fn restore(
+        cfg: Config,
+        id: ReplicaId,
+        auth: A,
+        service: S,
+        records: &[Record],
+    ) -> Result<Self, String> {
+        let mut r = Replica::new(cfg, id, auth, service);
+        if let Some(Record::Checkpoint {
+            seq,
+            digest,
+            snapshot,
+        }) = records
+            .iter()
+            .rev()
+            .find(|x| matches!(x, Record::Checkpoint { .. }))
+        {
+            if checkpoint_digest(snapshot) != *digest {
+                return Err(format!(
+                    "journaled checkpoint {seq} does not match its digest"
+                ));
+            }
+            r.checkpoints.clear();
+            r.load_checkpoint(*seq, *digest, snapshot.clone())
+                .map_err(|e| format!("journaled checkpoint {seq} does not load: {e}"))?;
+            r.stable_seq = *seq;
+            r.stable_digest = *digest;
+            r.next_seq = seq + 1;
+        }
+        let h = r.stable_seq;
+        // Re-execute what was executed after the checkpoint, in order, without side effects.
+        let mut executed: BTreeMap<Seq, Option<Batch>> = BTreeMap::new();
+        for x in records {
+            if let Record::Executed { seq, batch, .. } = x {
+                if *seq > h {
+                    executed.insert(*seq, batch.clone());
+                }
+            }
+        }
+        r.replaying = true;
+        for (seq, batch) in executed {
+            if seq != r.last_executed + 1 {
+                break;
+            }
+            r.execute(seq, batch);
+        }
+        r.replaying = false;
+        r.effects.clear();
+        // The last view entered.
+        if let Some(Record::View {
+            view,
+            normal,
+            vc,
+            pset,
+            qset,
+        }) = records
+            .iter()
+            .rev()
+            .find(|x| matches!(x, Record::View { .. }))
+        {
+            r.view = *view;
+            r.normal = *normal;
+            r.my_vc = vc.as_ref().map(|m| (m.clone(), m.digest()));
+            r.pset = pset
+                .iter()
+                .filter(|e| e.seq > h)
+                .map(|e| (e.seq, *e))
+                .collect();
+            r.qset = qset
+                .iter()
+                .filter(|e| e.seq > h)
+                .map(|e| (e.seq, e.pairs.clone()))
+                .collect();
+        }
+        // The log of that view.
+        let primary = r.is_primary();
+        for x in records {
+            match x {
+                Record::PrePrepared {
+                    view,
+                    seq,
+                    digest,
+                    batch,
+                } if *view == r.view && *seq > h => {
+                    if let Some(b) = batch {
+                        r.batches.insert(*digest, b.clone());
+                    }
+                    let slot = r.log.entry(*seq).or_default();
+                    slot.pp = Some(*digest);
+                    if primary {
+                        slot.proposed_here = batch.is_some();
+                    } else {
+                        slot.sent_prepare = true;
+                        slot.prepares.insert(id, *digest);
+                    }
+                }
+                Record::Prepared { view, seq, digest } if *view == r.view && *seq > h => {
+                    let slot = r.log.entry(*seq).or_default();
+                    if slot.pp == Some(*digest) {
+                        slot.prepared = true;
+                        slot.sent_commit = true;
+                        slot.commits.insert(id, *digest);
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (n, slot) in r.log.iter_mut() {
+            if *n <= r.last_executed && slot.prepared {
+                slot.committed = true;
+            }
+        }
+        if let Some(last) = r.log.keys().next_back() {
+            r.next_seq = r.next_seq.max(last + 1);
+        }
+        r.next_seq = r.next_seq.max(r.last_executed + 1);
+        r.gc_batches();
+        Ok(r)
     }
 
     // ----- view change ------------------------------------------------------------------------
@@ -1181,6 +1375,14 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.executed_in_view = false;
         self.vcs.retain(|_, (m, _)| m.view >= v);
         self.my_vc = Some((vc.clone(), digest));
+        let (pset, qset) = viewchange::to_wire(&self.pset, &self.qset);
+        self.persist(Record::View {
+            view: v,
+            normal: false,
+            vc: Some(vc.clone()),
+            pset,
+            qset,
+        });
         self.event(Event::ViewChangeStarted { view: v });
         self.broadcast(&Message::ViewChange(vc));
         self.gc_batches();
@@ -1545,6 +1747,28 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 slot.prepares.insert(self.id, *d);
                 prepares.push((n, *d));
             }
+        }
+        let (pset, qset) = viewchange::to_wire(&self.pset, &self.qset);
+        self.persist(Record::View {
+            view: self.view,
+            normal: true,
+            vc: self.my_vc.as_ref().map(|(m, _)| m.clone()),
+            pset,
+            qset,
+        });
+        let installed: Vec<(Seq, Digest)> = self
+            .log
+            .iter()
+            .filter_map(|(n, slot)| slot.pp.map(|d| (*n, d)))
+            .collect();
+        for (n, d) in installed {
+            let batch = self.batches.get(&d).cloned();
+            self.persist(Record::PrePrepared {
+                view: self.view,
+                seq: n,
+                digest: d,
+                batch,
+            });
         }
         let last = h + nv.chosen.len() as u64;
         self.next_seq = (last + 1).max(self.last_executed + 1).max(h + 1);

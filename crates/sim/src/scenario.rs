@@ -142,6 +142,9 @@ pub struct Scenario {
     /// Correct replicas that stop and resume with their state intact (a paused process or
     /// a long partition of one node).
     pub pauses: Vec<Window>,
+    /// Replicas (correct ones included) that lose power and reboot from their journal: only
+    /// what they made durable survives. They stay correct.
+    pub reboots: Vec<Window>,
     pub byz_clients: Vec<ClientAttack>,
     /// Times at which the current primary hands over (the step-down admin command).
     pub step_downs: Vec<u64>,
@@ -177,6 +180,7 @@ impl Scenario {
             byzantine: vec![],
             amnesia: vec![],
             pauses: vec![],
+            reboots: vec![],
             byz_clients: vec![],
             step_downs: vec![],
             liveness_bound_ms: 60_000,
@@ -275,8 +279,31 @@ impl Scenario {
         // that costs a view change per attempt (docs/adr/0002, item 7; the signature fallback
         // that removes it is future work). Liveness is only promised for that attack when
         // every replica participates and one such client runs; other seeds swap it for replay.
-        let mut bad_auth_allowed =
-            faulty_count == 0 && s.partitions.is_empty() && s.pauses.is_empty();
+        if rng.random_bool(0.3) {
+            // Power failures: one replica, or (rarely) every replica at once.
+            let start = rng.random_range(0..s.heal_ms);
+            let end = start + rng.random_range(50..2000);
+            if rng.random_bool(0.2) {
+                for r in 0..n {
+                    s.reboots.push(Window {
+                        replica: r,
+                        start_ms: start,
+                        end_ms: end,
+                    });
+                }
+            } else {
+                let r = rng.random_range(0..n);
+                s.reboots.push(Window {
+                    replica: r,
+                    start_ms: start,
+                    end_ms: end,
+                });
+            }
+        }
+        let mut bad_auth_allowed = faulty_count == 0
+            && s.partitions.is_empty()
+            && s.pauses.is_empty()
+            && s.reboots.is_empty();
         for _ in 0..rng.random_range(0..3) {
             let mut a = ClientAttack::ALL[rng.random_range(0..ClientAttack::ALL.len())];
             if a == ClientAttack::BadAuthenticator {
@@ -300,6 +327,7 @@ impl Scenario {
                 s.core.f = 1;
                 s.byzantine = vec![(3, Behavior::VoteEverything)];
                 s.amnesia.clear();
+                s.reboots.clear();
                 s.pauses.clear();
                 s.byz_clients
                     .retain(|a| *a != ClientAttack::BadAuthenticator);
@@ -329,6 +357,7 @@ impl Scenario {
                 s.core.f = 1;
                 s.byzantine = vec![(rng.random_range(0..4), Behavior::BogusViewChange)];
                 s.amnesia.clear();
+                s.reboots.clear();
                 s.pauses.clear();
                 s.partitions.clear();
                 s.byz_clients
@@ -401,6 +430,17 @@ impl Scenario {
             "step-down" => {
                 s.step_downs = vec![200, 900];
             }
+            "restart-all" => {
+                // Every replica loses power at once mid-workload and reboots from its journal.
+                s.ops_per_client = 40;
+                for r in 0..4 {
+                    s.reboots.push(Window {
+                        replica: r,
+                        start_ms: 300,
+                        end_ms: 700,
+                    });
+                }
+            }
             "stale-claims" => {
                 // Frequent hand-overs while a Byzantine replica lies in its view changes.
                 s.byzantine.push((3, Behavior::BogusViewChange));
@@ -412,7 +452,8 @@ impl Scenario {
         Some(s)
     }
 
-    pub const NAMED: [&'static str; 10] = [
+    pub const NAMED: [&'static str; 11] = [
+        "restart-all",
         "stale-claims",
         "calm",
         "primary-crash",

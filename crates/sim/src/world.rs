@@ -39,6 +39,9 @@ enum Ev {
     ByzClient(usize),
     Crash(ReplicaId),
     Restart(ReplicaId),
+    /// Crash keeping the disk (everything synced survives), to be restarted by `Reboot`.
+    PowerOff(ReplicaId),
+    Reboot(ReplicaId),
     Pause(ReplicaId),
     Resume(ReplicaId),
     StepDown,
@@ -109,6 +112,8 @@ pub struct World {
     master: Vec<u8>,
     principals: Vec<Principal>,
     replicas: Vec<Replica<KvService, StaticKeys>>,
+    /// Each replica's durable journal (compacted at checkpoints, as the node does).
+    disks: Vec<Vec<redoubt_core::Record>>,
     up: Vec<Up>,
     adversary: Adversary,
     faulty: Vec<ReplicaId>,
@@ -198,6 +203,7 @@ impl World {
             master,
             principals,
             replicas,
+            disks: vec![Vec::new(); n as usize],
             up: vec![Up::Running; n as usize],
             adversary,
             faulty,
@@ -255,6 +261,10 @@ impl World {
         for w in self.sc.pauses.clone() {
             self.schedule(w.start_ms, Ev::Pause(w.replica));
             self.schedule(w.end_ms, Ev::Resume(w.replica));
+        }
+        for w in self.sc.reboots.clone() {
+            self.schedule(w.start_ms, Ev::PowerOff(w.replica));
+            self.schedule(w.end_ms, Ev::Reboot(w.replica));
         }
         for t in self.sc.step_downs.clone() {
             self.schedule(t, Ev::StepDown);
@@ -378,6 +388,17 @@ impl World {
                     }
                 }
                 Effect::Event(ev) => self.observe(r, ev),
+                Effect::Persist(rec) => {
+                    let checkpoint = matches!(
+                        rec,
+                        redoubt_core::Record::Checkpoint { .. } | redoubt_core::Record::View { .. }
+                    );
+                    self.disks[r as usize].push(rec);
+                    if checkpoint {
+                        let d = std::mem::take(&mut self.disks[r as usize]);
+                        self.disks[r as usize] = redoubt_core::journal::compact(d);
+                    }
+                }
             }
         }
     }
@@ -539,6 +560,27 @@ impl World {
                 self.replicas[r as usize] =
                     Replica::new(self.sc.core.clone(), r, keys, KvService::new());
                 self.up[r as usize] = Up::Running;
+            }
+            Ev::PowerOff(r) => {
+                self.log(|| format!("r{r} POWER OFF (disk kept)"));
+                self.up[r as usize] = Up::Crashed;
+            }
+            Ev::Reboot(r) => {
+                let keys = StaticKeys::derive(
+                    &self.master,
+                    Principal::Replica(r),
+                    self.principals.clone(),
+                );
+                let records = self.disks[r as usize].clone();
+                let n = records.len();
+                self.log(|| format!("r{r} REBOOT from {n} journal records"));
+                match Replica::restore(self.sc.core.clone(), r, keys, KvService::new(), &records) {
+                    Ok(rep) => {
+                        self.replicas[r as usize] = rep;
+                        self.up[r as usize] = Up::Running;
+                    }
+                    Err(e) => self.violation(format!("r{r} cannot restart from its journal: {e}")),
+                }
             }
             Ev::Pause(r) => {
                 self.log(|| format!("r{r} PAUSE"));
@@ -721,6 +763,17 @@ impl World {
         for r in 0..self.replicas.len() {
             if self.faulty.contains(&(r as ReplicaId)) {
                 continue;
+            }
+            let rep = &self.replicas[r];
+            let cfg = rep.config();
+            // A compacted journal: one checkpoint, one view, and per sequence number in the
+            // window at most a pre-prepare, a prepare and an execution.
+            let disk_bound = 2 + 3 * (cfg.log_size as usize);
+            if self.disks[r].len() > disk_bound {
+                let len = self.disks[r].len();
+                self.violation(format!(
+                    "r{r} journal holds {len} records, bound {disk_bound}"
+                ));
             }
             let rep = &self.replicas[r];
             let over = rep.footprint().exceeds(&rep.footprint_bounds(clients));
