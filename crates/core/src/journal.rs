@@ -34,6 +34,8 @@ pub enum Record {
         vc: Option<ViewChange>,
         pset: Vec<PEntry>,
         qset: Vec<QEntry>,
+        /// Bodies of the batches PSet and QSet name (the view change may need them).
+        batches: Vec<Batch>,
     },
     /// Pre-prepared `digest` at `seq` in `view` (sent PRE-PREPARE or PREPARE).
     PrePrepared {
@@ -125,6 +127,7 @@ mod tests {
             vc: None,
             pset: vec![],
             qset: vec![],
+            batches: vec![],
         };
         let pp = |v, n| Record::PrePrepared {
             view: v,

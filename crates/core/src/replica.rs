@@ -1011,6 +1011,18 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.event(Event::Stable { seq });
     }
 
+    /// Bodies of the batches PSet and QSet name, for the journal.
+    fn pset_batches(&self) -> Vec<Batch> {
+        if self.replaying {
+            return Vec::new();
+        }
+        let mut ds: BTreeSet<Digest> = self.pset.values().map(|e| e.digest).collect();
+        ds.extend(self.qset.values().flat_map(|v| v.iter().map(|(d, _)| *d)));
+        ds.iter()
+            .filter_map(|d| self.batches.get(d).cloned())
+            .collect()
+    }
+
     /// Keeps only batch bodies something still refers to.
     fn gc_batches(&mut self) {
         let mut keep: BTreeSet<Digest> = BTreeSet::new();
@@ -1237,6 +1249,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             vc,
             pset,
             qset,
+            batches,
         }) = records
             .iter()
             .rev()
@@ -1244,6 +1257,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         {
             r.view = *view;
             r.normal = *normal;
+            for b in batches {
+                r.batches.insert(b.digest(), b.clone());
+            }
             r.my_vc = vc.as_ref().map(|m| (m.clone(), m.digest()));
             r.pset = pset
                 .iter()
@@ -1376,12 +1392,14 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.vcs.retain(|_, (m, _)| m.view >= v);
         self.my_vc = Some((vc.clone(), digest));
         let (pset, qset) = viewchange::to_wire(&self.pset, &self.qset);
+        let batches = self.pset_batches();
         self.persist(Record::View {
             view: v,
             normal: false,
             vc: Some(vc.clone()),
             pset,
             qset,
+            batches,
         });
         self.event(Event::ViewChangeStarted { view: v });
         self.broadcast(&Message::ViewChange(vc));
@@ -1749,12 +1767,14 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
         }
         let (pset, qset) = viewchange::to_wire(&self.pset, &self.qset);
+        let batches = self.pset_batches();
         self.persist(Record::View {
             view: self.view,
             normal: true,
             vc: self.my_vc.as_ref().map(|(m, _)| m.clone()),
             pset,
             qset,
+            batches,
         });
         let installed: Vec<(Seq, Digest)> = self
             .log
