@@ -1,1 +1,494 @@
-//! placeholder
+//! The client library of redoubt: what an application links to invoke operations on a
+//! replicated service.
+//!
+//! [`Client`] drives the pure client state machine of the protocol core
+//! ([`redoubt_core::Client`]) over TCP: a background task owns it, keeps a reconnecting
+//! [`Link`] to every replica, feeds it a clock and randomness, and completes an
+//! [`invoke`](Client::invoke) once f+1 replicas returned the same result (so at least one
+//! correct replica vouches for it). Requests go to the primary first and are retransmitted to
+//! every replica with back-off until then.
+//!
+//! PBFT allows one outstanding request per client id, so concurrent `invoke`s on one client
+//! (or its clones) are served one after the other; run several clients, with different ids,
+//! for parallelism. If no reply certificate arrives within the configured deadline the request
+//! is abandoned and [`ClientError::Unreachable`] returned; its outcome is then unknown (it may
+//! still execute).
+//!
+//! [`KvClient`] wraps a client with the typed operations of the replicated key-value store.
+
+mod kv;
+
+pub use kv::{KvClient, KvError};
+
+use redoubt_core::{
+    Auth, ClientId, ClientTiming, Completion, Config, Effect, Env, InvokeError, Principal,
+    StaticKeys, View,
+};
+use redoubt_transport::{Link, LinkConfig, LinkError};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, trace};
+
+/// How often the background task ticks the core while a request is outstanding.
+const TICK: Duration = Duration::from_millis(5);
+/// Frames received from all replicas waiting for the background task.
+const INBOUND_QUEUE: usize = 1024;
+/// Frames waiting to be written to one replica. A client has one request outstanding, so a
+/// handful suffices; more would only delay fresh retransmissions behind stale ones.
+const LINK_QUEUE: usize = 16;
+
+/// Everything a client needs to reach a cluster.
+#[derive(Clone, Debug)]
+pub struct ClientSetup {
+    /// This client's id; `keys` must be the keys of `Principal::Client(id)`.
+    pub id: ClientId,
+    /// Address of every replica; the index is the replica id.
+    pub replicas: Vec<SocketAddr>,
+    /// The cluster's protocol configuration (the client uses `f`, `n` and the size limits).
+    pub core: Config,
+    /// Retransmission timing.
+    pub timing: ClientTiming,
+    /// This client's keys shared with each replica.
+    pub keys: StaticKeys,
+    /// How long one invocation may take before it is abandoned.
+    pub deadline: Duration,
+    /// Largest frame sent or accepted on a connection (bytes).
+    pub frame_bytes_max: usize,
+}
+
+impl ClientSetup {
+    /// A setup with default timing, a 10 s deadline and the core's message size limit.
+    pub fn new(id: ClientId, replicas: Vec<SocketAddr>, core: Config, keys: StaticKeys) -> Self {
+        let frame_bytes_max = core.message_bytes_max;
+        ClientSetup {
+            id,
+            replicas,
+            core,
+            timing: ClientTiming::default(),
+            keys,
+            deadline: Duration::from_secs(10),
+            frame_bytes_max,
+        }
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.core.validate()?;
+        if self.replicas.len() != self.core.n() as usize {
+            return Err(format!(
+                "{} replica addresses given for a cluster of n = 3f+1 = {}",
+                self.replicas.len(),
+                self.core.n()
+            ));
+        }
+        if self.keys.me() != Principal::Client(self.id) {
+            return Err(format!(
+                "the keys belong to {}, not to client {}",
+                self.keys.me(),
+                self.id
+            ));
+        }
+        if let Some(r) = (0..self.core.n()).find(|r| !self.keys.knows(Principal::Replica(*r))) {
+            return Err(format!("the keys have no key shared with replica {r}"));
+        }
+        if self.deadline.is_zero() {
+            return Err("the deadline must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// Why an invocation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No certificate of f+1 matching replies arrived in time. The request was abandoned; it
+    /// may or may not have been executed.
+    #[error(
+        "no reply certificate from the cluster within {deadline:?} ({connected} of {replicas} \
+         replicas connected); the operation may or may not have taken effect"
+    )]
+    Unreachable {
+        deadline: Duration,
+        connected: usize,
+        replicas: usize,
+    },
+    /// The operation is larger than the cluster accepts in one request.
+    #[error("operation of {0} bytes exceeds the cluster's request size limit")]
+    TooLarge(usize),
+    /// The client's background task is gone.
+    #[error("the client is shut down")]
+    Closed,
+    /// [`Client::connect`] was given an inconsistent setup.
+    #[error("invalid client setup: {0}")]
+    InvalidSetup(String),
+}
+
+/// Counters of a [`Client`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Invocations that completed with a reply certificate.
+    pub completed: u64,
+    /// Invocations abandoned at the deadline.
+    pub unreachable: u64,
+    /// Retransmission rounds, summed over completed invocations.
+    pub retransmissions: u64,
+    /// Latency of the last completed invocation.
+    pub last_latency: Option<Duration>,
+    /// Frames from replicas that did not verify or did not match.
+    pub frames_rejected: u64,
+    /// Frames not sent because a replica's outgoing queue was full.
+    pub frames_dropped: u64,
+    /// Replicas with an established connection right now.
+    pub replicas_connected: usize,
+    /// The view the client believes current (its primary is `view mod n`).
+    pub view: View,
+}
+
+/// A handle to a client connected to a cluster. Cheap to clone; clones share the client id,
+/// and so take turns. The background task stops when the last clone is dropped.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Handle>,
+}
+
+struct Handle {
+    id: ClientId,
+    commands: mpsc::Sender<Command>,
+    /// One outstanding request per client id: invocations queue here.
+    turn: tokio::sync::Mutex<()>,
+    links: Vec<Link>,
+    request_bytes_max: usize,
+    state: Arc<State>,
+}
+
+/// What the background task reports to the handles.
+#[derive(Default)]
+struct State {
+    view: AtomicU64,
+    stats: Mutex<ClientStats>,
+}
+
+impl State {
+    fn update(&self, f: impl FnOnce(&mut ClientStats)) {
+        f(&mut self.stats.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+}
+
+enum Command {
+    Invoke {
+        op: Vec<u8>,
+        read_only: bool,
+        reply: oneshot::Sender<Result<Completion, ClientError>>,
+    },
+}
+
+impl Client {
+    /// Starts the client: one reconnecting link per replica and the background task. Does not
+    /// wait for any replica to be up. Must be called inside a tokio runtime.
+    pub async fn connect(setup: ClientSetup) -> Result<Client, ClientError> {
+        setup.check().map_err(ClientError::InvalidSetup)?;
+        let (inbound_tx, inbound) = mpsc::channel(INBOUND_QUEUE);
+        let link_cfg = LinkConfig {
+            frames_queued_max: LINK_QUEUE,
+            frame_bytes_max: setup.frame_bytes_max,
+            backoff_min: Duration::from_millis(20),
+            backoff_max: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(1),
+        };
+        let links: Vec<Link> = setup
+            .replicas
+            .iter()
+            .map(|addr| Link::spawn(*addr, link_cfg.clone(), inbound_tx.clone()))
+            .collect();
+        let (commands, command_rx) = mpsc::channel(1);
+        let state = Arc::new(State::default());
+        let core = redoubt_core::Client::new(
+            setup.core.clone(),
+            setup.timing.clone(),
+            setup.id,
+            setup.keys.clone(),
+        );
+        let task = Task {
+            core,
+            links: links.clone(),
+            state: state.clone(),
+            deadline: setup.deadline,
+            clock: Clock::start(),
+        };
+        tokio::spawn(task.run(command_rx, inbound));
+        debug!(client = setup.id, replicas = ?setup.replicas, "client started");
+        Ok(Client {
+            inner: Arc::new(Handle {
+                id: setup.id,
+                commands,
+                turn: tokio::sync::Mutex::new(()),
+                links,
+                request_bytes_max: setup.core.request_bytes_max,
+                state,
+            }),
+        })
+    }
+
+    /// This client's id.
+    pub fn id(&self) -> ClientId {
+        self.inner.id
+    }
+
+    /// Executes `op` on the replicated service and returns its result, once f+1 replicas
+    /// agree on it.
+    pub async fn invoke(&self, op: Vec<u8>) -> Result<Vec<u8>, ClientError> {
+        self.call(op, false).await
+    }
+
+    /// Like [`Client::invoke`] for an operation that does not modify the state. The request is
+    /// marked read-only; replicas currently order it like any other request (the
+    /// one-round-trip read path comes later), so the guarantees are the same.
+    pub async fn invoke_read_only(&self, op: Vec<u8>) -> Result<Vec<u8>, ClientError> {
+        self.call(op, true).await
+    }
+
+    async fn call(&self, op: Vec<u8>, read_only: bool) -> Result<Vec<u8>, ClientError> {
+        if op.len() > self.inner.request_bytes_max {
+            return Err(ClientError::TooLarge(op.len()));
+        }
+        let _turn = self.inner.turn.lock().await;
+        let (reply, done) = oneshot::channel();
+        self.inner
+            .commands
+            .send(Command::Invoke {
+                op,
+                read_only,
+                reply,
+            })
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        let completion = done.await.map_err(|_| ClientError::Closed)??;
+        Ok(completion.result)
+    }
+
+    /// The view the client believes current, learned from reply certificates; requests go
+    /// first to its primary (`view mod n`).
+    pub fn view(&self) -> View {
+        self.inner.state.view.load(Relaxed)
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> ClientStats {
+        let mut s = self
+            .inner
+            .state
+            .stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        s.replicas_connected = connected(&self.inner.links);
+        s.view = self.view();
+        s
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("id", &self.inner.id)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+fn connected(links: &[Link]) -> usize {
+    links.iter().filter(|l| l.stats().connected).count()
+}
+
+/// The clock fed to the core: milliseconds since the UNIX epoch, read once at start and then
+/// advanced by a monotonic clock. The core derives request timestamps from it (×1000), so they
+/// keep increasing across restarts of the process, and wall-clock steps while running cannot
+/// make them go backwards.
+struct Clock {
+    base_ms: u64,
+    start: Instant,
+}
+
+impl Clock {
+    fn start() -> Clock {
+        let base_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        Clock {
+            base_ms,
+            start: Instant::now(),
+        }
+    }
+
+    fn env(&self) -> Env {
+        Env {
+            now_ms: self.base_ms + self.start.elapsed().as_millis() as u64,
+            entropy: rand::random(),
+        }
+    }
+}
+
+/// The invocation in progress.
+struct Pending {
+    reply: oneshot::Sender<Result<Completion, ClientError>>,
+    deadline: tokio::time::Instant,
+}
+
+/// The background task: the only owner of the core state machine.
+struct Task {
+    core: redoubt_core::Client<StaticKeys>,
+    links: Vec<Link>,
+    state: Arc<State>,
+    deadline: Duration,
+    clock: Clock,
+}
+
+impl Task {
+    async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut inbound: mpsc::Receiver<Vec<u8>>,
+    ) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut pending: Option<Pending> = None;
+        loop {
+            tokio::select! {
+                command = commands.recv() => match command {
+                    Some(Command::Invoke { op, read_only, reply }) => {
+                        pending = self.start(op, read_only, reply, pending.take());
+                    }
+                    None => break, // every handle is gone
+                },
+                Some(frame) = inbound.recv() => {
+                    let completion = self.core.receive(self.clock.env(), &frame);
+                    self.note_rejected();
+                    if let Some(c) = completion {
+                        if let Some(p) = pending.take() {
+                            self.complete(c, p);
+                        }
+                    }
+                }
+                // Timers matter only while a request is outstanding: idle clients sleep.
+                _ = tick.tick(), if pending.is_some() => {
+                    pending = self.on_tick(pending.take());
+                }
+            }
+        }
+        for link in &self.links {
+            link.close();
+        }
+        debug!(client = self.core.id(), "client stopped");
+    }
+
+    fn start(
+        &mut self,
+        op: Vec<u8>,
+        read_only: bool,
+        reply: oneshot::Sender<Result<Completion, ClientError>>,
+        previous: Option<Pending>,
+    ) -> Option<Pending> {
+        if previous.is_some() {
+            // Only possible if the caller of the previous invocation gave up (dropped its
+            // future) before the tick noticed.
+            self.core.abandon();
+        }
+        match self.core.invoke(self.clock.env(), op, read_only) {
+            Ok((timestamp, effects)) => {
+                trace!(client = self.core.id(), timestamp, read_only, "invoke");
+                self.route(effects);
+                Some(Pending {
+                    reply,
+                    deadline: tokio::time::Instant::now() + self.deadline,
+                })
+            }
+            Err(InvokeError::TooLarge(n)) => {
+                let _ = reply.send(Err(ClientError::TooLarge(n)));
+                None
+            }
+            Err(InvokeError::Busy) => {
+                // Cannot happen: the core was made idle above. Fail this call, not the task.
+                self.core.abandon();
+                let _ = reply.send(Err(ClientError::Closed));
+                None
+            }
+        }
+    }
+
+    fn on_tick(&mut self, pending: Option<Pending>) -> Option<Pending> {
+        let p = pending?;
+        if p.reply.is_closed() {
+            // The caller stopped waiting.
+            self.core.abandon();
+            return None;
+        }
+        if tokio::time::Instant::now() >= p.deadline {
+            self.core.abandon();
+            let connected = connected(&self.links);
+            self.state.update(|s| s.unreachable += 1);
+            debug!(
+                client = self.core.id(),
+                connected, "request abandoned at the deadline"
+            );
+            let _ = p.reply.send(Err(ClientError::Unreachable {
+                deadline: self.deadline,
+                connected,
+                replicas: self.links.len(),
+            }));
+            return None;
+        }
+        let effects = self.core.tick(self.clock.env());
+        self.route(effects);
+        Some(p)
+    }
+
+    fn complete(&mut self, c: Completion, p: Pending) {
+        trace!(
+            client = self.core.id(),
+            timestamp = c.timestamp,
+            view = c.view,
+            "completed"
+        );
+        self.state.view.fetch_max(self.core.view(), Relaxed);
+        self.state.update(|s| {
+            s.completed += 1;
+            s.retransmissions += c.retransmissions as u64;
+            s.last_latency = Some(Duration::from_millis(c.latency_ms));
+        });
+        let _ = p.reply.send(Ok(c));
+    }
+
+    fn note_rejected(&self) {
+        let rejected = self.core.rejected;
+        self.state.update(|s| s.frames_rejected = rejected);
+    }
+
+    /// Hands the core's frames to the links. A full queue drops the frame: the core
+    /// retransmits.
+    fn route(&self, effects: Vec<Effect>) {
+        for effect in effects {
+            let (targets, bytes): (Vec<usize>, _) = match effect {
+                Effect::Send {
+                    to: Principal::Replica(r),
+                    bytes,
+                } => (vec![r as usize], bytes),
+                Effect::Broadcast { bytes } => ((0..self.links.len()).collect(), bytes),
+                // Sends to other principals, events (and anything a newer core adds) do not
+                // concern a client's host.
+                _ => continue,
+            };
+            for r in targets {
+                let Some(link) = self.links.get(r) else {
+                    continue;
+                };
+                match link.send(bytes.clone()) {
+                    Ok(()) => {}
+                    Err(LinkError::Full) => self.state.update(|s| s.frames_dropped += 1),
+                    Err(e) => trace!(replica = r, error = %e, "frame not sent"),
+                }
+            }
+        }
+    }
+}

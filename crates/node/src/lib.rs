@@ -1,1 +1,23 @@
-//! placeholder
+//! The redoubt node: everything a replica process needs around the pure protocol core.
+//!
+//! - [`config`]: the cluster config file (TOML) and its validation;
+//! - [`keys`]: per-principal key files;
+//! - [`init`]: generating a cluster (`redoubt init`);
+//! - [`storage`]: the durable journal (group-committed before sends);
+//! - [`runtime`]: the replica event loop on tokio (`redoubt replica`);
+//! - [`metrics`] and [`status`]: Prometheus metrics and the JSON status over HTTP;
+//! - [`logging`]: human or JSON logs.
+//!
+//! The protocol logic itself lives in `redoubt-core`; this crate must never decide anything the
+//! protocol decides, only carry bytes, time and durability to and from it.
+
+pub mod config;
+pub mod init;
+pub mod keys;
+pub mod logging;
+pub mod metrics;
+pub mod runtime;
+pub mod status;
+pub mod storage;
+
+pub use runtime::{run_replica, NodeError};

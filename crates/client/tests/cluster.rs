@@ -1,0 +1,414 @@
+//! The client against a real (in-process) cluster over TCP.
+//!
+//! There is no node runtime yet, so this file carries a miniature one: each replica is a tokio
+//! task that owns a `redoubt_core::Replica`, a `Listener` for everything sent to it, and one
+//! `Link` to every other replica. It is written to be read as a sketch of the real runtime.
+
+use redoubt_client::{Client, ClientError, ClientSetup, KvClient, KvError};
+use redoubt_core::auth::{open, verify_request};
+use redoubt_core::message::decode_frame;
+use redoubt_core::{
+    ClientId, ClientTiming, Config, Effect, Env, Input, Message, Principal, Replica, ReplicaId,
+    StaticKeys,
+};
+use redoubt_services::kv::KvService;
+use redoubt_transport::{ConnId, Link, LinkConfig, Listener, ListenerConfig};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+const MASTER: &[u8] = b"test-master";
+const F: u32 = 1;
+const N: u32 = 3 * F + 1;
+/// Client ids the cluster has keys for.
+const CLIENTS: [ClientId; 3] = [1, 2, 3];
+
+fn principals() -> Vec<Principal> {
+    (0..N)
+        .map(Principal::Replica)
+        .chain(CLIENTS.iter().map(|c| Principal::Client(*c)))
+        .collect()
+}
+
+fn keys(p: Principal) -> StaticKeys {
+    StaticKeys::derive(MASTER, p, principals())
+}
+
+/// Milliseconds since the UNIX epoch: the clock every host feeds its core.
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn env() -> Env {
+    Env {
+        now_ms: now_ms(),
+        entropy: rand::random(),
+    }
+}
+
+/// A free loopback address with nothing listening on it (a replica that is down).
+fn dead_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+// ----- the miniature node runtime --------------------------------------------------------------
+
+/// Everything one replica task owns.
+struct ReplicaHost {
+    replica: Replica<KvService, StaticKeys>,
+    /// Accepts connections from clients and from the other replicas' links.
+    listener: Listener,
+    /// One link per replica id (`None` for this replica itself).
+    peers: Vec<Option<Link>>,
+    /// The connection each client last sent an authentic request on: where its replies go.
+    clients: HashMap<ClientId, ConnId>,
+}
+
+impl ReplicaHost {
+    /// Runs the replica until `stop` fires: every received frame and every 5 ms tick goes into
+    /// the core, and every effect it returns is carried out.
+    async fn run(
+        mut self,
+        mut from_listener: mpsc::Receiver<(ConnId, Vec<u8>)>,
+        mut from_links: mpsc::Receiver<Vec<u8>>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let mut tick = tokio::time::interval(Duration::from_millis(5));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let effects = tokio::select! {
+                _ = stop.wait_for(|s| *s) => break,
+                Some((conn, frame)) = from_listener.recv() => {
+                    if !self.note_sender(conn, &frame) {
+                        continue;
+                    }
+                    self.replica.handle(env(), Input::Receive(&frame))
+                }
+                // Peers answer on their own links, but a peer may also write back on ours.
+                Some(frame) = from_links.recv() => self.replica.handle(env(), Input::Receive(&frame)),
+                _ = tick.tick() => self.replica.handle(env(), Input::Tick),
+            };
+            self.carry_out(effects);
+        }
+    }
+
+    /// Learns where a client's replies go. Returns false (and hangs up) for a frame that does
+    /// not even decode. Only a request whose authenticator entry for this replica verifies
+    /// moves a client's reply route, so a forger cannot divert another client's replies.
+    fn note_sender(&mut self, conn: ConnId, frame: &[u8]) -> bool {
+        let max = self.replica.config().message_bytes_max;
+        let Ok(decoded) = decode_frame(frame, max) else {
+            self.listener.close_conn(conn);
+            return false;
+        };
+        if let Principal::Client(c) = decoded.from {
+            let auth = self.replica.auth();
+            if let Ok(Message::Request(r)) = open(auth, &decoded) {
+                if r.request.client == c
+                    && verify_request(auth, decoded.from, &r.request.digest(), &r.auth)
+                {
+                    self.clients.insert(c, conn);
+                }
+            }
+        }
+        true
+    }
+
+    fn carry_out(&self, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Send {
+                    to: Principal::Replica(r),
+                    bytes,
+                } => {
+                    if let Some(Some(link)) = self.peers.get(r as usize) {
+                        let _ = link.send(bytes); // a full queue drops: the protocol retransmits
+                    }
+                }
+                Effect::Send {
+                    to: Principal::Client(c),
+                    bytes,
+                } => {
+                    if let Some(conn) = self.clients.get(&c) {
+                        let _ = self.listener.send(*conn, bytes);
+                    }
+                }
+                Effect::Broadcast { bytes } => {
+                    for link in self.peers.iter().flatten() {
+                        let _ = link.send(bytes.clone());
+                    }
+                }
+                // A real node makes `Persist` records durable before the sends of the same
+                // `handle` call, and exports events as metrics. This cluster lives in memory
+                // and never restarts a replica, so it skips both.
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A cluster of `N` replicas on loopback, some of which may be down.
+struct TestCluster {
+    addrs: Vec<SocketAddr>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl TestCluster {
+    /// Starts the replicas whose id is in `up`; the others have an address nobody listens on.
+    async fn start(up: &[ReplicaId]) -> TestCluster {
+        let cfg = Config::new(F);
+        let listener_cfg = ListenerConfig {
+            frame_bytes_max: cfg.message_bytes_max,
+            per_conn_queue_max: 1024,
+            connections_max: 64,
+        };
+        let link_cfg = LinkConfig {
+            frames_queued_max: 1024,
+            frame_bytes_max: cfg.message_bytes_max,
+            backoff_min: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(500),
+            connect_timeout: Duration::from_secs(1),
+        };
+        // Bind every listener first, so that all addresses are known before any link dials.
+        let mut listeners = Vec::new();
+        let mut addrs = Vec::new();
+        for r in 0..N {
+            if up.contains(&r) {
+                let (tx, rx) = mpsc::channel(4096);
+                let l = Listener::bind("127.0.0.1:0".parse().unwrap(), listener_cfg.clone(), tx)
+                    .await
+                    .expect("bind");
+                addrs.push(l.local_addr());
+                listeners.push(Some((l, rx)));
+            } else {
+                addrs.push(dead_addr());
+                listeners.push(None);
+            }
+        }
+        let (stop, stop_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+        for (r, slot) in listeners.into_iter().enumerate() {
+            let Some((listener, from_listener)) = slot else {
+                continue;
+            };
+            let r = r as ReplicaId;
+            let (links_tx, from_links) = mpsc::channel(4096);
+            let peers = (0..N)
+                .map(|p| {
+                    (p != r)
+                        .then(|| Link::spawn(addrs[p as usize], link_cfg.clone(), links_tx.clone()))
+                })
+                .collect();
+            let host = ReplicaHost {
+                replica: Replica::new(
+                    cfg.clone(),
+                    r,
+                    keys(Principal::Replica(r)),
+                    KvService::new(),
+                ),
+                listener,
+                peers,
+                clients: HashMap::new(),
+            };
+            tasks.push(tokio::spawn(host.run(
+                from_listener,
+                from_links,
+                stop_rx.clone(),
+            )));
+        }
+        TestCluster { addrs, stop, tasks }
+    }
+
+    fn setup(&self, client: ClientId, deadline: Duration) -> ClientSetup {
+        ClientSetup {
+            deadline,
+            ..ClientSetup::new(
+                client,
+                self.addrs.clone(),
+                Config::new(F),
+                keys(Principal::Client(client)),
+            )
+        }
+    }
+
+    async fn shutdown(self) {
+        self.stop.send_replace(true);
+        for t in self.tasks {
+            t.await.expect("replica task did not panic");
+        }
+    }
+}
+
+// ----- tests ----------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn kv_operations_through_a_cluster() {
+    let cluster = TestCluster::start(&[0, 1, 2, 3]).await;
+    let kv = KvClient::connect(cluster.setup(1, Duration::from_secs(20)))
+        .await
+        .unwrap();
+
+    assert_eq!(kv.get("a").await.unwrap(), None);
+    assert_eq!(kv.put("a", "1").await.unwrap(), None);
+    assert_eq!(kv.get("a").await.unwrap(), Some(b"1".to_vec()));
+    assert_eq!(kv.put("a", "2").await.unwrap(), Some(b"1".to_vec()));
+
+    // Compare-and-swap: a stale expectation fails and reports the current value.
+    assert_eq!(
+        kv.cas("a", Some(b"1".to_vec()), "3").await.unwrap(),
+        (false, Some(b"2".to_vec()))
+    );
+    assert_eq!(
+        kv.cas("a", Some(b"2".to_vec()), "3").await.unwrap(),
+        (true, Some(b"3".to_vec()))
+    );
+    assert_eq!(
+        kv.cas("new", None, "x").await.unwrap(),
+        (true, Some(b"x".to_vec()))
+    );
+    assert_eq!(kv.get("a").await.unwrap(), Some(b"3".to_vec()));
+
+    kv.put("b", "B").await.unwrap();
+    assert_eq!(
+        kv.scan("a", Some(b"c".to_vec()), 10).await.unwrap(),
+        vec![
+            (b"a".to_vec(), b"3".to_vec()),
+            (b"b".to_vec(), b"B".to_vec())
+        ]
+    );
+    assert_eq!(kv.delete("b").await.unwrap(), Some(b"B".to_vec()));
+    assert_eq!(kv.get("b").await.unwrap(), None);
+
+    // The store's own refusals come back typed.
+    let too_long_key = vec![b'k'; 2000];
+    assert!(matches!(
+        kv.put(too_long_key, "v").await,
+        Err(KvError::Refused(_))
+    ));
+
+    // Operations above the request limit never leave the client.
+    let huge = vec![0u8; Config::new(F).request_bytes_max + 1];
+    assert!(matches!(
+        kv.client().invoke(huge).await,
+        Err(ClientError::TooLarge(_))
+    ));
+
+    let s = kv.client().stats();
+    assert_eq!(s.completed, 13, "the refused put completed too");
+    assert_eq!(s.unreachable, 0);
+    assert_eq!(s.replicas_connected, N as usize);
+    assert_eq!(kv.client().view(), 0, "no view change in a healthy cluster");
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn concurrent_clients_and_shared_handles() {
+    let cluster = TestCluster::start(&[0, 1, 2, 3]).await;
+    let a = KvClient::connect(cluster.setup(1, Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let b = KvClient::connect(cluster.setup(2, Duration::from_secs(20)))
+        .await
+        .unwrap();
+    // Two clients increment one counter with compare-and-swap; `a` also runs through two
+    // clones of one handle, whose invocations take turns.
+    async fn increment(kv: KvClient, times: usize) {
+        let mut done = 0;
+        while done < times {
+            let cur = kv.get("n").await.unwrap();
+            let next = cur
+                .as_ref()
+                .map_or(0, |v| u64::from_be_bytes(v[..].try_into().unwrap()))
+                + 1;
+            if kv.cas("n", cur, next.to_be_bytes()).await.unwrap().0 {
+                done += 1;
+            }
+        }
+    }
+    tokio::join!(
+        increment(a.clone(), 5),
+        increment(a.clone(), 5),
+        increment(b.clone(), 5)
+    );
+    let n = a.get("n").await.unwrap().unwrap();
+    assert_eq!(u64::from_be_bytes(n[..].try_into().unwrap()), 15);
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn survives_a_crashed_primary() {
+    // Replica 0, the primary of view 0, never starts: the others must change view.
+    let cluster = TestCluster::start(&[1, 2, 3]).await;
+    let kv = KvClient::connect(cluster.setup(3, Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(kv.put("k", "v").await.unwrap(), None);
+    assert!(kv.client().view() >= 1, "the client learned the new view");
+    assert_eq!(kv.get("k").await.unwrap(), Some(b"v".to_vec()));
+    let s = kv.client().stats();
+    assert!(s.retransmissions >= 1, "{s:?}");
+    assert_eq!(s.replicas_connected, 3);
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn unreachable_when_no_replica_runs() {
+    let addrs: Vec<SocketAddr> = (0..N).map(|_| dead_addr()).collect();
+    let deadline = Duration::from_millis(400);
+    let setup = ClientSetup {
+        deadline,
+        timing: ClientTiming::default(),
+        ..ClientSetup::new(1, addrs, Config::new(F), keys(Principal::Client(1)))
+    };
+    let client = Client::connect(setup).await.unwrap();
+    let start = Instant::now();
+    let err = client.invoke(b"op".to_vec()).await.unwrap_err();
+    let took = start.elapsed();
+    match err {
+        ClientError::Unreachable {
+            deadline: d,
+            connected,
+            replicas,
+        } => assert_eq!((d, connected, replicas), (deadline, 0, N as usize)),
+        other => panic!("{other}"),
+    }
+    assert!(took >= deadline, "gave up early: {took:?}");
+    assert!(
+        took < deadline + Duration::from_secs(1),
+        "gave up late: {took:?}"
+    );
+    // The client is still usable (and still fails the same way).
+    let err = client.invoke(b"op".to_vec()).await.unwrap_err();
+    assert!(matches!(err, ClientError::Unreachable { .. }));
+    assert_eq!(client.stats().unreachable, 2);
+    assert!(
+        err.to_string().contains("0 of 4 replicas connected"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn setup_is_checked() {
+    let addrs: Vec<SocketAddr> = (0..N).map(|_| dead_addr()).collect();
+    let wrong_keys = ClientSetup::new(1, addrs.clone(), Config::new(F), keys(Principal::Client(2)));
+    assert!(matches!(
+        Client::connect(wrong_keys).await,
+        Err(ClientError::InvalidSetup(_))
+    ));
+    let too_few = ClientSetup::new(
+        1,
+        addrs[..3].to_vec(),
+        Config::new(F),
+        keys(Principal::Client(1)),
+    );
+    assert!(matches!(
+        Client::connect(too_few).await,
+        Err(ClientError::InvalidSetup(_))
+    ));
+}

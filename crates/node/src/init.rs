@@ -1,0 +1,226 @@
+//! `redoubt init`: writes a cluster configuration and one key file per principal.
+//!
+//! ```text
+//! out/redoubt.toml
+//! out/keys/            (0700)
+//! out/keys/replica-<i>.key, out/keys/client-<c>.key   (0600)
+//! ```
+//!
+//! Keys are derived from a random master secret that exists only in memory during `init`:
+//! each principal's file receives only its own directional keys, so a compromised replica
+//! learns nothing about the keys between other principals.
+
+use crate::config::{
+    ClientEntry, ClientSection, ClusterConfig, ClusterSection, ConfigError, NodeSection,
+    ReplicaEntry, StorageSection,
+};
+use crate::keys::write_key_file;
+use rand::Rng as _;
+use redoubt_core::auth::pairwise_key;
+use redoubt_core::Config;
+use std::fs::DirBuilder;
+use std::io::Write as _;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Default first protocol port: replica `i` listens on `base_port + i`, its metrics endpoint on
+/// `base_port + 100 + i`.
+pub const DEFAULT_BASE_PORT: u16 = 7400;
+/// Offset between a replica's protocol port and its metrics port.
+pub const METRICS_PORT_OFFSET: u16 = 100;
+/// Name of the configuration file `init` writes in its output directory.
+pub const CONFIG_FILE_NAME: &str = "redoubt.toml";
+
+/// What `redoubt init` builds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InitOptions {
+    /// Number of replicas: 3f+1 with f >= 1.
+    pub replicas: u32,
+    /// Number of clients; their ids are `1..=clients`.
+    pub clients: u32,
+    /// Output directory (created if missing).
+    pub out: PathBuf,
+    /// Replica `i` gets protocol port `base_port + i` and metrics port `base_port + 100 + i`.
+    pub base_port: u16,
+    /// Address every replica listens on (default 127.0.0.1).
+    pub host: IpAddr,
+    /// Cluster name.
+    pub name: String,
+}
+
+impl Default for InitOptions {
+    fn default() -> Self {
+        InitOptions {
+            replicas: 4,
+            clients: 1,
+            out: PathBuf::from("redoubt-cluster"),
+            base_port: DEFAULT_BASE_PORT,
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            name: "redoubt".into(),
+        }
+    }
+}
+
+/// Creates the cluster described by `opts`; returns the path of the written `redoubt.toml`.
+pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
+    let n = opts.replicas;
+    if n < 4 || !(n - 1).is_multiple_of(3) {
+        let lower = if n < 4 { 4 } else { n - (n - 1) % 3 };
+        let upper = if n < 4 { 4 } else { lower + 3 };
+        let advice = if lower == upper {
+            "use 4 (f = 1)".to_string()
+        } else {
+            format!(
+                "use {lower} (f = {}) or {upper} (f = {})",
+                (lower - 1) / 3,
+                (upper - 1) / 3
+            )
+        };
+        return Err(ConfigError::InitReplicas {
+            replicas: n,
+            advice,
+        });
+    }
+    let f = (n - 1) / 3;
+    if n > u32::from(METRICS_PORT_OFFSET) {
+        return Err(ConfigError::InitInvalid(format!(
+            "{n} replicas would give protocol ports that collide with metrics ports (base_port + {METRICS_PORT_OFFSET} + i); use at most {METRICS_PORT_OFFSET} replicas"
+        )));
+    }
+    if opts.base_port == 0 {
+        return Err(ConfigError::InitInvalid(
+            "base port 0 is not a fixed port; choose a base port such as 7400".into(),
+        ));
+    }
+    let last_port = u32::from(opts.base_port) + u32::from(METRICS_PORT_OFFSET) + n - 1;
+    if last_port > u32::from(u16::MAX) {
+        return Err(ConfigError::InitInvalid(format!(
+            "base port {} is too high: the metrics port of replica {} would be {last_port}; choose a base port of at most {}",
+            opts.base_port,
+            n - 1,
+            u32::from(u16::MAX) + 1 - u32::from(METRICS_PORT_OFFSET) - n
+        )));
+    }
+    if opts.host.is_unspecified() {
+        return Err(ConfigError::InitInvalid(format!(
+            "host {} is not an address peers and clients can connect to; give the address of this host (e.g. 127.0.0.1)",
+            opts.host
+        )));
+    }
+
+    let io = |action: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source: std::io::Error| ConfigError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+
+    let config_path = opts.out.join(CONFIG_FILE_NAME);
+    if config_path.exists() {
+        return Err(ConfigError::InitExists { path: config_path });
+    }
+    std::fs::create_dir_all(&opts.out).map_err(io("create directory", &opts.out))?;
+    let keys_dir = opts.out.join("keys");
+    if keys_dir.exists() {
+        let mut entries = std::fs::read_dir(&keys_dir).map_err(io("read directory", &keys_dir))?;
+        if entries.next().is_some() {
+            return Err(ConfigError::InitExists { path: keys_dir });
+        }
+    } else {
+        DirBuilder::new()
+            .mode(0o700)
+            .create(&keys_dir)
+            .map_err(io("create directory", &keys_dir))?;
+    }
+    std::fs::set_permissions(&keys_dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(io("set permissions of", &keys_dir))?;
+
+    let mut rng = rand::rng();
+    let mut id_bytes = [0u8; 16];
+    rng.fill_bytes(&mut id_bytes);
+    let cluster_id: String = id_bytes.iter().map(|b| format!("{b:02x}")).collect();
+
+    let cfg = ClusterConfig {
+        path: config_path.clone(),
+        cluster: ClusterSection {
+            name: opts.name.clone(),
+            id: cluster_id.clone(),
+        },
+        replicas: (0..n)
+            .map(|i| {
+                let port = |offset: u32| (u32::from(opts.base_port) + offset + i) as u16;
+                ReplicaEntry {
+                    id: i,
+                    addr: SocketAddr::new(opts.host, port(0)),
+                    metrics_addr: SocketAddr::new(opts.host, port(u32::from(METRICS_PORT_OFFSET))),
+                    home: PathBuf::from(format!("replica-{i}")),
+                    key_file: PathBuf::from(format!("keys/replica-{i}.key")),
+                }
+            })
+            .collect(),
+        clients: (1..=u64::from(opts.clients))
+            .map(|c| ClientEntry {
+                id: c,
+                key_file: PathBuf::from(format!("keys/client-{c}.key")),
+            })
+            .collect(),
+        protocol: Config::new(f),
+        client: ClientSection::default(),
+        node: NodeSection::default(),
+        storage: StorageSection::default(),
+    };
+    cfg.validate()?;
+    let text = cfg.to_toml();
+    // Check the template before writing anything: what init writes must load.
+    ClusterConfig::parse(&config_path, &text)?;
+
+    let mut master = [0u8; 32];
+    rng.fill_bytes(&mut master);
+    let result = write_all_keys(&cfg, &master);
+    // Forget the master secret: it is never written anywhere.
+    master.fill(0);
+    std::hint::black_box(&master);
+    result?;
+
+    // The config is written last: a directory holding redoubt.toml is a complete cluster.
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(&config_path)
+        .map_err(|source| {
+            if source.kind() == std::io::ErrorKind::AlreadyExists {
+                ConfigError::InitExists {
+                    path: config_path.clone(),
+                }
+            } else {
+                io("create", &config_path)(source)
+            }
+        })?;
+    file.write_all(text.as_bytes())
+        .map_err(io("write", &config_path))?;
+    file.sync_all().map_err(io("sync", &config_path))?;
+    Ok(config_path)
+}
+
+fn write_all_keys(cfg: &ClusterConfig, master: &[u8]) -> Result<(), ConfigError> {
+    for me in cfg.principals() {
+        let keys: Vec<_> = cfg
+            .peers_of(me)
+            .into_iter()
+            .map(|peer| {
+                (
+                    peer,
+                    pairwise_key(master, me, peer),
+                    pairwise_key(master, peer, me),
+                )
+            })
+            .collect();
+        let path = cfg.key_file_of(me)?;
+        write_key_file(&path, &cfg.cluster.id, me, &keys)?;
+    }
+    Ok(())
+}

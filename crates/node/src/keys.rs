@@ -1,0 +1,262 @@
+//! Key files: one per principal, mode 0600, holding only that principal's directional MAC keys
+//! with each of its peers (a replica with every other principal, a client with every replica).
+//!
+//! ```toml
+//! principal = "replica:0"
+//! cluster_id = "5f0c…"
+//!
+//! [[peer]]
+//! principal = "replica:1"
+//! send = "<64 hex digits>"   # key replica:0 → replica:1
+//! recv = "<64 hex digits>"   # key replica:1 → replica:0
+//! ```
+
+use crate::config::{parse_principal, principal_name, ClusterConfig, ConfigError, Location};
+use redoubt_core::{Principal, StaticKeys};
+use redoubt_crypto::{MacKey, KEY_LEN};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs::OpenOptions;
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use toml::Spanned;
+
+/// Writes the key file of `me`: for each peer, `(peer, key me→peer, key peer→me)`. The file is
+/// created with mode 0600; an existing file is never overwritten.
+pub fn write_key_file(
+    path: &Path,
+    cluster_id: &str,
+    me: Principal,
+    keys: &[(Principal, MacKey, MacKey)],
+) -> Result<(), ConfigError> {
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "# redoubt key file of {}: secret MAC keys, written by `redoubt init`.",
+        principal_name(me)
+    );
+    let _ = writeln!(
+        text,
+        "# Keep it mode 0600 and on the host of its principal only; never share it."
+    );
+    let _ = writeln!(text, "principal = \"{}\"", principal_name(me));
+    let _ = writeln!(
+        text,
+        "cluster_id = {}",
+        toml::Value::String(cluster_id.to_string())
+    );
+    let mut sorted: Vec<&(Principal, MacKey, MacKey)> = keys.iter().collect();
+    sorted.sort_by_key(|(p, _, _)| *p);
+    for (peer, send, recv) in sorted {
+        let _ = writeln!(text);
+        let _ = writeln!(text, "[[peer]]");
+        let _ = writeln!(text, "principal = \"{}\"", principal_name(*peer));
+        let _ = writeln!(text, "send = \"{}\"", hex(&send.0));
+        let _ = writeln!(text, "recv = \"{}\"", hex(&recv.0));
+    }
+    let io = |action: &'static str| {
+        move |source: std::io::Error| ConfigError::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
+    };
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|source| {
+            if source.kind() == std::io::ErrorKind::AlreadyExists {
+                ConfigError::KeyExists {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                io("create key file")(source)
+            }
+        })?;
+    file.write_all(text.as_bytes())
+        .map_err(io("write key file"))?;
+    file.sync_all().map_err(io("sync key file"))?;
+    Ok(())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKeyFile {
+    principal: Spanned<String>,
+    cluster_id: String,
+    #[serde(rename = "peer", default)]
+    peers: Vec<RawPeer>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPeer {
+    principal: Spanned<String>,
+    send: Spanned<String>,
+    recv: Spanned<String>,
+}
+
+/// Loads the key file of `me` named by the configuration and checks it: its mode, that it
+/// belongs to `me` and to this cluster, and that it has keys for every peer of `me` in the
+/// cluster. Keys for principals no longer in the configuration are ignored.
+pub fn load_keys(cfg: &ClusterConfig, me: Principal) -> Result<StaticKeys, ConfigError> {
+    let path = cfg.key_file_of(me)?;
+    let read_err = |source| ConfigError::KeyRead {
+        principal: principal_name(me),
+        path: path.clone(),
+        source,
+    };
+    let meta = std::fs::metadata(&path).map_err(read_err)?;
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(ConfigError::KeyPermissions { path, mode });
+    }
+    let src = std::fs::read_to_string(&path).map_err(read_err)?;
+    let malformed = |at: Location, message: String| ConfigError::KeyMalformed {
+        path: path.clone(),
+        at,
+        message,
+    };
+    if let Err(e) = src.parse::<toml::Table>() {
+        return Err(malformed(
+            locate(&src, e.span()),
+            format!("TOML syntax error: {}", e.message().trim()),
+        ));
+    }
+    let raw: RawKeyFile = toml::from_str(&src)
+        .map_err(|e| malformed(locate(&src, e.span()), e.message().trim().to_string()))?;
+
+    let owner = parse_principal(raw.principal.get_ref()).ok_or_else(|| {
+        malformed(
+            locate(&src, Some(raw.principal.span())),
+            format!(
+                "principal \"{}\" is not of the form replica:N or client:N",
+                raw.principal.get_ref().escape_debug()
+            ),
+        )
+    })?;
+    if owner != me {
+        return Err(ConfigError::KeyOwner {
+            path,
+            found: principal_name(owner),
+            expected: principal_name(me),
+        });
+    }
+    if raw.cluster_id != cfg.cluster.id {
+        return Err(ConfigError::KeyCluster {
+            path,
+            config: cfg.path.clone(),
+            found: raw.cluster_id,
+            expected: cfg.cluster.id.clone(),
+        });
+    }
+
+    let mut table: BTreeMap<Principal, (MacKey, MacKey)> = BTreeMap::new();
+    for peer in &raw.peers {
+        let at = locate(&src, Some(peer.principal.span()));
+        let p = parse_principal(peer.principal.get_ref()).ok_or_else(|| {
+            malformed(
+                at.clone(),
+                format!(
+                    "peer principal \"{}\" is not of the form replica:N or client:N",
+                    peer.principal.get_ref().escape_debug()
+                ),
+            )
+        })?;
+        if p == me {
+            return Err(malformed(
+                at,
+                format!("{} lists itself as a peer", principal_name(me)),
+            ));
+        }
+        let key = |field: &'static str, value: &Spanned<String>| {
+            decode_key(value.get_ref()).map_err(|problem| ConfigError::KeyBadHex {
+                path: path.clone(),
+                peer: principal_name(p),
+                field,
+                at: locate(&src, Some(value.span())),
+                problem,
+            })
+        };
+        let send = key("send", &peer.send)?;
+        let recv = key("recv", &peer.recv)?;
+        if table.insert(p, (send, recv)).is_some() {
+            return Err(malformed(
+                at,
+                format!("peer {} is listed twice", principal_name(p)),
+            ));
+        }
+    }
+
+    let mut keys = BTreeMap::new();
+    for peer in cfg.peers_of(me) {
+        let Some(pair) = table.remove(&peer) else {
+            return Err(ConfigError::KeyMissingPeer {
+                path,
+                config: cfg.path.clone(),
+                principal: principal_name(me),
+                peer: principal_name(peer),
+            });
+        };
+        keys.insert(peer, pair);
+    }
+    Ok(StaticKeys::from_table(me, keys))
+}
+
+/// Locates a span of a key file without ever quoting a line that holds key material.
+fn locate(src: &str, span: Option<std::ops::Range<usize>>) -> Location {
+    let mut at = Location::of(src, span);
+    let mut run = 0;
+    for c in at.text.chars() {
+        run = if c.is_ascii_hexdigit() { run + 1 } else { 0 };
+        if run >= 16 {
+            at.text.clear();
+            break;
+        }
+    }
+    at
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+fn decode_key(s: &str) -> Result<MacKey, String> {
+    if let Some(c) = s.chars().find(|c| !c.is_ascii_hexdigit()) {
+        return Err(format!("contains {c:?}, which is not a hex digit"));
+    }
+    if s.len() != 2 * KEY_LEN {
+        return Err(format!(
+            "has {} hex digits ({} bytes), not {}",
+            s.len(),
+            s.len() / 2,
+            2 * KEY_LEN
+        ));
+    }
+    let mut key = [0u8; KEY_LEN];
+    for (i, b) in key.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("checked hex digits");
+    }
+    Ok(MacKey(key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trip() {
+        let k = MacKey([0xa5; KEY_LEN]);
+        assert_eq!(decode_key(&hex(&k.0)).unwrap(), k);
+        assert!(decode_key("zz").unwrap_err().contains("not a hex digit"));
+        assert!(decode_key("abc").unwrap_err().contains("not 64"));
+    }
+}

@@ -1,0 +1,232 @@
+//! Prometheus metrics of a replica, and the small HTTP server that serves them (`/metrics`)
+//! together with a JSON status (`/status`) for `redoubt status` and the demo.
+//!
+//! Names follow `redoubt_<area>_<what>_<unit>`. The list is in `docs/operations.md`.
+
+use crate::status::StatusReport;
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub requests_executed: IntCounter,
+    pub batches_executed: IntCounter,
+    pub batch_size: Histogram,
+    pub view: IntGauge,
+    pub view_changes: IntCounter,
+    pub last_executed: IntGauge,
+    pub stable_checkpoint: IntGauge,
+    pub checkpoint_lag: IntGauge,
+    pub state_transfers: IntCounter,
+    pub rejected: IntCounterVec,
+    pub queue_depth: IntGaugeVec,
+    pub frames_dropped: IntCounterVec,
+    pub handle_seconds: Histogram,
+    pub journal_sync_seconds: Histogram,
+    pub journal_records: IntGauge,
+    pub peers_connected: IntGauge,
+    pub client_connections: IntGauge,
+}
+
+fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+    let c = IntCounter::new(name, help).expect("valid metric");
+    r.register(Box::new(c.clone())).expect("unique metric");
+    c
+}
+
+fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+    let g = IntGauge::new(name, help).expect("valid metric");
+    r.register(Box::new(g.clone())).expect("unique metric");
+    g
+}
+
+fn histogram(r: &Registry, name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
+    let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).expect("valid");
+    r.register(Box::new(h.clone())).expect("unique metric");
+    h
+}
+
+impl Metrics {
+    pub fn new(replica: u32) -> Metrics {
+        let registry = Registry::new_custom(
+            None,
+            Some([("replica".to_string(), replica.to_string())].into()),
+        )
+        .expect("registry");
+        let r = &registry;
+        let secs = prometheus::exponential_buckets(0.000_01, 2.0, 20).expect("buckets");
+        let rejected = IntCounterVec::new(
+            Opts::new(
+                "redoubt_messages_rejected_total",
+                "Frames and messages rejected, by reason",
+            ),
+            &["reason", "kind"],
+        )
+        .expect("valid");
+        r.register(Box::new(rejected.clone())).expect("unique");
+        let queue_depth = IntGaugeVec::new(
+            Opts::new(
+                "redoubt_queue_depth_frames",
+                "Frames waiting in a bounded queue",
+            ),
+            &["queue"],
+        )
+        .expect("valid");
+        r.register(Box::new(queue_depth.clone())).expect("unique");
+        let frames_dropped = IntCounterVec::new(
+            Opts::new(
+                "redoubt_frames_dropped_total",
+                "Frames dropped because a bounded queue was full",
+            ),
+            &["queue"],
+        )
+        .expect("valid");
+        r.register(Box::new(frames_dropped.clone()))
+            .expect("unique");
+        Metrics {
+            requests_executed: counter(
+                r,
+                "redoubt_requests_executed_total",
+                "Client requests executed",
+            ),
+            batches_executed: counter(
+                r,
+                "redoubt_batches_executed_total",
+                "Batches (sequence numbers) executed, null ones included",
+            ),
+            batch_size: histogram(
+                r,
+                "redoubt_batch_size_requests",
+                "Requests per executed batch",
+                vec![0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0],
+            ),
+            view: gauge(r, "redoubt_view", "Current view number"),
+            view_changes: counter(
+                r,
+                "redoubt_view_changes_total",
+                "View changes this replica started",
+            ),
+            last_executed: gauge(
+                r,
+                "redoubt_last_executed_seq",
+                "Last executed sequence number",
+            ),
+            stable_checkpoint: gauge(
+                r,
+                "redoubt_stable_checkpoint_seq",
+                "Sequence number of the last stable checkpoint",
+            ),
+            checkpoint_lag: gauge(
+                r,
+                "redoubt_checkpoint_lag_seqs",
+                "Last executed minus last stable checkpoint",
+            ),
+            state_transfers: counter(
+                r,
+                "redoubt_state_transfers_total",
+                "Checkpoints fetched from other replicas",
+            ),
+            rejected,
+            queue_depth,
+            frames_dropped,
+            handle_seconds: histogram(
+                r,
+                "redoubt_handle_seconds",
+                "Time the protocol core spent on one batch of inputs",
+                secs.clone(),
+            ),
+            journal_sync_seconds: histogram(
+                r,
+                "redoubt_journal_sync_seconds",
+                "Time to make journal records durable (fsync)",
+                secs,
+            ),
+            journal_records: gauge(
+                r,
+                "redoubt_journal_records",
+                "Records in the journal after compaction",
+            ),
+            peers_connected: gauge(
+                r,
+                "redoubt_peers_connected",
+                "Other replicas with an open outgoing connection",
+            ),
+            client_connections: gauge(
+                r,
+                "redoubt_client_connections",
+                "Open inbound connections (clients and replicas)",
+            ),
+            registry,
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        let mut buf = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .expect("text encoding");
+        String::from_utf8(buf).expect("utf-8 metrics")
+    }
+}
+
+/// Serves `GET /metrics` and `GET /status` until the task is dropped. Binding errors are
+/// returned so the caller can report a port in use.
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    status: Arc<Mutex<StatusReport>>,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let listener = TcpListener::bind(addr).await?;
+    Ok(tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                continue;
+            };
+            let metrics = metrics.clone();
+            let status = status.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 2048];
+                let n = match tokio::time::timeout(
+                    std::time::Duration::from_secs(5),
+                    sock.read(&mut buf),
+                )
+                .await
+                {
+                    Ok(Ok(n)) => n,
+                    _ => return,
+                };
+                let req = String::from_utf8_lossy(&buf[..n]);
+                let path = req.split_whitespace().nth(1).unwrap_or("/");
+                let (code, ctype, body) = match path {
+                    "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.encode()),
+                    "/status" => {
+                        let s = status.lock().expect("status lock").clone();
+                        (
+                            "200 OK",
+                            "application/json",
+                            serde_json::to_string(&s).expect("status encodes"),
+                        )
+                    }
+                    _ => (
+                        "404 Not Found",
+                        "text/plain",
+                        "try /metrics or /status\n".into(),
+                    ),
+                };
+                let head = format!(
+                    "HTTP/1.1 {code}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = sock.write_all(head.as_bytes()).await;
+                let _ = sock.write_all(body.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    }))
+}

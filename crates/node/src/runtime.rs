@@ -1,0 +1,424 @@
+//! The replica process: hosts the pure core on tokio.
+//!
+//! One task owns the [`Replica`]; everything else talks to it through bounded channels. Each
+//! turn of the loop takes a batch of inputs (frames from the listener and from peer links, or a
+//! tick), hands them to the core, appends the journal records the core asked for, syncs the
+//! journal once for the whole batch, and only then performs the sends: a message never leaves
+//! before the state it depends on is durable (group commit).
+
+use crate::config::{ClusterConfig, ConfigError};
+use crate::keys::load_keys;
+use crate::metrics::{self, Metrics};
+use crate::status::StatusReport;
+use crate::storage::{Journal, StorageError};
+use redoubt_core::auth::verify_request;
+use redoubt_core::message::{decode_body, decode_frame, Message, Reject};
+use redoubt_core::{
+    Bytes, ClientId, Effect, Env, Event, Input, Principal, Replica, ReplicaId, StaticKeys,
+};
+use redoubt_services::kv::KvService;
+use redoubt_transport::{ConnId, Link, LinkConfig, Listener, ListenerConfig};
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+use tracing::{debug, error, info, warn};
+
+/// Frames buffered between the network tasks and the protocol task.
+const INBOUND_FRAMES_MAX: usize = 16_384;
+/// Inputs handled per turn before syncing and sending (bounds latency under load).
+const BATCH_INPUTS_MAX: usize = 512;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("cannot restart from the journal in {home}: {reason}; move the home directory aside to start empty (the replica then fetches state from its peers)")]
+    Restore { home: String, reason: String },
+    #[error("cannot listen for {what} on {addr}: {source}; is another process (or another replica) using that port? Change `{field}` of replica {id} in {config}")]
+    Bind {
+        what: &'static str,
+        field: &'static str,
+        id: ReplicaId,
+        addr: SocketAddr,
+        config: String,
+        source: std::io::Error,
+    },
+    #[error("signal handling: {0}")]
+    Signal(std::io::Error),
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Frame rejections that mean the sender is broken or hostile; its connection is closed.
+fn penalised(reason: Reject) -> bool {
+    matches!(
+        reason,
+        Reject::Malformed
+            | Reject::Oversized
+            | Reject::BadVersion
+            | Reject::UnknownSender
+            | Reject::WrongTag
+            | Reject::BadMac
+    )
+}
+
+struct Node {
+    id: ReplicaId,
+    replica: Replica<KvService, StaticKeys>,
+    journal: Journal,
+    listener: Listener,
+    links: Vec<Option<Link>>,
+    known_clients: Vec<ClientId>,
+    client_conns: HashMap<ClientId, ConnId>,
+    metrics: Arc<Metrics>,
+    status: Arc<Mutex<StatusReport>>,
+    started: Instant,
+    rate: VecDeque<(Instant, u64)>,
+    pending_sends: Vec<(Principal, Bytes)>,
+    rejected_since_warn: u64,
+    last_warn: Instant,
+    last_stats: redoubt_core::Stats,
+}
+
+impl Node {
+    fn env(&self) -> Env {
+        Env {
+            now_ms: now_ms(),
+            entropy: rand::random(),
+        }
+    }
+
+    /// Feeds one input to the core and files its effects.
+    fn input(&mut self, input: Input<'_>, conn: Option<ConnId>) {
+        let env = self.env();
+        let effects = self.replica.handle(env, input);
+        for e in effects {
+            match e {
+                Effect::Persist(r) => {
+                    if let Err(err) = self.journal.append(r) {
+                        // Without durability the replica could contradict itself after a
+                        // crash: stop rather than continue unsafely.
+                        error!(replica = self.id, error = %err, "journal write failed; stopping");
+                        std::process::exit(70);
+                    }
+                }
+                Effect::Send { to, bytes } => self.pending_sends.push((to, bytes)),
+                Effect::Broadcast { bytes } => {
+                    for r in 0..self.links.len() as ReplicaId {
+                        if r != self.id {
+                            self.pending_sends
+                                .push((Principal::Replica(r), bytes.clone()));
+                        }
+                    }
+                }
+                Effect::Event(ev) => self.event(ev, conn),
+            }
+        }
+    }
+
+    fn event(&mut self, ev: Event, conn: Option<ConnId>) {
+        match ev {
+            Event::Rejected { from, kind, reason } => {
+                self.metrics
+                    .rejected
+                    .with_label_values(&[reason.as_str(), kind])
+                    .inc();
+                self.rejected_since_warn += 1;
+                debug!(replica = self.id, from = %from, kind, reason = %reason, "rejected");
+                if kind == "frame" && penalised(reason) {
+                    if let Some(c) = conn {
+                        debug!(replica = self.id, conn = %c, reason = %reason, "closing connection that sent a bad frame");
+                        self.listener.close_conn(c);
+                    }
+                }
+            }
+            Event::ViewChangeStarted { view } => {
+                info!(replica = self.id, view, "view change started");
+            }
+            Event::NewViewInstalled { view } => {
+                let primary = self.replica.primary();
+                info!(replica = self.id, view, primary, "entered view");
+            }
+            Event::StateTransferred { seq, digest } => {
+                info!(replica = self.id, seq, digest = %digest, "state transferred from peers");
+            }
+            Event::StateDivergence { seq } => {
+                error!(
+                    replica = self.id,
+                    seq,
+                    "own state differs from the checkpoint f+1 replicas vouch for; fetching theirs"
+                );
+            }
+            Event::Contradiction {
+                seq,
+                executed,
+                chosen,
+            } => {
+                error!(replica = self.id, seq, executed = %executed, chosen = %chosen, "NEW-VIEW contradicts an executed batch: more than f replicas are faulty");
+            }
+            Event::Executed { requests, .. } => {
+                self.metrics.batch_size.observe(requests.len() as f64);
+            }
+            Event::CheckpointTaken { .. } | Event::Stable { .. } => {}
+        }
+    }
+
+    /// Makes journal records durable, then sends.
+    fn flush(&mut self) {
+        let t = Instant::now();
+        if let Err(err) = self.journal.sync() {
+            error!(replica = self.id, error = %err, "journal sync failed; stopping");
+            std::process::exit(70);
+        }
+        self.metrics
+            .journal_sync_seconds
+            .observe(t.elapsed().as_secs_f64());
+        for (to, bytes) in std::mem::take(&mut self.pending_sends) {
+            let ok = match to {
+                Principal::Replica(r) => match self.links.get(r as usize) {
+                    Some(Some(link)) => link.send(bytes).is_ok(),
+                    _ => true,
+                },
+                Principal::Client(c) => match self.client_conns.get(&c) {
+                    Some(conn) => self.listener.send(*conn, bytes).is_ok(),
+                    None => false,
+                },
+            };
+            if !ok {
+                let q = if matches!(to, Principal::Replica(_)) {
+                    "peer"
+                } else {
+                    "client"
+                };
+                self.metrics.frames_dropped.with_label_values(&[q]).inc();
+            }
+        }
+    }
+
+    fn note_sender(&mut self, conn: ConnId, bytes: &[u8]) {
+        // Replies go back on the connection a client last sent an authentic request on. The
+        // route moves only for a request whose authenticator entry for this replica verifies,
+        // so nobody can divert another client's replies. Bounded by the configured clients.
+        let Ok(f) = decode_frame(bytes, usize::MAX) else {
+            return;
+        };
+        let Principal::Client(c) = f.from else {
+            return;
+        };
+        if !self.known_clients.contains(&c) || self.client_conns.get(&c) == Some(&conn) {
+            return;
+        }
+        if let Ok(Message::Request(sr)) = decode_body(&f.body) {
+            if sr.request.client == c
+                && verify_request(self.replica.auth(), f.from, &sr.request.digest(), &sr.auth)
+            {
+                self.client_conns.insert(c, conn);
+            }
+        }
+    }
+
+    fn update_status(&mut self) {
+        let r = &self.replica;
+        let s = r.stats.clone();
+        let m = &self.metrics;
+        m.requests_executed
+            .inc_by(s.requests_executed - self.last_stats.requests_executed);
+        m.batches_executed
+            .inc_by(s.batches_executed - self.last_stats.batches_executed);
+        m.view_changes
+            .inc_by(s.view_changes - self.last_stats.view_changes);
+        m.state_transfers
+            .inc_by(s.state_transfers - self.last_stats.state_transfers);
+        m.view.set(r.view() as i64);
+        m.last_executed.set(r.last_executed() as i64);
+        m.stable_checkpoint.set(r.stable_checkpoint() as i64);
+        m.checkpoint_lag
+            .set(r.last_executed().saturating_sub(r.stable_checkpoint()) as i64);
+        m.journal_records.set(self.journal.len() as i64);
+        let now = Instant::now();
+        if self
+            .rate
+            .back()
+            .is_none_or(|(t, _)| now.duration_since(*t) >= Duration::from_millis(500))
+        {
+            self.rate.push_back((now, s.requests_executed));
+            while self.rate.len() > 10 {
+                self.rate.pop_front();
+            }
+        }
+        let rps = match (self.rate.front(), self.rate.back()) {
+            (Some((t0, n0)), Some((t1, n1))) if t1 > t0 => {
+                (n1 - n0) as f64 / t1.duration_since(*t0).as_secs_f64()
+            }
+            _ => 0.0,
+        };
+        *self.status.lock().expect("status lock") = StatusReport {
+            id: self.id,
+            view: r.view(),
+            primary: r.primary(),
+            normal: r.is_normal(),
+            last_executed: r.last_executed(),
+            stable_checkpoint: r.stable_checkpoint(),
+            requests_executed: s.requests_executed,
+            requests_per_s: rps,
+            view_changes: s.view_changes,
+            state_transfers: s.state_transfers,
+            uptime_s: self.started.elapsed().as_secs_f64(),
+        };
+        self.last_stats = s;
+        let lstats = self.listener.stats();
+        m.client_connections.set(lstats.connections_open as i64);
+        let connected = self
+            .links
+            .iter()
+            .flatten()
+            .filter(|l| l.stats().connected)
+            .count();
+        m.peers_connected.set(connected as i64);
+        if self.rejected_since_warn > 0 && self.last_warn.elapsed() >= Duration::from_secs(10) {
+            warn!(
+                replica = self.id,
+                rejected = self.rejected_since_warn,
+                "rejected messages in the last 10 s (see redoubt_messages_rejected_total by reason)"
+            );
+            self.rejected_since_warn = 0;
+            self.last_warn = Instant::now();
+        }
+    }
+}
+
+/// Runs replica `id` of the cluster described by `config_path` until SIGTERM or SIGINT.
+pub async fn run_replica(config_path: &Path, id: ReplicaId) -> Result<(), NodeError> {
+    let cfg = ClusterConfig::load(config_path)?;
+    let entry = cfg.replica(id)?.clone();
+    let keys = load_keys(&cfg, Principal::Replica(id))?;
+    let home = cfg.resolve(&entry.home);
+    let (journal, records) = Journal::open(&home, cfg.storage.fsync)?;
+    if journal.truncated_tail_bytes > 0 {
+        warn!(
+            replica = id,
+            bytes = journal.truncated_tail_bytes,
+            "dropped a torn record at the end of the journal (a write interrupted by a crash)"
+        );
+    }
+    let restored = !records.is_empty();
+    let replica = Replica::restore(cfg.protocol.clone(), id, keys, KvService::new(), &records)
+        .map_err(|reason| NodeError::Restore {
+            home: home.display().to_string(),
+            reason,
+        })?;
+    let bind_err = |what, field, addr, source| NodeError::Bind {
+        what,
+        field,
+        id,
+        addr,
+        config: cfg.path.display().to_string(),
+        source,
+    };
+    let (in_tx, mut in_rx) = mpsc::channel::<(ConnId, Vec<u8>)>(INBOUND_FRAMES_MAX);
+    let listener = Listener::bind(
+        entry.addr,
+        ListenerConfig {
+            frame_bytes_max: cfg.protocol.message_bytes_max,
+            per_conn_queue_max: cfg.node.peer_queue_frames_max,
+            connections_max: cfg.node.client_connections_max,
+        },
+        in_tx,
+    )
+    .await
+    .map_err(|e| bind_err("protocol traffic", "addr", entry.addr, e))?;
+    let metrics = Arc::new(Metrics::new(id));
+    let status = Arc::new(Mutex::new(StatusReport::default()));
+    let _http = metrics::serve(entry.metrics_addr, metrics.clone(), status.clone())
+        .await
+        .map_err(|e| bind_err("metrics", "metrics_addr", entry.metrics_addr, e))?;
+    let (link_tx, mut link_rx) = mpsc::channel::<Vec<u8>>(INBOUND_FRAMES_MAX);
+    let link_cfg = LinkConfig {
+        frames_queued_max: cfg.node.peer_queue_frames_max,
+        frame_bytes_max: cfg.protocol.message_bytes_max,
+        backoff_min: Duration::from_millis(cfg.node.reconnect_backoff_min_ms),
+        backoff_max: Duration::from_millis(cfg.node.reconnect_backoff_max_ms),
+        connect_timeout: Duration::from_secs(2),
+    };
+    let links = cfg
+        .replicas
+        .iter()
+        .map(|r| (r.id != id).then(|| Link::spawn(r.addr, link_cfg.clone(), link_tx.clone())))
+        .collect();
+    let mut sigterm = signal(SignalKind::terminate()).map_err(NodeError::Signal)?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(NodeError::Signal)?;
+    info!(
+        replica = id,
+        addr = %entry.addr,
+        metrics = %entry.metrics_addr,
+        home = %home.display(),
+        view = replica.view(),
+        last_executed = replica.last_executed(),
+        restored,
+        "replica started"
+    );
+    let mut node = Node {
+        id,
+        replica,
+        journal,
+        listener,
+        links,
+        known_clients: cfg.clients.iter().map(|c| c.id).collect(),
+        client_conns: HashMap::new(),
+        metrics,
+        status,
+        started: Instant::now(),
+        rate: VecDeque::new(),
+        pending_sends: Vec::new(),
+        rejected_since_warn: 0,
+        last_warn: Instant::now(),
+        last_stats: Default::default(),
+    };
+    let mut tick = tokio::time::interval(Duration::from_millis(cfg.node.tick_ms.max(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        let t = Instant::now();
+        tokio::select! {
+            _ = sigterm.recv() => break,
+            _ = sigint.recv() => break,
+            _ = tick.tick() => node.input(Input::Tick, None),
+            Some((conn, bytes)) = in_rx.recv() => {
+                node.note_sender(conn, &bytes);
+                node.input(Input::Receive(&bytes), Some(conn));
+                // Group commit: take what else is already waiting.
+                for _ in 0..BATCH_INPUTS_MAX {
+                    match in_rx.try_recv() {
+                        Ok((conn, bytes)) => {
+                            node.note_sender(conn, &bytes);
+                            node.input(Input::Receive(&bytes), Some(conn));
+                        }
+                        Err(_) => break,
+                    }
+                }
+            }
+            Some(bytes) = link_rx.recv() => node.input(Input::Receive(&bytes), None),
+        }
+        node.metrics
+            .handle_seconds
+            .observe(t.elapsed().as_secs_f64());
+        node.metrics
+            .queue_depth
+            .with_label_values(&["inbound"])
+            .set(in_rx.len() as i64);
+        node.flush();
+        node.update_status();
+    }
+    node.flush();
+    info!(replica = id, "shut down cleanly");
+    Ok(())
+}

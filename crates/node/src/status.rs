@@ -1,0 +1,20 @@
+//! The JSON status a replica serves on `/status`.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatusReport {
+    pub id: u32,
+    pub view: u64,
+    pub primary: u32,
+    /// False while the replica is changing view.
+    pub normal: bool,
+    pub last_executed: u64,
+    pub stable_checkpoint: u64,
+    pub requests_executed: u64,
+    /// Requests executed per second over the last few seconds.
+    pub requests_per_s: f64,
+    pub view_changes: u64,
+    pub state_transfers: u64,
+    pub uptime_s: f64,
+}
