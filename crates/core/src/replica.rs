@@ -1123,6 +1123,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return Err(Reject::BadDigest);
         }
         self.load_checkpoint(sr.seq, digest, sr.snapshot)?;
+        // Checkpoints between the stable one and the fetched one describe states we have left
+        // behind; keeping them would let repeated transfers exceed the checkpoint bound.
+        let stable = self.stable_seq;
+        self.checkpoints.retain(|n, _| *n == stable || *n >= sr.seq);
         self.last_progress_ms = self.now();
         // Requests settled by the transferred state are no longer waited for.
         let settled: Vec<(ClientId, u64)> = self

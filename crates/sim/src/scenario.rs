@@ -148,6 +148,9 @@ pub struct Scenario {
     pub byz_clients: Vec<ClientAttack>,
     /// Times at which the current primary hands over (the step-down admin command).
     pub step_downs: Vec<u64>,
+    /// Offset of each replica's clock from virtual time (ms); missing entries are 0. The core
+    /// only uses clocks for timers and to bound the primary's proposed batch time.
+    pub clock_offsets_ms: Vec<i64>,
     /// Every correct client's operations must complete within this long after `heal_ms`.
     pub liveness_bound_ms: u64,
     pub mutant: Mutant,
@@ -183,6 +186,7 @@ impl Scenario {
             reboots: vec![],
             byz_clients: vec![],
             step_downs: vec![],
+            clock_offsets_ms: vec![],
             liveness_bound_ms: 60_000,
             mutant: Mutant::None,
         }
@@ -317,6 +321,11 @@ impl Scenario {
         }
         if rng.random_bool(0.2) {
             s.step_downs.push(rng.random_range(0..s.heal_ms));
+        }
+        if rng.random_bool(0.3) {
+            // Skewed clocks, within the configured bound of accepted batch times.
+            let bound = s.core.clock_skew_max_ms as i64 / 4;
+            s.clock_offsets_ms = (0..n).map(|_| rng.random_range(-bound..=bound)).collect();
         }
         // Swarm testing: some seeds follow a template that steers the adversary towards
         // schedules known to break broken variants of the protocol.

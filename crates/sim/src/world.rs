@@ -278,6 +278,20 @@ impl World {
         }
     }
 
+    /// A replica's view of the clock: virtual time plus its offset (never below zero).
+    fn replica_env(&mut self, r: ReplicaId) -> Env {
+        let offset = self
+            .sc
+            .clock_offsets_ms
+            .get(r as usize)
+            .copied()
+            .unwrap_or(0);
+        Env {
+            now_ms: (self.now as i64 + offset).max(0) as u64 + 1_000_000,
+            entropy: self.rng.random(),
+        }
+    }
+
     fn log(&mut self, line: impl FnOnce() -> String) {
         if self.trace_on {
             let l = line();
@@ -491,7 +505,7 @@ impl World {
             Ev::Deliver { to, from, bytes } => self.deliver(to, from, bytes),
             Ev::TickReplica(r) => {
                 if self.up[r as usize] == Up::Running {
-                    let env = self.env();
+                    let env = self.replica_env(r);
                     let eff = self.replicas[r as usize].handle(env, Input::Tick);
                     self.replica_effects(r, eff);
                 }
@@ -600,7 +614,7 @@ impl World {
                     let rep = &self.replicas[r as usize];
                     if rep.is_primary() && rep.is_normal() && self.up[r as usize] == Up::Running {
                         self.log(|| format!("r{r} STEP DOWN"));
-                        let env = self.env();
+                        let env = self.replica_env(r);
                         let eff = self.replicas[r as usize].handle(env, Input::StepDown);
                         self.replica_effects(r, eff);
                     }
@@ -619,7 +633,7 @@ impl World {
                 if self.up[r as usize] != Up::Running {
                     return;
                 }
-                let env = self.env();
+                let env = self.replica_env(r);
                 let eff = self.replicas[r as usize].handle(env, Input::Receive(&bytes));
                 self.replica_effects(r, eff);
                 let extra = self.adversary.on_delivery(&mut self.rng, r, &bytes);
