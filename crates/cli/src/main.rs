@@ -1,1 +1,95 @@
-fn main() {}
+//! `redoubt`: the command-line front end of the redoubt replicated key-value store.
+//!
+//! - `redoubt init`: write a cluster configuration and one key file per principal;
+//! - `redoubt replica`: run one replica until SIGTERM/SIGINT;
+//! - `redoubt kv`: one key-value operation through the cluster;
+//! - `redoubt status`: a table of every replica's view, progress and health;
+//! - `redoubt demo`: a real 4-process cluster on 127.0.0.1 under load, with a primary crash.
+//!
+//! Exit status: 0 success, 1 failure (one message on stderr says what, where, and what to do),
+//! 2 usage error, 3 a negative answer of `kv` (key absent, compare-and-swap not applied).
+
+mod cmd_init;
+mod cmd_kv;
+mod cmd_replica;
+mod cmd_status;
+mod demo;
+mod http;
+mod ports;
+mod procs;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Exit status of a failed command.
+pub const EXIT_FAILURE: u8 = 1;
+/// Exit status of a `kv` operation whose answer is negative: `get`/`delete` of an absent key,
+/// `cas` whose comparison failed.
+pub const EXIT_NEGATIVE: u8 = 3;
+
+#[derive(Parser)]
+#[command(
+    name = "redoubt",
+    version,
+    about = "An intrusion-tolerant replicated key-value store (PBFT)",
+    long_about = "An intrusion-tolerant replicated key-value store (PBFT).\n\n\
+        Quick look: `redoubt demo` runs a 4-replica cluster on this machine, crashes its primary \
+        under load and checks that no acknowledged write was lost.\n\n\
+        Exit status: 0 success, 1 failure, 2 usage error, 3 negative kv answer (key absent, \
+        compare-and-swap not applied).",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write a cluster configuration and one key file per replica and client
+    Init(cmd_init::InitArgs),
+    /// Run one replica of a cluster until SIGTERM or SIGINT
+    Replica(cmd_replica::ReplicaArgs),
+    /// Run one key-value operation through the cluster
+    Kv(cmd_kv::KvArgs),
+    /// Show every replica's view, progress and health
+    Status(cmd_status::StatusArgs),
+    /// Run a 4-replica cluster on 127.0.0.1 under load, crash its primary, verify every write
+    Demo(demo::DemoArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Init(a) => cmd_init::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Replica(a) => return cmd_replica::run(a),
+        Command::Kv(a) => cmd_kv::run(a),
+        Command::Status(a) => cmd_status::run(a),
+        Command::Demo(a) => demo::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
+}
+
+/// A multi-thread tokio runtime for the commands that talk to the network.
+pub fn runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
+    use anyhow::Context as _;
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// Bytes as text for messages: UTF-8 as a quoted string, anything else with `\xNN` escapes.
+pub fn show_bytes(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) => format!("{s:?}"),
+        Err(_) => format!("\"{}\"", b.escape_ascii()),
+    }
+}

@@ -1,0 +1,158 @@
+//! `redoubt init`: writes a cluster configuration and the key files, then says what to run next.
+
+use anyhow::Context as _;
+use clap::Args;
+use redoubt_node::config::ClusterConfig;
+use redoubt_node::init::{init_cluster, InitOptions, DEFAULT_BASE_PORT};
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct InitArgs {
+    /// Number of replicas: 3f+1 (4, 7, 10, ...) to tolerate f faulty ones
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    replicas: u32,
+    /// Number of clients (ids 1 to N) allowed to submit operations
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    clients: u32,
+    /// Output directory: receives redoubt.toml and keys/ (created if missing)
+    #[arg(long, default_value = "redoubt-cluster", value_name = "DIR")]
+    out: PathBuf,
+    /// Replica i listens on port P+i and serves metrics and status on P+100+i
+    #[arg(long, default_value_t = DEFAULT_BASE_PORT, value_name = "P")]
+    base_port: u16,
+    /// Address the replicas listen on and are reached at (edit the file to spread them over hosts)
+    #[arg(long, default_value = "127.0.0.1", value_name = "IP")]
+    host: IpAddr,
+    /// Name of the cluster (logs, metrics)
+    #[arg(long, default_value = "redoubt")]
+    name: String,
+}
+
+pub fn run(args: InitArgs) -> anyhow::Result<()> {
+    let opts = InitOptions {
+        replicas: args.replicas,
+        clients: args.clients,
+        out: args.out.clone(),
+        base_port: args.base_port,
+        host: args.host,
+        name: args.name,
+    };
+    let path = init_cluster(&opts)?;
+    let cfg = ClusterConfig::load(&path).with_context(|| {
+        format!(
+            "`redoubt init` wrote {} but cannot read it back",
+            path.display()
+        )
+    })?;
+    print!("{}", summary(&cfg));
+    Ok(())
+}
+
+/// What `init` wrote and what to run next.
+fn summary(cfg: &ClusterConfig) -> String {
+    use std::fmt::Write as _;
+    let config = cfg.path.display().to_string();
+    let n = cfg.replicas.len();
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "Initialised cluster {:?}: {n} replicas (tolerates f = {} faulty), {} client{}.",
+        cfg.cluster.name,
+        cfg.protocol.f,
+        cfg.clients.len(),
+        if cfg.clients.len() == 1 { "" } else { "s" }
+    );
+    let mut files: Vec<(String, String)> = vec![(
+        config.clone(),
+        "the configuration: every replica and client (the same file everywhere)".into(),
+    )];
+    let key_files = |what: &str, paths: Vec<PathBuf>| -> Vec<(String, String)> {
+        if paths.len() <= 8 {
+            paths
+                .into_iter()
+                .map(|p| {
+                    (
+                        p.display().to_string(),
+                        format!("secret keys of {what} (mode 0600: copy it only to its host)"),
+                    )
+                })
+                .collect()
+        } else {
+            vec![(
+                format!(
+                    "{} ... {}",
+                    paths[0].display(),
+                    paths[paths.len() - 1]
+                        .file_name()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                ),
+                format!("secret keys, one file per {what} (mode 0600)"),
+            )]
+        }
+    };
+    let replica_keys: Vec<PathBuf> = cfg
+        .replicas
+        .iter()
+        .map(|r| cfg.resolve(&r.key_file))
+        .collect();
+    let client_keys: Vec<PathBuf> = cfg
+        .clients
+        .iter()
+        .map(|c| cfg.resolve(&c.key_file))
+        .collect();
+    let many = replica_keys.len() > 8;
+    files.extend(key_files(
+        if many { "replica" } else { "this replica" },
+        replica_keys,
+    ));
+    files.extend(key_files(
+        if client_keys.len() > 8 {
+            "client"
+        } else {
+            "this client"
+        },
+        client_keys,
+    ));
+    let width = files.iter().map(|(p, _)| p.len()).max().unwrap_or(0);
+    for (p, what) in &files {
+        let _ = writeln!(s, "  {p:width$}  {what}");
+    }
+    let _ = writeln!(s);
+    for r in &cfg.replicas {
+        let _ = writeln!(
+            s,
+            "  replica {}: protocol {}, status http://{}/status, data in {}",
+            r.id,
+            r.addr,
+            r.metrics_addr,
+            cfg.resolve(&r.home).display()
+        );
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(s, "Next:");
+    let _ = writeln!(
+        s,
+        "  start every replica, each in its own terminal (on several hosts: docs/operations.md):"
+    );
+    for r in &cfg.replicas {
+        let _ = writeln!(s, "    redoubt replica --config {config} --id {}", r.id);
+    }
+    let _ = writeln!(s, "  check that they are up:");
+    let _ = writeln!(s, "    redoubt status --config {config}");
+    if let Some(c) = cfg.clients.first() {
+        let _ = writeln!(s, "  store and read a value:");
+        let _ = writeln!(
+            s,
+            "    redoubt kv --config {config} --client {} put greeting hello",
+            c.id
+        );
+        let _ = writeln!(
+            s,
+            "    redoubt kv --config {config} --client {} get greeting",
+            c.id
+        );
+    }
+    s
+}

@@ -1,0 +1,56 @@
+//! `redoubt replica`: runs one replica until SIGTERM or SIGINT.
+
+use crate::EXIT_FAILURE;
+use clap::{Args, ValueEnum};
+use redoubt_node::config::ClusterConfig;
+use redoubt_node::logging::LogFormat;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct ReplicaArgs {
+    /// The cluster configuration file (written by `redoubt init`)
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// Which replica of the configuration to run
+    #[arg(long, value_name = "I")]
+    id: u32,
+    /// Log format on stderr [default: `[node] log_format` of the config file, else human]
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    log_format: Option<Format>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    /// Readable lines
+    Human,
+    /// One JSON object per line
+    Json,
+}
+
+pub fn run(args: ReplicaArgs) -> ExitCode {
+    let format = match args.log_format {
+        Some(Format::Human) => LogFormat::Human,
+        Some(Format::Json) => LogFormat::Json,
+        // A config that does not load is reported by the replica itself, below.
+        None => ClusterConfig::load(&args.config)
+            .ok()
+            .and_then(|c| c.node.log_format.parse().ok())
+            .unwrap_or(LogFormat::Human),
+    };
+    redoubt_node::logging::init(format);
+    let rt = match crate::runtime(std::thread::available_parallelism().map_or(2, |n| n.get())) {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: replica {}: {e:#}", args.id);
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    match rt.block_on(redoubt_node::run_replica(&args.config, args.id)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: replica {}: {e}", args.id);
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! `redoubt status`: asks every replica's `/status` endpoint (concurrently, short timeout) and
+//! prints one table row per replica, then whether the cluster can serve requests.
+
+use crate::http;
+use clap::Args;
+use redoubt_node::config::ClusterConfig;
+pub use redoubt_node::status::StatusReport;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// The cluster configuration file (written by `redoubt init`)
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// How long to wait for each replica, in milliseconds
+    #[arg(long, value_name = "MS", default_value_t = 1500)]
+    timeout_ms: u64,
+}
+
+/// What one replica's `/status` said, or why it could not be asked.
+pub type Probe = Result<StatusReport, String>;
+
+/// `GET /status` from one replica's metrics endpoint.
+pub async fn fetch(addr: SocketAddr, timeout: Duration) -> Probe {
+    let body = http::get(addr, "/status", timeout).await?;
+    serde_json::from_slice(&body).map_err(|e| format!("unreadable status ({e})"))
+}
+
+/// Every replica's status, concurrently; index = replica id.
+pub async fn fetch_all(cfg: &ClusterConfig, timeout: Duration) -> Vec<Probe> {
+    let tasks: Vec<_> = cfg
+        .replicas
+        .iter()
+        .map(|r| tokio::spawn(fetch(r.metrics_addr, timeout)))
+        .collect();
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(
+            t.await
+                .unwrap_or_else(|e| Err(format!("query failed: {e}"))),
+        );
+    }
+    out
+}
+
+/// The view most replicas that are up and in normal operation agree on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Agreement {
+    pub view: u64,
+    pub primary: u32,
+    /// Replicas up, in normal operation, in this view.
+    pub replicas: usize,
+}
+
+/// The (view, primary) reported by the most replicas in normal operation; ties go to the
+/// higher view. `None` if no replica is up and in normal operation.
+pub fn agreement(probes: &[Probe]) -> Option<Agreement> {
+    let mut votes: BTreeMap<(u64, u32), usize> = BTreeMap::new();
+    for s in probes.iter().flatten().filter(|s| s.normal) {
+        *votes.entry((s.view, s.primary)).or_default() += 1;
+    }
+    votes
+        .into_iter()
+        .max_by_key(|((view, _), count)| (*count, *view))
+        .map(|((view, primary), replicas)| Agreement {
+            view,
+            primary,
+            replicas,
+        })
+}
+
+pub fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let cfg = ClusterConfig::load(&args.config)?;
+    let rt = crate::runtime(1)?;
+    let timeout = Duration::from_millis(args.timeout_ms.max(1));
+    let probes = rt.block_on(fetch_all(&cfg, timeout));
+    print!("{}", table(&cfg, &probes));
+    let (serving, verdict) = verdict(&cfg, &probes);
+    if serving {
+        println!("{verdict}");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        anyhow::bail!("{verdict}")
+    }
+}
+
+/// The table of replicas, then one line per replica that is down saying why.
+pub fn table(cfg: &ClusterConfig, probes: &[Probe]) -> String {
+    let header = [
+        "replica",
+        "address",
+        "state",
+        "view",
+        "primary",
+        "mode",
+        "last exec",
+        "stable ckpt",
+        "req/s",
+    ];
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for (r, p) in cfg.replicas.iter().zip(probes) {
+        let mut row = vec![r.id.to_string(), r.addr.to_string()];
+        match p {
+            Ok(s) => row.extend([
+                "up".to_string(),
+                s.view.to_string(),
+                s.primary.to_string(),
+                if s.normal { "normal" } else { "view-change" }.to_string(),
+                s.last_executed.to_string(),
+                s.stable_checkpoint.to_string(),
+                format!("{:.1}", s.requests_per_s),
+            ]),
+            Err(_) => {
+                row.push("down".to_string());
+                row.extend(std::iter::repeat_n("-".to_string(), 6));
+            }
+        }
+        rows.push(row);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    let line = |out: &mut String, cells: &[String]| {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            // Text columns left-aligned, numbers right-aligned.
+            if i == 1 || i == 2 || i == 5 {
+                let _ = write!(l, "{c:<w$}  ", w = widths[i]);
+            } else {
+                let _ = write!(l, "{c:>w$}  ", w = widths[i]);
+            }
+        }
+        let _ = writeln!(out, "{}", l.trim_end());
+    };
+    line(
+        &mut out,
+        &header.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
+    );
+    for row in &rows {
+        line(&mut out, row);
+    }
+    for (r, p) in cfg.replicas.iter().zip(probes) {
+        if let Err(e) = p {
+            let _ = writeln!(
+                out,
+                "replica {} down: http://{}/status: {e}",
+                r.id, r.metrics_addr
+            );
+        }
+    }
+    out
+}
+
+/// Whether the cluster can serve requests (2f+1 replicas up, in normal operation, in the same
+/// view), and a sentence saying so, with the replicas that lag behind.
+pub fn verdict(cfg: &ClusterConfig, probes: &[Probe]) -> (bool, String) {
+    let n = cfg.replicas.len();
+    let quorum = cfg.protocol.quorum();
+    let up = probes.iter().filter(|p| p.is_ok()).count();
+    let mut s = String::new();
+    let serving = match agreement(probes) {
+        Some(a) if a.replicas >= quorum => {
+            let _ = write!(
+                s,
+                "cluster is serving: {up} of {n} replicas up, view {} (primary {}), {} in normal operation in that view (quorum {quorum})",
+                a.view, a.primary, a.replicas
+            );
+            true
+        }
+        Some(a) => {
+            let _ = write!(
+                s,
+                "cluster cannot order requests now: {up} of {n} replicas up, only {} in normal operation in view {} but a quorum of {quorum} is needed; start the replicas that are down (or wait for the view change to finish)",
+                a.replicas, a.view
+            );
+            false
+        }
+        None => {
+            let _ = write!(
+                s,
+                "cluster cannot order requests now: {up} of {n} replicas up, none in normal operation (a quorum of {quorum} is needed); start the replicas that are down"
+            );
+            false
+        }
+    };
+    let most = probes
+        .iter()
+        .flatten()
+        .map(|p| p.last_executed)
+        .max()
+        .unwrap_or(0);
+    let k = cfg.protocol.checkpoint_interval;
+    for p in probes.iter().flatten() {
+        if p.last_executed + k < most {
+            let _ = write!(
+                s,
+                "\nreplica {} lags: executed up to {} while others reached {most} (it catches up by log retransmission or state transfer)",
+                p.id, p.last_executed
+            );
+        }
+    }
+    (serving, s)
+}

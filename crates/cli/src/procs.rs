@@ -1,0 +1,189 @@
+//! Replica processes of a local cluster: started from this very executable
+//! (`redoubt replica --config FILE --id I --log-format json`), their stdout and stderr appended
+//! to `DIR/replica-I.log`. Whatever happens to the parent, no replica outlives it: the drop
+//! kills them, and each child asks the kernel for SIGTERM should its parent die first.
+
+use anyhow::Context as _;
+use std::fs::OpenOptions;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct ReplicaProcs {
+    exe: PathBuf,
+    config: PathBuf,
+    log_dir: PathBuf,
+    children: Vec<Option<Child>>,
+}
+
+/// How a replica ended when asked to stop.
+pub enum Stopped {
+    /// It exited by itself after SIGTERM (or earlier), with this status.
+    Exited(ExitStatus),
+    /// It did not exit within the grace period and was killed.
+    Killed,
+}
+
+impl ReplicaProcs {
+    pub fn new(exe: PathBuf, config: PathBuf, log_dir: PathBuf, n: usize) -> ReplicaProcs {
+        ReplicaProcs {
+            exe,
+            config,
+            log_dir,
+            children: (0..n).map(|_| None).collect(),
+        }
+    }
+
+    pub fn log_path(&self, id: u32) -> PathBuf {
+        self.log_dir.join(format!("replica-{id}.log"))
+    }
+
+    /// Starts replica `id` (its log is appended to, so a restart keeps the earlier lines).
+    pub fn start(&mut self, id: u32) -> anyhow::Result<()> {
+        let log = self.log_path(id);
+        let out = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .with_context(|| format!("cannot open the log file {}", log.display()))?;
+        let err = out
+            .try_clone()
+            .with_context(|| format!("cannot open the log file {}", log.display()))?;
+        let parent = std::process::id();
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("replica")
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--id")
+            .arg(id.to_string())
+            .arg("--log-format")
+            .arg("json")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        // SAFETY: only async-signal-safe calls (prctl, getppid) between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() as u32 != parent {
+                    return Err(std::io::Error::other("the parent process is gone"));
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().with_context(|| {
+            format!(
+                "cannot start replica {id} ({} replica --config {} --id {id})",
+                self.exe.display(),
+                self.config.display()
+            )
+        })?;
+        if let Some(slot) = self.children.get_mut(id as usize) {
+            if let Some(mut old) = slot.replace(child) {
+                let _ = old.kill();
+                let _ = old.wait();
+            }
+        }
+        Ok(())
+    }
+
+    /// Kills replica `id` with SIGKILL (no chance to clean up) and reaps it.
+    pub fn kill(&mut self, id: u32) -> anyhow::Result<()> {
+        if let Some(mut child) = self.children.get_mut(id as usize).and_then(Option::take) {
+            child
+                .kill()
+                .with_context(|| format!("cannot kill replica {id} (pid {})", child.id()))?;
+            let _ = child.wait();
+        }
+        Ok(())
+    }
+
+    /// If replica `id` was started and has exited since, its exit status (the slot is freed).
+    pub fn exited(&mut self, id: u32) -> Option<ExitStatus> {
+        let slot = self.children.get_mut(id as usize)?;
+        let status = slot.as_mut()?.try_wait().ok().flatten()?;
+        *slot = None;
+        Some(status)
+    }
+
+    /// SIGTERM to every running replica; those still running after `grace` get SIGKILL.
+    pub fn stop_all(&mut self, grace: Duration) -> Vec<(u32, Stopped)> {
+        for child in self.children.iter().flatten() {
+            // SAFETY: kill(2) on the pid of a child we have not reaped yet.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + grace;
+        let mut out = Vec::new();
+        loop {
+            for (id, slot) in self.children.iter_mut().enumerate() {
+                if let Some(child) = slot {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        out.push((id as u32, Stopped::Exited(status)));
+                        *slot = None;
+                    }
+                }
+            }
+            if self.children.iter().all(Option::is_none) || Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for (id, slot) in self.children.iter_mut().enumerate() {
+            if let Some(mut child) = slot.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+                out.push((id as u32, Stopped::Killed));
+            }
+        }
+        out.sort_by_key(|(id, _)| *id);
+        out
+    }
+}
+
+impl Drop for ReplicaProcs {
+    fn drop(&mut self) {
+        for mut child in self.children.iter_mut().filter_map(Option::take) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The last `lines` lines of a replica log, JSON lines rendered as `LEVEL message key=value`.
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return String::new();
+    };
+    let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    all[all.len().saturating_sub(lines)..]
+        .iter()
+        .map(|l| format!("    {}", render_log_line(l)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn render_log_line(line: &str) -> String {
+    let Ok(serde_json::Value::Object(obj)) = serde_json::from_str::<serde_json::Value>(line) else {
+        return line.to_string();
+    };
+    let level = obj.get("level").and_then(|v| v.as_str()).unwrap_or("");
+    let mut out = level.to_string();
+    if let Some(serde_json::Value::Object(fields)) = obj.get("fields") {
+        if let Some(m) = fields.get("message").and_then(|v| v.as_str()) {
+            out.push(' ');
+            out.push_str(m);
+        }
+        for (k, v) in fields.iter().filter(|(k, _)| *k != "message") {
+            match v {
+                serde_json::Value::String(s) => out.push_str(&format!(" {k}={s}")),
+                other => out.push_str(&format!(" {k}={other}")),
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,499 @@
+//! A real cluster: four `redoubt replica` processes on 127.0.0.1, driven by clients of the
+//! client library, under process crashes and hostile traffic.
+
+mod common;
+
+use common::{http_get, Cluster};
+use rand::RngExt as _;
+use redoubt_client::{Client, ClientError, KvClient};
+use redoubt_core::auth::seal_body;
+use redoubt_core::message::{
+    encode_body, encode_frame, Frame, Prepare, Request, SignedRequest, Tag, TagKind, WIRE_VERSION,
+};
+use redoubt_core::{Message, Principal, StaticKeys};
+use redoubt_crypto::{Digest, Mac};
+use redoubt_services::kv::{KvOp, KvResult};
+use redoubt_sim::linearizability::{self, Operation};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+
+/// Client deadline in these tests: an operation that takes longer is recorded as incomplete.
+const DEADLINE: Duration = Duration::from_secs(8);
+
+fn ms_since(t0: Instant) -> u64 {
+    t0.elapsed().as_millis() as u64
+}
+
+/// Three clients do random put/get/cas on four shared keys for ~6 s; the primary is killed
+/// with SIGKILL at ~2 s. The history must be linearizable, and operations must keep
+/// completing after the kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn primary_sigkill_mid_workload_stays_linearizable() {
+    let mut cluster = Cluster::start(3).await;
+    let t0 = Instant::now();
+    let history = Arc::new(Mutex::new(Vec::<Operation>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for c in 1..=3u64 {
+        let client = Client::connect(cluster.client_setup(c, DEADLINE))
+            .await
+            .expect("client");
+        let history = history.clone();
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(Relaxed) {
+                n += 1;
+                let op = {
+                    let mut rng = rand::rng();
+                    let key = format!("k{}", rng.random_range(0..4u32)).into_bytes();
+                    let value = format!("c{c}-{n}").into_bytes();
+                    match rng.random_range(0..3u32) {
+                        0 => KvOp::Put { key, value },
+                        1 => KvOp::Get { key },
+                        _ => KvOp::Cas {
+                            key,
+                            // Values this client wrote recently, or absence: some succeed.
+                            expected: match rng.random_range(0..3u32) {
+                                0 => None,
+                                _ => Some(
+                                    format!(
+                                        "c{}-{}",
+                                        rng.random_range(1..=3u32),
+                                        n.saturating_sub(rng.random_range(1..4u64))
+                                    )
+                                    .into_bytes(),
+                                ),
+                            },
+                            new: value,
+                        },
+                    }
+                };
+                let invoke_ms = ms_since(t0);
+                let reply = if op.is_read_only() {
+                    client.invoke_read_only(op.encode()).await
+                } else {
+                    client.invoke(op.encode()).await
+                };
+                let (complete_ms, result) = match reply {
+                    Ok(bytes) => (
+                        Some(ms_since(t0)),
+                        Some(KvResult::decode(&bytes).expect("decodable result")),
+                    ),
+                    Err(ClientError::Unreachable { .. }) => (None, None),
+                    Err(e) => panic!("client {c}: {e}"),
+                };
+                history.lock().unwrap().push(Operation {
+                    client: c,
+                    invoke_ms,
+                    complete_ms,
+                    op,
+                    result,
+                });
+            }
+        }));
+    }
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let primary = cluster.primary().await;
+    let kill_ms = ms_since(t0);
+    cluster.kill(primary);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    stop.store(true, Relaxed);
+    for t in tasks {
+        tokio::time::timeout(DEADLINE + Duration::from_secs(2), t)
+            .await
+            .expect("clients finish")
+            .expect("client task");
+    }
+
+    let history = history.lock().unwrap().clone();
+    let before = history
+        .iter()
+        .filter(|o| o.invoke_ms < kill_ms && o.complete_ms.is_some())
+        .count();
+    let after = history
+        .iter()
+        .filter(|o| o.invoke_ms > kill_ms && o.complete_ms.is_some())
+        .count();
+    assert!(
+        before > 10,
+        "only {before} operations completed before the kill; {}",
+        cluster.logs_hint()
+    );
+    assert!(
+        after > 10,
+        "only {after} operations invoked after the kill (of replica {primary}) completed; {}",
+        cluster.logs_hint()
+    );
+    eprintln!(
+        "{} operations ({before} completed before the kill of replica {primary}, {after} invoked after it completed)",
+        history.len()
+    );
+    if let Err(v) = linearizability::check(&history) {
+        panic!(
+            "history of {} operations is not linearizable: key {:?}: {}; {}",
+            history.len(),
+            String::from_utf8_lossy(&v.key),
+            v.explanation,
+            cluster.logs_hint()
+        );
+    }
+}
+
+/// Every put acknowledged before all four replicas are SIGKILLed at once is readable with its
+/// value after they restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_replicas_sigkilled_and_restarted_lose_no_acknowledged_write() {
+    let mut cluster = Cluster::start(1).await;
+    let kv = KvClient::connect(cluster.client_setup(1, DEADLINE))
+        .await
+        .expect("client");
+    // Last acknowledged value per key, and the value of a put still in flight.
+    let mut acked: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let start = Instant::now();
+    let mut i = 0u64;
+    while start.elapsed() < Duration::from_secs(3) {
+        let key = format!("key-{}", i % 40);
+        let value = format!("value-{i}").into_bytes();
+        kv.put(key.clone(), value.clone())
+            .await
+            .expect("put before the crash");
+        acked.insert(key, value);
+        i += 1;
+    }
+    // One more put in flight while everything dies: it may or may not survive.
+    let in_flight_key = format!("key-{}", i % 40);
+    let in_flight_value = format!("value-{i}").into_bytes();
+    let kv2 = kv.clone();
+    let (k2, v2) = (in_flight_key.clone(), in_flight_value.clone());
+    let in_flight = tokio::spawn(async move { kv2.put(k2, v2).await });
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    cluster.kill_all();
+    in_flight.abort();
+    drop(kv);
+    assert!(acked.len() >= 10, "only {} puts acknowledged", acked.len());
+
+    for r in 0..4 {
+        cluster.spawn(r);
+    }
+    cluster.wait_up().await;
+    let kv = KvClient::connect(cluster.client_setup(1, Duration::from_secs(15)))
+        .await
+        .expect("client");
+    eprintln!("{} keys acknowledged before the crash", acked.len());
+    for (key, value) in &acked {
+        let got = kv.get(key.clone()).await.expect("get after the restart");
+        let ok = got.as_ref() == Some(value)
+            || (*key == in_flight_key && got.as_ref() == Some(&in_flight_value));
+        assert!(
+            ok,
+            "{key}: acknowledged {:?} before the crash, read {:?} after the restart; {}",
+            String::from_utf8_lossy(value),
+            got.as_deref().map(String::from_utf8_lossy),
+            cluster.logs_hint()
+        );
+    }
+}
+
+/// What a hostile client sends.
+#[derive(Clone, Copy)]
+enum Garbage {
+    /// Random bytes with a valid length prefix.
+    RandomBytes,
+    /// A length prefix far over the frame limit.
+    OversizedPrefix,
+    /// A well-formed PREPARE claiming to come from replica 1, with an authenticator made of
+    /// keys the attacker guessed.
+    ForgedReplica,
+    /// A well-formed request claiming to come from client 2, with a forged authenticator.
+    ForgedClient,
+    /// A real-looking frame with bytes flipped.
+    Flipped,
+}
+
+fn garbage_frame(kind: Garbage, n: u32, forged: &StaticKeys) -> Vec<u8> {
+    let mut rng = rand::rng();
+    let body = match kind {
+        Garbage::RandomBytes => {
+            let len = rng.random_range(1..300usize);
+            (0..len).map(|_| rng.random::<u8>()).collect()
+        }
+        Garbage::OversizedPrefix => return u32::MAX.to_be_bytes().to_vec(),
+        Garbage::ForgedReplica => {
+            let msg = Message::Prepare(Prepare {
+                view: 0,
+                seq: rng.random_range(1..100),
+                digest: Digest::of(&rng.random::<[u8; 8]>()),
+                replica: 1,
+            });
+            seal_body(forged, encode_body(&msg), TagKind::Authenticator, None, n)
+        }
+        Garbage::ForgedClient => {
+            let request = Request {
+                client: 2,
+                timestamp: rng.random(),
+                read_only: false,
+                op: KvOp::Put {
+                    key: b"k".to_vec(),
+                    value: b"forged".to_vec(),
+                }
+                .encode(),
+            };
+            encode_frame(&Frame {
+                version: WIRE_VERSION,
+                from: Principal::Client(2),
+                epoch: 0,
+                body: encode_body(&Message::Request(SignedRequest {
+                    request,
+                    auth: (0..n).map(|_| Mac(rng.random())).collect(),
+                })),
+                tag: Tag::None,
+            })
+        }
+        Garbage::Flipped => {
+            let msg = Message::Prepare(Prepare {
+                view: 0,
+                seq: 1,
+                digest: Digest::ZERO,
+                replica: 1,
+            });
+            let mut f = seal_body(forged, encode_body(&msg), TagKind::Authenticator, None, n);
+            let i = rng.random_range(0..f.len());
+            f[i] ^= 1 << rng.random_range(0..8u32);
+            f
+        }
+    };
+    let mut out = (body.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Sends garbage to `addr` until `stop`, reconnecting whenever the replica closes the
+/// connection (it closes it on most bad frames). About 200 frames per second.
+async fn hostile(addr: SocketAddr, n: u32, stop: Arc<AtomicBool>) -> u64 {
+    let forged = StaticKeys::derive(
+        b"the attacker does not know the master secret",
+        Principal::Replica(1),
+        (0..n).map(Principal::Replica),
+    );
+    let kinds = [
+        Garbage::RandomBytes,
+        Garbage::ForgedReplica,
+        Garbage::ForgedClient,
+        Garbage::Flipped,
+        Garbage::OversizedPrefix,
+    ];
+    let mut sent = 0u64;
+    let mut i = 0usize;
+    while !stop.load(Relaxed) {
+        let Ok(Ok(mut sock)) =
+            tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr))
+                .await
+        else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        while !stop.load(Relaxed) {
+            let frame = garbage_frame(kinds[i % kinds.len()], n, &forged);
+            i += 1;
+            if sock.write_all(&frame).await.is_err() {
+                break;
+            }
+            sent += 1;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    sent
+}
+
+/// `redoubt_messages_rejected_total` summed by reason.
+fn rejected_by_reason(metrics: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix("redoubt_messages_rejected_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once('}') else {
+            continue;
+        };
+        let reason = labels
+            .split(',')
+            .find_map(|l| l.strip_prefix("reason=\""))
+            .map(|r| r.trim_end_matches('"').to_string())
+            .unwrap_or_default();
+        *out.entry(reason).or_default() += value.trim().parse::<f64>().unwrap_or(0.0);
+    }
+    out
+}
+
+/// Garbage frames to every replica for the whole test do not disturb a correct client, and
+/// the replicas count what they rejected, by reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_frames_do_not_disturb_a_correct_client() {
+    let cluster = Cluster::start(2).await;
+    let n = cluster.cfg.replicas.len() as u32;
+    let stop = Arc::new(AtomicBool::new(false));
+    let attackers: Vec<_> = cluster
+        .cfg
+        .replicas
+        .iter()
+        .map(|r| tokio::spawn(hostile(r.addr, n, stop.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let kv = KvClient::connect(cluster.client_setup(1, DEADLINE))
+        .await
+        .expect("client");
+    let mut latencies = Vec::new();
+    let start = Instant::now();
+    let mut i = 0u64;
+    while start.elapsed() < Duration::from_secs(6) {
+        let key = format!("key-{}", i % 8);
+        let value = format!("value-{i}").into_bytes();
+        let t = Instant::now();
+        kv.put(key.clone(), value.clone())
+            .await
+            .unwrap_or_else(|e| panic!("put {i} under attack: {e}; {}", cluster.logs_hint()));
+        latencies.push(t.elapsed());
+        let t = Instant::now();
+        let got = kv
+            .get(key.clone())
+            .await
+            .unwrap_or_else(|e| panic!("get {i} under attack: {e}; {}", cluster.logs_hint()));
+        latencies.push(t.elapsed());
+        assert_eq!(got, Some(value), "read-back of {key}");
+        i += 1;
+    }
+    stop.store(true, Relaxed);
+    let mut sent = 0;
+    for a in attackers {
+        sent += a.await.expect("attacker task");
+    }
+    latencies.sort();
+    let p99 = latencies[(latencies.len() - 1) * 99 / 100];
+    assert!(
+        latencies.len() >= 50,
+        "only {} operations in 6 s under attack",
+        latencies.len()
+    );
+    assert!(
+        p99 < Duration::from_secs(1),
+        "p99 latency under attack is {p99:?}; {}",
+        cluster.logs_hint()
+    );
+    assert!(sent > 100, "the attackers sent only {sent} frames");
+
+    let mut total: BTreeMap<String, f64> = BTreeMap::new();
+    for r in &cluster.cfg.replicas {
+        let metrics = http_get(r.metrics_addr, "/metrics")
+            .await
+            .unwrap_or_else(|e| panic!("/metrics of replica {}: {e}", r.id));
+        let by_reason = rejected_by_reason(&metrics);
+        assert!(
+            by_reason.values().sum::<f64>() > 0.0,
+            "replica {} counted no rejected frames:\n{metrics}",
+            r.id
+        );
+        for (reason, v) in by_reason {
+            *total.entry(reason).or_default() += v;
+        }
+    }
+    eprintln!(
+        "{} operations under attack, p99 {p99:?}; {sent} garbage frames sent; rejected by reason: {total:?}",
+        latencies.len()
+    );
+    for reason in ["malformed", "bad_mac"] {
+        assert!(
+            total.get(reason).copied().unwrap_or(0.0) > 0.0,
+            "no frame rejected as {reason}; counted: {total:?}"
+        );
+    }
+    assert!(
+        total.get("bad_request_auth").copied().unwrap_or(0.0)
+            + total.get("unknown_sender").copied().unwrap_or(0.0)
+            > 0.0,
+        "no forged client request rejected; counted: {total:?}"
+    );
+}
+
+/// Runs `redoubt` with `args` against the cluster's config; (exit code, stdout, stderr).
+fn cli(cluster: &Cluster, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut cmd = common::redoubt();
+    cmd.arg(args[0]).arg("--config").arg(&cluster.config);
+    cmd.args(&args[1..]);
+    let out = common::output_within(cmd, Duration::from_secs(30));
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// `redoubt kv --client 1 ARGS...` against the cluster.
+fn kv(cluster: &Cluster, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut all = vec!["kv", "--client", "1"];
+    all.extend_from_slice(args);
+    cli(cluster, &all)
+}
+
+/// `redoubt kv` and `redoubt status` against a live cluster: outputs and exit statuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_and_status_commands() {
+    let mut cluster = Cluster::start(1).await;
+    let (code, _, err) = kv(&cluster, &["put", "greeting", "hello world"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, out, err) = kv(&cluster, &["get", "greeting"]);
+    assert_eq!((code, out.as_str()), (Some(0), "hello world\n"), "{err}");
+    let (code, out, err) = kv(&cluster, &["get", "nothing"]);
+    assert_eq!((code, out.as_str()), (Some(3), ""), "{err}");
+    assert!(err.contains("not found"), "{err}");
+    let (code, _, err) = kv(&cluster, &["cas", "greeting", "--expected", "bye", "x"]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("hello world"), "{err}");
+    let (code, _, err) = kv(
+        &cluster,
+        &["cas", "greeting", "--expected", "hello world", "bye"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = kv(&cluster, &["cas", "fresh", "--absent", "1"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, out, err) = kv(&cluster, &["scan"]);
+    assert_eq!(
+        (code, out.as_str()),
+        (Some(0), "fresh\t1\ngreeting\tbye\n"),
+        "{err}"
+    );
+    let (code, _, err) = kv(&cluster, &["delete", "fresh"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = kv(&cluster, &["delete", "fresh"]);
+    assert_eq!(code, Some(3), "{err}");
+    let (code, _, err) = cli(&cluster, &["kv", "--client", "7", "get", "x"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no client 7"), "{err}");
+
+    let (code, out, err) = cli(&cluster, &["status"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(out.matches(" up ").count(), 4, "{out}");
+    assert!(out.contains("cluster is serving"), "{out}");
+
+    // One replica down: still serving (3 = 2f+1 left), the table says `down`.
+    cluster.kill(3);
+    let (code, out, err) = cli(&cluster, &["status"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(out.matches(" down ").count(), 1, "{out}");
+    assert!(out.contains("replica 3 down"), "{out}");
+    // Two down: no quorum; exit status 1 with the reason.
+    cluster.kill(2);
+    let (code, out, err) = cli(&cluster, &["status"]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(err.contains("cannot order requests"), "{err}");
+    // A kv operation then gives up at its timeout with advice.
+    let (code, _, err) = kv(&cluster, &["--timeout", "1", "put", "k", "v"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("redoubt status"), "{err}");
+}

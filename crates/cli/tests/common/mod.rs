@@ -1,0 +1,276 @@
+//! Shared by the process-level tests: the real `redoubt` binary, free ports, and a local
+//! cluster of replica processes that is killed when dropped.
+
+#![allow(dead_code)] // each test file uses a different part
+
+use redoubt_client::ClientSetup;
+use redoubt_core::Principal;
+use redoubt_node::config::ClusterConfig;
+use redoubt_node::keys::load_keys;
+use std::fs::OpenOptions;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Offset of a replica's metrics port from its protocol port (`redoubt init`).
+const METRICS_OFFSET: u16 = 100;
+
+/// The `redoubt` binary built for these tests.
+pub fn redoubt() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_redoubt"))
+}
+
+/// A base port whose `n` protocol and `n` metrics ports are free now. Candidates are random
+/// and below the ephemeral range, so that tests running in parallel do not collide.
+pub fn free_base_port(n: u16) -> u16 {
+    use rand::RngExt as _;
+    let mut rng = rand::rng();
+    for _ in 0..500 {
+        let base: u16 = rng.random_range(10_000..32_000);
+        let free = (0..n)
+            .flat_map(|i| [base + i, base + METRICS_OFFSET + i])
+            .all(|p| TcpListener::bind((Ipv4Addr::LOCALHOST, p)).is_ok());
+        if free {
+            return base;
+        }
+    }
+    panic!("no free port range on 127.0.0.1");
+}
+
+/// Runs `redoubt init` into `dir` with free ports; returns the config path.
+pub fn init(dir: &Path, replicas: u32, clients: u32) -> PathBuf {
+    let base = free_base_port(replicas as u16);
+    let out = redoubt()
+        .args(["init", "--replicas", &replicas.to_string()])
+        .args(["--clients", &clients.to_string()])
+        .args(["--base-port", &base.to_string()])
+        .arg("--out")
+        .arg(dir)
+        .output()
+        .expect("run redoubt init");
+    assert!(
+        out.status.success(),
+        "redoubt init failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir.join("redoubt.toml")
+}
+
+/// Runs a command to completion, killing it if it takes longer than `limit`.
+pub fn output_within(mut cmd: Command, limit: Duration) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "command still running after {limit:?}; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `GET path` over HTTP/1.1; the body of a 200 response.
+pub async fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
+    let fut = async {
+        let mut s = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&buf).to_string();
+        let (head, body) = text
+            .split_once("\r\n\r\n")
+            .ok_or_else(|| format!("no HTTP head in {text:?}"))?;
+        if !head.starts_with("HTTP/1.1 200") {
+            return Err(format!("not 200: {head}"));
+        }
+        Ok(body.to_string())
+    };
+    tokio::time::timeout(Duration::from_secs(2), fut)
+        .await
+        .map_err(|_| "timeout".to_string())?
+}
+
+/// A replica's `/status` as JSON.
+pub async fn status(addr: SocketAddr) -> Result<serde_json::Value, String> {
+    let body = http_get(addr, "/status").await?;
+    serde_json::from_str(&body).map_err(|e| e.to_string())
+}
+
+/// A cluster of `redoubt replica` processes in a temporary directory; killed on drop.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub cfg: ClusterConfig,
+    children: Vec<Option<Child>>,
+}
+
+impl Cluster {
+    /// `redoubt init` with free ports, every replica started, all answering `/status` in the
+    /// same view.
+    pub async fn start(clients: u32) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = init(dir.path(), 4, clients);
+        let cfg = ClusterConfig::load(&config).expect("config written by init loads");
+        let n = cfg.replicas.len();
+        let mut c = Cluster {
+            dir,
+            config,
+            cfg,
+            children: (0..n).map(|_| None).collect(),
+        };
+        for i in 0..n as u32 {
+            c.spawn(i);
+        }
+        c.wait_up().await;
+        c
+    }
+
+    pub fn log_path(&self, id: u32) -> PathBuf {
+        self.dir.path().join(format!("replica-{id}.log"))
+    }
+
+    /// Starts replica `id` (appending to its log).
+    pub fn spawn(&mut self, id: u32) {
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(id))
+            .expect("log file");
+        let child = redoubt()
+            .arg("replica")
+            .arg("--config")
+            .arg(&self.config)
+            .args(["--id", &id.to_string(), "--log-format", "json"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn replica");
+        self.children[id as usize] = Some(child);
+    }
+
+    /// SIGKILL to replica `id`.
+    pub fn kill(&mut self, id: u32) {
+        if let Some(mut c) = self.children[id as usize].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn kill_all(&mut self) {
+        for i in 0..self.children.len() as u32 {
+            self.kill(i);
+        }
+    }
+
+    /// Waits (at most 30 s) until every replica answers `/status` and all are in normal
+    /// operation in the same view.
+    pub async fn wait_up(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            for (i, c) in self.children.iter_mut().enumerate() {
+                if let Some(child) = c {
+                    if let Ok(Some(st)) = child.try_wait() {
+                        panic!(
+                            "replica {i} exited ({st}):\n{}",
+                            std::fs::read_to_string(
+                                self.dir.path().join(format!("replica-{i}.log"))
+                            )
+                            .unwrap_or_default()
+                        );
+                    }
+                }
+            }
+            let mut views = Vec::new();
+            for r in &self.cfg.replicas {
+                match status(r.metrics_addr).await {
+                    Ok(s) if s["normal"] == true => views.push(s["view"].as_u64()),
+                    _ => break,
+                }
+            }
+            if views.len() == self.cfg.replicas.len() && views.windows(2).all(|w| w[0] == w[1]) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not come up within 30 s; logs in {}",
+                self.dir.path().display()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Every reachable replica's status.
+    pub async fn statuses(&self) -> Vec<Option<serde_json::Value>> {
+        let mut out = Vec::new();
+        for r in &self.cfg.replicas {
+            out.push(status(r.metrics_addr).await.ok());
+        }
+        out
+    }
+
+    /// The primary most replicas in normal operation agree on.
+    pub async fn primary(&self) -> u32 {
+        let mut votes = std::collections::BTreeMap::<u64, usize>::new();
+        for s in self.statuses().await.into_iter().flatten() {
+            if s["normal"] == true {
+                *votes.entry(s["primary"].as_u64().unwrap()).or_default() += 1;
+            }
+        }
+        votes
+            .into_iter()
+            .max_by_key(|(_, n)| *n)
+            .map(|(p, _)| p as u32)
+            .expect("no replica in normal operation")
+    }
+
+    /// A client setup for client `c`, with a short deadline.
+    pub fn client_setup(&self, c: u64, deadline: Duration) -> ClientSetup {
+        let keys = load_keys(&self.cfg, Principal::Client(c)).expect("client keys");
+        ClientSetup {
+            id: c,
+            replicas: self.cfg.replicas.iter().map(|r| r.addr).collect(),
+            core: self.cfg.protocol.clone(),
+            timing: self.cfg.client_timing(),
+            keys,
+            deadline,
+            frame_bytes_max: self.cfg.protocol.message_bytes_max,
+        }
+    }
+
+    /// Keeps the directory (for a failing test's logs) and returns its path.
+    pub fn logs_hint(&self) -> String {
+        format!("replica logs: {}/replica-*.log", self.dir.path().display())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.kill_all();
+        if std::thread::panicking() {
+            // Keep the logs of a failing test.
+            let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("tempdir"));
+            eprintln!("cluster directory kept: {}", dir.keep().display());
+        }
+    }
+}
