@@ -198,7 +198,7 @@ fn parse(bytes: &[u8]) -> (Vec<Record>, usize) {
             break;
         }
         let payload = &bytes[at + 12..at + 12 + len];
-        if &blake3::hash(payload).as_bytes()[..8] != &bytes[at + 4..at + 12] {
+        if blake3::hash(payload).as_bytes()[..8] != bytes[at + 4..at + 12] {
             break;
         }
         match Record::decode(payload) {
