@@ -37,12 +37,14 @@ pub enum Record {
         /// Bodies of the batches PSet and QSet name (the view change may need them).
         batches: Vec<Batch>,
     },
-    /// Pre-prepared `digest` at `seq` in `view` (sent PRE-PREPARE or PREPARE).
+    /// Accepted a pre-prepare for `digest` at `seq` in `view`. `vouched`: this replica sent
+    /// PRE-PREPARE or PREPARE for it (false when it could not authenticate a request in it).
     PrePrepared {
         view: View,
         seq: Seq,
         digest: Digest,
         batch: Option<Batch>,
+        vouched: bool,
     },
     /// Prepared `digest` at `seq` in `view` (about to send COMMIT).
     Prepared {
@@ -134,6 +136,7 @@ mod tests {
             seq: n,
             digest: d(n as u8),
             batch: None,
+            vouched: true,
         };
         let ex = |n| Record::Executed {
             seq: n,

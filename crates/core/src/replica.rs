@@ -117,7 +117,9 @@ pub struct Replica<S: Service, A: Auth> {
     vc_timeout_ms: u64,
     vc_deadline_ms: Option<u64>,
     my_vc: Option<(ViewChange, Digest)>,
-    vcs: BTreeMap<ReplicaId, (ViewChange, Digest)>,
+    /// VIEW-CHANGE messages per (sender, view): at most the one for our view and the sender's
+    /// latest, so a later message cannot displace one a NEW-VIEW names.
+    vcs: BTreeMap<(ReplicaId, View), (ViewChange, Digest)>,
     relayed: BTreeMap<(ReplicaId, Digest), ViewChange>,
     acks: BTreeMap<(View, ReplicaId, Digest), BTreeSet<ReplicaId>>,
     pset: BTreeMap<Seq, PEntry>,
@@ -151,6 +153,9 @@ pub struct Replica<S: Service, A: Auth> {
     next_status_ms: u64,
     /// True while re-executing journaled batches after a restart: no sends, no records.
     replaying: bool,
+    /// Our state was found to differ from a checkpoint f+1 replicas vouch for: execution
+    /// stops until the vouched state is fetched.
+    diverged: bool,
 }
 
 impl<S: Service, A: Auth> Replica<S, A> {
@@ -205,6 +210,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             req_timer: None,
             next_status_ms: 0,
             replaying: false,
+            diverged: false,
         };
         let (digest, snapshot) = r.snapshot(0);
         r.stable_digest = digest;
@@ -283,7 +289,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             clients,
             waiting: clients,
             arrivals: clients,
-            view_changes: 2 * n,
+            view_changes: 3 * n,
             acks: n * ACKS_PER_ACKER_MAX,
         }
     }
@@ -298,7 +304,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             Input::Tick => self.tick(),
             Input::StepDown => {
                 if self.normal && self.is_primary() {
-                    self.start_view_change(self.view + 1);
+                    self.start_view_change(self.view.saturating_add(1));
                 }
             }
         }
@@ -443,6 +449,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     // A client reusing a timestamp for a different operation: keep the first.
                     return Err(Reject::Conflict);
                 }
+                // The same request straight from its client: keep the client's authenticator,
+                // so a copy relayed with damaged entries for other replicas cannot stick.
+                if matches!(from, Principal::Client(_)) {
+                    if let Some(w) = self.waiting.get_mut(&c) {
+                        w.req.auth = sr.auth.clone();
+                    }
+                }
             }
             _ => {
                 if let Some(old) = self.waiting.remove(&c) {
@@ -572,6 +585,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 seq,
                 digest,
                 batch: Some(pp.batch.clone()),
+                vouched: true,
             });
             self.broadcast(&Message::PrePrepare(pp));
             self.check_slot(seq);
@@ -633,14 +647,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
         }
         let (view, seq, digest) = (pp.view, pp.seq, pp.digest);
-        if verified {
-            self.persist(Record::PrePrepared {
-                view,
-                seq,
-                digest,
-                batch: Some(pp.batch.clone()),
-            });
-        }
+        self.persist(Record::PrePrepared {
+            view,
+            seq,
+            digest,
+            batch: Some(pp.batch.clone()),
+            vouched: verified,
+        });
         self.batches.insert(digest, pp.batch);
         let slot = self.log.entry(seq).or_default();
         slot.pp = Some(digest);
@@ -755,6 +768,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
     // ----- execution --------------------------------------------------------------------------
 
     fn try_execute(&mut self) {
+        if self.diverged {
+            return;
+        }
         if self
             .transfer
             .as_ref()
@@ -970,12 +986,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 // f+1 replicas vouch for another digest: our state is wrong. Fetch theirs.
                 self.event(Event::StateDivergence { seq });
                 self.checkpoints.remove(&seq);
-                self.last_executed = self.last_executed.min(seq - 1);
+                self.diverged = true;
+                self.transfer = None;
                 self.start_transfer(seq, digest, true);
             }
             None if seq > self.last_executed => {
-                let urgent = seq > self.stable_seq + self.cfg.log_size
-                    || seq >= self.last_executed + self.cfg.log_size;
+                let urgent = seq > self.stable_seq.saturating_add(self.cfg.log_size)
+                    || seq >= self.last_executed.saturating_add(self.cfg.log_size);
                 self.start_transfer(seq, digest, urgent);
             }
             None => {}
@@ -1023,6 +1040,27 @@ impl<S: Service, A: Auth> Replica<S, A> {
             .collect()
     }
 
+    /// The bodies we hold of `digests`, in order, up to half the message size limit: a message
+    /// carrying them always fits; receivers ask for the rest through status messages.
+    fn bodies_within_budget(&self, digests: &[Digest]) -> Vec<Batch> {
+        let budget = self.cfg.message_bytes_max / 2;
+        let per_request = 64 + 16 * self.cfg.n() as usize;
+        let mut used = 0usize;
+        let mut out = Vec::new();
+        for d in digests.iter().filter(|d| **d != NULL_DIGEST) {
+            let Some(b) = self.batches.get(d) else {
+                continue;
+            };
+            let size = b.op_bytes() + per_request * b.requests.len() + 64;
+            if used + size > budget {
+                break;
+            }
+            used += size;
+            out.push(b.clone());
+        }
+        out
+    }
+
     /// Keeps only batch bodies something still refers to.
     fn gc_batches(&mut self) {
         let mut keep: BTreeSet<Digest> = BTreeSet::new();
@@ -1058,7 +1096,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let Some(t) = self.transfer.clone() else {
             return;
         };
-        if self.last_executed >= t.seq {
+        if self.last_executed >= t.seq && !self.diverged {
             self.transfer = None;
             return;
         }
@@ -1110,7 +1148,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     fn on_state_reply(&mut self, _from: ReplicaId, sr: StateReply) -> Result<(), Reject> {
-        if sr.seq <= self.last_executed {
+        if sr.seq <= self.last_executed && !self.diverged {
             return Err(Reject::Stale);
         }
         let digest = checkpoint_digest(&sr.snapshot);
@@ -1183,7 +1221,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
             .collect();
         self.last_time_ms = st.last_time_ms;
         self.last_executed = seq;
-        self.executed = self.executed.split_off(&(seq + 1));
+        // Executions recorded beyond the loaded state (a diverged run) no longer hold.
+        self.executed.clear();
+        self.diverged = false;
         self.checkpoints.insert(
             seq,
             StoredCheckpoint {
@@ -1285,6 +1325,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     seq,
                     digest,
                     batch,
+                    vouched,
                 } if *view == r.view && *seq > h => {
                     if let Some(b) = batch {
                         r.batches.insert(*digest, b.clone());
@@ -1293,7 +1334,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     slot.pp = Some(*digest);
                     if primary {
                         slot.proposed_here = batch.is_some();
-                    } else {
+                    } else if *vouched {
                         slot.sent_prepare = true;
                         slot.prepares.insert(id, *digest);
                     }
@@ -1393,7 +1434,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.new_view = None;
         self.decision_missing.clear();
         self.executed_in_view = false;
-        self.vcs.retain(|_, (m, _)| m.view >= v);
+        self.vcs.retain(|(_, view), _| *view >= v);
         self.my_vc = Some((vc.clone(), digest));
         let (pset, qset) = viewchange::to_wire(&self.pset, &self.qset);
         let batches = self.pset_batches();
@@ -1407,6 +1448,24 @@ impl<S: Service, A: Auth> Replica<S, A> {
         });
         self.event(Event::ViewChangeStarted { view: v });
         self.broadcast(&Message::ViewChange(vc));
+        // Vouch now for the view changes of this view we stored before entering it.
+        let p = self.cfg.primary(v);
+        if p != self.id {
+            let acks: Vec<ViewChangeAck> = self
+                .vcs
+                .iter()
+                .filter(|((r, view), _)| *view == v && *r != p)
+                .map(|((r, _), (_, d))| ViewChangeAck {
+                    view: v,
+                    acker: self.id,
+                    sender: *r,
+                    digest: *d,
+                })
+                .collect();
+            for a in acks {
+                self.send_replica(p, &Message::ViewChangeAck(a));
+            }
+        }
         self.gc_batches();
         self.after_vc_update();
     }
@@ -1426,20 +1485,27 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return Err(Reject::Stale);
         }
         let digest = vc.digest();
-        match self.vcs.get(&from) {
-            Some((old, _)) if old.view > vc.view => return Err(Reject::Stale),
-            Some((old, od)) if old.view == vc.view => {
-                if *od != digest {
-                    return Err(Reject::Conflict); // equivocation: the first one stands
-                }
-            }
-            _ => {
-                self.vcs.insert(from, (vc.clone(), digest));
+        match self.vcs.get(&(from, vc.view)) {
+            Some((_, od)) if *od != digest => return Err(Reject::Conflict), // the first stands
+            Some(_) => {}
+            None => {
+                self.vcs.insert((from, vc.view), (vc.clone(), digest));
+                // Keep, per sender, the message for our view and the latest one only.
+                let mine = self.view;
+                let latest = self
+                    .vcs
+                    .range((from, 0)..=(from, View::MAX))
+                    .map(|((_, v), _)| *v)
+                    .max()
+                    .unwrap_or(vc.view);
+                self.vcs
+                    .retain(|(r, v), _| *r != from || *v == mine || *v == latest);
             }
         }
-        // Vouch for it to the primary of its view.
+        // Vouch for it to the primary of its view, but only for the next view at most: acks
+        // for views we may never enter would only fill the primary's bounded ack store.
         let p = self.cfg.primary(vc.view);
-        if p != from && p != self.id {
+        if p != from && p != self.id && vc.view <= self.view.saturating_add(1) {
             let ack = Message::ViewChangeAck(ViewChangeAck {
                 view: vc.view,
                 acker: self.id,
@@ -1449,8 +1515,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             self.send_replica(p, &ack);
         }
         // A primary stepping down hands over at once.
-        if self.normal && from == self.primary() && vc.view == self.view + 1 {
-            self.start_view_change(self.view + 1);
+        if self.normal && from == self.primary() && vc.view == self.view.saturating_add(1) {
+            self.start_view_change(vc.view);
             return Ok(());
         }
         self.after_vc_update();
@@ -1460,8 +1526,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// Re-evaluates the join rule, the view-change timer and pending decisions after the set of
     /// view-change messages changed.
     fn after_vc_update(&mut self) {
-        let others: BTreeMap<ReplicaId, View> =
-            self.vcs.iter().map(|(r, (m, _))| (*r, m.view)).collect();
+        let mut others: BTreeMap<ReplicaId, View> = BTreeMap::new();
+        for (r, v) in self.vcs.keys() {
+            let e = others.entry(*r).or_insert(*v);
+            *e = (*e).max(*v);
+        }
         if let Some(v) = quorum::join_view(self.cfg.f, self.view, &others) {
             if v > self.view {
                 self.start_view_change(v);
@@ -1493,6 +1562,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if ack.view < self.view || (ack.view == self.view && self.normal) {
             return Err(Reject::Stale);
         }
+        if ack.view > self.view.saturating_add(1) {
+            return Err(Reject::OutOfWindow);
+        }
         if ack.sender == self.id || ack.sender >= self.cfg.n() {
             return Ok(());
         }
@@ -1514,9 +1586,18 @@ impl<S: Service, A: Auth> Replica<S, A> {
         Ok(())
     }
 
-    fn ack_count(&self, sender: ReplicaId, digest: &Digest) -> usize {
+    /// Acks for `sender`'s VIEW-CHANGE with `digest` in our view, from replicas other than
+    /// ourselves, the sender, and `also_excluded`.
+    fn ack_count(
+        &self,
+        sender: ReplicaId,
+        digest: &Digest,
+        also_excluded: Option<ReplicaId>,
+    ) -> usize {
         self.acks.get(&(self.view, sender, *digest)).map_or(0, |s| {
-            s.iter().filter(|a| **a != self.id && **a != sender).count()
+            s.iter()
+                .filter(|a| **a != self.id && **a != sender && Some(**a) != also_excluded)
+                .count()
         })
     }
 
@@ -1530,8 +1611,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         };
         let need_acks = 2 * self.cfg.f as usize - 1;
         let mut s: Vec<(ReplicaId, Digest, ViewChange)> = vec![(self.id, my_digest, mine)];
-        for (r, (m, d)) in &self.vcs {
-            if m.view == self.view && self.ack_count(*r, d) >= need_acks {
+        for ((r, _), (m, d)) in &self.vcs {
+            if m.view == self.view && self.ack_count(*r, d, None) >= need_acks {
                 s.push((*r, *d, m.clone()));
             }
         }
@@ -1549,12 +1630,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         );
         match outcome {
             Ok(dec) => {
-                let bodies = dec
-                    .chosen
-                    .iter()
-                    .filter(|d| **d != NULL_DIGEST)
-                    .filter_map(|d| self.batches.get(d).cloned())
-                    .collect();
+                let bodies = self.bodies_within_budget(&dec.chosen);
                 let nv = NewView {
                     view: self.view,
                     vcs: s.iter().map(|(r, d, _)| (*r, *d)).collect(),
@@ -1597,11 +1673,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return Err(Reject::Inconsistent);
         }
         if nv.view > self.view {
-            // We missed this view change: enter the view (reporting our log) first.
-            self.start_view_change(nv.view);
-            if self.normal {
-                return Ok(());
-            }
+            // A NEW-VIEW alone never moves us: a faulty primary of any future view could send
+            // one. We enter a view by our timer or the f+1 rule; its primary then retransmits
+            // the NEW-VIEW in answer to our status.
+            return Err(Reject::OutOfWindow);
         }
         if self.pending_nv.is_some() {
             return Ok(()); // the first NEW-VIEW for a view is the one we check
@@ -1632,10 +1707,15 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 }
                 continue;
             }
-            match self.vcs.get(r) {
-                Some((m, md)) if md == d && m.view == nv.view => found.push(m.clone()),
+            match self.vcs.get(&(*r, nv.view)) {
+                Some((m, md)) if md == d => found.push(m.clone()),
                 _ => match self.relayed.get(&(*r, *d)) {
-                    Some(m) if self.ack_count(*r, d) >= self.cfg.f as usize => {
+                    // f acks from replicas other than the sender and the new primary (whose
+                    // NEW-VIEW is already its vouch): with the primary's, f+1 vouchers.
+                    Some(m)
+                        if self.ack_count(*r, d, Some(self.cfg.primary(nv.view)))
+                            >= self.cfg.f as usize =>
+                    {
                         found.push(m.clone())
                     }
                     _ => missing.push((*r, *d)),
@@ -1706,7 +1786,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             reason: Reject::Inconsistent,
         });
         self.vc_timeout_ms = (self.vc_timeout_ms * 2).min(self.cfg.view_change_timeout_max_ms);
-        self.start_view_change(self.view + 1);
+        self.start_view_change(self.view.saturating_add(1));
     }
 
     fn install_new_view(&mut self, nv: NewView) {
@@ -1723,7 +1803,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
                         // Our checkpoint at h differs from the one f+1 replicas reported.
                         self.event(Event::StateDivergence { seq: h });
                         self.checkpoints.remove(&h);
-                        self.last_executed = self.last_executed.min(h - 1);
+                        self.diverged = true;
+                        self.transfer = None;
                     }
                     self.stable_seq = h;
                     self.stable_digest = hd;
@@ -1734,7 +1815,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     }
                     self.pset = self.pset.split_off(&(h + 1));
                     self.qset = self.qset.split_off(&(h + 1));
-                    if self.last_executed < h {
+                    if self.last_executed < h || self.diverged {
                         self.start_transfer(h, hd, true);
                     }
                 }
@@ -1792,6 +1873,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 seq: n,
                 digest: d,
                 batch,
+                vouched: true,
             });
         }
         let last = h + nv.chosen.len() as u64;
@@ -1882,7 +1964,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     if still && !self.is_primary() {
                         self.vc_timeout_ms =
                             (self.vc_timeout_ms * 2).min(self.cfg.view_change_timeout_max_ms);
-                        self.start_view_change(self.view + 1);
+                        self.start_view_change(self.view.saturating_add(1));
                     } else {
                         self.arm_request_timer();
                     }
@@ -1892,7 +1974,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             if now >= deadline {
                 self.vc_timeout_ms =
                     (self.vc_timeout_ms * 2).min(self.cfg.view_change_timeout_max_ms);
-                self.start_view_change(self.view + 1);
+                self.start_view_change(self.view.saturating_add(1));
             }
         }
         self.drive_transfer();
@@ -1966,12 +2048,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             if self.normal && self.is_primary() {
                 if let Some(nv) = self.new_view.clone() {
                     let mut nv = nv;
-                    nv.batches = nv
-                        .chosen
-                        .iter()
-                        .filter(|d| **d != NULL_DIGEST)
-                        .filter_map(|d| self.batches.get(d).cloned())
-                        .collect();
+                    nv.batches = self.bodies_within_budget(&nv.chosen);
                     self.send_replica(from, &Message::NewView(nv));
                 }
             }
@@ -1985,8 +2062,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 let acks: Vec<ViewChangeAck> = self
                     .vcs
                     .iter()
-                    .filter(|(r, (m, _))| m.view == self.view && **r != from)
-                    .map(|(r, (_, d))| ViewChangeAck {
+                    .filter(|((r, v), _)| *v == self.view && *r != from)
+                    .map(|((r, _), (_, d))| ViewChangeAck {
                         view: self.view,
                         acker: self.id,
                         sender: *r,
@@ -2003,9 +2080,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
             let prepared: BTreeSet<Seq> = st.prepared.iter().copied().collect();
             let committed: BTreeSet<Seq> = st.committed.iter().copied().collect();
             let mut budget = self.cfg.retransmit_entries_max;
+            // Pre-prepares carry bodies: bound the bytes one status can make us resend.
+            let mut body_bytes_left = self.cfg.message_bytes_max / 2;
             let entries: Vec<(Seq, Slot)> = self
                 .log
-                .range(st.last_executed + 1..)
+                .range(st.last_executed.saturating_add(1)..)
                 .filter(|(_, s)| s.pp.is_some())
                 .map(|(n, s)| (*n, s.clone()))
                 .collect();
@@ -2017,7 +2096,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 let mut sent = false;
                 if !prepared.contains(&n) && !committed.contains(&n) {
                     if s.proposed_here {
-                        if let Some(b) = self.batches.get(&d).cloned() {
+                        if let Some(b) = self
+                            .batches
+                            .get(&d)
+                            .filter(|b| b.op_bytes() <= body_bytes_left)
+                            .cloned()
+                        {
+                            body_bytes_left -= b.op_bytes();
                             let pp = PrePrepare {
                                 view: self.view,
                                 seq: n,
@@ -2058,7 +2143,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if st.stable < self.stable_seq || st.last_executed < self.last_executed {
             let mine: Vec<(Seq, Digest)> = self
                 .checkpoints
-                .range(st.stable.max(st.last_executed.min(self.stable_seq)) + 1..)
+                .range(
+                    st.stable
+                        .max(st.last_executed.min(self.stable_seq))
+                        .saturating_add(1)..,
+                )
                 .map(|(n, c)| (*n, c.digest))
                 .collect();
             let own_stable = (self.stable_seq, self.stable_digest);
@@ -2079,11 +2168,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
         }
         // Batch bodies.
-        let bodies: Vec<Batch> = st
-            .missing_batches
-            .iter()
-            .filter_map(|d| self.batches.get(d).cloned())
-            .collect();
+        let bodies = self.bodies_within_budget(&st.missing_batches);
         if !bodies.is_empty() {
             self.send_replica(from, &Message::Batches(bodies));
         }
@@ -2095,7 +2180,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                         self.send_replica(from, &Message::ViewChange(m));
                     }
                 }
-            } else if let Some((m, md)) = self.vcs.get(&r).cloned() {
+            } else if let Some((m, md)) = self.vcs.get(&(r, self.view)).cloned() {
                 if md == d && r != from {
                     self.send_replica(from, &Message::RelayViewChange(m.clone()));
                     let ack = ViewChangeAck {

@@ -45,7 +45,7 @@ pub fn compute_pq(
 ) -> (PSet, QSet) {
     let mut p = BTreeMap::new();
     let mut q = BTreeMap::new();
-    let hi = h + log_size;
+    let hi = h.saturating_add(log_size);
     let seqs: std::collections::BTreeSet<Seq> = slots
         .keys()
         .chain(pset.keys())
@@ -122,7 +122,7 @@ pub fn validate(vc: &ViewChange, f: u32, k: Seq, log_size: Seq) -> Result<(), &'
         }
         last = Some(*n);
     }
-    let in_window = |n: Seq| n > vc.ls && n <= vc.ls + log_size;
+    let in_window = |n: Seq| n > vc.ls && n <= vc.ls.saturating_add(log_size);
     let mut last = None;
     for e in &vc.p {
         if !in_window(e.seq) || last.is_some_and(|l| l >= e.seq) || e.view >= vc.view {
@@ -199,7 +199,7 @@ pub fn decide(
     let Some((h, hd)) = best else {
         return Err(Pending::NoCheckpoint);
     };
-    let hi = h + log_size;
+    let hi = h.saturating_add(log_size);
     let max_n = s
         .iter()
         .flat_map(|m| m.p.iter().map(|e| e.seq))

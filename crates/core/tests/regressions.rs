@@ -1,0 +1,502 @@
+//! Regression tests for protocol bugs found in review (each scenario reproduced a bug before
+//! its fix): forged view changes relayed on the primary's word, NEW-VIEW messages for far
+//! views, ack-quota exhaustion, prepared slots lost across restart, arithmetic on hostile
+//! values, and a divergence loop.
+
+use redoubt_core::auth::{request_authenticator, seal};
+use redoubt_core::message::*;
+use redoubt_core::*;
+use redoubt_crypto::{Digest, Mac};
+
+struct Svc(Vec<u8>);
+impl Service for Svc {
+    fn execute(&mut self, op: &[u8], _c: &ExecContext) -> Vec<u8> {
+        self.0.extend_from_slice(op);
+        op.to_vec()
+    }
+    fn execute_read_only(&self, _op: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+    fn snapshot(&self) -> Vec<u8> {
+        self.0.clone()
+    }
+    fn restore(&mut self, s: &[u8]) -> Result<(), String> {
+        self.0 = s.to_vec();
+        Ok(())
+    }
+}
+
+fn all() -> Vec<Principal> {
+    (0..4)
+        .map(Principal::Replica)
+        .chain([Principal::Client(7)])
+        .collect()
+}
+fn keys(p: Principal) -> StaticKeys {
+    StaticKeys::derive(b"m", p, all())
+}
+fn rep(id: u32) -> Replica<Svc, StaticKeys> {
+    Replica::new(
+        Config::new(1),
+        id,
+        keys(Principal::Replica(id)),
+        Svc(vec![]),
+    )
+}
+fn frame(from: u32, to: u32, m: &Message) -> Vec<u8> {
+    seal(
+        &keys(Principal::Replica(from)),
+        m,
+        Some(Principal::Replica(to)),
+        4,
+    )
+}
+fn env(t: u64) -> Env {
+    Env {
+        now_ms: t,
+        entropy: 1,
+    }
+}
+fn msgs(effs: &[Effect]) -> Vec<(Option<Principal>, Message)> {
+    effs.iter()
+        .filter_map(|e| match e {
+            Effect::Send { to, bytes } => Some((Some(*to), bytes)),
+            Effect::Broadcast { bytes } => Some((None, bytes)),
+            _ => None,
+        })
+        .map(|(to, b)| {
+            let f = decode_frame(b, usize::MAX).unwrap();
+            (to, decode_body(&f.body).unwrap())
+        })
+        .collect()
+}
+fn events(effs: &[Effect]) -> Vec<Event> {
+    effs.iter()
+        .filter_map(|e| {
+            if let Effect::Event(ev) = e {
+                Some(ev.clone())
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+fn my_vc(effs: &[Effect]) -> Option<ViewChange> {
+    msgs(effs).into_iter().find_map(|(_, m)| {
+        if let Message::ViewChange(v) = m {
+            Some(v)
+        } else {
+            None
+        }
+    })
+}
+fn empty_vc(view: u64, r: u32, ck0: Digest) -> ViewChange {
+    ViewChange {
+        view,
+        replica: r,
+        ls: 0,
+        checkpoints: vec![(0, ck0)],
+        p: vec![],
+        q: vec![],
+    }
+}
+
+fn ck0() -> Digest {
+    let mut r = rep(0);
+    let z = empty_vc(1, 1, Digest::ZERO);
+    r.handle(
+        env(0),
+        Input::Receive(&frame(1, 0, &Message::ViewChange(z.clone()))),
+    );
+    let mut z2 = z;
+    z2.replica = 2;
+    let e = r.handle(
+        env(0),
+        Input::Receive(&frame(2, 0, &Message::ViewChange(z2))),
+    );
+    my_vc(&e).unwrap().checkpoints[0].1
+}
+
+#[test]
+fn forged_view_change_is_not_accepted_on_the_primary_ack_alone() {
+    let ck = ck0();
+    let mut r0 = rep(0);
+    let vc1 = empty_vc(1, 1, ck);
+    let vc2 = empty_vc(1, 2, ck);
+    r0.handle(
+        env(0),
+        Input::Receive(&frame(1, 0, &Message::ViewChange(vc1.clone()))),
+    );
+    let e = r0.handle(
+        env(0),
+        Input::Receive(&frame(2, 0, &Message::ViewChange(vc2))),
+    );
+    let mine = my_vc(&e).unwrap();
+    // Replica 3 never sent anything; faulty primary 1 invents its view change.
+    let forged = ViewChange {
+        view: 1,
+        replica: 3,
+        ls: 0,
+        checkpoints: vec![(0, ck)],
+        p: vec![],
+        q: vec![],
+    };
+    let nv = NewView {
+        view: 1,
+        vcs: vec![(0, mine.digest()), (1, vc1.digest()), (3, forged.digest())],
+        checkpoint: (0, ck),
+        chosen: vec![],
+        batches: vec![],
+    };
+    r0.handle(env(1), Input::Receive(&frame(1, 0, &Message::NewView(nv))));
+    assert!(!r0.is_normal());
+    r0.handle(
+        env(1),
+        Input::Receive(&frame(1, 0, &Message::RelayViewChange(forged.clone()))),
+    );
+    let ack = ViewChangeAck {
+        view: 1,
+        acker: 1,
+        sender: 3,
+        digest: forged.digest(),
+    };
+    let e = r0.handle(
+        env(1),
+        Input::Receive(&frame(1, 0, &Message::ViewChangeAck(ack))),
+    );
+    let _ = events(&e);
+    assert!(
+        !r0.is_normal(),
+        "a relayed view change needs f acks besides the new primary's"
+    );
+}
+
+#[test]
+fn a_new_view_alone_never_moves_a_replica() {
+    let ck = ck0();
+    let mut r0 = rep(0);
+    for v in [u64::MAX, 1_000_003] {
+        let nv = NewView {
+            view: v,
+            vcs: vec![(0, Digest::ZERO), (1, Digest::ZERO), (2, Digest::ZERO)],
+            checkpoint: (0, ck),
+            chosen: vec![],
+            batches: vec![],
+        };
+        r0.handle(env(0), Input::Receive(&frame(3, 0, &Message::NewView(nv))));
+        assert_eq!(r0.view(), 0);
+        assert!(r0.is_normal());
+    }
+    r0.handle(env(100_000), Input::Tick);
+}
+
+fn ack_spam_then_view_change(spam: bool) -> bool {
+    let ck = ck0();
+    let mut r1 = rep(1);
+    if spam {
+        for acker in [0u32, 2] {
+            let mut ra = rep(acker);
+            let mut acks = vec![];
+            for k in 1..=64u64 {
+                let v = 1 + 4 * k; // primary 1
+                let e = ra.handle(
+                    env(0),
+                    Input::Receive(&frame(3, acker, &Message::ViewChange(empty_vc(v, 3, ck)))),
+                );
+                for (to, m) in msgs(&e) {
+                    if let (Some(Principal::Replica(1)), Message::ViewChangeAck(a)) = (to, m) {
+                        acks.push(a);
+                    }
+                }
+            }
+            assert!(acks.is_empty(), "no acks for views more than one ahead");
+            for a in acks {
+                r1.handle(
+                    env(0),
+                    Input::Receive(&frame(acker, 1, &Message::ViewChangeAck(a))),
+                );
+            }
+        }
+    }
+    let vc0 = empty_vc(1, 0, ck);
+    let vc2 = empty_vc(1, 2, ck);
+    let mut out = vec![];
+    out.extend(r1.handle(
+        env(1),
+        Input::Receive(&frame(0, 1, &Message::ViewChange(vc0.clone()))),
+    ));
+    out.extend(r1.handle(
+        env(1),
+        Input::Receive(&frame(2, 1, &Message::ViewChange(vc2.clone()))),
+    ));
+    out.extend(r1.handle(
+        env(1),
+        Input::Receive(&frame(
+            2,
+            1,
+            &Message::ViewChangeAck(ViewChangeAck {
+                view: 1,
+                acker: 2,
+                sender: 0,
+                digest: vc0.digest(),
+            }),
+        )),
+    ));
+    out.extend(r1.handle(
+        env(1),
+        Input::Receive(&frame(
+            0,
+            1,
+            &Message::ViewChangeAck(ViewChangeAck {
+                view: 1,
+                acker: 0,
+                sender: 2,
+                digest: vc2.digest(),
+            }),
+        )),
+    ));
+    msgs(&out)
+        .iter()
+        .any(|(_, m)| matches!(m, Message::NewView(_)))
+}
+
+#[test]
+fn view_change_spam_cannot_exhaust_the_ack_quota() {
+    assert!(ack_spam_then_view_change(false));
+    assert!(
+        ack_spam_then_view_change(true),
+        "view-change spam for far views must not block S"
+    );
+}
+
+#[test]
+fn restore_keeps_a_prepared_slot_this_replica_could_not_vouch_for() {
+    let ck = ck0();
+    let ckeys = keys(Principal::Client(7));
+    let req = Request {
+        client: 7,
+        timestamp: 1,
+        read_only: false,
+        op: b"x".to_vec(),
+    };
+    let mut auth = request_authenticator(&ckeys, &req.digest(), 4);
+    auth[3] = Mac::default(); // bad entry for replica 3 only
+    let batch = Batch {
+        nondet: NonDet {
+            time_ms: 0,
+            seed: 0,
+        },
+        requests: vec![SignedRequest { request: req, auth }],
+    };
+    let d = batch.digest();
+    let mut r3 = rep(3);
+    let mut records = vec![];
+    let mut run = |r: &mut Replica<Svc, StaticKeys>, b: Vec<u8>, recs: &mut Vec<Record>| {
+        let e = r.handle(env(0), Input::Receive(&b));
+        for x in &e {
+            if let Effect::Persist(rec) = x {
+                recs.push(rec.clone());
+            }
+        }
+        e
+    };
+    run(
+        &mut r3,
+        frame(
+            0,
+            3,
+            &Message::PrePrepare(PrePrepare {
+                view: 0,
+                seq: 1,
+                digest: d,
+                batch,
+            }),
+        ),
+        &mut records,
+    );
+    for s in [1u32, 2] {
+        run(
+            &mut r3,
+            frame(
+                s,
+                3,
+                &Message::Prepare(Prepare {
+                    view: 0,
+                    seq: 1,
+                    digest: d,
+                    replica: s,
+                }),
+            ),
+            &mut records,
+        );
+    }
+    let trigger = |r: &mut Replica<Svc, StaticKeys>| {
+        r.handle(
+            env(0),
+            Input::Receive(&frame(1, 3, &Message::ViewChange(empty_vc(1, 1, ck)))),
+        );
+        my_vc(&r.handle(
+            env(0),
+            Input::Receive(&frame(2, 3, &Message::ViewChange(empty_vc(1, 2, ck)))),
+        ))
+        .unwrap()
+    };
+    let before = trigger(&mut r3);
+    let mut restored = Replica::restore(
+        Config::new(1),
+        3,
+        keys(Principal::Replica(3)),
+        Svc(vec![]),
+        &records,
+    )
+    .unwrap();
+    let after = trigger(&mut restored);
+    assert_eq!(before.p.len(), 1);
+    assert_eq!(
+        after.p, before.p,
+        "a prepared certificate survives a restart"
+    );
+}
+
+#[test]
+fn hostile_status_values_do_not_panic() {
+    let mut r0 = rep(0);
+    let st = Status {
+        replica: 1,
+        view: 0,
+        normal: true,
+        last_executed: u64::MAX,
+        stable: 0,
+        ..Default::default()
+    };
+    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        r0.handle(env(0), Input::Receive(&frame(1, 0, &Message::Status(st))));
+    }));
+    assert!(res.is_ok(), "hostile status must not panic");
+}
+
+#[test]
+fn hostile_view_change_values_do_not_panic() {
+    let mut r0 = rep(0);
+    let ls = u64::MAX - (u64::MAX % 128);
+    let vc = ViewChange {
+        view: 1,
+        replica: 1,
+        ls,
+        checkpoints: vec![],
+        p: vec![PEntry {
+            seq: u64::MAX,
+            digest: Digest::ZERO,
+            view: 0,
+        }],
+        q: vec![],
+    };
+    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        r0.handle(
+            env(0),
+            Input::Receive(&frame(1, 0, &Message::ViewChange(vc))),
+        );
+    }));
+    assert!(res.is_ok(), "hostile view change must not panic");
+}
+
+#[test]
+fn diverged_state_stops_execution_instead_of_looping() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut cfg = Config::new(1);
+        cfg.checkpoint_interval = 2;
+        cfg.log_size = 4;
+        let mut r3: Replica<Svc, StaticKeys> =
+            Replica::new(cfg, 3, keys(Principal::Replica(3)), Svc(vec![]));
+        let x = Digest([9; 32]);
+        for s in [1u32, 2] {
+            r3.handle(
+                env(0),
+                Input::Receive(&frame(
+                    s,
+                    3,
+                    &Message::Checkpoint(Checkpoint {
+                        seq: 2,
+                        digest: x,
+                        replica: s,
+                    }),
+                )),
+            );
+        }
+        let ckeys = keys(Principal::Client(7));
+        for n in 1..=2u64 {
+            let req = Request {
+                client: 7,
+                timestamp: n,
+                read_only: false,
+                op: vec![n as u8],
+            };
+            let auth = request_authenticator(&ckeys, &req.digest(), 4);
+            let batch = Batch {
+                nondet: NonDet {
+                    time_ms: 0,
+                    seed: 0,
+                },
+                requests: vec![SignedRequest { request: req, auth }],
+            };
+            let d = batch.digest();
+            r3.handle(
+                env(0),
+                Input::Receive(&frame(
+                    0,
+                    3,
+                    &Message::PrePrepare(PrePrepare {
+                        view: 0,
+                        seq: n,
+                        digest: d,
+                        batch,
+                    }),
+                )),
+            );
+            for s in [1u32, 2] {
+                r3.handle(
+                    env(0),
+                    Input::Receive(&frame(
+                        s,
+                        3,
+                        &Message::Prepare(Prepare {
+                            view: 0,
+                            seq: n,
+                            digest: d,
+                            replica: s,
+                        }),
+                    )),
+                );
+            }
+            for s in [0u32, 1] {
+                let _ = tx.send(format!("commit n{n} from {s}"));
+                r3.handle(
+                    env(0),
+                    Input::Receive(&frame(
+                        s,
+                        3,
+                        &Message::Commit(Commit {
+                            view: 0,
+                            seq: n,
+                            digest: d,
+                            replica: s,
+                        }),
+                    )),
+                );
+            }
+        }
+        let _ = tx.send("done".to_string());
+    });
+    let mut last = String::new();
+    while let Ok(m) = rx.recv_timeout(std::time::Duration::from_secs(5)) {
+        last = m;
+        if last == "done" {
+            break;
+        }
+    }
+    assert_eq!(
+        last, "done",
+        "a replica whose state diverged must stop executing, not loop"
+    );
+}
