@@ -385,7 +385,7 @@ impl Default for NodeSection {
             peer_queue_frames_max: 8192,
             client_connections_max: 1024,
             reconnect_backoff_min_ms: 50,
-            reconnect_backoff_max_ms: 2000,
+            reconnect_backoff_max_ms: 500,
             log_format: "human".into(),
         }
     }

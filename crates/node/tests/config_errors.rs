@@ -69,7 +69,7 @@ fn minimal_config_loads_with_defaults() {
     assert_eq!(cfg.node.peer_queue_frames_max, 8192);
     assert_eq!(cfg.node.client_connections_max, 1024);
     assert_eq!(cfg.node.reconnect_backoff_min_ms, 50);
-    assert_eq!(cfg.node.reconnect_backoff_max_ms, 2000);
+    assert_eq!(cfg.node.reconnect_backoff_max_ms, 500);
     assert_eq!(cfg.node.log_format, "human");
     assert!(cfg.storage.fsync);
     assert_eq!(cfg.storage.journal_segment_bytes_max, 64 << 20);
