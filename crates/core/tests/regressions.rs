@@ -291,7 +291,7 @@ fn restore_keeps_a_prepared_slot_this_replica_could_not_vouch_for() {
     let d = batch.digest();
     let mut r3 = rep(3);
     let mut records = vec![];
-    let mut run = |r: &mut Replica<Svc, StaticKeys>, b: Vec<u8>, recs: &mut Vec<Record>| {
+    let run = |r: &mut Replica<Svc, StaticKeys>, b: Vec<u8>, recs: &mut Vec<Record>| {
         let e = r.handle(env(0), Input::Receive(&b));
         for x in &e {
             if let Effect::Persist(rec) = x {

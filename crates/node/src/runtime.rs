@@ -29,6 +29,8 @@ use tracing::{debug, error, info, warn};
 
 /// Frames buffered between the network tasks and the protocol task.
 const INBOUND_FRAMES_MAX: usize = 16_384;
+/// A journal sync slower than this is reported (at most every 10 s).
+const SLOW_SYNC: Duration = Duration::from_millis(100);
 /// Inputs handled per turn before syncing and sending (bounds latency under load).
 const BATCH_INPUTS_MAX: usize = 512;
 
@@ -88,6 +90,8 @@ struct Node {
     rejected_since_warn: u64,
     last_warn: Instant,
     last_stats: redoubt_core::Stats,
+    peer_up: Vec<bool>,
+    last_slow_sync_warn: Option<Instant>,
 }
 
 impl Node {
@@ -180,9 +184,22 @@ impl Node {
             error!(replica = self.id, error = %err, "journal sync failed; stopping");
             std::process::exit(70);
         }
+        let took = t.elapsed();
         self.metrics
             .journal_sync_seconds
-            .observe(t.elapsed().as_secs_f64());
+            .observe(took.as_secs_f64());
+        if took >= SLOW_SYNC
+            && self
+                .last_slow_sync_warn
+                .is_none_or(|w| w.elapsed() >= Duration::from_secs(10))
+        {
+            warn!(
+                replica = self.id,
+                ms = took.as_millis() as u64,
+                "journal sync slow: every request waits for it; check the disk"
+            );
+            self.last_slow_sync_warn = Some(Instant::now());
+        }
         for (to, bytes) in std::mem::take(&mut self.pending_sends) {
             let ok = match to {
                 Principal::Replica(r) => match self.links.get(r as usize) {
@@ -278,13 +295,25 @@ impl Node {
         self.last_stats = s;
         let lstats = self.listener.stats();
         m.client_connections.set(lstats.connections_open as i64);
-        let connected = self
-            .links
-            .iter()
-            .flatten()
-            .filter(|l| l.stats().connected)
-            .count();
-        m.peers_connected.set(connected as i64);
+        let mut connected = 0;
+        for (r, link) in self.links.iter().enumerate() {
+            let Some(link) = link else { continue };
+            let up = link.stats().connected;
+            connected += up as i64;
+            if up != self.peer_up[r] {
+                if up {
+                    info!(replica = self.id, peer = r, "peer connected");
+                } else {
+                    warn!(
+                        replica = self.id,
+                        peer = r,
+                        "peer unreachable; reconnecting in the background"
+                    );
+                }
+                self.peer_up[r] = up;
+            }
+        }
+        m.peers_connected.set(connected);
         if self.rejected_since_warn > 0 && self.last_warn.elapsed() >= Duration::from_secs(10) {
             warn!(
                 replica = self.id,
@@ -383,6 +412,8 @@ pub async fn run_replica(config_path: &Path, id: ReplicaId) -> Result<(), NodeEr
         rejected_since_warn: 0,
         last_warn: Instant::now(),
         last_stats: Default::default(),
+        peer_up: vec![false; cfg.replicas.len()],
+        last_slow_sync_warn: None,
     };
     let mut tick = tokio::time::interval(Duration::from_millis(cfg.node.tick_ms.max(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
