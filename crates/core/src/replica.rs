@@ -677,40 +677,42 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     fn on_prepare(&mut self, from: ReplicaId, p: Prepare) -> Result<(), Reject> {
+        // The primary's pre-prepare is its vote; a PREPARE from it is never counted.
         if p.replica != from || from == self.cfg.primary(p.view) {
             return Err(Reject::Inconsistent);
         }
-        if p.view != self.view || !self.normal || !self.in_window(p.seq) {
-            return Err(Reject::OutOfWindow);
-        }
-        let slot = self.log.entry(p.seq).or_default();
-        match slot.prepares.get(&from) {
-            Some(d) if *d != p.digest => return Err(Reject::Conflict),
-            Some(_) => return Ok(()),
-            None => {
-                slot.prepares.insert(from, p.digest);
-            }
-        }
-        self.check_slot(p.seq);
-        Ok(())
+        self.on_vote(from, p.view, p.seq, p.digest, |s| &mut s.prepares)
     }
 
     fn on_commit(&mut self, from: ReplicaId, c: Commit) -> Result<(), Reject> {
         if c.replica != from {
             return Err(Reject::Inconsistent);
         }
-        if c.view != self.view || !self.normal || !self.in_window(c.seq) {
+        self.on_vote(from, c.view, c.seq, c.digest, |s| &mut s.commits)
+    }
+
+    /// Records one PREPARE or COMMIT vote (the first per sender and slot stands; votes are
+    /// keyed by view through the log, which holds only the current view) and advances the slot.
+    fn on_vote(
+        &mut self,
+        from: ReplicaId,
+        view: View,
+        seq: Seq,
+        digest: Digest,
+        votes: impl FnOnce(&mut Slot) -> &mut BTreeMap<ReplicaId, Digest>,
+    ) -> Result<(), Reject> {
+        if view != self.view || !self.normal || !self.in_window(seq) {
             return Err(Reject::OutOfWindow);
         }
-        let slot = self.log.entry(c.seq).or_default();
-        match slot.commits.get(&from) {
-            Some(d) if *d != c.digest => return Err(Reject::Conflict),
+        let votes = votes(self.log.entry(seq).or_default());
+        match votes.get(&from) {
+            Some(d) if *d != digest => return Err(Reject::Conflict),
             Some(_) => return Ok(()),
             None => {
-                slot.commits.insert(from, c.digest);
+                votes.insert(from, digest);
             }
         }
-        self.check_slot(c.seq);
+        self.check_slot(seq);
         Ok(())
     }
 
