@@ -417,13 +417,25 @@ pub async fn run_replica(config_path: &Path, id: ReplicaId) -> Result<(), NodeEr
     };
     let mut tick = tokio::time::interval(Duration::from_millis(cfg.node.tick_ms.max(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    enum Wake {
+        Stop,
+        Tick,
+        Listener(ConnId, Vec<u8>),
+        Link(Vec<u8>),
+    }
     loop {
+        let wake = tokio::select! {
+            _ = sigterm.recv() => Wake::Stop,
+            _ = sigint.recv() => Wake::Stop,
+            _ = tick.tick() => Wake::Tick,
+            Some((conn, bytes)) = in_rx.recv() => Wake::Listener(conn, bytes),
+            Some(bytes) = link_rx.recv() => Wake::Link(bytes),
+        };
         let t = Instant::now();
-        tokio::select! {
-            _ = sigterm.recv() => break,
-            _ = sigint.recv() => break,
-            _ = tick.tick() => node.input(Input::Tick, None),
-            Some((conn, bytes)) = in_rx.recv() => {
+        match wake {
+            Wake::Stop => break,
+            Wake::Tick => node.input(Input::Tick, None),
+            Wake::Listener(conn, bytes) => {
                 node.note_sender(conn, &bytes);
                 node.input(Input::Receive(&bytes), Some(conn));
                 // Group commit: take what else is already waiting.
@@ -437,7 +449,7 @@ pub async fn run_replica(config_path: &Path, id: ReplicaId) -> Result<(), NodeEr
                     }
                 }
             }
-            Some(bytes) = link_rx.recv() => node.input(Input::Receive(&bytes), None),
+            Wake::Link(bytes) => node.input(Input::Receive(&bytes), None),
         }
         node.metrics
             .handle_seconds
