@@ -117,6 +117,8 @@ pub struct Replica<S: Service, A: Auth> {
     vc_timeout_ms: u64,
     vc_deadline_ms: Option<u64>,
     my_vc: Option<(ViewChange, Digest)>,
+    /// Our VIEW-CHANGE for the previous view, still needed by replicas checking its NEW-VIEW.
+    prev_vc: Option<(ViewChange, Digest)>,
     /// VIEW-CHANGE messages per (sender, view): at most the one for our view and the sender's
     /// latest, so a later message cannot displace one a NEW-VIEW names.
     vcs: BTreeMap<(ReplicaId, View), (ViewChange, Digest)>,
@@ -184,6 +186,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             normal: true,
             vc_deadline_ms: None,
             my_vc: None,
+            prev_vc: None,
             vcs: BTreeMap::new(),
             relayed: BTreeMap::new(),
             acks: BTreeMap::new(),
@@ -289,7 +292,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             clients,
             waiting: clients,
             arrivals: clients,
-            view_changes: 3 * n,
+            view_changes: 4 * n,
             acks: n * ACKS_PER_ACKER_MAX,
         }
     }
@@ -1436,7 +1439,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.new_view = None;
         self.decision_missing.clear();
         self.executed_in_view = false;
-        self.vcs.retain(|(_, view), _| *view >= v);
+        // Keep the previous view's messages too: lagging replicas may still need them relayed.
+        self.vcs.retain(|(_, view), _| *view + 1 >= v);
+        self.prev_vc = self.my_vc.take();
         self.my_vc = Some((vc.clone(), digest));
         let (pset, qset) = viewchange::to_wire(&self.pset, &self.qset);
         let batches = self.pset_batches();
@@ -1493,6 +1498,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             None => {
                 self.vcs.insert((from, vc.view), (vc.clone(), digest));
                 // Keep, per sender, the message for our view and the latest one only.
+                let prev = self.view.saturating_sub(1);
                 let mine = self.view;
                 let latest = self
                     .vcs
@@ -1501,7 +1507,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     .max()
                     .unwrap_or(vc.view);
                 self.vcs
-                    .retain(|(r, v), _| *r != from || *v == mine || *v == latest);
+                    .retain(|(r, v), _| *r != from || *v == mine || *v == prev || *v == latest);
             }
         }
         // Vouch for it to the primary of its view, but only for the next view at most: acks
@@ -2177,13 +2183,18 @@ impl<S: Service, A: Auth> Replica<S, A> {
         // View changes named by a NEW-VIEW it holds.
         for (r, d) in st.missing_vcs {
             if r == self.id {
-                if let Some((m, md)) = self.my_vc.clone() {
-                    if md == d {
-                        self.send_replica(from, &Message::ViewChange(m));
-                    }
+                let mine = [self.my_vc.clone(), self.prev_vc.clone()];
+                if let Some((m, _)) = mine.into_iter().flatten().find(|(_, md)| *md == d) {
+                    self.send_replica(from, &Message::ViewChange(m));
                 }
-            } else if let Some((m, md)) = self.vcs.get(&(r, self.view)).cloned() {
-                if md == d && r != from {
+            } else if let Some((m, _)) = self
+                .vcs
+                .range((r, 0)..=(r, View::MAX))
+                .map(|(_, x)| x)
+                .find(|(_, md)| *md == d)
+                .cloned()
+            {
+                if r != from {
                     self.send_replica(from, &Message::RelayViewChange(m.clone()));
                     let ack = ViewChangeAck {
                         view: m.view,

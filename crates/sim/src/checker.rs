@@ -28,6 +28,11 @@ impl Checker {
         }
     }
 
+    /// The digest correct replicas agree on at checkpoint `seq`, if one was seen.
+    pub fn checkpoint_digest(&self, seq: Seq) -> Option<Digest> {
+        self.checkpoints.get(&seq).map(|(d, _)| *d)
+    }
+
     /// Returns a description of the violation `ev` reveals, if any.
     pub fn observe(&mut self, _now: u64, r: ReplicaId, ev: &Event) -> Option<String> {
         if self.faulty.contains(&r) {

@@ -145,6 +145,10 @@ pub struct Scenario {
     /// Replicas (correct ones included) that lose power and reboot from their journal: only
     /// what they made durable survives. They stay correct.
     pub reboots: Vec<Window>,
+    /// Replicas whose service state is silently corrupted at a time (a disk or memory fault, or
+    /// an intruder). Counted against f; they must detect it and repair themselves by state
+    /// transfer (their later checkpoints must agree with the correct replicas').
+    pub corruptions: Vec<(ReplicaId, u64)>,
     pub byz_clients: Vec<ClientAttack>,
     /// Times at which the current primary hands over (the step-down admin command).
     pub step_downs: Vec<u64>,
@@ -184,6 +188,7 @@ impl Scenario {
             amnesia: vec![],
             pauses: vec![],
             reboots: vec![],
+            corruptions: vec![],
             byz_clients: vec![],
             step_downs: vec![],
             clock_offsets_ms: vec![],
@@ -199,6 +204,7 @@ impl Scenario {
             .iter()
             .map(|(r, _)| *r)
             .chain(self.amnesia.iter().map(|w| w.replica))
+            .chain(self.corruptions.iter().map(|(r, _)| *r))
             .collect();
         v.sort_unstable();
         v.dedup();
@@ -243,9 +249,13 @@ impl Scenario {
         shuffle(&mut rng, &mut ids);
         let faulty: Vec<ReplicaId> = ids[..faulty_count as usize].to_vec();
         for r in &faulty {
-            if rng.random_bool(0.8) {
+            let roll = rng.random_range(0..10);
+            if roll < 7 {
                 let b = Behavior::ALL[rng.random_range(0..Behavior::ALL.len())];
                 s.byzantine.push((*r, b));
+            } else if roll < 8 {
+                s.corruptions
+                    .push((*r, rng.random_range(50..s.heal_ms.max(100))));
             } else {
                 let start = rng.random_range(100..s.heal_ms.max(200));
                 s.amnesia.push(Window {
@@ -337,6 +347,7 @@ impl Scenario {
                 s.byzantine = vec![(3, Behavior::VoteEverything)];
                 s.amnesia.clear();
                 s.reboots.clear();
+                s.corruptions.clear();
                 s.pauses.clear();
                 s.byz_clients
                     .retain(|a| *a != ClientAttack::BadAuthenticator);
@@ -367,6 +378,7 @@ impl Scenario {
                 s.byzantine = vec![(rng.random_range(0..4), Behavior::BogusViewChange)];
                 s.amnesia.clear();
                 s.reboots.clear();
+                s.corruptions.clear();
                 s.pauses.clear();
                 s.partitions.clear();
                 s.byz_clients
@@ -439,6 +451,12 @@ impl Scenario {
             "step-down" => {
                 s.step_downs = vec![200, 900];
             }
+            "corrupted-replica" => {
+                // A backup's state is corrupted early; it must notice at its next checkpoint
+                // and fetch the state the others vouch for.
+                s.ops_per_client = 40;
+                s.corruptions.push((2, 150));
+            }
             "restart-all" => {
                 // Every replica loses power at once mid-workload and reboots from its journal.
                 s.ops_per_client = 40;
@@ -461,7 +479,8 @@ impl Scenario {
         Some(s)
     }
 
-    pub const NAMED: [&'static str; 11] = [
+    pub const NAMED: [&'static str; 12] = [
+        "corrupted-replica",
         "restart-all",
         "stale-claims",
         "calm",

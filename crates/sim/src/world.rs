@@ -42,6 +42,7 @@ enum Ev {
     /// Crash keeping the disk (everything synced survives), to be restarted by `Reboot`.
     PowerOff(ReplicaId),
     Reboot(ReplicaId),
+    Corrupt(ReplicaId),
     Pause(ReplicaId),
     Resume(ReplicaId),
     StepDown,
@@ -127,6 +128,10 @@ pub struct World {
     stats: RunStats,
     processed: u64,
     violations: Vec<String>,
+    /// Replicas whose state was corrupted (they must repair themselves).
+    corrupted: Vec<ReplicaId>,
+    /// Last checkpoint digest each replica reported, by replica.
+    last_checkpoint: BTreeMap<ReplicaId, (u64, redoubt_crypto::Digest, u64)>,
 }
 
 impl World {
@@ -217,6 +222,8 @@ impl World {
             stats: RunStats::default(),
             processed: 0,
             violations: Vec::new(),
+            corrupted: Vec::new(),
+            last_checkpoint: BTreeMap::new(),
             sc,
         };
         w.schedule_initial();
@@ -261,6 +268,9 @@ impl World {
         for w in self.sc.pauses.clone() {
             self.schedule(w.start_ms, Ev::Pause(w.replica));
             self.schedule(w.end_ms, Ev::Resume(w.replica));
+        }
+        for (r, t) in self.sc.corruptions.clone() {
+            self.schedule(t, Ev::Corrupt(r));
         }
         for w in self.sc.reboots.clone() {
             self.schedule(w.start_ms, Ev::PowerOff(w.replica));
@@ -429,6 +439,12 @@ impl World {
 
     fn observe(&mut self, r: ReplicaId, ev: Event) {
         match &ev {
+            Event::CheckpointTaken { seq, digest } | Event::StateTransferred { seq, digest } => {
+                self.last_checkpoint.insert(r, (*seq, *digest, self.now));
+            }
+            _ => {}
+        }
+        match &ev {
             Event::ViewChangeStarted { .. } => self.stats.view_changes += 1,
             Event::StateTransferred { .. } => self.stats.state_transfers += 1,
             Event::Rejected { .. } => self.stats.rejected += 1,
@@ -574,6 +590,25 @@ impl World {
                 self.replicas[r as usize] =
                     Replica::new(self.sc.core.clone(), r, keys, KvService::new());
                 self.up[r as usize] = Up::Running;
+            }
+            Ev::Corrupt(r) => {
+                self.log(|| format!("r{r} STATE CORRUPTED"));
+                let op = KvOp::Put {
+                    key: b"corrupted".to_vec(),
+                    value: self.rng.random::<u64>().to_le_bytes().to_vec(),
+                };
+                let ctx = redoubt_core::ExecContext {
+                    seq: 0,
+                    client: 0,
+                    time_ms: 0,
+                    seed: 0,
+                };
+                redoubt_core::Service::execute(
+                    self.replicas[r as usize].service_mut(),
+                    &op.encode(),
+                    &ctx,
+                );
+                self.corrupted.push(r);
             }
             Ev::PowerOff(r) => {
                 self.log(|| format!("r{r} POWER OFF (disk kept)"));
@@ -861,6 +896,20 @@ impl World {
         }
         for r in &self.replicas {
             self.stats.max_view = self.stats.max_view.max(r.view());
+        }
+        // A corrupted replica must have repaired itself: its last checkpoint agrees with what
+        // the correct replicas computed at that sequence number (given time to notice: the
+        // votes of the others arrive after its own checkpoint).
+        for r in self.corrupted.clone() {
+            if let Some((seq, d, at)) = self.last_checkpoint.get(&r).copied() {
+                if let Some(good) = self.checker.checkpoint_digest(seq) {
+                    if good != d && self.now > at + 2_000 && self.up[r as usize] == Up::Running {
+                        self.violation(format!(
+                            "r{r} was corrupted and still has a wrong checkpoint at n{seq}"
+                        ));
+                    }
+                }
+            }
         }
         Outcome {
             scenario: self.sc.name.clone(),

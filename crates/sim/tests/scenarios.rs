@@ -147,3 +147,12 @@ fn all_replicas_rebooting_at_once_lose_nothing() {
         assert!(out.stats.ops_completed >= 120, "{:?}", out.stats);
     }
 }
+
+/// A replica whose state is silently corrupted notices at its next checkpoint (f+1 replicas
+/// vouch for another digest) and repairs itself by state transfer.
+#[test]
+fn corrupted_replica_repairs_itself() {
+    for out in named("corrupted-replica", 0..4) {
+        assert!(out.stats.state_transfers >= 1, "{:?}", out.stats);
+    }
+}
