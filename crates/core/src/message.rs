@@ -79,12 +79,22 @@ impl Batch {
     /// The batch digest covers the proposed values and the request digests (not the client
     /// authenticators, which differ per receiver and do not change what is executed).
     pub fn digest(&self) -> Digest {
+        let request_digests: Vec<Digest> =
+            self.requests.iter().map(|r| r.request.digest()).collect();
+        self.digest_with(&request_digests)
+    }
+
+    /// The batch digest from request digests the caller already computed (one per request,
+    /// in order), so a receiver hashes each request once for both the batch digest and the
+    /// client authenticators.
+    pub fn digest_with(&self, request_digests: &[Digest]) -> Digest {
+        debug_assert_eq!(request_digests.len(), self.requests.len());
         let mut b = DigestBuilder::new("redoubt.batch.v1");
         b.u64(self.nondet.time_ms)
             .u64(self.nondet.seed)
-            .u64(self.requests.len() as u64);
-        for r in &self.requests {
-            b.digest(&r.request.digest());
+            .u64(request_digests.len() as u64);
+        for d in request_digests {
+            b.digest(d);
         }
         b.finish()
     }

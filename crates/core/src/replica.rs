@@ -143,7 +143,6 @@ pub struct Replica<S: Service, A: Auth> {
     checkpoints: BTreeMap<Seq, StoredCheckpoint>,
     ckpt_votes: BTreeMap<ReplicaId, BTreeMap<Seq, Digest>>,
     transfer: Option<Transfer>,
-    last_progress_ms: u64,
 
     // Requests.
     waiting: BTreeMap<ClientId, Waiting>,
@@ -205,7 +204,6 @@ impl<S: Service, A: Auth> Replica<S, A> {
             checkpoints: BTreeMap::new(),
             ckpt_votes: BTreeMap::new(),
             transfer: None,
-            last_progress_ms: 0,
             waiting: BTreeMap::new(),
             arrivals: BTreeMap::new(),
             next_order: 0,
@@ -262,7 +260,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// Sizes of every bounded structure, for tests and metrics.
     pub fn footprint(&self) -> Footprint {
         Footprint {
-            log_slots: self.log.len().max(self.executed.len()),
+            log_slots: self.log.len(),
+            executed: self.executed.len(),
             batches: self.batches.len(),
             checkpoints: self.checkpoints.len(),
             checkpoint_votes: self.ckpt_votes.values().map(|m| m.len()).sum(),
@@ -284,6 +283,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let ckpts = (self.cfg.log_size / self.cfg.checkpoint_interval) as usize + 2;
         Footprint {
             log_slots: l,
+            executed: l,
             batches: l * (f + 4),
             checkpoints: ckpts,
             checkpoint_votes: n * ckpts,
@@ -611,7 +611,15 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let check_digest = !matches!(self.cfg.mutant, crate::types::Mutant::SkipDigestCheck);
         #[cfg(not(feature = "mutants"))]
         let check_digest = true;
-        if pp.digest == NULL_DIGEST || (check_digest && pp.batch.digest() != pp.digest) {
+        let request_digests: Vec<Digest> = pp
+            .batch
+            .requests
+            .iter()
+            .map(|r| r.request.digest())
+            .collect();
+        if pp.digest == NULL_DIGEST
+            || (check_digest && pp.batch.digest_with(&request_digests) != pp.digest)
+        {
             return Err(Reject::BadDigest);
         }
         if pp.batch.requests.is_empty()
@@ -640,11 +648,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
         // stops it from vouching (no PREPARE), but it still accepts the slot if 2f others do:
         // then f+1 correct replicas authenticated the request.
         let mut verified = true;
-        for r in &pp.batch.requests {
+        for (r, d) in pp.batch.requests.iter().zip(&request_digests) {
             let c = Principal::Client(r.request.client);
             if !self.auth.knows(c)
                 || r.request.op.len() > self.cfg.request_bytes_max
-                || !verify_request(&self.auth, c, &r.request.digest(), &r.auth)
+                || !verify_request(&self.auth, c, d, &r.auth)
             {
                 verified = false;
             }
@@ -883,7 +891,6 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         self.last_executed = seq;
         self.executed.insert(seq, digest);
-        self.last_progress_ms = self.now();
         self.stats.batches_executed += 1;
         if !executed.is_empty() && !self.executed_in_view {
             self.executed_in_view = true;
@@ -1170,7 +1177,6 @@ impl<S: Service, A: Auth> Replica<S, A> {
         // behind; keeping them would let repeated transfers exceed the checkpoint bound.
         let stable = self.stable_seq;
         self.checkpoints.retain(|n, _| *n == stable || *n >= sr.seq);
-        self.last_progress_ms = self.now();
         // Requests settled by the transferred state are no longer waited for.
         let settled: Vec<(ClientId, u64)> = self
             .clients
@@ -2224,6 +2230,7 @@ pub fn checkpoint_digest(snapshot: &[u8]) -> Digest {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Footprint {
     pub log_slots: usize,
+    pub executed: usize,
     pub batches: usize,
     pub checkpoints: usize,
     pub checkpoint_votes: usize,
@@ -2241,6 +2248,7 @@ impl Footprint {
     pub fn exceeds(&self, bound: &Footprint) -> Vec<&'static str> {
         let pairs = [
             ("log_slots", self.log_slots, bound.log_slots),
+            ("executed", self.executed, bound.executed),
             ("batches", self.batches, bound.batches),
             ("checkpoints", self.checkpoints, bound.checkpoints),
             (

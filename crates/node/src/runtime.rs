@@ -29,6 +29,8 @@ use tracing::{debug, error, info, warn};
 
 /// Frames buffered between the network tasks and the protocol task.
 const INBOUND_FRAMES_MAX: usize = 16_384;
+/// How often metrics and the JSON status are refreshed.
+const STATUS_REFRESH: Duration = Duration::from_millis(100);
 /// A journal sync slower than this is reported (at most every 10 s).
 const SLOW_SYNC: Duration = Duration::from_millis(100);
 /// Inputs handled per turn before syncing and sending (bounds latency under load).
@@ -92,6 +94,7 @@ struct Node {
     last_stats: redoubt_core::Stats,
     peer_up: Vec<bool>,
     last_slow_sync_warn: Option<Instant>,
+    last_status_update: Option<Instant>,
 }
 
 impl Node {
@@ -414,6 +417,7 @@ pub async fn run_replica(config_path: &Path, id: ReplicaId) -> Result<(), NodeEr
         last_stats: Default::default(),
         peer_up: vec![false; cfg.replicas.len()],
         last_slow_sync_warn: None,
+        last_status_update: None,
     };
     let mut tick = tokio::time::interval(Duration::from_millis(cfg.node.tick_ms.max(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -459,7 +463,15 @@ pub async fn run_replica(config_path: &Path, id: ReplicaId) -> Result<(), NodeEr
             .with_label_values(&["inbound"])
             .set(in_rx.len() as i64);
         node.flush();
-        node.update_status();
+        // Metrics, status and peer checks take locks: refresh them a few times a second, not
+        // on every turn of the loop.
+        if node
+            .last_status_update
+            .is_none_or(|t| t.elapsed() >= STATUS_REFRESH)
+        {
+            node.update_status();
+            node.last_status_update = Some(Instant::now());
+        }
     }
     node.flush();
     info!(replica = id, "shut down cleanly");

@@ -80,7 +80,14 @@ impl Journal {
         let truncated_tail_bytes = (bytes.len() - good) as u64;
         let mut j = Journal {
             dir: dir.to_path_buf(),
-            file: BufWriter::new(File::create(dir.join(JOURNAL_TMP)).map_err(io)?),
+            // Replaced by `rewrite` below; opening the journal itself keeps this honest.
+            file: BufWriter::new(
+                OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .map_err(io)?,
+            ),
             records: Vec::new(),
             fsync,
             dirty: false,

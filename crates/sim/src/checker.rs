@@ -34,7 +34,7 @@ impl Checker {
     }
 
     /// Returns a description of the violation `ev` reveals, if any.
-    pub fn observe(&mut self, _now: u64, r: ReplicaId, ev: &Event) -> Option<String> {
+    pub fn observe(&mut self, r: ReplicaId, ev: &Event) -> Option<String> {
         if self.faulty.contains(&r) {
             return None;
         }
@@ -95,19 +95,19 @@ mod tests {
             digest: Digest([x; 32]),
             requests: vec![],
         };
-        assert!(c.observe(0, 0, &ex(1, 1)).is_none());
-        assert!(c.observe(0, 1, &ex(1, 1)).is_none());
+        assert!(c.observe(0, &ex(1, 1)).is_none());
+        assert!(c.observe(1, &ex(1, 1)).is_none());
         assert!(
-            c.observe(0, 3, &ex(1, 9)).is_none(),
+            c.observe(3, &ex(1, 9)).is_none(),
             "faulty replicas are ignored"
         );
-        assert!(c.observe(0, 2, &ex(1, 2)).unwrap().contains("agreement"));
-        assert!(c.observe(0, 0, &ex(3, 1)).unwrap().contains("after"));
+        assert!(c.observe(2, &ex(1, 2)).unwrap().contains("agreement"));
+        assert!(c.observe(0, &ex(3, 1)).unwrap().contains("after"));
         let ck = |seq, x: u8| Event::CheckpointTaken {
             seq,
             digest: Digest([x; 32]),
         };
-        assert!(c.observe(0, 0, &ck(8, 1)).is_none());
-        assert!(c.observe(0, 1, &ck(8, 2)).unwrap().contains("state"));
+        assert!(c.observe(0, &ck(8, 1)).is_none());
+        assert!(c.observe(1, &ck(8, 2)).unwrap().contains("state"));
     }
 }

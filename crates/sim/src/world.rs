@@ -472,7 +472,7 @@ impl World {
                 self.log(|| s);
             }
         }
-        if let Some(v) = self.checker.observe(self.now, r, &ev) {
+        if let Some(v) = self.checker.observe(r, &ev) {
             self.violation(v);
         }
     }
