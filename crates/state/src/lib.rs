@@ -9,3 +9,12 @@
 mod access;
 
 pub use access::{FlatState, StateRead, StateWrite};
+mod geometry;
+mod store;
+mod tree;
+
+pub use geometry::{Geometry, DEFAULT_FANOUT, DEFAULT_PAGE_SIZE};
+pub use store::{Base, CommitPage, Entry, FileStore, MemStore, PageStore};
+pub use tree::{
+    meta_digest, page_digest, CheckReport, NodeId, PagedState, StateFootprint, INVALID,
+};

@@ -1,0 +1,652 @@
+//! The partition tree with copy-on-write checkpoints.
+//!
+//! Live state = the store's base pages, overlaid by the pages modified since the base (kept in
+//! memory). The tree's entries describe the latest checkpoint. For each checkpoint `c` still
+//! held, `copies[c]` keeps the pre-images of what changed after `c`: page bytes saved on the
+//! first write after `c` (the copy-on-write bit is "already saved in the latest copy"), and
+//! tree entries saved when the next checkpoint recomputes them. A value at checkpoint `c` is the
+//! pre-image in the first copy at or after `c` that holds one, else the live value.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use redoubt_crypto::{Digest, DigestBuilder};
+
+use crate::store::{Base, CommitPage, Entry, PageStore};
+use crate::{Geometry, StateRead, StateWrite};
+
+/// The digest a page entry gets when a check found its bytes do not match: it matches no
+/// real digest, so the partitions above it differ from every correct replica's.
+pub const INVALID: Digest = Digest([0xA5; 32]);
+
+/// Digest of a page: its index, the checkpoint of its last modification and its bytes.
+pub fn page_digest(index: u64, lm: u64, bytes: &[u8]) -> Digest {
+    DigestBuilder::new("redoubt.page.v1")
+        .u64(index)
+        .u64(lm)
+        .bytes(bytes)
+        .finish()
+}
+
+/// Digest of a meta-data partition: its level and index, its lm and its children's digests in
+/// order. See `docs/adr/0004-state.md` for why this hashes the children (a 256-ary Merkle
+/// node) instead of summing them modulo a large integer as AdHash does.
+pub fn meta_digest<'a>(
+    level: u8,
+    index: u64,
+    lm: u64,
+    children: impl Iterator<Item = &'a Digest>,
+) -> Digest {
+    let mut b = DigestBuilder::new("redoubt.meta.v1");
+    b.u64(level as u64).u64(index).u64(lm);
+    for d in children {
+        b.digest(d);
+    }
+    b.finish()
+}
+
+/// A node name: (level, index). Level `depth` names pages.
+pub type NodeId = (u8, u64);
+
+#[derive(Clone, Debug, Default)]
+struct Copy {
+    aux: Arc<Vec<u8>>,
+    root: Digest,
+    pages: BTreeMap<u64, Arc<[u8]>>,
+    nodes: BTreeMap<NodeId, Entry>,
+}
+
+/// What a state check found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckReport {
+    pub pages_checked: u64,
+    /// Pages whose bytes do not match their digest (now marked invalid).
+    pub corrupt: Vec<u64>,
+}
+
+/// Sizes a host can export and a simulator can bound.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StateFootprint {
+    /// Pages held in memory because they were modified since the durable base.
+    pub overlay_pages: usize,
+    /// Checkpoints held.
+    pub checkpoints: usize,
+    /// Page pre-images held by checkpoint copies.
+    pub copied_pages: usize,
+    /// Tree entries held by checkpoint copies.
+    pub copied_nodes: usize,
+    /// Pages written since the last checkpoint.
+    pub dirty_pages: usize,
+    /// Pages known to be corrupt and not yet repaired.
+    pub invalid_pages: usize,
+}
+
+/// The service state: pages, tree, checkpoints.
+pub struct PagedState {
+    geo: Geometry,
+    store: Box<dyn PageStore>,
+    /// `tree[level][index]`; `tree[depth]` holds the pages' entries.
+    tree: Vec<Vec<Entry>>,
+    overlay: BTreeMap<u64, Box<[u8]>>,
+    base_seq: u64,
+    copies: BTreeMap<u64, Copy>,
+    /// Pages written by the service since the latest checkpoint.
+    dirty: BTreeSet<u64>,
+    /// Meta-data partitions whose entry must be recomputed.
+    stale: BTreeSet<NodeId>,
+    invalid: BTreeSet<u64>,
+}
+
+fn io_fatal(what: &str, e: std::io::Error) -> ! {
+    // The medium failed: continuing could act on state we cannot read or persist. The host
+    // restarts the replica from its durable base.
+    panic!("page store {what} failed: {e}")
+}
+
+impl PagedState {
+    /// Opens the state held by `store`: its durable base (checkpoint `seq` with `aux`), or, for
+    /// a fresh store, all-zero pages at checkpoint 0 with `initial_aux` (made durable now).
+    /// Pages are not checked here; see [`PagedState::check`].
+    pub fn open(mut store: Box<dyn PageStore>, initial_aux: &[u8]) -> std::io::Result<PagedState> {
+        let geo = store.geometry();
+        let base = match store.base()? {
+            Some(b) => b,
+            None => {
+                let zero = vec![0u8; geo.page_size()];
+                let entries: Vec<Entry> = (0..geo.pages())
+                    .map(|i| Entry {
+                        lm: 0,
+                        digest: page_digest(i, 0, &zero),
+                    })
+                    .collect();
+                store.initialize(initial_aux, &entries)?;
+                Base {
+                    seq: 0,
+                    aux: initial_aux.to_vec(),
+                    entries,
+                }
+            }
+        };
+        if base.entries.len() as u64 != geo.pages() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "tree entries do not match the page count",
+            ));
+        }
+        let depth = geo.depth();
+        let mut tree: Vec<Vec<Entry>> = vec![Vec::new(); depth as usize + 1];
+        tree[depth as usize] = base.entries;
+        for level in (0..depth).rev() {
+            let below = &tree[level as usize + 1];
+            let row = (0..geo.nodes_at(level))
+                .map(|i| {
+                    let kids = &below[geo.children(level, i).start as usize
+                        ..geo.children(level, i).end as usize];
+                    let lm = kids.iter().map(|e| e.lm).max().unwrap_or(0);
+                    Entry {
+                        lm,
+                        digest: meta_digest(level, i, lm, kids.iter().map(|e| &e.digest)),
+                    }
+                })
+                .collect();
+            tree[level as usize] = row;
+        }
+        let mut s = PagedState {
+            geo,
+            store,
+            tree,
+            overlay: BTreeMap::new(),
+            base_seq: base.seq,
+            copies: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            stale: BTreeSet::new(),
+            invalid: BTreeSet::new(),
+        };
+        let root = s.root();
+        s.copies.insert(
+            base.seq,
+            Copy {
+                aux: Arc::new(base.aux),
+                root,
+                ..Copy::default()
+            },
+        );
+        Ok(s)
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.geo
+    }
+
+    /// The latest checkpoint (the one the tree's entries describe).
+    pub fn latest(&self) -> u64 {
+        *self
+            .copies
+            .keys()
+            .next_back()
+            .expect("a checkpoint is always held")
+    }
+
+    /// The checkpoint the durable store holds.
+    pub fn base_seq(&self) -> u64 {
+        self.base_seq
+    }
+
+    /// Root digest of the latest checkpoint (after pending recomputation).
+    pub fn root(&self) -> Digest {
+        self.tree[0][0].digest
+    }
+
+    /// Checkpoints held, ascending.
+    pub fn checkpoints(&self) -> Vec<u64> {
+        self.copies.keys().copied().collect()
+    }
+
+    /// Root digest and auxiliary bytes of checkpoint `seq`, if held.
+    pub fn held(&self, seq: u64) -> Option<(Digest, Arc<Vec<u8>>)> {
+        self.copies.get(&seq).map(|c| (c.root, c.aux.clone()))
+    }
+
+    pub fn footprint(&self) -> StateFootprint {
+        StateFootprint {
+            overlay_pages: self.overlay.len(),
+            checkpoints: self.copies.len(),
+            copied_pages: self.copies.values().map(|c| c.pages.len()).sum(),
+            copied_nodes: self.copies.values().map(|c| c.nodes.len()).sum(),
+            dirty_pages: self.dirty.len(),
+            invalid_pages: self.invalid.len(),
+        }
+    }
+
+    /// Pages found corrupt and not yet repaired.
+    pub fn invalid_pages(&self) -> &BTreeSet<u64> {
+        &self.invalid
+    }
+
+    /// True if any page is known corrupt: the state is not a valid checkpoint.
+    pub fn needs_repair(&self) -> bool {
+        !self.invalid.is_empty()
+    }
+
+    // ----- live pages ------------------------------------------------------------------------
+
+    fn read_live(&self, index: u64, buf: &mut [u8]) {
+        match self.overlay.get(&index) {
+            Some(p) => buf.copy_from_slice(p),
+            None => {
+                if let Err(e) = self.store.read_page(index, buf) {
+                    io_fatal("read", e)
+                }
+            }
+        }
+    }
+
+    fn live_page(&self, index: u64) -> Vec<u8> {
+        let mut buf = vec![0; self.geo.page_size()];
+        self.read_live(index, &mut buf);
+        buf
+    }
+
+    fn live_mut(&mut self, index: u64) -> &mut [u8] {
+        if !self.overlay.contains_key(&index) {
+            let page = self.live_page(index).into_boxed_slice();
+            self.overlay.insert(index, page);
+        }
+        self.overlay.get_mut(&index).expect("just inserted")
+    }
+
+    fn latest_copy(&mut self) -> &mut Copy {
+        self.copies
+            .values_mut()
+            .next_back()
+            .expect("a checkpoint is always held")
+    }
+
+    /// Saves the page's bytes into the latest copy unless it already holds them.
+    fn save_page(&mut self, index: u64) {
+        let latest = self.latest();
+        if self.copies[&latest].pages.contains_key(&index) {
+            return;
+        }
+        let bytes: Arc<[u8]> = self.live_page(index).into();
+        self.latest_copy().pages.insert(index, bytes);
+    }
+
+    /// Saves a tree entry into the latest copy unless it already holds one.
+    fn save_node(&mut self, id: NodeId) {
+        let e = self.tree[id.0 as usize][id.1 as usize];
+        self.latest_copy().nodes.entry(id).or_insert(e);
+    }
+
+    fn set_node(&mut self, id: NodeId, e: Entry) {
+        self.save_node(id);
+        self.tree[id.0 as usize][id.1 as usize] = e;
+        if id.0 > 0 {
+            self.stale.insert((id.0 - 1, id.1 / self.geo.fanout()));
+        }
+    }
+
+    /// Recomputes stale meta-data entries bottom-up.
+    fn refresh(&mut self) {
+        while let Some(&(level, index)) = self.stale.iter().next_back() {
+            // Deepest first: iteration order is by level, so the last is the deepest.
+            self.stale.remove(&(level, index));
+            let kids = self.geo.children(level, index);
+            let below = &self.tree[level as usize + 1][kids.start as usize..kids.end as usize];
+            let lm = below.iter().map(|e| e.lm).max().unwrap_or(0);
+            let digest = meta_digest(level, index, lm, below.iter().map(|e| &e.digest));
+            let e = Entry { lm, digest };
+            if self.tree[level as usize][index as usize] != e {
+                self.set_node((level, index), e);
+            }
+        }
+    }
+
+    // ----- checkpoints -----------------------------------------------------------------------
+
+    /// Takes checkpoint `seq` (above the latest): pages written since the latest checkpoint get
+    /// `lm = seq` and fresh digests, their ancestors are recomputed, and a new copy starts.
+    /// Cost: proportional to the pages written (times the depth), not to the state size.
+    /// Returns the root digest.
+    pub fn checkpoint(&mut self, seq: u64, aux: Vec<u8>) -> Digest {
+        assert!(
+            seq > self.latest(),
+            "checkpoints are taken in increasing order"
+        );
+        let depth = self.geo.depth();
+        let dirty = std::mem::take(&mut self.dirty);
+        let mut buf = vec![0u8; self.geo.page_size()];
+        for p in dirty {
+            self.read_live(p, &mut buf);
+            let e = Entry {
+                lm: seq,
+                digest: page_digest(p, seq, &buf),
+            };
+            self.set_node((depth, p), e);
+        }
+        self.refresh();
+        let root = self.root();
+        self.copies.insert(
+            seq,
+            Copy {
+                aux: Arc::new(aux),
+                root,
+                ..Copy::default()
+            },
+        );
+        root
+    }
+
+    /// Discards the copies of checkpoints below `seq` (never above the base: those copies
+    /// say which pages differ from the store).
+    fn discard_below(&mut self, seq: u64) {
+        let keep_from = seq.min(self.latest()).min(self.base_seq);
+        self.copies = self.copies.split_off(&keep_from);
+        self.prune_overlay();
+    }
+
+    /// Keeps in memory only pages modified after the base (the others equal the store's).
+    fn prune_overlay(&mut self) {
+        let base = self.base_seq;
+        let mut keep: BTreeSet<u64> = self.dirty.clone();
+        for c in self.copies.range(base..).map(|(_, c)| c) {
+            keep.extend(c.pages.keys());
+        }
+        if keep.len() == self.overlay.len() {
+            return;
+        }
+        self.overlay.retain(|p, _| keep.contains(p));
+    }
+
+    /// Makes checkpoint `seq` (held) the durable base and discards older copies. Writes only
+    /// the pages modified between the old base and `seq`.
+    pub fn commit_base(&mut self, seq: u64) {
+        assert!(
+            self.copies.contains_key(&seq),
+            "checkpoint {seq} is not held"
+        );
+        if seq <= self.base_seq {
+            self.discard_below(seq);
+            return;
+        }
+        let changed: BTreeSet<u64> = self
+            .copies
+            .range(self.base_seq..seq)
+            .flat_map(|(_, c)| {
+                c.pages.keys().copied().chain(
+                    c.nodes
+                        .keys()
+                        .filter(|(l, _)| *l == self.geo.depth())
+                        .map(|(_, i)| *i),
+                )
+            })
+            .collect();
+        let pages: Vec<(u64, Entry, Vec<u8>)> = changed
+            .into_iter()
+            .map(|p| {
+                let (e, bytes) = self.page_at(seq, p).expect("held");
+                (p, e, bytes)
+            })
+            .collect();
+        let commit: Vec<CommitPage<'_>> = pages
+            .iter()
+            .map(|(index, entry, bytes)| CommitPage {
+                index: *index,
+                entry: *entry,
+                bytes,
+            })
+            .collect();
+        let aux = self.copies[&seq].aux.clone();
+        if let Err(e) = self.store.commit(seq, &aux, &commit) {
+            io_fatal("commit", e)
+        }
+        self.base_seq = seq;
+        self.discard_below(seq);
+    }
+
+    /// Rolls the live state back to the latest checkpoint (undoes the service's writes since).
+    pub fn revert_to_latest(&mut self) {
+        let latest = self.latest();
+        let dirty = std::mem::take(&mut self.dirty);
+        for p in dirty {
+            let saved = self
+                .copies
+                .get_mut(&latest)
+                .and_then(|c| c.pages.remove(&p))
+                .expect("a dirty page's pre-image is in the latest copy");
+            self.overlay.insert(p, saved.to_vec().into_boxed_slice());
+        }
+        self.prune_overlay();
+    }
+
+    // ----- values at a checkpoint -----------------------------------------------------------
+
+    /// The entry of node `id` at checkpoint `seq`, if held.
+    pub fn node_at(&self, seq: u64, id: NodeId) -> Option<Entry> {
+        if !self.copies.contains_key(&seq) || !self.geo.contains(id.0, id.1) {
+            return None;
+        }
+        let saved = self
+            .copies
+            .range(seq..)
+            .find_map(|(_, c)| c.nodes.get(&id).copied());
+        Some(saved.unwrap_or(self.tree[id.0 as usize][id.1 as usize]))
+    }
+
+    /// The children of meta-data partition `id` at checkpoint `seq` modified after `lc`.
+    pub fn children_at(&self, seq: u64, id: NodeId, lc: u64) -> Option<Vec<(u64, Entry)>> {
+        if id.0 >= self.geo.depth() || !self.geo.contains(id.0, id.1) {
+            return None;
+        }
+        self.copies.get(&seq)?;
+        Some(
+            self.geo
+                .children(id.0, id.1)
+                .map(|i| (i, self.node_at(seq, (id.0 + 1, i)).expect("held")))
+                .filter(|(_, e)| e.lm > lc)
+                .collect(),
+        )
+    }
+
+    /// A page's entry and bytes at checkpoint `seq`, if held.
+    pub fn page_at(&self, seq: u64, index: u64) -> Option<(Entry, Vec<u8>)> {
+        let e = self.node_at(seq, (self.geo.depth(), index))?;
+        let saved = self
+            .copies
+            .range(seq..)
+            .find_map(|(_, c)| c.pages.get(&index).cloned());
+        let bytes = match saved {
+            Some(b) => b.to_vec(),
+            None => self.live_page(index),
+        };
+        Some((e, bytes))
+    }
+
+    /// Like [`PagedState::page_at`], but checks the bytes against the digest first; a page
+    /// that fails is marked invalid and not returned (a replica never serves a page it cannot
+    /// vouch for).
+    pub fn verified_page_at(&mut self, seq: u64, index: u64) -> Option<(Entry, Vec<u8>)> {
+        if self.invalid.contains(&index) {
+            return None;
+        }
+        let (e, bytes) = self.page_at(seq, index)?;
+        if page_digest(index, e.lm, &bytes) == e.digest {
+            return Some((e, bytes));
+        }
+        self.mark_invalid(index);
+        None
+    }
+
+    // ----- checking and installing ------------------------------------------------------------
+
+    fn mark_invalid(&mut self, index: u64) {
+        if self.dirty.contains(&index) {
+            return; // its digest is recomputed at the next checkpoint anyway
+        }
+        self.invalid.insert(index);
+        let depth = self.geo.depth();
+        let e = self.tree[depth as usize][index as usize];
+        self.set_node(
+            (depth, index),
+            Entry {
+                lm: e.lm,
+                digest: INVALID,
+            },
+        );
+        self.refresh();
+    }
+
+    /// Checks every page not written since the latest checkpoint against its digest; pages
+    /// that fail are marked invalid (their entries get [`INVALID`], so a state transfer
+    /// fetches them). Reads the whole state.
+    pub fn check(&mut self) -> CheckReport {
+        let depth = self.geo.depth() as usize;
+        let mut report = CheckReport::default();
+        let mut buf = vec![0u8; self.geo.page_size()];
+        for p in 0..self.geo.pages() {
+            if self.dirty.contains(&p) || self.invalid.contains(&p) {
+                continue;
+            }
+            self.read_live(p, &mut buf);
+            report.pages_checked += 1;
+            let e = self.tree[depth][p as usize];
+            if page_digest(p, e.lm, &buf) != e.digest {
+                report.corrupt.push(p);
+            }
+        }
+        for p in &report.corrupt {
+            self.mark_invalid(*p);
+        }
+        report
+    }
+
+    /// The current entry of node `id` (the latest checkpoint's, plus installed pages).
+    pub fn entry(&mut self, id: NodeId) -> Option<Entry> {
+        if !self.geo.contains(id.0, id.1) {
+            return None;
+        }
+        self.refresh();
+        Some(self.tree[id.0 as usize][id.1 as usize])
+    }
+
+    /// Installs a fetched page (already verified against `entry`). The service must not have
+    /// written since the latest checkpoint ([`PagedState::revert_to_latest`] first).
+    pub fn install_page(&mut self, index: u64, entry: Entry, bytes: &[u8]) {
+        assert!(self.dirty.is_empty(), "revert before installing pages");
+        self.save_page(index);
+        self.live_mut(index).copy_from_slice(bytes);
+        self.set_node((self.geo.depth(), index), entry);
+        self.invalid.remove(&index);
+    }
+
+    /// The root digest of the live pages as installed so far (pending entries recomputed).
+    /// After a transfer the caller checks it against the digest it was fetching.
+    pub fn installed_root(&mut self) -> Digest {
+        self.refresh();
+        self.root()
+    }
+
+    /// Ends a transfer: the live pages form checkpoint `seq` (the caller checked the root).
+    /// It becomes the only checkpoint held and the durable base; every page modified since
+    /// the old base is written to the store.
+    pub fn adopt_installed(&mut self, seq: u64, aux: Vec<u8>) -> Digest {
+        assert!(self.dirty.is_empty(), "revert before installing pages");
+        assert!(
+            self.invalid.is_empty(),
+            "a transfer ends with every page repaired"
+        );
+        self.refresh();
+        let depth = self.geo.depth();
+        let changed: BTreeSet<u64> = self
+            .copies
+            .range(self.base_seq..)
+            .flat_map(|(_, c)| {
+                c.pages
+                    .keys()
+                    .copied()
+                    .chain(c.nodes.keys().filter(|(l, _)| *l == depth).map(|(_, i)| *i))
+            })
+            .collect();
+        let pages: Vec<(u64, Entry, Vec<u8>)> = changed
+            .into_iter()
+            .map(|p| (p, self.tree[depth as usize][p as usize], self.live_page(p)))
+            .collect();
+        let commit: Vec<CommitPage<'_>> = pages
+            .iter()
+            .map(|(index, entry, bytes)| CommitPage {
+                index: *index,
+                entry: *entry,
+                bytes,
+            })
+            .collect();
+        if let Err(e) = self.store.commit(seq, &aux, &commit) {
+            io_fatal("commit", e)
+        }
+        let root = self.root();
+        self.base_seq = seq;
+        self.copies.clear();
+        self.copies.insert(
+            seq,
+            Copy {
+                aux: Arc::new(aux),
+                root,
+                ..Copy::default()
+            },
+        );
+        self.overlay.clear();
+        root
+    }
+}
+
+impl StateRead for PagedState {
+    fn size(&self) -> u64 {
+        self.geo.size()
+    }
+
+    fn read(&self, addr: u64, buf: &mut [u8]) {
+        let ps = self.geo.page_size() as u64;
+        assert!(
+            addr.checked_add(buf.len() as u64)
+                .is_some_and(|end| end <= self.geo.size()),
+            "read beyond the state"
+        );
+        let mut done = 0usize;
+        let mut page = vec![0u8; ps as usize];
+        while done < buf.len() {
+            let at = addr + done as u64;
+            let (p, off) = (at / ps, (at % ps) as usize);
+            let n = (ps as usize - off).min(buf.len() - done);
+            match self.overlay.get(&p) {
+                Some(bytes) => buf[done..done + n].copy_from_slice(&bytes[off..off + n]),
+                None => {
+                    self.read_live(p, &mut page);
+                    buf[done..done + n].copy_from_slice(&page[off..off + n]);
+                }
+            }
+            done += n;
+        }
+    }
+}
+
+impl StateWrite for PagedState {
+    fn write(&mut self, addr: u64, data: &[u8]) {
+        let ps = self.geo.page_size() as u64;
+        assert!(
+            addr.checked_add(data.len() as u64)
+                .is_some_and(|end| end <= self.geo.size()),
+            "write beyond the state"
+        );
+        let mut done = 0usize;
+        while done < data.len() {
+            let at = addr + done as u64;
+            let (p, off) = (at / ps, (at % ps) as usize);
+            let n = (ps as usize - off).min(data.len() - done);
+            // modify(): copy-on-write once per checkpoint interval, then mark dirty.
+            if self.dirty.insert(p) {
+                self.save_page(p);
+            }
+            self.live_mut(p)[off..off + n].copy_from_slice(&data[done..done + n]);
+            done += n;
+        }
+    }
+}

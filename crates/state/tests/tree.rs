@@ -1,0 +1,302 @@
+//! Property tests of the partition tree: incremental digests equal digests recomputed from
+//! scratch, checkpoint copies return the state as of their checkpoint, copy-on-write copies
+//! never outlive the stable checkpoint, durable bases reopen exactly, transfers converge.
+
+use std::collections::BTreeMap;
+
+use rand::{Rng, RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use redoubt_crypto::Digest;
+use redoubt_state::{
+    meta_digest, page_digest, FileStore, Geometry, MemStore, PageStore, PagedState, StateRead,
+    StateWrite,
+};
+
+/// The state as a plain model: page bytes and lm per page.
+#[derive(Clone)]
+struct Model {
+    geo: Geometry,
+    pages: Vec<Vec<u8>>,
+    lm: Vec<u64>,
+    written: Vec<bool>,
+}
+
+impl Model {
+    fn new(geo: Geometry) -> Model {
+        Model {
+            geo,
+            pages: vec![vec![0; geo.page_size()]; geo.pages() as usize],
+            lm: vec![0; geo.pages() as usize],
+            written: vec![false; geo.pages() as usize],
+        }
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) {
+        let ps = self.geo.page_size() as u64;
+        for (i, b) in data.iter().enumerate() {
+            let at = addr + i as u64;
+            self.pages[(at / ps) as usize][(at % ps) as usize] = *b;
+            self.written[(at / ps) as usize] = true;
+        }
+    }
+
+    fn checkpoint(&mut self, seq: u64) {
+        for (i, w) in self.written.iter_mut().enumerate() {
+            if *w {
+                self.lm[i] = seq;
+                *w = false;
+            }
+        }
+    }
+
+    /// Root digest recomputed from scratch.
+    fn root(&self) -> Digest {
+        let g = self.geo;
+        let mut level: Vec<(u64, Digest)> = (0..g.pages())
+            .map(|i| {
+                let lm = self.lm[i as usize];
+                (lm, page_digest(i, lm, &self.pages[i as usize]))
+            })
+            .collect();
+        for l in (0..g.depth()).rev() {
+            level = (0..g.nodes_at(l))
+                .map(|i| {
+                    let r = g.children(l, i);
+                    let kids = &level[r.start as usize..r.end as usize];
+                    let lm = kids.iter().map(|k| k.0).max().unwrap();
+                    (lm, meta_digest(l, i, lm, kids.iter().map(|k| &k.1)))
+                })
+                .collect();
+        }
+        level[0].1
+    }
+}
+
+fn random_write(rng: &mut ChaCha8Rng, geo: Geometry) -> (u64, Vec<u8>) {
+    let size = geo.size();
+    let len = rng.random_range(1..=(geo.page_size() as u64 * 2).min(size));
+    let addr = rng.random_range(0..=size - len);
+    let mut data = vec![0u8; len as usize];
+    rng.fill_bytes(&mut data);
+    (addr, data)
+}
+
+fn check_live(st: &PagedState, m: &Model) {
+    let mut buf = vec![0u8; st.size() as usize];
+    st.read(0, &mut buf);
+    assert_eq!(buf, m.pages.concat(), "live bytes");
+}
+
+fn run(
+    seed: u64,
+    geo: Geometry,
+    store: Box<dyn PageStore>,
+    reopen: &dyn Fn() -> Box<dyn PageStore>,
+) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut st = PagedState::open(store, b"aux0").unwrap();
+    let mut m = Model::new(geo);
+    assert_eq!(st.root(), m.root());
+    let mut snaps: BTreeMap<u64, Model> = BTreeMap::new();
+    snaps.insert(0, m.clone());
+    let mut seq = 0;
+    let mut base = 0;
+    for _ in 0..60 {
+        for _ in 0..rng.random_range(0..12) {
+            let (a, d) = random_write(&mut rng, geo);
+            st.write(a, &d);
+            m.write(a, &d);
+        }
+        check_live(&st, &m);
+        match rng.random_range(0..10) {
+            0 => {
+                // Roll back to the latest checkpoint.
+                st.revert_to_latest();
+                m = snaps[&seq].clone();
+                check_live(&st, &m);
+            }
+            1..=6 => {
+                seq += rng.random_range(1..4);
+                let root = st.checkpoint(seq, format!("aux{seq}").into_bytes());
+                m.checkpoint(seq);
+                assert_eq!(
+                    root,
+                    m.root(),
+                    "incremental root == from scratch (seed {seed})"
+                );
+                snaps.insert(seq, m.clone());
+            }
+            _ => {
+                // A held checkpoint becomes stable: durable base, older copies dropped.
+                let held = st.checkpoints();
+                let c = held[rng.random_range(0..held.len())];
+                st.commit_base(c);
+                base = base.max(c);
+                snaps.retain(|k, _| *k >= base);
+                assert_eq!(st.checkpoints(), snaps.keys().copied().collect::<Vec<_>>());
+            }
+        }
+        // Every held checkpoint reads back as it was.
+        for (c, sm) in &snaps {
+            let (root, aux) = st.held(*c).unwrap();
+            assert_eq!(root, sm.root());
+            if *c > 0 {
+                assert_eq!(&aux[..], format!("aux{c}").as_bytes());
+            }
+            for p in 0..geo.pages() {
+                let (e, bytes) = st.page_at(*c, p).unwrap();
+                assert_eq!(bytes, sm.pages[p as usize], "page {p} at {c}");
+                assert_eq!(e.lm, sm.lm[p as usize]);
+            }
+        }
+        // Copy-on-write never leaks: copies hold only pages modified since the base, and the
+        // overlay only pages that differ from it.
+        let fp = st.footprint();
+        let modified_since_base = (0..geo.pages() as usize)
+            .filter(|p| {
+                m.pages[*p] != snaps[&base].pages[*p]
+                    || m.lm[*p] != snaps[&base].lm[*p]
+                    || m.written[*p]
+            })
+            .count();
+        assert!(fp.checkpoints == snaps.len());
+        assert!(fp.overlay_pages <= geo.pages() as usize);
+        let changed_any = (0..geo.pages() as usize)
+            .filter(|p| {
+                snaps
+                    .values()
+                    .any(|s| s.pages[*p] != m.pages[*p] || s.lm[*p] != m.lm[*p])
+                    || m.written[*p]
+            })
+            .count();
+        assert!(
+            fp.copied_pages <= changed_any * snaps.len(),
+            "copies hold {} pages, only {} changed",
+            fp.copied_pages,
+            changed_any
+        );
+        let _ = modified_since_base;
+    }
+    // Reopen from the durable base: exactly the base checkpoint.
+    let latest = *snaps.keys().next_back().unwrap();
+    st.commit_base(latest);
+    drop(st);
+    let st = PagedState::open(reopen(), b"unused").unwrap();
+    let sm = &snaps[&latest];
+    assert_eq!(st.base_seq(), latest);
+    assert_eq!(st.root(), sm.root());
+    check_live(&st, sm);
+    assert_eq!(st.footprint().overlay_pages, 0);
+}
+
+#[test]
+fn incremental_digests_and_copies_in_memory() {
+    for seed in 0..40 {
+        let geo = Geometry::new(64, 1 + seed % 37, 2 + (seed as u32 % 5)).unwrap();
+        let store = MemStore::new(geo);
+        let s2 = store.clone();
+        run(seed, geo, Box::new(store), &|| Box::new(s2.clone()));
+    }
+}
+
+#[test]
+fn incremental_digests_and_copies_on_disk() {
+    for seed in 0..6 {
+        let dir = tempfile::tempdir().unwrap();
+        let geo = Geometry::new(128, 50, 4).unwrap();
+        let path = dir.path().to_path_buf();
+        let store = FileStore::open(&path, geo).unwrap();
+        run(1000 + seed, geo, Box::new(store), &|| {
+            Box::new(FileStore::open(&path, geo).unwrap())
+        });
+    }
+}
+
+#[test]
+fn file_store_refuses_other_geometry_and_ignores_torn_redo() {
+    let dir = tempfile::tempdir().unwrap();
+    let geo = Geometry::new(128, 20, 4).unwrap();
+    {
+        let mut st =
+            PagedState::open(Box::new(FileStore::open(dir.path(), geo).unwrap()), b"").unwrap();
+        st.write(0, b"hello");
+        st.checkpoint(5, b"five".to_vec());
+        st.commit_base(5);
+    }
+    assert!(FileStore::open(dir.path(), Geometry::new(128, 21, 4).unwrap()).is_err());
+    // A torn redo log (crash while writing it) leaves the old base.
+    std::fs::write(dir.path().join("redo.log"), b"RDREDO01garbage").unwrap();
+    let st = PagedState::open(Box::new(FileStore::open(dir.path(), geo).unwrap()), b"").unwrap();
+    assert_eq!(st.base_seq(), 5);
+    let mut b = [0u8; 5];
+    st.read(0, &mut b);
+    assert_eq!(&b, b"hello");
+    assert_eq!(&st.held(5).unwrap().1[..], b"five");
+}
+
+#[test]
+fn check_finds_corruption_and_transfer_repairs_it() {
+    let geo = Geometry::new(64, 40, 3).unwrap();
+    let good_store = MemStore::new(geo);
+    let bad_store = MemStore::new(geo);
+    let mut good = PagedState::open(Box::new(good_store.clone()), b"").unwrap();
+    let mut bad = PagedState::open(Box::new(bad_store.clone()), b"").unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    for _ in 0..30 {
+        let (a, d) = random_write(&mut rng, geo);
+        good.write(a, &d);
+        bad.write(a, &d);
+    }
+    let r1 = good.checkpoint(10, vec![]);
+    assert_eq!(bad.checkpoint(10, vec![]), r1);
+    good.commit_base(10);
+    bad.commit_base(10);
+    // Silent corruption of two durable pages at the bad replica, found by a check.
+    bad_store.corrupt(3, 5, b"xx");
+    bad_store.corrupt(17, 0, b"y");
+    let mut bad = PagedState::open(Box::new(bad_store.clone()), b"").unwrap();
+    let report = bad.check();
+    assert_eq!(report.corrupt, vec![3, 17]);
+    assert!(bad.needs_repair());
+    assert_ne!(bad.installed_root(), r1);
+    // A walk from the root fetches exactly the corrupt pages.
+    let depth = geo.depth();
+    let mut todo = vec![(0u8, 0u64)];
+    let mut fetched = Vec::new();
+    while let Some((l, i)) = todo.pop() {
+        for (c, e) in good.children_at(10, (l, i), 0).unwrap() {
+            if bad.entry((l + 1, c)).unwrap() == e {
+                continue;
+            }
+            if l + 1 == depth {
+                let (e, bytes) = good.verified_page_at(10, c).unwrap();
+                assert_eq!(page_digest(c, e.lm, &bytes), e.digest);
+                bad.install_page(c, e, &bytes);
+                fetched.push(c);
+            } else {
+                todo.push((l + 1, c));
+            }
+        }
+    }
+    fetched.sort();
+    assert_eq!(fetched, vec![3, 17]);
+    assert_eq!(bad.installed_root(), r1);
+    bad.adopt_installed(10, vec![]);
+    assert!(!bad.needs_repair());
+    let reopened = PagedState::open(Box::new(bad_store), b"").unwrap();
+    assert_eq!(reopened.root(), r1);
+}
+
+#[test]
+fn a_replier_never_serves_a_corrupt_page() {
+    let geo = Geometry::new(64, 8, 2).unwrap();
+    let store = MemStore::new(geo);
+    let mut st = PagedState::open(Box::new(store.clone()), b"").unwrap();
+    st.write(64, b"data");
+    st.checkpoint(1, vec![]);
+    st.commit_base(1);
+    store.corrupt(1, 0, b"X");
+    assert!(st.verified_page_at(1, 1).is_none());
+    assert!(st.needs_repair());
+    assert!(st.verified_page_at(1, 2).is_some());
+}
