@@ -211,6 +211,10 @@ impl TestCluster {
                     r,
                     keys(Principal::Replica(r)),
                     KvService::new(),
+                    redoubt_core::open_state(Box::new(redoubt_core::state::MemStore::new(
+                        redoubt_core::state::Geometry::new(4096, 64, 16).expect("geometry"),
+                    )))
+                    .expect("memory store"),
                 ),
                 listener,
                 peers,

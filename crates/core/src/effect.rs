@@ -49,8 +49,17 @@ pub enum Event {
     ViewChangeStarted { view: View },
     /// This replica entered `view` (NEW-VIEW accepted or sent).
     NewViewInstalled { view: View },
-    /// This replica replaced its state by a fetched checkpoint.
-    StateTransferred { seq: Seq, digest: Digest },
+    /// This replica replaced its state by a fetched checkpoint, fetching `pages` pages and
+    /// `metas` meta-data partitions.
+    StateTransferred {
+        seq: Seq,
+        digest: Digest,
+        pages: u64,
+        metas: u64,
+    },
+    /// A state check found `pages` corrupt pages (0: the state would not load); the replica
+    /// stops executing until it has fetched them.
+    StateCorrupt { pages: u64 },
     /// A message was rejected.
     Rejected {
         from: Principal,

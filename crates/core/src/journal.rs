@@ -18,14 +18,11 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Record {
-    /// A checkpoint state to restart from (stable, or installed by state transfer). Everything
-    /// about sequence numbers at or below `seq` that precedes it may be discarded.
-    Checkpoint {
-        seq: Seq,
-        digest: Digest,
-        #[serde(with = "serde_bytes")]
-        snapshot: Vec<u8>,
-    },
+    /// The state's durable base reached checkpoint `seq` (stable, or installed by state
+    /// transfer); the pages live in the page store, which always holds this checkpoint or a
+    /// later one. Everything about sequence numbers at or below `seq` that precedes it may be
+    /// discarded.
+    Checkpoint { seq: Seq, digest: Digest },
     /// Entered `view`: sent VIEW-CHANGE (`vc` is what was sent, PSet/QSet as computed), or
     /// installed its NEW-VIEW (`normal`).
     View {
@@ -146,7 +143,6 @@ mod tests {
         let ck = |n| Record::Checkpoint {
             seq: n,
             digest: d(0),
-            snapshot: vec![],
         };
         let records = vec![
             view(0),

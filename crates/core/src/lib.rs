@@ -15,6 +15,7 @@ pub mod message;
 pub mod quorum;
 pub mod replica;
 pub mod service;
+pub mod transfer;
 pub mod types;
 pub mod viewchange;
 
@@ -23,7 +24,8 @@ pub use client::{Client, ClientTiming, Completion, InvokeError};
 pub use effect::{Bytes, Effect, Env, Event};
 pub use journal::Record;
 pub use message::{Message, Reject};
-pub use replica::{Footprint, Input, Replica, Stats};
+pub use redoubt_state as state;
+pub use replica::{open_state, Footprint, Input, Replica, Stats};
 pub use service::{ExecContext, Service};
 #[cfg(feature = "mutants")]
 pub use types::Mutant;

@@ -221,22 +221,87 @@ pub struct Status {
     pub missing_vcs: Vec<(ReplicaId, Digest)>,
 }
 
+/// One partition asked for by a [`Fetch`]: (`level`, `index`) of the partition tree, and `lc`,
+/// the checkpoint the asker's copy of it reflects (children not modified after `lc` are left
+/// out of the answer; 0 asks for all of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchItem {
+    pub level: u8,
+    pub index: u64,
+    pub lc: Seq,
+}
+
+/// FETCH (BFT-PR §4.6.2): partitions of checkpoint `seq`. `seq` 0 asks every receiver for the
+/// root of its latest stable checkpoint (used when the asker knows no checkpoint digest; it
+/// waits for f+1 matching answers).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FetchState {
+pub struct Fetch {
     pub seq: Seq,
+    pub items: Vec<FetchItem>,
+}
+
+/// A child entry in a META-DATA answer: index at the child level, lm, digest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildEntry {
+    pub index: u64,
+    pub lm: Seq,
     pub digest: Digest,
 }
 
+/// One answered partition.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StateReply {
-    pub seq: Seq,
-    #[serde(with = "serde_bytes")]
-    pub snapshot: Vec<u8>,
+pub enum StateItem {
+    /// META-DATA: the children of a meta-data partition modified after the asked `lc`.
+    Meta {
+        level: u8,
+        index: u64,
+        children: Vec<ChildEntry>,
+    },
+    /// DATA: a page with the checkpoint of its last modification.
+    Page {
+        index: u64,
+        lm: Seq,
+        #[serde(with = "serde_bytes")]
+        bytes: Vec<u8>,
+    },
 }
 
-impl std::fmt::Debug for StateReply {
+impl std::fmt::Debug for StateItem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "StateReply(n{} {}B)", self.seq, self.snapshot.len())
+        match self {
+            StateItem::Meta {
+                level,
+                index,
+                children,
+            } => write!(f, "meta({level},{index}: {} kids)", children.len()),
+            StateItem::Page { index, lm, bytes } => {
+                write!(f, "page({index} lm{lm} {}B)", bytes.len())
+            }
+        }
+    }
+}
+
+/// The answer to a [`Fetch`]: items of checkpoint `seq`, the checkpoint's auxiliary bytes when
+/// the root is among them, and `stable`, the sender's latest stable checkpoint (an answer with
+/// no items and `stable > seq` says the sender no longer holds `seq`).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateData {
+    pub seq: Seq,
+    pub stable: Seq,
+    #[serde(with = "serde_bytes")]
+    pub aux: Option<Vec<u8>>,
+    pub items: Vec<StateItem>,
+}
+
+impl std::fmt::Debug for StateData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "StateData(n{} stable{} {} items)",
+            self.seq,
+            self.stable,
+            self.items.len()
+        )
     }
 }
 
@@ -253,8 +318,8 @@ pub enum Message {
     ViewChangeAck(ViewChangeAck),
     NewView(NewView),
     Status(Status),
-    FetchState(FetchState),
-    StateReply(StateReply),
+    Fetch(Fetch),
+    StateData(StateData),
     /// Retransmitted batch bodies, checked against digests the receiver already knows.
     Batches(Vec<Batch>),
     /// A VIEW-CHANGE forwarded by another replica; accepted only with matching acks.
@@ -275,8 +340,8 @@ impl Message {
             Message::ViewChangeAck(_) => "view-change-ack",
             Message::NewView(_) => "new-view",
             Message::Status(_) => "status",
-            Message::FetchState(_) => "fetch-state",
-            Message::StateReply(_) => "state-reply",
+            Message::Fetch(_) => "fetch",
+            Message::StateData(_) => "state-data",
             Message::Batches(_) => "batches",
             Message::RelayViewChange(_) => "relay-view-change",
         }
@@ -289,8 +354,8 @@ impl Message {
             Message::Request(_) => TagKind::None,
             Message::Reply(_)
             | Message::ViewChangeAck(_)
-            | Message::FetchState(_)
-            | Message::StateReply(_)
+            | Message::Fetch(_)
+            | Message::StateData(_)
             | Message::Batches(_)
             | Message::RelayViewChange(_) => TagKind::Mac,
             Message::PrePrepare(_)
@@ -387,6 +452,10 @@ pub enum Reject {
     BadNonDet,
     #[error("stale or replayed")]
     Stale,
+    #[error("over this sender's state-transfer rate limit")]
+    RateLimited,
+    #[error("state transfer answer does not match the digests it must match")]
+    BadState,
     #[error("message not expected by this node's role")]
     Unexpected,
 }
@@ -408,6 +477,8 @@ impl Reject {
             Reject::Conflict => "conflict",
             Reject::BadNonDet => "bad_nondet",
             Reject::Stale => "stale",
+            Reject::RateLimited => "rate-limited",
+            Reject::BadState => "bad-state",
             Reject::Unexpected => "unexpected",
         }
     }

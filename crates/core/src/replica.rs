@@ -1,8 +1,8 @@
 //! The PBFT replica as a deterministic state machine (Input -> Effects).
 //!
 //! Normal case (PBFT §4.2), checkpoints and watermarks (§4.3), the MAC-only view change of
-//! BFT-PR (§4.3 of the 2000 paper), receiver-driven retransmission with status messages, and a
-//! whole-checkpoint state transfer. The replica owns the service and executes committed batches
+//! BFT-PR (§4.3 of the 2000 paper), receiver-driven retransmission with status messages, and the
+//! page-level state transfer of BFT-PR §4.6.2 (see [`crate::transfer`]). The replica owns the service and executes committed batches
 //! synchronously; everything it sends leaves as [`Effect`]s.
 //!
 //! Every bound is explicit: the log holds at most L slots, checkpoints and checkpoint votes are
@@ -15,9 +15,11 @@ use crate::journal::Record;
 use crate::message::*;
 use crate::quorum;
 use crate::service::{ExecContext, Service};
+use crate::transfer::{checkpoint_digest, rebuild_meta, Walk};
 use crate::types::{ClientId, Config, Principal, ReplicaId, Seq, View};
 use crate::viewchange::{self, Pending, SlotSummary};
 use redoubt_crypto::{Digest, DigestBuilder};
+use redoubt_state::{PageStore, PagedState, StateFootprint};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -33,15 +35,29 @@ pub enum Input<'a> {
     StepDown,
 }
 
-/// The replicated part of a checkpoint: service state plus the per-client last replies, so
-/// exactly-once execution survives state transfer.
+/// The replicated part of a checkpoint besides the service's pages: the per-client last
+/// replies (so exactly-once execution survives state transfer) and the agreed clock. Its
+/// canonical encoding is the checkpoint's auxiliary bytes, covered by the checkpoint digest.
 #[derive(Serialize, Deserialize)]
-struct CheckpointState {
+struct CheckpointAux {
     seq: Seq,
     last_time_ms: u64,
     clients: Vec<(ClientId, u64, Vec<u8>)>,
-    #[serde(with = "serde_bytes")]
-    service: Vec<u8>,
+}
+
+fn initial_aux() -> Vec<u8> {
+    postcard::to_stdvec(&CheckpointAux {
+        seq: 0,
+        last_time_ms: 0,
+        clients: Vec::new(),
+    })
+    .expect("aux encodes")
+}
+
+/// Opens the service state held by `store` (a fresh store starts as checkpoint 0 of an
+/// all-zero state), ready for [`Replica::new`] or [`Replica::restore`].
+pub fn open_state(store: Box<dyn PageStore>) -> std::io::Result<PagedState> {
+    PagedState::open(store, &initial_aux())
 }
 
 #[derive(Clone, Debug)]
@@ -67,7 +83,6 @@ struct Slot {
 #[derive(Clone, Debug)]
 struct StoredCheckpoint {
     digest: Digest,
-    snapshot: Arc<Vec<u8>>,
 }
 
 #[derive(Clone, Debug)]
@@ -82,6 +97,12 @@ struct Transfer {
     digest: Digest,
     next_try_ms: u64,
     attempt: u64,
+    /// The walk, once fetching began (the service's writes since the latest checkpoint were
+    /// rolled back then; execution waits until the transfer ends).
+    walk: Option<Walk>,
+    /// Repliers that sent answers failing their digests during this transfer.
+    bad: BTreeSet<ReplicaId>,
+    replier: Option<ReplicaId>,
 }
 
 /// Counters a host can export as metrics.
@@ -92,6 +113,17 @@ pub struct Stats {
     pub view_changes: u64,
     pub state_transfers: u64,
     pub rejected: u64,
+    /// Bytes of state-transfer answers received (META-DATA and DATA frames).
+    pub transfer_bytes_in: u64,
+    /// Bytes of state-transfer answers served.
+    pub transfer_bytes_out: u64,
+    /// Pages and meta-data partitions installed by transfers.
+    pub transfer_pages: u64,
+    pub transfer_metas: u64,
+    /// Answers that failed their digests.
+    pub transfer_bad_answers: u64,
+    /// Pages found corrupt by state checks.
+    pub corrupt_pages_found: u64,
 }
 
 /// A replica.
@@ -100,6 +132,7 @@ pub struct Replica<S: Service, A: Auth> {
     id: ReplicaId,
     auth: A,
     service: S,
+    state: PagedState,
     env: Env,
     effects: Vec<Effect>,
     pub stats: Stats,
@@ -143,6 +176,9 @@ pub struct Replica<S: Service, A: Auth> {
     checkpoints: BTreeMap<Seq, StoredCheckpoint>,
     ckpt_votes: BTreeMap<ReplicaId, BTreeMap<Seq, Digest>>,
     transfer: Option<Transfer>,
+    /// Per asking replica: state-transfer byte allowance and when it was last refilled.
+    serve_budget: BTreeMap<ReplicaId, (i64, u64)>,
+    next_probe_ms: u64,
 
     // Requests.
     waiting: BTreeMap<ClientId, Waiting>,
@@ -160,8 +196,20 @@ pub struct Replica<S: Service, A: Auth> {
 }
 
 impl<S: Service, A: Auth> Replica<S, A> {
-    /// A replica in view 0 with the service's initial state as checkpoint 0.
-    pub fn new(cfg: Config, id: ReplicaId, auth: A, service: S) -> Self {
+    /// A replica in view 0 whose state is `state` (see [`open_state`]) at its latest
+    /// checkpoint. Panics if the state's checkpoint does not decode (use
+    /// [`Replica::restore`] for stored state).
+    pub fn new(cfg: Config, id: ReplicaId, auth: A, service: S, state: PagedState) -> Self {
+        Self::from_state(cfg, id, auth, service, state).expect("state opens")
+    }
+
+    fn from_state(
+        cfg: Config,
+        id: ReplicaId,
+        auth: A,
+        service: S,
+        state: PagedState,
+    ) -> Result<Self, String> {
         assert!(
             cfg.validate().is_ok(),
             "invalid config: {:?}",
@@ -174,6 +222,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             id,
             auth,
             service,
+            state,
             env: Env::default(),
             effects: Vec::new(),
             stats: Stats::default(),
@@ -204,6 +253,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             checkpoints: BTreeMap::new(),
             ckpt_votes: BTreeMap::new(),
             transfer: None,
+            serve_budget: BTreeMap::new(),
+            next_probe_ms: 0,
             waiting: BTreeMap::new(),
             arrivals: BTreeMap::new(),
             next_order: 0,
@@ -213,11 +264,45 @@ impl<S: Service, A: Auth> Replica<S, A> {
             replaying: false,
             diverged: false,
         };
-        let (digest, snapshot) = r.snapshot(0);
+        let seq = r.state.latest();
+        let (root, aux) = r.state.held(seq).expect("the latest checkpoint is held");
+        let digest = checkpoint_digest(seq, &root, &aux);
+        if let Err(e) = r.load_aux(seq, &aux) {
+            if !r.state.needs_repair() {
+                return Err(format!("checkpoint {seq}: {e}"));
+            }
+            // Corrupt pages (found by the check at start-up) may not load: stay diverged and
+            // fetch them before executing.
+            r.diverged = true;
+            r.last_executed = seq;
+        }
+        r.stable_seq = seq;
         r.stable_digest = digest;
-        r.checkpoints
-            .insert(0, StoredCheckpoint { digest, snapshot });
-        r
+        r.next_seq = seq + 1;
+        r.checkpoints.insert(seq, StoredCheckpoint { digest });
+        Ok(r)
+    }
+
+    /// Sets the execution variables from a checkpoint's auxiliary bytes and lets the service
+    /// rebuild its in-memory structures from the pages.
+    fn load_aux(&mut self, seq: Seq, aux: &[u8]) -> Result<(), String> {
+        let st: CheckpointAux =
+            postcard::from_bytes(aux).map_err(|e| format!("auxiliary bytes: {e}"))?;
+        if st.seq != seq {
+            return Err(format!("auxiliary bytes are for checkpoint {}", st.seq));
+        }
+        self.service
+            .load(&self.state)
+            .map_err(|e| format!("service state: {e}"))?;
+        self.clients = st
+            .clients
+            .into_iter()
+            .map(|(c, timestamp, result)| (c, LastReply { timestamp, result }))
+            .collect();
+        self.last_time_ms = st.last_time_ms;
+        self.last_executed = seq;
+        self.executed.clear();
+        Ok(())
     }
 
     // ----- accessors -------------------------------------------------------------------
@@ -250,6 +335,34 @@ impl<S: Service, A: Auth> Replica<S, A> {
         &self.service
     }
     /// Mutable access for hosts and fault injection (the simulator corrupts state with it).
+    /// The service state (pages, tree, checkpoints).
+    pub fn state(&self) -> &PagedState {
+        &self.state
+    }
+
+    /// Checks every page against the digests of the latest checkpoint (on demand, e.g. from
+    /// an admin command). Corrupt pages are marked; the replica stops executing and fetches
+    /// them at the next checkpoint f+1 replicas vouch for. Returns the corrupt page indices.
+    pub fn check_state(&mut self) -> Vec<u64> {
+        let report = self.state.check();
+        if !report.corrupt.is_empty() {
+            self.stats.corrupt_pages_found += report.corrupt.len() as u64;
+            self.diverged = true;
+            // Reported with the effects of the next input.
+            self.event(Event::StateCorrupt {
+                pages: report.corrupt.len() as u64,
+            });
+        }
+        report.corrupt
+    }
+
+    /// Lets a test change the service state behind the protocol's back (a replica whose
+    /// execution went wrong). Simulator only.
+    #[cfg(feature = "mutants")]
+    pub fn tamper(&mut self, f: impl FnOnce(&mut S, &mut PagedState)) {
+        f(&mut self.service, &mut self.state)
+    }
+
     pub fn service_mut(&mut self) -> &mut S {
         &mut self.service
     }
@@ -272,6 +385,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             arrivals: self.arrivals.len(),
             view_changes: self.vcs.len() + self.relayed.len(),
             acks: self.acks.len(),
+            state: self.state.footprint(),
         }
     }
 
@@ -294,6 +408,16 @@ impl<S: Service, A: Auth> Replica<S, A> {
             arrivals: clients,
             view_changes: 4 * n,
             acks: n * ACKS_PER_ACKER_MAX,
+            state: StateFootprint {
+                // Pages modified since the stable checkpoint are bounded by what the log's
+                // requests can write; the simulator's small states make this the page count.
+                overlay_pages: self.state.geometry().pages() as usize,
+                checkpoints: ckpts + 1,
+                copied_pages: self.state.geometry().pages() as usize * (ckpts + 1),
+                copied_nodes: 2 * self.state.geometry().pages() as usize * (ckpts + 1),
+                dirty_pages: self.state.geometry().pages() as usize,
+                invalid_pages: self.state.geometry().pages() as usize,
+            },
         }
     }
 
@@ -375,12 +499,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
         };
         let kind = msg.kind();
-        if let Err(r) = self.dispatch(from, msg) {
+        if let Err(r) = self.dispatch(from, msg, bytes.len()) {
             self.reject(from, kind, r);
         }
     }
 
-    fn dispatch(&mut self, from: Principal, msg: Message) -> Result<(), Reject> {
+    fn dispatch(&mut self, from: Principal, msg: Message, len: usize) -> Result<(), Reject> {
         let sender = match from {
             Principal::Replica(r) => Some(r),
             Principal::Client(_) => None,
@@ -395,8 +519,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             (Message::ViewChangeAck(m), Some(s)) => self.on_ack(s, m),
             (Message::NewView(m), Some(s)) => self.on_new_view(s, m),
             (Message::Status(m), Some(s)) => self.on_status(s, m),
-            (Message::FetchState(m), Some(s)) => self.on_fetch_state(s, m),
-            (Message::StateReply(m), Some(s)) => self.on_state_reply(s, m),
+            (Message::Fetch(m), Some(s)) => self.on_fetch(s, m),
+            (Message::StateData(m), Some(s)) => self.on_state_data(s, m, len),
             (Message::Batches(m), Some(_)) => self.on_batches(m),
             (Message::RelayViewChange(m), Some(s)) => self.on_relayed_vc(s, m),
             _ => Err(Reject::Unexpected),
@@ -781,7 +905,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     // ----- execution --------------------------------------------------------------------------
 
     fn try_execute(&mut self) {
-        if self.diverged {
+        if self.diverged || self.transfer.as_ref().is_some_and(|t| t.walk.is_some()) {
             return;
         }
         if self
@@ -853,7 +977,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     time_ms,
                     seed,
                 };
-                let result = self.service.execute(&req.op, &ctx);
+                let result = self.service.execute(&mut self.state, &req.op, &ctx);
                 self.stats.requests_executed += 1;
                 executed.push((c, req.timestamp));
                 if self.replaying {
@@ -910,8 +1034,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     // ----- checkpoints ------------------------------------------------------------------------
 
-    fn snapshot(&self, seq: Seq) -> (Digest, Arc<Vec<u8>>) {
-        let st = CheckpointState {
+    fn take_checkpoint(&mut self, seq: Seq) {
+        let aux = postcard::to_stdvec(&CheckpointAux {
             seq,
             last_time_ms: self.last_time_ms,
             clients: self
@@ -919,16 +1043,15 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 .iter()
                 .map(|(c, l)| (*c, l.timestamp, l.result.clone()))
                 .collect(),
-            service: self.service.snapshot(),
-        };
-        let bytes = postcard::to_stdvec(&st).expect("checkpoint encodes");
-        (checkpoint_digest(&bytes), Arc::new(bytes))
-    }
-
-    fn take_checkpoint(&mut self, seq: Seq) {
-        let (digest, snapshot) = self.snapshot(seq);
-        self.checkpoints
-            .insert(seq, StoredCheckpoint { digest, snapshot });
+        })
+        .expect("checkpoint encodes");
+        debug_assert!(seq > self.state.latest(), "checkpoints advance");
+        if seq <= self.state.latest() {
+            return;
+        }
+        let root = self.state.checkpoint(seq, aux.clone());
+        let digest = checkpoint_digest(seq, &root, &aux);
+        self.checkpoints.insert(seq, StoredCheckpoint { digest });
         self.event(Event::CheckpointTaken { seq, digest });
         let id = self.id;
         self.broadcast(&Message::Checkpoint(Checkpoint {
@@ -962,7 +1085,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if c.replica != from || !c.seq.is_multiple_of(self.cfg.checkpoint_interval) {
             return Err(Reject::Inconsistent);
         }
-        if c.seq <= self.stable_seq {
+        let repairing = self.diverged || self.state.needs_repair();
+        if c.seq < self.stable_seq || (c.seq == self.stable_seq && !repairing) {
             return Ok(()); // old news
         }
         self.record_vote(from, c.seq, c.digest);
@@ -973,7 +1097,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     fn check_checkpoint(&mut self, seq: Seq) {
-        if seq <= self.stable_seq {
+        let repairing = self.diverged || self.state.needs_repair();
+        if seq < self.stable_seq || (seq == self.stable_seq && !repairing) {
             return;
         }
         // Which digest, if any, is vouched for by f+1 (known correct) or 2f+1 (stable)?
@@ -989,6 +1114,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if count < self.cfg.weak_quorum() {
             return;
         }
+        if (self.diverged || self.state.needs_repair()) && seq >= self.state.latest() {
+            // Our state is known bad: fetch the vouched checkpoint, even our own seq.
+            self.start_transfer(seq, digest, true);
+            return;
+        }
         match self.checkpoints.get(&seq) {
             Some(own) if own.digest == digest && count >= self.cfg.quorum() => {
                 self.make_stable(seq, digest);
@@ -998,8 +1128,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 // f+1 replicas vouch for another digest: our state is wrong. Fetch theirs.
                 self.event(Event::StateDivergence { seq });
                 self.checkpoints.remove(&seq);
-                self.diverged = true;
-                self.transfer = None;
+                self.on_divergence();
                 self.start_transfer(seq, digest, true);
             }
             None if seq > self.last_executed => {
@@ -1015,13 +1144,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if seq <= self.stable_seq {
             return;
         }
-        if let Some(c) = self.checkpoints.get(&seq) {
-            let snapshot = c.snapshot.to_vec();
-            self.persist(Record::Checkpoint {
-                seq,
-                digest,
-                snapshot,
-            });
+        if self.checkpoints.contains_key(&seq) && self.state.held(seq).is_some() {
+            // The state's durable base moves first; the journal may then forget older records.
+            self.state.commit_base(seq);
+            self.persist(Record::Checkpoint { seq, digest });
         }
         self.stable_seq = seq;
         self.stable_digest = digest;
@@ -1087,96 +1213,395 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     // ----- state transfer ---------------------------------------------------------------------
 
+    /// Our state disagrees with what f+1 replicas vouch for: stop executing, check every page
+    /// (so corrupt pages whose digests still look right are fetched too) and fetch.
+    fn on_divergence(&mut self) {
+        self.diverged = true;
+        if self.transfer.as_ref().is_some_and(|t| t.walk.is_none()) {
+            self.transfer = None;
+        }
+        let report = self.state.check();
+        if !report.corrupt.is_empty() {
+            self.stats.corrupt_pages_found += report.corrupt.len() as u64;
+            self.event(Event::StateCorrupt {
+                pages: report.corrupt.len() as u64,
+            });
+        }
+    }
+
     fn start_transfer(&mut self, seq: Seq, digest: Digest, urgent: bool) {
-        if self.transfer.as_ref().is_some_and(|t| t.seq >= seq) {
-            return;
+        if let Some(t) = &self.transfer {
+            if t.seq > seq || (t.seq == seq && t.digest == digest) {
+                return;
+            }
         }
         let delay = if urgent {
             0
         } else {
             self.cfg.state_transfer_delay_ms
         };
+        // A walk in progress moves to the newer checkpoint: installed pages stay, the walk
+        // restarts at the root (the old checkpoint may be collected by now).
+        let walk = self.transfer.take().and_then(|t| t.walk);
+        let moving = walk.is_some();
         self.transfer = Some(Transfer {
             seq,
             digest,
-            next_try_ms: self.now() + delay,
+            next_try_ms: if moving { 0 } else { self.now() + delay },
             attempt: self.env.entropy % self.cfg.n() as u64,
+            walk: walk.map(|w| {
+                let mut fresh = Walk::new(seq, digest, 0);
+                fresh.stats = w.stats;
+                fresh
+            }),
+            bad: BTreeSet::new(),
+            replier: None,
         });
     }
 
+    /// The `lc` to ask partitions with: our latest checkpoint if we trust our copy of it, 0
+    /// (everything) if our state diverged or has corrupt pages.
+    fn fetch_lc(&self) -> Seq {
+        if self.diverged || self.state.needs_repair() {
+            0
+        } else {
+            self.state.latest()
+        }
+    }
+
     fn drive_transfer(&mut self) {
-        let Some(t) = self.transfer.clone() else {
+        let Some(t) = self.transfer.as_ref() else {
+            self.probe_for_checkpoint();
             return;
         };
-        if self.last_executed >= t.seq && !self.diverged {
-            self.transfer = None;
+        if t.walk.is_none() {
+            if self.last_executed >= t.seq && !self.diverged && !self.state.needs_repair() {
+                self.transfer = None;
+                return;
+            }
+            if self.now() < t.next_try_ms {
+                return;
+            }
+            // Fetching begins: undo the writes since our latest checkpoint so every page we
+            // keep is described by our tree, and stop executing until the transfer ends.
+            self.state.revert_to_latest();
+            let lc = self.fetch_lc();
+            if let Some(t) = self.transfer.as_mut() {
+                t.walk = Some(Walk::new(t.seq, t.digest, lc));
+            }
+        } else if self.now() < t.next_try_ms {
             return;
         }
-        if self.now() < t.next_try_ms {
-            return;
+        // First ask, or a retry: whatever was asked and not answered is asked again, of
+        // another replier.
+        if let Some(w) = self.transfer.as_mut().and_then(|t| t.walk.as_mut()) {
+            w.requeue();
         }
-        // Ask, in turn, the replicas that vouched for the checkpoint (all others if none did).
+        self.pick_replier();
+        self.send_fetch();
+    }
+
+    /// Chooses the next designated replier: in turn among those that vouched for the
+    /// checkpoint (all others if none did), skipping any that sent a wrong answer.
+    fn pick_replier(&mut self) {
+        let Some(t) = self.transfer.as_ref() else {
+            return;
+        };
         let mut candidates: Vec<ReplicaId> = self
             .votes_for(t.seq, &t.digest)
             .into_iter()
-            .filter(|r| *r != self.id)
+            .filter(|r| *r != self.id && !t.bad.contains(r))
             .collect();
+        if candidates.is_empty() {
+            candidates = (0..self.cfg.n())
+                .filter(|r| *r != self.id && !t.bad.contains(r))
+                .collect();
+        }
         if candidates.is_empty() {
             candidates = (0..self.cfg.n()).filter(|r| *r != self.id).collect();
         }
         let target = candidates[(t.attempt % candidates.len() as u64) as usize];
+        if let Some(t) = self.transfer.as_mut() {
+            t.attempt += 1;
+            t.replier = Some(target);
+        }
+    }
+
+    /// Asks the designated replier for the next partitions and arms the retry timer.
+    fn send_fetch(&mut self) {
+        let max = self.cfg.transfer_items_max;
         let retry = self.cfg.state_transfer_retry_ms;
-        if let Some(tr) = self.transfer.as_mut() {
-            tr.attempt += 1;
-            tr.next_try_ms = self.env.now_ms + retry;
+        let now = self.now();
+        let Some(t) = self.transfer.as_mut() else {
+            return;
+        };
+        let (Some(w), Some(to)) = (t.walk.as_mut(), t.replier) else {
+            return;
+        };
+        let items = w.next_items(max);
+        t.next_try_ms = now + retry;
+        if items.is_empty() {
+            return;
         }
-        self.send_replica(
-            target,
-            &Message::FetchState(FetchState {
-                seq: t.seq,
-                digest: t.digest,
-            }),
-        );
+        let msg = Message::Fetch(Fetch { seq: t.seq, items });
+        self.send_replica(to, &msg);
     }
 
-    fn on_fetch_state(&mut self, from: ReplicaId, fs: FetchState) -> Result<(), Reject> {
-        // Serve the requested checkpoint, or a later one we hold; the receiver checks digests.
-        let found = self
-            .checkpoints
-            .range(fs.seq..)
-            .find(|(n, c)| **n > fs.seq || c.digest == fs.digest)
-            .map(|(n, c)| (*n, c.snapshot.clone()));
-        match found {
-            Some((seq, snapshot)) => {
-                let msg = Message::StateReply(StateReply {
-                    seq,
-                    snapshot: snapshot.to_vec(),
-                });
-                self.send_replica(from, &msg);
-                Ok(())
+    /// With a known-bad state and no checkpoint to fetch, ask every replica for the root of
+    /// its latest stable checkpoint; f+1 matching answers give a digest to fetch.
+    fn probe_for_checkpoint(&mut self) {
+        if !(self.diverged || self.state.needs_repair()) || self.now() < self.next_probe_ms {
+            return;
+        }
+        self.next_probe_ms = self.now() + self.cfg.state_transfer_retry_ms;
+        let msg = Message::Fetch(Fetch {
+            seq: 0,
+            items: vec![FetchItem {
+                level: 0,
+                index: 0,
+                lc: 0,
+            }],
+        });
+        for r in 0..self.cfg.n() {
+            self.send_replica(r, &msg);
+        }
+    }
+
+    /// Serves a FETCH from the checkpoint copies, within the asker's rate allowance.
+    fn on_fetch(&mut self, from: ReplicaId, f: Fetch) -> Result<(), Reject> {
+        if f.items.len() > self.cfg.transfer_items_max {
+            return Err(Reject::TooLarge);
+        }
+        if self.state.needs_repair() {
+            return Err(Reject::Stale); // we cannot vouch for our pages until repaired
+        }
+        // Token bucket per asking replica, in bytes.
+        let now = self.now();
+        let rate = self.cfg.transfer_rate_bytes_per_sec;
+        let cap = (self.cfg.transfer_reply_bytes_max as i64).saturating_mul(4);
+        let (tokens, last) = self.serve_budget.entry(from).or_insert((cap, now));
+        let refill = (now.saturating_sub(*last)).saturating_mul(rate) / 1000;
+        *tokens = tokens
+            .saturating_add(refill.min(i64::MAX as u64) as i64)
+            .min(cap);
+        *last = now;
+        if *tokens <= 0 {
+            return Err(Reject::RateLimited);
+        }
+        let (seq, probe) = if f.seq == 0 {
+            (self.stable_seq, true)
+        } else {
+            (f.seq, false)
+        };
+        let Some((_, aux)) = self.state.held(seq) else {
+            let msg = Message::StateData(StateData {
+                seq: f.seq,
+                stable: self.stable_seq,
+                aux: None,
+                items: Vec::new(),
+            });
+            self.send_replica(from, &msg);
+            return Ok(());
+        };
+        let geo = self.state.geometry();
+        let budget = self.cfg.transfer_reply_bytes_max;
+        let mut used = 0usize;
+        let mut items = Vec::new();
+        let mut with_aux = None;
+        for it in if probe {
+            &f.items[..1.min(f.items.len())]
+        } else {
+            &f.items[..]
+        } {
+            if !geo.contains(it.level, it.index) {
+                return Err(Reject::Inconsistent);
             }
-            None => Err(Reject::Stale),
+            if used >= budget {
+                break;
+            }
+            if it.level < geo.depth() {
+                let lc = if probe { 0 } else { it.lc };
+                let children = self
+                    .state
+                    .children_at(seq, (it.level, it.index), lc)
+                    .expect("held checkpoint, valid partition");
+                used += 24 + children.len() * 52;
+                if (it.level, it.index) == (0, 0) {
+                    used += aux.len();
+                    with_aux = Some(aux.to_vec());
+                }
+                items.push(StateItem::Meta {
+                    level: it.level,
+                    index: it.index,
+                    children: children
+                        .into_iter()
+                        .map(|(index, e)| ChildEntry {
+                            index,
+                            lm: e.lm,
+                            digest: e.digest,
+                        })
+                        .collect(),
+                });
+            } else {
+                match self.state.verified_page_at(seq, it.index) {
+                    Some((e, bytes)) => {
+                        used += 24 + bytes.len();
+                        items.push(StateItem::Page {
+                            index: it.index,
+                            lm: e.lm,
+                            bytes,
+                        });
+                    }
+                    None => {
+                        // Our own page is corrupt: stop serving and repair ourselves.
+                        self.stats.corrupt_pages_found += 1;
+                        self.event(Event::StateCorrupt { pages: 1 });
+                        self.diverged = true;
+                        return Err(Reject::Stale);
+                    }
+                }
+            }
         }
+        if let Some((tokens, _)) = self.serve_budget.get_mut(&from) {
+            *tokens = tokens.saturating_sub(used as i64);
+        }
+        self.stats.transfer_bytes_out += used as u64;
+        let msg = Message::StateData(StateData {
+            seq,
+            stable: self.stable_seq,
+            aux: with_aux,
+            items,
+        });
+        self.send_replica(from, &msg);
+        Ok(())
     }
 
-    fn on_state_reply(&mut self, _from: ReplicaId, sr: StateReply) -> Result<(), Reject> {
-        if sr.seq <= self.last_executed && !self.diverged {
+    fn on_state_data(&mut self, from: ReplicaId, d: StateData, len: usize) -> Result<(), Reject> {
+        self.stats.transfer_bytes_in += len as u64;
+        let walking = self.transfer.as_ref().is_some_and(|t| t.walk.is_some());
+        if !walking {
+            return self.on_probe_answer(from, d);
+        }
+        let t = self.transfer.as_ref().expect("walking");
+        if d.seq != t.seq {
             return Err(Reject::Stale);
         }
-        let digest = checkpoint_digest(&sr.snapshot);
-        let target_ok = self
+        if d.items.is_empty() {
+            // The replier no longer holds the checkpoint (or has nothing to give): ask another
+            // now; a newer vouched checkpoint moves the walk when its votes arrive.
+            if t.replier == Some(from) {
+                if let Some(t) = self.transfer.as_mut() {
+                    t.next_try_ms = 0;
+                }
+            }
+            return Ok(());
+        }
+        let lc = self.fetch_lc();
+        if self.state.is_dirty() {
+            // Only a test's tampering writes during a walk; installed pages must not mix with
+            // unrecorded writes.
+            self.state.revert_to_latest();
+        }
+        let mut t = self.transfer.take().expect("walking");
+        let mut w = t.walk.take().expect("walking");
+        let result = w.accept(&mut self.state, &d, lc);
+        t.walk = Some(w);
+        self.transfer = Some(t);
+        if let Err(e) = result {
+            if e == Reject::BadState {
+                self.stats.transfer_bad_answers += 1;
+                if let Some(t) = self.transfer.as_mut() {
+                    t.bad.insert(from);
+                    t.next_try_ms = 0; // ask another replier at the next tick
+                }
+            }
+            return Err(e);
+        }
+        let done = self
             .transfer
             .as_ref()
-            .is_some_and(|t| t.seq == sr.seq && t.digest == digest);
-        let vouched = self.votes_for(sr.seq, &digest).len() >= self.cfg.weak_quorum();
-        if !target_ok && !vouched {
-            return Err(Reject::BadDigest);
+            .and_then(|t| t.walk.as_ref())
+            .is_some_and(|w| w.is_complete());
+        if done {
+            self.finish_transfer();
+        } else if self
+            .transfer
+            .as_ref()
+            .and_then(|t| t.walk.as_ref())
+            .is_some_and(|w| w.has_todo())
+        {
+            // Keep the designated replier busy: ask for the next partitions right away.
+            if let Some(t) = self.transfer.as_mut() {
+                if t.replier.is_none() {
+                    t.replier = Some(from);
+                }
+            }
+            self.send_fetch();
         }
-        self.load_checkpoint(sr.seq, digest, sr.snapshot)?;
-        // Checkpoints between the stable one and the fetched one describe states we have left
-        // behind; keeping them would let repeated transfers exceed the checkpoint bound.
+        Ok(())
+    }
+
+    /// An answer to a probe (`Fetch` for seq 0): the root of the sender's stable checkpoint.
+    /// It counts as that replica's CHECKPOINT vote; f+1 matching ones start a transfer.
+    fn on_probe_answer(&mut self, from: ReplicaId, d: StateData) -> Result<(), Reject> {
+        if !(self.diverged || self.state.needs_repair()) {
+            return Err(Reject::Stale);
+        }
+        let (
+            Some(aux),
+            Some(StateItem::Meta {
+                level: 0,
+                index: 0,
+                children,
+            }),
+        ) = (d.aux.as_ref(), d.items.first())
+        else {
+            return Err(Reject::Inconsistent);
+        };
+        if d.seq == 0 || !d.seq.is_multiple_of(self.cfg.checkpoint_interval) {
+            return Err(Reject::Inconsistent);
+        }
+        let Some((root, _)) = rebuild_meta(&mut self.state, (0, 0), 0, children) else {
+            return Err(Reject::BadState);
+        };
+        let digest = checkpoint_digest(d.seq, &root.digest, aux);
+        self.record_vote(from, d.seq, digest);
+        self.check_checkpoint(d.seq);
+        Ok(())
+    }
+
+    /// The walk installed everything that differed: check the whole state against the
+    /// checkpoint digest and adopt it.
+    fn finish_transfer(&mut self) {
+        let mut t = self.transfer.take().expect("transfer in progress");
+        let w = t.walk.take().expect("walking");
+        let aux = w.aux().expect("complete walks have the root").to_vec();
+        let root = self.state.installed_root();
+        if checkpoint_digest(t.seq, &root, &aux) != t.digest {
+            // Cannot happen when every answer checked out, unless our own pages changed under
+            // us; walk again from the root asking for everything.
+            t.walk = Some(Walk::new(t.seq, t.digest, 0));
+            t.next_try_ms = 0;
+            self.transfer = Some(t);
+            return;
+        }
+        let (seq, digest) = (t.seq, t.digest);
+        self.state.adopt_installed(seq, aux.clone());
+        if let Err(e) = self.load_aux(seq, &aux) {
+            // f+1 replicas vouch for this state; a service that cannot load it is broken.
+            // Stay diverged (no execution) rather than act on a state we cannot use.
+            self.diverged = true;
+            self.event(Event::StateCorrupt { pages: 0 });
+            let _ = e;
+            return;
+        }
+        self.diverged = false;
+        self.stats.state_transfers += 1;
+        self.stats.transfer_pages += w.stats.pages;
+        self.stats.transfer_metas += w.stats.metas;
         let stable = self.stable_seq;
-        self.checkpoints.retain(|n, _| *n == stable || *n >= sr.seq);
+        self.checkpoints.retain(|n, _| *n == stable || *n > seq);
+        self.checkpoints.insert(seq, StoredCheckpoint { digest });
         // Requests settled by the transferred state are no longer waited for.
         let settled: Vec<(ClientId, u64)> = self
             .clients
@@ -1186,97 +1611,65 @@ impl<S: Service, A: Auth> Replica<S, A> {
         for (c, ts) in settled {
             self.request_done(c, ts);
         }
-        if self.transfer.as_ref().is_some_and(|t| t.seq <= sr.seq) {
-            self.transfer = None;
-        }
-        self.stats.state_transfers += 1;
-        let snapshot = self.checkpoints[&sr.seq].snapshot.to_vec();
-        self.persist(Record::Checkpoint {
-            seq: sr.seq,
-            digest,
-            snapshot,
-        });
+        self.persist(Record::Checkpoint { seq, digest });
         self.event(Event::StateTransferred {
-            seq: sr.seq,
+            seq,
             digest,
+            pages: w.stats.pages,
+            metas: w.stats.metas,
         });
-        if self.next_seq <= sr.seq {
-            self.next_seq = sr.seq + 1;
+        if self.next_seq <= seq {
+            self.next_seq = seq + 1;
         }
-        if self.stable_seq < sr.seq && self.votes_for(sr.seq, &digest).len() >= self.cfg.quorum() {
-            self.make_stable(sr.seq, digest);
+        if self.stable_seq < seq && self.votes_for(seq, &digest).len() >= self.cfg.quorum() {
+            self.make_stable(seq, digest);
         }
         self.arm_request_timer();
         self.try_execute();
-        Ok(())
-    }
-
-    /// Replaces the execution state by a checkpoint snapshot (already verified by the caller).
-    fn load_checkpoint(
-        &mut self,
-        seq: Seq,
-        digest: Digest,
-        snapshot: Vec<u8>,
-    ) -> Result<(), Reject> {
-        let st: CheckpointState = postcard::from_bytes(&snapshot).map_err(|_| Reject::Malformed)?;
-        if st.seq != seq {
-            return Err(Reject::Inconsistent);
-        }
-        self.service
-            .restore(&st.service)
-            .map_err(|_| Reject::Malformed)?;
-        self.clients = st
-            .clients
-            .into_iter()
-            .map(|(c, timestamp, result)| (c, LastReply { timestamp, result }))
-            .collect();
-        self.last_time_ms = st.last_time_ms;
-        self.last_executed = seq;
-        // Executions recorded beyond the loaded state (a diverged run) no longer hold.
-        self.executed.clear();
-        self.diverged = false;
-        self.checkpoints.insert(
-            seq,
-            StoredCheckpoint {
-                digest,
-                snapshot: Arc::new(snapshot),
-            },
-        );
-        Ok(())
     }
 
     /// Rebuilds a replica after a crash from the records its host made durable (see
     /// [`crate::journal`]): the last checkpoint, the batches executed after it (re-executed
     /// silently), the last view entered with its PSet/QSet and view change, and the log of
     /// that view. The result never contradicts what the replica said before the crash.
+    ///
+    /// The service state comes from `state` (its durable base, at or after the journal's last
+    /// checkpoint record). With `check`, every page is first checked against its digest;
+    /// corrupt pages make the replica skip re-execution, stop executing and fetch them.
     pub fn restore(
         cfg: Config,
         id: ReplicaId,
         auth: A,
         service: S,
+        mut state: PagedState,
         records: &[Record],
+        check: bool,
     ) -> Result<Self, String> {
-        let mut r = Replica::new(cfg, id, auth, service);
-        if let Some(Record::Checkpoint {
-            seq,
-            digest,
-            snapshot,
-        }) = records
+        let corrupt = if check {
+            state.check().corrupt.len() as u64
+        } else {
+            0
+        };
+        let mut r = Self::from_state(cfg, id, auth, service, state)?;
+        if corrupt > 0 {
+            r.stats.corrupt_pages_found += corrupt;
+            r.diverged = true;
+        }
+        if let Some(Record::Checkpoint { seq, digest }) = records
             .iter()
             .rev()
             .find(|x| matches!(x, Record::Checkpoint { .. }))
         {
-            if checkpoint_digest(snapshot) != *digest {
+            if *seq > r.stable_seq {
                 return Err(format!(
-                    "journaled checkpoint {seq} does not match its digest"
+                    "the journal names checkpoint {seq} but the state's base is {}",
+                    r.stable_seq
                 ));
             }
-            r.checkpoints.clear();
-            r.load_checkpoint(*seq, *digest, snapshot.clone())
-                .map_err(|e| format!("journaled checkpoint {seq} does not load: {e}"))?;
-            r.stable_seq = *seq;
-            r.stable_digest = *digest;
-            r.next_seq = seq + 1;
+            if *seq == r.stable_seq && *digest != r.stable_digest && !r.diverged {
+                // The tree file does not describe the checkpoint the journal recorded.
+                r.diverged = true;
+            }
         }
         let h = r.stable_seq;
         // Re-execute what was executed after the checkpoint, in order, without side effects.
@@ -1290,6 +1683,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         r.replaying = true;
         for (seq, batch) in executed {
+            if r.diverged {
+                break;
+            }
             if seq != r.last_executed + 1 {
                 break;
             }
@@ -1297,6 +1693,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         r.replaying = false;
         r.effects.clear();
+        if corrupt > 0 {
+            r.event(Event::StateCorrupt { pages: corrupt });
+        }
         // The last view entered.
         if let Some(Record::View {
             view,
@@ -1817,8 +2216,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                         // Our checkpoint at h differs from the one f+1 replicas reported.
                         self.event(Event::StateDivergence { seq: h });
                         self.checkpoints.remove(&h);
-                        self.diverged = true;
-                        self.transfer = None;
+                        self.on_divergence();
                     }
                     self.stable_seq = h;
                     self.stable_digest = hd;
@@ -2221,11 +2619,6 @@ const ACKS_PER_ACKER_MAX: usize = 64;
 /// Bound on digests named as missing in one status message.
 const MISSING_MAX: usize = 32;
 
-/// Digest of an encoded checkpoint.
-pub fn checkpoint_digest(snapshot: &[u8]) -> Digest {
-    Digest::of_parts("redoubt.checkpoint.v1", &[snapshot])
-}
-
 /// Sizes of a replica's bounded structures.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Footprint {
@@ -2241,6 +2634,7 @@ pub struct Footprint {
     pub arrivals: usize,
     pub view_changes: usize,
     pub acks: usize,
+    pub state: StateFootprint,
 }
 
 impl Footprint {
@@ -2263,6 +2657,21 @@ impl Footprint {
             ("arrivals", self.arrivals, bound.arrivals),
             ("view_changes", self.view_changes, bound.view_changes),
             ("acks", self.acks, bound.acks),
+            (
+                "state_checkpoints",
+                self.state.checkpoints,
+                bound.state.checkpoints,
+            ),
+            (
+                "state_copied_pages",
+                self.state.copied_pages,
+                bound.state.copied_pages,
+            ),
+            (
+                "state_copied_nodes",
+                self.state.copied_nodes,
+                bound.state.copied_nodes,
+            ),
         ];
         pairs
             .iter()

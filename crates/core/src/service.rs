@@ -1,6 +1,13 @@
 //! The service trait: what an application implements to be replicated.
+//!
+//! A service keeps everything that must survive and be replicated in the state the library
+//! gives it ([`StateWrite`]): a byte range laid over pages that the library checkpoints,
+//! digests incrementally and transfers page by page. Every write goes through the library, so
+//! an undeclared write cannot happen. The service may keep in-memory structures derived from
+//! the state (indexes, free lists) and rebuilds them in [`Service::load`].
 
 use crate::types::{ClientId, Seq};
+use redoubt_state::{StateRead, StateWrite};
 
 /// Deterministic inputs to one execution. The time and seed come from the primary's proposal
 /// (validated deterministically), never from a local clock or RNG.
@@ -16,13 +23,14 @@ pub struct ExecContext {
 
 /// A deterministic replicated state machine.
 pub trait Service {
-    /// Executes an ordered operation. Must be deterministic given the state, `op` and `ctx`.
-    fn execute(&mut self, op: &[u8], ctx: &ExecContext) -> Vec<u8>;
+    /// Executes an ordered operation. Must be deterministic given the state, `op` and `ctx`:
+    /// the same bytes written, the same result returned, on every replica.
+    fn execute(&mut self, state: &mut dyn StateWrite, op: &[u8], ctx: &ExecContext) -> Vec<u8>;
     /// Executes an operation without modifying state, or returns `None` if `op` is not a
     /// read-only operation (replicas must verify that, PBFT §5.1).
-    fn execute_read_only(&self, op: &[u8]) -> Option<Vec<u8>>;
-    /// Deterministic encoding of the whole state (checkpoints and state transfer).
-    fn snapshot(&self) -> Vec<u8>;
-    /// Replaces the state by a snapshot produced by [`Service::snapshot`].
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String>;
+    fn execute_read_only(&self, state: &dyn StateRead, op: &[u8]) -> Option<Vec<u8>>;
+    /// Rebuilds in-memory structures from the state: at start, after a state transfer and
+    /// after a rollback. An all-zero state is the initial state. A state that does not
+    /// decode is an error (the replica then treats its state as corrupt).
+    fn load(&mut self, state: &dyn StateRead) -> Result<(), String>;
 }

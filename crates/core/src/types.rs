@@ -89,6 +89,14 @@ pub struct Config {
     pub state_transfer_delay_ms: u64,
     /// Retry interval for a state fetch; each retry asks another replica (ms).
     pub state_transfer_retry_ms: u64,
+    /// Largest state-transfer answer a replica sends (bytes); a FETCH asking for more is
+    /// answered in part and the asker asks again for the rest.
+    pub transfer_reply_bytes_max: usize,
+    /// State-transfer bytes a replica serves to one asking replica per second; FETCHes above
+    /// the rate are dropped (counted), so a restarted replica cannot flood its peers.
+    pub transfer_rate_bytes_per_sec: u64,
+    /// Partitions asked for in one FETCH.
+    pub transfer_items_max: usize,
     /// Largest difference accepted between the primary's proposed batch time and a backup's
     /// own clock (ms). Larger skews make the backup refuse the pre-prepare (a liveness check;
     /// safety never depends on clocks).
@@ -119,6 +127,9 @@ impl Config {
             retransmit_entries_max: 64,
             state_transfer_delay_ms: 300,
             state_transfer_retry_ms: 500,
+            transfer_reply_bytes_max: 1 << 20,
+            transfer_rate_bytes_per_sec: 256 << 20,
+            transfer_items_max: 256,
             clock_skew_max_ms: 60_000,
             request_bytes_max: 64 << 10,
             message_bytes_max: 32 << 20,
@@ -179,6 +190,16 @@ impl Config {
         }
         if self.status_interval_ms == 0 {
             return Err("status_interval_ms must be positive".into());
+        }
+        if self.transfer_reply_bytes_max < 64 << 10
+            || self.transfer_reply_bytes_max > self.message_bytes_max / 2
+        {
+            return Err("need 64 KiB <= transfer_reply_bytes_max <= message_bytes_max / 2".into());
+        }
+        if self.transfer_items_max == 0 || self.transfer_rate_bytes_per_sec == 0 {
+            return Err(
+                "transfer_items_max and transfer_rate_bytes_per_sec must be positive".into(),
+            );
         }
         if self.request_bytes_max > self.batch_bytes_max
             || self.batch_bytes_max > self.message_bytes_max / 2

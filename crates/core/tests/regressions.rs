@@ -8,22 +8,32 @@ use redoubt_core::message::*;
 use redoubt_core::*;
 use redoubt_crypto::{Digest, Mac};
 
-struct Svc(Vec<u8>);
+/// Appends every operation to the state (8-byte length, then the bytes, wrapping around).
+struct Svc;
 impl Service for Svc {
-    fn execute(&mut self, op: &[u8], _c: &ExecContext) -> Vec<u8> {
-        self.0.extend_from_slice(op);
+    fn execute(&mut self, st: &mut dyn state::StateWrite, op: &[u8], _c: &ExecContext) -> Vec<u8> {
+        let mut len = [0u8; 8];
+        st.read(0, &mut len);
+        let at = u64::from_le_bytes(len);
+        for (i, b) in op.iter().enumerate() {
+            st.write(8 + (at + i as u64) % (st.size() - 8), &[*b]);
+        }
+        st.write(0, &(at + op.len() as u64).to_le_bytes());
         op.to_vec()
     }
-    fn execute_read_only(&self, _op: &[u8]) -> Option<Vec<u8>> {
+    fn execute_read_only(&self, _st: &dyn state::StateRead, _op: &[u8]) -> Option<Vec<u8>> {
         None
     }
-    fn snapshot(&self) -> Vec<u8> {
-        self.0.clone()
-    }
-    fn restore(&mut self, s: &[u8]) -> Result<(), String> {
-        self.0 = s.to_vec();
+    fn load(&mut self, _st: &dyn state::StateRead) -> Result<(), String> {
         Ok(())
     }
+}
+
+fn fresh_state() -> state::PagedState {
+    open_state(Box::new(state::MemStore::new(
+        state::Geometry::new(256, 16, 4).unwrap(),
+    )))
+    .unwrap()
 }
 
 fn all() -> Vec<Principal> {
@@ -40,7 +50,8 @@ fn rep(id: u32) -> Replica<Svc, StaticKeys> {
         Config::new(1),
         id,
         keys(Principal::Replica(id)),
-        Svc(vec![]),
+        Svc,
+        fresh_state(),
     )
 }
 fn frame(from: u32, to: u32, m: &Message) -> Vec<u8> {
@@ -346,8 +357,10 @@ fn restore_keeps_a_prepared_slot_this_replica_could_not_vouch_for() {
         Config::new(1),
         3,
         keys(Principal::Replica(3)),
-        Svc(vec![]),
+        Svc,
+        fresh_state(),
         &records,
+        true,
     )
     .unwrap();
     let after = trigger(&mut restored);
@@ -408,7 +421,7 @@ fn diverged_state_stops_execution_instead_of_looping() {
         cfg.checkpoint_interval = 2;
         cfg.log_size = 4;
         let mut r3: Replica<Svc, StaticKeys> =
-            Replica::new(cfg, 3, keys(Principal::Replica(3)), Svc(vec![]));
+            Replica::new(cfg, 3, keys(Principal::Replica(3)), Svc, fresh_state());
         let x = Digest([9; 32]);
         for s in [1u32, 2] {
             r3.handle(

@@ -413,6 +413,51 @@ impl Default for StorageSection {
     }
 }
 
+/// `[state]`: the replicated service state (identical on every replica: digests depend on
+/// it).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StateSection {
+    /// Size of the service state (MiB); the page file is this large (sparse on disk).
+    pub size_mib: u64,
+    /// Page size (bytes): a power of two between 64 and 1 MiB.
+    pub page_bytes: u32,
+    /// Sub-partitions per meta-data partition of the partition tree.
+    pub fanout: u32,
+    /// Check every page against its digest when the replica starts (reads the whole state).
+    pub check_on_start: bool,
+}
+
+impl Default for StateSection {
+    fn default() -> Self {
+        StateSection {
+            size_mib: 64,
+            page_bytes: redoubt_core::state::DEFAULT_PAGE_SIZE,
+            fanout: redoubt_core::state::DEFAULT_FANOUT,
+            check_on_start: true,
+        }
+    }
+}
+
+impl StateSection {
+    /// The partition tree's geometry.
+    pub fn geometry(&self) -> Result<redoubt_core::state::Geometry, String> {
+        let bytes = self
+            .size_mib
+            .checked_mul(1 << 20)
+            .ok_or("[state] size_mib is too large")?;
+        if bytes == 0 {
+            return Err("[state] size_mib must be at least 1".into());
+        }
+        redoubt_core::state::Geometry::new(
+            self.page_bytes,
+            bytes.div_ceil(self.page_bytes as u64),
+            self.fanout,
+        )
+        .map_err(|e| format!("[state]: {e}"))
+    }
+}
+
 /// `[protocol]` as read from the file: every field of [`redoubt_core::Config`], each
 /// defaulting to `Config::new(1)`.
 #[derive(Clone, Debug, Deserialize)]
@@ -430,6 +475,9 @@ struct ProtocolSection {
     retransmit_entries_max: usize,
     state_transfer_delay_ms: u64,
     state_transfer_retry_ms: u64,
+    transfer_reply_bytes_max: usize,
+    transfer_rate_bytes_per_sec: u64,
+    transfer_items_max: usize,
     clock_skew_max_ms: u64,
     request_bytes_max: usize,
     message_bytes_max: usize,
@@ -451,6 +499,9 @@ impl Default for ProtocolSection {
             retransmit_entries_max: c.retransmit_entries_max,
             state_transfer_delay_ms: c.state_transfer_delay_ms,
             state_transfer_retry_ms: c.state_transfer_retry_ms,
+            transfer_reply_bytes_max: c.transfer_reply_bytes_max,
+            transfer_rate_bytes_per_sec: c.transfer_rate_bytes_per_sec,
+            transfer_items_max: c.transfer_items_max,
             clock_skew_max_ms: c.clock_skew_max_ms,
             request_bytes_max: c.request_bytes_max,
             message_bytes_max: c.message_bytes_max,
@@ -472,6 +523,9 @@ impl ProtocolSection {
         c.retransmit_entries_max = self.retransmit_entries_max;
         c.state_transfer_delay_ms = self.state_transfer_delay_ms;
         c.state_transfer_retry_ms = self.state_transfer_retry_ms;
+        c.transfer_reply_bytes_max = self.transfer_reply_bytes_max;
+        c.transfer_rate_bytes_per_sec = self.transfer_rate_bytes_per_sec;
+        c.transfer_items_max = self.transfer_items_max;
         c.clock_skew_max_ms = self.clock_skew_max_ms;
         c.request_bytes_max = self.request_bytes_max;
         c.message_bytes_max = self.message_bytes_max;
@@ -512,6 +566,8 @@ struct RawConfig {
     node: NodeSection,
     #[serde(default)]
     storage: StorageSection,
+    #[serde(default)]
+    state: StateSection,
 }
 
 /// The whole cluster configuration, validated.
@@ -533,6 +589,8 @@ pub struct ClusterConfig {
     pub node: NodeSection,
     /// `[storage]`.
     pub storage: StorageSection,
+    /// `[state]`.
+    pub state: StateSection,
 }
 
 impl ClusterConfig {
@@ -573,6 +631,7 @@ impl ClusterConfig {
             client: raw.client,
             node: raw.node,
             storage: raw.storage,
+            state: raw.state,
         };
 
         cfg.protocol
@@ -802,6 +861,9 @@ impl ClusterConfig {
                 ),
             ));
         }
+        if let Err(problem) = self.state.geometry() {
+            return Err(invalid("[state]", problem));
+        }
         if self.storage.journal_segment_bytes_max == 0 {
             return Err(invalid(
                 "[storage] journal_segment_bytes_max",
@@ -932,6 +994,7 @@ impl ClusterConfig {
         let (c, dc) = (&self.client, ClientSection::default());
         let (nd, dn) = (&self.node, NodeSection::default());
         let (st, ds) = (&self.storage, StorageSection::default());
+        let (sv, dsv) = (&self.state, StateSection::default());
         format!(
             r#"# redoubt cluster configuration: one file for the whole cluster.
 # Every option is documented in docs/configuration.md. Unknown keys are errors.
@@ -984,6 +1047,14 @@ retransmit_entries_max = {rem}
 state_transfer_delay_ms = {std}
 # Retry interval of a state fetch; each retry asks another replica (ms). Default: {d_str}.
 state_transfer_retry_ms = {str}
+# Largest state-transfer answer a replica sends (bytes); at least 64 KiB and at most half
+# of message_bytes_max. Default: {d_trb} (1 MiB).
+transfer_reply_bytes_max = {trb}
+# State-transfer bytes served to one asking replica per second (bytes/s); FETCHes above
+# the rate are dropped, so a restarted replica cannot flood its peers. Default: {d_trr}.
+transfer_rate_bytes_per_sec = {trr}
+# Partitions asked for in one FETCH (partitions). Default: {d_tim}.
+transfer_items_max = {tim}
 # Largest accepted difference between the primary's batch time and a backup's clock (ms);
 # larger skews make backups refuse the pre-prepare (liveness only, never safety).
 # Default: {d_csm}.
@@ -1033,6 +1104,19 @@ fsync = {fs}
 # Size at which a journal segment is closed and a new one started (bytes).
 # Default: {d_jsb} (64 MiB).
 journal_segment_bytes_max = {jsb}
+
+# The replicated service state: pages under a partition tree. Identical on every replica.
+[state]
+# Size of the service state (MiB); the page file is this large (sparse on disk).
+# Default: {d_ssz}.
+size_mib = {ssz}
+# Page size (bytes): a power of two between 64 and 1048576. Default: {d_spb}.
+page_bytes = {spb}
+# Sub-partitions per meta-data partition (2 to 4096). Default: {d_sfo}.
+fanout = {sfo}
+# Check every page against its digest at start-up (true/false); corrupt pages are fetched
+# from the other replicas. Reads the whole state. Default: {d_sck}.
+check_on_start = {sck}
 "#,
             name = quote(&self.cluster.name),
             id = quote(&self.cluster.id),
@@ -1089,6 +1173,20 @@ journal_segment_bytes_max = {jsb}
             d_fs = ds.fsync,
             jsb = st.journal_segment_bytes_max,
             d_jsb = ds.journal_segment_bytes_max,
+            trb = p.transfer_reply_bytes_max,
+            d_trb = d.transfer_reply_bytes_max,
+            trr = p.transfer_rate_bytes_per_sec,
+            d_trr = d.transfer_rate_bytes_per_sec,
+            tim = p.transfer_items_max,
+            d_tim = d.transfer_items_max,
+            ssz = sv.size_mib,
+            d_ssz = dsv.size_mib,
+            spb = sv.page_bytes,
+            d_spb = dsv.page_bytes,
+            sfo = sv.fanout,
+            d_sfo = dsv.fanout,
+            sck = sv.check_on_start,
+            d_sck = dsv.check_on_start,
         )
     }
 }
@@ -1174,6 +1272,7 @@ mod tests {
             client: ClientSection::default(),
             node: NodeSection::default(),
             storage: StorageSection::default(),
+            state: StateSection::default(),
         }
     }
 

@@ -12,7 +12,7 @@
 
 use crate::config::{
     ClientEntry, ClientSection, ClusterConfig, ClusterSection, ConfigError, NodeSection,
-    ReplicaEntry, StorageSection,
+    ReplicaEntry, StateSection, StorageSection,
 };
 use crate::keys::write_key_file;
 use rand::Rng as _;
@@ -171,6 +171,7 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
         client: ClientSection::default(),
         node: NodeSection::default(),
         storage: StorageSection::default(),
+        state: StateSection::default(),
     };
     cfg.validate()?;
     let text = cfg.to_toml();

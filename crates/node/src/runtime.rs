@@ -13,6 +13,8 @@ use crate::status::StatusReport;
 use crate::storage::{Journal, StorageError};
 use redoubt_core::auth::verify_request;
 use redoubt_core::message::{decode_body, decode_frame, Message, Reject};
+use redoubt_core::open_state;
+use redoubt_core::state::FileStore;
 use redoubt_core::{
     Bytes, ClientId, Effect, Env, Event, Input, Principal, Replica, ReplicaId, StaticKeys,
 };
@@ -156,8 +158,20 @@ impl Node {
                 let primary = self.replica.primary();
                 info!(replica = self.id, view, primary, "entered view");
             }
-            Event::StateTransferred { seq, digest } => {
-                info!(replica = self.id, seq, digest = %digest, "state transferred from peers");
+            Event::StateTransferred {
+                seq,
+                digest,
+                pages,
+                metas,
+            } => {
+                info!(replica = self.id, seq, digest = %digest, pages, metas, "state transferred from peers");
+            }
+            Event::StateCorrupt { pages } => {
+                error!(
+                    replica = self.id,
+                    pages,
+                    "state pages do not match their digests; fetching them from the other replicas"
+                );
             }
             Event::StateDivergence { seq } => {
                 error!(
@@ -344,11 +358,35 @@ pub async fn run_replica(config_path: &Path, id: ReplicaId) -> Result<(), NodeEr
         );
     }
     let restored = !records.is_empty();
-    let replica = Replica::restore(cfg.protocol.clone(), id, keys, KvService::new(), &records)
-        .map_err(|reason| NodeError::Restore {
-            home: home.display().to_string(),
-            reason,
-        })?;
+    let restore_err = |reason: String| NodeError::Restore {
+        home: home.display().to_string(),
+        reason,
+    };
+    let geometry = cfg.state.geometry().map_err(restore_err)?;
+    let state_dir = home.join("state");
+    let started = Instant::now();
+    let store = FileStore::open(&state_dir, geometry)
+        .map_err(|e| restore_err(format!("page store in {}: {e}", state_dir.display())))?;
+    let state = open_state(Box::new(store))
+        .map_err(|e| restore_err(format!("page store in {}: {e}", state_dir.display())))?;
+    let replica = Replica::restore(
+        cfg.protocol.clone(),
+        id,
+        keys,
+        KvService::new(),
+        state,
+        &records,
+        cfg.state.check_on_start,
+    )
+    .map_err(restore_err)?;
+    info!(
+        replica = id,
+        base = replica.state().base_seq(),
+        state_mib = cfg.state.size_mib,
+        checked = cfg.state.check_on_start,
+        took_ms = started.elapsed().as_millis() as u64,
+        "opened the service state"
+    );
     let bind_err = |what, field, addr, source| NodeError::Bind {
         what,
         field,

@@ -266,7 +266,6 @@ mod tests {
         j.append(Record::Checkpoint {
             seq: 8,
             digest: Digest([1; 32]),
-            snapshot: vec![1, 2, 3],
         })
         .unwrap();
         assert_eq!(j.len(), 3, "checkpoint + executions 9 and 10");

@@ -1,13 +1,13 @@
 //! A replicated key-value store over byte strings.
 //!
 //! Operations ([`KvOp`]) and results ([`KvResult`]) travel as canonical postcard encodings.
-//! [`KvService`] keeps its state in a `BTreeMap`, so iteration (scans, snapshots) is ordered
-//! and snapshots are byte-identical on every replica that executed the same operations.
+//! [`KvService`] keeps every pair in the replicated, paged state through [`crate::pagedkv`], so
+//! checkpoints, digests and state transfer cover it page by page, and a state larger than RAM
+//! works (only keys and free space are indexed in memory).
 
-use std::collections::BTreeMap;
-use std::ops::Bound;
-
+use crate::pagedkv::{PagedKv, PagedKvError};
 use redoubt_core::{ExecContext, Service};
+use redoubt_state::{StateRead, StateWrite};
 use serde::{Deserialize, Serialize};
 
 /// Default maximum key length in bytes.
@@ -16,9 +16,6 @@ pub const DEFAULT_MAX_KEY_BYTES: usize = 1024;
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 64 * 1024;
 /// Default maximum `limit` of a [`KvOp::Scan`].
 pub const DEFAULT_MAX_SCAN: u32 = 1000;
-
-/// Prefix of every snapshot: magic and format version.
-const SNAPSHOT_MAGIC: &[u8; 5] = b"RDKV\x01";
 
 /// An operation on the store.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,8 +88,6 @@ pub enum KvError {
     ValueTooLarge { len: usize, max: usize },
     #[error("scan limit {limit} exceeds the maximum of {max}")]
     ScanTooLarge { limit: u32, max: u32 },
-    #[error("bad snapshot: {0}")]
-    BadSnapshot(&'static str),
 }
 
 /// Serde helper: a list of byte-string pairs, each byte string encoded as bytes.
@@ -168,10 +163,12 @@ impl KvResult {
     }
 }
 
-/// The key-value state machine.
+/// The key-value state machine. Every pair lives in the replicated state (see
+/// [`crate::pagedkv`]); the service itself keeps only the in-memory index derived from it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KvService {
-    map: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// `None` until [`Service::load`] (or the first execution) reads the state.
+    index: Option<PagedKv>,
     max_key_bytes: usize,
     max_value_bytes: usize,
     max_scan: u32,
@@ -184,7 +181,7 @@ impl Default for KvService {
 }
 
 impl KvService {
-    /// An empty store with the default limits (1 KiB keys, 64 KiB values, scans of 1000).
+    /// A store with the default limits (1 KiB keys, 64 KiB values, scans of 1000).
     pub fn new() -> Self {
         Self::with_limits(
             DEFAULT_MAX_KEY_BYTES,
@@ -193,29 +190,36 @@ impl KvService {
         )
     }
 
-    /// An empty store with the given limits. All replicas must use the same limits.
+    /// A store with the given limits. All replicas must use the same limits.
     pub fn with_limits(max_key_bytes: usize, max_value_bytes: usize, max_scan: u32) -> Self {
         KvService {
-            map: BTreeMap::new(),
+            index: None,
             max_key_bytes,
             max_value_bytes,
             max_scan,
         }
     }
 
-    /// Number of keys stored.
+    /// Number of keys stored (0 before the state is loaded).
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.index.as_ref().map_or(0, |i| i.len())
     }
 
     /// True if no key is stored.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len() == 0
+    }
+
+    /// Bytes of the state used by records and free, once loaded.
+    pub fn usage(&self) -> Option<(u64, u64)> {
+        self.index
+            .as_ref()
+            .map(|i| (i.used_bytes(), i.free_bytes()))
     }
 
     /// The value stored under `key`.
-    pub fn get(&self, key: &[u8]) -> Option<&Vec<u8>> {
-        self.map.get(key)
+    pub fn get(&self, state: &dyn StateRead, key: &[u8]) -> Option<Vec<u8>> {
+        self.index.as_ref()?.get(state, key)
     }
 
     fn check_key(&self, key: &[u8]) -> Result<(), KvError> {
@@ -269,128 +273,97 @@ impl KvService {
         }
     }
 
-    fn scan(&self, start: &[u8], end: Option<&[u8]>, limit: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
-        if end.is_some_and(|e| e <= start) {
-            return Vec::new(); // empty range (BTreeMap::range would panic on start > end)
+    fn ensure_loaded(&mut self, state: &dyn StateRead) -> Result<&mut PagedKv, String> {
+        if self.index.is_none() {
+            self.index = Some(PagedKv::load(state)?);
         }
-        let upper = match end {
-            Some(e) => Bound::Excluded(e),
-            None => Bound::Unbounded,
-        };
-        self.map
-            .range::<[u8], _>((Bound::Included(start), upper))
-            .take(limit as usize)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
+        Ok(self.index.as_mut().expect("loaded"))
     }
 
     /// Applies a decoded operation.
-    fn apply(&mut self, op: KvOp) -> KvResult {
+    fn apply(&mut self, state: &mut dyn StateWrite, op: KvOp) -> KvResult {
         if let Err(e) = self.check_limits(&op) {
             return KvResult::Error(e.to_string());
         }
+        let index = match self.ensure_loaded(state) {
+            Ok(i) => i,
+            Err(e) => return KvResult::Error(format!("state does not load: {e}")),
+        };
+        let full = |e: PagedKvError| KvResult::Error(e.to_string());
         match op {
-            KvOp::Get { key } => KvResult::Value(self.map.get(&key).cloned()),
-            KvOp::Put { key, value } => KvResult::Written {
-                previous: self.map.insert(key, value),
+            KvOp::Get { key } => KvResult::Value(index.get(state, &key)),
+            KvOp::Put { key, value } => match index.put(state, &key, &value) {
+                Ok(previous) => KvResult::Written { previous },
+                Err(e) => full(e),
             },
             KvOp::Delete { key } => KvResult::Written {
-                previous: self.map.remove(&key),
+                previous: index.delete(state, &key),
             },
             KvOp::Cas { key, expected, new } => {
-                if self.map.get(&key) == expected.as_ref() {
-                    self.map.insert(key, new.clone());
-                    KvResult::Cas {
-                        ok: true,
-                        current: Some(new),
+                let current = index.get(state, &key);
+                if current == expected {
+                    match index.put(state, &key, &new) {
+                        Ok(_) => KvResult::Cas {
+                            ok: true,
+                            current: Some(new),
+                        },
+                        Err(e) => full(e),
                     }
                 } else {
-                    KvResult::Cas {
-                        ok: false,
-                        current: self.map.get(&key).cloned(),
-                    }
+                    KvResult::Cas { ok: false, current }
                 }
             }
             KvOp::Scan { start, end, limit } => {
-                KvResult::Pairs(self.scan(&start, end.as_deref(), limit))
+                KvResult::Pairs(index.scan(state, &start, end.as_deref(), limit as usize))
             }
         }
     }
 
     /// Executes a read-only operation; `None` if `op` is not read-only.
-    fn read(&self, op: &KvOp) -> Option<KvResult> {
+    fn read(&self, state: &dyn StateRead, op: &KvOp) -> Option<KvResult> {
         if !op.is_read_only() {
             return None;
         }
         if let Err(e) = self.check_limits(op) {
             return Some(KvResult::Error(e.to_string()));
         }
+        let loaded;
+        let index = match &self.index {
+            Some(i) => i,
+            None => match PagedKv::load(state) {
+                Ok(i) => {
+                    loaded = i;
+                    &loaded
+                }
+                Err(e) => return Some(KvResult::Error(format!("state does not load: {e}"))),
+            },
+        };
         Some(match op {
-            KvOp::Get { key } => KvResult::Value(self.map.get(key).cloned()),
+            KvOp::Get { key } => KvResult::Value(index.get(state, key)),
             KvOp::Scan { start, end, limit } => {
-                KvResult::Pairs(self.scan(start, end.as_deref(), *limit))
+                KvResult::Pairs(index.scan(state, start, end.as_deref(), *limit as usize))
             }
             _ => unreachable!("checked read-only above"),
         })
     }
 }
 
-/// Serializes the map as a sequence of (key, value) byte-string pairs in key order.
-struct SnapshotRef<'a>(&'a BTreeMap<Vec<u8>, Vec<u8>>);
-
-impl Serialize for SnapshotRef<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(
-            self.0
-                .iter()
-                .map(|(k, v)| (serde_bytes::Bytes::new(k), serde_bytes::Bytes::new(v))),
-        )
-    }
-}
-
-/// Decodes a snapshot, insisting on the canonical form (magic, strictly ascending keys, no
-/// trailing bytes), so that a snapshot is accepted iff it is what [`Service::snapshot`] emits.
-fn decode_snapshot(b: &[u8]) -> Result<BTreeMap<Vec<u8>, Vec<u8>>, KvError> {
-    let body = b
-        .strip_prefix(SNAPSHOT_MAGIC.as_slice())
-        .ok_or(KvError::BadSnapshot("missing magic/version"))?;
-    let entries: Vec<(serde_bytes::ByteBuf, serde_bytes::ByteBuf)> = decode_exact(body)?;
-    let mut map = BTreeMap::new();
-    let mut last: Option<&[u8]> = None;
-    for (k, _) in &entries {
-        if last.is_some_and(|l| l >= k.as_slice()) {
-            return Err(KvError::BadSnapshot("keys not strictly ascending"));
-        }
-        last = Some(k.as_slice());
-    }
-    for (k, v) in entries {
-        map.insert(k.into_vec(), v.into_vec());
-    }
-    Ok(map)
-}
-
 impl Service for KvService {
-    fn execute(&mut self, op: &[u8], _ctx: &ExecContext) -> Vec<u8> {
+    fn execute(&mut self, state: &mut dyn StateWrite, op: &[u8], _ctx: &ExecContext) -> Vec<u8> {
         let result = match KvOp::decode(op) {
-            Ok(op) => self.apply(op),
+            Ok(op) => self.apply(state, op),
             Err(e) => KvResult::Error(e.to_string()),
         };
         result.encode()
     }
 
-    fn execute_read_only(&self, op: &[u8]) -> Option<Vec<u8>> {
+    fn execute_read_only(&self, state: &dyn StateRead, op: &[u8]) -> Option<Vec<u8>> {
         let op = KvOp::decode(op).ok()?;
-        self.read(&op).map(|r| r.encode())
+        self.read(state, &op).map(|r| r.encode())
     }
 
-    fn snapshot(&self) -> Vec<u8> {
-        let mut out = SNAPSHOT_MAGIC.to_vec();
-        out.extend_from_slice(&encode(&SnapshotRef(&self.map)));
-        out
-    }
-
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
-        self.map = decode_snapshot(snapshot).map_err(|e| e.to_string())?;
+    fn load(&mut self, state: &dyn StateRead) -> Result<(), String> {
+        self.index = Some(PagedKv::load(state)?);
         Ok(())
     }
 }
@@ -412,7 +385,50 @@ mod tests {
         s.as_bytes().to_vec()
     }
 
-    fn run(s: &mut KvService, op: KvOp) -> KvResult {
+    /// A service with its state, for tests.
+    struct Kv {
+        svc: KvService,
+        st: redoubt_state::FlatState,
+    }
+
+    impl Kv {
+        fn new() -> Kv {
+            Kv::with(KvService::new())
+        }
+
+        fn with(svc: KvService) -> Kv {
+            Kv {
+                svc,
+                st: redoubt_state::FlatState::new(64 << 10),
+            }
+        }
+
+        fn execute(&mut self, op: &[u8], c: &ExecContext) -> Vec<u8> {
+            self.svc.execute(&mut self.st, op, c)
+        }
+
+        fn execute_read_only(&self, op: &[u8]) -> Option<Vec<u8>> {
+            self.svc.execute_read_only(&self.st, op)
+        }
+
+        fn snapshot(&self) -> Vec<u8> {
+            self.st.bytes().to_vec()
+        }
+
+        fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+            self.svc.get(&self.st, key)
+        }
+
+        fn is_empty(&self) -> bool {
+            self.svc.is_empty()
+        }
+
+        fn len(&self) -> usize {
+            self.svc.len()
+        }
+    }
+
+    fn run(s: &mut Kv, op: KvOp) -> KvResult {
         KvResult::decode(&s.execute(&op.encode(), &ctx(1))).expect("result decodes")
     }
 
@@ -429,7 +445,7 @@ mod tests {
 
     #[test]
     fn get_put_delete() {
-        let mut s = KvService::new();
+        let mut s = Kv::new();
         assert!(s.is_empty());
         assert_eq!(run(&mut s, get("a")), KvResult::Value(None));
         assert_eq!(
@@ -443,7 +459,7 @@ mod tests {
                 previous: Some(b("1"))
             }
         );
-        assert_eq!(s.get(b"a"), Some(&b("2")));
+        assert_eq!(s.get(b"a"), Some(b("2")));
         assert_eq!(s.len(), 1);
         assert_eq!(
             run(&mut s, KvOp::Delete { key: b("a") }),
@@ -467,7 +483,7 @@ mod tests {
 
     #[test]
     fn cas_success_and_failure() {
-        let mut s = KvService::new();
+        let mut s = Kv::new();
         let cas = |e: Option<&str>, n: &str| KvOp::Cas {
             key: b("k"),
             expected: e.map(b),
@@ -503,7 +519,7 @@ mod tests {
                 current: Some(b("1"))
             }
         );
-        assert_eq!(s.get(b"k"), Some(&b("1")));
+        assert_eq!(s.get(b"k"), Some(b("1")));
         assert_eq!(
             run(&mut s, cas(Some("1"), "2")),
             KvResult::Cas {
@@ -516,7 +532,7 @@ mod tests {
 
     #[test]
     fn scan_bounds_and_limit() {
-        let mut s = KvService::new();
+        let mut s = Kv::new();
         for k in ["a", "b", "c", "d", "e"] {
             run(&mut s, put(k, &k.to_uppercase()));
         }
@@ -565,7 +581,7 @@ mod tests {
 
     #[test]
     fn limits() {
-        let mut s = KvService::with_limits(4, 8, 3);
+        let mut s = Kv::with(KvService::with_limits(4, 8, 3));
         assert!(matches!(run(&mut s, put("12345", "v")), KvResult::Error(_)));
         assert!(matches!(
             run(&mut s, put("k", "123456789")),
@@ -614,7 +630,7 @@ mod tests {
 
     #[test]
     fn read_only_execution() {
-        let mut s = KvService::new();
+        let mut s = Kv::new();
         run(&mut s, put("a", "1"));
         let before = s.snapshot();
         let r = s
@@ -722,7 +738,7 @@ mod tests {
 
     #[test]
     fn garbage_op_yields_error() {
-        let mut s = KvService::new();
+        let mut s = Kv::new();
         run(&mut s, put("a", "1"));
         let before = s.snapshot();
         let garbage: [&[u8]; 6] = [
@@ -741,8 +757,8 @@ mod tests {
     }
 
     #[test]
-    fn snapshot_restore_roundtrip() {
-        let mut s = KvService::new();
+    fn reload_from_state() {
+        let mut s = Kv::new();
         for i in 0..50u32 {
             run(
                 &mut s,
@@ -758,22 +774,20 @@ mod tests {
                 key: 7u32.to_be_bytes().to_vec(),
             },
         );
-        let snap = s.snapshot();
+        // A fresh service loaded from the same bytes is the same service.
         let mut t = KvService::new();
-        run(&mut t, put("stale", "x"));
-        t.restore(&snap).unwrap();
-        assert_eq!(t.get(b"stale"), None, "restore replaces the state");
-        assert_eq!(t, s);
-        assert_eq!(t.snapshot(), snap);
+        t.load(&s.st).unwrap();
+        assert_eq!(t, s.svc);
         assert_eq!(t.len(), 49);
-        // The empty state round-trips too.
-        let e = KvService::new();
-        t.restore(&e.snapshot()).unwrap();
-        assert!(t.is_empty());
+        assert_eq!(t.get(&s.st, &8u32.to_be_bytes()), Some(vec![8; 8]));
+        // The all-zero state is the empty store.
+        let mut e = KvService::new();
+        e.load(&redoubt_state::FlatState::new(4096)).unwrap();
+        assert!(e.is_empty());
     }
 
     #[test]
-    fn snapshot_deterministic() {
+    fn execution_is_deterministic() {
         let ops: Vec<KvOp> = (0..200u32)
             .map(|i| {
                 let k = format!("k{}", (i * 7919) % 23);
@@ -788,8 +802,8 @@ mod tests {
                 }
             })
             .collect();
-        let mut a = KvService::new();
-        let mut bb = KvService::new();
+        let mut a = Kv::new();
+        let mut bb = Kv::new();
         for (i, op) in ops.iter().enumerate() {
             let ra = a.execute(&op.encode(), &ctx(i as u64));
             // Different contexts must not matter.
@@ -797,54 +811,26 @@ mod tests {
             assert_eq!(ra, rb);
         }
         assert_eq!(a.snapshot(), bb.snapshot());
-        // Insertion order does not matter either: only the contents do.
-        let mut c = KvService::new();
-        let mut d = KvService::new();
-        run(&mut c, put("x", "1"));
-        run(&mut c, put("y", "2"));
-        run(&mut d, put("y", "2"));
-        run(&mut d, put("x", "1"));
-        assert_eq!(c.snapshot(), d.snapshot());
-        run(&mut d, put("x", "3"));
-        assert_ne!(c.snapshot(), d.snapshot());
+        run(&mut bb, put("x", "3"));
+        assert_ne!(a.snapshot(), bb.snapshot());
     }
 
     #[test]
-    fn garbage_snapshot_is_rejected() {
-        let mut s = KvService::new();
-        run(&mut s, put("keep", "me"));
-        let before = s.snapshot();
-        let mut good = KvService::new();
-        run(&mut good, put("a", "1"));
-        run(&mut good, put("b", "2"));
-        let g = good.snapshot();
-        let mut trailing = g.clone();
-        trailing.push(0);
-        let mut truncated = g.clone();
-        truncated.pop();
-        // Two entries with keys out of order: "b" then "a".
-        let mut unordered = SNAPSHOT_MAGIC.to_vec();
-        unordered.extend_from_slice(&[2, 1, b'b', 1, b'2', 1, b'a', 1, b'1']);
-        // Duplicate key.
-        let mut dup = SNAPSHOT_MAGIC.to_vec();
-        dup.extend_from_slice(&[2, 1, b'a', 1, b'1', 1, b'a', 1, b'2']);
-        let bad: Vec<Vec<u8>> = vec![
-            Vec::new(),
-            b"garbage".to_vec(),
-            g[1..].to_vec(),
-            trailing,
-            truncated,
-            unordered,
-            dup,
-            [SNAPSHOT_MAGIC.as_slice(), &[0xff; 10]].concat(),
-        ];
-        for x in bad {
-            assert!(s.restore(&x).is_err(), "{x:?} accepted");
-            assert_eq!(
-                s.snapshot(),
-                before,
-                "a failed restore leaves the state alone"
-            );
+    fn full_store_and_garbage_state_give_errors() {
+        let mut s = Kv::with(KvService::new());
+        s.st = redoubt_state::FlatState::new(4096);
+        let big = KvOp::Put {
+            key: b("k"),
+            value: vec![1; 8000],
+        };
+        assert!(matches!(run(&mut s, big), KvResult::Error(_)));
+        assert!(s.is_empty());
+        // Bytes that are not a store: loading fails, execution answers with an error result.
+        let mut g = Kv::new();
+        for (i, b) in b"garbage garbage garbage".iter().enumerate() {
+            redoubt_state::StateWrite::write(&mut g.st, i as u64, &[*b]);
         }
+        assert!(KvService::new().load(&g.st).is_err());
+        assert!(matches!(run(&mut g, get("a")), KvResult::Error(_)));
     }
 }

@@ -11,3 +11,4 @@
 //! produce byte-identical replies and checkpoint digests.
 
 pub mod kv;
+pub mod pagedkv;

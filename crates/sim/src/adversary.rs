@@ -8,7 +8,7 @@ use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 use redoubt_core::auth::seal;
 use redoubt_core::message::{
-    decode_body, decode_frame, Batch, Commit, Message, PEntry, Prepare, QEntry,
+    decode_body, decode_frame, Batch, Commit, Message, PEntry, Prepare, QEntry, StateItem,
 };
 use redoubt_core::{Config, Principal, ReplicaId, StaticKeys};
 use redoubt_crypto::Digest;
@@ -267,6 +267,53 @@ impl Adversary {
                 Message::PrePrepare(_) => {
                     let hold = self.cfg.view_change_timeout_ms * 8 / 10;
                     vec![(to, bytes.to_vec(), hold)]
+                }
+                _ => honest,
+            },
+            Behavior::LieState => match msg {
+                Message::StateData(mut d) => {
+                    match rng.random_range(0..5) {
+                        0 => {
+                            // A wrong page.
+                            for it in d.items.iter_mut() {
+                                if let StateItem::Page { bytes, .. } = it {
+                                    if let Some(b) = bytes.first_mut() {
+                                        *b ^= 0x5a;
+                                    }
+                                }
+                            }
+                        }
+                        1 => {
+                            // Wrong meta-data: a child's digest or lm.
+                            for it in d.items.iter_mut() {
+                                if let StateItem::Meta { children, .. } = it {
+                                    if let Some(c) = children.last_mut() {
+                                        if rng.random_bool(0.5) {
+                                            c.digest = random_digest(rng);
+                                        } else {
+                                            c.lm += 1;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        2 => {
+                            // A stale checkpoint: an older seq's claim.
+                            d.seq = d.seq.saturating_sub(self.cfg.checkpoint_interval);
+                        }
+                        3 => {
+                            // Claims not to hold the checkpoint.
+                            d.items.clear();
+                            d.aux = None;
+                        }
+                        _ => {
+                            // Wrong auxiliary bytes (the reply table).
+                            if let Some(a) = d.aux.as_mut() {
+                                a.push(0);
+                            }
+                        }
+                    }
+                    vec![(to, self.seal(from, &Message::StateData(d), to), 0)]
                 }
                 _ => honest,
             },

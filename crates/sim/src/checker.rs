@@ -57,7 +57,7 @@ impl Checker {
                 }
             }
             Event::CheckpointTaken { seq, digest } => self.checkpoint(r, *seq, *digest),
-            Event::StateTransferred { seq, digest } => {
+            Event::StateTransferred { seq, digest, .. } => {
                 self.last[r as usize] = *seq;
                 self.checkpoint(r, *seq, *digest)
             }

@@ -1081,6 +1081,7 @@ mod tests {
         // program order.
         planned.sort_by_key(|&(point, i, _)| (point, i));
         let mut svc = KvService::new();
+        let mut st = redoubt_core::state::FlatState::new(1 << 20);
         for (seq, &(_, i, effective)) in planned.iter().enumerate() {
             if !effective {
                 continue;
@@ -1091,7 +1092,7 @@ mod tests {
                 time_ms: 0,
                 seed: 0,
             };
-            let out = svc.execute(&history[i].op.encode(), &ctx);
+            let out = svc.execute(&mut st, &history[i].op.encode(), &ctx);
             if history[i].complete_ms.is_some() {
                 history[i].result = Some(KvResult::decode(&out).unwrap());
             }

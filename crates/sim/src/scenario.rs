@@ -29,12 +29,15 @@ pub enum Behavior {
     /// Sends PREPARE and COMMIT for every pre-prepare it sees, to everyone, and lies in view
     /// changes: the most aggressive vote-stuffing.
     VoteEverything,
+    /// As a state-transfer replier, sends wrong pages, wrong meta-data, stale checkpoints
+    /// or nothing.
+    LieState,
     /// Picks one of the above per message.
     Mixed,
 }
 
 impl Behavior {
-    pub const ALL: [Behavior; 10] = [
+    pub const ALL: [Behavior; 11] = [
         Behavior::Silent,
         Behavior::Withhold,
         Behavior::Equivocate,
@@ -44,8 +47,23 @@ impl Behavior {
         Behavior::BogusNewView,
         Behavior::Slow,
         Behavior::VoteEverything,
+        Behavior::LieState,
         Behavior::Mixed,
     ];
+}
+
+/// What a state corruption does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CorruptionKind {
+    /// One of the others, chosen per corruption.
+    Random,
+    /// A write the other replicas did not make, digested like any other: found when f+1
+    /// others vouch for a different checkpoint.
+    BadWrite,
+    /// Bytes of stored pages flip without any digest changing: found by an on-demand check.
+    PagesThenScrub,
+    /// As above, found by the check at start-up after a reboot.
+    PagesThenReboot,
 }
 
 /// How a Byzantine client misbehaves (on its own keys, disjoint from correct clients' keys).
@@ -149,6 +167,8 @@ pub struct Scenario {
     /// an intruder). Counted against f; they must detect it and repair themselves by state
     /// transfer (their later checkpoints must agree with the correct replicas').
     pub corruptions: Vec<(ReplicaId, u64)>,
+    /// What a corruption does.
+    pub corruption_kind: CorruptionKind,
     pub byz_clients: Vec<ClientAttack>,
     /// Times at which the current primary hands over (the step-down admin command).
     pub step_downs: Vec<u64>,
@@ -189,6 +209,7 @@ impl Scenario {
             pauses: vec![],
             reboots: vec![],
             corruptions: vec![],
+            corruption_kind: CorruptionKind::Random,
             byz_clients: vec![],
             step_downs: vec![],
             clock_offsets_ms: vec![],
@@ -452,10 +473,68 @@ impl Scenario {
                 s.step_downs = vec![200, 900];
             }
             "corrupted-replica" => {
-                // A backup's state is corrupted early; it must notice at its next checkpoint
-                // and fetch the state the others vouch for.
+                // A backup executes a write the others did not; it must notice at its next
+                // checkpoint and fetch the state the others vouch for.
                 s.ops_per_client = 40;
                 s.corruptions.push((2, 150));
+                s.corruption_kind = CorruptionKind::BadWrite;
+            }
+            "page-corruption-scrub" | "page-corruption-reboot" => {
+                // Stored pages of a backup silently flip; a check (on demand, or at start-up
+                // after a reboot) finds them and the replica fetches exactly those pages.
+                s.ops_per_client = 60;
+                s.keys = 40;
+                s.corruptions.push((2, 400));
+                s.corruption_kind = if name.ends_with("scrub") {
+                    CorruptionKind::PagesThenScrub
+                } else {
+                    CorruptionKind::PagesThenReboot
+                };
+            }
+            "transfer-under-load" => {
+                // A paused backup catches up by page-level transfer while the others keep
+                // executing and collecting checkpoints (K = 4, L = 8), on a lossy network
+                // over many keys.
+                s.core.checkpoint_interval = 4;
+                s.core.log_size = 8;
+                s.clients = 5;
+                s.ops_per_client = 80;
+                s.keys = 60;
+                s.net.drop = 0.05;
+                s.net.duplicate = 0.05;
+                s.pauses.push(Window {
+                    replica: 3,
+                    start_ms: 50,
+                    end_ms: 2000,
+                });
+            }
+            "lying-replier" => {
+                // As above, and the Byzantine replica answers FETCHes with wrong pages, wrong
+                // meta-data, stale checkpoints or nothing.
+                s.keys = 40;
+                s.ops_per_client = 60;
+                s.byzantine.push((1, Behavior::LieState));
+                s.pauses.push(Window {
+                    replica: 3,
+                    start_ms: 50,
+                    end_ms: 2000,
+                });
+            }
+            "restart-mid-transfer" => {
+                // A paused backup starts fetching and loses power in the middle; it reboots
+                // from its journal and page store and fetches again.
+                s.keys = 40;
+                s.ops_per_client = 60;
+                s.pauses.push(Window {
+                    replica: 3,
+                    start_ms: 50,
+                    end_ms: 1500,
+                });
+                s.reboots.push(Window {
+                    replica: 3,
+                    start_ms: 1530,
+                    end_ms: 1800,
+                });
             }
             "restart-all" => {
                 // Every replica loses power at once mid-workload and reboots from its journal.
@@ -479,7 +558,12 @@ impl Scenario {
         Some(s)
     }
 
-    pub const NAMED: [&'static str; 12] = [
+    pub const NAMED: [&'static str; 17] = [
+        "page-corruption-scrub",
+        "page-corruption-reboot",
+        "transfer-under-load",
+        "lying-replier",
+        "restart-mid-transfer",
         "corrupted-replica",
         "restart-all",
         "stale-claims",

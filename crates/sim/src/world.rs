@@ -4,6 +4,7 @@
 use crate::adversary::{random_digest, Adversary};
 use crate::checker::Checker;
 use crate::linearizability::{self, Operation};
+use crate::scenario::CorruptionKind;
 use crate::scenario::{Behavior, ClientAttack, Scenario};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -11,13 +12,15 @@ use redoubt_core::auth::{request_authenticator, seal};
 use redoubt_core::message::{
     decode_body, decode_frame, encode_frame, Message, Request, SignedRequest,
 };
+use redoubt_core::open_state;
+use redoubt_core::state::{Geometry, MemStore};
 use redoubt_core::{
     Client, ClientId, ClientTiming, Effect, Env, Event, Input, Principal, Replica, ReplicaId,
     StaticKeys,
 };
 use redoubt_services::kv::{KvOp, KvResult, KvService};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 const TICK_MS: u64 = 10;
 const BYZ_CLIENT_BASE: ClientId = 1000;
@@ -43,6 +46,8 @@ enum Ev {
     PowerOff(ReplicaId),
     Reboot(ReplicaId),
     Corrupt(ReplicaId),
+    /// An on-demand state check (scrub) at a replica.
+    CheckState(ReplicaId),
     Pause(ReplicaId),
     Resume(ReplicaId),
     StepDown,
@@ -84,6 +89,12 @@ pub struct RunStats {
     pub max_view: u64,
     pub state_transfers: u64,
     pub rejected: u64,
+    /// Pages fetched by state transfers.
+    pub pages_fetched: u64,
+    /// Corrupt pages found by state checks.
+    pub corrupt_pages_found: u64,
+    /// Running correct replicas still holding known-corrupt pages at the end.
+    pub unrepaired_at_end: u64,
 }
 
 /// The result of a run.
@@ -102,6 +113,12 @@ impl Outcome {
     }
 }
 
+/// The simulated replicas' state: 128 pages of 128 bytes under a 4-ary tree (depth 4), small
+/// enough to simulate quickly, deep enough that transfers recurse.
+pub fn sim_geometry() -> Geometry {
+    Geometry::new(128, 128, 4).expect("valid geometry")
+}
+
 pub struct World {
     sc: Scenario,
     rng: ChaCha8Rng,
@@ -115,6 +132,8 @@ pub struct World {
     replicas: Vec<Replica<KvService, StaticKeys>>,
     /// Each replica's durable journal (compacted at checkpoints, as the node does).
     disks: Vec<Vec<redoubt_core::Record>>,
+    /// Each replica's durable page store.
+    stores: Vec<MemStore>,
     up: Vec<Up>,
     adversary: Adversary,
     faulty: Vec<ReplicaId>,
@@ -130,6 +149,10 @@ pub struct World {
     violations: Vec<String>,
     /// Replicas whose state was corrupted (they must repair themselves).
     corrupted: Vec<ReplicaId>,
+    /// Replicas with silently corrupted pages not yet checked (by a scrub or a reboot).
+    unscrubbed: BTreeSet<ReplicaId>,
+    /// When each replica last reported corrupt pages.
+    corrupt_found: BTreeMap<ReplicaId, u64>,
     /// Last checkpoint digest each replica reported, by replica.
     last_checkpoint: BTreeMap<ReplicaId, (u64, redoubt_crypto::Digest, u64)>,
 }
@@ -148,6 +171,7 @@ impl World {
             (0..sc.byz_clients.len() as ClientId).map(|i| Principal::Client(BYZ_CLIENT_BASE + i)),
         );
         let keys = |p: Principal| StaticKeys::derive(&master, p, principals.clone());
+        let stores: Vec<MemStore> = (0..n).map(|_| MemStore::new(sim_geometry())).collect();
         let replicas = (0..n)
             .map(|r| {
                 Replica::new(
@@ -155,6 +179,7 @@ impl World {
                     r,
                     keys(Principal::Replica(r)),
                     KvService::new(),
+                    open_state(Box::new(stores[r as usize].clone())).expect("memory store"),
                 )
             })
             .collect();
@@ -209,6 +234,7 @@ impl World {
             principals,
             replicas,
             disks: vec![Vec::new(); n as usize],
+            stores,
             up: vec![Up::Running; n as usize],
             adversary,
             faulty,
@@ -223,6 +249,8 @@ impl World {
             processed: 0,
             violations: Vec::new(),
             corrupted: Vec::new(),
+            unscrubbed: BTreeSet::new(),
+            corrupt_found: BTreeMap::new(),
             last_checkpoint: BTreeMap::new(),
             sc,
         };
@@ -439,14 +467,22 @@ impl World {
 
     fn observe(&mut self, r: ReplicaId, ev: Event) {
         match &ev {
-            Event::CheckpointTaken { seq, digest } | Event::StateTransferred { seq, digest } => {
+            Event::CheckpointTaken { seq, digest }
+            | Event::StateTransferred { seq, digest, .. } => {
                 self.last_checkpoint.insert(r, (*seq, *digest, self.now));
+            }
+            Event::StateCorrupt { .. } => {
+                self.corrupt_found.insert(r, self.now);
             }
             _ => {}
         }
         match &ev {
             Event::ViewChangeStarted { .. } => self.stats.view_changes += 1,
-            Event::StateTransferred { .. } => self.stats.state_transfers += 1,
+            Event::StateTransferred { pages, .. } => {
+                self.stats.state_transfers += 1;
+                self.stats.pages_fetched += pages;
+            }
+            Event::StateCorrupt { pages } => self.stats.corrupt_pages_found += pages,
             Event::Rejected { .. } => self.stats.rejected += 1,
             Event::Executed { seq, .. } => {
                 self.stats.max_executed = self.stats.max_executed.max(*seq)
@@ -587,28 +623,71 @@ impl World {
                     Principal::Replica(r),
                     self.principals.clone(),
                 );
+                // The replica lost its disk: journal and pages.
+                self.stores[r as usize].wipe();
+                self.disks[r as usize].clear();
+                let state = open_state(Box::new(self.stores[r as usize].clone())).expect("memory");
                 self.replicas[r as usize] =
-                    Replica::new(self.sc.core.clone(), r, keys, KvService::new());
+                    Replica::new(self.sc.core.clone(), r, keys, KvService::new(), state);
                 self.up[r as usize] = Up::Running;
             }
             Ev::Corrupt(r) => {
-                self.log(|| format!("r{r} STATE CORRUPTED"));
-                let op = KvOp::Put {
-                    key: b"corrupted".to_vec(),
-                    value: self.rng.random::<u64>().to_le_bytes().to_vec(),
+                let kind = match self.sc.corruption_kind {
+                    CorruptionKind::Random => match self.rng.random_range(0..3) {
+                        0 => CorruptionKind::BadWrite,
+                        1 => CorruptionKind::PagesThenScrub,
+                        _ => CorruptionKind::PagesThenReboot,
+                    },
+                    k => k,
                 };
-                let ctx = redoubt_core::ExecContext {
-                    seq: 0,
-                    client: 0,
-                    time_ms: 0,
-                    seed: 0,
-                };
-                redoubt_core::Service::execute(
-                    self.replicas[r as usize].service_mut(),
-                    &op.encode(),
-                    &ctx,
-                );
+                if kind == CorruptionKind::BadWrite {
+                    // Execution went wrong: a write the others did not make, digested like
+                    // any other. Found when f+1 others vouch for a different checkpoint.
+                    self.log(|| format!("r{r} STATE CORRUPTED (bad write)"));
+                    let op = KvOp::Put {
+                        key: b"corrupted".to_vec(),
+                        value: self.rng.random::<u64>().to_le_bytes().to_vec(),
+                    };
+                    let ctx = redoubt_core::ExecContext {
+                        seq: 0,
+                        client: 0,
+                        time_ms: 0,
+                        seed: 0,
+                    };
+                    self.replicas[r as usize].tamper(|svc, st| {
+                        redoubt_core::Service::execute(svc, st, &op.encode(), &ctx);
+                    });
+                } else {
+                    // The medium flips bytes of stored pages: no digest changes. Found by a
+                    // state check, on demand (a scrub) or at start-up (a reboot).
+                    let pages = sim_geometry().pages();
+                    let hits = self.rng.random_range(1..=3);
+                    for _ in 0..hits {
+                        let p = self.rng.random_range(0..pages);
+                        let off = self.rng.random_range(0..sim_geometry().page_size());
+                        let b = self.rng.random::<u8>() | 1;
+                        self.stores[r as usize].corrupt(p, off, &[b]);
+                    }
+                    self.log(|| format!("r{r} {hits} STORED PAGES CORRUPTED"));
+                    self.unscrubbed.insert(r);
+                    let later = self.now + self.rng.random_range(50..1000);
+                    if kind == CorruptionKind::PagesThenScrub {
+                        self.schedule(later, Ev::CheckState(r));
+                    } else {
+                        self.schedule(self.now + 1, Ev::PowerOff(r));
+                        self.schedule(later, Ev::Reboot(r));
+                    }
+                }
                 self.corrupted.push(r);
+            }
+            Ev::CheckState(r) => {
+                if self.up[r as usize] != Up::Running {
+                    self.schedule(self.now + 200, Ev::CheckState(r));
+                } else {
+                    self.unscrubbed.remove(&r);
+                    let bad = self.replicas[r as usize].check_state();
+                    self.log(|| format!("r{r} STATE CHECK: corrupt pages {bad:?}"));
+                }
             }
             Ev::PowerOff(r) => {
                 self.log(|| format!("r{r} POWER OFF (disk kept)"));
@@ -623,7 +702,23 @@ impl World {
                 let records = self.disks[r as usize].clone();
                 let n = records.len();
                 self.log(|| format!("r{r} REBOOT from {n} journal records"));
-                match Replica::restore(self.sc.core.clone(), r, keys, KvService::new(), &records) {
+                self.unscrubbed.remove(&r);
+                let state = match open_state(Box::new(self.stores[r as usize].clone())) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        self.violation(format!("r{r} cannot open its state: {e}"));
+                        return;
+                    }
+                };
+                match Replica::restore(
+                    self.sc.core.clone(),
+                    r,
+                    keys,
+                    KvService::new(),
+                    state,
+                    &records,
+                    true,
+                ) {
                     Ok(rep) => {
                         self.replicas[r as usize] = rep;
                         self.up[r as usize] = Up::Running;
@@ -897,6 +992,34 @@ impl World {
         for r in &self.replicas {
             self.stats.max_view = self.stats.max_view.max(r.view());
         }
+        // A state check finds every corrupt page, and a replica that knows of corrupt pages
+        // repairs them (given time after the heal to fetch them).
+        for r in 0..self.sc.core.n() {
+            if self.up[r as usize] != Up::Running || self.adversary.controls(r) {
+                continue;
+            }
+            let st = self.replicas[r as usize].state();
+            let bad = st.verify();
+            let unknown: Vec<u64> = bad
+                .iter()
+                .filter(|p| !st.invalid_pages().contains(p))
+                .copied()
+                .collect();
+            let known = st.invalid_pages().clone();
+            let needs_repair = st.needs_repair();
+            if !unknown.is_empty() && !self.unscrubbed.contains(&r) {
+                self.violation(format!("r{r} has corrupt pages {unknown:?} a check missed"));
+            }
+            let found = self.corrupt_found.get(&r).copied().unwrap_or(0);
+            if needs_repair {
+                self.stats.unrepaired_at_end += 1;
+            }
+            if needs_repair && self.now > found.max(self.sc.heal_ms) + 5_000 {
+                self.violation(format!(
+                    "r{r} still has corrupt pages {known:?} found at {found}ms"
+                ));
+            }
+        }
         // A corrupted replica must have repaired itself: its last checkpoint agrees with what
         // the correct replicas computed at that sequence number (given time to notice: the
         // votes of the others arrive after its own checkpoint).
@@ -965,8 +1088,8 @@ pub fn describe(bytes: &[u8]) -> String {
             s.missing_batches.len(),
             s.missing_vcs.len()
         ),
-        Message::FetchState(fs) => format!("FETCH-STATE n{} {:?}", fs.seq, fs.digest),
-        Message::StateReply(sr) => format!("STATE n{} {}B", sr.seq, sr.snapshot.len()),
+        Message::Fetch(f) => format!("FETCH n{} {} items", f.seq, f.items.len()),
+        Message::StateData(d) => format!("{d:?}"),
         Message::Batches(b) => format!("BATCHES {}", b.len()),
         Message::RelayViewChange(v) => format!("RELAY-VC v{} r{}", v.view, v.replica),
     }

@@ -154,5 +154,46 @@ fn all_replicas_rebooting_at_once_lose_nothing() {
 fn corrupted_replica_repairs_itself() {
     for out in named("corrupted-replica", 0..4) {
         assert!(out.stats.state_transfers >= 1, "{:?}", out.stats);
+        assert_eq!(out.stats.unrepaired_at_end, 0, "{:?}", out.stats);
+    }
+}
+
+#[test]
+fn corrupt_pages_found_by_a_scrub_are_fetched() {
+    for out in named("page-corruption-scrub", 0..6) {
+        assert!(out.stats.corrupt_pages_found >= 1, "{:?}", out.stats);
+        assert!(out.stats.state_transfers >= 1, "{:?}", out.stats);
+        assert_eq!(out.stats.unrepaired_at_end, 0, "{:?}", out.stats);
+    }
+}
+
+#[test]
+fn corrupt_pages_found_at_start_up_are_fetched() {
+    for out in named("page-corruption-reboot", 0..6) {
+        assert!(out.stats.corrupt_pages_found >= 1, "{:?}", out.stats);
+        assert!(out.stats.state_transfers >= 1, "{:?}", out.stats);
+        assert_eq!(out.stats.unrepaired_at_end, 0, "{:?}", out.stats);
+    }
+}
+
+#[test]
+fn page_transfer_while_the_others_execute_and_collect_checkpoints() {
+    for out in named("transfer-under-load", 0..6) {
+        assert!(out.stats.state_transfers >= 1, "{:?}", out.stats);
+        assert!(out.stats.pages_fetched >= 1, "{:?}", out.stats);
+    }
+}
+
+#[test]
+fn a_lying_replier_is_detected_and_avoided() {
+    for out in named("lying-replier", 0..8) {
+        assert!(out.stats.state_transfers >= 1, "{:?}", out.stats);
+    }
+}
+
+#[test]
+fn a_replica_restarting_mid_transfer_fetches_again() {
+    for out in named("restart-mid-transfer", 0..6) {
+        assert!(out.stats.state_transfers >= 1, "{:?}", out.stats);
     }
 }

@@ -218,6 +218,11 @@ impl PagedState {
         }
     }
 
+    /// True if the service wrote since the latest checkpoint.
+    pub fn is_dirty(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
     /// Pages found corrupt and not yet repaired.
     pub fn invalid_pages(&self) -> &BTreeSet<u64> {
         &self.invalid
@@ -433,7 +438,8 @@ impl PagedState {
         Some(saved.unwrap_or(self.tree[id.0 as usize][id.1 as usize]))
     }
 
-    /// The children of meta-data partition `id` at checkpoint `seq` modified after `lc`.
+    /// The children of meta-data partition `id` at checkpoint `seq` modified after `lc` (all
+    /// of them for `lc == 0`).
     pub fn children_at(&self, seq: u64, id: NodeId, lc: u64) -> Option<Vec<(u64, Entry)>> {
         if id.0 >= self.geo.depth() || !self.geo.contains(id.0, id.1) {
             return None;
@@ -443,7 +449,7 @@ impl PagedState {
             self.geo
                 .children(id.0, id.1)
                 .map(|i| (i, self.node_at(seq, (id.0 + 1, i)).expect("held")))
-                .filter(|(_, e)| e.lm > lc)
+                .filter(|(_, e)| lc == 0 || e.lm > lc)
                 .collect(),
         )
     }
@@ -518,6 +524,20 @@ impl PagedState {
             self.mark_invalid(*p);
         }
         report
+    }
+
+    /// Like [`PagedState::check`] but changes nothing: the pages that do not match.
+    pub fn verify(&self) -> Vec<u64> {
+        let depth = self.geo.depth() as usize;
+        let mut buf = vec![0u8; self.geo.page_size()];
+        (0..self.geo.pages())
+            .filter(|p| !self.dirty.contains(p))
+            .filter(|p| {
+                self.read_live(*p, &mut buf);
+                let e = self.tree[depth][*p as usize];
+                page_digest(*p, e.lm, &buf) != e.digest
+            })
+            .collect()
     }
 
     /// The current entry of node `id` (the latest checkpoint's, plus installed pages).
