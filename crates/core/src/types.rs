@@ -47,14 +47,17 @@ pub enum Mutant {
     SkipDigestCheck,
     /// The new primary picks any prepared request for a sequence number, ignoring views.
     ViewChangeAnyPrepared,
+    /// A fetching replica installs DATA pages without checking them against their digests.
+    TrustReplier,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 3] = [
+    pub const ALL: [(&'static str, Mutant); 4] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
+        ("trust-replier", Mutant::TrustReplier),
     ];
 }
 
