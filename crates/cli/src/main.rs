@@ -9,6 +9,7 @@
 //! Exit status: 0 success, 1 failure (one message on stderr says what, where, and what to do),
 //! 2 usage error, 3 a negative answer of `kv` (key absent, compare-and-swap not applied).
 
+mod bench;
 mod cmd_init;
 mod cmd_kv;
 mod cmd_replica;
@@ -56,6 +57,8 @@ enum Command {
     Status(cmd_status::StatusArgs),
     /// Run a 4-replica cluster on 127.0.0.1 under load, crash its primary, verify every write
     Demo(demo::DemoArgs),
+    /// Benchmarks on a local cluster (state-transfer)
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +69,7 @@ fn main() -> ExitCode {
         Command::Kv(a) => cmd_kv::run(a),
         Command::Status(a) => cmd_status::run(a),
         Command::Demo(a) => demo::run(a),
+        Command::Bench(a) => bench::run(a),
     };
     match result {
         Ok(code) => code,

@@ -273,6 +273,20 @@ impl Node {
             .inc_by(s.view_changes - self.last_stats.view_changes);
         m.state_transfers
             .inc_by(s.state_transfers - self.last_stats.state_transfers);
+        m.transfer_bytes_received
+            .inc_by(s.transfer_bytes_in - self.last_stats.transfer_bytes_in);
+        m.transfer_bytes_sent
+            .inc_by(s.transfer_bytes_out - self.last_stats.transfer_bytes_out);
+        m.transfer_pages
+            .inc_by(s.transfer_pages - self.last_stats.transfer_pages);
+        m.transfer_bad_answers
+            .inc_by(s.transfer_bad_answers - self.last_stats.transfer_bad_answers);
+        m.corrupt_pages
+            .inc_by(s.corrupt_pages_found - self.last_stats.corrupt_pages_found);
+        let fp = r.state().footprint();
+        m.state_overlay_pages.set(fp.overlay_pages as i64);
+        m.state_checkpoints.set(fp.checkpoints as i64);
+        m.state_base.set(r.state().base_seq() as i64);
         m.view.set(r.view() as i64);
         m.last_executed.set(r.last_executed() as i64);
         m.stable_checkpoint.set(r.stable_checkpoint() as i64);
@@ -307,6 +321,12 @@ impl Node {
             requests_per_s: rps,
             view_changes: s.view_changes,
             state_transfers: s.state_transfers,
+            transfer_bytes_in: s.transfer_bytes_in,
+            transfer_bytes_out: s.transfer_bytes_out,
+            transfer_pages: s.transfer_pages,
+            transfer_metas: s.transfer_metas,
+            corrupt_pages_found: s.corrupt_pages_found,
+            state_base: r.state().base_seq(),
             uptime_s: self.started.elapsed().as_secs_f64(),
         };
         self.last_stats = s;

@@ -16,5 +16,21 @@ pub struct StatusReport {
     pub requests_per_s: f64,
     pub view_changes: u64,
     pub state_transfers: u64,
+    /// Bytes of state-transfer answers received and served.
+    #[serde(default)]
+    pub transfer_bytes_in: u64,
+    #[serde(default)]
+    pub transfer_bytes_out: u64,
+    /// Pages and meta-data partitions installed by state transfers.
+    #[serde(default)]
+    pub transfer_pages: u64,
+    #[serde(default)]
+    pub transfer_metas: u64,
+    /// Pages found corrupt by state checks.
+    #[serde(default)]
+    pub corrupt_pages_found: u64,
+    /// Checkpoint the page file holds durably.
+    #[serde(default)]
+    pub state_base: u64,
     pub uptime_s: f64,
 }

@@ -1,0 +1,47 @@
+//! `redoubt bench state-transfer`, end to end on a small state: the restarted replica catches
+//! up by page-level transfer, fetching far less than the whole-state copy does.
+
+mod common;
+
+use std::time::Duration;
+
+#[test]
+fn small_state_transfer_bench_runs_and_transfers_little() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("st.csv");
+    let mut cmd = common::redoubt();
+    cmd.args([
+        "bench",
+        "state-transfer",
+        "--state-mib",
+        "16",
+        "--dirty-percent",
+        "5",
+        "--clients",
+        "4",
+        "--csv",
+    ])
+    .arg(&csv);
+    let out = common::output_within(cmd, Duration::from_secs(180));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let ratio = |label: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.split(',').nth(2) == Some(label))
+            .unwrap_or_else(|| panic!("no {label} row in {text}"));
+        line.split(',').nth(4).unwrap().parse().unwrap()
+    };
+    let (page, whole) = (ratio("page-level"), ratio("whole-state"));
+    assert!(
+        page > 0.0 && page < 0.15,
+        "page-level ratio {page}: {stdout}"
+    );
+    assert!(whole > 0.8, "whole-state ratio {whole}: {stdout}");
+}
