@@ -1581,7 +1581,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let w = t.walk.take().expect("walking");
         let aux = w.aux().expect("complete walks have the root").to_vec();
         let root = self.state.installed_root();
-        if checkpoint_digest(t.seq, &root, &aux) != t.digest {
+        let unrepaired = self.state.revalidate();
+        if unrepaired > 0 || checkpoint_digest(t.seq, &root, &aux) != t.digest {
             // Cannot happen when every answer checked out, unless our own pages changed under
             // us; walk again from the root asking for everything.
             t.walk = Some(Walk::new(t.seq, t.digest, 0));
@@ -1591,12 +1592,15 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         let (seq, digest) = (t.seq, t.digest);
         self.state.adopt_installed(seq, aux.clone());
-        if let Err(e) = self.load_aux(seq, &aux) {
-            // f+1 replicas vouch for this state; a service that cannot load it is broken.
-            // Stay diverged (no execution) rather than act on a state we cannot use.
+        if self.load_aux(seq, &aux).is_err() {
+            // f+1 replicas vouch for this state, so a page we kept must be corrupt in a way our
+            // entries did not show. Check every page, stay diverged, fetch again.
             self.diverged = true;
-            self.event(Event::StateCorrupt { pages: 0 });
-            let _ = e;
+            let report = self.state.check();
+            self.stats.corrupt_pages_found += report.corrupt.len() as u64;
+            self.event(Event::StateCorrupt {
+                pages: report.corrupt.len() as u64,
+            });
             return;
         }
         self.diverged = false;

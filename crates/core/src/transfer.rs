@@ -79,7 +79,7 @@ pub(crate) fn rebuild_meta(
         }
     }
     let lm = full.iter().map(|e| e.lm).max().unwrap_or(0);
-    let digest = meta_digest(id.0, id.1, lm, full.iter().map(|e| &e.digest));
+    let digest = meta_digest(id.0, id.1, lm, full.iter());
     Some((Entry { lm, digest }, given))
 }
 

@@ -447,6 +447,8 @@ pub async fn run_replica(config_path: &Path, id: ReplicaId) -> Result<(), NodeEr
         .collect();
     let mut sigterm = signal(SignalKind::terminate()).map_err(NodeError::Signal)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(NodeError::Signal)?;
+    // SIGUSR1: check every page of the state against its digest now (a scrub on demand).
+    let mut sigusr1 = signal(SignalKind::user_defined1()).map_err(NodeError::Signal)?;
     info!(
         replica = id,
         addr = %entry.addr,
@@ -481,6 +483,7 @@ pub async fn run_replica(config_path: &Path, id: ReplicaId) -> Result<(), NodeEr
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     enum Wake {
         Stop,
+        CheckState,
         Tick,
         Listener(ConnId, Vec<u8>),
         Link(Vec<u8>),
@@ -489,6 +492,7 @@ pub async fn run_replica(config_path: &Path, id: ReplicaId) -> Result<(), NodeEr
         let wake = tokio::select! {
             _ = sigterm.recv() => Wake::Stop,
             _ = sigint.recv() => Wake::Stop,
+            _ = sigusr1.recv() => Wake::CheckState,
             _ = tick.tick() => Wake::Tick,
             Some((conn, bytes)) = in_rx.recv() => Wake::Listener(conn, bytes),
             Some(bytes) = link_rx.recv() => Wake::Link(bytes),
@@ -496,6 +500,18 @@ pub async fn run_replica(config_path: &Path, id: ReplicaId) -> Result<(), NodeEr
         let t = Instant::now();
         match wake {
             Wake::Stop => break,
+            Wake::CheckState => {
+                info!(replica = id, "checking every page of the state (SIGUSR1)");
+                let started = Instant::now();
+                let corrupt = node.replica.check_state();
+                info!(
+                    replica = id,
+                    corrupt = corrupt.len(),
+                    took_ms = started.elapsed().as_millis() as u64,
+                    "state check done"
+                );
+                node.input(Input::Tick, None);
+            }
             Wake::Tick => node.input(Input::Tick, None),
             Wake::Listener(conn, bytes) => {
                 node.note_sender(conn, &bytes);

@@ -272,7 +272,17 @@ impl Adversary {
             },
             Behavior::LieState => match msg {
                 Message::StateData(mut d) => {
-                    match rng.random_range(0..5) {
+                    // Honest often enough to stay the designated replier until it lies
+                    // about pages, where a fetcher that skipped its checks would be fooled.
+                    let has_pages = d.items.iter().any(|i| matches!(i, StateItem::Page { .. }));
+                    let kind = if has_pages && rng.random_bool(0.7) {
+                        0
+                    } else if rng.random_bool(0.1) {
+                        rng.random_range(1..5)
+                    } else {
+                        return honest;
+                    };
+                    match kind {
                         0 => {
                             // A wrong page.
                             for it in d.items.iter_mut() {

@@ -509,8 +509,12 @@ impl Scenario {
                 });
             }
             "lying-replier" => {
-                // As above, and the Byzantine replica answers FETCHes with wrong pages, wrong
-                // meta-data, stale checkpoints or nothing.
+                // A paused backup fetches pages while the Byzantine replica answers FETCHes
+                // with wrong pages, wrong meta-data, stale checkpoints or nothing. Checkpoints
+                // are rarer (K = 32) so the liar gets to answer for pages before the target
+                // moves.
+                s.core.checkpoint_interval = 32;
+                s.core.log_size = 64;
                 s.keys = 40;
                 s.ops_per_client = 60;
                 s.byzantine.push((1, Behavior::LieState));

@@ -471,8 +471,16 @@ impl World {
             | Event::StateTransferred { seq, digest, .. } => {
                 self.last_checkpoint.insert(r, (*seq, *digest, self.now));
             }
-            Event::StateCorrupt { .. } => {
+            Event::StateCorrupt { pages } => {
                 self.corrupt_found.insert(r, self.now);
+                // Only the simulated medium corrupts pages, and only at replicas it was told
+                // to: anywhere else, corrupt pages were installed without being checked.
+                if !self.corrupted.contains(&r) && !self.adversary.controls(r) {
+                    let pages = *pages;
+                    self.violation(format!(
+                        "r{r} found {pages} corrupt pages though its medium was never corrupted"
+                    ));
+                }
             }
             _ => {}
         }

@@ -28,19 +28,20 @@ pub fn page_digest(index: u64, lm: u64, bytes: &[u8]) -> Digest {
         .finish()
 }
 
-/// Digest of a meta-data partition: its level and index, its lm and its children's digests in
-/// order. See `docs/adr/0004-state.md` for why this hashes the children (a 256-ary Merkle
-/// node) instead of summing them modulo a large integer as AdHash does.
+/// Digest of a meta-data partition: its level and index, its lm and its children's entries
+/// (lm and digest) in order, so a parent vouches for each child's lm as well as its digest.
+/// See `docs/adr/0004-state.md` for why this hashes the children (a 256-ary Merkle node)
+/// instead of summing them modulo a large integer as AdHash does.
 pub fn meta_digest<'a>(
     level: u8,
     index: u64,
     lm: u64,
-    children: impl Iterator<Item = &'a Digest>,
+    children: impl Iterator<Item = &'a Entry>,
 ) -> Digest {
-    let mut b = DigestBuilder::new("redoubt.meta.v1");
+    let mut b = DigestBuilder::new("redoubt.meta.v2");
     b.u64(level as u64).u64(index).u64(lm);
-    for d in children {
-        b.digest(d);
+    for e in children {
+        b.u64(e.lm).digest(&e.digest);
     }
     b.finish()
 }
@@ -145,7 +146,7 @@ impl PagedState {
                     let lm = kids.iter().map(|e| e.lm).max().unwrap_or(0);
                     Entry {
                         lm,
-                        digest: meta_digest(level, i, lm, kids.iter().map(|e| &e.digest)),
+                        digest: meta_digest(level, i, lm, kids.iter()),
                     }
                 })
                 .collect();
@@ -299,7 +300,7 @@ impl PagedState {
             let kids = self.geo.children(level, index);
             let below = &self.tree[level as usize + 1][kids.start as usize..kids.end as usize];
             let lm = below.iter().map(|e| e.lm).max().unwrap_or(0);
-            let digest = meta_digest(level, index, lm, below.iter().map(|e| &e.digest));
+            let digest = meta_digest(level, index, lm, below.iter());
             let e = Entry { lm, digest };
             if self.tree[level as usize][index as usize] != e {
                 self.set_node((level, index), e);
@@ -486,9 +487,8 @@ impl PagedState {
     // ----- checking and installing ------------------------------------------------------------
 
     fn mark_invalid(&mut self, index: u64) {
-        if self.dirty.contains(&index) {
-            return; // its digest is recomputed at the next checkpoint anyway
-        }
+        // A dirty page stays invalid after the next checkpoint recomputes its entry: its
+        // bytes derive from corrupt ones.
         self.invalid.insert(index);
         let depth = self.geo.depth();
         let e = self.tree[depth as usize][index as usize];
@@ -509,13 +509,23 @@ impl PagedState {
         let depth = self.geo.depth() as usize;
         let mut report = CheckReport::default();
         let mut buf = vec![0u8; self.geo.page_size()];
+        let latest = self.latest();
         for p in 0..self.geo.pages() {
-            if self.dirty.contains(&p) || self.invalid.contains(&p) {
+            if self.invalid.contains(&p) {
+                continue;
+            }
+            let e = self.tree[depth][p as usize];
+            report.pages_checked += 1;
+            if self.dirty.contains(&p) {
+                // Written since the latest checkpoint: check the saved pre-image, which a
+                // rollback would restore (it was read from the medium at the first write).
+                let saved = &self.copies[&latest].pages[&p];
+                if page_digest(p, e.lm, saved) != e.digest {
+                    report.corrupt.push(p);
+                }
                 continue;
             }
             self.read_live(p, &mut buf);
-            report.pages_checked += 1;
-            let e = self.tree[depth][p as usize];
             if page_digest(p, e.lm, &buf) != e.digest {
                 report.corrupt.push(p);
             }
@@ -524,6 +534,25 @@ impl PagedState {
             self.mark_invalid(*p);
         }
         report
+    }
+
+    /// Drops from the invalid set the pages whose live bytes match their (non-invalid) entry
+    /// again (installed or rewritten to the right content). Returns how many remain.
+    pub fn revalidate(&mut self) -> usize {
+        let depth = self.geo.depth() as usize;
+        let mut buf = vec![0u8; self.geo.page_size()];
+        let invalid: Vec<u64> = self.invalid.iter().copied().collect();
+        for p in invalid {
+            if self.dirty.contains(&p) {
+                continue;
+            }
+            let e = self.tree[depth][p as usize];
+            self.read_live(p, &mut buf);
+            if e.digest != INVALID && page_digest(p, e.lm, &buf) == e.digest {
+                self.invalid.remove(&p);
+            }
+        }
+        self.invalid.len()
     }
 
     /// Like [`PagedState::check`] but changes nothing: the pages that do not match.

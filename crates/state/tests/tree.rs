@@ -64,7 +64,14 @@ impl Model {
                     let r = g.children(l, i);
                     let kids = &level[r.start as usize..r.end as usize];
                     let lm = kids.iter().map(|k| k.0).max().unwrap();
-                    (lm, meta_digest(l, i, lm, kids.iter().map(|k| &k.1)))
+                    let entries: Vec<redoubt_state::Entry> = kids
+                        .iter()
+                        .map(|k| redoubt_state::Entry {
+                            lm: k.0,
+                            digest: k.1,
+                        })
+                        .collect();
+                    (lm, meta_digest(l, i, lm, entries.iter()))
                 })
                 .collect();
         }
