@@ -106,6 +106,9 @@ struct Row {
     /// Short label for the CSV.
     label: &'static str,
     bytes: u64,
+    /// Every byte the replica received from restart until caught up (transfer, log
+    /// retransmission, status, client traffic).
+    all_bytes: u64,
     pages: u64,
     metas: u64,
     restart_to_caught_up: Duration,
@@ -174,15 +177,17 @@ async fn state_transfer(args: StateTransferArgs) -> anyhow::Result<ExitCode> {
 
     println!();
     println!(
-        "| transfer | bytes received | of the state | pages | meta-data | restart to caught up | status up to caught up |"
+        "| transfer | state-transfer bytes | of the state | all bytes received | of the state | pages | meta-data | restart to caught up | status up to caught up |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
         println!(
-            "| {} | {:.1} MiB | {:.2}% | {} | {} | {:.1} s | {:.1} s |",
+            "| {} | {:.1} MiB | {:.2}% | {:.1} MiB | {:.2}% | {} | {} | {:.1} s | {:.1} s |",
             r.what,
             r.bytes as f64 / (1 << 20) as f64,
             100.0 * r.bytes as f64 / state_bytes as f64,
+            r.all_bytes as f64 / (1 << 20) as f64,
+            100.0 * r.all_bytes as f64 / state_bytes as f64,
             r.pages,
             r.metas,
             r.restart_to_caught_up.as_secs_f64(),
@@ -202,18 +207,20 @@ async fn state_transfer(args: StateTransferArgs) -> anyhow::Result<ExitCode> {
         if new {
             writeln!(
                 f,
-                "state_mib,dirty_percent,transfer,bytes_received,ratio_to_state,pages,metas,restart_to_caught_up_s,status_up_to_caught_up_s"
+                "state_mib,dirty_percent,transfer,bytes_received,ratio_to_state,all_bytes_received,all_ratio_to_state,pages,metas,restart_to_caught_up_s,status_up_to_caught_up_s"
             )?;
         }
         for r in &rows {
             writeln!(
                 f,
-                "{},{},{},{},{:.6},{},{},{:.3},{:.3}",
+                "{},{},{},{},{:.6},{},{:.6},{},{},{:.3},{:.3}",
                 args.state_mib,
                 args.dirty_percent,
                 r.label,
                 r.bytes,
                 r.bytes as f64 / state_bytes as f64,
+                r.all_bytes,
+                r.all_bytes as f64 / state_bytes as f64,
                 r.pages,
                 r.metas,
                 r.restart_to_caught_up.as_secs_f64(),
@@ -383,16 +390,18 @@ async fn restart_and_measure(
                     what,
                     label,
                     bytes: s.transfer_bytes_in,
+                    all_bytes: s.bytes_received,
                     pages: s.transfer_pages,
                     metas: s.transfer_metas,
                     restart_to_caught_up: started.elapsed(),
                     up_to_caught_up: up.elapsed(),
                 };
                 println!(
-                    "replica {VICTIM} caught up to {} in {:.1} s, receiving {:.1} MiB ({:.2}% of the state)",
+                    "replica {VICTIM} caught up to {} in {:.1} s, receiving {:.1} MiB of state transfer, {:.1} MiB in all ({:.2}% of the state)",
                     s.last_executed,
                     row.restart_to_caught_up.as_secs_f64(),
                     row.bytes as f64 / (1 << 20) as f64,
+                    row.all_bytes as f64 / (1 << 20) as f64,
                     100.0 * row.bytes as f64 / cfg.state.geometry().map_err(anyhow::Error::msg)?.size() as f64
                 );
                 return Ok(row);

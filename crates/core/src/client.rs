@@ -4,6 +4,11 @@
 //! The request goes to the believed primary first; if no certificate of f+1 matching replies
 //! arrives within the retransmission timeout it is multicast to every replica, with randomized
 //! exponential back-off. The timeout is derived from measured response times.
+//!
+//! A read-only operation (with `read_only_fast_path`) is multicast to every replica, which
+//! answer without ordering it; the client needs 2f+1 matching replies. If they do not arrive
+//! within the retransmission timeout (concurrent writes, a replica down), it is reissued as an
+//! ordered request under a fresh timestamp, so late read-only answers cannot count towards it.
 
 use crate::auth::{open, request_authenticator, seal, Auth};
 use crate::effect::{Bytes, Effect, Env};
@@ -56,6 +61,8 @@ pub enum InvokeError {
 
 struct Outstanding {
     request: Request,
+    /// On the read-only fast path (2f+1 matching replies needed).
+    fast_read: bool,
     bytes: Bytes,
     started_ms: u64,
     deadline_ms: u64,
@@ -77,6 +84,8 @@ pub struct Client<A: Auth> {
     effects: Vec<Effect>,
     /// Frames dropped because they did not verify or did not match (for metrics).
     pub rejected: u64,
+    /// Read-only operations reissued on the ordered path.
+    pub fallbacks: u64,
 }
 
 impl<A: Auth> Client<A> {
@@ -93,6 +102,7 @@ impl<A: Auth> Client<A> {
             outstanding: None,
             effects: Vec::new(),
             rejected: 0,
+            fallbacks: 0,
         }
     }
 
@@ -129,6 +139,22 @@ impl<A: Auth> Client<A> {
             return Err(InvokeError::TooLarge(op.len()));
         }
         // Timestamps stay increasing across restarts as long as the clock does.
+        let fast_read = read_only && self.cfg.read_only_fast_path;
+        let (timestamp, _) = self.issue(env, op, read_only, fast_read, env.now_ms);
+        Ok((timestamp, std::mem::take(&mut self.effects)))
+    }
+
+    /// Signs and sends a request under a fresh timestamp: a fast read to every replica,
+    /// anything else to the believed primary.
+    fn issue(
+        &mut self,
+        env: Env,
+        op: Vec<u8>,
+        read_only: bool,
+        fast_read: bool,
+        started_ms: u64,
+    ) -> (u64, Bytes) {
+        // Timestamps stay increasing across restarts as long as the clock does.
         let timestamp = (self.last_timestamp + 1).max(env.now_ms.saturating_mul(1000));
         self.last_timestamp = timestamp;
         let request = Request {
@@ -143,20 +169,30 @@ impl<A: Auth> Client<A> {
             auth,
         });
         let bytes = Arc::new(seal(&self.auth, &msg, None, self.cfg.n()));
-        let primary = self.cfg.primary(self.view);
-        self.effects.push(Effect::Send {
-            to: Principal::Replica(primary),
-            bytes: bytes.clone(),
-        });
+        if fast_read {
+            for r in 0..self.cfg.n() {
+                self.effects.push(Effect::Send {
+                    to: Principal::Replica(r),
+                    bytes: bytes.clone(),
+                });
+            }
+        } else {
+            let primary = self.cfg.primary(self.view);
+            self.effects.push(Effect::Send {
+                to: Principal::Replica(primary),
+                bytes: bytes.clone(),
+            });
+        }
         self.outstanding = Some(Outstanding {
             request,
-            bytes,
-            started_ms: env.now_ms,
+            fast_read,
+            bytes: bytes.clone(),
+            started_ms,
             deadline_ms: env.now_ms + self.rto_ms(),
             backoff: 0,
             replies: BTreeMap::new(),
         });
-        Ok((timestamp, std::mem::take(&mut self.effects)))
+        (timestamp, bytes)
     }
 
     /// Forgets the outstanding request (the caller gave up on it). Its outcome is unknown.
@@ -188,8 +224,16 @@ impl<A: Auth> Client<A> {
             self.rejected += 1;
             return None;
         }
-        let weak = self.cfg.weak_quorum();
         let o = self.outstanding.as_mut()?;
+        #[cfg(feature = "mutants")]
+        let weak_reads = self.cfg.mutant == crate::types::Mutant::ReadOnlyWeakQuorum;
+        #[cfg(not(feature = "mutants"))]
+        let weak_reads = false;
+        let weak = if o.fast_read && !weak_reads {
+            self.cfg.quorum()
+        } else {
+            self.cfg.weak_quorum()
+        };
         if reply.timestamp != o.request.timestamp {
             return None; // a late reply to an earlier request
         }
@@ -235,6 +279,21 @@ impl<A: Auth> Client<A> {
     pub fn tick(&mut self, env: Env) -> Vec<Effect> {
         let rto = self.rto_ms();
         let max = self.timing.retransmit_max_ms;
+        if self
+            .outstanding
+            .as_ref()
+            .is_some_and(|o| o.fast_read && env.now_ms >= o.deadline_ms)
+        {
+            // No 2f+1 matching read-only answers in time: order it instead.
+            let o = self.outstanding.take().expect("checked");
+            let op = o.request.op;
+            self.issue(env, op, false, false, o.started_ms);
+            if let Some(n) = self.outstanding.as_mut() {
+                n.backoff = 1;
+            }
+            self.fallbacks += 1;
+            return std::mem::take(&mut self.effects);
+        }
         if let Some(o) = self.outstanding.as_mut() {
             if env.now_ms >= o.deadline_ms {
                 o.backoff += 1;

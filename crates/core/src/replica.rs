@@ -181,6 +181,9 @@ pub struct Replica<S: Service, A: Auth> {
     next_probe_ms: u64,
 
     // Requests.
+    /// Read-only requests waiting for everything this replica prepared to execute (one per
+    /// client, the latest).
+    reads: BTreeMap<ClientId, Request>,
     waiting: BTreeMap<ClientId, Waiting>,
     arrivals: BTreeMap<u64, ClientId>,
     next_order: u64,
@@ -255,6 +258,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             transfer: None,
             serve_budget: BTreeMap::new(),
             next_probe_ms: 0,
+            reads: BTreeMap::new(),
             waiting: BTreeMap::new(),
             arrivals: BTreeMap::new(),
             next_order: 0,
@@ -383,6 +387,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             clients: self.clients.len(),
             waiting: self.waiting.len(),
             arrivals: self.arrivals.len(),
+            reads: self.reads.len(),
             view_changes: self.vcs.len() + self.relayed.len(),
             acks: self.acks.len(),
             state: self.state.footprint(),
@@ -406,6 +411,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             clients,
             waiting: clients,
             arrivals: clients,
+            reads: clients,
             view_changes: 4 * n,
             acks: n * ACKS_PER_ACKER_MAX,
             state: StateFootprint {
@@ -550,6 +556,21 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if !verify_request(&self.auth, client, &req.digest(), &sr.auth) {
             return Err(Reject::BadRequestAuth);
         }
+        if req.read_only && self.cfg.read_only_fast_path {
+            if !matches!(from, Principal::Client(_)) {
+                return Err(Reject::Unexpected); // read-only requests are never relayed
+            }
+            if self
+                .service
+                .execute_read_only(&self.state, &req.op)
+                .is_none()
+            {
+                return Err(Reject::Inconsistent); // flagged read-only but it is not
+            }
+            self.reads.insert(req.client, sr.request);
+            self.answer_reads();
+            return Ok(());
+        }
         if let Some(last) = self.clients.get(&req.client) {
             if req.timestamp < last.timestamp {
                 return Err(Reject::Stale);
@@ -609,6 +630,37 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         self.arm_request_timer();
         Ok(())
+    }
+
+    /// Answers the waiting read-only requests from the executed state, once this replica has
+    /// executed everything it prepared: a write whose client saw it complete was prepared by
+    /// f+1 correct replicas, so 2f+1 matching answers cannot all predate it.
+    fn answer_reads(&mut self) {
+        if self.reads.is_empty()
+            || !self.normal
+            || self.diverged
+            || self.transfer.as_ref().is_some_and(|t| t.walk.is_some())
+            || self
+                .log
+                .range(self.last_executed + 1..)
+                .any(|(_, s)| s.prepared)
+        {
+            return;
+        }
+        let reads = std::mem::take(&mut self.reads);
+        for (c, req) in reads {
+            let Some(result) = self.service.execute_read_only(&self.state, &req.op) else {
+                continue;
+            };
+            let reply = Message::Reply(Reply {
+                view: self.view,
+                timestamp: req.timestamp,
+                client: c,
+                replica: self.id,
+                result,
+            });
+            self.send(Principal::Client(c), &reply);
+        }
     }
 
     /// Starts the view-change timer for the oldest waiting request if none is running.
@@ -931,6 +983,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 break; // the body is fetched through status messages
             }
         }
+        self.answer_reads();
         if self.is_primary() {
             self.try_propose();
         }
@@ -1230,6 +1283,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     fn start_transfer(&mut self, seq: Seq, digest: Digest, urgent: bool) {
+        if seq < self.state.base_seq() {
+            // Our durable base is already a later verified checkpoint; moving it backwards
+            // would leave the journal naming a checkpoint the page file no longer holds.
+            return;
+        }
         if let Some(t) = &self.transfer {
             if t.seq > seq || (t.seq == seq && t.digest == digest) {
                 return;
@@ -1483,7 +1541,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return self.on_probe_answer(from, d);
         }
         let t = self.transfer.as_ref().expect("walking");
-        if d.seq != t.seq {
+        if d.seq != t.seq || t.bad.contains(&from) {
             return Err(Reject::Stale);
         }
         if d.items.is_empty() {
@@ -1498,9 +1556,17 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         let lc = self.fetch_lc();
         if self.state.is_dirty() {
-            // Only a test's tampering writes during a walk; installed pages must not mix with
-            // unrecorded writes.
+            // Only a test's tampering writes during a walk. The rollback may undo installed
+            // pages too, so the walk starts again from the root.
             self.state.revert_to_latest();
+            if let Some(t) = self.transfer.as_mut() {
+                let stats = t.walk.as_ref().map(|w| w.stats).unwrap_or_default();
+                let mut fresh = Walk::new(t.seq, t.digest, 0);
+                fresh.stats = stats;
+                t.walk = Some(fresh);
+                t.next_try_ms = 0;
+            }
+            return Ok(());
         }
         let mut t = self.transfer.take().expect("walking");
         let mut w = t.walk.take().expect("walking");
@@ -1509,18 +1575,26 @@ impl<S: Service, A: Auth> Replica<S, A> {
         #[cfg(not(feature = "mutants"))]
         let check_pages = true;
         let result = w.accept(&mut self.state, &d, lc, check_pages);
+        if t.replier == Some(from) && matches!(result, Ok(n) if n > 0) {
+            // The designated replier answered; whatever it left out (over its answer budget)
+            // is asked again at once rather than after the retry timer.
+            w.requeue();
+        }
         t.walk = Some(w);
         self.transfer = Some(t);
-        if let Err(e) = result {
-            if e == Reject::BadState {
-                self.stats.transfer_bad_answers += 1;
-                if let Some(t) = self.transfer.as_mut() {
-                    t.bad.insert(from);
-                    t.next_try_ms = 0; // ask another replier at the next tick
+        let applied = match result {
+            Ok(n) => n,
+            Err(e) => {
+                if e == Reject::BadState {
+                    self.stats.transfer_bad_answers += 1;
+                    if let Some(t) = self.transfer.as_mut() {
+                        t.bad.insert(from);
+                        t.next_try_ms = 0; // ask another replier at the next tick
+                    }
                 }
+                return Err(e);
             }
-            return Err(e);
-        }
+        };
         let done = self
             .transfer
             .as_ref()
@@ -1528,11 +1602,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
             .is_some_and(|w| w.is_complete());
         if done {
             self.finish_transfer();
-        } else if self
-            .transfer
-            .as_ref()
-            .and_then(|t| t.walk.as_ref())
-            .is_some_and(|w| w.has_todo())
+        } else if applied > 0
+            && self
+                .transfer
+                .as_ref()
+                .and_then(|t| t.walk.as_ref())
+                .is_some_and(|w| w.has_todo())
         {
             // Keep the designated replier busy: ask for the next partitions right away.
             if let Some(t) = self.transfer.as_mut() {
@@ -1562,7 +1637,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         else {
             return Err(Reject::Inconsistent);
         };
-        if d.seq == 0 || !d.seq.is_multiple_of(self.cfg.checkpoint_interval) {
+        if !d.seq.is_multiple_of(self.cfg.checkpoint_interval) {
             return Err(Reject::Inconsistent);
         }
         let Some((root, _)) = rebuild_meta(&mut self.state, (0, 0), 0, children) else {
@@ -1581,7 +1656,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let w = t.walk.take().expect("walking");
         let aux = w.aux().expect("complete walks have the root").to_vec();
         let root = self.state.installed_root();
-        let unrepaired = self.state.revalidate();
+        let unrepaired = self.state.check_changed() + self.state.revalidate();
         if unrepaired > 0 || checkpoint_digest(t.seq, &root, &aux) != t.digest {
             // Cannot happen when every answer checked out, unless our own pages changed under
             // us; walk again from the root asking for everything.
@@ -2640,6 +2715,7 @@ pub struct Footprint {
     pub clients: usize,
     pub waiting: usize,
     pub arrivals: usize,
+    pub reads: usize,
     pub view_changes: usize,
     pub acks: usize,
     pub state: StateFootprint,
@@ -2663,6 +2739,7 @@ impl Footprint {
             ("clients", self.clients, bound.clients),
             ("waiting", self.waiting, bound.waiting),
             ("arrivals", self.arrivals, bound.arrivals),
+            ("reads", self.reads, bound.reads),
             ("view_changes", self.view_changes, bound.view_changes),
             ("acks", self.acks, bound.acks),
             (

@@ -49,15 +49,18 @@ pub enum Mutant {
     ViewChangeAnyPrepared,
     /// A fetching replica installs DATA pages without checking them against their digests.
     TrustReplier,
+    /// Clients accept f+1 matching read-only answers instead of 2f+1.
+    ReadOnlyWeakQuorum,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 4] = [
+    pub const ALL: [(&'static str, Mutant); 5] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
         ("trust-replier", Mutant::TrustReplier),
+        ("read-only-weak-quorum", Mutant::ReadOnlyWeakQuorum),
     ];
 }
 
@@ -92,6 +95,11 @@ pub struct Config {
     pub state_transfer_delay_ms: u64,
     /// Retry interval for a state fetch; each retry asks another replica (ms).
     pub state_transfer_retry_ms: u64,
+    /// Read-only operations (PBFT §5.1): clients multicast them, replicas answer from their
+    /// executed state without ordering them (once everything they prepared has executed),
+    /// and clients accept 2f+1 matching answers, falling back to the ordered path otherwise.
+    /// Clients and replicas must agree on it.
+    pub read_only_fast_path: bool,
     /// Largest state-transfer answer a replica sends (bytes); a FETCH asking for more is
     /// answered in part and the asker asks again for the rest.
     pub transfer_reply_bytes_max: usize,
@@ -130,6 +138,7 @@ impl Config {
             retransmit_entries_max: 64,
             state_transfer_delay_ms: 300,
             state_transfer_retry_ms: 500,
+            read_only_fast_path: true,
             transfer_reply_bytes_max: 1 << 20,
             transfer_rate_bytes_per_sec: 256 << 20,
             transfer_items_max: 256,

@@ -475,6 +475,7 @@ struct ProtocolSection {
     retransmit_entries_max: usize,
     state_transfer_delay_ms: u64,
     state_transfer_retry_ms: u64,
+    read_only_fast_path: bool,
     transfer_reply_bytes_max: usize,
     transfer_rate_bytes_per_sec: u64,
     transfer_items_max: usize,
@@ -499,6 +500,7 @@ impl Default for ProtocolSection {
             retransmit_entries_max: c.retransmit_entries_max,
             state_transfer_delay_ms: c.state_transfer_delay_ms,
             state_transfer_retry_ms: c.state_transfer_retry_ms,
+            read_only_fast_path: c.read_only_fast_path,
             transfer_reply_bytes_max: c.transfer_reply_bytes_max,
             transfer_rate_bytes_per_sec: c.transfer_rate_bytes_per_sec,
             transfer_items_max: c.transfer_items_max,
@@ -523,6 +525,7 @@ impl ProtocolSection {
         c.retransmit_entries_max = self.retransmit_entries_max;
         c.state_transfer_delay_ms = self.state_transfer_delay_ms;
         c.state_transfer_retry_ms = self.state_transfer_retry_ms;
+        c.read_only_fast_path = self.read_only_fast_path;
         c.transfer_reply_bytes_max = self.transfer_reply_bytes_max;
         c.transfer_rate_bytes_per_sec = self.transfer_rate_bytes_per_sec;
         c.transfer_items_max = self.transfer_items_max;
@@ -1047,6 +1050,10 @@ retransmit_entries_max = {rem}
 state_transfer_delay_ms = {std}
 # Retry interval of a state fetch; each retry asks another replica (ms). Default: {d_str}.
 state_transfer_retry_ms = {str}
+# Read-only operations (gets, scans) go to every replica and are answered without being
+# ordered; the client needs 2f+1 matching answers and falls back to the ordered path
+# (true/false). Default: {d_rofp}.
+read_only_fast_path = {rofp}
 # Largest state-transfer answer a replica sends (bytes); at least 64 KiB and at most half
 # of message_bytes_max. Default: {d_trb} (1 MiB).
 transfer_reply_bytes_max = {trb}
@@ -1173,6 +1180,8 @@ check_on_start = {sck}
             d_fs = ds.fsync,
             jsb = st.journal_segment_bytes_max,
             d_jsb = ds.journal_segment_bytes_max,
+            rofp = p.read_only_fast_path,
+            d_rofp = d.read_only_fast_path,
             trb = p.transfer_reply_bytes_max,
             d_trb = d.transfer_reply_bytes_max,
             trr = p.transfer_rate_bytes_per_sec,

@@ -80,6 +80,8 @@ fn penalised(reason: Reject) -> bool {
 
 struct Node {
     id: ReplicaId,
+    /// Bytes of every frame received (peers and clients).
+    bytes_received: u64,
     replica: Replica<KvService, StaticKeys>,
     journal: Journal,
     listener: Listener,
@@ -109,6 +111,10 @@ impl Node {
 
     /// Feeds one input to the core and files its effects.
     fn input(&mut self, input: Input<'_>, conn: Option<ConnId>) {
+        if let Input::Receive(bytes) = input {
+            self.bytes_received += bytes.len() as u64;
+            self.metrics.bytes_received.inc_by(bytes.len() as u64);
+        }
         let env = self.env();
         let effects = self.replica.handle(env, input);
         for e in effects {
@@ -327,6 +333,7 @@ impl Node {
             transfer_metas: s.transfer_metas,
             corrupt_pages_found: s.corrupt_pages_found,
             state_base: r.state().base_seq(),
+            bytes_received: self.bytes_received,
             uptime_s: self.started.elapsed().as_secs_f64(),
         };
         self.last_stats = s;
@@ -478,6 +485,7 @@ pub async fn run_replica(config_path: &Path, id: ReplicaId) -> Result<(), NodeEr
         peer_up: vec![false; cfg.replicas.len()],
         last_slow_sync_warn: None,
         last_status_update: None,
+        bytes_received: 0,
     };
     let mut tick = tokio::time::interval(Duration::from_millis(cfg.node.tick_ms.max(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);

@@ -32,5 +32,8 @@ pub struct StatusReport {
     /// Checkpoint the page file holds durably.
     #[serde(default)]
     pub state_base: u64,
+    /// Bytes of every frame received since the process started (peers and clients).
+    #[serde(default)]
+    pub bytes_received: u64,
     pub uptime_s: f64,
 }

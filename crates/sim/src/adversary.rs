@@ -31,6 +31,10 @@ pub struct Adversary {
     /// A lie told consistently to every receiver, per (replica, view), so that the receivers'
     /// acks agree and the lie can enter the new primary's set S.
     vc_lies: BTreeMap<(ReplicaId, u64), Message>,
+    /// Read-only requests seen by a stale-reads replica: (client, timestamp) -> operation.
+    read_ops: BTreeMap<(u64, u64), Vec<u8>>,
+    /// The last result a stale-reads replica computed for each operation.
+    read_results: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
 impl Adversary {
@@ -45,6 +49,8 @@ impl Adversary {
             behaviors,
             alternates: BTreeMap::new(),
             vc_lies: BTreeMap::new(),
+            read_ops: BTreeMap::new(),
+            read_results: BTreeMap::new(),
         }
     }
 
@@ -327,6 +333,25 @@ impl Adversary {
                 }
                 _ => honest,
             },
+            Behavior::StaleReads => match msg {
+                Message::Reply(mut r) => {
+                    // Answer a read with the result of the previous read of the same
+                    // operation: plausible, and stale if a write came in between.
+                    let Some(op) = self.read_ops.remove(&(r.client, r.timestamp)) else {
+                        return honest;
+                    };
+                    let fresh = r.result.clone();
+                    if let Some(old) = self.read_results.get(&op) {
+                        r.result = old.clone();
+                    }
+                    self.read_results.insert(op, fresh);
+                    while self.read_results.len() > 1024 {
+                        self.read_results.pop_first();
+                    }
+                    vec![(to, self.seal(from, &Message::Reply(r), to), 0)]
+                }
+                _ => honest,
+            },
             Behavior::Mixed => honest,
         }
     }
@@ -334,6 +359,21 @@ impl Adversary {
     /// Called when a frame is delivered to Byzantine replica `at`: vote-stuffing replicas
     /// answer every pre-prepare with PREPARE and COMMIT to everyone, whatever the protocol says.
     pub fn on_delivery(&mut self, rng: &mut ChaCha8Rng, at: ReplicaId, bytes: &[u8]) -> Vec<Out> {
+        if self.behaviors.get(&at) == Some(&Behavior::StaleReads) {
+            // Remember which operation each read-only request asked for.
+            if let Ok(frame) = decode_frame(bytes, usize::MAX) {
+                if let Ok(Message::Request(sr)) = decode_body(&frame.body) {
+                    if sr.request.read_only {
+                        let r = &sr.request;
+                        self.read_ops.insert((r.client, r.timestamp), r.op.clone());
+                        while self.read_ops.len() > 1024 {
+                            self.read_ops.pop_first();
+                        }
+                    }
+                }
+            }
+            return vec![];
+        }
         if self.behaviors.get(&at) != Some(&Behavior::VoteEverything) {
             return vec![];
         }

@@ -32,12 +32,14 @@ pub enum Behavior {
     /// As a state-transfer replier, sends wrong pages, wrong meta-data, stale checkpoints
     /// or nothing.
     LieState,
+    /// Answers read-only requests with the result of its previous read of the same operation.
+    StaleReads,
     /// Picks one of the above per message.
     Mixed,
 }
 
 impl Behavior {
-    pub const ALL: [Behavior; 11] = [
+    pub const ALL: [Behavior; 12] = [
         Behavior::Silent,
         Behavior::Withhold,
         Behavior::Equivocate,
@@ -48,6 +50,7 @@ impl Behavior {
         Behavior::Slow,
         Behavior::VoteEverything,
         Behavior::LieState,
+        Behavior::StaleReads,
         Behavior::Mixed,
     ];
 }
@@ -154,6 +157,10 @@ pub struct Scenario {
     /// partitions. Byzantine replicas and clients keep misbehaving.
     pub heal_ms: u64,
     pub partitions: Vec<Partition>,
+    /// Partitions cut replicas from replicas only; clients reach every replica.
+    pub partitions_spare_clients: bool,
+    /// Extra delay (ms) of every frame from a replica to the given replica.
+    pub slow_inbound: Vec<(ReplicaId, u64)>,
     pub byzantine: Vec<(ReplicaId, Behavior)>,
     /// Faulty replicas that crash and restart with no memory (counted against f).
     pub amnesia: Vec<Window>,
@@ -204,6 +211,8 @@ impl Scenario {
             net: NetFaults::none(),
             heal_ms: 0,
             partitions: vec![],
+            partitions_spare_clients: false,
+            slow_inbound: vec![],
             byzantine: vec![],
             amnesia: vec![],
             pauses: vec![],
@@ -409,6 +418,8 @@ impl Scenario {
             }
             _ => {}
         }
+        // Reads on the read-only fast path in most seeds, ordered in the others.
+        s.core.read_only_fast_path = rng.random_bool(0.75);
         s
     }
 
@@ -524,6 +535,27 @@ impl Scenario {
                     end_ms: 2000,
                 });
             }
+            "stale-reads" => {
+                // Reads on the fast path; f = 2 replicas answer them with stale results, two
+                // correct ones are cut off from their peers (not from clients) for a while and
+                // answer from old state, and one hears its peers late.
+                s.core.f = 2;
+                s.core.read_only_fast_path = true;
+                s.byzantine.push((0, Behavior::StaleReads));
+                s.byzantine.push((6, Behavior::StaleReads));
+                s.partitions.push(Partition {
+                    start_ms: 200,
+                    end_ms: 2500,
+                    isolated: vec![4, 5],
+                });
+                s.partitions_spare_clients = true;
+                s.slow_inbound = vec![(3, 60)];
+                s.heal_ms = 3000;
+                s.clients = 5;
+                s.keys = 2;
+                s.ops_per_client = 60;
+                s.delay_ms = (1, 40);
+            }
             "restart-mid-transfer" => {
                 // A paused backup starts fetching and loses power in the middle; it reboots
                 // from its journal and page store and fetches again.
@@ -562,7 +594,8 @@ impl Scenario {
         Some(s)
     }
 
-    pub const NAMED: [&'static str; 17] = [
+    pub const NAMED: [&'static str; 18] = [
+        "stale-reads",
         "page-corruption-scrub",
         "page-corruption-reboot",
         "transfer-under-load",

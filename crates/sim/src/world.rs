@@ -345,6 +345,10 @@ impl World {
         if self.healed() {
             return false;
         }
+        let client_side = matches!(a, Principal::Client(_)) || matches!(b, Principal::Client(_));
+        if client_side && self.sc.partitions_spare_clients {
+            return false;
+        }
         let iso = |p: Principal, part: &crate::scenario::Partition| match p {
             Principal::Replica(r) => part.isolated.contains(&r),
             Principal::Client(_) => false,
@@ -409,6 +413,15 @@ impl World {
         }
         let (lo, hi) = self.sc.delay_ms;
         let mut delay = self.rng.random_range(lo..=hi) + extra_ms;
+        if let (Principal::Replica(_), Principal::Replica(r)) = (from, to) {
+            // A replica slow to hear from its peers (but not from clients).
+            delay += self
+                .sc
+                .slow_inbound
+                .iter()
+                .find(|(s, _)| *s == r)
+                .map_or(0, |(_, ms)| *ms);
+        }
         if faults.spike > 0.0 && self.rng.random_bool(faults.spike) {
             delay += self.rng.random_range(0..=faults.spike_ms);
         }
@@ -593,7 +606,8 @@ impl World {
                 let op = self.next_op(c);
                 let env = self.env();
                 let id = self.clients[c].core.id();
-                match self.clients[c].core.invoke(env, op.encode(), false) {
+                let read_only = op.is_read_only();
+                match self.clients[c].core.invoke(env, op.encode(), read_only) {
                     Ok((ts, eff)) => {
                         self.log(|| format!("c{id} invoke t{ts} {op:?}"));
                         self.history.push(Operation {
@@ -771,10 +785,11 @@ impl World {
                 if self.up[r as usize] != Up::Running {
                     return;
                 }
+                // The adversary sees what its replicas receive before they act on it.
+                let extra = self.adversary.on_delivery(&mut self.rng, r, &bytes);
                 let env = self.replica_env(r);
                 let eff = self.replicas[r as usize].handle(env, Input::Receive(&bytes));
                 self.replica_effects(r, eff);
-                let extra = self.adversary.on_delivery(&mut self.rng, r, &bytes);
                 for (t, b, d) in extra {
                     self.transmit(Principal::Replica(r), t, b, d);
                 }

@@ -192,6 +192,11 @@ fn a_lying_replier_is_detected_and_avoided() {
 }
 
 #[test]
+fn fast_path_reads_stay_linearizable_against_stale_answers() {
+    named("stale-reads", 0..10);
+}
+
+#[test]
 fn a_replica_restarting_mid_transfer_fetches_again() {
     for out in named("restart-mid-transfer", 0..6) {
         assert!(out.stats.state_transfers >= 1, "{:?}", out.stats);

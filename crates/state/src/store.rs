@@ -239,6 +239,10 @@ impl FileStore {
             }
         }
         s.replay_redo()?;
+        // The redo log exists from now on, with its name durable, so a commit only ever
+        // rewrites its contents.
+        s.clear_redo()?;
+        sync_dir(dir)?;
         let want_pages = geo.size();
         if s.pages.metadata()?.len() != want_pages {
             s.pages.set_len(want_pages)?;

@@ -536,6 +536,33 @@ impl PagedState {
         report
     }
 
+    /// Checks the pages changed since the latest checkpoint (written, installed) that are not
+    /// dirty against their current entries; mismatches are marked invalid. Returns how many
+    /// failed. A transfer runs it before adopting what it installed.
+    pub fn check_changed(&mut self) -> usize {
+        let depth = self.geo.depth() as usize;
+        let latest = self.latest();
+        let changed: Vec<u64> = self.copies[&latest]
+            .pages
+            .keys()
+            .copied()
+            .filter(|p| !self.dirty.contains(p))
+            .collect();
+        let mut buf = vec![0u8; self.geo.page_size()];
+        let mut bad = Vec::new();
+        for p in changed {
+            let e = self.tree[depth][p as usize];
+            self.read_live(p, &mut buf);
+            if page_digest(p, e.lm, &buf) != e.digest {
+                bad.push(p);
+            }
+        }
+        for p in &bad {
+            self.mark_invalid(*p);
+        }
+        bad.len()
+    }
+
     /// Drops from the invalid set the pages whose live bytes match their (non-invalid) entry
     /// again (installed or rewritten to the right content). Returns how many remain.
     pub fn revalidate(&mut self) -> usize {
