@@ -66,6 +66,22 @@ impl KvClient {
         }
     }
 
+    /// Sets `key` to `value` without fetching the previous value (a blind write).
+    pub async fn set(
+        &self,
+        key: impl Into<Vec<u8>>,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<(), KvError> {
+        let op = KvOp::Set {
+            key: key.into(),
+            value: value.into(),
+        };
+        match self.run(op, "set").await? {
+            KvResult::Done => Ok(()),
+            other => Err(unexpected("set", other)),
+        }
+    }
+
     /// Removes `key`; returns the previous value.
     pub async fn delete(&self, key: impl Into<Vec<u8>>) -> Result<Option<Vec<u8>>, KvError> {
         let op = KvOp::Delete { key: key.into() };

@@ -75,7 +75,7 @@ impl ClientSetup {
     }
 
     fn check(&self) -> Result<(), String> {
-        self.core.validate()?;
+        self.core.validate_for_client()?;
         if self.replicas.len() != self.core.n() as usize {
             return Err(format!(
                 "{} replica addresses given for a cluster of n = 3f+1 = {}",

@@ -175,6 +175,16 @@ impl Config {
         if self.f == 0 {
             return Err("f must be at least 1 (n = 3f+1 >= 4)".into());
         }
+        self.validate_parameters()
+    }
+
+    /// What a client needs: [`Config::validate`], except that f = 0 (one unreplicated server,
+    /// the benchmarks' baseline) is accepted.
+    pub fn validate_for_client(&self) -> Result<(), String> {
+        self.validate_parameters()
+    }
+
+    fn validate_parameters(&self) -> Result<(), String> {
         if self.checkpoint_interval == 0 {
             return Err("checkpoint_interval must be positive".into());
         }

@@ -34,6 +34,13 @@ pub enum KvOp {
         #[serde(with = "serde_bytes")]
         key: Vec<u8>,
     },
+    /// Sets `key` to `value` without returning the previous value (a blind write).
+    Set {
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        #[serde(with = "serde_bytes")]
+        value: Vec<u8>,
+    },
     /// Sets `key` to `new` iff its current value equals `expected` (None = absent).
     Cas {
         #[serde(with = "serde_bytes")]
@@ -73,6 +80,8 @@ pub enum KvResult {
     Pairs(#[serde(with = "pairs")] Vec<(Vec<u8>, Vec<u8>)>),
     /// The operation was undecodable or exceeded a limit; the state is unchanged.
     Error(String),
+    /// Result of a Set: done.
+    Done,
 }
 
 /// Errors of decoding and of limit checks.
@@ -144,6 +153,7 @@ impl KvOp {
         match self {
             KvOp::Get { key }
             | KvOp::Put { key, .. }
+            | KvOp::Set { key, .. }
             | KvOp::Delete { key }
             | KvOp::Cas { key, .. } => Some(key),
             KvOp::Scan { .. } => None,
@@ -246,7 +256,7 @@ impl KvService {
     fn check_limits(&self, op: &KvOp) -> Result<(), KvError> {
         match op {
             KvOp::Get { key } | KvOp::Delete { key } => self.check_key(key),
-            KvOp::Put { key, value } => {
+            KvOp::Put { key, value } | KvOp::Set { key, value } => {
                 self.check_key(key)?;
                 self.check_value(value)
             }
@@ -298,6 +308,10 @@ impl KvService {
             },
             KvOp::Delete { key } => KvResult::Written {
                 previous: index.delete(state, &key),
+            },
+            KvOp::Set { key, value } => match index.put(state, &key, &value) {
+                Ok(_) => KvResult::Done,
+                Err(e) => full(e),
             },
             KvOp::Cas { key, expected, new } => {
                 let current = index.get(state, &key);

@@ -118,6 +118,7 @@ fn validate(i: usize, o: &Operation) -> Result<&[u8], Violation> {
         }
         (KvOp::Get { .. }, KvResult::Value(_)) => true,
         (KvOp::Put { .. } | KvOp::Delete { .. }, KvResult::Written { .. }) => true,
+        (KvOp::Set { .. }, KvResult::Done) => true,
         (KvOp::Cas { .. }, KvResult::Cas { .. }) => true,
         _ => false,
     };
@@ -138,6 +139,7 @@ type State = u32;
 enum Effect {
     Get,
     Put(State),
+    Set(State),
     Delete,
     Cas { expected: State, new: State },
 }
@@ -147,6 +149,7 @@ enum Effect {
 enum Output {
     Value(State),
     Written(State),
+    Done,
     Cas { ok: bool, current: State },
 }
 
@@ -178,6 +181,7 @@ impl Model {
         let (out, next) = match self.effect {
             Effect::Get => (Output::Value(s), s),
             Effect::Put(v) => (Output::Written(s), v),
+            Effect::Set(v) => (Output::Done, v),
             Effect::Delete => (Output::Written(s), 0),
             Effect::Cas { expected, new } if s == expected => (
                 Output::Cas {
@@ -305,6 +309,7 @@ fn check_key(history: &[Operation], idx: &[usize], budget: u64) -> Result<u64, S
             let effect = match &o.op {
                 KvOp::Get { .. } => Effect::Get,
                 KvOp::Put { value, .. } => Effect::Put(interner.id(Some(value))),
+                KvOp::Set { value, .. } => Effect::Set(interner.id(Some(value))),
                 KvOp::Delete { .. } => Effect::Delete,
                 KvOp::Cas { expected, new, .. } => Effect::Cas {
                     expected: interner.id(expected.as_ref()),
@@ -315,6 +320,7 @@ fn check_key(history: &[Operation], idx: &[usize], budget: u64) -> Result<u64, S
             let output = o.result.as_ref().map(|r| match r {
                 KvResult::Value(v) => Output::Value(interner.id(v.as_ref())),
                 KvResult::Written { previous } => Output::Written(interner.id(previous.as_ref())),
+                KvResult::Done => Output::Done,
                 KvResult::Cas { ok, current } => Output::Cas {
                     ok: *ok,
                     current: interner.id(current.as_ref()),
@@ -559,6 +565,7 @@ fn describe(o: &Operation) -> String {
     let op = match &o.op {
         KvOp::Get { .. } => "Get".to_string(),
         KvOp::Put { value, .. } => format!("Put {}", show_bytes(value)),
+        KvOp::Set { value, .. } => format!("Set {}", show_bytes(value)),
         KvOp::Delete { .. } => "Delete".to_string(),
         KvOp::Cas { expected, new, .. } => {
             format!("Cas {} => {}", show_opt(expected), show_bytes(new))
@@ -582,6 +589,7 @@ fn describe(o: &Operation) -> String {
         }
         Some(KvResult::Pairs(p)) => format!("{} pairs", p.len()),
         Some(KvResult::Error(e)) => format!("error {e:?}"),
+        Some(KvResult::Done) => "done".to_string(),
     };
     let end = o
         .complete_ms
