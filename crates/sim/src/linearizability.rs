@@ -1276,6 +1276,7 @@ mod tests {
                 },
                 None,
             ),
+            KvOp::Set { value, .. } => (KvResult::Done, Some(value.clone())),
             KvOp::Cas { expected, new, .. } if state == expected => (
                 KvResult::Cas {
                     ok: true,
