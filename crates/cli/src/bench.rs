@@ -36,6 +36,8 @@ enum Bench {
     /// Bytes and time for a restarted replica to catch up by page-level state transfer,
     /// next to a whole-state copy
     StateTransfer(StateTransferArgs),
+    /// Latency and throughput of 0/0, 0/4 and 4/0 operations against an unreplicated baseline
+    Micro(crate::micro::MicroArgs),
 }
 
 #[derive(Args)]
@@ -61,6 +63,7 @@ pub struct StateTransferArgs {
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.which {
+        Bench::Micro(a) => crate::micro::run(a),
         Bench::StateTransfer(a) => {
             anyhow::ensure!(
                 a.dirty_percent > 0.0 && a.dirty_percent <= 100.0,

@@ -16,6 +16,7 @@ mod cmd_replica;
 mod cmd_status;
 mod demo;
 mod http;
+mod micro;
 mod ports;
 mod procs;
 
@@ -57,8 +58,31 @@ enum Command {
     Status(cmd_status::StatusArgs),
     /// Run a 4-replica cluster on 127.0.0.1 under load, crash its primary, verify every write
     Demo(demo::DemoArgs),
-    /// Benchmarks on a local cluster (state-transfer)
+    /// Benchmarks on a local cluster (state-transfer, micro)
     Bench(bench::BenchArgs),
+    /// Run the unreplicated baseline server of the benchmarks (one server, no agreement)
+    Baseline(BaselineArgs),
+}
+
+#[derive(clap::Args)]
+struct BaselineArgs {
+    /// The cluster configuration file; the server uses replica 0's keys
+    #[arg(long, value_name = "FILE")]
+    config: std::path::PathBuf,
+    /// Address to listen on [default: replica 0's addr]
+    #[arg(long, value_name = "HOST:PORT")]
+    addr: Option<std::net::SocketAddr>,
+}
+
+fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
+    redoubt_node::logging::init(redoubt_node::logging::LogFormat::Human);
+    let cfg = redoubt_node::config::ClusterConfig::load(&args.config)?;
+    let addr = match args.addr {
+        Some(a) => a,
+        None => cfg.replica(0)?.addr,
+    };
+    runtime(2)?.block_on(redoubt_node::baseline::run_baseline(&args.config, addr))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
@@ -70,6 +94,7 @@ fn main() -> ExitCode {
         Command::Status(a) => cmd_status::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Baseline(a) => baseline(a),
     };
     match result {
         Ok(code) => code,

@@ -242,9 +242,10 @@ impl Client {
         self.call(op, false).await
     }
 
-    /// Like [`Client::invoke`] for an operation that does not modify the state. The request is
-    /// marked read-only; replicas currently order it like any other request (the
-    /// one-round-trip read path comes later), so the guarantees are the same.
+    /// Like [`Client::invoke`] for an operation that does not modify the state. With
+    /// `read_only_fast_path` it goes to every replica and completes with 2f+1 matching answers
+    /// (one round trip, unordered), falling back to the ordered path when they do not agree in
+    /// time; the result is linearizable either way.
     pub async fn invoke_read_only(&self, op: Vec<u8>) -> Result<Vec<u8>, ClientError> {
         self.call(op, true).await
     }

@@ -11,6 +11,7 @@
 //! The protocol logic itself lives in `redoubt-core`; this crate must never decide anything the
 //! protocol decides, only carry bytes, time and durability to and from it.
 
+pub mod baseline;
 pub mod config;
 pub mod init;
 pub mod keys;

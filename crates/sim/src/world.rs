@@ -552,7 +552,8 @@ impl World {
         self.clients[c].counter += 1;
         let value = format!("c{id}-{}", self.clients[c].counter).into_bytes();
         match self.rng.random_range(0..10) {
-            0..=3 => KvOp::Put { key, value },
+            0..=2 => KvOp::Put { key, value },
+            3 => KvOp::Set { key, value },
             4..=6 => KvOp::Get { key },
             7 => KvOp::Delete { key },
             _ => {
