@@ -39,7 +39,10 @@ pub fn run(args: ReplicaArgs) -> ExitCode {
             .unwrap_or(LogFormat::Human),
     };
     redoubt_node::logging::init(format);
-    let rt = match crate::runtime(std::thread::available_parallelism().map_or(2, |n| n.get())) {
+    let threads = ClusterConfig::load(&args.config)
+        .map(|c| c.node.worker_threads)
+        .unwrap_or(1);
+    let rt = match crate::runtime_with(threads) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: replica {}: {e:#}", args.id);

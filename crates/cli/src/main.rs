@@ -105,6 +105,20 @@ fn main() -> ExitCode {
     }
 }
 
+/// The replica's runtime: one thread (`current_thread`) when `threads` is 1, else a
+/// multi-thread runtime with `threads` workers (0 = one per core).
+pub fn runtime_with(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
+    use anyhow::Context as _;
+    match threads {
+        1 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the async runtime"),
+        0 => runtime(std::thread::available_parallelism().map_or(2, |n| n.get())),
+        n => runtime(n),
+    }
+}
+
 /// A multi-thread tokio runtime for the commands that talk to the network.
 pub fn runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
     use anyhow::Context as _;

@@ -41,6 +41,9 @@ pub struct MicroArgs {
     /// Sync the replicas' journals (the baseline keeps no journal either way)
     #[arg(long)]
     fsync: bool,
+    /// Run only redoubt (for profiling); no ratios are printed
+    #[arg(long)]
+    redoubt_only: bool,
     /// Directory for micro.csv and the plots
     #[arg(long, value_name = "DIR", default_value = "docs/bench")]
     out: PathBuf,
@@ -231,12 +234,17 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
 
     let mut progress = Progress {
         tty: std::io::stderr().is_terminal(),
-        total: 2 * OPS.len() * (1 + clients.len()),
+        total: if args.redoubt_only { 1 } else { 2 } * OPS.len() * (1 + clients.len()),
         done: 0,
         started: Instant::now(),
     };
     let mut points = Vec::new();
-    for system in [System::Baseline, System::Redoubt] {
+    let systems: &[System] = if args.redoubt_only {
+        &[System::Redoubt]
+    } else {
+        &[System::Baseline, System::Redoubt]
+    };
+    for &system in systems {
         let mut procs = ReplicaProcs::new(exe.clone(), config_path.clone(), dir.clone(), 4);
         let result = run_system(
             system,
@@ -254,6 +262,19 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         points.extend(result?);
     }
     progress.finish();
+    if args.redoubt_only {
+        for p in &points {
+            println!(
+                "{} {} clients: {:.0} ops/s, p50 {:.3} ms, p99 {:.3} ms",
+                p.op.label(),
+                p.clients,
+                p.ops_per_s,
+                p.p50_ms,
+                p.p99_ms
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
 
     // Tables.
     let mut report = String::new();

@@ -45,3 +45,37 @@ fn small_state_transfer_bench_runs_and_transfers_little() {
     );
     assert!(whole > 0.8, "whole-state ratio {whole}: {stdout}");
 }
+
+#[test]
+fn micro_bench_runs_and_writes_its_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = common::redoubt();
+    cmd.args([
+        "bench",
+        "micro",
+        "--clients",
+        "1,2",
+        "--latency-ops",
+        "30",
+        "--seconds",
+        "0.3",
+        "--out",
+    ])
+    .arg(dir.path());
+    let out = common::output_within(cmd, Duration::from_secs(180));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let csv = std::fs::read_to_string(dir.path().join("micro.csv")).unwrap();
+    // Both systems, every operation, latency row plus two client counts.
+    assert_eq!(csv.lines().count(), 1 + 2 * 4 * 3, "{csv}");
+    for op in ["0-0-ordered", "0-0-read-only", "0-4-ordered", "4-0-ordered"] {
+        let svg = std::fs::read_to_string(dir.path().join(format!("micro-{op}.svg"))).unwrap();
+        assert!(svg.contains("<polyline"), "{op}");
+    }
+    assert!(stdout.contains("Peak throughput"), "{stdout}");
+}

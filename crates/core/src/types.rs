@@ -47,7 +47,8 @@ pub enum Mutant {
     SkipDigestCheck,
     /// The new primary picks any prepared request for a sequence number, ignoring views.
     ViewChangeAnyPrepared,
-    /// A fetching replica installs DATA pages without checking them against their digests.
+    /// A fetching replica installs DATA pages without checking them against their digests
+    /// (and skips the re-check of installed pages before adopting them).
     TrustReplier,
     /// Clients accept f+1 matching read-only answers instead of 2f+1.
     ReadOnlyWeakQuorum,
@@ -131,7 +132,7 @@ impl Config {
             log_size: 256,
             batch_requests_max: 64,
             batch_bytes_max: 1 << 20,
-            inflight_batches_max: 2,
+            inflight_batches_max: 1,
             view_change_timeout_ms: 1000,
             view_change_timeout_max_ms: 16_000,
             status_interval_ms: 100,

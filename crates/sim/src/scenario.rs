@@ -526,9 +526,11 @@ impl Scenario {
                 // moves.
                 s.core.checkpoint_interval = 32;
                 s.core.log_size = 64;
+                s.core.f = 2;
                 s.keys = 40;
                 s.ops_per_client = 60;
                 s.byzantine.push((1, Behavior::LieState));
+                s.byzantine.push((2, Behavior::LieState));
                 s.pauses.push(Window {
                     replica: 3,
                     start_ms: 50,
