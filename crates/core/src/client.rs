@@ -67,8 +67,8 @@ struct Outstanding {
     started_ms: u64,
     deadline_ms: u64,
     backoff: u32,
-    /// replica -> (view, result digest, result)
-    replies: BTreeMap<ReplicaId, (View, Digest, Vec<u8>)>,
+    /// replica -> (view, result digest, result if sent in full)
+    replies: BTreeMap<ReplicaId, (View, Digest, Option<Vec<u8>>)>,
 }
 
 /// A client.
@@ -237,15 +237,27 @@ impl<A: Auth> Client<A> {
         if reply.timestamp != o.request.timestamp {
             return None; // a late reply to an earlier request
         }
-        let d = Digest::of(&reply.result);
-        o.replies.insert(from, (reply.view, d, reply.result));
+        let Some(d) = reply.result_digest() else {
+            self.rejected += 1;
+            return None;
+        };
+        let full = (!reply.digest_only).then_some(reply.result);
+        match o.replies.get(&from) {
+            // A digest never replaces the same replica's full result for that digest.
+            Some((_, od, Some(_))) if *od == d && full.is_none() => {}
+            _ => {
+                o.replies.insert(from, (reply.view, d, full));
+            }
+        }
         let mut matching: Vec<View> = o
             .replies
             .values()
             .filter(|(_, rd, _)| *rd == d)
             .map(|(v, _, _)| *v)
             .collect();
-        if matching.len() < weak {
+        // Enough matching digests, and the result itself from one of them.
+        let have_result = o.replies.values().any(|(_, rd, r)| *rd == d && r.is_some());
+        if matching.len() < weak || !have_result {
             return None;
         }
         // The view vouched for by f+1 replicas: the (f+1)-th highest.
@@ -255,9 +267,8 @@ impl<A: Auth> Client<A> {
         let result = o
             .replies
             .into_values()
-            .find(|(_, rd, _)| *rd == d)
-            .map(|(_, _, r)| r)
-            .expect("matching reply present");
+            .find_map(|(_, rd, r)| if rd == d { r } else { None })
+            .expect("a full matching reply is present");
         let latency_ms = env.now_ms.saturating_sub(o.started_ms);
         if o.backoff == 0 {
             // Only unambiguous samples (no retransmission) update the estimate.

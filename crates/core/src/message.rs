@@ -134,8 +134,36 @@ pub struct Reply {
     pub timestamp: u64,
     pub client: ClientId,
     pub replica: ReplicaId,
+    /// With `digest_only`, the 32-byte digest of the result instead of the result (PBFT's
+    /// digest replies: only the designated replier sends the result itself).
+    pub digest_only: bool,
     #[serde(with = "serde_bytes")]
     pub result: Vec<u8>,
+}
+
+impl Reply {
+    /// The digest of the result this reply vouches for; `None` for a malformed digest reply.
+    pub fn result_digest(&self) -> Option<Digest> {
+        if self.digest_only {
+            let bytes: [u8; 32] = self.result.as_slice().try_into().ok()?;
+            Some(Digest(bytes))
+        } else {
+            Some(Digest::of(&self.result))
+        }
+    }
+}
+
+/// Results at most this long always travel in full (a digest would not be shorter).
+pub const DIGEST_REPLY_MIN_BYTES: usize = 33;
+
+/// The replica that sends the full result of request (`client`, `timestamp`) when digest
+/// replies are on; the others send its digest. Spread over replicas by a hash.
+pub fn designated_replier(client: ClientId, timestamp: u64, n: u32) -> ReplicaId {
+    let d = DigestBuilder::new("redoubt.replier.v1")
+        .u64(client)
+        .u64(timestamp)
+        .finish();
+    (u64::from_le_bytes(d.0[..8].try_into().expect("8 bytes")) % n as u64) as ReplicaId
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -582,6 +582,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     timestamp: last.timestamp,
                     client: req.client,
                     replica: self.id,
+                    digest_only: false,
                     result: last.result.clone(),
                 });
                 self.send(client, &reply);
@@ -652,15 +653,30 @@ impl<S: Service, A: Auth> Replica<S, A> {
             let Some(result) = self.service.execute_read_only(&self.state, &req.op) else {
                 continue;
             };
-            let reply = Message::Reply(Reply {
-                view: self.view,
-                timestamp: req.timestamp,
-                client: c,
-                replica: self.id,
-                result,
-            });
+            let reply = self.reply(c, req.timestamp, result);
             self.send(Principal::Client(c), &reply);
         }
+    }
+
+    /// The first reply to a request: in full from its designated replier (or for short
+    /// results, or without digest replies), as a digest from the others.
+    fn reply(&self, client: ClientId, timestamp: u64, result: Vec<u8>) -> Message {
+        let digest_only = self.cfg.digest_replies
+            && result.len() >= DIGEST_REPLY_MIN_BYTES
+            && designated_replier(client, timestamp, self.cfg.n()) != self.id;
+        let result = if digest_only {
+            Digest::of(&result).0.to_vec()
+        } else {
+            result
+        };
+        Message::Reply(Reply {
+            view: self.view,
+            timestamp,
+            client,
+            replica: self.id,
+            digest_only,
+            result,
+        })
     }
 
     /// Starts the view-change timer for the oldest waiting request if none is running.
@@ -1043,13 +1059,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     );
                     continue;
                 }
-                let reply = Message::Reply(Reply {
-                    view: self.view,
-                    timestamp: req.timestamp,
-                    client: c,
-                    replica: self.id,
-                    result: result.clone(),
-                });
+                let reply = self.reply(c, req.timestamp, result.clone());
                 self.clients.insert(
                     c,
                     LastReply {

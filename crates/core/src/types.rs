@@ -101,6 +101,12 @@ pub struct Config {
     /// and clients accept 2f+1 matching answers, falling back to the ordered path otherwise.
     /// Clients and replicas must agree on it.
     pub read_only_fast_path: bool,
+    /// Digest replies (PBFT §5.1): for results longer than 32 bytes only one replica, chosen
+    /// per request, sends the result; the others send its digest. A client that gets matching
+    /// digests but no result retransmits, and replicas answer retransmissions in full. Off by
+    /// default: on a fast local network waiting for one particular replica costs more than the
+    /// bytes saved (see docs/configuration.md).
+    pub digest_replies: bool,
     /// Largest state-transfer answer a replica sends (bytes); a FETCH asking for more is
     /// answered in part and the asker asks again for the rest.
     pub transfer_reply_bytes_max: usize,
@@ -140,6 +146,7 @@ impl Config {
             state_transfer_delay_ms: 300,
             state_transfer_retry_ms: 500,
             read_only_fast_path: true,
+            digest_replies: false,
             transfer_reply_bytes_max: 1 << 20,
             transfer_rate_bytes_per_sec: 256 << 20,
             transfer_items_max: 256,

@@ -125,6 +125,7 @@ pub async fn run_baseline(config_path: &Path, addr: SocketAddr) -> Result<(), No
             timestamp: req.timestamp,
             client: c,
             replica: 0,
+            digest_only: false,
             result,
         });
         let out = seal(&keys, &reply, Some(frame.from), 1);

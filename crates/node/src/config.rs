@@ -479,6 +479,7 @@ struct ProtocolSection {
     state_transfer_delay_ms: u64,
     state_transfer_retry_ms: u64,
     read_only_fast_path: bool,
+    digest_replies: bool,
     transfer_reply_bytes_max: usize,
     transfer_rate_bytes_per_sec: u64,
     transfer_items_max: usize,
@@ -504,6 +505,7 @@ impl Default for ProtocolSection {
             state_transfer_delay_ms: c.state_transfer_delay_ms,
             state_transfer_retry_ms: c.state_transfer_retry_ms,
             read_only_fast_path: c.read_only_fast_path,
+            digest_replies: c.digest_replies,
             transfer_reply_bytes_max: c.transfer_reply_bytes_max,
             transfer_rate_bytes_per_sec: c.transfer_rate_bytes_per_sec,
             transfer_items_max: c.transfer_items_max,
@@ -529,6 +531,7 @@ impl ProtocolSection {
         c.state_transfer_delay_ms = self.state_transfer_delay_ms;
         c.state_transfer_retry_ms = self.state_transfer_retry_ms;
         c.read_only_fast_path = self.read_only_fast_path;
+        c.digest_replies = self.digest_replies;
         c.transfer_reply_bytes_max = self.transfer_reply_bytes_max;
         c.transfer_rate_bytes_per_sec = self.transfer_rate_bytes_per_sec;
         c.transfer_items_max = self.transfer_items_max;
@@ -1057,6 +1060,10 @@ state_transfer_retry_ms = {str}
 # ordered; the client needs 2f+1 matching answers and falls back to the ordered path
 # (true/false). Default: {d_rofp}.
 read_only_fast_path = {rofp}
+# Digest replies: for results over 32 bytes, one replica per request (chosen by a hash of the
+# client and timestamp) sends the result and the others its digest (true/false).
+# Default: {d_dr}.
+digest_replies = {dr}
 # Largest state-transfer answer a replica sends (bytes); at least 64 KiB and at most half
 # of message_bytes_max. Default: {d_trb} (1 MiB).
 transfer_reply_bytes_max = {trb}
@@ -1190,6 +1197,8 @@ check_on_start = {sck}
             jsb = st.journal_segment_bytes_max,
             d_jsb = ds.journal_segment_bytes_max,
             rofp = p.read_only_fast_path,
+            dr = p.digest_replies,
+            d_dr = d.digest_replies,
             d_rofp = d.read_only_fast_path,
             trb = p.transfer_reply_bytes_max,
             d_trb = d.transfer_reply_bytes_max,

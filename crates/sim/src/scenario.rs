@@ -161,6 +161,8 @@ pub struct Scenario {
     pub partitions_spare_clients: bool,
     /// Extra delay (ms) of every frame from a replica to the given replica.
     pub slow_inbound: Vec<(ReplicaId, u64)>,
+    /// Bytes appended to every value clients write (long results exercise digest replies).
+    pub value_pad: usize,
     pub byzantine: Vec<(ReplicaId, Behavior)>,
     /// Faulty replicas that crash and restart with no memory (counted against f).
     pub amnesia: Vec<Window>,
@@ -213,6 +215,7 @@ impl Scenario {
             partitions: vec![],
             partitions_spare_clients: false,
             slow_inbound: vec![],
+            value_pad: 0,
             byzantine: vec![],
             amnesia: vec![],
             pauses: vec![],
@@ -420,6 +423,9 @@ impl Scenario {
         }
         // Reads on the read-only fast path in most seeds, ordered in the others.
         s.core.read_only_fast_path = rng.random_bool(0.75);
+        // Long values (results over 32 bytes travel as digest replies) in half of the seeds.
+        s.value_pad = if rng.random_bool(0.5) { 48 } else { 0 };
+        s.core.digest_replies = rng.random_bool(0.8);
         s
     }
 

@@ -550,7 +550,9 @@ impl World {
         let key = self.key_name();
         let id = self.clients[c].core.id();
         self.clients[c].counter += 1;
-        let value = format!("c{id}-{}", self.clients[c].counter).into_bytes();
+        let mut value = format!("c{id}-{}", self.clients[c].counter).into_bytes();
+        // Long values make results long enough for digest replies.
+        value.resize(value.len() + self.sc.value_pad, b'.');
         match self.rng.random_range(0..10) {
             0..=2 => KvOp::Put { key, value },
             3 => KvOp::Set { key, value },
@@ -563,7 +565,9 @@ impl World {
                     // Expect the value some client may have written.
                     let other = self.rng.random_range(1..=self.sc.clients);
                     let cnt = self.rng.random_range(1..4);
-                    Some(format!("c{other}-{cnt}").into_bytes())
+                    let mut v = format!("c{other}-{cnt}").into_bytes();
+                    v.resize(v.len() + self.sc.value_pad, b'.');
+                    Some(v)
                 };
                 KvOp::Cas {
                     key,
