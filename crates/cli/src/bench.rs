@@ -145,6 +145,11 @@ async fn state_transfer(args: StateTransferArgs) -> anyhow::Result<ExitCode> {
     // A short log, so the rewrite moves the others past the stopped replica's window.
     cfg.protocol.checkpoint_interval = 32;
     cfg.protocol.log_size = 64;
+    // Peers queue frames for an unreachable replica and deliver them when it comes back; with
+    // the default queue (8192 frames) the restarted replica would replay the rewrite batches
+    // from those queued protocol messages instead of fetching state. A short queue keeps only
+    // the latest frames, so the benchmark measures the transfer.
+    cfg.node.peer_queue_frames_max = 64;
     std::fs::write(&config_path, cfg.to_toml())?;
     let cfg = ClusterConfig::load(&config_path)?;
     let geo = cfg.state.geometry().map_err(anyhow::Error::msg)?;
@@ -276,13 +281,19 @@ async fn bench_body(
     let rewrites = dirty_pages.div_ceil(pages_per_record).min(records);
     let stride = (records / rewrites.max(1)).max(1);
     let chosen: Vec<(u64, u64)> = (0..rewrites).map(|j| ((j * stride) % records, 1)).collect();
+    let before = max_executed(cfg).await;
     procs.kill(VICTIM)?;
     println!(
-        "replica {VICTIM} stopped; rewriting {rewrites} records (~{dirty_pages} pages, {}%)",
+        "replica {VICTIM} stopped at sequence number {before}; rewriting {rewrites} records (~{dirty_pages} pages, {}%)",
         args.dirty_percent
     );
     put_all(&kvs, chosen).await?;
+    let rewritten = max_executed(cfg).await;
     advance_past_window(cfg, &kvs[0]).await?;
+    println!(
+        "the others executed the rewrites up to {rewritten} and moved on to {}",
+        max_executed(cfg).await
+    );
     rows.push(
         restart_and_measure(
             cfg,
