@@ -27,6 +27,13 @@ pub trait Auth {
     fn verify_from(&self, from: Principal, epoch: u32, digest: &Digest, mac: &Mac) -> bool;
     /// Whether `from` is a principal this node has keys for.
     fn knows(&self, from: Principal) -> bool;
+    /// The session-key table, when keys are refreshed by NEW-KEY (static keys have none).
+    fn session(&mut self) -> Option<&mut crate::keys::SessionKeys> {
+        None
+    }
+    fn session_ref(&self) -> Option<&crate::keys::SessionKeys> {
+        None
+    }
 }
 
 /// Static directional pairwise keys.

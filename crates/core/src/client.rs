@@ -71,6 +71,9 @@ struct Outstanding {
     replies: BTreeMap<ReplicaId, (View, Digest, Option<Vec<u8>>)>,
 }
 
+/// Shortest interval between NEW-KEYs a client sends because replicas stopped answering (ms).
+const KEY_FORCE_MIN_MS: u64 = 1000;
+
 /// A client.
 pub struct Client<A: Auth> {
     cfg: Config,
@@ -86,6 +89,12 @@ pub struct Client<A: Auth> {
     pub rejected: u64,
     /// Read-only operations reissued on the ordered path.
     pub fallbacks: u64,
+    /// With session keys: when the next NEW-KEY is due (host clock, ms), and the last one.
+    next_rekey_ms: u64,
+    last_rekey_ms: Option<u64>,
+    /// NEW-KEYs sent, and failures of the key holder.
+    pub key_refreshes: u64,
+    pub key_holder_failures: u64,
 }
 
 impl<A: Auth> Client<A> {
@@ -103,7 +112,60 @@ impl<A: Auth> Client<A> {
             effects: Vec::new(),
             rejected: 0,
             fallbacks: 0,
+            next_rekey_ms: 0,
+            last_rekey_ms: None,
+            key_refreshes: 0,
+            key_holder_failures: 0,
         }
+    }
+
+    /// With session keys: sends a NEW-KEY to every replica when one is due (at the start,
+    /// every `key_refresh_ms`, or `force`d because replicas stopped answering: they may have
+    /// discarded our key after a recovery or restart).
+    fn refresh_keys(&mut self, env: Env, force: bool) {
+        if self.auth.session_ref().is_none() {
+            return;
+        }
+        let due = env.now_ms >= self.next_rekey_ms
+            || (force
+                && self
+                    .last_rekey_ms
+                    .is_none_or(|t| env.now_ms >= t + KEY_FORCE_MIN_MS));
+        if !due {
+            return;
+        }
+        let replicas: Vec<Principal> = (0..self.cfg.n()).map(Principal::Replica).collect();
+        let Some(s) = self.auth.session() else {
+            return;
+        };
+        match s.refresh(&replicas) {
+            Ok(nk) => {
+                self.key_refreshes += 1;
+                self.last_rekey_ms = Some(env.now_ms);
+                self.next_rekey_ms = env.now_ms + self.cfg.key_refresh_ms;
+                let bytes = Arc::new(seal(&self.auth, &Message::NewKey(nk), None, self.cfg.n()));
+                for to in replicas {
+                    self.effects.push(Effect::Send {
+                        to,
+                        bytes: bytes.clone(),
+                    });
+                }
+            }
+            Err(_) => {
+                self.key_holder_failures += 1;
+                self.next_rekey_ms = env.now_ms + KEY_FORCE_MIN_MS;
+            }
+        }
+    }
+
+    /// The request with an authenticator under the current keys, sealed in a frame.
+    fn seal_request(&self, request: &Request) -> Bytes {
+        let auth = request_authenticator(&self.auth, &request.digest(), self.cfg.n());
+        let msg = Message::Request(SignedRequest {
+            request: request.clone(),
+            auth,
+        });
+        Arc::new(seal(&self.auth, &msg, None, self.cfg.n()))
     }
 
     pub fn id(&self) -> ClientId {
@@ -163,12 +225,8 @@ impl<A: Auth> Client<A> {
             read_only,
             op,
         };
-        let auth = request_authenticator(&self.auth, &request.digest(), self.cfg.n());
-        let msg = Message::Request(SignedRequest {
-            request: request.clone(),
-            auth,
-        });
-        let bytes = Arc::new(seal(&self.auth, &msg, None, self.cfg.n()));
+        self.refresh_keys(env, false);
+        let bytes = self.seal_request(&request);
         if fast_read {
             for r in 0..self.cfg.n() {
                 self.effects.push(Effect::Send {
@@ -288,6 +346,7 @@ impl<A: Auth> Client<A> {
 
     /// Retransmits when the timeout expired: to every replica, with back-off and jitter.
     pub fn tick(&mut self, env: Env) -> Vec<Effect> {
+        self.refresh_keys(env, false);
         let rto = self.rto_ms();
         let max = self.timing.retransmit_max_ms;
         if self
@@ -304,6 +363,27 @@ impl<A: Auth> Client<A> {
             }
             self.fallbacks += 1;
             return std::mem::take(&mut self.effects);
+        }
+        let stalled = self
+            .outstanding
+            .as_ref()
+            .is_some_and(|o| env.now_ms >= o.deadline_ms && o.backoff >= 1);
+        if stalled {
+            self.refresh_keys(env, true);
+        }
+        if self.auth.session_ref().is_some() {
+            // Retransmissions carry MACs under the latest keys.
+            if let Some(req) = self
+                .outstanding
+                .as_ref()
+                .filter(|o| env.now_ms >= o.deadline_ms)
+                .map(|o| o.request.clone())
+            {
+                let bytes = self.seal_request(&req);
+                if let Some(o) = self.outstanding.as_mut() {
+                    o.bytes = bytes;
+                }
+            }
         }
         if let Some(o) = self.outstanding.as_mut() {
             if env.now_ms >= o.deadline_ms {

@@ -1,7 +1,7 @@
 //! What the core asks its host to do, and what it reports.
 
 use crate::message::Reject;
-use crate::types::{ClientId, Principal, Seq, View};
+use crate::types::{ClientId, Principal, ReplicaId, Seq, View};
 use redoubt_crypto::Digest;
 use std::sync::Arc;
 
@@ -66,6 +66,21 @@ pub enum Event {
         kind: &'static str,
         reason: Reject,
     },
+    /// This node sent a NEW-KEY (fresh session keys).
+    KeysRefreshed,
+    /// The key holder could not sign or draw keys; retried.
+    KeyHolderFailed(String),
+    /// This replica began a proactive recovery.
+    RecoveryStarted,
+    /// The estimation step ended with H_M.
+    RecoveryEstimated { h_m: Seq },
+    /// This replica completed a recovery.
+    Recovered(crate::replica::RecoveryReport),
+    /// The recovery request was refused (a recovery of this replica was accepted too
+    /// recently): the recovery ends without a recovery point.
+    RecoveryRefused,
+    /// A recovery request of `replica` executed at `seq` (every replica reports it).
+    RecoveryExecuted { replica: ReplicaId, seq: Seq },
     /// Our own state disagrees with a certified checkpoint digest.
     StateDivergence { seq: Seq },
     /// A NEW-VIEW selected, at a sequence number this replica already executed, a different

@@ -352,6 +352,74 @@ pub enum Message {
     Batches(Vec<Batch>),
     /// A VIEW-CHANGE forwarded by another replica; accepted only with matching acks.
     RelayViewChange(ViewChange),
+    /// NEW-KEY (BFT-PR §4.1): fresh session keys, signed by the sender's key holder.
+    NewKey(crate::keys::NewKey),
+    /// QUERY-STABLE (BFT-PR §4.4): a recovering replica asks for checkpoint and prepared seqs.
+    QueryStable(QueryStable),
+    /// REPLY-STABLE: the answer, echoing the nonce.
+    ReplyStable(ReplyStable),
+}
+
+/// QUERY-STABLE: the estimation step of a recovery; `nonce` ties the answers to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryStable {
+    pub replica: ReplicaId,
+    pub nonce: u64,
+}
+
+/// REPLY-STABLE: `c` is the sender's last checkpoint, `p` the last sequence number it
+/// prepared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplyStable {
+    pub replica: ReplicaId,
+    pub c: Seq,
+    pub p: Seq,
+    pub nonce: u64,
+}
+
+/// The operation of a recovery request (BFT-PR §4.4): the recovering replica's estimate H_M,
+/// signed by its key holder. It travels as the op of a [`Request`] from the replica's
+/// reserved client id ([`recovery_client`]) whose timestamp is the key holder's counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveryOp {
+    pub replica: ReplicaId,
+    pub h_m: Seq,
+    pub sig: redoubt_crypto::pk::Signature,
+}
+
+impl RecoveryOp {
+    /// The digest the key holder signs (with purpose Recovery and its counter).
+    pub fn content_digest(replica: ReplicaId, h_m: Seq) -> Digest {
+        DigestBuilder::new("redoubt.recovery.v1")
+            .u64(replica as u64)
+            .u64(h_m)
+            .finish()
+    }
+}
+
+/// The result replicas return for a recovery request: the sequence number it executed at
+/// (n_R), whether it was accepted (refused when the same replica recovered less than
+/// `recovery_interval_min_ms` earlier), and the agreed time of that replica's last accepted
+/// recovery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveryResult {
+    pub seq: Seq,
+    pub accepted: bool,
+    pub last_accepted_ms: Option<u64>,
+}
+
+/// First client id reserved for recovery requests: replica `r` uses `RECOVERY_CLIENT_BASE + r`.
+pub const RECOVERY_CLIENT_BASE: ClientId = u64::MAX - (1 << 20);
+
+/// The reserved client id of replica `r`'s recovery requests.
+pub fn recovery_client(r: ReplicaId) -> ClientId {
+    RECOVERY_CLIENT_BASE + r as ClientId
+}
+
+/// The replica a reserved recovery client id belongs to.
+pub fn recovery_replica(c: ClientId) -> Option<ReplicaId> {
+    (c >= RECOVERY_CLIENT_BASE && c - RECOVERY_CLIENT_BASE < (1 << 20))
+        .then(|| (c - RECOVERY_CLIENT_BASE) as ReplicaId)
 }
 
 impl Message {
@@ -372,27 +440,33 @@ impl Message {
             Message::StateData(_) => "state-data",
             Message::Batches(_) => "batches",
             Message::RelayViewChange(_) => "relay-view-change",
+            Message::NewKey(_) => "new-key",
+            Message::QueryStable(_) => "query-stable",
+            Message::ReplyStable(_) => "reply-stable",
         }
     }
 
     /// The authentication a message of this kind must carry.
     pub fn required_tag(&self) -> TagKind {
         match self {
-            // Requests authenticate themselves (client authenticator inside).
-            Message::Request(_) => TagKind::None,
+            // Requests authenticate themselves (client authenticator inside); NEW-KEY is
+            // signed by the sender's key holder.
+            Message::Request(_) | Message::NewKey(_) => TagKind::None,
             Message::Reply(_)
             | Message::ViewChangeAck(_)
             | Message::Fetch(_)
             | Message::StateData(_)
             | Message::Batches(_)
-            | Message::RelayViewChange(_) => TagKind::Mac,
+            | Message::RelayViewChange(_)
+            | Message::ReplyStable(_) => TagKind::Mac,
             Message::PrePrepare(_)
             | Message::Prepare(_)
             | Message::Commit(_)
             | Message::Checkpoint(_)
             | Message::ViewChange(_)
             | Message::NewView(_)
-            | Message::Status(_) => TagKind::Authenticator,
+            | Message::Status(_)
+            | Message::QueryStable(_) => TagKind::Authenticator,
         }
     }
 }
@@ -486,6 +560,10 @@ pub enum Reject {
     BadState,
     #[error("message not expected by this node's role")]
     Unexpected,
+    #[error("key-holder signature does not verify")]
+    BadSignature,
+    #[error("key holder unavailable")]
+    KeyHolder,
 }
 
 impl Reject {
@@ -508,6 +586,8 @@ impl Reject {
             Reject::RateLimited => "rate-limited",
             Reject::BadState => "bad-state",
             Reject::Unexpected => "unexpected",
+            Reject::BadSignature => "bad_signature",
+            Reject::KeyHolder => "key_holder",
         }
     }
 }

@@ -10,6 +10,7 @@
 //! view-change bookkeeping holds at most one message per replica.
 
 use crate::auth::{open, seal, verify_request, Auth};
+use crate::keys::NewKey;
 use crate::effect::{Bytes, Effect, Env, Event};
 use crate::journal::Record;
 use crate::message::*;
@@ -24,6 +25,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+#[path = "recovery.rs"]
+mod recovery;
+pub use recovery::RecoveryReport;
+
 /// Admin and transport inputs.
 #[derive(Clone, Copy, Debug)]
 pub enum Input<'a> {
@@ -33,6 +38,10 @@ pub enum Input<'a> {
     Tick,
     /// The primary is about to stop (for recovery or shutdown): hand over to the next view.
     StepDown,
+    /// Proactive recovery (BFT-PR §4.4): the host restarted this replica from its saved state
+    /// with trusted code; discard client keys, refresh keys, estimate, send the recovery
+    /// request, check and fetch state. Needs session keys.
+    Recover,
 }
 
 /// The replicated part of a checkpoint besides the service's pages: the per-client last
@@ -124,6 +133,12 @@ pub struct Stats {
     pub transfer_bad_answers: u64,
     /// Pages found corrupt by state checks.
     pub corrupt_pages_found: u64,
+    /// NEW-KEYs sent and accepted.
+    pub key_refreshes: u64,
+    pub new_keys_accepted: u64,
+    /// Recoveries completed here, and recovery requests (of any replica) executed.
+    pub recoveries: u64,
+    pub recovery_requests_executed: u64,
 }
 
 /// A replica.
@@ -196,6 +211,15 @@ pub struct Replica<S: Service, A: Auth> {
     /// Our state was found to differ from a checkpoint f+1 replicas vouch for: execution
     /// stops until the vouched state is fetched.
     diverged: bool,
+
+    // Session keys and recovery (see recovery.rs).
+    rekey_due: bool,
+    next_rekey_ms: u64,
+    next_key_expiry_ms: u64,
+    new_key_resent: BTreeMap<ReplicaId, u64>,
+    recovery: Option<recovery::Recovery>,
+    /// While recovering: nothing with a sequence number above H_M is sent.
+    send_cap: Option<Seq>,
 }
 
 impl<S: Service, A: Auth> Replica<S, A> {
@@ -267,6 +291,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
             next_status_ms: 0,
             replaying: false,
             diverged: false,
+            rekey_due: false,
+            next_rekey_ms: 0,
+            next_key_expiry_ms: 0,
+            new_key_resent: BTreeMap::new(),
+            recovery: None,
+            send_cap: None,
         };
         let seq = r.state.latest();
         let (root, aux) = r.state.held(seq).expect("the latest checkpoint is held");
@@ -440,6 +470,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     self.start_view_change(self.view.saturating_add(1));
                 }
             }
+            Input::Recover => self.start_recovery(),
         }
         std::mem::take(&mut self.effects)
     }
@@ -455,6 +486,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     fn send(&mut self, to: Principal, msg: &Message) {
+        if self.above_cap(msg) {
+            return;
+        }
         let bytes = self.seal(msg, Some(to));
         self.effects.push(Effect::Send { to, bytes });
     }
@@ -466,6 +500,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     fn broadcast(&mut self, msg: &Message) {
+        if self.above_cap(msg) {
+            return;
+        }
         let bytes = self.seal(msg, None);
         self.effects.push(Effect::Broadcast { bytes });
     }
@@ -500,6 +537,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let msg = match open(&self.auth, &frame) {
             Ok(m) => m,
             Err(r) => {
+                if let (Reject::BadMac, Principal::Replica(peer)) = (r, from) {
+                    if peer < self.cfg.n() && peer != self.id {
+                        self.resend_new_key(peer);
+                    }
+                }
                 self.reject(from, "frame", r);
                 return;
             }
@@ -529,6 +571,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
             (Message::StateData(m), Some(s)) => self.on_state_data(s, m, len),
             (Message::Batches(m), Some(_)) => self.on_batches(m),
             (Message::RelayViewChange(m), Some(s)) => self.on_relayed_vc(s, m),
+            (Message::NewKey(m), _) => self.on_new_key(from, m),
+            (Message::QueryStable(m), Some(s)) => self.on_query_stable(s, m),
+            (Message::ReplyStable(m), Some(s)) => self.on_reply_stable(s, m),
+            (Message::Reply(m), Some(s)) => self.on_recovery_reply(s, m),
             _ => Err(Reject::Unexpected),
         }
     }
@@ -541,19 +587,19 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     fn on_request(&mut self, from: Principal, sr: SignedRequest) -> Result<(), Reject> {
         let req = &sr.request;
-        let client = Principal::Client(req.client);
+        let client = self.requester(req.client);
         if let Principal::Client(c) = from {
             if c != req.client {
                 return Err(Reject::Inconsistent);
             }
         }
-        if !self.auth.knows(client) {
+        if matches!(client, Principal::Client(_)) && !self.auth.knows(client) {
             return Err(Reject::UnknownSender);
         }
         if req.op.len() > self.cfg.request_bytes_max {
             return Err(Reject::TooLarge);
         }
-        if !verify_request(&self.auth, client, &req.digest(), &sr.auth) {
+        if !self.request_authentic(req, &req.digest(), &sr.auth) {
             return Err(Reject::BadRequestAuth);
         }
         if req.read_only && self.cfg.read_only_fast_path {
@@ -724,6 +770,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
             let mut requests = Vec::new();
             let mut bytes = 0usize;
+            // With session keys a pooled request's authenticator goes stale when its client
+            // refreshes its keys; backups could not vouch for it. Drop it: the client
+            // retransmits under its new keys.
+            let recheck = self.uses_session_keys();
+            let mut stale = Vec::new();
             for c in self.arrivals.values() {
                 if requests.len() >= self.cfg.batch_requests_max {
                     break;
@@ -733,12 +784,23 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 if self.inflight.get(c).is_some_and(|t| *t >= ts) {
                     continue;
                 }
+                if recheck
+                    && !self.request_authentic(&w.req.request, &w.req.request.digest(), &w.req.auth)
+                {
+                    stale.push(*c);
+                    continue;
+                }
                 let len = w.req.request.op.len();
                 if !requests.is_empty() && bytes + len > self.cfg.batch_bytes_max {
                     break;
                 }
                 bytes += len;
                 requests.push(w.req.clone());
+            }
+            for c in stale {
+                if let Some(w) = self.waiting.remove(&c) {
+                    self.arrivals.remove(&w.order);
+                }
             }
             if requests.is_empty() {
                 return;
@@ -822,10 +884,14 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         if let Some(slot) = self.log.get(&pp.seq) {
             if let Some(d) = slot.pp {
+                let vouched = slot.sent_prepare;
                 return if d == pp.digest {
                     if let std::collections::btree_map::Entry::Vacant(e) = self.batches.entry(d) {
                         e.insert(pp.batch);
                         self.try_execute();
+                    }
+                    if !vouched {
+                        self.vouch_late();
                     }
                     Ok(())
                 } else {
@@ -841,10 +907,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         // then f+1 correct replicas authenticated the request.
         let mut verified = true;
         for (r, d) in pp.batch.requests.iter().zip(&request_digests) {
-            let c = Principal::Client(r.request.client);
-            if !self.auth.knows(c)
-                || r.request.op.len() > self.cfg.request_bytes_max
-                || !verify_request(&self.auth, c, d, &r.auth)
+            if r.request.op.len() > self.cfg.request_bytes_max
+                || !self.request_authentic(&r.request, d, &r.auth)
             {
                 verified = false;
             }
@@ -1046,7 +1110,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     time_ms,
                     seed,
                 };
-                let result = self.service.execute(&mut self.state, &req.op, &ctx);
+                let result = match recovery::recovery_of(req.client, self.cfg.n()) {
+                    Some(r) => self.execute_recovery(r, seq, time_ms),
+                    None => self.service.execute(&mut self.state, &req.op, &ctx),
+                };
                 self.stats.requests_executed += 1;
                 executed.push((c, req.timestamp));
                 if self.replaying {
@@ -1067,7 +1134,14 @@ impl<S: Service, A: Auth> Replica<S, A> {
                         result,
                     },
                 );
-                self.send(Principal::Client(c), &reply);
+                match self.requester(c) {
+                    Principal::Replica(r) if r == self.id => {
+                        if let Message::Reply(m) = reply {
+                            let _ = self.on_recovery_reply(r, m);
+                        }
+                    }
+                    to => self.send(to, &reply),
+                }
             }
             // Every request of the batch is settled (executed now or before).
             for r in &b.requests {
@@ -1204,6 +1278,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     fn make_stable(&mut self, seq: Seq, digest: Digest) {
+        self.release_send_cap_after(seq);
         if seq <= self.stable_seq {
             return;
         }
@@ -1686,6 +1761,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         let (seq, digest) = (t.seq, t.digest);
         self.state.adopt_installed(seq, aux.clone());
+        let recoveries_before = self.recovery_timestamps();
         if self.load_aux(seq, &aux).is_err() {
             // f+1 replicas vouch for this state, so a page we kept must be corrupt in a way our
             // entries did not show. Check every page, stay diverged, fetch again.
@@ -1698,6 +1774,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return;
         }
         self.diverged = false;
+        self.rekey_if_recoveries_changed(&recoveries_before);
         self.stats.state_transfers += 1;
         self.stats.transfer_pages += w.stats.pages;
         self.stats.transfer_metas += w.stats.metas;
@@ -2492,6 +2569,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
         }
         self.drive_transfer();
+        self.tick_keys();
+        self.drive_recovery();
         if now >= self.next_status_ms {
             self.next_status_ms = now + self.cfg.status_interval_ms;
             self.send_status();

@@ -52,16 +52,20 @@ pub enum Mutant {
     TrustReplier,
     /// Clients accept f+1 matching read-only answers instead of 2f+1.
     ReadOnlyWeakQuorum,
+    /// Replicas keep accepting MACs under the keys their last NEW-KEY retired (no freshness):
+    /// an attacker who stole a replica's keys can still forge after it recovered.
+    AcceptRetiredKeys,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 5] = [
+    pub const ALL: [(&'static str, Mutant); 6] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
         ("trust-replier", Mutant::TrustReplier),
         ("read-only-weak-quorum", Mutant::ReadOnlyWeakQuorum),
+        ("accept-retired-keys", Mutant::AcceptRetiredKeys),
     ];
 }
 
@@ -115,6 +119,15 @@ pub struct Config {
     pub transfer_rate_bytes_per_sec: u64,
     /// Partitions asked for in one FETCH.
     pub transfer_items_max: usize,
+    /// Session-key refresh period T_k (ms): with session keys, every node sends a NEW-KEY this
+    /// often (BFT-PR §4.1). Part of the window of vulnerability T_v = 2 T_k + T_r.
+    pub key_refresh_ms: u64,
+    /// Replicas discard a client's key when the client has not refreshed it for this long (ms).
+    pub client_key_lifetime_ms: u64,
+    /// A recovery request from a replica is refused when the same replica's previous recovery
+    /// was accepted less than this long before, in agreed time (ms): repeated recoveries
+    /// cannot be used to deny service.
+    pub recovery_interval_min_ms: u64,
     /// Largest difference accepted between the primary's proposed batch time and a backup's
     /// own clock (ms). Larger skews make the backup refuse the pre-prepare (a liveness check;
     /// safety never depends on clocks).
@@ -150,6 +163,9 @@ impl Config {
             transfer_reply_bytes_max: 1 << 20,
             transfer_rate_bytes_per_sec: 256 << 20,
             transfer_items_max: 256,
+            key_refresh_ms: 15_000,
+            client_key_lifetime_ms: 60_000,
+            recovery_interval_min_ms: 30_000,
             clock_skew_max_ms: 60_000,
             request_bytes_max: 64 << 10,
             message_bytes_max: 32 << 20,
@@ -215,6 +231,12 @@ impl Config {
         {
             return Err(
                 "view_change_timeout_ms must be positive and at most view_change_timeout_max_ms"
+                    .into(),
+            );
+        }
+        if self.key_refresh_ms == 0 || self.client_key_lifetime_ms < 2 * self.key_refresh_ms {
+            return Err(
+                "key_refresh_ms must be positive and client_key_lifetime_ms at least twice it"
                     .into(),
             );
         }

@@ -10,7 +10,8 @@ use redoubt_core::auth::seal;
 use redoubt_core::message::{
     decode_body, decode_frame, Batch, Commit, Message, PEntry, Prepare, QEntry, StateItem,
 };
-use redoubt_core::{Config, Principal, ReplicaId, StaticKeys};
+use redoubt_core::keys::Forger;
+use redoubt_core::{Config, Principal, ReplicaId};
 use redoubt_crypto::Digest;
 use std::collections::BTreeMap;
 
@@ -22,8 +23,8 @@ pub type ReplicaOrClient = Principal;
 
 pub struct Adversary {
     cfg: Config,
-    /// Keys of every replica the adversary controls.
-    keys: BTreeMap<ReplicaId, StaticKeys>,
+    /// Keys of every replica the adversary controls (kept current by the world).
+    keys: BTreeMap<ReplicaId, Forger>,
     behaviors: BTreeMap<ReplicaId, Behavior>,
     /// Alternative batches already invented per (replica, seq), so equivocation is consistent
     /// per receiver group.
@@ -40,18 +41,32 @@ pub struct Adversary {
 impl Adversary {
     pub fn new(
         cfg: Config,
-        keys: BTreeMap<ReplicaId, StaticKeys>,
         behaviors: BTreeMap<ReplicaId, Behavior>,
     ) -> Self {
         Adversary {
             cfg,
-            keys,
+            keys: BTreeMap::new(),
             behaviors,
             alternates: BTreeMap::new(),
             vc_lies: BTreeMap::new(),
             read_ops: BTreeMap::new(),
             read_results: BTreeMap::new(),
         }
+    }
+
+    /// The current keys of controlled replica `r` (the adversary reads them from its memory).
+    pub fn set_keys(&mut self, r: ReplicaId, keys: Forger) {
+        self.keys.insert(r, keys);
+    }
+
+    /// Takes control of replica `r` (a compromise), with `behavior` from now on.
+    pub fn take(&mut self, r: ReplicaId, behavior: Behavior) {
+        self.behaviors.insert(r, behavior);
+    }
+
+    /// Loses control of replica `r` (it recovered); its keys stay known to the adversary.
+    pub fn release(&mut self, r: ReplicaId) {
+        self.behaviors.remove(&r);
     }
 
     pub fn controls(&self, r: ReplicaId) -> bool {

@@ -131,6 +131,25 @@ pub struct Partition {
     pub isolated: Vec<ReplicaId>,
 }
 
+/// Proactive recovery under an adversary that compromises replicas in turn: it takes a
+/// replica (its keys, its behaviour, its stored pages) for a while; the watchdog then reboots
+/// it and it recovers; the adversary keeps the keys it took and forges with them forever
+/// after. One replica at a time, the next only `gap_ms` after the previous one recovered.
+#[derive(Clone, Debug)]
+pub struct Proactive {
+    /// Compromises over the run (more than 3f+1 for the acceptance run).
+    pub compromises: u32,
+    /// How long the adversary holds a replica before the watchdog fires (ms).
+    pub hold_ms: (u64, u64),
+    /// What a compromised replica does meanwhile.
+    pub behavior: Behavior,
+    /// Time between a recovery and the next compromise (ms): at least 2 T_k, the part of the
+    /// window of vulnerability T_v = 2 T_k + T_r during which old keys may still work.
+    pub gap_ms: u64,
+    /// Time of the first compromise (ms).
+    pub first_ms: u64,
+}
+
 /// A timed event against one replica.
 #[derive(Clone, Debug)]
 pub struct Window {
@@ -186,6 +205,8 @@ pub struct Scenario {
     pub clock_offsets_ms: Vec<i64>,
     /// Every correct client's operations must complete within this long after `heal_ms`.
     pub liveness_bound_ms: u64,
+    /// Compromises in turn with proactive recovery (off when `None`).
+    pub proactive: Option<Proactive>,
     pub mutant: Mutant,
 }
 
@@ -226,6 +247,7 @@ impl Scenario {
             step_downs: vec![],
             clock_offsets_ms: vec![],
             liveness_bound_ms: 60_000,
+            proactive: None,
             mutant: Mutant::None,
         }
     }
@@ -426,6 +448,12 @@ impl Scenario {
         // Long values (results over 32 bytes travel as digest replies) in half of the seeds.
         s.value_pad = if rng.random_bool(0.5) { 48 } else { 0 };
         s.core.digest_replies = rng.random_bool(0.8);
+        // Proactive recovery in some seeds without other faulty replicas (a compromised
+        // replica counts against f): replicas compromised in turn, each rebooted and recovered.
+        if s.faulty().is_empty() && rng.random_bool(0.15) {
+            let b = Behavior::ALL[rng.random_range(0..Behavior::ALL.len())];
+            proactive_recovery(&mut s, b);
+        }
         s
     }
 
@@ -591,6 +619,11 @@ impl Scenario {
                     });
                 }
             }
+            "proactive-recovery" => {
+                // More than 3f+1 compromises in turn, each followed by a watchdog reboot and a
+                // recovery, under a steady workload on a network that drops and reorders.
+                proactive_recovery(&mut s, Behavior::Mixed);
+            }
             "stale-claims" => {
                 // Frequent hand-overs while a Byzantine replica lies in its view changes.
                 s.byzantine.push((3, Behavior::BogusViewChange));
@@ -602,7 +635,8 @@ impl Scenario {
         Some(s)
     }
 
-    pub const NAMED: [&'static str; 18] = [
+    pub const NAMED: [&'static str; 19] = [
+        "proactive-recovery",
         "stale-reads",
         "page-corruption-scrub",
         "page-corruption-reboot",
@@ -622,6 +656,27 @@ impl Scenario {
         "bogus-new-view",
         "step-down",
     ];
+}
+
+/// Configures proactive recovery with short periods (virtual time): T_k 1.5 s, 3f+2
+/// compromises, a workload long enough to run through all of them.
+pub fn proactive_recovery(s: &mut Scenario, behavior: Behavior) {
+    let f = s.core.f;
+    s.core.key_refresh_ms = 1500;
+    s.core.client_key_lifetime_ms = 6000;
+    s.core.recovery_interval_min_ms = 2000;
+    let compromises = 3 * f + 2;
+    s.proactive = Some(Proactive {
+        compromises,
+        hold_ms: (300, 1500),
+        behavior,
+        gap_ms: 2 * s.core.key_refresh_ms + 500,
+        first_ms: 500,
+    });
+    // Enough operations to keep clients busy through every compromise (about 5 s each).
+    s.ops_per_client = s.ops_per_client.max(150 * compromises);
+    s.think_ms = (10, 40);
+    s.liveness_bound_ms = s.liveness_bound_ms.max(20_000 * compromises as u64);
 }
 
 fn pick(rng: &mut ChaCha8Rng, p: f64, range: std::ops::Range<f64>) -> f64 {

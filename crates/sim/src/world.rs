@@ -14,10 +14,13 @@ use redoubt_core::message::{
 };
 use redoubt_core::open_state;
 use redoubt_core::state::{Geometry, MemStore};
+use redoubt_core::keys::{Directory, Forger, LocalHolder, SessionKeys};
 use redoubt_core::{
     Client, ClientId, ClientTiming, Effect, Env, Event, Input, Principal, Replica, ReplicaId,
-    StaticKeys,
 };
+use redoubt_crypto::pk::HolderSecrets;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use redoubt_services::kv::{KvOp, KvResult, KvService};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -51,13 +54,33 @@ enum Ev {
     Pause(ReplicaId),
     Resume(ReplicaId),
     StepDown,
+    /// The adversary compromises a replica (proactive-recovery runs).
+    Compromise(ReplicaId),
+    /// The watchdog reboots a replica and starts its recovery.
+    Watchdog(ReplicaId),
+    /// The adversary forges a frame with keys it took from a compromised replica.
+    Forge,
+    /// Delivery of a forged frame made with keys frozen at `stolen_at` (ms).
+    DeliverForged {
+        to: ReplicaId,
+        bytes: Vec<u8>,
+        stolen_at: u64,
+    },
+}
+
+/// Keys the adversary took from a compromised replica: current while it holds the replica,
+/// frozen when the watchdog takes the replica back.
+struct Stolen {
+    replica: ReplicaId,
+    keys: redoubt_core::keys::StolenKeys,
+    frozen_at: Option<u64>,
 }
 
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Key(u64, u64);
 
 struct SimClient {
-    core: Client<StaticKeys>,
+    core: Client<SessionKeys>,
     done: u32,
     current: Option<usize>, // index into history
     counter: u64,
@@ -66,7 +89,8 @@ struct SimClient {
 struct ByzClient {
     id: ClientId,
     attack: ClientAttack,
-    keys: StaticKeys,
+    keys: SessionKeys,
+    next_rekey_ms: u64,
     timestamp: u64,
     sent: Vec<Vec<u8>>,
 }
@@ -93,6 +117,14 @@ pub struct RunStats {
     pub pages_fetched: u64,
     /// Corrupt pages found by state checks.
     pub corrupt_pages_found: u64,
+    /// Proactive recovery: compromises, completed recoveries, forged frames delivered after
+    /// their receiver re-keyed (all must be rejected) and before.
+    pub compromises: u64,
+    pub recoveries: u64,
+    pub forged_after_rekey: u64,
+    pub forged_before_rekey: u64,
+    /// Longest recovery (ms, virtual time).
+    pub recovery_max_ms: u64,
     /// Running correct replicas still holding known-corrupt pages at the end.
     pub unrepaired_at_end: u64,
 }
@@ -128,8 +160,15 @@ pub struct World {
     events: Vec<Option<Ev>>,
     free: Vec<usize>,
     master: Vec<u8>,
-    principals: Vec<Principal>,
-    replicas: Vec<Replica<KvService, StaticKeys>>,
+    /// Every principal's public keys (the papers' read-only memory).
+    directory: Arc<Directory>,
+    /// Each principal's key-holder counter, which survives restarts.
+    holder_counters: BTreeMap<Principal, Arc<AtomicU64>>,
+    /// How many key holders were built per principal (seeds each one's generator).
+    incarnations: BTreeMap<Principal, u64>,
+    /// Key-table generation of each controlled replica the adversary last copied.
+    adversary_key_gen: BTreeMap<ReplicaId, u64>,
+    replicas: Vec<Replica<KvService, SessionKeys>>,
     /// Each replica's durable journal (compacted at checkpoints, as the node does).
     disks: Vec<Vec<redoubt_core::Record>>,
     /// Each replica's durable page store.
@@ -155,6 +194,12 @@ pub struct World {
     corrupt_found: BTreeMap<ReplicaId, u64>,
     /// Last checkpoint digest each replica reported, by replica.
     last_checkpoint: BTreeMap<ReplicaId, (u64, redoubt_crypto::Digest, u64)>,
+    /// Proactive recovery: the replica the adversary holds, the keys it took, when each
+    /// replica last sent a NEW-KEY, and the recoveries awaited.
+    compromised: Option<ReplicaId>,
+    stolen: Vec<Stolen>,
+    last_rekey: BTreeMap<ReplicaId, u64>,
+    awaiting_recovery: Option<(ReplicaId, u64)>,
 }
 
 impl World {
@@ -170,25 +215,31 @@ impl World {
         principals.extend(
             (0..sc.byz_clients.len() as ClientId).map(|i| Principal::Client(BYZ_CLIENT_BASE + i)),
         );
-        let keys = |p: Principal| StaticKeys::derive(&master, p, principals.clone());
+        let directory = Arc::new(Directory {
+            keys: principals
+                .iter()
+                .map(|p| (*p, holder_secrets(&master, *p).public()))
+                .collect(),
+        });
+        let mut holder_counters = BTreeMap::new();
+        let mut incarnations = BTreeMap::new();
+        let mut keys = |p: Principal| {
+            new_session_keys(&master, &directory, &mut holder_counters, &mut incarnations, p)
+        };
         let stores: Vec<MemStore> = (0..n).map(|_| MemStore::new(sim_geometry())).collect();
         let replicas = (0..n)
             .map(|r| {
                 Replica::new(
                     sc.core.clone(),
                     r,
-                    keys(Principal::Replica(r)),
+                    replica_keys(keys(Principal::Replica(r)), sc.mutant),
                     KvService::new(),
                     open_state(Box::new(stores[r as usize].clone())).expect("memory store"),
                 )
             })
             .collect();
         let behaviors: BTreeMap<ReplicaId, Behavior> = sc.byzantine.iter().copied().collect();
-        let adv_keys = behaviors
-            .keys()
-            .map(|r| (*r, keys(Principal::Replica(*r))))
-            .collect();
-        let adversary = Adversary::new(sc.core.clone(), adv_keys, behaviors);
+        let adversary = Adversary::new(sc.core.clone(), behaviors);
         let clients = (1..=sc.clients as ClientId)
             .map(|c| SimClient {
                 core: Client::new(
@@ -216,6 +267,7 @@ impl World {
                     id,
                     attack: *a,
                     keys: keys(Principal::Client(id)),
+                    next_rekey_ms: 0,
                     timestamp: 0,
                     sent: Vec::new(),
                 }
@@ -231,7 +283,10 @@ impl World {
             events: Vec::new(),
             free: Vec::new(),
             master,
-            principals,
+            directory,
+            holder_counters,
+            incarnations,
+            adversary_key_gen: BTreeMap::new(),
             replicas,
             disks: vec![Vec::new(); n as usize],
             stores,
@@ -252,6 +307,10 @@ impl World {
             unscrubbed: BTreeSet::new(),
             corrupt_found: BTreeMap::new(),
             last_checkpoint: BTreeMap::new(),
+            compromised: None,
+            stolen: Vec::new(),
+            last_rekey: BTreeMap::new(),
+            awaiting_recovery: None,
             sc,
         };
         w.schedule_initial();
@@ -306,6 +365,11 @@ impl World {
         }
         for t in self.sc.step_downs.clone() {
             self.schedule(t, Ev::StepDown);
+        }
+        if let Some(p) = self.sc.proactive.clone() {
+            let first = self.rng.random_range(0..self.sc.core.n());
+            self.schedule(p.first_ms, Ev::Compromise(first));
+            self.schedule(p.first_ms + 100, Ev::Forge);
         }
     }
 
@@ -468,8 +532,32 @@ impl World {
         }
     }
 
+    /// Gives the adversary the current keys of a replica it controls.
+    fn adversary_copy_keys(&mut self, r: ReplicaId) {
+        let keys = self.replicas[r as usize].auth();
+        if self.adversary_key_gen.get(&r) != Some(&keys.generation()) {
+            self.adversary_key_gen.insert(r, keys.generation());
+            let forger = Forger {
+                me: Principal::Replica(r),
+                keys: keys.steal(),
+            };
+            self.adversary.set_keys(r, forger);
+        }
+    }
+
+    fn session_keys(&mut self, p: Principal) -> SessionKeys {
+        new_session_keys(
+            &self.master,
+            &self.directory,
+            &mut self.holder_counters,
+            &mut self.incarnations,
+            p,
+        )
+    }
+
     fn replica_send(&mut self, r: ReplicaId, to: Principal, bytes: Vec<u8>) {
         if self.adversary.controls(r) {
+            self.adversary_copy_keys(r);
             for (t, b, extra) in self.adversary.outgoing(&mut self.rng, r, to, &bytes) {
                 self.transmit(Principal::Replica(r), t, b, extra);
             }
@@ -494,6 +582,34 @@ impl World {
                         "r{r} found {pages} corrupt pages though its medium was never corrupted"
                     ));
                 }
+            }
+            _ => {}
+        }
+        match &ev {
+            Event::KeysRefreshed => {
+                self.last_rekey.insert(r, self.now);
+            }
+            Event::Recovered(report) => {
+                self.stats.recoveries += 1;
+                if let Some((w, at)) = self.awaiting_recovery {
+                    if w == r {
+                        self.awaiting_recovery = None;
+                        self.stats.recovery_max_ms =
+                            self.stats.recovery_max_ms.max(self.now - at);
+                        if report.h < report.h_m {
+                            self.violation(format!("r{r} recovery point below H_M: {report:?}"));
+                        }
+                        if let Some(p) = self.sc.proactive.clone() {
+                            if self.stats.compromises < p.compromises as u64 {
+                                let next = (r + 1) % self.sc.core.n();
+                                self.schedule(self.now + p.gap_ms, Ev::Compromise(next));
+                            }
+                        }
+                    }
+                }
+            }
+            Event::RecoveryRefused => {
+                self.violation(format!("r{r} recovery request refused"));
             }
             _ => {}
         }
@@ -645,11 +761,7 @@ impl World {
             }
             Ev::Restart(r) => {
                 self.log(|| format!("r{r} RESTART with empty state"));
-                let keys = StaticKeys::derive(
-                    &self.master,
-                    Principal::Replica(r),
-                    self.principals.clone(),
-                );
+                let keys = replica_keys(self.session_keys(Principal::Replica(r)), self.sc.mutant);
                 // The replica lost its disk: journal and pages.
                 self.stores[r as usize].wipe();
                 self.disks[r as usize].clear();
@@ -721,11 +833,7 @@ impl World {
                 self.up[r as usize] = Up::Crashed;
             }
             Ev::Reboot(r) => {
-                let keys = StaticKeys::derive(
-                    &self.master,
-                    Principal::Replica(r),
-                    self.principals.clone(),
-                );
+                let keys = replica_keys(self.session_keys(Principal::Replica(r)), self.sc.mutant);
                 let records = self.disks[r as usize].clone();
                 let n = records.len();
                 self.log(|| format!("r{r} REBOOT from {n} journal records"));
@@ -749,6 +857,12 @@ impl World {
                     Ok(rep) => {
                         self.replicas[r as usize] = rep;
                         self.up[r as usize] = Up::Running;
+                        if self.awaiting_recovery.is_some_and(|(w, _)| w == r) {
+                            // Power failed mid-recovery: the recovery monitor starts it again.
+                            let env = self.replica_env(r);
+                            let eff = self.replicas[r as usize].handle(env, Input::Recover);
+                            self.replica_effects(r, eff);
+                        }
                     }
                     Err(e) => self.violation(format!("r{r} cannot restart from its journal: {e}")),
                 }
@@ -765,6 +879,18 @@ impl World {
                     self.up[r as usize] = Up::Running;
                 }
             }
+            Ev::Compromise(r) => self.compromise(r),
+            Ev::Watchdog(r) => self.watchdog(r),
+            Ev::Forge => {
+                self.forge();
+                let next = self.now + self.rng.random_range(20..150);
+                self.schedule(next, Ev::Forge);
+            }
+            Ev::DeliverForged {
+                to,
+                bytes,
+                stolen_at,
+            } => self.deliver_forged(to, bytes, stolen_at),
             Ev::StepDown => {
                 // The replica that believes it is primary hands over.
                 for r in 0..self.sc.core.n() {
@@ -791,6 +917,9 @@ impl World {
                     return;
                 }
                 // The adversary sees what its replicas receive before they act on it.
+                if self.adversary.controls(r) {
+                    self.adversary_copy_keys(r);
+                }
                 let extra = self.adversary.on_delivery(&mut self.rng, r, &bytes);
                 let env = self.replica_env(r);
                 let eff = self.replicas[r as usize].handle(env, Input::Receive(&bytes));
@@ -850,6 +979,17 @@ impl World {
             let auth = request_authenticator(&w.byz_clients[i].keys, &request.digest(), n);
             SignedRequest { request, auth }
         };
+        if self.now >= self.byz_clients[i].next_rekey_ms {
+            // A faulty client still has to hand replicas its keys for them to listen.
+            let replicas: Vec<Principal> = (0..n).map(Principal::Replica).collect();
+            if let Ok(nk) = self.byz_clients[i].keys.refresh(&replicas) {
+                let bytes = seal(&self.byz_clients[i].keys, &Message::NewKey(nk), None, n);
+                for to in replicas {
+                    self.transmit(from, to, bytes.clone(), 0);
+                }
+            }
+            self.byz_clients[i].next_rekey_ms = self.now + self.sc.core.key_refresh_ms;
+        }
         let key = format!("b{}", self.rng.random_range(0..3)).into_bytes();
         let value = format!("evil{}", self.rng.random::<u16>()).into_bytes();
         self.byz_clients[i].timestamp += 1;
@@ -924,6 +1064,15 @@ impl World {
         }
     }
 
+    /// Every planned compromise happened and its recovery completed.
+    fn proactive_done(&self) -> bool {
+        self.sc.proactive.as_ref().is_none_or(|p| {
+            self.stats.compromises >= p.compromises as u64
+                && self.awaiting_recovery.is_none()
+                && self.compromised.is_none()
+        })
+    }
+
     fn all_clients_done(&self) -> bool {
         self.clients
             .iter()
@@ -931,7 +1080,9 @@ impl World {
     }
 
     fn check_footprints(&mut self) {
-        let clients = self.sc.clients as usize + self.sc.byz_clients.len();
+        // Recovery requests add one reserved client per replica.
+        let clients =
+            self.sc.clients as usize + self.sc.byz_clients.len() + self.sc.core.n() as usize;
         for r in 0..self.replicas.len() {
             if self.faulty.contains(&(r as ReplicaId)) {
                 continue;
@@ -975,7 +1126,7 @@ impl World {
             if !self.violations.is_empty() && !self.trace_on {
                 break;
             }
-            if finished_at.is_none() && self.all_clients_done() {
+            if finished_at.is_none() && self.all_clients_done() && self.proactive_done() {
                 finished_at = Some(self.now);
             }
             // Let the cluster settle briefly after the last operation so checkpoints compare.
@@ -985,6 +1136,15 @@ impl World {
         }
         self.stats.sim_time_ms = self.now;
         self.check_footprints();
+        if let Some(p) = &self.sc.proactive {
+            if self.violations.is_empty() && !self.proactive_done() {
+                let (c, rec) = (self.stats.compromises, self.stats.recoveries);
+                let want = p.compromises;
+                self.violation(format!(
+                    "proactive recovery: {c} of {want} compromises, {rec} recoveries completed"
+                ));
+            }
+        }
         if self.violations.is_empty() && !self.all_clients_done() {
             let stuck: Vec<String> = self
                 .clients
@@ -1120,5 +1280,230 @@ pub fn describe(bytes: &[u8]) -> String {
         Message::StateData(d) => format!("{d:?}"),
         Message::Batches(b) => format!("BATCHES {}", b.len()),
         Message::RelayViewChange(v) => format!("RELAY-VC v{} r{}", v.view, v.replica),
+        Message::NewKey(k) => format!("{k:?}"),
+        Message::QueryStable(q) => format!("QUERY-STABLE r{} nonce{}", q.replica, q.nonce),
+        Message::ReplyStable(r) => format!("REPLY-STABLE r{} c{} p{}", r.replica, r.c, r.p),
+    }
+}
+
+/// A principal's long-term secrets, derived from the run's master secret.
+fn holder_secrets(master: &[u8], p: Principal) -> HolderSecrets {
+    let mut material = master.to_vec();
+    material.extend_from_slice(format!("{p:?}").as_bytes());
+    HolderSecrets::from_seed(&blake3::derive_key("redoubt sim holder secrets", &material))
+}
+
+/// Session keys of `p` with a fresh in-process key holder: the same secrets and counter as
+/// before (they survive restarts), a generator seeded per incarnation.
+fn new_session_keys(
+    master: &[u8],
+    directory: &Arc<Directory>,
+    counters: &mut BTreeMap<Principal, Arc<AtomicU64>>,
+    incarnations: &mut BTreeMap<Principal, u64>,
+    p: Principal,
+) -> SessionKeys {
+    let counter = counters
+        .entry(p)
+        .or_insert_with(|| Arc::new(AtomicU64::new(0)))
+        .clone();
+    let inc = incarnations.entry(p).or_insert(0);
+    *inc += 1;
+    let mut material = master.to_vec();
+    material.extend_from_slice(format!("{p:?}/{inc}").as_bytes());
+    let seed = blake3::derive_key("redoubt sim holder rng", &material);
+    let holder = LocalHolder::new(p, holder_secrets(master, p), counter, seed);
+    SessionKeys::new(Box::new(holder), directory.clone())
+}
+
+/// Session keys for a replica, with the key mutant applied.
+fn replica_keys(keys: SessionKeys, mutant: redoubt_core::Mutant) -> SessionKeys {
+    let mut keys = keys;
+    keys.accept_retired = mutant == redoubt_core::Mutant::AcceptRetiredKeys;
+    keys
+}
+
+impl World {
+    /// The adversary takes replica `r`: it learns its keys (and keeps learning while it holds
+    /// it), runs its behaviour, and flips bytes of its stored pages.
+    fn compromise(&mut self, r: ReplicaId) {
+        let Some(p) = self.sc.proactive.clone() else {
+            return;
+        };
+        if self.up[r as usize] != Up::Running || self.compromised.is_some() {
+            self.schedule(self.now + 200, Ev::Compromise(r));
+            return;
+        }
+        self.stats.compromises += 1;
+        let k = self.stats.compromises;
+        self.log(|| format!("r{r} COMPROMISED (#{k})"));
+        self.compromised = Some(r);
+        self.adversary.take(r, p.behavior);
+        self.adversary_key_gen.remove(&r);
+        self.stolen.push(Stolen {
+            replica: r,
+            keys: self.replicas[r as usize].auth().steal(),
+            frozen_at: None,
+        });
+        let pages = sim_geometry().pages();
+        for _ in 0..self.rng.random_range(1..=3) {
+            let page = self.rng.random_range(0..pages);
+            let off = self.rng.random_range(0..sim_geometry().page_size());
+            let b = self.rng.random::<u8>() | 1;
+            self.stores[r as usize].corrupt(page, off, &[b]);
+        }
+        if !self.corrupted.contains(&r) {
+            self.corrupted.push(r);
+        }
+        self.unscrubbed.insert(r);
+        let hold = self.rng.random_range(p.hold_ms.0..=p.hold_ms.1);
+        self.schedule(self.now + hold, Ev::Watchdog(r));
+    }
+
+    /// The watchdog: the replica is rebooted from its disk with trusted code and recovers.
+    /// The adversary loses it but keeps the keys it took.
+    fn watchdog(&mut self, r: ReplicaId) {
+        let keys = self.replicas[r as usize].auth().steal();
+        for s in self.stolen.iter_mut() {
+            if s.replica == r && s.frozen_at.is_none() {
+                s.keys = keys.clone();
+                s.frozen_at = Some(self.now);
+            }
+        }
+        self.adversary.release(r);
+        self.compromised = None;
+        self.log(|| format!("r{r} WATCHDOG: reboot and recover"));
+        self.handle(Ev::Reboot(r));
+        if self.up[r as usize] != Up::Running {
+            return;
+        }
+        self.unscrubbed.remove(&r);
+        self.awaiting_recovery = Some((r, self.now));
+        let env = self.replica_env(r);
+        let eff = self.replicas[r as usize].handle(env, Input::Recover);
+        self.replica_effects(r, eff);
+    }
+
+    /// Forges a frame with stolen keys: as the compromised replica to another, or as another
+    /// replica to it. Keys still held are refreshed first (the adversary reads new ones).
+    fn forge(&mut self) {
+        if self.stolen.is_empty() {
+            return;
+        }
+        if let Some(c) = self.compromised {
+            let keys = self.replicas[c as usize].auth().steal();
+            for s in self.stolen.iter_mut() {
+                if s.replica == c && s.frozen_at.is_none() {
+                    s.keys = keys.clone();
+                }
+            }
+        }
+        let n = self.sc.core.n();
+        let i = self.rng.random_range(0..self.stolen.len());
+        let (c, frozen) = (self.stolen[i].replica, self.stolen[i].frozen_at);
+        let Some(stolen_at) = frozen else {
+            return; // the adversary holds c: it sends through c itself
+        };
+        let other = (c + self.rng.random_range(1..n)) % n;
+        let msg = match self.rng.random_range(0..3) {
+            0 => Message::Commit(redoubt_core::message::Commit {
+                view: self.replicas[other as usize].view(),
+                seq: self.replicas[other as usize].last_executed() + 1,
+                digest: random_digest(&mut self.rng),
+                replica: 0,
+            }),
+            1 => Message::Prepare(redoubt_core::message::Prepare {
+                view: self.replicas[other as usize].view(),
+                seq: self.replicas[other as usize].last_executed() + 1,
+                digest: random_digest(&mut self.rng),
+                replica: 0,
+            }),
+            _ => Message::Checkpoint(redoubt_core::message::Checkpoint {
+                seq: self.replicas[other as usize].stable_checkpoint() + self.sc.core.checkpoint_interval,
+                digest: random_digest(&mut self.rng),
+                replica: 0,
+            }),
+        };
+        let keys = &self.stolen[i].keys;
+        let (from, to, forger) = if self.rng.random_bool(0.5) {
+            // As c to another replica, with the key that replica chose for c.
+            let forger = Forger {
+                me: Principal::Replica(c),
+                keys: keys.clone(),
+            };
+            (c, other, forger)
+        } else {
+            // As another replica to c, with the key c chose for it.
+            let mut k = redoubt_core::keys::StolenKeys::default();
+            if let Some(key) = keys.inbound.get(&Principal::Replica(other)) {
+                k.outbound.insert(Principal::Replica(c), key.clone());
+            }
+            let forger = Forger {
+                me: Principal::Replica(other),
+                keys: k,
+            };
+            (other, c, forger)
+        };
+        let msg = match msg {
+            Message::Commit(mut m) => {
+                m.replica = from;
+                Message::Commit(m)
+            }
+            Message::Prepare(mut m) => {
+                m.replica = from;
+                Message::Prepare(m)
+            }
+            Message::Checkpoint(mut m) => {
+                m.replica = from;
+                Message::Checkpoint(m)
+            }
+            m => m,
+        };
+        let bytes = seal(&forger, &msg, Some(Principal::Replica(to)), n);
+        let delay = self.rng.random_range(1..20);
+        self.schedule(
+            self.now + delay,
+            Ev::DeliverForged {
+                to,
+                bytes,
+                stolen_at,
+            },
+        );
+    }
+
+    /// Delivers a forged frame; once its receiver has sent a NEW-KEY after the keys were
+    /// frozen, the frame must fail authentication.
+    fn deliver_forged(&mut self, to: ReplicaId, bytes: Vec<u8>, stolen_at: u64) {
+        if self.up[to as usize] != Up::Running {
+            return;
+        }
+        if self.trace_on {
+            let d = describe(&bytes);
+            self.log(|| format!("FORGED -> r{to} {d} (keys stolen at {stolen_at}ms)"));
+        }
+        let rekeyed = self.last_rekey.get(&to).is_some_and(|t| *t > stolen_at);
+        let env = self.replica_env(to);
+        let eff = self.replicas[to as usize].handle(env, Input::Receive(&bytes));
+        let rejected = eff.iter().any(|e| {
+            matches!(
+                e,
+                Effect::Event(Event::Rejected {
+                    reason: redoubt_core::Reject::BadMac,
+                    ..
+                })
+            )
+        });
+        if rekeyed {
+            self.stats.forged_after_rekey += 1;
+            if !rejected {
+                self.violation(format!(
+                    "r{to} accepted a frame forged with keys stolen at {stolen_at}ms after it \
+                     re-keyed at {:?}ms",
+                    self.last_rekey.get(&to)
+                ));
+            }
+        } else {
+            self.stats.forged_before_rekey += 1;
+        }
+        self.replica_effects(to, eff);
     }
 }

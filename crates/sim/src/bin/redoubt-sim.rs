@@ -112,6 +112,17 @@ fn main() -> ExitCode {
             out.stats.rejected,
             out.stats.sim_time_ms
         );
+        if out.stats.compromises > 0 {
+            let _ = writeln!(
+                w,
+                "  proactive recovery: {} compromises, {} recoveries (longest {}ms), forged frames: {} after their receiver re-keyed (all rejected), {} before",
+                out.stats.compromises,
+                out.stats.recoveries,
+                out.stats.recovery_max_ms,
+                out.stats.forged_after_rekey,
+                out.stats.forged_before_rekey
+            );
+        }
         for v in &out.violations {
             let _ = writeln!(w, "VIOLATION: {v}");
         }

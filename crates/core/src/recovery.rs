@@ -1,0 +1,623 @@
+//! Session-key refresh and proactive recovery at a replica (BFT-PR §4.1, §4.4, §4.6).
+//!
+//! A child module of [`crate::replica`]: it extends the replica with NEW-KEY handling (periodic
+//! refresh, the freshness rule, resending our latest NEW-KEY to a peer that cannot
+//! authenticate us) and with the recovery protocol a host starts with [`Input::Recover`] after
+//! restarting the replica from its saved state:
+//!
+//! 1. discard client keys and send a NEW-KEY;
+//! 2. estimation: QUERY-STABLE until REPLY-STABLEs give H_M = c_M + L, with c_M a reported
+//!    checkpoint that 2f other replicas report at or above and f others have prepared up to;
+//!    log entries above H_M are discarded and nothing above H_M is sent until a stable
+//!    checkpoint reaches it;
+//! 3. the recovery request, signed by the key holder, ordered like a client request; every
+//!    replica that executes it sends a NEW-KEY; 2f+1 matching replies give n_R;
+//! 4. H = max(H_M, ⌊n_R/K⌋·K + L); the state is checked and corrupt or out-of-date pages fetched;
+//! 5. recovered when checkpoint H is stable here.
+//!
+//! The replica keeps taking part in the protocol throughout.
+
+use super::*;
+use crate::keys::{Accepted, NewKeyError, Purpose};
+use crate::message::{
+    recovery_client, recovery_replica, QueryStable, RecoveryOp, RecoveryResult, ReplyStable,
+};
+use redoubt_crypto::{pk, Mac};
+
+/// The replica whose recovery request client id `c` is (for `n` replicas).
+pub(super) fn recovery_of(c: ClientId, n: u32) -> Option<ReplicaId> {
+    recovery_replica(c).filter(|r| *r < n)
+}
+
+/// How often a peer that cannot authenticate us gets our latest NEW-KEY again (ms).
+const NEW_KEY_RESEND_MS: u64 = 500;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Phase {
+    Estimating,
+    Requesting,
+    Fetching,
+}
+
+/// A recovery in progress.
+#[derive(Clone, Debug)]
+pub(super) struct Recovery {
+    pub(super) phase: Phase,
+    started_ms: u64,
+    nonce: u64,
+    c_min: BTreeMap<ReplicaId, Seq>,
+    p_max: BTreeMap<ReplicaId, Seq>,
+    h_m: Seq,
+    request: Option<SignedRequest>,
+    replies: BTreeMap<ReplicaId, Vec<u8>>,
+    h: Seq,
+    n_r: Seq,
+    next_retry_ms: u64,
+    estimated_ms: u64,
+    replied_ms: u64,
+    pages_before: u64,
+    corrupt_pages: u64,
+}
+
+/// What one recovery took, reported by [`Event::Recovered`].
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct RecoveryReport {
+    /// The estimate H_M and the recovery point H.
+    pub h_m: Seq,
+    pub h: Seq,
+    /// The sequence number the recovery request executed at (n_R).
+    pub n_r: Seq,
+    /// Time from the start to the estimate (ms).
+    pub estimation_ms: u64,
+    /// Time from the estimate to 2f+1 replies to the recovery request (ms).
+    pub request_ms: u64,
+    /// Time from the replies to a stable checkpoint H with a verified state (ms).
+    pub check_fetch_ms: u64,
+    pub total_ms: u64,
+    /// Corrupt pages found by the check and pages fetched during the recovery.
+    pub corrupt_pages: u64,
+    pub pages_fetched: u64,
+}
+
+impl<S: Service, A: Auth> Replica<S, A> {
+    // ----- session keys -----------------------------------------------------------------------
+
+    /// Whether this replica uses session keys (NEW-KEY) rather than static keys.
+    pub fn uses_session_keys(&self) -> bool {
+        self.auth.session_ref().is_some()
+    }
+
+    /// Sends a NEW-KEY with fresh keys for every other replica. Applies the freshness rule:
+    /// certificates not yet complete are dropped, since their messages were authenticated
+    /// with keys now retired (peers retransmit what is still needed).
+    pub(super) fn rekey(&mut self) {
+        if self.replaying {
+            self.rekey_due = true;
+            return;
+        }
+        let peers: Vec<Principal> = (0..self.cfg.n())
+            .filter(|r| *r != self.id)
+            .map(Principal::Replica)
+            .collect();
+        let now = self.now();
+        let Some(s) = self.auth.session() else {
+            return;
+        };
+        match s.refresh(&peers) {
+            Ok(nk) => {
+                self.rekey_due = false;
+                self.next_rekey_ms = now + self.cfg.key_refresh_ms;
+                self.stats.key_refreshes += 1;
+                self.drop_incomplete_certificates();
+                self.broadcast(&Message::NewKey(nk));
+                self.event(Event::KeysRefreshed);
+            }
+            Err(e) => {
+                // Try again shortly; the old keys stay in force meanwhile.
+                self.rekey_due = true;
+                self.next_rekey_ms = now + self.cfg.status_interval_ms * 10;
+                self.event(Event::KeyHolderFailed(e.to_string()));
+            }
+        }
+    }
+
+    fn drop_incomplete_certificates(&mut self) {
+        for slot in self.log.values_mut() {
+            if !slot.prepared {
+                slot.prepares.clear();
+            }
+            if !slot.committed {
+                slot.commits.clear();
+            }
+        }
+        let (stable, me) = (self.stable_seq, self.id);
+        for (r, votes) in self.ckpt_votes.iter_mut() {
+            if *r != me {
+                votes.retain(|s, _| *s <= stable);
+            }
+        }
+    }
+
+    pub(super) fn on_new_key(&mut self, from: Principal, nk: NewKey) -> Result<(), Reject> {
+        if nk.from != from {
+            return Err(Reject::Inconsistent);
+        }
+        let now = self.now();
+        let Some(s) = self.auth.session() else {
+            return Err(Reject::Unexpected);
+        };
+        match s.accept(&nk, now) {
+            Ok(Accepted::Replica(_)) => {
+                self.stats.new_keys_accepted += 1;
+                Ok(())
+            }
+            Ok(Accepted::Client(_)) => {
+                self.stats.new_keys_accepted += 1;
+                // Requests that arrived before the key may verify now.
+                self.vouch_late();
+                Ok(())
+            }
+            Err(NewKeyError::Stale) => Err(Reject::Stale),
+            Err(NewKeyError::BadSignature) => Err(Reject::BadSignature),
+            Err(NewKeyError::UnknownSender) => Err(Reject::UnknownSender),
+            Err(NewKeyError::NoKey) => Err(Reject::Inconsistent),
+            Err(NewKeyError::Holder) => Err(Reject::KeyHolder),
+        }
+    }
+
+    /// A replica sent us something we cannot authenticate: it may hold an old key of ours, so
+    /// it gets our latest NEW-KEY again (rate-limited per peer).
+    pub(super) fn resend_new_key(&mut self, to: ReplicaId) {
+        let now = self.now();
+        if self
+            .new_key_resent
+            .get(&to)
+            .is_some_and(|t| now < t + NEW_KEY_RESEND_MS)
+        {
+            return;
+        }
+        let Some(nk) = self.auth.session_ref().and_then(|s| s.latest()).cloned() else {
+            return;
+        };
+        self.new_key_resent.insert(to, now);
+        self.send_replica(to, &Message::NewKey(nk));
+    }
+
+    /// Periodic key work, from `tick`.
+    pub(super) fn tick_keys(&mut self) {
+        if !self.uses_session_keys() {
+            return;
+        }
+        let now = self.now();
+        if self.rekey_due || now >= self.next_rekey_ms {
+            self.rekey();
+        }
+        if now >= self.next_key_expiry_ms {
+            self.next_key_expiry_ms = now + self.cfg.status_interval_ms * 10;
+            let lifetime = self.cfg.client_key_lifetime_ms;
+            if let Some(s) = self.auth.session() {
+                s.expire_clients(now, lifetime);
+            }
+        }
+    }
+
+    /// Sends the PREPAREs this backup withheld because a request in the batch did not verify
+    /// (typically a client's NEW-KEY overtaken by its request), once every request verifies.
+    pub(super) fn vouch_late(&mut self) {
+        if !self.normal || self.is_primary() || self.replaying {
+            return;
+        }
+        let candidates: Vec<(Seq, Digest)> = self
+            .log
+            .range(self.last_executed + 1..)
+            .filter(|(_, s)| !s.sent_prepare && !s.prepared)
+            .filter_map(|(n, s)| s.pp.filter(|d| *d != NULL_DIGEST).map(|d| (*n, d)))
+            .collect();
+        for (seq, digest) in candidates {
+            let Some(batch) = self.batches.get(&digest) else {
+                continue;
+            };
+            let authentic = batch.requests.iter().all(|r| {
+                r.request.op.len() <= self.cfg.request_bytes_max
+                    && self.request_authentic(&r.request, &r.request.digest(), &r.auth)
+            });
+            if !authentic {
+                continue;
+            }
+            let view = self.view;
+            self.persist(Record::PrePrepared {
+                view,
+                seq,
+                digest,
+                batch: None,
+                vouched: true,
+            });
+            let id = self.id;
+            let slot = self.log.entry(seq).or_default();
+            slot.sent_prepare = true;
+            slot.prepares.insert(id, digest);
+            self.broadcast(&Message::Prepare(Prepare {
+                view,
+                seq,
+                digest,
+                replica: id,
+            }));
+            self.check_slot(seq);
+        }
+    }
+
+    // ----- requests from replicas ---------------------------------------------------------------
+
+    /// The principal that receives the replies to a request from client id `c`.
+    pub(super) fn requester(&self, c: ClientId) -> Principal {
+        match recovery_of(c, self.cfg.n()) {
+            Some(r) => Principal::Replica(r),
+            None => Principal::Client(c),
+        }
+    }
+
+    /// Whether a request is authentic: a client's authenticator entry for us, or, for a
+    /// recovery request, the recovering replica's key-holder signature.
+    pub(super) fn request_authentic(&self, req: &Request, digest: &Digest, macs: &[Mac]) -> bool {
+        if let Some(r) = recovery_replica(req.client) {
+            return self.recovery_authentic(r, req);
+        }
+        let c = Principal::Client(req.client);
+        self.auth.knows(c) && verify_request(&self.auth, c, digest, macs)
+    }
+
+    fn recovery_authentic(&self, r: ReplicaId, req: &Request) -> bool {
+        if r >= self.cfg.n() || req.read_only {
+            return false;
+        }
+        let Ok(op) = postcard::from_bytes::<RecoveryOp>(&req.op) else {
+            return false;
+        };
+        let Some(pubkeys) = self
+            .auth
+            .session_ref()
+            .and_then(|s| s.directory().get(Principal::Replica(r)).copied())
+        else {
+            return false;
+        };
+        let content = RecoveryOp::content_digest(r, op.h_m);
+        let st = crate::keys::holder_statement(
+            Purpose::Recovery,
+            Principal::Replica(r),
+            req.timestamp,
+            &content,
+        );
+        op.replica == r && pk::verify(&pubkeys.verify, &st.0, &op.sig)
+    }
+
+    /// Executes replica `r`'s recovery request at `seq` (agreed time `time_ms`): refused if
+    /// `r`'s previous accepted recovery is more recent than `recovery_interval_min_ms`;
+    /// otherwise every replica but `r` refreshes its keys, so the keys an attacker may have
+    /// taken from `r` stop working.
+    pub(super) fn execute_recovery(&mut self, r: ReplicaId, seq: Seq, time_ms: u64) -> Vec<u8> {
+        let previous = self
+            .clients
+            .get(&recovery_client(r))
+            .and_then(|l| postcard::from_bytes::<RecoveryResult>(&l.result).ok())
+            .and_then(|p| p.last_accepted_ms);
+        let accepted = previous
+            .is_none_or(|t| time_ms.saturating_sub(t) >= self.cfg.recovery_interval_min_ms);
+        let result = RecoveryResult {
+            seq,
+            accepted,
+            last_accepted_ms: if accepted { Some(time_ms) } else { previous },
+        };
+        if accepted {
+            self.stats.recovery_requests_executed += 1;
+            if !self.replaying {
+                self.event(Event::RecoveryExecuted { replica: r, seq });
+            }
+            if r != self.id {
+                self.rekey();
+            }
+        }
+        postcard::to_stdvec(&result).expect("encodes")
+    }
+
+    /// After a state transfer: if the fetched state executed a recovery request we did not,
+    /// refresh our keys as if we had executed it.
+    pub(super) fn rekey_if_recoveries_changed(&mut self, before: &BTreeMap<ClientId, u64>) {
+        let changed = self.clients.iter().any(|(c, l)| {
+            recovery_replica(*c).is_some_and(|r| r != self.id)
+                && before.get(c).is_none_or(|t| *t < l.timestamp)
+        });
+        if changed {
+            self.rekey_due = true;
+        }
+    }
+
+    pub(super) fn recovery_timestamps(&self) -> BTreeMap<ClientId, u64> {
+        self.clients
+            .iter()
+            .filter(|(c, _)| recovery_replica(**c).is_some())
+            .map(|(c, l)| (*c, l.timestamp))
+            .collect()
+    }
+
+    // ----- the recovering replica ---------------------------------------------------------------
+
+    /// Starts a recovery (the host restarted us from our saved state and asks us to recover).
+    pub(super) fn start_recovery(&mut self) {
+        if self.recovery.is_some() || !self.uses_session_keys() {
+            return;
+        }
+        if self.normal && self.is_primary() {
+            // Hand over first; the recovery proceeds meanwhile.
+            self.start_view_change(self.view.saturating_add(1));
+        }
+        if let Some(s) = self.auth.session() {
+            s.discard_client_keys();
+        }
+        self.rekey();
+        let now = self.now();
+        self.recovery = Some(Recovery {
+            phase: Phase::Estimating,
+            started_ms: now,
+            nonce: self.env.entropy,
+            c_min: BTreeMap::new(),
+            p_max: BTreeMap::new(),
+            h_m: 0,
+            request: None,
+            replies: BTreeMap::new(),
+            h: 0,
+            n_r: 0,
+            next_retry_ms: now,
+            estimated_ms: 0,
+            replied_ms: 0,
+            pages_before: self.stats.transfer_pages,
+            corrupt_pages: 0,
+        });
+        self.event(Event::RecoveryStarted);
+        self.drive_recovery();
+    }
+
+    /// Whether a recovery is in progress.
+    pub fn recovering(&self) -> bool {
+        self.recovery.is_some()
+    }
+
+    fn last_checkpoint_seq(&self) -> Seq {
+        self.checkpoints.keys().next_back().copied().unwrap_or(0)
+    }
+
+    fn last_prepared_seq(&self) -> Seq {
+        self.log
+            .iter()
+            .rev()
+            .find(|(_, s)| s.prepared)
+            .map(|(n, _)| *n)
+            .unwrap_or(0)
+            .max(self.last_executed)
+    }
+
+    pub(super) fn on_query_stable(&mut self, from: ReplicaId, q: QueryStable) -> Result<(), Reject> {
+        if q.replica != from || from == self.id {
+            return Err(Reject::Inconsistent);
+        }
+        let r = ReplyStable {
+            replica: self.id,
+            c: self.last_checkpoint_seq(),
+            p: self.last_prepared_seq(),
+            nonce: q.nonce,
+        };
+        self.send_replica(from, &Message::ReplyStable(r));
+        Ok(())
+    }
+
+    pub(super) fn on_reply_stable(&mut self, from: ReplicaId, r: ReplyStable) -> Result<(), Reject> {
+        if r.replica != from || from == self.id {
+            return Err(Reject::Inconsistent);
+        }
+        let Some(rec) = self.recovery.as_mut() else {
+            return Err(Reject::Unexpected);
+        };
+        if rec.phase != Phase::Estimating || r.nonce != rec.nonce {
+            return Err(Reject::Stale);
+        }
+        let c = rec.c_min.entry(from).or_insert(r.c);
+        *c = (*c).min(r.c);
+        let p = rec.p_max.entry(from).or_insert(r.p);
+        *p = (*p).max(r.p);
+        self.drive_recovery();
+        Ok(())
+    }
+
+    /// c_M: the smallest reported checkpoint c_j such that 2f replicas other than j report a
+    /// checkpoint at most c_j and f replicas other than j prepared at least c_j.
+    fn estimate(&self, rec: &Recovery) -> Option<Seq> {
+        let f = self.cfg.f as usize;
+        let mut c = rec.c_min.clone();
+        let mut p = rec.p_max.clone();
+        c.insert(self.id, self.last_checkpoint_seq());
+        p.insert(self.id, self.last_prepared_seq());
+        let mut candidates: Vec<(ReplicaId, Seq)> = c.iter().map(|(r, s)| (*r, *s)).collect();
+        candidates.sort_by_key(|(_, s)| *s);
+        candidates.into_iter().find_map(|(j, cj)| {
+            let le = c.iter().filter(|(k, ck)| **k != j && **ck <= cj).count();
+            let ge = p.iter().filter(|(k, pk)| **k != j && **pk >= cj).count();
+            (le >= 2 * f && ge >= f).then_some(cj)
+        })
+    }
+
+    /// Advances the recovery: retransmissions, phase changes, completion.
+    pub(super) fn drive_recovery(&mut self) {
+        let Some(mut rec) = self.recovery.take() else {
+            return;
+        };
+        let now = self.now();
+        match rec.phase {
+            Phase::Estimating => {
+                if let Some(c_m) = self.estimate(&rec) {
+                    rec.h_m = c_m + self.cfg.log_size;
+                    rec.estimated_ms = now;
+                    // Nothing above H_M survives from before; nothing above it is sent until a
+                    // stable checkpoint reaches it.
+                    let keep = rec.h_m;
+                    self.log.retain(|n, _| *n <= keep);
+                    self.send_cap = Some(rec.h_m);
+                    self.event(Event::RecoveryEstimated { h_m: rec.h_m });
+                    rec.phase = Phase::Requesting;
+                    rec.next_retry_ms = now;
+                } else if now >= rec.next_retry_ms {
+                    rec.next_retry_ms = now + self.cfg.status_interval_ms * 2;
+                    let q = QueryStable {
+                        replica: self.id,
+                        nonce: rec.nonce,
+                    };
+                    self.broadcast(&Message::QueryStable(q));
+                }
+            }
+            Phase::Requesting => {
+                if rec.request.is_none() {
+                    match self.make_recovery_request(rec.h_m) {
+                        Ok(sr) => rec.request = Some(sr),
+                        Err(e) => {
+                            self.event(Event::KeyHolderFailed(e));
+                            rec.next_retry_ms = now + self.cfg.status_interval_ms * 10;
+                        }
+                    }
+                }
+                if let Some(sr) = rec.request.clone() {
+                    if now >= rec.next_retry_ms {
+                        rec.next_retry_ms = now + self.cfg.status_interval_ms * 5;
+                        self.broadcast(&Message::Request(sr.clone()));
+                        self.recovery = Some(rec);
+                        let me = Principal::Replica(self.id);
+                        let _ = self.on_request(me, sr);
+                        rec = match self.recovery.take() {
+                            Some(r) => r,
+                            None => return,
+                        };
+                    }
+                }
+            }
+            Phase::Fetching => {
+                let settled = self.stable_seq >= rec.h
+                    && self.transfer.is_none()
+                    && !self.diverged
+                    && !self.state.needs_repair()
+                    && self.last_executed >= rec.h;
+                if settled {
+                    let report = RecoveryReport {
+                        h_m: rec.h_m,
+                        h: rec.h,
+                        n_r: rec.n_r,
+                        estimation_ms: rec.estimated_ms - rec.started_ms,
+                        request_ms: rec.replied_ms - rec.estimated_ms,
+                        check_fetch_ms: now - rec.replied_ms,
+                        total_ms: now - rec.started_ms,
+                        corrupt_pages: rec.corrupt_pages,
+                        pages_fetched: self.stats.transfer_pages - rec.pages_before,
+                    };
+                    self.stats.recoveries += 1;
+                    self.send_cap = None;
+                    self.event(Event::Recovered(report));
+                    return;
+                }
+            }
+        }
+        self.recovery = Some(rec);
+        self.release_send_cap();
+    }
+
+    /// A checkpoint at `seq` is becoming stable: the recovery cap lifts once it reaches H_M.
+    pub(super) fn release_send_cap_after(&mut self, seq: Seq) {
+        if self.send_cap.is_some_and(|cap| seq >= cap) {
+            self.send_cap = None;
+        }
+    }
+
+    pub(super) fn release_send_cap(&mut self) {
+        if self.send_cap.is_some_and(|cap| self.stable_seq >= cap) {
+            self.send_cap = None;
+        }
+    }
+
+    fn make_recovery_request(&mut self, h_m: Seq) -> Result<SignedRequest, String> {
+        let me = self.id;
+        let Some(s) = self.auth.session() else {
+            return Err("static keys: no key holder".into());
+        };
+        let content = RecoveryOp::content_digest(me, h_m);
+        let (counter, sig) = s
+            .holder_mut()
+            .sign(Purpose::Recovery, &content)
+            .map_err(|e| e.to_string())?;
+        let op = RecoveryOp {
+            replica: me,
+            h_m,
+            sig,
+        };
+        Ok(SignedRequest {
+            request: Request {
+                client: recovery_client(me),
+                timestamp: counter,
+                read_only: false,
+                op: postcard::to_stdvec(&op).expect("encodes"),
+            },
+            auth: Vec::new(),
+        })
+    }
+
+    /// A reply to our recovery request (from a peer, or from our own execution).
+    pub(super) fn on_recovery_reply(&mut self, from: ReplicaId, r: Reply) -> Result<(), Reject> {
+        if r.replica != from || r.client != recovery_client(self.id) || r.digest_only {
+            return Err(Reject::Inconsistent);
+        }
+        let Some(mut rec) = self.recovery.take() else {
+            return Err(Reject::Unexpected);
+        };
+        let ours = rec
+            .request
+            .as_ref()
+            .is_some_and(|sr| sr.request.timestamp == r.timestamp);
+        if rec.phase != Phase::Requesting || !ours {
+            self.recovery = Some(rec);
+            return Err(Reject::Stale);
+        }
+        rec.replies.insert(from, r.result.clone());
+        let matching = rec.replies.values().filter(|v| **v == r.result).count();
+        if matching >= self.cfg.quorum() {
+            let Ok(result) = postcard::from_bytes::<RecoveryResult>(&r.result) else {
+                self.recovery = Some(rec);
+                return Err(Reject::Malformed);
+            };
+            if !result.accepted {
+                self.send_cap = None;
+                self.event(Event::RecoveryRefused);
+                return Ok(());
+            }
+            let k = self.cfg.checkpoint_interval;
+            let h_r = result.seq / k * k + self.cfg.log_size;
+            rec.h = rec.h_m.max(h_r);
+            rec.n_r = result.seq;
+            rec.replied_ms = self.now();
+            rec.phase = Phase::Fetching;
+            // Check every page; corrupt ones are fetched at the next vouched checkpoint.
+            rec.corrupt_pages = self.check_state().len() as u64;
+        }
+        self.recovery = Some(rec);
+        self.drive_recovery();
+        Ok(())
+    }
+
+    /// Whether `msg` carries a sequence number above the recovery cap H_M (not to be sent).
+    pub(super) fn above_cap(&self, msg: &Message) -> bool {
+        let Some(cap) = self.send_cap else {
+            return false;
+        };
+        let seq = match msg {
+            Message::PrePrepare(m) => m.seq,
+            Message::Prepare(m) => m.seq,
+            Message::Commit(m) => m.seq,
+            Message::Checkpoint(m) => m.seq,
+            _ => return false,
+        };
+        seq > cap
+    }
+}
