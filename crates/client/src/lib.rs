@@ -22,7 +22,7 @@ pub use kv::{KvClient, KvError};
 
 use redoubt_core::{
     Auth, ClientId, ClientTiming, Completion, Config, Effect, Env, InvokeError, Principal,
-    StaticKeys, View,
+    Keys, View,
 };
 use redoubt_transport::{Link, LinkConfig, LinkError};
 use std::net::SocketAddr;
@@ -52,7 +52,7 @@ pub struct ClientSetup {
     /// Retransmission timing.
     pub timing: ClientTiming,
     /// This client's keys shared with each replica.
-    pub keys: StaticKeys,
+    pub keys: Keys,
     /// How long one invocation may take before it is abandoned.
     pub deadline: Duration,
     /// Largest frame sent or accepted on a connection (bytes).
@@ -61,7 +61,7 @@ pub struct ClientSetup {
 
 impl ClientSetup {
     /// A setup with default timing, a 10 s deadline and the core's message size limit.
-    pub fn new(id: ClientId, replicas: Vec<SocketAddr>, core: Config, keys: StaticKeys) -> Self {
+    pub fn new(id: ClientId, replicas: Vec<SocketAddr>, core: Config, keys: Keys) -> Self {
         let frame_bytes_max = core.message_bytes_max;
         ClientSetup {
             id,
@@ -339,7 +339,7 @@ struct Pending {
 
 /// The background task: the only owner of the core state machine.
 struct Task {
-    core: redoubt_core::Client<StaticKeys>,
+    core: redoubt_core::Client<Keys>,
     links: Vec<Link>,
     state: Arc<State>,
     deadline: Duration,

@@ -9,7 +9,7 @@ use redoubt_core::auth::{open, verify_request};
 use redoubt_core::message::decode_frame;
 use redoubt_core::{
     ClientId, ClientTiming, Config, Effect, Env, Input, Message, Principal, Replica, ReplicaId,
-    StaticKeys,
+    Keys, StaticKeys,
 };
 use redoubt_services::kv::KvService;
 use redoubt_transport::{ConnId, Link, LinkConfig, Listener, ListenerConfig};
@@ -34,6 +34,10 @@ fn principals() -> Vec<Principal> {
 
 fn keys(p: Principal) -> StaticKeys {
     StaticKeys::derive(MASTER, p, principals())
+}
+
+fn client_keys(p: Principal) -> Keys {
+    Keys::Static(keys(p))
 }
 
 /// Milliseconds since the UNIX epoch: the clock every host feeds its core.
@@ -236,7 +240,7 @@ impl TestCluster {
                 client,
                 self.addrs.clone(),
                 Config::new(F),
-                keys(Principal::Client(client)),
+                client_keys(Principal::Client(client)),
             )
         }
     }
@@ -368,7 +372,7 @@ async fn unreachable_when_no_replica_runs() {
     let setup = ClientSetup {
         deadline,
         timing: ClientTiming::default(),
-        ..ClientSetup::new(1, addrs, Config::new(F), keys(Principal::Client(1)))
+        ..ClientSetup::new(1, addrs, Config::new(F), client_keys(Principal::Client(1)))
     };
     let client = Client::connect(setup).await.unwrap();
     let start = Instant::now();
@@ -400,7 +404,7 @@ async fn unreachable_when_no_replica_runs() {
 #[tokio::test]
 async fn setup_is_checked() {
     let addrs: Vec<SocketAddr> = (0..N).map(|_| dead_addr()).collect();
-    let wrong_keys = ClientSetup::new(1, addrs.clone(), Config::new(F), keys(Principal::Client(2)));
+    let wrong_keys = ClientSetup::new(1, addrs.clone(), Config::new(F), client_keys(Principal::Client(2)));
     assert!(matches!(
         Client::connect(wrong_keys).await,
         Err(ClientError::InvalidSetup(_))
@@ -409,7 +413,7 @@ async fn setup_is_checked() {
         1,
         addrs[..3].to_vec(),
         Config::new(F),
-        keys(Principal::Client(1)),
+        client_keys(Principal::Client(1)),
     );
     assert!(matches!(
         Client::connect(too_few).await,

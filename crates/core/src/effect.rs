@@ -76,8 +76,9 @@ pub enum Event {
     RecoveryEstimated { h_m: Seq },
     /// This replica completed a recovery.
     Recovered(crate::replica::RecoveryReport),
-    /// The recovery request was refused (a recovery of this replica was accepted too
-    /// recently): the recovery ends without a recovery point.
+    /// The recovery request was refused (a recovery of this replica was accepted less than
+    /// `recovery_interval_min_ms` before, e.g. before a restart mid-recovery): a new request
+    /// goes out once the interval has passed.
     RecoveryRefused,
     /// A recovery request of `replica` executed at `seq` (every replica reports it).
     RecoveryExecuted { replica: ReplicaId, seq: Seq },

@@ -24,7 +24,7 @@ use redoubt_crypto::{Digest, DigestBuilder, Mac, MacKey};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// The public keys of every principal of a cluster.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -201,10 +201,11 @@ pub enum Accepted {
     Client(ClientId),
 }
 
-/// Session keys of one principal, with its key holder.
+/// Session keys of one principal, with its key holder. Clones share the key holder.
+#[derive(Clone)]
 pub struct SessionKeys {
     me: Principal,
-    holder: Box<dyn KeyHolder>,
+    holder: Arc<Mutex<Box<dyn KeyHolder>>>,
     directory: Arc<Directory>,
     /// Key `peer → me` (chosen by me; for clients, chosen by the client).
     inbound: BTreeMap<Principal, MacKey>,
@@ -244,7 +245,7 @@ impl SessionKeys {
     pub fn new(holder: Box<dyn KeyHolder>, directory: Arc<Directory>) -> Self {
         SessionKeys {
             me: holder.principal(),
-            holder,
+            holder: Arc::new(Mutex::new(holder)),
             directory,
             inbound: BTreeMap::new(),
             outbound: BTreeMap::new(),
@@ -264,8 +265,10 @@ impl SessionKeys {
         &self.directory
     }
 
-    pub fn holder_mut(&mut self) -> &mut dyn KeyHolder {
-        self.holder.as_mut()
+    /// Runs `f` with the key holder.
+    pub fn with_holder<T>(&self, f: impl FnOnce(&mut dyn KeyHolder) -> T) -> T {
+        let mut h = self.holder.lock().unwrap_or_else(|e| e.into_inner());
+        f(h.as_mut())
     }
 
     /// Our latest NEW-KEY, if we sent one.
@@ -278,17 +281,21 @@ impl SessionKeys {
     pub fn refresh(&mut self, recipients: &[Principal]) -> Result<NewKey, HolderError> {
         let mut sealed = Vec::with_capacity(recipients.len());
         let mut fresh = Vec::with_capacity(recipients.len());
-        for &p in recipients {
-            let Some(pubkeys) = self.directory.get(p).copied() else {
-                continue;
-            };
-            let k = self.holder.fresh_key()?;
-            let s = self.holder.seal(&pubkeys.seal, &seal_info(self.me, p), &k)?;
-            sealed.push((p, s));
-            fresh.push((p, k));
-        }
-        let content = NewKey::content_digest(self.me, &sealed);
-        let (counter, sig) = self.holder.sign(Purpose::NewKey, &content)?;
+        let me = self.me;
+        let directory = self.directory.clone();
+        let (counter, sig) = self.with_holder(|h| {
+            for &p in recipients {
+                let Some(pubkeys) = directory.get(p).copied() else {
+                    continue;
+                };
+                let k = h.fresh_key()?;
+                let s = h.seal(&pubkeys.seal, &seal_info(me, p), &k)?;
+                sealed.push((p, s));
+                fresh.push((p, k));
+            }
+            let content = NewKey::content_digest(me, &sealed);
+            h.sign(Purpose::NewKey, &content)
+        })?;
         let client_side = matches!(self.me, Principal::Client(_));
         for (p, k) in fresh {
             if client_side {
@@ -333,7 +340,8 @@ impl SessionKeys {
         let Some((_, sealed)) = nk.keys.iter().find(|(p, _)| *p == self.me) else {
             return Err(NewKeyError::NoKey);
         };
-        let key = match self.holder.open(&seal_info(nk.from, self.me), sealed) {
+        let info = seal_info(nk.from, self.me);
+        let key = match self.with_holder(|h| h.open(&info, sealed)) {
             Ok(Some(k)) => k,
             Ok(None) => return Err(NewKeyError::NoKey),
             Err(_) => return Err(NewKeyError::Holder),
@@ -422,6 +430,53 @@ impl Auth for SessionKeys {
     }
     fn session_ref(&self) -> Option<&SessionKeys> {
         Some(self)
+    }
+}
+
+/// The keys a node authenticates with: static pairwise keys (tests, benchmarks without key
+/// refresh) or session keys refreshed by NEW-KEY.
+#[derive(Clone, Debug)]
+pub enum Keys {
+    Static(crate::auth::StaticKeys),
+    Session(SessionKeys),
+}
+
+impl Auth for Keys {
+    fn me(&self) -> Principal {
+        match self {
+            Keys::Static(k) => k.me(),
+            Keys::Session(k) => k.me(),
+        }
+    }
+    fn mac_to(&self, to: Principal, digest: &Digest) -> Option<Mac> {
+        match self {
+            Keys::Static(k) => k.mac_to(to, digest),
+            Keys::Session(k) => k.mac_to(to, digest),
+        }
+    }
+    fn verify_from(&self, from: Principal, epoch: u32, digest: &Digest, mac: &Mac) -> bool {
+        match self {
+            Keys::Static(k) => k.verify_from(from, epoch, digest, mac),
+            Keys::Session(k) => k.verify_from(from, epoch, digest, mac),
+        }
+    }
+    fn knows(&self, from: Principal) -> bool {
+        match self {
+            Keys::Static(k) => k.knows(from),
+            Keys::Session(k) => k.knows(from),
+        }
+    }
+    fn session(&mut self) -> Option<&mut SessionKeys> {
+        match self {
+            Keys::Static(_) => None,
+            Keys::Session(k) => Some(k),
+        }
+    }
+    fn session_ref(&self) -> Option<&SessionKeys> {
+        match self {
+            Keys::Static(_) => None,
+            Keys::Session(k) => Some(k),
+        }
     }
 }
 

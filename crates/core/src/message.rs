@@ -406,6 +406,9 @@ pub struct RecoveryResult {
     pub seq: Seq,
     pub accepted: bool,
     pub last_accepted_ms: Option<u64>,
+    /// The checkpoint the recovery waits for: max(H_M, H_R), capped at H_R + L. Until it is
+    /// stable, an idle primary proposes empty batches so the recovery can complete.
+    pub target: Seq,
 }
 
 /// First client id reserved for recovery requests: replica `r` uses `RECOVERY_CLIENT_BASE + r`.

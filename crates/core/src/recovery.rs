@@ -294,7 +294,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// `r`'s previous accepted recovery is more recent than `recovery_interval_min_ms`;
     /// otherwise every replica but `r` refreshes its keys, so the keys an attacker may have
     /// taken from `r` stop working.
-    pub(super) fn execute_recovery(&mut self, r: ReplicaId, seq: Seq, time_ms: u64) -> Vec<u8> {
+    pub(super) fn execute_recovery(
+        &mut self,
+        r: ReplicaId,
+        op_h_m: Seq,
+        seq: Seq,
+        time_ms: u64,
+    ) -> Vec<u8> {
         let previous = self
             .clients
             .get(&recovery_client(r))
@@ -302,10 +308,18 @@ impl<S: Service, A: Auth> Replica<S, A> {
             .and_then(|p| p.last_accepted_ms);
         let accepted = previous
             .is_none_or(|t| time_ms.saturating_sub(t) >= self.cfg.recovery_interval_min_ms);
+        let (k, l) = (self.cfg.checkpoint_interval, self.cfg.log_size);
+        let h_r = seq / k * k + l;
+        let target = if accepted {
+            op_h_m.max(h_r).min(h_r + l).div_ceil(k) * k
+        } else {
+            0
+        };
         let result = RecoveryResult {
             seq,
             accepted,
             last_accepted_ms: if accepted { Some(time_ms) } else { previous },
+            target,
         };
         if accepted {
             self.stats.recovery_requests_executed += 1;
@@ -473,7 +487,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 }
             }
             Phase::Requesting => {
-                if rec.request.is_none() {
+                if rec.request.is_none() && now >= rec.next_retry_ms {
                     match self.make_recovery_request(rec.h_m) {
                         Ok(sr) => rec.request = Some(sr),
                         Err(e) => {
@@ -545,8 +559,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         };
         let content = RecoveryOp::content_digest(me, h_m);
         let (counter, sig) = s
-            .holder_mut()
-            .sign(Purpose::Recovery, &content)
+            .with_holder(|h| h.sign(Purpose::Recovery, &content))
             .map_err(|e| e.to_string())?;
         let op = RecoveryOp {
             replica: me,
@@ -588,8 +601,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 return Err(Reject::Malformed);
             };
             if !result.accepted {
-                self.send_cap = None;
+                // A recovery of ours was accepted recently (a restart mid-recovery): ask again
+                // with a new request once the interval has passed.
                 self.event(Event::RecoveryRefused);
+                rec.request = None;
+                rec.replies.clear();
+                rec.next_retry_ms = self.now() + self.cfg.recovery_interval_min_ms;
+                self.recovery = Some(rec);
                 return Ok(());
             }
             let k = self.cfg.checkpoint_interval;
@@ -604,6 +622,19 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.recovery = Some(rec);
         self.drive_recovery();
         Ok(())
+    }
+
+    /// Whether a replica's recovery waits for a checkpoint beyond the stable one (read from
+    /// the replicated results of recovery requests, so every replica agrees): an idle primary
+    /// then proposes empty batches.
+    pub(super) fn recovery_progress_target(&self) -> Option<Seq> {
+        self.clients
+            .iter()
+            .filter(|(c, _)| recovery_replica(**c).is_some())
+            .filter_map(|(_, l)| postcard::from_bytes::<RecoveryResult>(&l.result).ok())
+            .map(|res| res.target)
+            .filter(|t| *t > self.stable_seq)
+            .max()
     }
 
     /// Whether `msg` carries a sequence number above the recovery cap H_M (not to be sent).

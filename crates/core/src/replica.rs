@@ -802,7 +802,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     self.arrivals.remove(&w.order);
                 }
             }
-            if requests.is_empty() {
+            if requests.is_empty()
+                && self
+                    .recovery_progress_target()
+                    .is_none_or(|t| self.next_seq > t)
+            {
                 return;
             }
             for r in &requests {
@@ -876,8 +880,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         {
             return Err(Reject::BadDigest);
         }
-        if pp.batch.requests.is_empty()
-            || pp.batch.requests.len() > self.cfg.batch_requests_max
+        // Empty batches move an idle system to a recovering replica's recovery point.
+        if pp.batch.requests.len() > self.cfg.batch_requests_max
             || pp.batch.op_bytes() > self.cfg.batch_bytes_max
         {
             return Err(Reject::TooLarge);
@@ -1111,7 +1115,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     seed,
                 };
                 let result = match recovery::recovery_of(req.client, self.cfg.n()) {
-                    Some(r) => self.execute_recovery(r, seq, time_ms),
+                    Some(r) => {
+                        let h_m = postcard::from_bytes::<RecoveryOp>(&req.op)
+                            .map_or(0, |op| op.h_m);
+                        self.execute_recovery(r, h_m, seq, time_ms)
+                    }
                     None => self.service.execute(&mut self.state, &req.op, &ctx),
                 };
                 self.stats.requests_executed += 1;
@@ -2571,6 +2579,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.drive_transfer();
         self.tick_keys();
         self.drive_recovery();
+        if self.is_primary() && self.arrivals.is_empty() {
+            // An idle primary still drives a recovering replica to its recovery point.
+            self.try_propose();
+        }
         if now >= self.next_status_ms {
             self.next_status_ms = now + self.cfg.status_interval_ms;
             self.send_status();

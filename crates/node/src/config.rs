@@ -136,6 +136,24 @@ pub enum ConfigError {
         source: io::Error,
     },
 
+    /// A key-holder file (session keys) cannot be used.
+    #[error("{0}; key-holder files are created by `redoubt init`")]
+    HolderFile(#[from] crate::holder::HolderFileError),
+
+    /// The public-key directory is missing, malformed or incomplete.
+    #[error("public-key directory {path}: {message}; it is written by `redoubt init` next to redoubt.toml")]
+    Directory { path: PathBuf, message: String },
+
+    /// The replica's key holder does not answer.
+    #[error("key holder of {principal} at {socket}: {message}; start it with `redoubt monitor --config {config} --id {id}` (which runs the key holder and the replica) or `redoubt keyholder --config {config} --id {id}`")]
+    KeyHolder {
+        principal: String,
+        socket: PathBuf,
+        message: String,
+        config: PathBuf,
+        id: u32,
+    },
+
     /// A key file is not valid TOML or does not fit the key file schema.
     #[error("key file {path}: {message} at {at}; regenerate the keys with `redoubt init`")]
     KeyMalformed {
@@ -322,8 +340,11 @@ pub struct ReplicaEntry {
     pub metrics_addr: SocketAddr,
     /// Data directory (relative paths resolve against the config file's directory).
     pub home: PathBuf,
-    /// This replica's key file (relative paths resolve against the config file's directory).
+    /// This replica's key file (relative paths resolve against the config file's directory):
+    /// its key-holder file with session keys, its MAC key file with static keys.
     pub key_file: PathBuf,
+    /// Unix socket of the replica's key holder (session keys); default `<home>/keyholder.sock`.
+    pub holder_socket: Option<PathBuf>,
 }
 
 /// One `[[client]]` entry.
@@ -390,6 +411,69 @@ impl Default for NodeSection {
             reconnect_backoff_max_ms: 500,
             log_format: "human".into(),
             worker_threads: 1,
+        }
+    }
+}
+
+/// `[keys]`: how principals authenticate.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KeysSection {
+    /// `session`: keys refreshed by NEW-KEY, each principal's long-term secrets in a key holder
+    /// (needed for proactive recovery); `static`: fixed pairwise MAC keys from `redoubt init`.
+    pub mode: String,
+    /// Public keys of every principal (session mode), written by `redoubt init`.
+    pub directory: PathBuf,
+}
+
+impl Default for KeysSection {
+    fn default() -> Self {
+        KeysSection {
+            mode: "session".into(),
+            directory: PathBuf::from("public-keys.toml"),
+        }
+    }
+}
+
+impl KeysSection {
+    pub fn session(&self) -> bool {
+        self.mode == "session"
+    }
+}
+
+/// Accepted values of `[keys] mode`.
+pub const KEY_MODES: [&str; 2] = ["session", "static"];
+
+/// `[recovery]`: proactive recovery driven by `redoubt monitor`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RecoverySection {
+    /// The monitor restarts and recovers its replica periodically (needs session keys).
+    pub enabled: bool,
+    /// Watchdog period T_w (s): every replica recovers once per period, in turn. 0 = derived
+    /// from the measured recovery time (n × 2 × the longest recovery seen, at least
+    /// `watchdog_period_min_s`).
+    pub watchdog_period_s: u64,
+    /// Lower bound of a derived watchdog period (s).
+    pub watchdog_period_min_s: u64,
+    /// A recovery taking longer than this is reported as a possible attack (s).
+    pub alert_after_s: u64,
+    /// BLAKE3 of the replica executable (hex); the monitor refuses to start an executable
+    /// with another hash. Empty: not checked.
+    pub executable_blake3: String,
+    /// Longest a monitor waits, at its turn, for f replicas already recovering to finish (s).
+    pub stagger_wait_max_s: u64,
+}
+
+impl Default for RecoverySection {
+    fn default() -> Self {
+        RecoverySection {
+            enabled: true,
+            watchdog_period_s: 0,
+            watchdog_period_min_s: 600,
+            alert_after_s: 60,
+            executable_blake3: String::new(),
+            stagger_wait_max_s: 120,
         }
     }
 }
@@ -483,6 +567,9 @@ struct ProtocolSection {
     transfer_reply_bytes_max: usize,
     transfer_rate_bytes_per_sec: u64,
     transfer_items_max: usize,
+    key_refresh_ms: u64,
+    client_key_lifetime_ms: u64,
+    recovery_interval_min_ms: u64,
     clock_skew_max_ms: u64,
     request_bytes_max: usize,
     message_bytes_max: usize,
@@ -509,6 +596,9 @@ impl Default for ProtocolSection {
             transfer_reply_bytes_max: c.transfer_reply_bytes_max,
             transfer_rate_bytes_per_sec: c.transfer_rate_bytes_per_sec,
             transfer_items_max: c.transfer_items_max,
+            key_refresh_ms: c.key_refresh_ms,
+            client_key_lifetime_ms: c.client_key_lifetime_ms,
+            recovery_interval_min_ms: c.recovery_interval_min_ms,
             clock_skew_max_ms: c.clock_skew_max_ms,
             request_bytes_max: c.request_bytes_max,
             message_bytes_max: c.message_bytes_max,
@@ -535,6 +625,9 @@ impl ProtocolSection {
         c.transfer_reply_bytes_max = self.transfer_reply_bytes_max;
         c.transfer_rate_bytes_per_sec = self.transfer_rate_bytes_per_sec;
         c.transfer_items_max = self.transfer_items_max;
+        c.key_refresh_ms = self.key_refresh_ms;
+        c.client_key_lifetime_ms = self.client_key_lifetime_ms;
+        c.recovery_interval_min_ms = self.recovery_interval_min_ms;
         c.clock_skew_max_ms = self.clock_skew_max_ms;
         c.request_bytes_max = self.request_bytes_max;
         c.message_bytes_max = self.message_bytes_max;
@@ -550,6 +643,8 @@ struct RawReplica {
     metrics_addr: SocketAddr,
     home: PathBuf,
     key_file: PathBuf,
+    #[serde(default)]
+    holder_socket: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -577,6 +672,10 @@ struct RawConfig {
     storage: StorageSection,
     #[serde(default)]
     state: StateSection,
+    #[serde(default)]
+    keys: KeysSection,
+    #[serde(default)]
+    recovery: RecoverySection,
 }
 
 /// The whole cluster configuration, validated.
@@ -600,6 +699,10 @@ pub struct ClusterConfig {
     pub storage: StorageSection,
     /// `[state]`.
     pub state: StateSection,
+    /// `[keys]`.
+    pub keys: KeysSection,
+    /// `[recovery]`.
+    pub recovery: RecoverySection,
 }
 
 impl ClusterConfig {
@@ -641,6 +744,8 @@ impl ClusterConfig {
             node: raw.node,
             storage: raw.storage,
             state: raw.state,
+            keys: raw.keys,
+            recovery: raw.recovery,
         };
 
         cfg.protocol
@@ -698,6 +803,7 @@ impl ClusterConfig {
                 metrics_addr: r.metrics_addr,
                 home: r.home,
                 key_file: r.key_file,
+                holder_socket: r.holder_socket,
             })
             .collect();
         cfg.replicas.sort_by_key(|r| r.id);
@@ -873,6 +979,36 @@ impl ClusterConfig {
         if let Err(problem) = self.state.geometry() {
             return Err(invalid("[state]", problem));
         }
+        if !KEY_MODES.contains(&self.keys.mode.as_str()) {
+            return Err(invalid(
+                "[keys] mode",
+                format!(
+                    "\"{}\" is not one of \"session\", \"static\"",
+                    self.keys.mode.escape_debug()
+                ),
+            ));
+        }
+        let rc = &self.recovery;
+        if rc.alert_after_s == 0 || rc.watchdog_period_min_s == 0 {
+            return Err(invalid(
+                "[recovery] alert_after_s",
+                "alert_after_s and watchdog_period_min_s must be positive".into(),
+            ));
+        }
+        if rc.enabled && !self.keys.session() {
+            return Err(invalid(
+                "[recovery] enabled",
+                "proactive recovery needs session keys: set [keys] mode = \"session\" or [recovery] enabled = false".into(),
+            ));
+        }
+        if !rc.executable_blake3.is_empty() && crate::holder::unhex32(&rc.executable_blake3).is_err()
+        {
+            return Err(invalid(
+                "[recovery] executable_blake3",
+                "it must be 64 hex digits (the BLAKE3 hash of the replica executable) or empty"
+                    .into(),
+            ));
+        }
         if self.storage.journal_segment_bytes_max == 0 {
             return Err(invalid(
                 "[storage] journal_segment_bytes_max",
@@ -956,6 +1092,30 @@ impl ClusterConfig {
         }
     }
 
+    /// The resolved Unix socket of replica `id`'s key holder.
+    pub fn holder_socket_of(&self, id: ReplicaId) -> Result<PathBuf, ConfigError> {
+        let r = self.replica(id)?;
+        Ok(match &r.holder_socket {
+            Some(p) => self.resolve(p),
+            None => self.resolve(&r.home).join("keyholder.sock"),
+        })
+    }
+
+    /// The resolved public-key directory file.
+    pub fn directory_path(&self) -> PathBuf {
+        self.resolve(&self.keys.directory)
+    }
+
+    /// The watchdog period T_w (ms) for a longest observed recovery of `recovery_ms` (0 when
+    /// none was observed yet).
+    pub fn watchdog_period_ms(&self, recovery_ms: u64) -> u64 {
+        if self.recovery.watchdog_period_s > 0 {
+            return self.recovery.watchdog_period_s * 1000;
+        }
+        let derived = self.protocol.n() as u64 * 2 * recovery_ms;
+        derived.max(self.recovery.watchdog_period_min_s * 1000)
+    }
+
     /// The resolved key file of `p`.
     pub fn key_file_of(&self, p: Principal) -> Result<PathBuf, ConfigError> {
         let rel = match p {
@@ -981,13 +1141,17 @@ impl ClusterConfig {
         for r in &self.replicas {
             let _ = write!(
                 replicas,
-                "[[replica]]\nid = {}\naddr = {}\nmetrics_addr = {}\nhome = {}\nkey_file = {}\n\n",
+                "[[replica]]\nid = {}\naddr = {}\nmetrics_addr = {}\nhome = {}\nkey_file = {}\n",
                 r.id,
                 quote(&r.addr.to_string()),
                 quote(&r.metrics_addr.to_string()),
                 quote(&r.home.to_string_lossy()),
                 quote(&r.key_file.to_string_lossy()),
             );
+            if let Some(sock) = &r.holder_socket {
+                let _ = writeln!(replicas, "holder_socket = {}", quote(&sock.to_string_lossy()));
+            }
+            replicas.push('\n');
         }
         let mut clients = String::new();
         for c in &self.clients {
@@ -1021,9 +1185,12 @@ id = {id}
 #   addr          protocol and client traffic (TCP host:port)
 #   metrics_addr  HTTP endpoint serving Prometheus /metrics and /status (host:port)
 #   home          data directory of the replica (journal, checkpoints)
-#   key_file      the replica's secret MAC keys (must be mode 0600)
+#   key_file      the replica's key-holder file (session keys) or secret MAC keys (static
+#                 keys); must be mode 0600. With session keys only the key holder reads it.
+#   holder_socket (optional) Unix socket of the replica's key holder; default
+#                 <home>/keyholder.sock
 {replicas}# One [[client]] per client allowed to submit requests; ids are distinct.
-#   key_file      the client's secret MAC keys (must be mode 0600)
+#   key_file      the client's key-holder file or secret MAC keys (must be mode 0600)
 {clients}# Protocol parameters: identical on every replica and client.
 [protocol]
 # Maximum number of faulty replicas tolerated; the cluster has n = 3f+1 replicas.
@@ -1072,6 +1239,16 @@ transfer_reply_bytes_max = {trb}
 transfer_rate_bytes_per_sec = {trr}
 # Partitions asked for in one FETCH (partitions). Default: {d_tim}.
 transfer_items_max = {tim}
+# Session-key refresh period T_k (ms): every replica and client sends a NEW-KEY this often.
+# The window of vulnerability is 2 T_k + T_r. Default: {d_krm}.
+key_refresh_ms = {krm}
+# Replicas discard a client's key when it was not refreshed for this long (ms); at least
+# twice key_refresh_ms. Default: {d_cklm}.
+client_key_lifetime_ms = {cklm}
+# A replica's recovery request is refused when its previous recovery was accepted less than
+# this long before (ms, agreed time): repeated recoveries cannot deny service. Keep it at
+# most half the watchdog period. Default: {d_rimm}.
+recovery_interval_min_ms = {rimm}
 # Largest accepted difference between the primary's batch time and a backup's clock (ms);
 # larger skews make backups refuse the pre-prepare (liveness only, never safety).
 # Default: {d_csm}.
@@ -1138,7 +1315,58 @@ fanout = {sfo}
 # Check every page against its digest at start-up (true/false); corrupt pages are fetched
 # from the other replicas. Reads the whole state. Default: {d_sck}.
 check_on_start = {sck}
+
+# How principals authenticate.
+[keys]
+# "session": MAC keys refreshed by NEW-KEY every key_refresh_ms, long-term secrets in a key
+# holder (the replica reaches it over holder_socket); required for proactive recovery.
+# "static": fixed pairwise MAC keys (no refresh, no recovery). Default: {d_km}.
+mode = {km}
+# Public keys (signing and sealing) of every principal, written by `redoubt init`.
+# Default: {d_kd}.
+directory = {kd}
+
+# Proactive recovery, driven by `redoubt monitor` (one per replica host).
+[recovery]
+# Restart and recover each replica periodically, in turn (true/false). Default: {d_re}.
+enabled = {re}
+# Watchdog period T_w (s): each replica recovers once per period; 0 = derived from the
+# measured recovery time (n x 2 x the longest recovery seen, at least
+# watchdog_period_min_s). Default: {d_rwp}.
+watchdog_period_s = {rwp}
+# Lower bound of a derived watchdog period (s). Default: {d_rwpm}.
+watchdog_period_min_s = {rwpm}
+# A recovery longer than this (s) is logged at warn level and counted as a possible attack.
+# Default: {d_raa}.
+alert_after_s = {raa}
+# BLAKE3 of the replica executable (64 hex digits); the monitor refuses to start any other
+# executable. Empty: not checked. `redoubt init` writes the hash of the binary that ran it.
+executable_blake3 = {reb}
+# Longest a monitor waits, at its turn, while f other replicas are still recovering (s).
+# Default: {d_rsw}.
+stagger_wait_max_s = {rsw}
 "#,
+            krm = p.key_refresh_ms,
+            d_krm = d.key_refresh_ms,
+            cklm = p.client_key_lifetime_ms,
+            d_cklm = d.client_key_lifetime_ms,
+            rimm = p.recovery_interval_min_ms,
+            d_rimm = d.recovery_interval_min_ms,
+            km = quote(&self.keys.mode),
+            d_km = quote(&KeysSection::default().mode),
+            kd = quote(&self.keys.directory.to_string_lossy()),
+            d_kd = quote(&KeysSection::default().directory.to_string_lossy()),
+            re = self.recovery.enabled,
+            d_re = RecoverySection::default().enabled,
+            rwp = self.recovery.watchdog_period_s,
+            d_rwp = RecoverySection::default().watchdog_period_s,
+            rwpm = self.recovery.watchdog_period_min_s,
+            d_rwpm = RecoverySection::default().watchdog_period_min_s,
+            raa = self.recovery.alert_after_s,
+            d_raa = RecoverySection::default().alert_after_s,
+            reb = quote(&self.recovery.executable_blake3),
+            rsw = self.recovery.stagger_wait_max_s,
+            d_rsw = RecoverySection::default().stagger_wait_max_s,
             name = quote(&self.cluster.name),
             id = quote(&self.cluster.id),
             f = p.f,

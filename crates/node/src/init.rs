@@ -6,13 +6,16 @@
 //! out/keys/replica-<i>.key, out/keys/client-<c>.key   (0600)
 //! ```
 //!
-//! Keys are derived from a random master secret that exists only in memory during `init`:
-//! each principal's file receives only its own directional keys, so a compromised replica
-//! learns nothing about the keys between other principals.
+//! With session keys (the default) each principal gets a key-holder file (`*.holder`, the seed
+//! of its long-term signing and sealing keys, read only by its key holder) and
+//! `public-keys.toml` lists every principal's public keys. With `--static-keys`, MAC keys are
+//! derived from a random master secret that exists only in memory during `init`: each
+//! principal's file receives only its own directional keys, so a compromised replica learns
+//! nothing about the keys between other principals.
 
 use crate::config::{
-    ClientEntry, ClientSection, ClusterConfig, ClusterSection, ConfigError, NodeSection,
-    ReplicaEntry, StateSection, StorageSection,
+    ClientEntry, ClientSection, ClusterConfig, ClusterSection, ConfigError, KeysSection,
+    NodeSection, RecoverySection, ReplicaEntry, StateSection, StorageSection,
 };
 use crate::keys::write_key_file;
 use rand::Rng as _;
@@ -47,6 +50,11 @@ pub struct InitOptions {
     pub host: IpAddr,
     /// Cluster name.
     pub name: String,
+    /// Fixed pairwise MAC keys instead of session keys (no key refresh, no recovery).
+    pub static_keys: bool,
+    /// BLAKE3 of the replica executable the monitor may start (`[recovery]
+    /// executable_blake3`); `None` leaves the check off.
+    pub executable_blake3: Option<String>,
 }
 
 impl Default for InitOptions {
@@ -58,6 +66,8 @@ impl Default for InitOptions {
             base_port: DEFAULT_BASE_PORT,
             host: IpAddr::V4(Ipv4Addr::LOCALHOST),
             name: "redoubt".into(),
+            static_keys: false,
+            executable_blake3: None,
         }
     }
 }
@@ -157,14 +167,21 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
                     addr: SocketAddr::new(opts.host, port(0)),
                     metrics_addr: SocketAddr::new(opts.host, port(u32::from(METRICS_PORT_OFFSET))),
                     home: PathBuf::from(format!("replica-{i}")),
-                    key_file: PathBuf::from(format!("keys/replica-{i}.key")),
+                    key_file: PathBuf::from(format!(
+                        "keys/replica-{i}.{}",
+                        if opts.static_keys { "key" } else { "holder" }
+                    )),
+                    holder_socket: None,
                 }
             })
             .collect(),
         clients: (1..=u64::from(opts.clients))
             .map(|c| ClientEntry {
                 id: c,
-                key_file: PathBuf::from(format!("keys/client-{c}.key")),
+                key_file: PathBuf::from(format!(
+                    "keys/client-{c}.{}",
+                    if opts.static_keys { "key" } else { "holder" }
+                )),
             })
             .collect(),
         protocol: Config::new(f),
@@ -172,6 +189,15 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
         node: NodeSection::default(),
         storage: StorageSection::default(),
         state: StateSection::default(),
+        keys: KeysSection {
+            mode: if opts.static_keys { "static" } else { "session" }.into(),
+            ..KeysSection::default()
+        },
+        recovery: RecoverySection {
+            enabled: !opts.static_keys,
+            executable_blake3: opts.executable_blake3.clone().unwrap_or_default(),
+            ..RecoverySection::default()
+        },
     };
     cfg.validate()?;
     let text = cfg.to_toml();
@@ -180,7 +206,11 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
 
     let mut master = [0u8; 32];
     rng.fill_bytes(&mut master);
-    let result = write_all_keys(&cfg, &master);
+    let result = if opts.static_keys {
+        write_all_keys(&cfg, &master)
+    } else {
+        write_holder_files(&cfg, &mut rng)
+    };
     // Forget the master secret: it is never written anywhere.
     master.fill(0);
     std::hint::black_box(&master);
@@ -224,4 +254,20 @@ fn write_all_keys(cfg: &ClusterConfig, master: &[u8]) -> Result<(), ConfigError>
         write_key_file(&path, &cfg.cluster.id, me, &keys)?;
     }
     Ok(())
+}
+
+/// Session keys: a key-holder file per principal (a fresh seed from the operating system's
+/// generator) and the public-key directory.
+fn write_holder_files(cfg: &ClusterConfig, rng: &mut impl rand::Rng) -> Result<(), ConfigError> {
+    let mut public = Vec::new();
+    for me in cfg.principals() {
+        let mut seed = [0u8; 32];
+        rng.fill_bytes(&mut seed);
+        let path = cfg.key_file_of(me)?;
+        let keys = crate::holder::write_holder_file(&path, &cfg.cluster.id, me, &seed)
+            .map_err(|e| ConfigError::InitInvalid(e.to_string()))?;
+        seed.fill(0);
+        public.push((me, keys));
+    }
+    crate::keys::write_directory(&cfg.directory_path(), &cfg.cluster.id, &public)
 }

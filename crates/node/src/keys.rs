@@ -12,7 +12,9 @@
 //! ```
 
 use crate::config::{parse_principal, principal_name, ClusterConfig, ConfigError, Location};
+use redoubt_core::keys::{Directory, Keys, SessionKeys};
 use redoubt_core::{Principal, StaticKeys};
+use redoubt_crypto::pk::{PublicKeys, SealPublicKey, VerifyKey};
 use redoubt_crypto::{MacKey, KEY_LEN};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -103,7 +105,153 @@ struct RawPeer {
 /// Loads the key file of `me` named by the configuration and checks it: its mode, that it
 /// belongs to `me` and to this cluster, and that it has keys for every peer of `me` in the
 /// cluster. Keys for principals no longer in the configuration are ignored.
-pub fn load_keys(cfg: &ClusterConfig, me: Principal) -> Result<StaticKeys, ConfigError> {
+pub fn load_keys(cfg: &ClusterConfig, me: Principal) -> Result<Keys, ConfigError> {
+    if !cfg.keys.session() {
+        return load_static_keys(cfg, me).map(Keys::Static);
+    }
+    let directory = std::sync::Arc::new(load_directory(cfg)?);
+    let holder: Box<dyn redoubt_core::KeyHolder> = match me {
+        Principal::Replica(id) => {
+            let socket = cfg.holder_socket_of(id)?;
+            let h = crate::holder::SocketHolder::connect(&socket, me).map_err(|e| {
+                ConfigError::KeyHolder {
+                    principal: principal_name(me),
+                    socket: socket.clone(),
+                    message: e.to_string(),
+                    config: cfg.path.clone(),
+                    id,
+                }
+            })?;
+            Box::new(h)
+        }
+        Principal::Client(_) => {
+            let file = crate::holder::read_holder_file(&cfg.key_file_of(me)?, me)?;
+            check_holder_cluster(cfg, &file)?;
+            Box::new(crate::holder::FileHolder::open(file)?)
+        }
+    };
+    Ok(Keys::Session(SessionKeys::new(holder, directory)))
+}
+
+/// Refuses a key-holder file of another cluster.
+pub fn check_holder_cluster(
+    cfg: &ClusterConfig,
+    file: &crate::holder::HolderFile,
+) -> Result<(), ConfigError> {
+    if file.cluster_id != cfg.cluster.id {
+        return Err(ConfigError::KeyCluster {
+            path: file.path.clone(),
+            config: cfg.path.clone(),
+            found: file.cluster_id.clone(),
+            expected: cfg.cluster.id.clone(),
+        });
+    }
+    Ok(())
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDirectory {
+    cluster_id: String,
+    #[serde(rename = "principal", default)]
+    principals: Vec<RawDirectoryEntry>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDirectoryEntry {
+    name: String,
+    verify: String,
+    seal: String,
+}
+
+/// Writes the public-key directory (mode 0644; never overwriting).
+pub fn write_directory(
+    path: &Path,
+    cluster_id: &str,
+    keys: &[(Principal, PublicKeys)],
+) -> Result<(), ConfigError> {
+    let mut text = String::from(
+        "# redoubt public-key directory, written by `redoubt init`: every principal's signing\n\
+         # (verify) and sealing public keys. Not secret; identical on every host.\n",
+    );
+    let _ = writeln!(text, "cluster_id = \"{cluster_id}\"");
+    for (p, k) in keys {
+        let _ = writeln!(
+            text,
+            "\n[[principal]]\nname = \"{}\"\nverify = \"{}\"\nseal = \"{}\"",
+            principal_name(*p),
+            hex(&k.verify.0),
+            hex(&k.seal.0)
+        );
+    }
+    let io = |action: &'static str| {
+        move |source: std::io::Error| ConfigError::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
+    };
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(path)
+        .map_err(io("create"))?;
+    f.write_all(text.as_bytes()).map_err(io("write"))?;
+    f.sync_all().map_err(io("sync"))
+}
+
+/// Loads the public-key directory: this cluster's, with every principal of the config.
+pub fn load_directory(cfg: &ClusterConfig) -> Result<Directory, ConfigError> {
+    let path = cfg.directory_path();
+    let err = |message: String| ConfigError::Directory {
+        path: path.clone(),
+        message,
+    };
+    let src = std::fs::read_to_string(&path).map_err(|e| err(e.to_string()))?;
+    let raw: RawDirectory =
+        toml::from_str(&src).map_err(|e| err(e.message().trim().to_string()))?;
+    if raw.cluster_id != cfg.cluster.id {
+        return Err(err(format!(
+            "it belongs to cluster {}, not {}",
+            raw.cluster_id, cfg.cluster.id
+        )));
+    }
+    let mut keys = BTreeMap::new();
+    for e in raw.principals {
+        let p = parse_principal(&e.name)
+            .ok_or_else(|| err(format!("principal {:?} is not replica:N or client:N", e.name)))?;
+        let verify = crate::holder::unhex32(&e.verify)
+            .map_err(|m| err(format!("{}: verify key {m}", e.name)))?;
+        let seal = crate::holder::unhex32(&e.seal)
+            .map_err(|m| err(format!("{}: seal key {m}", e.name)))?;
+        if keys
+            .insert(
+                p,
+                PublicKeys {
+                    verify: VerifyKey(verify),
+                    seal: SealPublicKey(seal),
+                },
+            )
+            .is_some()
+        {
+            return Err(err(format!("{} is listed twice", e.name)));
+        }
+    }
+    for p in cfg.principals() {
+        if !keys.contains_key(&p) {
+            return Err(err(format!(
+                "it has no public keys for {}",
+                principal_name(p)
+            )));
+        }
+    }
+    Ok(Directory { keys })
+}
+
+/// Loads static pairwise MAC keys (`[keys] mode = "static"`).
+pub fn load_static_keys(cfg: &ClusterConfig, me: Principal) -> Result<StaticKeys, ConfigError> {
     let path = cfg.key_file_of(me)?;
     let read_err = |source| ConfigError::KeyRead {
         principal: principal_name(me),

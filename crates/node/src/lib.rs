@@ -13,6 +13,7 @@
 
 pub mod baseline;
 pub mod config;
+pub mod holder;
 pub mod init;
 pub mod keys;
 pub mod logging;

@@ -5,8 +5,8 @@
 
 use crate::status::StatusReport;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -41,6 +41,22 @@ pub struct Metrics {
     pub journal_records: IntGauge,
     pub peers_connected: IntGauge,
     pub client_connections: IntGauge,
+    pub key_refresh_period_seconds: Gauge,
+    pub key_refreshes: IntCounter,
+    pub keys_accepted: IntCounter,
+    pub watchdog_period_seconds: Gauge,
+    pub recoveries: IntCounter,
+    pub recovery_requests_executed: IntCounter,
+    pub recovery_in_progress: IntGauge,
+    pub recovery_last_seconds: GaugeVec,
+    pub recovery_overdue: IntCounter,
+    pub window_of_vulnerability_seconds: Gauge,
+}
+
+fn fgauge(r: &Registry, name: &str, help: &str) -> Gauge {
+    let g = Gauge::new(name, help).expect("valid metric");
+    r.register(Box::new(g.clone())).expect("unique metric");
+    g
 }
 
 fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
@@ -215,6 +231,63 @@ impl Metrics {
                 r,
                 "redoubt_client_connections",
                 "Open inbound connections (clients and replicas)",
+            ),
+            key_refresh_period_seconds: fgauge(
+                r,
+                "redoubt_keys_refresh_period_seconds",
+                "Session-key refresh period T_k",
+            ),
+            key_refreshes: counter(
+                r,
+                "redoubt_keys_refreshes_total",
+                "NEW-KEY messages this replica sent",
+            ),
+            keys_accepted: counter(
+                r,
+                "redoubt_keys_accepted_total",
+                "NEW-KEY messages accepted from replicas and clients",
+            ),
+            watchdog_period_seconds: fgauge(
+                r,
+                "redoubt_recovery_watchdog_period_seconds",
+                "Watchdog period T_w given by the monitor (0 when not run by a monitor)",
+            ),
+            recoveries: counter(
+                r,
+                "redoubt_recovery_recoveries_total",
+                "Proactive recoveries this replica completed",
+            ),
+            recovery_requests_executed: counter(
+                r,
+                "redoubt_recovery_requests_executed_total",
+                "Recovery requests (of any replica) executed here; each one refreshes keys",
+            ),
+            recovery_in_progress: gauge(
+                r,
+                "redoubt_recovery_in_progress",
+                "1 while this replica is recovering",
+            ),
+            recovery_last_seconds: {
+                let g = GaugeVec::new(
+                    Opts::new(
+                        "redoubt_recovery_last_seconds",
+                        "Duration of each step of the last recovery",
+                    ),
+                    &["step"],
+                )
+                .expect("valid");
+                r.register(Box::new(g.clone())).expect("unique metric");
+                g
+            },
+            recovery_overdue: counter(
+                r,
+                "redoubt_recovery_overdue_total",
+                "Recoveries that took longer than [recovery] alert_after_s (possible attack)",
+            ),
+            window_of_vulnerability_seconds: fgauge(
+                r,
+                "redoubt_recovery_window_of_vulnerability_seconds",
+                "T_v = 2 T_k + T_r with T_r = T_w + the longest recovery seen",
             ),
             registry,
         }

@@ -9,15 +9,13 @@
 use crate::config::{ClusterConfig, ConfigError};
 use crate::keys::load_keys;
 use crate::metrics::{self, Metrics};
-use crate::status::StatusReport;
+use crate::status::{RecoveryBreakdown, StatusReport};
 use crate::storage::{Journal, StorageError};
 use redoubt_core::auth::verify_request;
 use redoubt_core::message::{decode_body, decode_frame, Message, Reject};
 use redoubt_core::open_state;
 use redoubt_core::state::FileStore;
-use redoubt_core::{
-    Bytes, ClientId, Effect, Env, Event, Input, Principal, Replica, ReplicaId, StaticKeys,
-};
+use redoubt_core::{Bytes, ClientId, Effect, Env, Event, Input, Keys, Principal, Replica, ReplicaId};
 use redoubt_services::kv::KvService;
 use redoubt_transport::{ConnId, Link, LinkConfig, Listener, ListenerConfig};
 use std::collections::{HashMap, VecDeque};
@@ -59,6 +57,19 @@ pub enum NodeError {
     Signal(std::io::Error),
 }
 
+/// How `redoubt replica` was started: normally, or by the monitor for a proactive recovery.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Recover after restoring (the watchdog restarted this replica).
+    pub recover: bool,
+    /// When the watchdog fired (Unix ms) and how long the old process took to save its state
+    /// and stop (ms); both from the monitor, for the recovery breakdown.
+    pub watchdog_at_ms: Option<u64>,
+    pub save_ms: u64,
+    /// The watchdog period T_w the monitor uses (ms), exported as a metric.
+    pub watchdog_period_ms: u64,
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -66,23 +77,34 @@ fn now_ms() -> u64 {
 }
 
 /// Frame rejections that mean the sender is broken or hostile; its connection is closed.
-fn penalised(reason: Reject) -> bool {
-    matches!(
-        reason,
+/// With session keys a MAC under a just-retired key is expected (frames in flight during a
+/// key refresh), so bad MACs are only counted.
+fn penalised(reason: Reject, session_keys: bool) -> bool {
+    match reason {
         Reject::Malformed
-            | Reject::Oversized
-            | Reject::BadVersion
-            | Reject::UnknownSender
-            | Reject::WrongTag
-            | Reject::BadMac
-    )
+        | Reject::Oversized
+        | Reject::BadVersion
+        | Reject::UnknownSender
+        | Reject::WrongTag => true,
+        Reject::BadMac => !session_keys,
+        _ => false,
+    }
 }
 
 struct Node {
     id: ReplicaId,
     /// Bytes of every frame received (peers and clients).
     bytes_received: u64,
-    replica: Replica<KvService, StaticKeys>,
+    replica: Replica<KvService, Keys>,
+    session_keys: bool,
+    opts: RunOptions,
+    /// Process start, restore duration and the time spent handling Input::Recover (new key).
+    process_started_ms: u64,
+    restore_ms: u64,
+    new_key_ms: u64,
+    alert_after_ms: u64,
+    key_refresh_ms: u64,
+    last_recovery: Option<RecoveryBreakdown>,
     journal: Journal,
     listener: Listener,
     links: Vec<Option<Link>>,
@@ -150,7 +172,7 @@ impl Node {
                     .inc();
                 self.rejected_since_warn += 1;
                 debug!(replica = self.id, from = %from, kind, reason = %reason, "rejected");
-                if kind == "frame" && penalised(reason) {
+                if kind == "frame" && penalised(reason, self.session_keys) {
                     if let Some(c) = conn {
                         debug!(replica = self.id, conn = %c, reason = %reason, "closing connection that sent a bad frame");
                         self.listener.close_conn(c);
@@ -197,7 +219,99 @@ impl Node {
                 self.metrics.batch_size.observe(requests.len() as f64);
             }
             Event::CheckpointTaken { .. } | Event::Stable { .. } => {}
+            Event::KeysRefreshed => {
+                debug!(replica = self.id, "sent NEW-KEY (fresh session keys)");
+            }
+            Event::KeyHolderFailed(e) => {
+                warn!(replica = self.id, error = %e, "key holder failed; keeping the current keys and retrying");
+            }
+            Event::RecoveryStarted => {
+                info!(replica = self.id, "recovery started: client keys discarded, NEW-KEY sent, estimating the recovery point");
+            }
+            Event::RecoveryEstimated { h_m } => {
+                info!(replica = self.id, h_m, "recovery estimate H_M; sending the signed recovery request");
+            }
+            Event::RecoveryExecuted { replica, seq } => {
+                info!(replica = self.id, recovering = replica, seq, "recovery request executed; session keys refreshed");
+            }
+            Event::RecoveryRefused => {
+                warn!(replica = self.id, "recovery request refused: a recovery of this replica was accepted less than recovery_interval_min_ms ago; asking again after the interval");
+            }
+            Event::Recovered(r) => self.recovered(r),
         }
+    }
+
+    fn recovered(&mut self, r: redoubt_core::RecoveryReport) {
+        let o = &self.opts;
+        let started = o.watchdog_at_ms.unwrap_or(self.process_started_ms);
+        let restart_ms = self
+            .process_started_ms
+            .saturating_sub(started.saturating_add(o.save_ms));
+        let total_ms = now_ms().saturating_sub(started);
+        let b = RecoveryBreakdown {
+            save_ms: o.save_ms,
+            restart_ms,
+            restore_ms: self.restore_ms,
+            new_key_ms: self.new_key_ms,
+            estimation_ms: r.estimation_ms,
+            request_ms: r.request_ms,
+            check_fetch_ms: r.check_fetch_ms,
+            total_ms,
+            pages_fetched: r.pages_fetched,
+            corrupt_pages: r.corrupt_pages,
+            h: r.h,
+            h_m: r.h_m,
+        };
+        let m = &self.metrics;
+        for (step, ms) in [
+            ("save_state", b.save_ms),
+            ("restart", b.restart_ms),
+            ("restore_state", b.restore_ms),
+            ("new_key", b.new_key_ms),
+            ("estimation", b.estimation_ms),
+            ("recovery_request", b.request_ms),
+            ("check_and_fetch", b.check_fetch_ms),
+            ("total", b.total_ms),
+        ] {
+            m.recovery_last_seconds
+                .with_label_values(&[step])
+                .set(ms as f64 / 1000.0);
+        }
+        m.recoveries.inc();
+        info!(
+            replica = self.id,
+            total_ms = b.total_ms,
+            save_ms = b.save_ms,
+            restart_ms = b.restart_ms,
+            restore_ms = b.restore_ms,
+            new_key_ms = b.new_key_ms,
+            estimation_ms = b.estimation_ms,
+            request_ms = b.request_ms,
+            check_fetch_ms = b.check_fetch_ms,
+            pages_fetched = b.pages_fetched,
+            h = b.h,
+            "recovered: checkpoint H is stable"
+        );
+        if b.total_ms > self.alert_after_ms {
+            m.recovery_overdue.inc();
+            warn!(
+                replica = self.id,
+                total_ms = b.total_ms,
+                bound_ms = self.alert_after_ms,
+                "recovery took longer than [recovery] alert_after_s: possible denial-of-service attack on recovery; the window of vulnerability grows with it"
+            );
+        }
+        self.last_recovery = Some(b);
+    }
+
+    /// T_v = 2 T_k + T_r, with T_r = T_w + this replica's last recovery (s); 0 when T_w is
+    /// unknown (not run by a monitor).
+    fn window_of_vulnerability_s(&self) -> f64 {
+        if self.opts.watchdog_period_ms == 0 {
+            return 0.0;
+        }
+        let r = self.last_recovery.as_ref().map_or(0, |b| b.total_ms);
+        (2 * self.key_refresh_ms + self.opts.watchdog_period_ms + r) as f64 / 1000.0
     }
 
     /// Makes journal records durable, then sends.
@@ -289,6 +403,15 @@ impl Node {
             .inc_by(s.transfer_bad_answers - self.last_stats.transfer_bad_answers);
         m.corrupt_pages
             .inc_by(s.corrupt_pages_found - self.last_stats.corrupt_pages_found);
+        m.key_refreshes
+            .inc_by(s.key_refreshes - self.last_stats.key_refreshes);
+        m.keys_accepted
+            .inc_by(s.new_keys_accepted - self.last_stats.new_keys_accepted);
+        m.recovery_requests_executed
+            .inc_by(s.recovery_requests_executed - self.last_stats.recovery_requests_executed);
+        m.recovery_in_progress.set(r.recovering() as i64);
+        let tv = self.window_of_vulnerability_s();
+        m.window_of_vulnerability_seconds.set(tv);
         let fp = r.state().footprint();
         m.state_overlay_pages.set(fp.overlay_pages as i64);
         m.state_checkpoints.set(fp.checkpoints as i64);
@@ -335,6 +458,11 @@ impl Node {
             state_base: r.state().base_seq(),
             bytes_received: self.bytes_received,
             uptime_s: self.started.elapsed().as_secs_f64(),
+            key_refreshes: s.key_refreshes,
+            recovering: r.recovering(),
+            recoveries: s.recoveries,
+            last_recovery: self.last_recovery.clone(),
+            window_of_vulnerability_s: tv,
         };
         self.last_stats = s;
         let lstats = self.listener.stats();
@@ -371,7 +499,12 @@ impl Node {
 }
 
 /// Runs replica `id` of the cluster described by `config_path` until SIGTERM or SIGINT.
-pub async fn run_replica(config_path: &Path, id: ReplicaId) -> Result<(), NodeError> {
+pub async fn run_replica(
+    config_path: &Path,
+    id: ReplicaId,
+    opts: RunOptions,
+) -> Result<(), NodeError> {
+    let process_started_ms = now_ms();
     let cfg = ClusterConfig::load(config_path)?;
     let entry = cfg.replica(id)?.clone();
     let keys = load_keys(&cfg, Principal::Replica(id))?;
@@ -469,6 +602,14 @@ pub async fn run_replica(config_path: &Path, id: ReplicaId) -> Result<(), NodeEr
     let mut node = Node {
         id,
         replica,
+        session_keys: cfg.keys.session(),
+        process_started_ms,
+        restore_ms: started.elapsed().as_millis() as u64,
+        new_key_ms: 0,
+        alert_after_ms: cfg.recovery.alert_after_s * 1000,
+        key_refresh_ms: cfg.protocol.key_refresh_ms,
+        last_recovery: None,
+        opts: opts.clone(),
         journal,
         listener,
         links,
@@ -487,6 +628,22 @@ pub async fn run_replica(config_path: &Path, id: ReplicaId) -> Result<(), NodeEr
         last_status_update: None,
         bytes_received: 0,
     };
+    node.metrics
+        .key_refresh_period_seconds
+        .set(cfg.protocol.key_refresh_ms as f64 / 1000.0);
+    node.metrics
+        .watchdog_period_seconds
+        .set(opts.watchdog_period_ms as f64 / 1000.0);
+    if opts.recover {
+        if !cfg.keys.session() {
+            warn!(replica = id, "--recover needs session keys ([keys] mode = \"session\"); starting normally");
+        } else {
+            let t = Instant::now();
+            node.input(Input::Recover, None);
+            node.new_key_ms = t.elapsed().as_millis() as u64;
+            node.flush();
+        }
+    }
     let mut tick = tokio::time::interval(Duration::from_millis(cfg.node.tick_ms.max(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     enum Wake {

@@ -36,4 +36,38 @@ pub struct StatusReport {
     #[serde(default)]
     pub bytes_received: u64,
     pub uptime_s: f64,
+    /// Session keys: NEW-KEYs sent by this replica.
+    #[serde(default)]
+    pub key_refreshes: u64,
+    /// True while this replica is recovering.
+    #[serde(default)]
+    pub recovering: bool,
+    /// Recoveries completed by this replica since it started (the monitor restarts it for each
+    /// one, so this is 0 or 1; the monitor keeps the history).
+    #[serde(default)]
+    pub recoveries: u64,
+    /// The breakdown of its last recovery.
+    #[serde(default)]
+    pub last_recovery: Option<RecoveryBreakdown>,
+    /// Window of vulnerability T_v = 2 T_k + T_r (s), 0 when unknown.
+    #[serde(default)]
+    pub window_of_vulnerability_s: f64,
+}
+
+/// What one recovery took (ms), step by step (BFT-PR Table 4).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RecoveryBreakdown {
+    pub save_ms: u64,
+    pub restart_ms: u64,
+    pub restore_ms: u64,
+    pub new_key_ms: u64,
+    pub estimation_ms: u64,
+    pub request_ms: u64,
+    pub check_fetch_ms: u64,
+    pub total_ms: u64,
+    pub pages_fetched: u64,
+    pub corrupt_pages: u64,
+    /// Recovery point H and the estimate H_M.
+    pub h: u64,
+    pub h_m: u64,
 }

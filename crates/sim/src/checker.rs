@@ -28,6 +28,19 @@ impl Checker {
         }
     }
 
+    /// A replica the adversary took (its events are ignored from now on), or one that
+    /// recovered from it, having executed up to `last_executed` (checked again from now on).
+    pub fn set_faulty(&mut self, r: ReplicaId, faulty: bool, last_executed: Seq) {
+        if faulty {
+            if !self.faulty.contains(&r) {
+                self.faulty.push(r);
+            }
+        } else {
+            self.faulty.retain(|x| *x != r);
+            self.last[r as usize] = last_executed;
+        }
+    }
+
     /// The digest correct replicas agree on at checkpoint `seq`, if one was seen.
     pub fn checkpoint_digest(&self, seq: Seq) -> Option<Digest> {
         self.checkpoints.get(&seq).map(|(d, _)| *d)

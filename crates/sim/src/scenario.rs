@@ -673,8 +673,9 @@ pub fn proactive_recovery(s: &mut Scenario, behavior: Behavior) {
         gap_ms: 2 * s.core.key_refresh_ms + 500,
         first_ms: 500,
     });
-    // Enough operations to keep clients busy through every compromise (about 5 s each).
-    s.ops_per_client = s.ops_per_client.max(150 * compromises);
+    // Enough operations to keep clients busy through most compromises (about 5 s each); the
+    // run lasts until every recovery completed in any case.
+    s.ops_per_client = s.ops_per_client.max(80 * compromises);
     s.think_ms = (10, 40);
     s.liveness_bound_ms = s.liveness_bound_ms.max(20_000 * compromises as u64);
 }

@@ -594,6 +594,8 @@ impl World {
                 if let Some((w, at)) = self.awaiting_recovery {
                     if w == r {
                         self.awaiting_recovery = None;
+                        let last = self.replicas[r as usize].last_executed();
+                        self.checker.set_faulty(r, false, last);
                         self.stats.recovery_max_ms =
                             self.stats.recovery_max_ms.max(self.now - at);
                         if report.h < report.h_m {
@@ -607,9 +609,6 @@ impl World {
                         }
                     }
                 }
-            }
-            Event::RecoveryRefused => {
-                self.violation(format!("r{r} recovery request refused"));
             }
             _ => {}
         }
@@ -1090,8 +1089,9 @@ impl World {
             let rep = &self.replicas[r];
             let cfg = rep.config();
             // A compacted journal: one checkpoint, one view, and per sequence number in the
-            // window at most a pre-prepare, a prepare and an execution.
-            let disk_bound = 2 + 3 * (cfg.log_size as usize);
+            // window at most a pre-prepare (and a late vouch for it), a prepare and an
+            // execution.
+            let disk_bound = 2 + 4 * (cfg.log_size as usize);
             if self.disks[r].len() > disk_bound {
                 let len = self.disks[r].len();
                 self.violation(format!(
@@ -1338,6 +1338,7 @@ impl World {
         self.log(|| format!("r{r} COMPROMISED (#{k})"));
         self.compromised = Some(r);
         self.adversary.take(r, p.behavior);
+        self.checker.set_faulty(r, true, 0);
         self.adversary_key_gen.remove(&r);
         self.stolen.push(Stolen {
             replica: r,
