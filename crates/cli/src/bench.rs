@@ -139,6 +139,8 @@ async fn state_transfer(args: StateTransferArgs) -> anyhow::Result<ExitCode> {
         base_port: base,
         host: IpAddr::V4(Ipv4Addr::LOCALHOST),
         name: "bench-state-transfer".into(),
+        static_keys: false,
+        executable_blake3: None,
     })?;
     let mut cfg = ClusterConfig::load(&config_path)?;
     cfg.state.size_mib = args.state_mib;

@@ -27,6 +27,17 @@ pub struct InitArgs {
     /// Name of the cluster (logs, metrics)
     #[arg(long, default_value = "redoubt")]
     name: String,
+    /// Fixed pairwise MAC keys instead of session keys with key holders (no key refresh, no
+    /// proactive recovery)
+    #[arg(long)]
+    static_keys: bool,
+}
+
+/// BLAKE3 of this executable (hex): what `[recovery] executable_blake3` pins.
+pub fn executable_blake3() -> anyhow::Result<String> {
+    let exe = std::env::current_exe().context("cannot locate this executable")?;
+    let bytes = std::fs::read(&exe).with_context(|| format!("cannot read {}", exe.display()))?;
+    Ok(blake3::hash(&bytes).to_hex().to_string())
 }
 
 pub fn run(args: InitArgs) -> anyhow::Result<()> {
@@ -37,6 +48,12 @@ pub fn run(args: InitArgs) -> anyhow::Result<()> {
         base_port: args.base_port,
         host: args.host,
         name: args.name,
+        static_keys: args.static_keys,
+        executable_blake3: if args.static_keys {
+            None
+        } else {
+            Some(executable_blake3()?)
+        },
     };
     let path = init_cluster(&opts)?;
     let cfg = ClusterConfig::load(&path).with_context(|| {
@@ -132,12 +149,22 @@ fn summary(cfg: &ClusterConfig) -> String {
     }
     let _ = writeln!(s);
     let _ = writeln!(s, "Next:");
-    let _ = writeln!(
-        s,
-        "  start every replica, each in its own terminal (on several hosts: docs/operations.md):"
-    );
-    for r in &cfg.replicas {
-        let _ = writeln!(s, "    redoubt replica --config {config} --id {}", r.id);
+    if cfg.keys.session() {
+        let _ = writeln!(
+            s,
+            "  start every replica's monitor (key holder, replica, proactive recovery), each in its\n  own terminal (on several hosts: docs/operations.md):"
+        );
+        for r in &cfg.replicas {
+            let _ = writeln!(s, "    redoubt monitor --config {config} --id {}", r.id);
+        }
+    } else {
+        let _ = writeln!(
+            s,
+            "  start every replica, each in its own terminal (on several hosts: docs/operations.md):"
+        );
+        for r in &cfg.replicas {
+            let _ = writeln!(s, "    redoubt replica --config {config} --id {}", r.id);
+        }
     }
     let _ = writeln!(s, "  check that they are up:");
     let _ = writeln!(s, "    redoubt status --config {config}");

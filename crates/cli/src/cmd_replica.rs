@@ -18,6 +18,18 @@ pub struct ReplicaArgs {
     /// Log format on stderr [default: `[node] log_format` of the config file, else human]
     #[arg(long, value_enum, value_name = "FORMAT")]
     log_format: Option<Format>,
+    /// Recover after restoring (proactive recovery; `redoubt monitor` passes it)
+    #[arg(long)]
+    recover: bool,
+    /// When the watchdog fired (Unix ms), for the recovery breakdown (set by the monitor)
+    #[arg(long, value_name = "MS", requires = "recover")]
+    watchdog_at_ms: Option<u64>,
+    /// How long the previous process took to save its state and stop (ms; set by the monitor)
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    save_ms: u64,
+    /// The monitor's watchdog period T_w (ms), exported as a metric
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    watchdog_period_ms: u64,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -49,7 +61,13 @@ pub fn run(args: ReplicaArgs) -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    match rt.block_on(redoubt_node::run_replica(&args.config, args.id)) {
+    let opts = redoubt_node::runtime::RunOptions {
+        recover: args.recover,
+        watchdog_at_ms: args.watchdog_at_ms,
+        save_ms: args.save_ms,
+        watchdog_period_ms: args.watchdog_period_ms,
+    };
+    match rt.block_on(redoubt_node::run_replica(&args.config, args.id, opts)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: replica {}: {e}", args.id);

@@ -258,6 +258,8 @@ async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         base_port: base,
         host: IpAddr::V4(Ipv4Addr::LOCALHOST),
         name: "demo".into(),
+        static_keys: false,
+        executable_blake3: None,
     })
     .with_context(|| format!("cannot create the demo cluster in {}", dir.display()))?;
     let cfg = ClusterConfig::load(&config_path)?;

@@ -2,6 +2,8 @@
 //!
 //! - `redoubt init`: write a cluster configuration and one key file per principal;
 //! - `redoubt replica`: run one replica until SIGTERM/SIGINT;
+//! - `redoubt monitor`: a replica's recovery monitor (key holder, replica, proactive recovery);
+//! - `redoubt keyholder`: only a replica's key holder;
 //! - `redoubt kv`: one key-value operation through the cluster;
 //! - `redoubt status`: a table of every replica's view, progress and health;
 //! - `redoubt demo`: a real 4-process cluster on 127.0.0.1 under load, with a primary crash.
@@ -11,7 +13,9 @@
 
 mod bench;
 mod cmd_init;
+mod cmd_keyholder;
 mod cmd_kv;
+mod cmd_monitor;
 mod cmd_replica;
 mod cmd_status;
 mod demo;
@@ -52,6 +56,10 @@ enum Command {
     Init(cmd_init::InitArgs),
     /// Run one replica of a cluster until SIGTERM or SIGINT
     Replica(cmd_replica::ReplicaArgs),
+    /// Run a replica's recovery monitor: its key holder, the replica, proactive recovery
+    Monitor(cmd_monitor::MonitorArgs),
+    /// Run only a replica's key holder on its Unix socket
+    Keyholder(cmd_keyholder::KeyholderArgs),
     /// Run one key-value operation through the cluster
     Kv(cmd_kv::KvArgs),
     /// Show every replica's view, progress and health
@@ -90,6 +98,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Init(a) => cmd_init::run(a).map(|()| ExitCode::SUCCESS),
         Command::Replica(a) => return cmd_replica::run(a),
+        Command::Monitor(a) => cmd_monitor::run(a),
+        Command::Keyholder(a) => cmd_keyholder::run(a),
         Command::Kv(a) => cmd_kv::run(a),
         Command::Status(a) => cmd_status::run(a),
         Command::Demo(a) => demo::run(a),

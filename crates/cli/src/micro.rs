@@ -211,6 +211,10 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         base_port: base,
         host: IpAddr::V4(Ipv4Addr::LOCALHOST),
         name: "bench-micro".into(),
+        // The baseline server has no key holder: both sides run on static keys (key refresh
+        // costs one NEW-KEY per node every key_refresh_ms, nothing per request).
+        static_keys: true,
+        executable_blake3: None,
     })?;
     let mut cfg = ClusterConfig::load(&config_path)?;
     cfg.storage.fsync = args.fsync;

@@ -15,6 +15,11 @@ pub struct ReplicaProcs {
     config: PathBuf,
     log_dir: PathBuf,
     children: Vec<Option<Child>>,
+    /// With session keys, each replica's key holder (`redoubt keyholder`), started with the
+    /// replica and kept running across its restarts, like the papers' co-processor.
+    holders: Vec<Option<Child>>,
+    /// Sockets of the key holders (empty with static keys).
+    holder_sockets: Vec<PathBuf>,
 }
 
 /// How a replica ended when asked to stop.
@@ -27,12 +32,67 @@ pub enum Stopped {
 
 impl ReplicaProcs {
     pub fn new(exe: PathBuf, config: PathBuf, log_dir: PathBuf, n: usize) -> ReplicaProcs {
+        let holder_sockets = match redoubt_node::config::ClusterConfig::load(&config) {
+            Ok(cfg) if cfg.keys.session() => (0..n as u32)
+                .filter_map(|i| cfg.holder_socket_of(i).ok())
+                .collect(),
+            _ => Vec::new(),
+        };
         ReplicaProcs {
             exe,
             config,
             log_dir,
             children: (0..n).map(|_| None).collect(),
+            holders: (0..n).map(|_| None).collect(),
+            holder_sockets,
         }
+    }
+
+    /// Starts replica `id`'s key holder if it uses one and it is not running, and waits for its
+    /// socket.
+    fn ensure_holder(&mut self, id: u32) -> anyhow::Result<()> {
+        let Some(socket) = self.holder_sockets.get(id as usize).cloned() else {
+            return Ok(());
+        };
+        if let Some(Some(h)) = self.holders.get_mut(id as usize) {
+            if h.try_wait().ok().flatten().is_none() {
+                return Ok(());
+            }
+        }
+        let _ = std::fs::remove_file(&socket);
+        let log = self.log_dir.join(format!("keyholder-{id}.log"));
+        let out = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .with_context(|| format!("cannot open the log file {}", log.display()))?;
+        let err = out.try_clone()?;
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("keyholder")
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--id")
+            .arg(id.to_string())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        die_with_parent(&mut cmd);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start the key holder of replica {id}"))?;
+        self.holders[id as usize] = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !socket.exists() {
+            if Instant::now() >= deadline {
+                anyhow::bail!(
+                    "the key holder of replica {id} did not open {} (see {})",
+                    socket.display(),
+                    log.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
     }
 
     pub fn log_path(&self, id: u32) -> PathBuf {
@@ -41,6 +101,7 @@ impl ReplicaProcs {
 
     /// Starts replica `id` (its log is appended to, so a restart keeps the earlier lines).
     pub fn start(&mut self, id: u32) -> anyhow::Result<()> {
+        self.ensure_holder(id)?;
         let log = self.log_path(id);
         let out = OpenOptions::new()
             .create(true)
@@ -62,18 +123,8 @@ impl ReplicaProcs {
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
-        // SAFETY: only async-signal-safe calls (prctl, getppid) between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::getppid() as u32 != parent {
-                    return Err(std::io::Error::other("the parent process is gone"));
-                }
-                Ok(())
-            });
-        }
+        let _ = parent;
+        die_with_parent(&mut cmd);
         let child = cmd.spawn().with_context(|| {
             format!(
                 "cannot start replica {id} ({} replica --config {} --id {id})",
@@ -141,16 +192,43 @@ impl ReplicaProcs {
             }
         }
         out.sort_by_key(|(id, _)| *id);
+        for mut h in self.holders.iter_mut().filter_map(Option::take) {
+            let _ = h.kill();
+            let _ = h.wait();
+        }
         out
     }
 }
 
 impl Drop for ReplicaProcs {
     fn drop(&mut self) {
-        for mut child in self.children.iter_mut().filter_map(Option::take) {
+        for mut child in self
+            .children
+            .iter_mut()
+            .chain(self.holders.iter_mut())
+            .filter_map(Option::take)
+        {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+/// Asks the kernel to send the child SIGTERM when this process dies, and refuses to start it
+/// if this process is already gone.
+pub fn die_with_parent(cmd: &mut Command) {
+    let parent = std::process::id();
+    // SAFETY: only async-signal-safe calls (prctl, getppid) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() as u32 != parent {
+                return Err(std::io::Error::other("the parent process is gone"));
+            }
+            Ok(())
+        });
     }
 }
 

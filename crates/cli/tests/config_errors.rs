@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{init, output_within, redoubt};
+use common::{init, init_with, output_within, redoubt};
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -37,10 +37,27 @@ fn assert_fails(config: &Path, facts: &[&str]) -> String {
     stderr
 }
 
+/// A cluster on static MAC keys: most cases below are about the key files and ports a replica
+/// reads itself (with session keys the key holder reads the key file).
 fn fresh() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    let config = init(dir.path(), 4, 1);
+    let config = init_with(dir.path(), 4, 1, &["--static-keys"]);
     (dir, config)
+}
+
+#[test]
+fn session_keys_without_a_key_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = init(dir.path(), 4, 1);
+    assert_fails(
+        &config,
+        &[
+            "key holder of replica:0",
+            "keyholder-0.sock",
+            "redoubt monitor --config",
+            "redoubt keyholder --config",
+        ],
+    );
 }
 
 fn edit(config: &Path, f: impl FnOnce(String) -> String) {

@@ -21,8 +21,8 @@ mod kv;
 pub use kv::{KvClient, KvError};
 
 use redoubt_core::{
-    Auth, ClientId, ClientTiming, Completion, Config, Effect, Env, InvokeError, Principal,
-    Keys, View,
+    Auth, ClientId, ClientTiming, Completion, Config, Effect, Env, InvokeError, Keys, Principal,
+    View,
 };
 use redoubt_transport::{Link, LinkConfig, LinkError};
 use std::net::SocketAddr;

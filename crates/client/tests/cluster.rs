@@ -8,8 +8,8 @@ use redoubt_client::{Client, ClientError, ClientSetup, KvClient, KvError};
 use redoubt_core::auth::{open, verify_request};
 use redoubt_core::message::decode_frame;
 use redoubt_core::{
-    ClientId, ClientTiming, Config, Effect, Env, Input, Message, Principal, Replica, ReplicaId,
-    Keys, StaticKeys,
+    ClientId, ClientTiming, Config, Effect, Env, Input, Keys, Message, Principal, Replica,
+    ReplicaId, StaticKeys,
 };
 use redoubt_services::kv::KvService;
 use redoubt_transport::{ConnId, Link, LinkConfig, Listener, ListenerConfig};
@@ -404,7 +404,12 @@ async fn unreachable_when_no_replica_runs() {
 #[tokio::test]
 async fn setup_is_checked() {
     let addrs: Vec<SocketAddr> = (0..N).map(|_| dead_addr()).collect();
-    let wrong_keys = ClientSetup::new(1, addrs.clone(), Config::new(F), client_keys(Principal::Client(2)));
+    let wrong_keys = ClientSetup::new(
+        1,
+        addrs.clone(),
+        Config::new(F),
+        client_keys(Principal::Client(2)),
+    );
     assert!(matches!(
         Client::connect(wrong_keys).await,
         Err(ClientError::InvalidSetup(_))

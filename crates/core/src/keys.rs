@@ -77,7 +77,8 @@ pub enum HolderError {
 pub trait KeyHolder: Send {
     fn principal(&self) -> Principal;
     /// Signs `content` for `purpose` with the next counter value, returned with the signature.
-    fn sign(&mut self, purpose: Purpose, content: &Digest) -> Result<(u64, Signature), HolderError>;
+    fn sign(&mut self, purpose: Purpose, content: &Digest)
+        -> Result<(u64, Signature), HolderError>;
     /// A fresh random session key.
     fn fresh_key(&mut self) -> Result<MacKey, HolderError>;
     /// Seals `key` to `to` under the context `info`.
@@ -102,7 +103,12 @@ pub struct LocalHolder {
 }
 
 impl LocalHolder {
-    pub fn new(who: Principal, secrets: HolderSecrets, counter: Arc<AtomicU64>, seed: [u8; 32]) -> Self {
+    pub fn new(
+        who: Principal,
+        secrets: HolderSecrets,
+        counter: Arc<AtomicU64>,
+        seed: [u8; 32],
+    ) -> Self {
         let mut h = blake3::Hasher::new_derive_key("redoubt 2026 local holder rng v1");
         h.update(&seed);
         LocalHolder {
@@ -124,7 +130,11 @@ impl KeyHolder for LocalHolder {
     fn principal(&self) -> Principal {
         self.who
     }
-    fn sign(&mut self, purpose: Purpose, content: &Digest) -> Result<(u64, Signature), HolderError> {
+    fn sign(
+        &mut self,
+        purpose: Purpose,
+        content: &Digest,
+    ) -> Result<(u64, Signature), HolderError> {
         let counter = self.counter.fetch_add(1, Ordering::SeqCst) + 1;
         let st = holder_statement(purpose, self.who, counter, content);
         Ok((counter, self.secrets.sign(&st.0)))
@@ -132,7 +142,12 @@ impl KeyHolder for LocalHolder {
     fn fresh_key(&mut self) -> Result<MacKey, HolderError> {
         Ok(MacKey(self.random()))
     }
-    fn seal(&mut self, to: &SealPublicKey, info: &[u8], key: &MacKey) -> Result<Vec<u8>, HolderError> {
+    fn seal(
+        &mut self,
+        to: &SealPublicKey,
+        info: &[u8],
+        key: &MacKey,
+    ) -> Result<Vec<u8>, HolderError> {
         let seed = self.random();
         Ok(pk::seal_key(to, info, &key.0, seed))
     }
@@ -153,7 +168,13 @@ pub struct NewKey {
 
 impl std::fmt::Debug for NewKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "NewKey({} t{} {} keys)", self.from, self.counter, self.keys.len())
+        write!(
+            f,
+            "NewKey({} t{} {} keys)",
+            self.from,
+            self.counter,
+            self.keys.len()
+        )
     }
 }
 
@@ -364,8 +385,10 @@ impl SessionKeys {
 
     /// Forgets every client key (at recovery: an attacker may know them).
     pub fn discard_client_keys(&mut self) {
-        self.inbound.retain(|p, _| matches!(p, Principal::Replica(_)));
-        self.outbound.retain(|p, _| matches!(p, Principal::Replica(_)));
+        self.inbound
+            .retain(|p, _| matches!(p, Principal::Replica(_)));
+        self.outbound
+            .retain(|p, _| matches!(p, Principal::Replica(_)));
         self.client_refreshed.clear();
         self.generation += 1;
     }
@@ -417,10 +440,16 @@ impl Auth for SessionKeys {
     }
     fn verify_from(&self, from: Principal, _epoch: u32, digest: &Digest, mac: &Mac) -> bool {
         #[cfg(feature = "mutants")]
-        if self.retired.get(&from).is_some_and(|k| k.verify(digest, mac)) {
+        if self
+            .retired
+            .get(&from)
+            .is_some_and(|k| k.verify(digest, mac))
+        {
             return true;
         }
-        self.inbound.get(&from).is_some_and(|k| k.verify(digest, mac))
+        self.inbound
+            .get(&from)
+            .is_some_and(|k| k.verify(digest, mac))
     }
     fn knows(&self, from: Principal) -> bool {
         self.directory.keys.contains_key(&from)
@@ -435,6 +464,9 @@ impl Auth for SessionKeys {
 
 /// The keys a node authenticates with: static pairwise keys (tests, benchmarks without key
 /// refresh) or session keys refreshed by NEW-KEY.
+// One value per node, never moved on a hot path: the size difference costs nothing, a box
+// would cost an indirection on every MAC.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum Keys {
     Static(crate::auth::StaticKeys),
@@ -494,7 +526,10 @@ impl Auth for Forger {
         self.keys.outbound.get(&to).map(|k| k.mac(digest))
     }
     fn verify_from(&self, from: Principal, _epoch: u32, digest: &Digest, mac: &Mac) -> bool {
-        self.keys.inbound.get(&from).is_some_and(|k| k.verify(digest, mac))
+        self.keys
+            .inbound
+            .get(&from)
+            .is_some_and(|k| k.verify(digest, mac))
     }
     fn knows(&self, _from: Principal) -> bool {
         true
@@ -512,7 +547,11 @@ mod tests {
             .map(|(i, _)| HolderSecrets::from_seed(&[i as u8 + 1; 32]))
             .collect();
         let dir = Arc::new(Directory {
-            keys: ps.iter().zip(&secrets).map(|(p, s)| (*p, s.public())).collect(),
+            keys: ps
+                .iter()
+                .zip(&secrets)
+                .map(|(p, s)| (*p, s.public()))
+                .collect(),
         });
         let keys = ps
             .iter()
@@ -520,7 +559,12 @@ mod tests {
             .enumerate()
             .map(|(i, (p, s))| {
                 SessionKeys::new(
-                    Box::new(LocalHolder::new(*p, s, Arc::new(AtomicU64::new(0)), [i as u8; 32])),
+                    Box::new(LocalHolder::new(
+                        *p,
+                        s,
+                        Arc::new(AtomicU64::new(0)),
+                        [i as u8; 32],
+                    )),
                     dir.clone(),
                 )
             })
@@ -530,7 +574,11 @@ mod tests {
 
     #[test]
     fn new_key_installs_directional_keys_and_rejects_replays_and_forgeries() {
-        let ps = [Principal::Replica(0), Principal::Replica(1), Principal::Client(5)];
+        let ps = [
+            Principal::Replica(0),
+            Principal::Replica(1),
+            Principal::Client(5),
+        ];
         let (_, mut ks) = setup(&ps);
         let nk0 = ks[0].refresh(&ps[1..2]).unwrap();
         assert_eq!(ks[1].accept(&nk0, 0), Ok(Accepted::Replica(0)));
@@ -547,7 +595,10 @@ mod tests {
         // After 0 refreshes, 1's old key no longer verifies at 0 (freshness) until 1 accepts.
         let stolen = ks[1].steal();
         let nk0b = ks[0].refresh(&ps[1..2]).unwrap();
-        let forger = Forger { me: ps[1], keys: stolen };
+        let forger = Forger {
+            me: ps[1],
+            keys: stolen,
+        };
         let old_mac = forger.mac_to(ps[0], &d).unwrap();
         assert!(!ks[0].verify_from(ps[1], 0, &d, &old_mac));
         ks[1].accept(&nk0b, 0).unwrap();

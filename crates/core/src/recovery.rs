@@ -306,8 +306,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             .get(&recovery_client(r))
             .and_then(|l| postcard::from_bytes::<RecoveryResult>(&l.result).ok())
             .and_then(|p| p.last_accepted_ms);
-        let accepted = previous
-            .is_none_or(|t| time_ms.saturating_sub(t) >= self.cfg.recovery_interval_min_ms);
+        let accepted =
+            previous.is_none_or(|t| time_ms.saturating_sub(t) >= self.cfg.recovery_interval_min_ms);
         let (k, l) = (self.cfg.checkpoint_interval, self.cfg.log_size);
         let h_r = seq / k * k + l;
         let target = if accepted {
@@ -409,7 +409,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
             .max(self.last_executed)
     }
 
-    pub(super) fn on_query_stable(&mut self, from: ReplicaId, q: QueryStable) -> Result<(), Reject> {
+    pub(super) fn on_query_stable(
+        &mut self,
+        from: ReplicaId,
+        q: QueryStable,
+    ) -> Result<(), Reject> {
         if q.replica != from || from == self.id {
             return Err(Reject::Inconsistent);
         }
@@ -423,7 +427,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
         Ok(())
     }
 
-    pub(super) fn on_reply_stable(&mut self, from: ReplicaId, r: ReplyStable) -> Result<(), Reject> {
+    pub(super) fn on_reply_stable(
+        &mut self,
+        from: ReplicaId,
+        r: ReplyStable,
+    ) -> Result<(), Reject> {
         if r.replica != from || from == self.id {
             return Err(Reject::Inconsistent);
         }

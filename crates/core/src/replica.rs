@@ -10,9 +10,9 @@
 //! view-change bookkeeping holds at most one message per replica.
 
 use crate::auth::{open, seal, verify_request, Auth};
-use crate::keys::NewKey;
 use crate::effect::{Bytes, Effect, Env, Event};
 use crate::journal::Record;
+use crate::keys::NewKey;
 use crate::message::*;
 use crate::quorum;
 use crate::service::{ExecContext, Service};
@@ -1116,8 +1116,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 };
                 let result = match recovery::recovery_of(req.client, self.cfg.n()) {
                     Some(r) => {
-                        let h_m = postcard::from_bytes::<RecoveryOp>(&req.op)
-                            .map_or(0, |op| op.h_m);
+                        let h_m =
+                            postcard::from_bytes::<RecoveryOp>(&req.op).map_or(0, |op| op.h_m);
                         self.execute_recovery(r, h_m, seq, time_ms)
                     }
                     None => self.service.execute(&mut self.state, &req.op, &ctx),

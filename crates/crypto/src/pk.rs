@@ -96,8 +96,7 @@ impl HolderSecrets {
             return None;
         }
         let (sk, _) = X25519HkdfSha256::derive_keypair(&self.open);
-        let encapped =
-            <X25519HkdfSha256 as Kem>::EncappedKey::from_bytes(&sealed[..32]).ok()?;
+        let encapped = <X25519HkdfSha256 as Kem>::EncappedKey::from_bytes(&sealed[..32]).ok()?;
         let plain = hpke::single_shot_open::<ChaCha20Poly1305, HkdfSha256, X25519HkdfSha256>(
             &OpModeR::Base,
             &sk,

@@ -239,6 +239,18 @@ pub enum ConfigError {
     },
 }
 
+impl ConfigError {
+    /// Maps an I/O error of `action` on `path` to [`ConfigError::Io`] (for `map_err`).
+    pub fn io(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> ConfigError {
+        let path = path.to_path_buf();
+        move |source| ConfigError::Io {
+            action,
+            path,
+            source,
+        }
+    }
+}
+
 /// A position in a file: 1-based line and column, with the line's text when short.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Location {
@@ -343,7 +355,7 @@ pub struct ReplicaEntry {
     /// This replica's key file (relative paths resolve against the config file's directory):
     /// its key-holder file with session keys, its MAC key file with static keys.
     pub key_file: PathBuf,
-    /// Unix socket of the replica's key holder (session keys); default `<home>/keyholder.sock`.
+    /// Unix socket of the replica's key holder (session keys); default `keyholder-<id>.sock` beside `home`.
     pub holder_socket: Option<PathBuf>,
 }
 
@@ -1001,7 +1013,8 @@ impl ClusterConfig {
                 "proactive recovery needs session keys: set [keys] mode = \"session\" or [recovery] enabled = false".into(),
             ));
         }
-        if !rc.executable_blake3.is_empty() && crate::holder::unhex32(&rc.executable_blake3).is_err()
+        if !rc.executable_blake3.is_empty()
+            && crate::holder::unhex32(&rc.executable_blake3).is_err()
         {
             return Err(invalid(
                 "[recovery] executable_blake3",
@@ -1097,7 +1110,13 @@ impl ClusterConfig {
         let r = self.replica(id)?;
         Ok(match &r.holder_socket {
             Some(p) => self.resolve(p),
-            None => self.resolve(&r.home).join("keyholder.sock"),
+            // Beside the home directory, not in it: emptying a replica's disk must not cut it
+            // off from its key holder.
+            None => {
+                let home = self.resolve(&r.home);
+                let dir = home.parent().map(Path::to_path_buf).unwrap_or_default();
+                dir.join(format!("keyholder-{id}.sock"))
+            }
         })
     }
 
@@ -1149,7 +1168,11 @@ impl ClusterConfig {
                 quote(&r.key_file.to_string_lossy()),
             );
             if let Some(sock) = &r.holder_socket {
-                let _ = writeln!(replicas, "holder_socket = {}", quote(&sock.to_string_lossy()));
+                let _ = writeln!(
+                    replicas,
+                    "holder_socket = {}",
+                    quote(&sock.to_string_lossy())
+                );
             }
             replicas.push('\n');
         }
@@ -1188,7 +1211,7 @@ id = {id}
 #   key_file      the replica's key-holder file (session keys) or secret MAC keys (static
 #                 keys); must be mode 0600. With session keys only the key holder reads it.
 #   holder_socket (optional) Unix socket of the replica's key holder; default
-#                 <home>/keyholder.sock
+#                 keyholder-<id>.sock in the directory that holds <home>
 {replicas}# One [[client]] per client allowed to submit requests; ids are distinct.
 #   key_file      the client's key-holder file or secret MAC keys (must be mode 0600)
 {clients}# Protocol parameters: identical on every replica and client.
@@ -1517,6 +1540,7 @@ mod tests {
                     metrics_addr: format!("[::1]:{}", 7500 + i).parse().unwrap(),
                     home: PathBuf::from(format!("replica-{i}")),
                     key_file: PathBuf::from(format!("/abs/keys/replica-{i}.key")),
+                    holder_socket: (i == 2).then(|| PathBuf::from("/run/redoubt/r2.sock")),
                 })
                 .collect(),
             clients: vec![ClientEntry {
@@ -1528,6 +1552,11 @@ mod tests {
             node: NodeSection::default(),
             storage: StorageSection::default(),
             state: StateSection::default(),
+            keys: KeysSection::default(),
+            recovery: RecoverySection {
+                watchdog_period_s: 90,
+                ..RecoverySection::default()
+            },
         }
     }
 

@@ -46,7 +46,9 @@ pub enum HolderFileError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("key-holder file {path} is readable by others (mode {mode:o}); run `chmod 600 {path}`")]
+    #[error(
+        "key-holder file {path} is readable by others (mode {mode:o}); run `chmod 600 {path}`"
+    )]
     Permissions { path: PathBuf, mode: u32 },
     #[error("key-holder file {path}: {message}")]
     Malformed { path: PathBuf, message: String },
@@ -83,7 +85,10 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 
 pub(crate) fn unhex32(s: &str) -> Result<[u8; 32], String> {
     if s.len() != 64 || !s.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(format!("expected 64 hex digits, found {} characters", s.len()));
+        return Err(format!(
+            "expected 64 hex digits, found {} characters",
+            s.len()
+        ));
     }
     let mut out = [0u8; 32];
     for (i, b) in out.iter_mut().enumerate() {
@@ -146,8 +151,12 @@ pub fn read_holder_file(path: &Path, me: Principal) -> Result<HolderFile, Holder
     };
     let raw: RawHolderFile =
         toml::from_str(&src).map_err(|e| malformed(e.message().trim().to_string()))?;
-    let principal = parse_principal(&raw.principal)
-        .ok_or_else(|| malformed(format!("principal {:?} is not replica:N or client:N", raw.principal)))?;
+    let principal = parse_principal(&raw.principal).ok_or_else(|| {
+        malformed(format!(
+            "principal {:?} is not replica:N or client:N",
+            raw.principal
+        ))
+    })?;
     if principal != me {
         return Err(malformed(format!(
             "it belongs to {}, not to {}",
@@ -179,10 +188,13 @@ impl FileHolder {
         counter_path.push(".counter");
         let counter_path = PathBuf::from(counter_path);
         let counter = match std::fs::read_to_string(&counter_path) {
-            Ok(s) => s.trim().parse::<u64>().map_err(|e| HolderFileError::Malformed {
-                path: counter_path.clone(),
-                message: format!("counter: {e}"),
-            })?,
+            Ok(s) => s
+                .trim()
+                .parse::<u64>()
+                .map_err(|e| HolderFileError::Malformed {
+                    path: counter_path.clone(),
+                    message: format!("counter: {e}"),
+                })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
             Err(source) => {
                 return Err(HolderFileError::Read {
@@ -275,10 +287,20 @@ impl KeyHolder for FileHolder {
 #[derive(Debug, Serialize, Deserialize)]
 enum Request {
     Principal,
-    Sign { purpose: Purpose, content: Digest },
+    Sign {
+        purpose: Purpose,
+        content: Digest,
+    },
     FreshKey,
-    Seal { to: SealPublicKey, info: Vec<u8>, key: MacKey },
-    Open { info: Vec<u8>, sealed: Vec<u8> },
+    Seal {
+        to: SealPublicKey,
+        info: Vec<u8>,
+        key: MacKey,
+    },
+    Open {
+        info: Vec<u8>,
+        sealed: Vec<u8>,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -357,9 +379,38 @@ fn answer(h: &mut FileHolder, req: Request) -> Answer {
             Err(e) => err(e),
         },
         Request::FreshKey => h.fresh_key().map_or_else(err, Answer::Key),
-        Request::Seal { to, info, key } => h.seal(&to, &info, &key).map_or_else(err, Answer::Sealed),
+        Request::Seal { to, info, key } => {
+            h.seal(&to, &info, &key).map_or_else(err, Answer::Sealed)
+        }
         Request::Open { info, sealed } => h.open(&info, &sealed).map_or_else(err, Answer::Opened),
     }
+}
+
+/// Opens replica `id`'s key-holder file (checked against the cluster) and serves it on the
+/// replica's `holder_socket`, in threads of this process. Returns the socket path.
+pub fn serve_for_replica(
+    cfg: &crate::config::ClusterConfig,
+    id: u32,
+) -> Result<PathBuf, crate::config::ConfigError> {
+    use crate::config::ConfigError;
+    if !cfg.keys.session() {
+        return Err(ConfigError::Invalid {
+            path: cfg.path.clone(),
+            field: "[keys] mode".into(),
+            message: "it is \"static\": there is no key holder to run".into(),
+        });
+    }
+    let me = Principal::Replica(id);
+    let file = read_holder_file(&cfg.key_file_of(me)?, me)?;
+    crate::keys::check_holder_cluster(cfg, &file)?;
+    let holder = FileHolder::open(file)?;
+    let socket = cfg.holder_socket_of(id)?;
+    let io = ConfigError::io;
+    if let Some(dir) = socket.parent() {
+        std::fs::create_dir_all(dir).map_err(io("create directory", dir))?;
+    }
+    serve(&socket, holder).map_err(io("serve the key holder on", &socket))?;
+    Ok(socket)
 }
 
 /// The replica's side of the key-holder socket. Calls block (briefly) the caller; a broken

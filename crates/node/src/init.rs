@@ -25,7 +25,7 @@ use std::fs::DirBuilder;
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Default first protocol port: replica `i` listens on `base_port + i`, its metrics endpoint on
 /// `base_port + 100 + i`.
@@ -119,14 +119,7 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
         )));
     }
 
-    let io = |action: &'static str, path: &Path| {
-        let path = path.to_path_buf();
-        move |source: std::io::Error| ConfigError::Io {
-            action,
-            path,
-            source,
-        }
-    };
+    let io = ConfigError::io;
 
     let config_path = opts.out.join(CONFIG_FILE_NAME);
     if config_path.exists() {
@@ -190,7 +183,12 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
         storage: StorageSection::default(),
         state: StateSection::default(),
         keys: KeysSection {
-            mode: if opts.static_keys { "static" } else { "session" }.into(),
+            mode: if opts.static_keys {
+                "static"
+            } else {
+                "session"
+            }
+            .into(),
             ..KeysSection::default()
         },
         recovery: RecoverySection {

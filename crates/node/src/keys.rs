@@ -220,8 +220,12 @@ pub fn load_directory(cfg: &ClusterConfig) -> Result<Directory, ConfigError> {
     }
     let mut keys = BTreeMap::new();
     for e in raw.principals {
-        let p = parse_principal(&e.name)
-            .ok_or_else(|| err(format!("principal {:?} is not replica:N or client:N", e.name)))?;
+        let p = parse_principal(&e.name).ok_or_else(|| {
+            err(format!(
+                "principal {:?} is not replica:N or client:N",
+                e.name
+            ))
+        })?;
         let verify = crate::holder::unhex32(&e.verify)
             .map_err(|m| err(format!("{}: verify key {m}", e.name)))?;
         let seal = crate::holder::unhex32(&e.seal)

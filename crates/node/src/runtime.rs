@@ -15,7 +15,9 @@ use redoubt_core::auth::verify_request;
 use redoubt_core::message::{decode_body, decode_frame, Message, Reject};
 use redoubt_core::open_state;
 use redoubt_core::state::FileStore;
-use redoubt_core::{Bytes, ClientId, Effect, Env, Event, Input, Keys, Principal, Replica, ReplicaId};
+use redoubt_core::{
+    Bytes, ClientId, Effect, Env, Event, Input, Keys, Principal, Replica, ReplicaId,
+};
 use redoubt_services::kv::KvService;
 use redoubt_transport::{ConnId, Link, LinkConfig, Listener, ListenerConfig};
 use std::collections::{HashMap, VecDeque};
@@ -229,10 +231,18 @@ impl Node {
                 info!(replica = self.id, "recovery started: client keys discarded, NEW-KEY sent, estimating the recovery point");
             }
             Event::RecoveryEstimated { h_m } => {
-                info!(replica = self.id, h_m, "recovery estimate H_M; sending the signed recovery request");
+                info!(
+                    replica = self.id,
+                    h_m, "recovery estimate H_M; sending the signed recovery request"
+                );
             }
             Event::RecoveryExecuted { replica, seq } => {
-                info!(replica = self.id, recovering = replica, seq, "recovery request executed; session keys refreshed");
+                info!(
+                    replica = self.id,
+                    recovering = replica,
+                    seq,
+                    "recovery request executed; session keys refreshed"
+                );
             }
             Event::RecoveryRefused => {
                 warn!(replica = self.id, "recovery request refused: a recovery of this replica was accepted less than recovery_interval_min_ms ago; asking again after the interval");
@@ -636,7 +646,10 @@ pub async fn run_replica(
         .set(opts.watchdog_period_ms as f64 / 1000.0);
     if opts.recover {
         if !cfg.keys.session() {
-            warn!(replica = id, "--recover needs session keys ([keys] mode = \"session\"); starting normally");
+            warn!(
+                replica = id,
+                "--recover needs session keys ([keys] mode = \"session\"); starting normally"
+            );
         } else {
             let t = Instant::now();
             node.input(Input::Recover, None);
@@ -653,7 +666,17 @@ pub async fn run_replica(
         Listener(ConnId, Vec<u8>),
         Link(Vec<u8>),
     }
+    // A primary asked to stop hands over first (a recovery must not cost a view-change
+    // timeout): it sends VIEW-CHANGE and keeps running until the next view is installed or a
+    // second has passed.
+    let mut stop_deadline: Option<Instant> = None;
     loop {
+        if let Some(d) = stop_deadline {
+            let handed_over = node.replica.is_normal() && !node.replica.is_primary();
+            if handed_over || Instant::now() >= d {
+                break;
+            }
+        }
         let wake = tokio::select! {
             _ = sigterm.recv() => Wake::Stop,
             _ = sigint.recv() => Wake::Stop,
@@ -664,7 +687,18 @@ pub async fn run_replica(
         };
         let t = Instant::now();
         match wake {
-            Wake::Stop => break,
+            Wake::Stop => {
+                if stop_deadline.is_some() || !node.replica.is_primary() {
+                    break;
+                }
+                info!(
+                    replica = id,
+                    view = node.replica.view(),
+                    "stopping: handing over as primary first"
+                );
+                node.input(Input::StepDown, None);
+                stop_deadline = Some(Instant::now() + Duration::from_secs(1));
+            }
             Wake::CheckState => {
                 info!(replica = id, "checking every page of the state (SIGUSR1)");
                 let started = Instant::now();

@@ -388,6 +388,8 @@ fn init(dir: &Path, replicas: u32, clients: u32) -> PathBuf {
         clients,
         out: dir.join("cluster"),
         name: "test".into(),
+        // The key-file tests below are about static MAC key files.
+        static_keys: true,
         ..InitOptions::default()
     })
     .unwrap()
@@ -484,6 +486,8 @@ fn init_f2_with_host_and_base_port() {
         base_port: 9000,
         host: "127.0.0.2".parse().unwrap(),
         name: "seven".into(),
+        static_keys: true,
+        executable_blake3: None,
     })
     .unwrap();
     let cfg = ClusterConfig::load(&path).unwrap();
@@ -741,4 +745,63 @@ fn write_key_file_refuses_to_overwrite() {
         ],
     );
     assert_eq!(std::fs::read(&key).unwrap(), before);
+}
+
+// ---- session keys ------------------------------------------------------------------------
+
+#[test]
+fn session_init_writes_holder_files_and_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = init_cluster(&InitOptions {
+        out: dir.path().join("s"),
+        base_port: 7800,
+        ..InitOptions::default()
+    })
+    .unwrap();
+    let cfg = ClusterConfig::load(&path).unwrap();
+    assert!(cfg.keys.session());
+    assert!(cfg.recovery.enabled);
+    for p in cfg.principals() {
+        assert_eq!(mode(&cfg.key_file_of(p).unwrap()), 0o600);
+    }
+    let directory = redoubt_node::keys::load_directory(&cfg).unwrap();
+    assert_eq!(directory.keys.len(), cfg.principals().len());
+    // A client keeps its key holder in its own process.
+    assert!(matches!(
+        load_keys(&cfg, Principal::Client(1)).unwrap(),
+        redoubt_core::Keys::Session(_)
+    ));
+    // A replica needs its key holder running, and says how to start it.
+    let msg = keys_err(&cfg, Principal::Replica(0));
+    assert_contains(
+        &msg,
+        &[
+            "key holder of replica:0",
+            "keyholder-0.sock",
+            "redoubt monitor",
+        ],
+    );
+    redoubt_node::holder::serve_for_replica(&cfg, 0).unwrap();
+    assert!(matches!(
+        load_keys(&cfg, Principal::Replica(0)).unwrap(),
+        redoubt_core::Keys::Session(_)
+    ));
+    // A key holder for the wrong replica's file is refused.
+    let other = cfg.key_file_of(Principal::Replica(2)).unwrap();
+    let own = cfg.key_file_of(Principal::Replica(1)).unwrap();
+    std::fs::copy(&other, &own).unwrap();
+    let msg = redoubt_node::holder::serve_for_replica(&cfg, 1)
+        .unwrap_err()
+        .to_string();
+    assert_contains(&msg, &["belongs to replica:2", "replica:1"]);
+    // A directory missing a principal is refused.
+    let dpath = cfg.directory_path();
+    let text = std::fs::read_to_string(&dpath).unwrap();
+    let cut = text.find("[[principal]]\nname = \"client:1\"").unwrap();
+    std::fs::write(&dpath, &text[..cut]).unwrap();
+    let msg = keys_err(&cfg, Principal::Client(1));
+    assert_contains(
+        &msg,
+        &["public-key directory", "no public keys for client:1"],
+    );
 }

@@ -39,11 +39,15 @@ async fn four_replicas_serve_kv_and_survive_a_restart() {
     };
     let path = init_cluster(&opts).unwrap();
     let cfg = ClusterConfig::load(&path).unwrap();
+    // Session keys: each replica's key holder, served from this process.
+    for i in 0..4 {
+        redoubt_node::holder::serve_for_replica(&cfg, i).unwrap();
+    }
     let mut tasks: Vec<_> = (0..4)
         .map(|i| {
             let p = path.clone();
             Some(tokio::spawn(async move {
-                redoubt_node::run_replica(&p, i).await
+                redoubt_node::run_replica(&p, i, Default::default()).await
             }))
         })
         .collect();
@@ -67,7 +71,7 @@ async fn four_replicas_serve_kv_and_survive_a_restart() {
     }
     let p = path.clone();
     tasks[3] = Some(tokio::spawn(async move {
-        redoubt_node::run_replica(&p, 3).await
+        redoubt_node::run_replica(&p, 3, Default::default()).await
     }));
     for i in 80..100 {
         kv.put(format!("k{i}"), format!("v{i}")).await.unwrap();

@@ -7,10 +7,10 @@ use crate::scenario::Behavior;
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 use redoubt_core::auth::seal;
+use redoubt_core::keys::Forger;
 use redoubt_core::message::{
     decode_body, decode_frame, Batch, Commit, Message, PEntry, Prepare, QEntry, StateItem,
 };
-use redoubt_core::keys::Forger;
 use redoubt_core::{Config, Principal, ReplicaId};
 use redoubt_crypto::Digest;
 use std::collections::BTreeMap;
@@ -39,10 +39,7 @@ pub struct Adversary {
 }
 
 impl Adversary {
-    pub fn new(
-        cfg: Config,
-        behaviors: BTreeMap<ReplicaId, Behavior>,
-    ) -> Self {
+    pub fn new(cfg: Config, behaviors: BTreeMap<ReplicaId, Behavior>) -> Self {
         Adversary {
             cfg,
             keys: BTreeMap::new(),

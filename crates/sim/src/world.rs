@@ -9,21 +9,21 @@ use crate::scenario::{Behavior, ClientAttack, Scenario};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use redoubt_core::auth::{request_authenticator, seal};
+use redoubt_core::keys::{Directory, Forger, LocalHolder, SessionKeys};
 use redoubt_core::message::{
     decode_body, decode_frame, encode_frame, Message, Request, SignedRequest,
 };
 use redoubt_core::open_state;
 use redoubt_core::state::{Geometry, MemStore};
-use redoubt_core::keys::{Directory, Forger, LocalHolder, SessionKeys};
 use redoubt_core::{
     Client, ClientId, ClientTiming, Effect, Env, Event, Input, Principal, Replica, ReplicaId,
 };
 use redoubt_crypto::pk::HolderSecrets;
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
 use redoubt_services::kv::{KvOp, KvResult, KvService};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
 const TICK_MS: u64 = 10;
 const BYZ_CLIENT_BASE: ClientId = 1000;
@@ -224,7 +224,13 @@ impl World {
         let mut holder_counters = BTreeMap::new();
         let mut incarnations = BTreeMap::new();
         let mut keys = |p: Principal| {
-            new_session_keys(&master, &directory, &mut holder_counters, &mut incarnations, p)
+            new_session_keys(
+                &master,
+                &directory,
+                &mut holder_counters,
+                &mut incarnations,
+                p,
+            )
         };
         let stores: Vec<MemStore> = (0..n).map(|_| MemStore::new(sim_geometry())).collect();
         let replicas = (0..n)
@@ -596,8 +602,7 @@ impl World {
                         self.awaiting_recovery = None;
                         let last = self.replicas[r as usize].last_executed();
                         self.checker.set_faulty(r, false, last);
-                        self.stats.recovery_max_ms =
-                            self.stats.recovery_max_ms.max(self.now - at);
+                        self.stats.recovery_max_ms = self.stats.recovery_max_ms.max(self.now - at);
                         if report.h < report.h_m {
                             self.violation(format!("r{r} recovery point below H_M: {report:?}"));
                         }
@@ -1419,7 +1424,8 @@ impl World {
                 replica: 0,
             }),
             _ => Message::Checkpoint(redoubt_core::message::Checkpoint {
-                seq: self.replicas[other as usize].stable_checkpoint() + self.sc.core.checkpoint_interval,
+                seq: self.replicas[other as usize].stable_checkpoint()
+                    + self.sc.core.checkpoint_interval,
                 digest: random_digest(&mut self.rng),
                 replica: 0,
             }),

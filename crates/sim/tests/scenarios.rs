@@ -123,7 +123,10 @@ fn every_mutant_is_caught() {
                 s.mutant = m;
                 !run(s, false).passed()
             });
-            assert!(caught, "mutant {name} survived 10 seeds of proactive-recovery");
+            assert!(
+                caught,
+                "mutant {name} survived 10 seeds of proactive-recovery"
+            );
             continue;
         }
         if m == Mutant::ReadOnlyWeakQuorum {
@@ -235,8 +238,17 @@ fn proactive_recovery_survives_more_than_3f_plus_1_compromises() {
         assert_passes(&out);
         let st = &out.stats;
         assert!(st.compromises >= 5, "3f+2 compromises: {st:?}");
-        assert_eq!(st.recoveries, st.compromises, "every recovery completed: {st:?}");
-        assert!(st.forged_after_rekey > 0, "forgeries were tried after re-keying: {st:?}");
-        assert!(st.corrupt_pages_found > 0, "corrupted pages were found: {st:?}");
+        assert_eq!(
+            st.recoveries, st.compromises,
+            "every recovery completed: {st:?}"
+        );
+        assert!(
+            st.forged_after_rekey > 0,
+            "forgeries were tried after re-keying: {st:?}"
+        );
+        assert!(
+            st.corrupt_pages_found > 0,
+            "corrupted pages were found: {st:?}"
+        );
     }
 }

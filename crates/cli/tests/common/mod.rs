@@ -41,9 +41,15 @@ pub fn free_base_port(n: u16) -> u16 {
 
 /// Runs `redoubt init` into `dir` with free ports; returns the config path.
 pub fn init(dir: &Path, replicas: u32, clients: u32) -> PathBuf {
+    init_with(dir, replicas, clients, &[])
+}
+
+/// [`init`] with extra `redoubt init` arguments (e.g. `--static-keys`).
+pub fn init_with(dir: &Path, replicas: u32, clients: u32, extra: &[&str]) -> PathBuf {
     let base = free_base_port(replicas as u16);
     let out = redoubt()
         .args(["init", "--replicas", &replicas.to_string()])
+        .args(extra)
         .args(["--clients", &clients.to_string()])
         .args(["--base-port", &base.to_string()])
         .arg("--out")
@@ -122,6 +128,10 @@ pub struct Cluster {
     pub config: PathBuf,
     pub cfg: ClusterConfig,
     children: Vec<Option<Child>>,
+    /// Key holders (`redoubt keyholder`), when replicas run without monitors.
+    holders: Vec<Child>,
+    /// `children` are `redoubt monitor` processes (each runs its key holder and replica).
+    monitored: bool,
 }
 
 impl Cluster {
@@ -130,19 +140,87 @@ impl Cluster {
     pub async fn start(clients: u32) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = init(dir.path(), 4, clients);
-        let cfg = ClusterConfig::load(&config).expect("config written by init loads");
-        let n = cfg.replicas.len();
-        let mut c = Cluster {
-            dir,
-            config,
-            cfg,
-            children: (0..n).map(|_| None).collect(),
-        };
-        for i in 0..n as u32 {
+        let mut c = Cluster::new(dir, config, false);
+        for i in 0..c.children.len() as u32 {
+            c.spawn_holder(i);
+        }
+        for i in 0..c.children.len() as u32 {
             c.spawn(i);
         }
         c.wait_up().await;
         c
+    }
+
+    /// Like [`Cluster::start`], but every replica runs under `redoubt monitor` with proactive
+    /// recovery every `period_s` seconds; `edit` may change the config text first.
+    pub async fn start_monitored(
+        clients: u32,
+        period_s: u64,
+        edit: impl Fn(String) -> String,
+    ) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = init(dir.path(), 4, clients);
+        let text = std::fs::read_to_string(&config).expect("config");
+        let text = text.replace(
+            "\nwatchdog_period_s = 0\n",
+            &format!("\nwatchdog_period_s = {period_s}\n"),
+        );
+        std::fs::write(&config, edit(text)).expect("config");
+        let mut c = Cluster::new(dir, config, true);
+        for i in 0..c.children.len() as u32 {
+            let child = c.spawn_logged(&["monitor"], i, c.log_path(i));
+            c.children[i as usize] = Some(child);
+        }
+        c.wait_up().await;
+        c
+    }
+
+    fn new(dir: tempfile::TempDir, config: PathBuf, monitored: bool) -> Cluster {
+        let cfg = ClusterConfig::load(&config).expect("config loads");
+        let n = cfg.replicas.len();
+        Cluster {
+            dir,
+            config,
+            cfg,
+            children: (0..n).map(|_| None).collect(),
+            holders: Vec::new(),
+            monitored,
+        }
+    }
+
+    /// `redoubt <args> --config <config> --id <id>`, its output appended to `log`.
+    fn spawn_logged(&self, args: &[&str], id: u32, log: PathBuf) -> Child {
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("log file");
+        redoubt()
+            .args(args)
+            .arg("--config")
+            .arg(&self.config)
+            .args(["--id", &id.to_string()])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn redoubt {args:?}: {e}"))
+    }
+
+    /// Starts replica `id`'s key holder (session keys) and waits for its socket.
+    fn spawn_holder(&mut self, id: u32) {
+        if !self.cfg.keys.session() {
+            return;
+        }
+        let socket = self.cfg.holder_socket_of(id).expect("socket path");
+        let log = self.dir.path().join(format!("keyholder-{id}.log"));
+        let child = self.spawn_logged(&["keyholder"], id, log);
+        self.holders.push(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !socket.exists() {
+            assert!(Instant::now() < deadline, "key holder {id} did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     pub fn log_path(&self, id: u32) -> PathBuf {
@@ -151,21 +229,7 @@ impl Cluster {
 
     /// Starts replica `id` (appending to its log).
     pub fn spawn(&mut self, id: u32) {
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path(id))
-            .expect("log file");
-        let child = redoubt()
-            .arg("replica")
-            .arg("--config")
-            .arg(&self.config)
-            .args(["--id", &id.to_string(), "--log-format", "json"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn replica");
+        let child = self.spawn_logged(&["replica", "--log-format", "json"], id, self.log_path(id));
         self.children[id as usize] = Some(child);
     }
 
@@ -180,6 +244,26 @@ impl Cluster {
     pub fn kill_all(&mut self) {
         for i in 0..self.children.len() as u32 {
             self.kill(i);
+        }
+    }
+
+    /// SIGTERM to every monitor (or replica), waiting for them to exit.
+    pub fn stop_all(&mut self) {
+        for c in self.children.iter().flatten() {
+            // SAFETY: kill(2) on a child we have not reaped.
+            unsafe {
+                libc::kill(c.id() as libc::pid_t, libc::SIGTERM);
+            }
+        }
+        for c in self.children.iter_mut() {
+            if let Some(mut child) = c.take() {
+                let deadline = Instant::now() + Duration::from_secs(15);
+                while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+            }
         }
     }
 
@@ -266,7 +350,15 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        if self.monitored {
+            // Monitors stop their replicas on SIGTERM.
+            self.stop_all();
+        }
         self.kill_all();
+        for h in self.holders.iter_mut() {
+            let _ = h.kill();
+            let _ = h.wait();
+        }
         if std::thread::panicking() {
             // Keep the logs of a failing test.
             let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("tempdir"));
