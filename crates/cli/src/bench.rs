@@ -38,6 +38,8 @@ enum Bench {
     StateTransfer(StateTransferArgs),
     /// Latency and throughput of 0/0, 0/4 and 4/0 operations against an unreplicated baseline
     Micro(crate::micro::MicroArgs),
+    /// Time to recover a replica, step by step, and the throughput cost of proactive recovery
+    Recovery(crate::bench_recovery::RecoveryArgs),
 }
 
 #[derive(Args)]
@@ -64,6 +66,7 @@ pub struct StateTransferArgs {
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.which {
         Bench::Micro(a) => crate::micro::run(a),
+        Bench::Recovery(a) => crate::bench_recovery::run(a),
         Bench::StateTransfer(a) => {
             anyhow::ensure!(
                 a.dirty_percent > 0.0 && a.dirty_percent <= 100.0,
@@ -77,7 +80,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 
 /// Value bytes of each record: with its key and header a record spans 15-16 pages.
 const VALUE_BYTES: usize = 60 << 10;
-const STATUS_TIMEOUT: Duration = Duration::from_millis(1000);
+pub(crate) const STATUS_TIMEOUT: Duration = Duration::from_millis(1000);
 const PHASE_TIMEOUT: Duration = Duration::from_secs(1800);
 /// The victim.
 const VICTIM: u32 = 3;
@@ -97,6 +100,11 @@ fn value(i: u64, v: u64) -> Vec<u8> {
     }
     out.truncate(VALUE_BYTES);
     out
+}
+
+/// Bytes a record takes in the store (key, header and value, 64-byte aligned).
+pub(crate) fn record_bytes() -> u64 {
+    (16 + 9 + VALUE_BYTES as u64).div_ceil(64) * 64
 }
 
 fn key(i: u64) -> Vec<u8> {
@@ -261,7 +269,7 @@ async fn bench_body(
     }
 
     // Fill.
-    let record_bytes = (16 + 9 + VALUE_BYTES as u64).div_ceil(64) * 64;
+    let record_bytes = record_bytes();
     let records = state_bytes * 95 / 100 / record_bytes;
     let t = Instant::now();
     put_all(&kvs, (0..records).map(|i| (i, 0)).collect()).await?;
@@ -320,7 +328,7 @@ async fn bench_body(
 }
 
 /// Puts every `(record, version)` with all clients in parallel.
-async fn put_all(kvs: &[KvClient], work: Vec<(u64, u64)>) -> anyhow::Result<()> {
+pub(crate) async fn put_all(kvs: &[KvClient], work: Vec<(u64, u64)>) -> anyhow::Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     let k = kvs.len();
     for (c, kv) in kvs.iter().enumerate() {
@@ -433,7 +441,7 @@ async fn restart_and_measure(
     }
 }
 
-async fn wait_for(
+pub(crate) async fn wait_for(
     cfg: &ClusterConfig,
     procs: &mut ReplicaProcs,
     what: &str,

@@ -8,6 +8,10 @@
 //! primary, syncs its journal and state and stops), check the executable, start it again with
 //! `--recover`. Replicas take turns: replica `i` recovers in the `i`-th of `n` slots of each
 //! period, and waits while `f` others are still recovering (up to `stagger_wait_max_s`).
+//!
+//! SIGUSR1 asks for a recovery now (still waiting while `f` others recover); with `--manual`
+//! that and a crash are the only triggers (benchmarks, operators who schedule recoveries
+//! themselves).
 
 use crate::cmd_keyholder::start_key_holder;
 use crate::cmd_status::fetch;
@@ -31,6 +35,10 @@ pub struct MonitorArgs {
     /// Watchdog period T_w in seconds [default: `[recovery] watchdog_period_s`]
     #[arg(long, value_name = "S")]
     watchdog_period_s: Option<u64>,
+    /// No periodic watchdog: recover only on SIGUSR1 or after the replica exits unexpectedly
+    /// (the watchdog period is still reported to the replica for its window of vulnerability)
+    #[arg(long)]
+    manual: bool,
 }
 
 fn now_ms() -> u64 {
@@ -84,6 +92,7 @@ struct Monitor {
     id: u32,
     exe: PathBuf,
     period_override_ms: Option<u64>,
+    manual: bool,
     longest_recovery_ms: u64,
     recoveries: u64,
 }
@@ -188,6 +197,7 @@ pub fn run(args: MonitorArgs) -> anyhow::Result<ExitCode> {
     info!(replica = args.id, socket = %socket.display(), exe = %exe.display(), "monitor: key holder serving");
     let monitor = Monitor {
         period_override_ms: args.watchdog_period_s.map(|s| s * 1000),
+        manual: args.manual,
         cfg,
         id: args.id,
         exe,
@@ -204,17 +214,30 @@ async fn supervise(mut m: Monitor) -> anyhow::Result<ExitCode> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    let mut usr1 = signal(SignalKind::user_defined1())?;
     let mut child = m.start(None).await?;
     let enabled = m.cfg.recovery.enabled;
     let n = m.cfg.protocol.n();
     let f = m.cfg.protocol.f as usize;
-    let mut turn = next_turn(now_ms(), m.period_ms(), n, m.id);
+    let schedule = |m: &Monitor| {
+        if m.manual {
+            u64::MAX
+        } else {
+            next_turn(now_ms(), m.period_ms(), n, m.id)
+        }
+    };
+    let mut turn = schedule(&m);
     let mut waiting_since: Option<Instant> = None;
     let mut pending: Option<Recovery> = None;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     let alert_ms = m.cfg.recovery.alert_after_s * 1000;
     let status_addr = m.cfg.replica(m.id)?.metrics_addr;
-    if enabled {
+    if enabled && m.manual {
+        info!(
+            replica = m.id,
+            "proactive recovery on demand: SIGUSR1 recovers this replica (no periodic watchdog)"
+        );
+    } else if enabled {
         info!(
             replica = m.id,
             period_s = m.period_ms() / 1000,
@@ -225,6 +248,7 @@ async fn supervise(mut m: Monitor) -> anyhow::Result<ExitCode> {
     enum Wake {
         Stop,
         Exited(std::io::Result<std::process::ExitStatus>),
+        RecoverNow,
         Tick,
     }
     loop {
@@ -232,6 +256,7 @@ async fn supervise(mut m: Monitor) -> anyhow::Result<ExitCode> {
             _ = term.recv() => Wake::Stop,
             _ = int.recv() => Wake::Stop,
             s = child.wait() => Wake::Exited(s),
+            _ = usr1.recv() => Wake::RecoverNow,
             _ = tick.tick() => Wake::Tick,
         };
         match wake {
@@ -251,6 +276,19 @@ async fn supervise(mut m: Monitor) -> anyhow::Result<ExitCode> {
                         started: Instant::now(),
                         alerted: false,
                     });
+                }
+            }
+            Wake::RecoverNow => {
+                if !enabled {
+                    warn!(
+                        replica = m.id,
+                        "SIGUSR1 ignored: [recovery] enabled = false"
+                    );
+                } else if pending.is_some() {
+                    warn!(replica = m.id, "SIGUSR1 ignored: a recovery is in progress");
+                } else {
+                    info!(replica = m.id, "SIGUSR1: recovering now");
+                    turn = now_ms();
                 }
             }
             Wake::Tick => {
@@ -305,7 +343,7 @@ async fn supervise(mut m: Monitor) -> anyhow::Result<ExitCode> {
                     started: Instant::now(),
                     alerted: false,
                 });
-                turn = next_turn(now_ms(), m.period_ms(), n, m.id);
+                turn = schedule(&m);
             }
         }
     }

@@ -12,6 +12,7 @@
 //! 2 usage error, 3 a negative answer of `kv` (key absent, compare-and-swap not applied).
 
 mod bench;
+mod bench_recovery;
 mod cmd_init;
 mod cmd_keyholder;
 mod cmd_kv;

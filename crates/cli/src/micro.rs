@@ -168,7 +168,7 @@ pub fn run(args: MicroArgs) -> anyhow::Result<ExitCode> {
     crate::runtime(2)?.block_on(micro(args))
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }

@@ -102,6 +102,36 @@ impl ReplicaProcs {
     /// Starts replica `id` (its log is appended to, so a restart keeps the earlier lines).
     pub fn start(&mut self, id: u32) -> anyhow::Result<()> {
         self.ensure_holder(id)?;
+        self.spawn(
+            id,
+            &["replica".into()],
+            &["--log-format".into(), "json".into()],
+        )
+    }
+
+    /// Starts replica `id` under `redoubt monitor` (which runs its key holder and restarts it
+    /// for recoveries), with `extra` monitor arguments; both log to the replica's log.
+    pub fn start_monitor(&mut self, id: u32, extra: &[String]) -> anyhow::Result<()> {
+        self.spawn(id, &["monitor".into()], extra)
+    }
+
+    /// Sends `signal` to replica `id`'s process (the monitor, if it runs under one).
+    pub fn signal(&self, id: u32, signal: libc::c_int) -> anyhow::Result<()> {
+        let child = self
+            .children
+            .get(id as usize)
+            .and_then(Option::as_ref)
+            .with_context(|| format!("replica {id} is not running"))?;
+        // SAFETY: kill(2) on the pid of a child we have not reaped yet.
+        if unsafe { libc::kill(child.id() as libc::pid_t, signal) } != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("cannot signal replica {id} (pid {})", child.id()));
+        }
+        Ok(())
+    }
+
+    /// `redoubt <command> --config <config> --id <id> <extra>`, output appended to the log.
+    fn spawn(&mut self, id: u32, command: &[String], extra: &[String]) -> anyhow::Result<()> {
         let log = self.log_path(id);
         let out = OpenOptions::new()
             .create(true)
@@ -111,24 +141,22 @@ impl ReplicaProcs {
         let err = out
             .try_clone()
             .with_context(|| format!("cannot open the log file {}", log.display()))?;
-        let parent = std::process::id();
         let mut cmd = Command::new(&self.exe);
-        cmd.arg("replica")
+        cmd.args(command)
             .arg("--config")
             .arg(&self.config)
             .arg("--id")
             .arg(id.to_string())
-            .arg("--log-format")
-            .arg("json")
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
-        let _ = parent;
         die_with_parent(&mut cmd);
         let child = cmd.spawn().with_context(|| {
             format!(
-                "cannot start replica {id} ({} replica --config {} --id {id})",
+                "cannot start replica {id} ({} {} --config {} --id {id})",
                 self.exe.display(),
+                command.join(" "),
                 self.config.display()
             )
         })?;

@@ -212,6 +212,7 @@ impl Client {
         );
         let task = Task {
             core,
+            reconnects: vec![0; links.len()],
             links: links.clone(),
             state: state.clone(),
             deadline: setup.deadline,
@@ -341,6 +342,9 @@ struct Pending {
 struct Task {
     core: redoubt_core::Client<Keys>,
     links: Vec<Link>,
+    /// Reconnections of each link seen so far: a replica that restarted (a recovery) lost our
+    /// session key, so a reconnection gets it a NEW-KEY at once.
+    reconnects: Vec<u64>,
     state: Arc<State>,
     deadline: Duration,
     clock: Clock,
@@ -396,6 +400,7 @@ impl Task {
             // future) before the tick noticed.
             self.core.abandon();
         }
+        self.note_reconnects();
         match self.core.invoke(self.clock.env(), op, read_only) {
             Ok((timestamp, effects)) => {
                 trace!(client = self.core.id(), timestamp, read_only, "invoke");
@@ -440,9 +445,20 @@ impl Task {
             }));
             return None;
         }
+        self.note_reconnects();
         let effects = self.core.tick(self.clock.env());
         self.route(effects);
         Some(p)
+    }
+
+    fn note_reconnects(&mut self) {
+        for (r, (link, seen)) in self.links.iter().zip(&mut self.reconnects).enumerate() {
+            let now = link.reconnects();
+            if now > *seen {
+                *seen = now;
+                self.core.refresh_keys_soon(r as u32);
+            }
+        }
     }
 
     fn complete(&mut self, c: Completion, p: Pending) {

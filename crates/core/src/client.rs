@@ -15,7 +15,7 @@ use crate::effect::{Bytes, Effect, Env};
 use crate::message::{decode_frame, Message, Request, SignedRequest};
 use crate::types::{ClientId, Config, Principal, ReplicaId, View};
 use redoubt_crypto::Digest;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// Client-side timing knobs (ms).
@@ -92,8 +92,13 @@ pub struct Client<A: Auth> {
     /// With session keys: when the next NEW-KEY is due (host clock, ms), and the last one.
     next_rekey_ms: u64,
     last_rekey_ms: Option<u64>,
-    /// NEW-KEYs sent, and failures of the key holder.
+    /// Replicas that lost our key and get a NEW-KEY of their own, and when each last got one
+    /// (both at most n entries).
+    rekey_for: BTreeSet<ReplicaId>,
+    last_rekey_of: BTreeMap<ReplicaId, u64>,
+    /// NEW-KEYs sent, replicas' requests for them, and failures of the key holder.
     pub key_refreshes: u64,
+    pub keys_asked: u64,
     pub key_holder_failures: u64,
 }
 
@@ -114,14 +119,29 @@ impl<A: Auth> Client<A> {
             fallbacks: 0,
             next_rekey_ms: 0,
             last_rekey_ms: None,
+            rekey_for: BTreeSet::new(),
+            last_rekey_of: BTreeMap::new(),
             key_refreshes: 0,
+            keys_asked: 0,
             key_holder_failures: 0,
         }
     }
 
+    /// Replica `r` lost our key (it asked for it, or it restarted): a NEW-KEY with a fresh key
+    /// for `r` alone goes out with the next invocation or tick, no sooner than
+    /// `KEY_FORCE_MIN_MS` after the last one sent to `r`. Only `r`'s key changes, so requests
+    /// in flight stay verifiable at the others, and a replica that asks for nothing but
+    /// trouble (or a forged ask) can only make us re-key with that one replica.
+    pub fn refresh_keys_soon(&mut self, r: ReplicaId) {
+        if self.auth.session_ref().is_none() || r >= self.cfg.n() {
+            return;
+        }
+        self.rekey_for.insert(r);
+    }
+
     /// With session keys: sends a NEW-KEY to every replica when one is due (at the start,
     /// every `key_refresh_ms`, or `force`d because replicas stopped answering: they may have
-    /// discarded our key after a recovery or restart).
+    /// discarded our key after a recovery or restart), or to the replicas that lost our key.
     fn refresh_keys(&mut self, env: Env, force: bool) {
         if self.auth.session_ref().is_none() {
             return;
@@ -131,18 +151,35 @@ impl<A: Auth> Client<A> {
                 && self
                     .last_rekey_ms
                     .is_none_or(|t| env.now_ms >= t + KEY_FORCE_MIN_MS));
-        if !due {
+        let targets: Vec<ReplicaId> = if due {
+            (0..self.cfg.n()).collect()
+        } else {
+            let now = env.now_ms;
+            let last = &self.last_rekey_of;
+            self.rekey_for
+                .iter()
+                .copied()
+                .filter(|r| last.get(r).is_none_or(|t| now >= t + KEY_FORCE_MIN_MS))
+                .collect()
+        };
+        if targets.is_empty() {
             return;
         }
-        let replicas: Vec<Principal> = (0..self.cfg.n()).map(Principal::Replica).collect();
+        let replicas: Vec<Principal> = targets.iter().map(|r| Principal::Replica(*r)).collect();
         let Some(s) = self.auth.session() else {
             return;
         };
         match s.refresh(&replicas) {
             Ok(nk) => {
                 self.key_refreshes += 1;
-                self.last_rekey_ms = Some(env.now_ms);
-                self.next_rekey_ms = env.now_ms + self.cfg.key_refresh_ms;
+                for r in &targets {
+                    self.rekey_for.remove(r);
+                    self.last_rekey_of.insert(*r, env.now_ms);
+                }
+                if due {
+                    self.last_rekey_ms = Some(env.now_ms);
+                    self.next_rekey_ms = env.now_ms + self.cfg.key_refresh_ms;
+                }
                 let bytes = Arc::new(seal(&self.auth, &Message::NewKey(nk), None, self.cfg.n()));
                 for to in replicas {
                     self.effects.push(Effect::Send {
@@ -170,6 +207,10 @@ impl<A: Auth> Client<A> {
 
     pub fn id(&self) -> ClientId {
         self.id
+    }
+    /// The client's keys (tests, the simulator's attacker).
+    pub fn auth(&self) -> &A {
+        &self.auth
     }
     pub fn view(&self) -> View {
         self.view
@@ -273,6 +314,14 @@ impl<A: Auth> Client<A> {
         };
         let reply = match open(&self.auth, &frame) {
             Ok(Message::Reply(r)) => r,
+            Ok(Message::NewKey(nk)) if nk.from == frame.from => {
+                // A replica holds no key of ours (it recovered, or our key expired there):
+                // refresh at the next opportunity. Unverified on purpose: a forged one costs
+                // at most one NEW-KEY per KEY_FORCE_MIN_MS.
+                self.keys_asked += 1;
+                self.refresh_keys_soon(from);
+                return None;
+            }
             _ => {
                 self.rejected += 1;
                 return None;

@@ -31,6 +31,10 @@ pub(super) fn recovery_of(c: ClientId, n: u32) -> Option<ReplicaId> {
 
 /// How often a peer that cannot authenticate us gets our latest NEW-KEY again (ms).
 const NEW_KEY_RESEND_MS: u64 = 500;
+/// How often a client whose key we lack is asked for it again (ms), and for how many clients
+/// at most the time of the last ask is remembered.
+const CLIENT_KEY_ASK_MS: u64 = 500;
+const CLIENT_KEY_ASKED_MAX: usize = 4096;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Phase {
@@ -181,6 +185,41 @@ impl<S: Service, A: Auth> Replica<S, A> {
         };
         self.new_key_resent.insert(to, now);
         self.send_replica(to, &Message::NewKey(nk));
+    }
+
+    /// A request from client `c` did not authenticate and we hold no key of `c` (discarded
+    /// at a recovery, or expired): `c` gets our latest NEW-KEY, which tells it to send its keys
+    /// again, instead of waiting for its next periodic refresh while this replica cannot vouch
+    /// for its requests. Rate-limited per client; the table is bounded.
+    pub(super) fn ask_for_client_key(&mut self, c: ClientId) {
+        let now = self.now();
+        let Some(s) = self.auth.session_ref() else {
+            return;
+        };
+        let client = Principal::Client(c);
+        if recovery_of(c, self.cfg.n()).is_some() || s.can_send(client) || !s.knows(client) {
+            return;
+        }
+        let Some(nk) = s.latest().cloned() else {
+            return;
+        };
+        if self
+            .client_key_asked
+            .get(&c)
+            .is_some_and(|t| now < t + CLIENT_KEY_ASK_MS)
+        {
+            return;
+        }
+        if self.client_key_asked.len() >= CLIENT_KEY_ASKED_MAX {
+            self.client_key_asked
+                .retain(|_, t| now < *t + CLIENT_KEY_ASK_MS);
+            if self.client_key_asked.len() >= CLIENT_KEY_ASKED_MAX {
+                return;
+            }
+        }
+        self.client_key_asked.insert(c, now);
+        self.stats.client_keys_asked += 1;
+        self.send(client, &Message::NewKey(nk));
     }
 
     /// Periodic key work, from `tick`.
@@ -486,7 +525,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     rec.phase = Phase::Requesting;
                     rec.next_retry_ms = now;
                 } else if now >= rec.next_retry_ms {
-                    rec.next_retry_ms = now + self.cfg.status_interval_ms * 2;
+                    // Right after the restart the links are still connecting: the first
+                    // queries may be lost, so they go out again every status interval.
+                    rec.next_retry_ms = now + self.cfg.status_interval_ms;
                     let q = QueryStable {
                         replica: self.id,
                         nonce: rec.nonce,

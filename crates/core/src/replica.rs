@@ -136,6 +136,8 @@ pub struct Stats {
     /// NEW-KEYs sent and accepted.
     pub key_refreshes: u64,
     pub new_keys_accepted: u64,
+    /// Clients sent our NEW-KEY because we held no key of theirs (they re-key on it).
+    pub client_keys_asked: u64,
     /// Recoveries completed here, and recovery requests (of any replica) executed.
     pub recoveries: u64,
     pub recovery_requests_executed: u64,
@@ -217,6 +219,8 @@ pub struct Replica<S: Service, A: Auth> {
     next_rekey_ms: u64,
     next_key_expiry_ms: u64,
     new_key_resent: BTreeMap<ReplicaId, u64>,
+    /// Clients asked for their keys (our NEW-KEY sent to them) and when; bounded.
+    client_key_asked: BTreeMap<ClientId, u64>,
     recovery: Option<recovery::Recovery>,
     /// While recovering: nothing with a sequence number above H_M is sent.
     send_cap: Option<Seq>,
@@ -295,6 +299,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             next_rekey_ms: 0,
             next_key_expiry_ms: 0,
             new_key_resent: BTreeMap::new(),
+            client_key_asked: BTreeMap::new(),
             recovery: None,
             send_cap: None,
         };
@@ -600,6 +605,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return Err(Reject::TooLarge);
         }
         if !self.request_authentic(req, &req.digest(), &sr.auth) {
+            self.ask_for_client_key(req.client);
             return Err(Reject::BadRequestAuth);
         }
         if req.read_only && self.cfg.read_only_fast_path {
@@ -910,12 +916,17 @@ impl<S: Service, A: Auth> Replica<S, A> {
         // stops it from vouching (no PREPARE), but it still accepts the slot if 2f others do:
         // then f+1 correct replicas authenticated the request.
         let mut verified = true;
+        let mut unverified = Vec::new();
         for (r, d) in pp.batch.requests.iter().zip(&request_digests) {
             if r.request.op.len() > self.cfg.request_bytes_max
                 || !self.request_authentic(&r.request, d, &r.auth)
             {
                 verified = false;
+                unverified.push(r.request.client);
             }
+        }
+        for c in unverified {
+            self.ask_for_client_key(c);
         }
         let (view, seq, digest) = (pp.view, pp.seq, pp.digest);
         self.persist(Record::PrePrepared {

@@ -44,6 +44,7 @@ pub struct Metrics {
     pub key_refresh_period_seconds: Gauge,
     pub key_refreshes: IntCounter,
     pub keys_accepted: IntCounter,
+    pub client_keys_asked: IntCounter,
     pub watchdog_period_seconds: Gauge,
     pub recoveries: IntCounter,
     pub recovery_requests_executed: IntCounter,
@@ -246,6 +247,11 @@ impl Metrics {
                 r,
                 "redoubt_keys_accepted_total",
                 "NEW-KEY messages accepted from replicas and clients",
+            ),
+            client_keys_asked: counter(
+                r,
+                "redoubt_keys_client_asked_total",
+                "Clients sent this replica's NEW-KEY because it held no key of theirs (after a recovery or a key expiry)",
             ),
             watchdog_period_seconds: fgauge(
                 r,

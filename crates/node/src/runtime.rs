@@ -417,6 +417,8 @@ impl Node {
             .inc_by(s.key_refreshes - self.last_stats.key_refreshes);
         m.keys_accepted
             .inc_by(s.new_keys_accepted - self.last_stats.new_keys_accepted);
+        m.client_keys_asked
+            .inc_by(s.client_keys_asked - self.last_stats.client_keys_asked);
         m.recovery_requests_executed
             .inc_by(s.recovery_requests_executed - self.last_stats.recovery_requests_executed);
         m.recovery_in_progress.set(r.recovering() as i64);

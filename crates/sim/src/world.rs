@@ -388,6 +388,7 @@ impl World {
 
     /// A replica's view of the clock: virtual time plus its offset (never below zero).
     fn replica_env(&mut self, r: ReplicaId) -> Env {
+        const CLOCK_BASE_MS: i64 = 1_000_000;
         let offset = self
             .sc
             .clock_offsets_ms
@@ -395,7 +396,9 @@ impl World {
             .copied()
             .unwrap_or(0);
         Env {
-            now_ms: (self.now as i64 + offset).max(0) as u64 + 1_000_000,
+            // Every clock starts well after the epoch, so a negative offset shifts it rather
+            // than freezing it at zero until the simulated time catches up.
+            now_ms: (self.now as i64 + offset + CLOCK_BASE_MS).max(0) as u64,
             entropy: self.rng.random(),
         }
     }

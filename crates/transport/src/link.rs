@@ -160,6 +160,11 @@ impl Link {
     }
 
     /// A snapshot of the counters.
+    /// Connections established after the first one (cheaper than [`Link::stats`]).
+    pub fn reconnects(&self) -> u64 {
+        self.inner.counters.reconnects.load(Relaxed)
+    }
+
     pub fn stats(&self) -> LinkStats {
         let c = &self.inner.counters;
         let q = &self.inner.queue;

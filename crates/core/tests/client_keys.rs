@@ -1,0 +1,126 @@
+//! A replica that lost a client's session key (it recovered, or the key expired) asks the
+//! client for it by sending its own NEW-KEY; the client answers with a NEW-KEY for that
+//! replica alone, at most once a second per replica, so the other replicas' keys (and the
+//! authenticators of requests in flight) stay as they were.
+
+use redoubt_core::auth::seal;
+use redoubt_core::keys::Accepted;
+use redoubt_core::message::{decode_body, decode_frame};
+use redoubt_core::*;
+use redoubt_crypto::pk::HolderSecrets;
+use redoubt_crypto::Digest;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+const CLIENT: u64 = 9;
+
+fn principals() -> Vec<Principal> {
+    (0..4)
+        .map(Principal::Replica)
+        .chain([Principal::Client(CLIENT)])
+        .collect()
+}
+
+fn session(dir: &Arc<Directory>, i: usize, p: Principal) -> SessionKeys {
+    let holder = LocalHolder::new(
+        p,
+        HolderSecrets::from_seed(&[i as u8 + 1; 32]),
+        Arc::new(AtomicU64::new(0)),
+        [i as u8 + 100; 32],
+    );
+    SessionKeys::new(Box::new(holder), dir.clone())
+}
+
+fn env(t: u64) -> Env {
+    Env {
+        now_ms: t,
+        entropy: t,
+    }
+}
+
+/// The NEW-KEYs among `effects`: (receiver, message).
+fn new_keys(effects: &[Effect]) -> Vec<(Principal, NewKey)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Send { to, bytes } => {
+                let f = decode_frame(bytes, usize::MAX).ok()?;
+                match decode_body(&f.body).ok()? {
+                    Message::NewKey(nk) => Some((*to, nk)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_replica_that_lost_a_client_key_gets_a_new_one_for_itself_alone() {
+    let ps = principals();
+    let dir = Arc::new(Directory {
+        keys: ps
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (*p, HolderSecrets::from_seed(&[i as u8 + 1; 32]).public()))
+            .collect(),
+    });
+    let mut replicas: Vec<SessionKeys> = (0..4).map(|i| session(&dir, i, ps[i])).collect();
+    for i in 0..4 {
+        let nk = replicas[i].refresh(&ps[..4]).unwrap();
+        for (j, r) in replicas.iter_mut().enumerate() {
+            if j != i {
+                r.accept(&nk, 0).unwrap();
+            }
+        }
+    }
+    let mut client = Client::new(
+        Config::new(1),
+        ClientTiming::default(),
+        CLIENT,
+        Keys::Session(session(&dir, 4, ps[4])),
+    );
+    // The first tick sends the client's keys to every replica.
+    let first = new_keys(&client.tick(env(0)));
+    assert_eq!(first.len(), 4);
+    for (to, nk) in &first {
+        let Principal::Replica(r) = to else { panic!() };
+        assert_eq!(
+            replicas[*r as usize].accept(nk, 0),
+            Ok(Accepted::Client(CLIENT))
+        );
+    }
+    let d = Digest::of(b"request");
+    let client_mac = |c: &Client<Keys>, r: u32| c.auth().mac_to(Principal::Replica(r), &d).unwrap();
+    let mac0 = client_mac(&client, 0);
+    assert!(replicas[0].verify_from(ps[4], 0, &d, &mac0));
+
+    // Replica 2 recovers: it forgets the client's key and cannot verify it any more.
+    replicas[2].discard_client_keys();
+    assert!(!replicas[2].verify_from(ps[4], 0, &d, &client_mac(&client, 2)));
+    // It asks with its latest NEW-KEY.
+    let ask = seal(
+        &replicas[2],
+        &Message::NewKey(replicas[2].latest().unwrap().clone()),
+        Some(ps[4]),
+        4,
+    );
+    assert_eq!(client.receive(env(5_000), &ask), None);
+    assert_eq!(client.keys_asked, 1);
+    let answer = new_keys(&client.tick(env(5_001)));
+    assert_eq!(answer.len(), 1, "one NEW-KEY, to replica 2 only");
+    let (to, nk) = &answer[0];
+    assert_eq!(*to, Principal::Replica(2));
+    assert_eq!(nk.keys.len(), 1, "it carries replica 2's key alone");
+    assert_eq!(replicas[2].accept(nk, 5_001), Ok(Accepted::Client(CLIENT)));
+    assert!(replicas[2].verify_from(ps[4], 0, &d, &client_mac(&client, 2)));
+    // Replica 0's key did not change: a MAC computed before still verifies there.
+    assert_eq!(client_mac(&client, 0), mac0);
+
+    // Asking again within a second gets nothing; after it, another key.
+    assert_eq!(client.receive(env(5_500), &ask), None);
+    assert!(new_keys(&client.tick(env(5_600))).is_empty());
+    let later = new_keys(&client.tick(env(6_100)));
+    assert_eq!(later.len(), 1);
+    assert_eq!(later[0].0, Principal::Replica(2));
+}
