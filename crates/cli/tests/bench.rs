@@ -79,3 +79,64 @@ fn micro_bench_runs_and_writes_its_outputs() {
     }
     assert!(stdout.contains("Peak throughput"), "{stdout}");
 }
+
+/// `redoubt bench recovery` on a small state and a short schedule: every replica recovers
+/// under the workload (the benchmark fails on any failed operation), each step of the
+/// breakdown is reported, and both CSV files are written.
+#[test]
+fn recovery_bench_runs_and_reports_every_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("recovery.csv");
+    let mut cmd = common::redoubt();
+    cmd.args([
+        "bench",
+        "recovery",
+        "--quick",
+        "--state-mib",
+        "8",
+        "--clients",
+        "4",
+        "--watchdog-period-s",
+        "8",
+        "--recoveries",
+        "2",
+        "--csv",
+    ])
+    .arg(&csv);
+    let out = common::output_within(cmd, Duration::from_secs(240));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    for step in [
+        "| save state |",
+        "| restart |",
+        "| restore state |",
+        "| send new-key |",
+        "| estimation |",
+        "| recovery request |",
+        "| check and fetch |",
+        "| **total** |",
+        "| with recovery | ",
+        "throughput cost of recovery:",
+        "window of vulnerability: T_v = 2 T_k + T_r",
+    ] {
+        assert!(stdout.contains(step), "no {step:?} in:\n{stdout}");
+    }
+    let rows = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(rows.lines().count(), 1 + 4, "a row per recovery: {rows}");
+    for line in rows.lines().skip(1) {
+        let total: f64 = line.split(',').nth(9).unwrap().parse().unwrap();
+        assert!(total > 0.0 && total < 60.0, "{line}");
+    }
+    let runs = std::fs::read_to_string(dir.path().join("recovery-throughput.csv")).unwrap();
+    let recoveries: Vec<&str> = runs
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(2).unwrap())
+        .collect();
+    assert_eq!(recoveries, ["0", "2"], "{runs}");
+}
