@@ -15,6 +15,7 @@
 
 use crate::cmd_keyholder::start_key_holder;
 use crate::cmd_status::fetch;
+use anyhow::Context as _;
 use clap::Args;
 use redoubt_node::config::ClusterConfig;
 use std::os::unix::process::CommandExt as _;
@@ -39,6 +40,26 @@ pub struct MonitorArgs {
     /// (the watchdog period is still reported to the replica for its window of vulnerability)
     #[arg(long)]
     manual: bool,
+    /// Start the replica as this user (and its primary group) instead of the monitor's: the
+    /// monitor runs as root, keeps the key-holder file to itself and hands the replica only
+    /// the key holder's socket
+    #[arg(long, value_name = "USER")]
+    replica_user: Option<String>,
+}
+
+/// A user's uid and primary gid, from the password database.
+fn lookup_user(name: &str) -> anyhow::Result<(u32, u32)> {
+    let c = std::ffi::CString::new(name)
+        .map_err(|_| anyhow::anyhow!("--replica-user {name:?}: not a user name"))?;
+    // SAFETY: getpwnam returns null or a pointer to static storage, read at once, before any
+    // other call could overwrite it (the monitor is single-threaded at this point).
+    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
+    if pw.is_null() {
+        anyhow::bail!("--replica-user {name:?}: no such user");
+    }
+    // SAFETY: non-null, points to a valid passwd record.
+    let (uid, gid) = unsafe { ((*pw).pw_uid, (*pw).pw_gid) };
+    Ok((uid, gid))
 }
 
 fn now_ms() -> u64 {
@@ -93,6 +114,8 @@ struct Monitor {
     exe: PathBuf,
     period_override_ms: Option<u64>,
     manual: bool,
+    /// The replica's uid and gid when it runs as another user.
+    replica_ids: Option<(u32, u32)>,
     longest_recovery_ms: u64,
     recoveries: u64,
 }
@@ -118,6 +141,10 @@ impl Monitor {
                 .arg(at.to_string())
                 .arg("--save-ms")
                 .arg(save.to_string());
+        }
+        if let Some((uid, gid)) = self.replica_ids {
+            // std drops the supplementary groups too when it changes the uid as root.
+            cmd.uid(uid).gid(gid);
         }
         // The replica never outlives its monitor.
         // SAFETY: only async-signal-safe calls (prctl) between fork and exec.
@@ -189,7 +216,33 @@ pub fn run(args: MonitorArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or(redoubt_node::logging::LogFormat::Human);
     redoubt_node::logging::init(format);
     cfg.replica(args.id)?;
+    let replica_ids = match &args.replica_user {
+        Some(user) => {
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } != 0 {
+                anyhow::bail!("--replica-user needs the monitor to run as root (it starts the replica as another user)");
+            }
+            Some(lookup_user(user)?)
+        }
+        None => None,
+    };
     let socket = start_key_holder(&cfg, args.id)?;
+    if let Some((uid, gid)) = replica_ids {
+        // Only the replica's user may talk to the key holder.
+        std::os::unix::fs::chown(&socket, Some(uid), Some(gid))
+            .and_then(|()| {
+                std::fs::set_permissions(
+                    &socket,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o600),
+                )
+            })
+            .with_context(|| {
+                format!(
+                    "cannot hand the key-holder socket {} to the replica's user",
+                    socket.display()
+                )
+            })?;
+    }
     let exe = std::env::current_exe()?;
     if let Err(why) = executable_ok(&cfg, &exe) {
         anyhow::bail!("{why}");
@@ -198,6 +251,7 @@ pub fn run(args: MonitorArgs) -> anyhow::Result<ExitCode> {
     let monitor = Monitor {
         period_override_ms: args.watchdog_period_s.map(|s| s * 1000),
         manual: args.manual,
+        replica_ids,
         cfg,
         id: args.id,
         exe,

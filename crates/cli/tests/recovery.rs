@@ -101,3 +101,102 @@ async fn proactive_recovery_cycles_through_all_replicas_under_load() {
     assert!(reported >= 1, "statuses: {statuses:?}");
     cluster.stop_all();
 }
+
+/// The uid of the `redoubt replica` process of replica `id` under `config`, from /proc.
+fn replica_uid(config: &std::path::Path, id: u32) -> Option<u32> {
+    let want = [
+        "replica".to_string(),
+        "--config".to_string(),
+        config.display().to_string(),
+        "--id".to_string(),
+        id.to_string(),
+    ];
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).to_string())
+            .collect();
+        if args.len() > want.len() && args[1..=want.len()] == want {
+            let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
+            let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+            return line.split_whitespace().nth(1)?.parse().ok();
+        }
+    }
+    None
+}
+
+/// `redoubt monitor --replica-user nobody`: run as root, the monitor keeps the key-holder file
+/// and starts the replica as `nobody`, which reaches the key holder only through the socket
+/// handed to it; the cluster serves and a recovery completes. Not as root, the monitor refuses
+/// the option with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn monitor_runs_the_replica_as_an_unprivileged_user() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        let dir = tempfile::tempdir().unwrap();
+        let config = common::init(dir.path(), 4, 1);
+        let mut cmd = common::redoubt();
+        cmd.arg("monitor").arg("--config").arg(&config).args([
+            "--id",
+            "0",
+            "--replica-user",
+            "nobody",
+        ]);
+        let out = common::output_within(cmd, Duration::from_secs(20));
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("needs the monitor to run as root"));
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let mut cluster = Cluster::start_monitored_with(
+        1,
+        3600,
+        |t| t,
+        &["--replica-user", "nobody", "--manual"],
+        |dir| {
+            use std::os::unix::fs::PermissionsExt;
+            // nobody must reach the config, the public keys and its home, and nothing else.
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+            for i in 0..4 {
+                let home = dir.join(format!("replica-{i}"));
+                std::fs::create_dir_all(&home).unwrap();
+                std::os::unix::fs::chown(&home, Some(NOBODY), Some(NOBODY)).unwrap();
+            }
+        },
+    )
+    .await;
+    for id in 0..4 {
+        assert_eq!(
+            replica_uid(cluster.config_path(), id),
+            Some(NOBODY),
+            "replica {id} runs as nobody; {}",
+            cluster.logs_hint()
+        );
+    }
+    let kv = KvClient::connect(cluster.client_setup(1, Duration::from_secs(20)))
+        .await
+        .expect("client");
+    kv.put("k", "v").await.expect("put");
+    // A recovery of replica 2 (SIGUSR1 to its monitor) completes: its restarted process gets
+    // signatures and keys from the key holder through the socket.
+    // SAFETY: kill(2) on a child of this test.
+    unsafe {
+        libc::kill(cluster.pid(2).unwrap() as libc::pid_t, libc::SIGUSR1);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while recoveries_logged(&cluster, 2) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no recovery; {}",
+            cluster.logs_hint()
+        );
+        kv.put("k", "w").await.expect("put during the recovery");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(replica_uid(cluster.config_path(), 2), Some(NOBODY));
+    assert_eq!(kv.get("k").await.expect("get").as_deref(), Some(&b"w"[..]));
+    cluster.stop_all();
+}

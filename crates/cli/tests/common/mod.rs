@@ -158,6 +158,18 @@ impl Cluster {
         period_s: u64,
         edit: impl Fn(String) -> String,
     ) -> Cluster {
+        Cluster::start_monitored_with(clients, period_s, edit, &[], |_| {}).await
+    }
+
+    /// [`Cluster::start_monitored`] with extra `redoubt monitor` arguments, and `prepare`
+    /// called with the cluster directory before the monitors start.
+    pub async fn start_monitored_with(
+        clients: u32,
+        period_s: u64,
+        edit: impl Fn(String) -> String,
+        extra: &[&str],
+        prepare: impl FnOnce(&Path),
+    ) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = init(dir.path(), 4, clients);
         let text = std::fs::read_to_string(&config).expect("config");
@@ -166,9 +178,12 @@ impl Cluster {
             &format!("\nwatchdog_period_s = {period_s}\n"),
         );
         std::fs::write(&config, edit(text)).expect("config");
+        prepare(dir.path());
         let mut c = Cluster::new(dir, config, true);
+        let mut args = vec!["monitor"];
+        args.extend_from_slice(extra);
         for i in 0..c.children.len() as u32 {
-            let child = c.spawn_logged(&["monitor"], i, c.log_path(i));
+            let child = c.spawn_logged(&args, i, c.log_path(i));
             c.children[i as usize] = Some(child);
         }
         c.wait_up().await;
@@ -221,6 +236,15 @@ impl Cluster {
             assert!(Instant::now() < deadline, "key holder {id} did not start");
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Pid of replica `id`'s process (its monitor's when monitored).
+    pub fn pid(&self, id: u32) -> Option<u32> {
+        self.children[id as usize].as_ref().map(Child::id)
+    }
+
+    pub fn config_path(&self) -> &Path {
+        &self.config
     }
 
     pub fn log_path(&self, id: u32) -> PathBuf {
