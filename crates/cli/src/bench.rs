@@ -128,17 +128,7 @@ struct Row {
 
 async fn state_transfer(args: StateTransferArgs) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("cannot find the path of this program")?;
-    let (tempdir, dir) = match &args.keep {
-        Some(d) => (None, d.clone()),
-        None => {
-            let t = tempfile::Builder::new()
-                .prefix("redoubt-bench-")
-                .tempdir()
-                .context("cannot create a temporary directory")?;
-            let p = t.path().to_path_buf();
-            (Some(t), p)
-        }
-    };
+    let (tempdir, dir) = crate::procs::work_dir(args.keep.as_deref(), "redoubt-bench-")?;
     let base = free_base_port(4)?;
     let config_path = init_cluster(&InitOptions {
         replicas: 4,

@@ -119,17 +119,7 @@ async fn bench(args: RecoveryArgs) -> anyhow::Result<ExitCode> {
     } else {
         vec![64, 512]
     };
-    let (tempdir, root) = match &args.keep {
-        Some(d) => (None, d.clone()),
-        None => {
-            let t = tempfile::Builder::new()
-                .prefix("redoubt-bench-recovery-")
-                .tempdir()
-                .context("cannot create a temporary directory")?;
-            let p = t.path().to_path_buf();
-            (Some(t), p)
-        }
-    };
+    let (tempdir, root) = crate::procs::work_dir(args.keep.as_deref(), "redoubt-bench-recovery-")?;
     println!(
         "redoubt bench recovery: {N} replicas under redoubt monitor, {} clients, state sizes {} MiB",
         args.clients,
@@ -271,9 +261,9 @@ async fn size_body(
     let mut recoveries = Vec::new();
     for r in [1, 2, 3, 0] {
         let b = recover(cfg, procs, r).await?;
-        let parts: Vec<String> = steps(&b)[..7]
+        let parts: Vec<String> = b.steps()[..7]
             .iter()
-            .map(|(name, ms)| format!("{name} {:.3}", s(*ms)))
+            .map(|st| format!("{} {:.3}", st.name, s(st.ms)))
             .collect();
         println!(
             "[{mib} MiB] replica {r} recovered in {:.2} s ({}; {} pages fetched, recovery point {})",
@@ -321,20 +311,6 @@ async fn size_body(
     let base = timed_run(cfg, procs, &kvs, length, slot, 0, "without recovery").await?;
     let rec = timed_run(cfg, procs, &kvs, length, slot, count, "with recovery").await?;
     Ok((result, Some((window, base, rec))))
-}
-
-/// The steps of a recovery as the 2000 paper's table 4 lists them (ms), the total last.
-fn steps(b: &RecoveryBreakdown) -> [(&'static str, u64); 8] {
-    [
-        ("save state", b.save_ms),
-        ("restart", b.restart_ms),
-        ("restore state", b.restore_ms),
-        ("send new-key", b.new_key_ms),
-        ("estimation", b.estimation_ms),
-        ("recovery request", b.request_ms),
-        ("check and fetch", b.check_fetch_ms),
-        ("total", b.total_ms),
-    ]
 }
 
 fn s(ms: u64) -> f64 {
@@ -524,11 +500,15 @@ fn report(
     }
     println!("{header}");
     println!("{rule}");
-    for (i, (name, _)) in steps(&RecoveryBreakdown::default()).iter().enumerate() {
-        let name = if i == 7 { "**total**" } else { name };
+    for (i, step) in RecoveryBreakdown::default().steps().iter().enumerate() {
+        let name = if step.label == "total" {
+            "**total**"
+        } else {
+            step.name
+        };
         let mut line = format!("| {name} |");
         for r in sizes {
-            line.push_str(&format!(" {:.2} |", s(steps(&r.slowest().1)[i].1)));
+            line.push_str(&format!(" {:.2} |", s(r.slowest().1.steps()[i].ms)));
         }
         println!("{line}");
     }
@@ -600,9 +580,10 @@ fn write_csv(
     )?;
     for r in sizes {
         for (id, b) in &r.recoveries {
-            let cols: Vec<String> = steps(b)
+            let cols: Vec<String> = b
+                .steps()
                 .iter()
-                .map(|(_, ms)| format!("{:.3}", s(*ms)))
+                .map(|st| format!("{:.3}", s(st.ms)))
                 .collect();
             writeln!(
                 f,

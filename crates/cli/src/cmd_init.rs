@@ -36,8 +36,7 @@ pub struct InitArgs {
 /// BLAKE3 of this executable (hex): what `[recovery] executable_blake3` pins.
 pub fn executable_blake3() -> anyhow::Result<String> {
     let exe = std::env::current_exe().context("cannot locate this executable")?;
-    let bytes = std::fs::read(&exe).with_context(|| format!("cannot read {}", exe.display()))?;
-    Ok(blake3::hash(&bytes).to_hex().to_string())
+    crate::cmd_monitor::file_blake3(&exe).with_context(|| format!("cannot read {}", exe.display()))
 }
 
 pub fn run(args: InitArgs) -> anyhow::Result<()> {

@@ -68,8 +68,8 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// BLAKE3 of the file at `path` (hex).
-fn file_blake3(path: &Path) -> std::io::Result<String> {
+/// BLAKE3 of the file at `path` (hex), read in a stream.
+pub fn file_blake3(path: &Path) -> std::io::Result<String> {
     let mut h = blake3::Hasher::new();
     h.update_reader(std::fs::File::open(path)?)?;
     Ok(h.finalize().to_hex().to_string())
@@ -147,15 +147,7 @@ impl Monitor {
             cmd.uid(uid).gid(gid);
         }
         // The replica never outlives its monitor.
-        // SAFETY: only async-signal-safe calls (prctl) between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        crate::procs::die_with_parent(&mut cmd);
         Ok(Command::from(cmd).kill_on_drop(true).spawn()?)
     }
 

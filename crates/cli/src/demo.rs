@@ -239,17 +239,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         n >= 4 && (n - 1).is_multiple_of(3) && n <= 40,
         "--replicas {n}: the demo needs 3f+1 replicas (4, 7, 10, ... up to 40)"
     );
-    let (tempdir, dir) = match &args.keep {
-        Some(d) => (None, d.clone()),
-        None => {
-            let t = tempfile::Builder::new()
-                .prefix("redoubt-demo-")
-                .tempdir()
-                .context("cannot create a temporary directory for the cluster")?;
-            let p = t.path().to_path_buf();
-            (Some(t), p)
-        }
-    };
+    let (tempdir, dir) = crate::procs::work_dir(args.keep.as_deref(), "redoubt-demo-")?;
     let base = free_base_port(n as u16)?;
     let config_path = init_cluster(&InitOptions {
         replicas: n,

@@ -242,6 +242,25 @@ impl Drop for ReplicaProcs {
     }
 }
 
+/// The directory a local cluster lives in: `keep` if given (kept afterwards), else a new
+/// temporary directory named `prefix...`, removed when the returned guard is dropped.
+pub fn work_dir(
+    keep: Option<&Path>,
+    prefix: &str,
+) -> anyhow::Result<(Option<tempfile::TempDir>, PathBuf)> {
+    Ok(match keep {
+        Some(d) => (None, d.to_path_buf()),
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix(prefix)
+                .tempdir()
+                .context("cannot create a temporary directory for the cluster")?;
+            let p = t.path().to_path_buf();
+            (Some(t), p)
+        }
+    })
+}
+
 /// Asks the kernel to send the child SIGTERM when this process dies, and refuses to start it
 /// if this process is already gone.
 pub fn die_with_parent(cmd: &mut Command) {

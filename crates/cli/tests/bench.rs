@@ -22,14 +22,7 @@ fn small_state_transfer_bench_runs_and_transfers_little() {
         "--csv",
     ])
     .arg(&csv);
-    let out = common::output_within(cmd, Duration::from_secs(180));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    let stdout = common::stdout_of_success(cmd, Duration::from_secs(180));
     let text = std::fs::read_to_string(&csv).unwrap();
     let ratio = |label: &str| -> f64 {
         let line = text
@@ -62,14 +55,7 @@ fn micro_bench_runs_and_writes_its_outputs() {
         "--out",
     ])
     .arg(dir.path());
-    let out = common::output_within(cmd, Duration::from_secs(180));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    let stdout = common::stdout_of_success(cmd, Duration::from_secs(180));
     let csv = std::fs::read_to_string(dir.path().join("micro.csv")).unwrap();
     // Both systems, every operation, latency row plus two client counts.
     assert_eq!(csv.lines().count(), 1 + 2 * 4 * 3, "{csv}");
@@ -103,14 +89,7 @@ fn recovery_bench_runs_and_reports_every_step() {
         "--csv",
     ])
     .arg(&csv);
-    let out = common::output_within(cmd, Duration::from_secs(240));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    let stdout = common::stdout_of_success(cmd, Duration::from_secs(240));
     for step in [
         "| save state |",
         "| restart |",

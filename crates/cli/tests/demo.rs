@@ -9,14 +9,7 @@ use std::time::Duration;
 fn short_demo_passes() {
     let mut cmd = common::redoubt();
     cmd.args(["demo", "--duration", "8", "--clients", "2"]);
-    let out = common::output_within(cmd, Duration::from_secs(90));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    let stdout = common::stdout_of_success(cmd, Duration::from_secs(90));
     for fact in [
         "4 replicas up",
         "killed replica",

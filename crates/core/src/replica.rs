@@ -916,17 +916,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
         // stops it from vouching (no PREPARE), but it still accepts the slot if 2f others do:
         // then f+1 correct replicas authenticated the request.
         let mut verified = true;
-        let mut unverified = Vec::new();
         for (r, d) in pp.batch.requests.iter().zip(&request_digests) {
             if r.request.op.len() > self.cfg.request_bytes_max
                 || !self.request_authentic(&r.request, d, &r.auth)
             {
                 verified = false;
-                unverified.push(r.request.client);
+                self.ask_for_client_key(r.request.client);
             }
-        }
-        for c in unverified {
-            self.ask_for_client_key(c);
         }
         let (view, seq, digest) = (pp.view, pp.seq, pp.digest);
         self.persist(Record::PrePrepared {

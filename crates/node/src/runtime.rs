@@ -273,19 +273,10 @@ impl Node {
             h_m: r.h_m,
         };
         let m = &self.metrics;
-        for (step, ms) in [
-            ("save_state", b.save_ms),
-            ("restart", b.restart_ms),
-            ("restore_state", b.restore_ms),
-            ("new_key", b.new_key_ms),
-            ("estimation", b.estimation_ms),
-            ("recovery_request", b.request_ms),
-            ("check_and_fetch", b.check_fetch_ms),
-            ("total", b.total_ms),
-        ] {
+        for step in b.steps() {
             m.recovery_last_seconds
-                .with_label_values(&[step])
-                .set(ms as f64 / 1000.0);
+                .with_label_values(&[step.label])
+                .set(step.ms as f64 / 1000.0);
         }
         m.recoveries.inc();
         info!(

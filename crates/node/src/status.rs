@@ -71,3 +71,27 @@ pub struct RecoveryBreakdown {
     pub h: u64,
     pub h_m: u64,
 }
+
+/// One step of a recovery: its metric label, its name in the paper's table 4, its duration.
+pub struct RecoveryStep {
+    pub label: &'static str,
+    pub name: &'static str,
+    pub ms: u64,
+}
+
+impl RecoveryBreakdown {
+    /// The steps in the order of BFT-PR's table 4, the total last.
+    pub fn steps(&self) -> [RecoveryStep; 8] {
+        let step = |label, name, ms| RecoveryStep { label, name, ms };
+        [
+            step("save_state", "save state", self.save_ms),
+            step("restart", "restart", self.restart_ms),
+            step("restore_state", "restore state", self.restore_ms),
+            step("new_key", "send new-key", self.new_key_ms),
+            step("estimation", "estimation", self.estimation_ms),
+            step("recovery_request", "recovery request", self.request_ms),
+            step("check_and_fetch", "check and fetch", self.check_fetch_ms),
+            step("total", "total", self.total_ms),
+        ]
+    }
+}

@@ -64,6 +64,20 @@ pub fn init_with(dir: &Path, replicas: u32, clients: u32, extra: &[&str]) -> Pat
     dir.join("redoubt.toml")
 }
 
+/// Runs `cmd` to completion within `limit`, asserts it exited 0 (showing its output if not),
+/// and returns its stdout.
+pub fn stdout_of_success(cmd: Command, limit: Duration) -> String {
+    let out = output_within(cmd, limit);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    stdout
+}
+
 /// Runs a command to completion, killing it if it takes longer than `limit`.
 pub fn output_within(mut cmd: Command, limit: Duration) -> Output {
     let mut child = cmd
