@@ -41,6 +41,10 @@ pub struct MicroArgs {
     /// Sync the replicas' journals (the baseline keeps no journal either way)
     #[arg(long)]
     fsync: bool,
+    /// Override a setting of the benchmarked cluster, e.g. `--set protocol.tentative_execution=false`
+    /// (repeatable; see docs/configuration.md)
+    #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
+    sets: Vec<String>,
     /// Run only redoubt (for profiling); no ratios are printed
     #[arg(long)]
     redoubt_only: bool,
@@ -222,8 +226,13 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         .node
         .client_connections_max
         .max(max_clients as usize * 2 + 64);
-    std::fs::write(&config_path, cfg.to_toml())?;
+    let text = redoubt_node::config::override_toml(&cfg.to_toml(), &args.sets)
+        .map_err(|e| anyhow::anyhow!("--set: {e}"))?;
+    std::fs::write(&config_path, text)?;
     let cfg = ClusterConfig::load(&config_path)?;
+    for s in &args.sets {
+        println!("  setting {s}");
+    }
     println!(
         "redoubt bench micro: redoubt (n = 4, f = 1, journal fsync {}) against an unreplicated baseline, on {} cores",
         if args.fsync { "on" } else { "off" },

@@ -67,8 +67,18 @@ struct Outstanding {
     started_ms: u64,
     deadline_ms: u64,
     backoff: u32,
-    /// replica -> (view, result digest, result if sent in full)
-    replies: BTreeMap<ReplicaId, (View, Digest, Option<Vec<u8>>)>,
+    /// replica -> its reply
+    replies: BTreeMap<ReplicaId, Vote>,
+}
+
+/// One replica's reply to the outstanding request.
+struct Vote {
+    view: View,
+    digest: Digest,
+    /// The result, if sent in full.
+    result: Option<Vec<u8>>,
+    /// Executed tentatively (not known committed at that replica).
+    tentative: bool,
 }
 
 /// Shortest interval between NEW-KEYs a client sends because replicas stopped answering (ms).
@@ -332,15 +342,6 @@ impl<A: Auth> Client<A> {
             return None;
         }
         let o = self.outstanding.as_mut()?;
-        #[cfg(feature = "mutants")]
-        let weak_reads = self.cfg.mutant == crate::types::Mutant::ReadOnlyWeakQuorum;
-        #[cfg(not(feature = "mutants"))]
-        let weak_reads = false;
-        let weak = if o.fast_read && !weak_reads {
-            self.cfg.quorum()
-        } else {
-            self.cfg.weak_quorum()
-        };
         if reply.timestamp != o.request.timestamp {
             return None; // a late reply to an earlier request
         }
@@ -349,32 +350,62 @@ impl<A: Auth> Client<A> {
             return None;
         };
         let full = (!reply.digest_only).then_some(reply.result);
-        match o.replies.get(&from) {
-            // A digest never replaces the same replica's full result for that digest.
-            Some((_, od, Some(_))) if *od == d && full.is_none() => {}
+        match o.replies.get_mut(&from) {
+            // The same replica again for the same result: keep what either reply vouches
+            // for (the result itself; committed over tentative).
+            Some(v) if v.digest == d => {
+                if v.result.is_none() {
+                    v.result = full;
+                }
+                v.tentative &= reply.tentative;
+                v.view = v.view.max(reply.view);
+            }
             _ => {
-                o.replies.insert(from, (reply.view, d, full));
+                o.replies.insert(
+                    from,
+                    Vote {
+                        view: reply.view,
+                        digest: d,
+                        result: full,
+                        tentative: reply.tentative,
+                    },
+                );
             }
         }
-        let mut matching: Vec<View> = o
-            .replies
-            .values()
-            .filter(|(_, rd, _)| *rd == d)
-            .map(|(v, _, _)| *v)
-            .collect();
+        // A certificate: f+1 matching committed replies (one from a correct replica), or
+        // 2f+1 matching replies of any kind. Read-only answers always need 2f+1: they come
+        // from states that may not include the latest writes.
+        #[cfg(feature = "mutants")]
+        let (weak_reads, weak_tentative) = (
+            self.cfg.mutant == crate::types::Mutant::ReadOnlyWeakQuorum,
+            self.cfg.mutant == crate::types::Mutant::TentativeWeakQuorum,
+        );
+        #[cfg(not(feature = "mutants"))]
+        let (weak_reads, weak_tentative) = (false, false);
+        let weak = self.cfg.weak_quorum();
+        let strong = if o.fast_read && weak_reads {
+            weak
+        } else {
+            self.cfg.quorum()
+        };
+        let matching = || o.replies.values().filter(|v| v.digest == d);
+        let committed = matching()
+            .filter(|v| !v.tentative || weak_tentative)
+            .count();
+        let certified = matching().count() >= strong || (!o.fast_read && committed >= weak);
         // Enough matching digests, and the result itself from one of them.
-        let have_result = o.replies.values().any(|(_, rd, r)| *rd == d && r.is_some());
-        if matching.len() < weak || !have_result {
+        if !certified || !matching().any(|v| v.result.is_some()) {
             return None;
         }
         // The view vouched for by f+1 replicas: the (f+1)-th highest.
-        matching.sort_unstable_by(|a, b| b.cmp(a));
-        let view = matching[weak - 1];
+        let mut views: Vec<View> = matching().map(|v| v.view).collect();
+        views.sort_unstable_by(|a, b| b.cmp(a));
+        let view = views[weak - 1];
         let o = self.outstanding.take().expect("checked");
         let result = o
             .replies
             .into_values()
-            .find_map(|(_, rd, r)| if rd == d { r } else { None })
+            .find_map(|v| if v.digest == d { v.result } else { None })
             .expect("a full matching reply is present");
         let latency_ms = env.now_ms.saturating_sub(o.started_ms);
         if o.backoff == 0 {

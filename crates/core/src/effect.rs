@@ -41,6 +41,9 @@ pub enum Event {
         digest: Digest,
         requests: Vec<(ClientId, u64)>,
     },
+    /// The batch at `seq`, executed tentatively, was undone before it committed (a view
+    /// change, or a state transfer replacing the state).
+    TentativeUndone { seq: Seq },
     /// This replica took a checkpoint of its state after executing `seq`.
     CheckpointTaken { seq: Seq, digest: Digest },
     /// A checkpoint became stable (low watermark advanced).

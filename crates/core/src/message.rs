@@ -137,6 +137,9 @@ pub struct Reply {
     /// With `digest_only`, the 32-byte digest of the result instead of the result (PBFT's
     /// digest replies: only the designated replier sends the result itself).
     pub digest_only: bool,
+    /// The request executed tentatively (prepared, not yet committed): only 2f+1 matching
+    /// replies make a certificate.
+    pub tentative: bool,
     #[serde(with = "serde_bytes")]
     pub result: Vec<u8>,
 }

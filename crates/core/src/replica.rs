@@ -75,6 +75,20 @@ struct LastReply {
     result: Vec<u8>,
 }
 
+/// A batch executed before it committed (PBFT §5.1): every batch before it committed, and
+/// its effects can be undone until it commits too.
+#[derive(Clone, Debug)]
+struct Tentative {
+    seq: Seq,
+    digest: Digest,
+    batch: Batch,
+    /// The exactly-once entries it replaced (in execution order), restored if it is undone.
+    clients_before: Vec<(ClientId, Option<LastReply>)>,
+    last_time_before: u64,
+    /// Requests it executed.
+    executed: Vec<(ClientId, u64)>,
+}
+
 #[derive(Clone, Debug, Default)]
 struct Slot {
     /// Digest of the accepted pre-prepare (or the NEW-VIEW selection) in the current view.
@@ -141,6 +155,10 @@ pub struct Stats {
     /// Recoveries completed here, and recovery requests (of any replica) executed.
     pub recoveries: u64,
     pub recovery_requests_executed: u64,
+    /// Batches executed tentatively, and those of them undone by a view change (or a state
+    /// transfer) before they committed.
+    pub tentative_batches: u64,
+    pub tentative_undone: u64,
 }
 
 /// A replica.
@@ -160,6 +178,9 @@ pub struct Replica<S: Service, A: Auth> {
     last_executed: Seq,
     /// Digest executed at each sequence number above the stable checkpoint (at most L).
     executed: BTreeMap<Seq, Digest>,
+    /// The batch at `last_executed + 1` executed tentatively, if any (its effects are in the
+    /// state and the exactly-once table; it is not in `executed`).
+    tentative: Option<Tentative>,
 
     // Views.
     view: View,
@@ -261,6 +282,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             last_time_ms: 0,
             last_executed: 0,
             executed: BTreeMap::new(),
+            tentative: None,
             view: 0,
             normal: true,
             vc_deadline_ms: None,
@@ -629,16 +651,26 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
             if req.timestamp == last.timestamp {
                 // Already executed: resend the cached reply.
+                let tentative = self
+                    .tentative
+                    .as_ref()
+                    .is_some_and(|t| t.executed.iter().any(|(c, _)| *c == req.client));
                 let reply = Message::Reply(Reply {
                     view: self.view,
                     timestamp: last.timestamp,
                     client: req.client,
                     replica: self.id,
                     digest_only: false,
+                    tentative,
                     result: last.result.clone(),
                 });
                 self.send(client, &reply);
-                return Ok(());
+                if !tentative {
+                    return Ok(());
+                }
+                // Executed only tentatively and the client is still asking: its batch may
+                // be stuck short of committing. Wait for it like for any request, so the
+                // view-change timer runs.
             }
         }
         let c = req.client;
@@ -705,14 +737,14 @@ impl<S: Service, A: Auth> Replica<S, A> {
             let Some(result) = self.service.execute_read_only(&self.state, &req.op) else {
                 continue;
             };
-            let reply = self.reply(c, req.timestamp, result);
+            let reply = self.reply(c, req.timestamp, result, false);
             self.send(Principal::Client(c), &reply);
         }
     }
 
     /// The first reply to a request: in full from its designated replier (or for short
     /// results, or without digest replies), as a digest from the others.
-    fn reply(&self, client: ClientId, timestamp: u64, result: Vec<u8>) -> Message {
+    fn reply(&self, client: ClientId, timestamp: u64, result: Vec<u8>, tentative: bool) -> Message {
         let digest_only = self.cfg.digest_replies
             && result.len() >= DIGEST_REPLY_MIN_BYTES
             && designated_replier(client, timestamp, self.cfg.n()) != self.id;
@@ -727,6 +759,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             client,
             replica: self.id,
             digest_only,
+            tentative,
             result,
         })
     }
@@ -1026,6 +1059,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             slot.committed = true;
         }
         let committed = slot.committed;
+        let prepared = slot.prepared;
         if let Some(digest) = send_commit {
             self.persist(Record::Prepared {
                 view: self.view,
@@ -1040,7 +1074,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             };
             self.broadcast(&Message::Commit(c));
         }
-        if committed {
+        if committed || (prepared && self.cfg.tentative_execution) {
             self.try_execute();
         }
     }
@@ -1059,20 +1093,31 @@ impl<S: Service, A: Auth> Replica<S, A> {
         {
             return;
         }
-        loop {
-            let n = self.last_executed + 1;
-            let Some(slot) = self.log.get(&n) else { break };
-            if !slot.committed {
-                break;
+        if let Some(t) = &self.tentative {
+            // Within a view the slot keeps its digest (a view change undoes the batch first).
+            let slot = self.log.get(&t.seq);
+            debug_assert!(slot.is_none_or(|s| s.pp == Some(t.digest)));
+            if slot.is_some_and(|s| s.committed && s.pp == Some(t.digest)) {
+                self.keep_tentative();
             }
-            let d = slot.pp.expect("committed implies pre-prepared");
-            if d == NULL_DIGEST {
-                self.execute(n, None);
-            } else if let Some(b) = self.batches.get(&d).cloned() {
-                self.execute(n, Some(b));
-            } else {
-                break; // the body is fetched through status messages
+        }
+        if self.tentative.is_none() {
+            loop {
+                let n = self.last_executed + 1;
+                let Some(slot) = self.log.get(&n) else { break };
+                if !slot.committed {
+                    break;
+                }
+                let d = slot.pp.expect("committed implies pre-prepared");
+                if d == NULL_DIGEST {
+                    self.execute(n, None);
+                } else if let Some(b) = self.batches.get(&d).cloned() {
+                    self.execute(n, Some(b));
+                } else {
+                    break; // the body is fetched through status messages
+                }
             }
+            self.try_tentative();
         }
         self.answer_reads();
         if self.is_primary() {
@@ -1080,9 +1125,99 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
     }
 
+    /// Executes the next batch tentatively if it is prepared (everything before it executed
+    /// and committed). Never a recovery request (its effects on keys are not undone), never
+    /// while replaying, recovering or off the normal case.
+    fn try_tentative(&mut self) {
+        if !self.cfg.tentative_execution
+            || self.tentative.is_some()
+            || self.replaying
+            || !self.normal
+            || self.recovery.is_some()
+            || self.transfer.is_some()
+        {
+            return;
+        }
+        let n = self.last_executed + 1;
+        let Some(slot) = self.log.get(&n) else {
+            return;
+        };
+        if !slot.prepared || slot.committed {
+            return;
+        }
+        let Some(d) = slot.pp.filter(|d| *d != NULL_DIGEST) else {
+            return;
+        };
+        let Some(batch) = self.batches.get(&d).cloned() else {
+            return;
+        };
+        let nn = self.cfg.n();
+        if batch.requests.iter().any(|r| {
+            recovery::recovery_of(r.request.client, nn).is_some()
+                || !matches!(self.requester(r.request.client), Principal::Client(_))
+        }) {
+            return;
+        }
+        let last_time_before = self.last_time_ms;
+        self.state.begin_tentative();
+        let (executed, clients_before) = self.apply(n, &batch, true);
+        self.stats.tentative_batches += 1;
+        self.tentative = Some(Tentative {
+            seq: n,
+            digest: d,
+            batch,
+            clients_before,
+            last_time_before,
+            executed,
+        });
+    }
+
+    /// The tentative batch committed: its effects stay, and it completes like any batch.
+    fn keep_tentative(&mut self) {
+        let Some(t) = self.tentative.take() else {
+            return;
+        };
+        self.state.keep_tentative();
+        self.persist(Record::Executed {
+            seq: t.seq,
+            digest: t.digest,
+            batch: Some(t.batch.clone()),
+        });
+        self.finish_execution(t.seq, t.digest, Some(&t.batch), t.executed);
+    }
+
+    /// Undoes the tentative batch, if any (a view change, or state about to be replaced).
+    /// Its clients learn the outcome from the batch's re-execution in a later view, or
+    /// retransmit.
+    fn undo_tentative(&mut self) {
+        let Some(t) = self.tentative.take() else {
+            return;
+        };
+        self.state.undo_tentative();
+        // The service rebuilds its in-memory structures from the restored pages (a scan of
+        // the state; undoing is rare: a view change that drops a tentative batch).
+        if self.service.load(&self.state).is_err() {
+            // The pages were consistent before the batch: our state must be corrupt.
+            self.event(Event::StateCorrupt { pages: 0 });
+            self.on_divergence();
+        }
+        for (c, before) in t.clients_before.into_iter().rev() {
+            match before {
+                Some(l) => {
+                    self.clients.insert(c, l);
+                }
+                None => {
+                    self.clients.remove(&c);
+                }
+            }
+        }
+        self.last_time_ms = t.last_time_before;
+        self.stats.tentative_undone += 1;
+        self.event(Event::TentativeUndone { seq: t.seq });
+    }
+
     fn execute(&mut self, seq: Seq, batch: Option<Batch>) {
         debug_assert_eq!(seq, self.last_executed + 1);
-        let mut executed = Vec::new();
         let digest = match &batch {
             None => NULL_DIGEST,
             Some(b) => b.digest(),
@@ -1094,70 +1229,94 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 batch: batch.clone(),
             });
         }
-        if let Some(b) = batch {
-            let time_ms = b.nondet.time_ms.max(self.last_time_ms + 1);
-            self.last_time_ms = time_ms;
-            for (i, r) in b.requests.iter().enumerate() {
-                let req = &r.request;
-                let c = req.client;
-                if self
-                    .clients
-                    .get(&c)
-                    .is_some_and(|l| l.timestamp >= req.timestamp)
-                {
-                    continue; // exactly once
-                }
-                let seed = {
-                    let d = DigestBuilder::new("redoubt.seed.v1")
-                        .u64(b.nondet.seed)
-                        .u64(seq)
-                        .u64(i as u64)
-                        .finish();
-                    u64::from_le_bytes(d.0[..8].try_into().expect("8 bytes"))
-                };
-                let ctx = ExecContext {
-                    seq,
-                    client: c,
-                    time_ms,
-                    seed,
-                };
-                let result = match recovery::recovery_of(req.client, self.cfg.n()) {
-                    Some(r) => {
-                        let h_m =
-                            postcard::from_bytes::<RecoveryOp>(&req.op).map_or(0, |op| op.h_m);
-                        self.execute_recovery(r, h_m, seq, time_ms)
-                    }
-                    None => self.service.execute(&mut self.state, &req.op, &ctx),
-                };
-                self.stats.requests_executed += 1;
-                executed.push((c, req.timestamp));
-                if self.replaying {
-                    self.clients.insert(
-                        c,
-                        LastReply {
-                            timestamp: req.timestamp,
-                            result,
-                        },
-                    );
-                    continue;
-                }
-                let reply = self.reply(c, req.timestamp, result.clone());
-                self.clients.insert(
-                    c,
-                    LastReply {
-                        timestamp: req.timestamp,
-                        result,
-                    },
-                );
-                match self.requester(c) {
-                    Principal::Replica(r) if r == self.id => {
-                        if let Message::Reply(m) = reply {
-                            let _ = self.on_recovery_reply(r, m);
-                        }
-                    }
-                    to => self.send(to, &reply),
-                }
+        let executed = match &batch {
+            Some(b) => self.apply(seq, b, false).0,
+            None => Vec::new(),
+        };
+        self.finish_execution(seq, digest, batch.as_ref(), executed);
+    }
+
+    /// Runs a batch's requests against the service (exactly once per client timestamp) and
+    /// replies to their clients. Returns the requests executed and, if `tentative`, the
+    /// exactly-once entries they replaced.
+    #[allow(clippy::type_complexity)]
+    fn apply(
+        &mut self,
+        seq: Seq,
+        b: &Batch,
+        tentative: bool,
+    ) -> (Vec<(ClientId, u64)>, Vec<(ClientId, Option<LastReply>)>) {
+        let mut executed = Vec::new();
+        let mut before = Vec::new();
+        let time_ms = b.nondet.time_ms.max(self.last_time_ms + 1);
+        self.last_time_ms = time_ms;
+        for (i, r) in b.requests.iter().enumerate() {
+            let req = &r.request;
+            let c = req.client;
+            if self
+                .clients
+                .get(&c)
+                .is_some_and(|l| l.timestamp >= req.timestamp)
+            {
+                continue; // exactly once
             }
+            let seed = {
+                let d = DigestBuilder::new("redoubt.seed.v1")
+                    .u64(b.nondet.seed)
+                    .u64(seq)
+                    .u64(i as u64)
+                    .finish();
+                u64::from_le_bytes(d.0[..8].try_into().expect("8 bytes"))
+            };
+            let ctx = ExecContext {
+                seq,
+                client: c,
+                time_ms,
+                seed,
+            };
+            let result = match recovery::recovery_of(req.client, self.cfg.n()) {
+                Some(r) => {
+                    let h_m = postcard::from_bytes::<RecoveryOp>(&req.op).map_or(0, |op| op.h_m);
+                    self.execute_recovery(r, h_m, seq, time_ms)
+                }
+                None => self.service.execute(&mut self.state, &req.op, &ctx),
+            };
+            executed.push((c, req.timestamp));
+            let last = LastReply {
+                timestamp: req.timestamp,
+                result,
+            };
+            if self.replaying {
+                self.clients.insert(c, last);
+                continue;
+            }
+            let reply = self.reply(c, req.timestamp, last.result.clone(), tentative);
+            let old = self.clients.insert(c, last);
+            if tentative {
+                before.push((c, old));
+            }
+            match self.requester(c) {
+                Principal::Replica(r) if r == self.id => {
+                    if let Message::Reply(m) = reply {
+                        let _ = self.on_recovery_reply(r, m);
+                    }
+                }
+                to => self.send(to, &reply),
+            }
+        }
+        (executed, before)
+    }
+
+    /// Completes the execution of batch `seq` (its requests ran, committed): it settles its
+    /// requests, advances `last_executed`, and takes a checkpoint when one is due.
+    fn finish_execution(
+        &mut self,
+        seq: Seq,
+        digest: Digest,
+        batch: Option<&Batch>,
+        executed: Vec<(ClientId, u64)>,
+    ) {
+        if let Some(b) = batch {
             // Every request of the batch is settled (executed now or before).
             for r in &b.requests {
                 let (c, ts) = (r.request.client, r.request.timestamp);
@@ -1168,6 +1327,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.last_executed = seq;
         self.executed.insert(seq, digest);
         self.stats.batches_executed += 1;
+        self.stats.requests_executed += executed.len() as u64;
         if !executed.is_empty() && !self.executed_in_view {
             self.executed_in_view = true;
             self.vc_timeout_ms = self.cfg.view_change_timeout_ms;
@@ -1383,6 +1543,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     fn start_transfer(&mut self, seq: Seq, digest: Digest, urgent: bool) {
+        self.undo_tentative();
         if seq < self.state.base_seq() {
             // Our durable base is already a later verified checkpoint; moving it backwards
             // would leave the journal naming a checkpoint the page file no longer holds.
@@ -1993,6 +2154,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if v <= self.view && !self.normal {
             return;
         }
+        // A batch executed tentatively may not survive into the new view: undo it now; if
+        // the new view keeps it, it executes again when it commits there.
+        self.undo_tentative();
         // P and Q from the log of the view we leave (only meaningful if we were active in it).
         let slots = if self.normal {
             self.slot_summaries()

@@ -55,17 +55,20 @@ pub enum Mutant {
     /// Replicas keep accepting MACs under the keys their last NEW-KEY retired (no freshness):
     /// an attacker who stole a replica's keys can still forge after it recovered.
     AcceptRetiredKeys,
+    /// Clients accept f+1 matching tentative replies (2f+1 are needed).
+    TentativeWeakQuorum,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 6] = [
+    pub const ALL: [(&'static str, Mutant); 7] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
         ("trust-replier", Mutant::TrustReplier),
         ("read-only-weak-quorum", Mutant::ReadOnlyWeakQuorum),
         ("accept-retired-keys", Mutant::AcceptRetiredKeys),
+        ("tentative-weak-quorum", Mutant::TentativeWeakQuorum),
     ];
 }
 
@@ -111,6 +114,12 @@ pub struct Config {
     /// default: on a fast local network waiting for one particular replica costs more than the
     /// bytes saved (see docs/configuration.md).
     pub digest_replies: bool,
+    /// Tentative execution (PBFT §5.1): a replica executes a batch as soon as it is prepared
+    /// and every batch before it committed, and replies at once marking the reply tentative;
+    /// a client accepts 2f+1 matching replies (tentative or not) or f+1 committed ones. A
+    /// tentative batch that a view change does not carry over is undone. Saves one message
+    /// delay. Clients and replicas must agree on it.
+    pub tentative_execution: bool,
     /// Largest state-transfer answer a replica sends (bytes); a FETCH asking for more is
     /// answered in part and the asker asks again for the rest.
     pub transfer_reply_bytes_max: usize,
@@ -160,6 +169,7 @@ impl Config {
             state_transfer_retry_ms: 500,
             read_only_fast_path: true,
             digest_replies: false,
+            tentative_execution: true,
             transfer_reply_bytes_max: 1 << 20,
             transfer_rate_bytes_per_sec: 256 << 20,
             transfer_items_max: 256,

@@ -121,6 +121,7 @@ pub async fn run_baseline(config_path: &Path, addr: SocketAddr) -> Result<(), No
             }
         };
         let reply = Message::Reply(Reply {
+            tentative: false,
             view: 0,
             timestamp: req.timestamp,
             client: c,

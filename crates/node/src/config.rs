@@ -576,6 +576,7 @@ struct ProtocolSection {
     state_transfer_retry_ms: u64,
     read_only_fast_path: bool,
     digest_replies: bool,
+    tentative_execution: bool,
     transfer_reply_bytes_max: usize,
     transfer_rate_bytes_per_sec: u64,
     transfer_items_max: usize,
@@ -605,6 +606,7 @@ impl Default for ProtocolSection {
             state_transfer_retry_ms: c.state_transfer_retry_ms,
             read_only_fast_path: c.read_only_fast_path,
             digest_replies: c.digest_replies,
+            tentative_execution: c.tentative_execution,
             transfer_reply_bytes_max: c.transfer_reply_bytes_max,
             transfer_rate_bytes_per_sec: c.transfer_rate_bytes_per_sec,
             transfer_items_max: c.transfer_items_max,
@@ -634,6 +636,7 @@ impl ProtocolSection {
         c.state_transfer_retry_ms = self.state_transfer_retry_ms;
         c.read_only_fast_path = self.read_only_fast_path;
         c.digest_replies = self.digest_replies;
+        c.tentative_execution = self.tentative_execution;
         c.transfer_reply_bytes_max = self.transfer_reply_bytes_max;
         c.transfer_rate_bytes_per_sec = self.transfer_rate_bytes_per_sec;
         c.transfer_items_max = self.transfer_items_max;
@@ -715,6 +718,36 @@ pub struct ClusterConfig {
     pub keys: KeysSection,
     /// `[recovery]`.
     pub recovery: RecoverySection,
+}
+
+/// Applies `section.key=value` assignments to configuration text (values parse as TOML:
+/// `true`, `64`, `"text"`; a bare word is taken as a string). The result still has to pass
+/// [`ClusterConfig::parse`].
+pub fn override_toml(src: &str, assignments: &[String]) -> Result<String, String> {
+    let mut table: toml::Table = src.parse().map_err(|e| format!("{e}"))?;
+    for a in assignments {
+        let (path, value) = a
+            .split_once('=')
+            .ok_or_else(|| format!("`{a}`: expected section.key=value"))?;
+        let (section, key) = path
+            .trim()
+            .split_once('.')
+            .ok_or_else(|| format!("`{a}`: expected section.key=value"))?;
+        let value = value.trim();
+        let parsed: toml::Value = format!("v = {value}")
+            .parse::<toml::Table>()
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or_else(|| toml::Value::String(value.to_string()));
+        let entry = table
+            .entry(section.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let toml::Value::Table(t) = entry else {
+            return Err(format!("`{section}` is not a section"));
+        };
+        t.insert(key.to_string(), parsed);
+    }
+    toml::to_string(&table).map_err(|e| format!("{e}"))
 }
 
 impl ClusterConfig {
@@ -1254,6 +1287,10 @@ read_only_fast_path = {rofp}
 # client and timestamp) sends the result and the others its digest (true/false).
 # Default: {d_dr}.
 digest_replies = {dr}
+# Tentative execution: a replica executes a batch once it is prepared (everything before it
+# committed) and replies at once; the client needs 2f+1 matching replies. Saves one message
+# delay; a batch that a view change drops is undone (true/false). Default: {d_te}.
+tentative_execution = {te}
 # Largest state-transfer answer a replica sends (bytes); at least 64 KiB and at most half
 # of message_bytes_max. Default: {d_trb} (1 MiB).
 transfer_reply_bytes_max = {trb}
@@ -1449,6 +1486,8 @@ stagger_wait_max_s = {rsw}
             d_jsb = ds.journal_segment_bytes_max,
             rofp = p.read_only_fast_path,
             dr = p.digest_replies,
+            te = p.tentative_execution,
+            d_te = d.tentative_execution,
             d_dr = d.digest_replies,
             d_rofp = d.read_only_fast_path,
             trb = p.transfer_reply_bytes_max,

@@ -16,6 +16,8 @@ use tokio::net::TcpListener;
 pub struct Metrics {
     pub registry: Registry,
     pub requests_executed: IntCounter,
+    pub tentative_batches: IntCounter,
+    pub tentative_undone: IntCounter,
     pub batches_executed: IntCounter,
     pub batch_size: Histogram,
     pub view: IntGauge,
@@ -257,6 +259,16 @@ impl Metrics {
                 r,
                 "redoubt_recovery_watchdog_period_seconds",
                 "Watchdog period T_w given by the monitor (0 when not run by a monitor)",
+            ),
+            tentative_batches: counter(
+                r,
+                "redoubt_tentative_batches_total",
+                "Batches executed tentatively (prepared, before they committed)",
+            ),
+            tentative_undone: counter(
+                r,
+                "redoubt_tentative_undone_total",
+                "Tentatively executed batches undone because they did not commit in their view",
             ),
             recoveries: counter(
                 r,

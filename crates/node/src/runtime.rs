@@ -220,6 +220,12 @@ impl Node {
             Event::Executed { requests, .. } => {
                 self.metrics.batch_size.observe(requests.len() as f64);
             }
+            Event::TentativeUndone { seq } => {
+                info!(
+                    replica = self.id,
+                    seq, "undid a tentatively executed batch that did not commit in its view"
+                );
+            }
             Event::CheckpointTaken { .. } | Event::Stable { .. } => {}
             Event::KeysRefreshed => {
                 debug!(replica = self.id, "sent NEW-KEY (fresh session keys)");
@@ -390,6 +396,10 @@ impl Node {
             .inc_by(s.requests_executed - self.last_stats.requests_executed);
         m.batches_executed
             .inc_by(s.batches_executed - self.last_stats.batches_executed);
+        m.tentative_batches
+            .inc_by(s.tentative_batches - self.last_stats.tentative_batches);
+        m.tentative_undone
+            .inc_by(s.tentative_undone - self.last_stats.tentative_undone);
         m.view_changes
             .inc_by(s.view_changes - self.last_stats.view_changes);
         m.state_transfers

@@ -54,6 +54,7 @@ pub struct Summary {
     pub ops: u64,
     pub view_changes: u64,
     pub state_transfers: u64,
+    pub tentative_undone: u64,
 }
 
 /// Runs `count` seeds from `start` on `jobs` threads. `progress` is called after each seed.
@@ -86,6 +87,7 @@ pub fn run_seeds(
                 s.ops += out.stats.ops_completed;
                 s.view_changes += out.stats.view_changes;
                 s.state_transfers += out.stats.state_transfers;
+                s.tentative_undone += out.stats.tentative_undone;
                 if out.passed() {
                     s.passed += 1;
                 } else {

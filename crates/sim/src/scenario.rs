@@ -448,6 +448,7 @@ impl Scenario {
         // Long values (results over 32 bytes travel as digest replies) in half of the seeds.
         s.value_pad = if rng.random_bool(0.5) { 48 } else { 0 };
         s.core.digest_replies = rng.random_bool(0.8);
+        s.core.tentative_execution = rng.random_bool(0.8);
         // Proactive recovery in some seeds without other faulty replicas (a compromised
         // replica counts against f): replicas compromised in turn, each rebooted and recovered.
         if s.faulty().is_empty() && rng.random_bool(0.15) {

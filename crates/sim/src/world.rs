@@ -112,6 +112,8 @@ pub struct RunStats {
     pub view_changes: u64,
     pub max_view: u64,
     pub state_transfers: u64,
+    /// Tentatively executed batches undone (a view change dropped them, or a transfer).
+    pub tentative_undone: u64,
     pub rejected: u64,
     /// Pages fetched by state transfers.
     pub pages_fetched: u64,
@@ -628,6 +630,7 @@ impl World {
             }
             Event::StateCorrupt { pages } => self.stats.corrupt_pages_found += pages,
             Event::Rejected { .. } => self.stats.rejected += 1,
+            Event::TentativeUndone { .. } => self.stats.tentative_undone += 1,
             Event::Executed { seq, .. } => {
                 self.stats.max_executed = self.stats.max_executed.max(*seq)
             }

@@ -106,8 +106,8 @@ fn five_hundred_random_seeds() {
         s.failures
     );
     assert!(
-        s.view_changes > 0 && s.state_transfers > 0,
-        "the mix exercised view changes and state transfer: {s:?}"
+        s.view_changes > 0 && s.state_transfers > 0 && s.tentative_undone > 0,
+        "the mix exercised view changes, state transfer and undoing tentative batches: {s:?}"
     );
 }
 

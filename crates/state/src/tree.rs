@@ -96,6 +96,17 @@ pub struct PagedState {
     /// Meta-data partitions whose entry must be recomputed.
     stale: BTreeSet<NodeId>,
     invalid: BTreeSet<u64>,
+    /// While a tentative batch executes and until it is kept or undone: the pre-images of the
+    /// pages it wrote (see [`PagedState::begin_tentative`]).
+    undo: Option<Undo>,
+}
+
+/// Pre-images of the pages written since [`PagedState::begin_tentative`].
+#[derive(Default)]
+struct Undo {
+    pages: BTreeMap<u64, Box<[u8]>>,
+    /// Pages that became dirty (first write since the latest checkpoint) under the mark.
+    newly_dirty: BTreeSet<u64>,
 }
 
 fn io_fatal(what: &str, e: std::io::Error) -> ! {
@@ -162,6 +173,7 @@ impl PagedState {
             dirty: BTreeSet::new(),
             stale: BTreeSet::new(),
             invalid: BTreeSet::new(),
+            undo: None,
         };
         let root = s.root();
         s.copies.insert(
@@ -319,6 +331,7 @@ impl PagedState {
             seq > self.latest(),
             "checkpoints are taken in increasing order"
         );
+        assert!(self.undo.is_none(), "no checkpoint of a tentative state");
         let depth = self.geo.depth();
         let dirty = std::mem::take(&mut self.dirty);
         let mut buf = vec![0u8; self.geo.page_size()];
@@ -410,8 +423,46 @@ impl PagedState {
         self.discard_below(seq);
     }
 
+    // ----- tentative writes ------------------------------------------------------------------
+
+    /// Marks the live state: the writes that follow (one tentatively executed batch) can be
+    /// undone with [`PagedState::undo_tentative`] or kept with [`PagedState::keep_tentative`].
+    /// No checkpoint may be taken while the mark is set.
+    pub fn begin_tentative(&mut self) {
+        assert!(self.undo.is_none(), "one tentative batch at a time");
+        self.undo = Some(Undo::default());
+    }
+
+    /// Whether tentative writes are outstanding.
+    pub fn is_tentative(&self) -> bool {
+        self.undo.is_some()
+    }
+
+    /// Keeps the writes made since [`PagedState::begin_tentative`] (the batch committed).
+    pub fn keep_tentative(&mut self) {
+        self.undo = None;
+    }
+
+    /// Undoes the writes made since [`PagedState::begin_tentative`]; a no-op without a mark.
+    /// Cost: proportional to the pages the tentative batch wrote.
+    pub fn undo_tentative(&mut self) {
+        let Some(undo) = self.undo.take() else {
+            return;
+        };
+        for (p, bytes) in undo.pages {
+            self.overlay.insert(p, bytes);
+        }
+        for p in undo.newly_dirty {
+            // The page equals the latest checkpoint again: its saved pre-image is not needed.
+            self.dirty.remove(&p);
+            self.latest_copy().pages.remove(&p);
+        }
+        self.prune_overlay();
+    }
+
     /// Rolls the live state back to the latest checkpoint (undoes the service's writes since).
     pub fn revert_to_latest(&mut self) {
+        self.undo = None;
         let latest = self.latest();
         let dirty = std::mem::take(&mut self.dirty);
         for p in dirty {
@@ -717,6 +768,19 @@ impl StateWrite for PagedState {
             let at = addr + done as u64;
             let (p, off) = (at / ps, (at % ps) as usize);
             let n = (ps as usize - off).min(data.len() - done);
+            if self
+                .undo
+                .as_ref()
+                .is_some_and(|u| !u.pages.contains_key(&p))
+            {
+                let pre = self.live_page(p).into_boxed_slice();
+                let newly_dirty = !self.dirty.contains(&p);
+                let undo = self.undo.as_mut().expect("checked");
+                undo.pages.insert(p, pre);
+                if newly_dirty {
+                    undo.newly_dirty.insert(p);
+                }
+            }
             // modify(): copy-on-write once per checkpoint interval, then mark dirty.
             if self.dirty.insert(p) {
                 self.save_page(p);

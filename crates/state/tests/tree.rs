@@ -1,6 +1,7 @@
 //! Property tests of the partition tree: incremental digests equal digests recomputed from
 //! scratch, checkpoint copies return the state as of their checkpoint, copy-on-write copies
-//! never outlive the stable checkpoint, durable bases reopen exactly, transfers converge.
+//! never outlive the stable checkpoint, durable bases reopen exactly, transfers converge,
+//! tentative writes are undone exactly.
 
 use std::collections::BTreeMap;
 
@@ -115,6 +116,25 @@ fn run(
             m.write(a, &d);
         }
         check_live(&st, &m);
+        if rng.random_range(0..3) == 0 {
+            // A tentatively executed batch: its writes are kept or undone.
+            let before = m.clone();
+            st.begin_tentative();
+            for _ in 0..rng.random_range(0..6) {
+                let (a, d) = random_write(&mut rng, geo);
+                st.write(a, &d);
+                m.write(a, &d);
+            }
+            check_live(&st, &m);
+            if rng.random_bool(0.5) {
+                st.undo_tentative();
+                m = before;
+            } else {
+                st.keep_tentative();
+            }
+            assert!(!st.is_tentative());
+            check_live(&st, &m);
+        }
         match rng.random_range(0..10) {
             0 => {
                 // Roll back to the latest checkpoint.

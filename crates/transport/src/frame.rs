@@ -10,6 +10,9 @@ pub const LEN_PREFIX_BYTES: usize = 4;
 /// than it sent.
 const READ_CHUNK_BYTES: usize = 64 << 10;
 
+/// Read buffer of a connection: a busy connection delivers many frames per `read` system call.
+pub const READ_BUFFER_BYTES: usize = 64 << 10;
+
 /// Why a frame could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {

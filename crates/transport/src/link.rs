@@ -1,13 +1,13 @@
 //! The dialing side: a connection to one address that reconnects forever.
 
-use crate::frame::{read_frame, write_frame, FrameError};
+use crate::frame::{read_frame, write_frame, FrameError, READ_BUFFER_BYTES};
 use crate::{jittered, LinkError};
 use redoubt_core::Bytes;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
@@ -275,7 +275,8 @@ async fn serve(
     frame_bytes_max: usize,
 ) -> End {
     let peer = stream.peer_addr().ok();
-    let (mut rd, wr) = stream.into_split();
+    let (rd, wr) = stream.into_split();
+    let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
     let reader = async {
         loop {
             match read_frame(&mut rd, frame_bytes_max).await {

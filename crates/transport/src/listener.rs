@@ -1,6 +1,6 @@
 //! The accepting side: one reader and one writer task per connection, all bounded.
 
-use crate::frame::{read_frame, write_frame, FrameError};
+use crate::frame::{read_frame, write_frame, FrameError, READ_BUFFER_BYTES};
 use crate::LinkError;
 use redoubt_core::Bytes;
 use std::collections::HashMap;
@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, warn};
@@ -351,7 +351,8 @@ async fn serve(
     inbound: mpsc::Sender<(ConnId, Vec<u8>)>,
 ) {
     let _ = stream.set_nodelay(true);
-    let (mut rd, wr) = stream.into_split();
+    let (rd, wr) = stream.into_split();
+    let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
     let counters = &shared.counters;
     let max = shared.cfg.frame_bytes_max;
     let reader = async {

@@ -101,13 +101,14 @@ fn main() -> ExitCode {
         }
         let _ = writeln!(
             w,
-            "seed {} ({}): {} ops, {} view changes (max view {}), {} state transfers, {} messages, {} rejected, {}ms simulated",
+            "seed {} ({}): {} ops, {} view changes (max view {}), {} state transfers, {} tentative batches undone, {} messages, {} rejected, {}ms simulated",
             out.seed,
             out.scenario,
             out.stats.ops_completed,
             out.stats.view_changes,
             out.stats.max_view,
             out.stats.state_transfers,
+            out.stats.tentative_undone,
             out.stats.messages,
             out.stats.rejected,
             out.stats.sim_time_ms
@@ -170,10 +171,11 @@ fn main() -> ExitCode {
         }
     }
     println!(
-        "{} ops, {} view changes, {} state transfers in {:.1}s",
+        "{} ops, {} view changes, {} state transfers, {} tentative batches undone in {:.1}s",
         summary.ops,
         summary.view_changes,
         summary.state_transfers,
+        summary.tentative_undone,
         started.elapsed().as_secs_f64()
     );
     println!("{} passed, {} failed", summary.passed, summary.failed);
