@@ -13,7 +13,7 @@ use crate::ports::free_base_port;
 use crate::procs::{log_tail, ReplicaProcs};
 use anyhow::Context as _;
 use clap::Args;
-use redoubt_client::Client;
+use redoubt_client::{Client, Connections};
 use redoubt_node::config::ClusterConfig;
 use redoubt_node::init::{init_cluster, InitOptions};
 use redoubt_services::kv::{KvOp, KvResult};
@@ -45,6 +45,10 @@ pub struct MicroArgs {
     /// (repeatable; see docs/configuration.md)
     #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
     sets: Vec<String>,
+    /// Give every benchmark client its own connections to the servers instead of sharing one
+    /// connection per server among all of them (both systems alike)
+    #[arg(long)]
+    own_connections: bool,
     /// Run only redoubt (for profiling); no ratios are printed
     #[arg(long)]
     redoubt_only: bool,
@@ -131,6 +135,31 @@ struct Point {
     ops_per_s: f64,
     p50_ms: f64,
     p99_ms: f64,
+    /// CPU time per operation (µs) of the server processes (all replicas together) and of
+    /// the benchmark's clients; 0 for latency points.
+    server_cpu_us: f64,
+    client_cpu_us: f64,
+}
+
+/// CPU time (user + system) a process used so far, in seconds, from `/proc/PID/stat`
+/// (`None` where there is no such file).
+fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
+    let path = match pid {
+        Some(p) => format!("/proc/{p}/stat"),
+        None => "/proc/self/stat".to_string(),
+    };
+    let stat = std::fs::read_to_string(path).ok()?;
+    // Fields after the command name (which may contain spaces) start at field 3.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    Some(ticks as f64 / if hz > 0 { hz as f64 } else { 100.0 })
+}
+
+fn cpu_of(pids: &[u32]) -> f64 {
+    pids.iter().filter_map(|p| cpu_seconds(Some(*p))).sum()
 }
 
 struct Progress {
@@ -234,8 +263,13 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         println!("  setting {s}");
     }
     println!(
-        "redoubt bench micro: redoubt (n = 4, f = 1, journal fsync {}) against an unreplicated baseline, on {} cores",
+        "redoubt bench micro: redoubt (n = 4, f = 1, journal fsync {}) against an unreplicated baseline, on {} cores; {}",
         if args.fsync { "on" } else { "off" },
+        if args.own_connections {
+            "each benchmark client on its own connections"
+        } else {
+            "the benchmark clients share one connection per server"
+        },
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     println!(
@@ -268,6 +302,7 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
             &clients,
             latency_ops,
             seconds,
+            args.own_connections,
             &mut progress,
         )
         .await;
@@ -362,23 +397,52 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    let _ = writeln!(
+        report,
+        "\nCPU time per operation (µs) at each system's peak: the servers (redoubt: the four replicas together) and the benchmark's clients, which share the same cores:\n\n| operation | baseline server | baseline clients | redoubt replicas | redoubt per replica | redoubt clients | total ratio |\n|---|---:|---:|---:|---:|---:|---:|"
+    );
+    for op in OPS {
+        let peak = |s: System| {
+            points
+                .iter()
+                .filter(|p| p.system == s && p.op.label() == op.label() && p.clients > 0)
+                .max_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s))
+        };
+        if let (Some(b), Some(r)) = (peak(System::Baseline), peak(System::Redoubt)) {
+            let _ = writeln!(
+                report,
+                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}x |",
+                op.label(),
+                b.server_cpu_us,
+                b.client_cpu_us,
+                r.server_cpu_us,
+                r.server_cpu_us / 4.0,
+                r.client_cpu_us,
+                (r.server_cpu_us + r.client_cpu_us) / (b.server_cpu_us + b.client_cpu_us)
+            );
+        }
+    }
     print!("{report}");
 
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let csv = args.out.join("micro.csv");
-    let mut text = String::from("system,operation,mode,clients,ops_per_s,p50_ms,p99_ms\n");
+    let mut text = String::from(
+        "system,operation,mode,clients,ops_per_s,p50_ms,p99_ms,server_cpu_us_per_op,client_cpu_us_per_op\n",
+    );
     for p in &points {
         let _ = writeln!(
             text,
-            "{},{},{},{},{:.1},{:.4},{:.4}",
+            "{},{},{},{},{:.1},{:.4},{:.4},{:.2},{:.2}",
             p.system.name(),
             p.op.name,
             p.op.mode(),
             p.clients,
             p.ops_per_s,
             p.p50_ms,
-            p.p99_ms
+            p.p99_ms,
+            p.server_cpu_us,
+            p.client_cpu_us
         );
     }
     std::fs::write(&csv, text)?;
@@ -418,6 +482,7 @@ async fn run_system(
     clients: &[u32],
     latency_ops: u32,
     seconds: f64,
+    own_connections: bool,
     progress: &mut Progress,
 ) -> anyhow::Result<Vec<Point>> {
     let max_clients = *clients.iter().max().expect("non-empty");
@@ -467,17 +532,32 @@ async fn run_system(
         }
         Ok(s)
     };
+    let shared = (!own_connections).then(|| {
+        let s = setup(1).expect("client 1 is configured");
+        Connections::open(&s.replicas, max_clients as usize, s.frame_bytes_max)
+    });
+    let connect = |s: redoubt_client::ClientSetup| {
+        let shared = shared.clone();
+        async move {
+            match &shared {
+                Some(conns) => Client::connect_over(s, conns).await,
+                None => Client::connect(s).await,
+            }
+        }
+    };
     // Connect (retrying while the baseline starts) and preload the 4 KiB value.
     let first = {
         let deadline = Instant::now() + Duration::from_secs(20);
+        let c = connect(setup(1)?).await?;
         loop {
-            let c = Client::connect(setup(1)?).await?;
             let op = KvOp::Set {
                 key: b"big".to_vec(),
                 value: vec![9; 4096],
             };
             match tokio::time::timeout(Duration::from_secs(2), c.invoke(op.encode())).await {
-                Ok(Ok(r)) if KvResult::decode(&r).is_ok_and(|r| r == KvResult::Done) => break c,
+                Ok(Ok(r)) if KvResult::decode(&r).is_ok_and(|r| r == KvResult::Done) => {
+                    break c.clone()
+                }
                 _ if Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
@@ -489,9 +569,13 @@ async fn run_system(
             }
         }
     };
+    let server_pids: Vec<u32> = match &baseline_child {
+        Some(c) => vec![c.0.id()],
+        None => (0..4).filter_map(|i| procs.pid(i)).collect(),
+    };
     let mut pool: Vec<Client> = vec![first];
     for c in 2..=u64::from(max_clients) {
-        pool.push(Client::connect(setup(c)?).await?);
+        pool.push(connect(setup(c)?).await?);
     }
     let mut points = Vec::new();
     for op in OPS {
@@ -512,6 +596,8 @@ async fn run_system(
             ops_per_s: lat.len() as f64 / (lat.iter().sum::<f64>() / 1000.0),
             p50_ms: percentile(&lat, 0.5),
             p99_ms: percentile(&lat, 0.99),
+            server_cpu_us: 0.0,
+            client_cpu_us: 0.0,
         });
         progress.step(&format!("{} {} latency", system.name(), op.label()));
         // Throughput.
@@ -532,11 +618,15 @@ async fn run_system(
                 });
             }
             let started = Instant::now();
+            let (server0, client0) = (cpu_of(&server_pids), cpu_seconds(None).unwrap_or(0.0));
             let mut all = Vec::new();
             while let Some(r) = tasks.join_next().await {
                 all.extend(r??);
             }
             let took = started.elapsed().as_secs_f64();
+            let (server1, client1) = (cpu_of(&server_pids), cpu_seconds(None).unwrap_or(0.0));
+            let count = all.len().max(1) as f64;
+            let per_op = |d: f64| 1e6 * d / count;
             all.sort_by(f64::total_cmp);
             points.push(Point {
                 system,
@@ -545,6 +635,8 @@ async fn run_system(
                 ops_per_s: all.len() as f64 / took,
                 p50_ms: percentile(&all, 0.5),
                 p99_ms: percentile(&all, 0.99),
+                server_cpu_us: per_op(server1 - server0),
+                client_cpu_us: per_op(client1 - client0),
             });
             progress.step(&format!("{} {} {n} clients", system.name(), op.label()));
         }

@@ -180,6 +180,11 @@ impl ReplicaProcs {
         Ok(())
     }
 
+    /// Process id of replica `id`, if it is running.
+    pub fn pid(&self, id: u32) -> Option<u32> {
+        Some(self.children.get(id as usize)?.as_ref()?.id())
+    }
+
     /// If replica `id` was started and has exited since, its exit status (the slot is freed).
     pub fn exited(&mut self, id: u32) -> Option<ExitStatus> {
         let slot = self.children.get_mut(id as usize)?;

@@ -14,17 +14,26 @@
 //! is abandoned and [`ClientError::Unreachable`] returned; its outcome is then unknown (it may
 //! still execute).
 //!
+//! Each client opens its own connections by default ([`Client::connect`]). A process that
+//! runs many clients (an application server acting for many users, a load generator) can
+//! share one connection per replica among them ([`Connections`], [`Client::connect_over`]):
+//! replicas then send the replies of a whole batch to that process in a few writes instead
+//! of one per client, and its requests leave in a few writes too.
+//!
 //! [`KvClient`] wraps a client with the typed operations of the replicated key-value store.
 
 mod kv;
 
 pub use kv::{KvClient, KvError};
 
+use redoubt_core::message::{decode_body, decode_frame};
+use redoubt_core::ClientId as Id;
 use redoubt_core::{
     Auth, ClientId, ClientTiming, Completion, Config, Effect, Env, InvokeError, Keys, Principal,
     View,
 };
 use redoubt_transport::{Link, LinkConfig, LinkError};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -39,6 +48,93 @@ const INBOUND_QUEUE: usize = 1024;
 /// Frames waiting to be written to one replica. A client has one request outstanding, so a
 /// handful suffices; more would only delay fresh retransmissions behind stale ones.
 const LINK_QUEUE: usize = 16;
+
+/// Frames waiting to be written to one replica on connections shared by many clients, per
+/// client sharing them.
+const SHARED_LINK_QUEUE_PER_CLIENT: usize = 8;
+
+/// Connections to every replica of a cluster, shared by the clients of one process (see
+/// [`Client::connect_over`]). A task reads the replies and hands each to the client it is
+/// for (by the client id inside the reply); a replica's request for a client's key goes to
+/// every client on the connection. Cheap to clone; the connections close when the last clone
+/// and the last client using them are gone.
+#[derive(Clone)]
+pub struct Connections {
+    links: Vec<Link>,
+    routes: Arc<Mutex<HashMap<Id, mpsc::Sender<Vec<u8>>>>>,
+    frame_bytes_max: usize,
+}
+
+impl Connections {
+    /// Opens reconnecting connections to `replicas` (index = replica id) for up to
+    /// `clients_max` clients (it sizes the outgoing queues). Must be called inside a tokio
+    /// runtime.
+    pub fn open(replicas: &[SocketAddr], clients_max: usize, frame_bytes_max: usize) -> Self {
+        let (inbound_tx, mut inbound) = mpsc::channel::<Vec<u8>>(INBOUND_QUEUE.max(clients_max));
+        let link_cfg = LinkConfig {
+            frames_queued_max: (SHARED_LINK_QUEUE_PER_CLIENT * clients_max).max(LINK_QUEUE),
+            frame_bytes_max,
+            backoff_min: Duration::from_millis(20),
+            backoff_max: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(1),
+        };
+        let links: Vec<Link> = replicas
+            .iter()
+            .map(|addr| Link::spawn(*addr, link_cfg.clone(), inbound_tx.clone()))
+            .collect();
+        let routes: Arc<Mutex<HashMap<Id, mpsc::Sender<Vec<u8>>>>> = Arc::default();
+        let table = Arc::downgrade(&routes);
+        tokio::spawn(async move {
+            while let Some(frame) = inbound.recv().await {
+                let Some(table) = table.upgrade() else { break };
+                let to = demux_target(&frame, frame_bytes_max);
+                let senders: Vec<mpsc::Sender<Vec<u8>>> = {
+                    let t = table.lock().unwrap_or_else(|p| p.into_inner());
+                    match to {
+                        Some(c) => t.get(&c).into_iter().cloned().collect(),
+                        None => t.values().cloned().collect(),
+                    }
+                };
+                // A full client queue drops the frame, as a full link would.
+                for s in senders {
+                    let _ = s.try_send(frame.clone());
+                }
+            }
+        });
+        Connections {
+            links,
+            routes,
+            frame_bytes_max,
+        }
+    }
+
+    fn attach(&self, id: Id) -> mpsc::Receiver<Vec<u8>> {
+        let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
+        self.routes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, tx);
+        rx
+    }
+
+    fn detach(&self, id: Id) {
+        self.routes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+    }
+}
+
+/// The client a frame from a replica is for: the client named in a reply; `None` (every
+/// client) for anything else a replica sends clients (its NEW-KEY asking for their keys) or
+/// for a frame that does not decode (each client counts it as rejected).
+fn demux_target(frame: &[u8], max: usize) -> Option<Id> {
+    let f = decode_frame(frame, max).ok()?;
+    match decode_body(&f.body).ok()? {
+        redoubt_core::Message::Reply(r) => Some(r.client),
+        _ => None,
+    }
+}
 
 /// Everything a client needs to reach a cluster.
 #[derive(Clone, Debug)]
@@ -202,6 +298,60 @@ impl Client {
             .iter()
             .map(|addr| Link::spawn(*addr, link_cfg.clone(), inbound_tx.clone()))
             .collect();
+        Ok(Self::start(setup, links, inbound, None))
+    }
+
+    /// Starts a client over connections shared with other clients of this process (see
+    /// [`Connections`]); `setup.replicas` must name the addresses `connections` were opened
+    /// to. Two clients with the same id cannot share connections.
+    pub async fn connect_over(
+        setup: ClientSetup,
+        connections: &Connections,
+    ) -> Result<Client, ClientError> {
+        setup.check().map_err(ClientError::InvalidSetup)?;
+        if connections.links.len() != setup.replicas.len()
+            || connections
+                .links
+                .iter()
+                .zip(&setup.replicas)
+                .any(|(l, a)| l.addr() != *a)
+        {
+            return Err(ClientError::InvalidSetup(
+                "the shared connections lead to other replica addresses".into(),
+            ));
+        }
+        if connections.frame_bytes_max < setup.frame_bytes_max {
+            return Err(ClientError::InvalidSetup(
+                "the shared connections accept smaller frames than this client's setup".into(),
+            ));
+        }
+        if connections
+            .routes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&setup.id)
+        {
+            return Err(ClientError::InvalidSetup(format!(
+                "client {} already uses these connections",
+                setup.id
+            )));
+        }
+        let inbound = connections.attach(setup.id);
+        let links = connections.links.clone();
+        Ok(Self::start(
+            setup,
+            links,
+            inbound,
+            Some(connections.clone()),
+        ))
+    }
+
+    fn start(
+        setup: ClientSetup,
+        links: Vec<Link>,
+        inbound: mpsc::Receiver<Vec<u8>>,
+        shared: Option<Connections>,
+    ) -> Client {
         let (commands, command_rx) = mpsc::channel(1);
         let state = Arc::new(State::default());
         let core = redoubt_core::Client::new(
@@ -217,10 +367,11 @@ impl Client {
             state: state.clone(),
             deadline: setup.deadline,
             clock: Clock::start(),
+            shared,
         };
         tokio::spawn(task.run(command_rx, inbound));
         debug!(client = setup.id, replicas = ?setup.replicas, "client started");
-        Ok(Client {
+        Client {
             inner: Arc::new(Handle {
                 id: setup.id,
                 commands,
@@ -229,7 +380,7 @@ impl Client {
                 request_bytes_max: setup.core.request_bytes_max,
                 state,
             }),
-        })
+        }
     }
 
     /// This client's id.
@@ -348,6 +499,8 @@ struct Task {
     state: Arc<State>,
     deadline: Duration,
     clock: Clock,
+    /// The connections, if shared with other clients (they stay open when this one stops).
+    shared: Option<Connections>,
 }
 
 impl Task {
@@ -382,8 +535,13 @@ impl Task {
                 }
             }
         }
-        for link in &self.links {
-            link.close();
+        match &self.shared {
+            Some(c) => c.detach(self.core.id()),
+            None => {
+                for link in &self.links {
+                    link.close();
+                }
+            }
         }
         debug!(client = self.core.id(), "client stopped");
     }

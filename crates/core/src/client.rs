@@ -257,8 +257,8 @@ impl<A: Auth> Client<A> {
         Ok((timestamp, std::mem::take(&mut self.effects)))
     }
 
-    /// Signs and sends a request under a fresh timestamp: a fast read to every replica,
-    /// anything else to the believed primary.
+    /// Signs and sends a request under a fresh timestamp: a fast read or a large request to
+    /// every replica, anything else to the believed primary.
     fn issue(
         &mut self,
         env: Env,
@@ -278,7 +278,9 @@ impl<A: Auth> Client<A> {
         };
         self.refresh_keys(env, false);
         let bytes = self.seal_request(&request);
-        if fast_read {
+        let large =
+            self.cfg.large_request_bytes > 0 && request.op.len() >= self.cfg.large_request_bytes;
+        if fast_read || large {
             for r in 0..self.cfg.n() {
                 self.effects.push(Effect::Send {
                     to: Principal::Replica(r),

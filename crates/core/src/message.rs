@@ -109,7 +109,58 @@ pub struct PrePrepare {
     pub view: View,
     pub seq: Seq,
     pub digest: Digest,
+    /// The batch, except the requests listed in `beside`.
     pub batch: Batch,
+    /// Large requests that travel beside the pre-prepare (clients multicast them to every
+    /// replica), named by client and digest, in increasing batch position. `digest` covers
+    /// the whole batch with them in place.
+    pub beside: Vec<Beside>,
+}
+
+/// A request of a batch that the pre-prepare names instead of carrying.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Beside {
+    /// Its position in the whole batch.
+    pub index: u32,
+    pub client: ClientId,
+    pub digest: Digest,
+}
+
+impl PrePrepare {
+    /// The whole batch, with each request named in `beside` taken from `lookup`; `None` if a
+    /// request is missing or the positions are malformed.
+    pub fn whole_batch(
+        &self,
+        mut lookup: impl FnMut(&Beside) -> Option<SignedRequest>,
+    ) -> Option<Batch> {
+        if self.beside.is_empty() {
+            return Some(self.batch.clone());
+        }
+        let total = self.batch.requests.len() + self.beside.len();
+        let mut requests = Vec::with_capacity(total);
+        let mut inline = self.batch.requests.iter();
+        let mut beside = self.beside.iter().peekable();
+        for i in 0..total {
+            match beside.peek() {
+                Some(b) if b.index as usize == i => {
+                    let r = lookup(b)?;
+                    if r.request.client != b.client || r.request.digest() != b.digest {
+                        return None;
+                    }
+                    requests.push(r);
+                    beside.next();
+                }
+                _ => requests.push(inline.next()?.clone()),
+            }
+        }
+        if beside.next().is_some() || inline.next().is_some() {
+            return None;
+        }
+        Some(Batch {
+            nondet: self.batch.nondet,
+            requests,
+        })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

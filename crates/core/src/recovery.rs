@@ -256,10 +256,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
             let Some(batch) = self.batches.get(&digest) else {
                 continue;
             };
-            let authentic = batch.requests.iter().all(|r| {
-                r.request.op.len() <= self.cfg.request_bytes_max
-                    && self.request_authentic(&r.request, &r.request.digest(), &r.auth)
-            });
+            let authentic = batch
+                .requests
+                .iter()
+                .all(|r| self.can_vouch_for(r, &r.request.digest()));
             if !authentic {
                 continue;
             }

@@ -226,6 +226,9 @@ pub struct Replica<S: Service, A: Auth> {
     arrivals: BTreeMap<u64, ClientId>,
     next_order: u64,
     inflight: BTreeMap<ClientId, u64>,
+    /// Pre-prepares of the current view waiting for requests that travel beside them (at
+    /// most one per sequence number in the log window).
+    pending_pp: BTreeMap<Seq, PrePrepare>,
     req_timer: Option<(u64, ClientId, u64)>,
 
     next_status_ms: u64,
@@ -313,6 +316,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             arrivals: BTreeMap::new(),
             next_order: 0,
             inflight: BTreeMap::new(),
+            pending_pp: BTreeMap::new(),
             req_timer: None,
             next_status_ms: 0,
             replaying: false,
@@ -435,6 +439,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     pub fn footprint(&self) -> Footprint {
         Footprint {
             log_slots: self.log.len(),
+            pending_pre_prepares: self.pending_pp.len(),
             executed: self.executed.len(),
             batches: self.batches.len(),
             checkpoints: self.checkpoints.len(),
@@ -459,6 +464,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let ckpts = (self.cfg.log_size / self.cfg.checkpoint_interval) as usize + 2;
         Footprint {
             log_slots: l,
+            pending_pre_prepares: l,
             executed: l,
             batches: l * (f + 4),
             checkpoints: ckpts,
@@ -706,10 +712,16 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 );
             }
         }
+        if !self.pending_pp.is_empty() {
+            self.retry_pending();
+        }
+        let multicast =
+            self.cfg.large_request_bytes > 0 && sr.request.op.len() >= self.cfg.large_request_bytes;
         if self.is_primary() {
             self.try_propose();
-        } else if matches!(from, Principal::Client(_)) && self.normal {
-            // Relay to the primary, which may not have received it.
+        } else if matches!(from, Principal::Client(_)) && self.normal && !multicast {
+            // Relay to the primary, which may not have received it (a large request its
+            // client multicast went to the primary too).
             let p = self.primary();
             self.send_replica(p, &Message::Request(sr));
         }
@@ -718,17 +730,23 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     /// Answers the waiting read-only requests from the executed state, once this replica has
-    /// executed everything it prepared: a write whose client saw it complete was prepared by
-    /// f+1 correct replicas, so 2f+1 matching answers cannot all predate it.
+    /// executed and committed everything it prepared: a write whose client saw it complete
+    /// was prepared by f+1 correct replicas, so 2f+1 matching answers cannot all predate it.
+    /// "Everything it prepared" includes what it prepared in earlier views (its P set) and
+    /// what a NEW-VIEW carried over (pre-prepared slots): a view change clears the prepared
+    /// marks of the log, and undoes a tentative batch, without the write being any less
+    /// complete.
     fn answer_reads(&mut self) {
         if self.reads.is_empty()
             || !self.normal
             || self.diverged
+            || self.tentative.is_some()
             || self.transfer.as_ref().is_some_and(|t| t.walk.is_some())
             || self
                 .log
                 .range(self.last_executed + 1..)
-                .any(|(_, s)| s.prepared)
+                .any(|(_, s)| s.prepared || s.pp.is_some_and(|d| d != NULL_DIGEST))
+            || self.pset.range(self.last_executed + 1..).next().is_some()
         {
             return;
         }
@@ -868,6 +886,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 seq,
                 digest,
                 batch: batch.clone(),
+                beside: Vec::new(),
             };
             self.batches.insert(digest, batch);
             let slot = self.log.entry(seq).or_default();
@@ -887,12 +906,92 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 batch: Some(pp.batch.clone()),
                 vouched: true,
             });
-            self.broadcast(&Message::PrePrepare(pp));
+            let lean = self.lean(pp);
+            self.broadcast(&Message::PrePrepare(lean));
             self.check_slot(seq);
         }
     }
 
     // ----- normal case ------------------------------------------------------------------------
+
+    /// Whether this replica vouches for request `r` (digest `d`) in a pre-prepare: within the
+    /// size limit, and authentic: its authenticator entry verifies, or it equals a request
+    /// this replica holds, which was authenticated when it arrived (its client may have
+    /// refreshed its keys since, so the entry no longer verifies, but the request is no less
+    /// the client's; requests beside the pre-prepare are always of this kind).
+    fn can_vouch_for(&self, r: &SignedRequest, d: &Digest) -> bool {
+        r.request.op.len() <= self.cfg.request_bytes_max
+            && (self
+                .waiting
+                .get(&r.request.client)
+                .is_some_and(|w| w.req.request == r.request)
+                || self.request_authentic(&r.request, d, &r.auth))
+    }
+
+    /// The pre-prepare to send for `pp`: large client requests named beside it.
+    fn lean(&self, mut pp: PrePrepare) -> PrePrepare {
+        let large = self.cfg.large_request_bytes;
+        if large == 0 {
+            return pp;
+        }
+        let n = self.cfg.n();
+        let requests = std::mem::take(&mut pp.batch.requests);
+        for (i, r) in requests.into_iter().enumerate() {
+            if r.request.op.len() >= large && recovery::recovery_of(r.request.client, n).is_none() {
+                pp.beside.push(Beside {
+                    index: i as u32,
+                    client: r.request.client,
+                    digest: r.request.digest(),
+                });
+            } else {
+                pp.batch.requests.push(r);
+            }
+        }
+        pp
+    }
+
+    /// The pre-prepare with its whole batch, from the requests this replica holds (or the
+    /// batch itself, if known); `Err` gives it back when a request beside it is missing.
+    fn resolve(&self, pp: PrePrepare) -> Result<PrePrepare, PrePrepare> {
+        if pp.beside.is_empty() {
+            return Ok(pp);
+        }
+        let whole = match self.batches.get(&pp.digest) {
+            Some(b) => Some(b.clone()),
+            None => pp.whole_batch(|b| {
+                self.waiting
+                    .get(&b.client)
+                    .filter(|w| w.req.request.digest() == b.digest)
+                    .map(|w| w.req.clone())
+            }),
+        };
+        match whole {
+            Some(batch) => Ok(PrePrepare {
+                batch,
+                beside: Vec::new(),
+                ..pp
+            }),
+            None => Err(pp),
+        }
+    }
+
+    /// Pre-prepares still waiting for requests beside them get another try (a request
+    /// arrived, or a batch body).
+    fn retry_pending(&mut self) {
+        let seqs: Vec<Seq> = self.pending_pp.keys().copied().collect();
+        for seq in seqs {
+            let pp = self.pending_pp.remove(&seq).expect("listed");
+            match self.resolve(pp) {
+                Ok(whole) => {
+                    let p = self.primary();
+                    let _ = self.on_pre_prepare(p, whole);
+                }
+                Err(pp) => {
+                    self.pending_pp.insert(seq, pp);
+                }
+            }
+        }
+    }
 
     fn on_pre_prepare(&mut self, from: ReplicaId, pp: PrePrepare) -> Result<(), Reject> {
         if pp.view != self.view || !self.normal {
@@ -904,6 +1003,40 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if !self.in_window(pp.seq) {
             return Err(Reject::OutOfWindow);
         }
+        if pp.beside.len() > self.cfg.batch_requests_max {
+            return Err(Reject::TooLarge);
+        }
+        let pp = match self.resolve(pp) {
+            Ok(whole) => whole,
+            Err(pp) => {
+                // Wait for the requests (their clients multicast them); status messages ask
+                // the other replicas for the whole batch meanwhile. The first pre-prepare
+                // for a sequence number stands.
+                if let Some(d) = self.log.get(&pp.seq).and_then(|s| s.pp) {
+                    return if d == pp.digest {
+                        Ok(())
+                    } else {
+                        Err(Reject::Conflict)
+                    };
+                }
+                return match self.pending_pp.get(&pp.seq) {
+                    Some(p) if p.digest != pp.digest => Err(Reject::Conflict),
+                    Some(_) => Ok(()),
+                    None => {
+                        self.pending_pp.insert(pp.seq, pp);
+                        Ok(())
+                    }
+                };
+            }
+        };
+        if self
+            .pending_pp
+            .get(&pp.seq)
+            .is_some_and(|p| p.digest != pp.digest)
+        {
+            return Err(Reject::Conflict);
+        }
+        self.pending_pp.remove(&pp.seq);
         #[cfg(feature = "mutants")]
         let check_digest = !matches!(self.cfg.mutant, crate::types::Mutant::SkipDigestCheck);
         #[cfg(not(feature = "mutants"))]
@@ -950,9 +1083,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         // then f+1 correct replicas authenticated the request.
         let mut verified = true;
         for (r, d) in pp.batch.requests.iter().zip(&request_digests) {
-            if r.request.op.len() > self.cfg.request_bytes_max
-                || !self.request_authentic(&r.request, d, &r.auth)
-            {
+            if !self.can_vouch_for(r, d) {
                 verified = false;
                 self.ask_for_client_key(r.request.client);
             }
@@ -1465,6 +1596,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.stable_seq = seq;
         self.stable_digest = digest;
         self.log = self.log.split_off(&(seq + 1));
+        self.pending_pp = self.pending_pp.split_off(&(seq + 1));
         self.executed = self.executed.split_off(&(seq + 1));
         self.checkpoints = self.checkpoints.split_off(&seq);
         for v in self.ckpt_votes.values_mut() {
@@ -2196,6 +2328,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.vc_deadline_ms = None;
         self.req_timer = None;
         self.inflight.clear();
+        self.pending_pp.clear();
         self.relayed.clear();
         self.acks.retain(|(view, _, _), _| *view >= v);
         self.pending_nv = None;
@@ -2700,6 +2833,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     fn on_batches(&mut self, bodies: Vec<Batch>) -> Result<(), Reject> {
         let mut wanted: BTreeSet<Digest> = self.log.values().filter_map(|s| s.pp).collect();
         wanted.extend(self.decision_missing.iter().copied());
+        wanted.extend(self.pending_pp.values().map(|p| p.digest));
         wanted.extend(self.pset.values().map(|e| e.digest));
         let mut useful = false;
         for b in bodies {
@@ -2711,6 +2845,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         if !useful {
             return Err(Reject::Unexpected);
+        }
+        if !self.pending_pp.is_empty() {
+            self.retry_pending();
         }
         self.try_execute();
         if !self.normal && self.is_primary() {
@@ -2771,6 +2908,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             .filter(|d| *d != NULL_DIGEST && !self.batches.contains_key(d))
             .collect();
         m.extend(self.decision_missing.iter().copied());
+        m.extend(self.pending_pp.values().map(|p| p.digest));
         m.truncate(MISSING_MAX);
         m
     }
@@ -2884,6 +3022,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                                 seq: n,
                                 digest: d,
                                 batch: b,
+                                beside: Vec::new(),
                             };
                             self.send_replica(from, &Message::PrePrepare(pp));
                             sent = true;
@@ -2987,6 +3126,7 @@ const MISSING_MAX: usize = 32;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Footprint {
     pub log_slots: usize,
+    pub pending_pre_prepares: usize,
     pub executed: usize,
     pub batches: usize,
     pub checkpoints: usize,
@@ -3007,6 +3147,11 @@ impl Footprint {
     pub fn exceeds(&self, bound: &Footprint) -> Vec<&'static str> {
         let pairs = [
             ("log_slots", self.log_slots, bound.log_slots),
+            (
+                "pending_pre_prepares",
+                self.pending_pre_prepares,
+                bound.pending_pre_prepares,
+            ),
             ("executed", self.executed, bound.executed),
             ("batches", self.batches, bound.batches),
             ("checkpoints", self.checkpoints, bound.checkpoints),

@@ -120,6 +120,11 @@ pub struct Config {
     /// tentative batch that a view change does not carry over is undone. Saves one message
     /// delay. Clients and replicas must agree on it.
     pub tentative_execution: bool,
+    /// Requests whose operation has at least this many bytes travel beside the pre-prepare
+    /// (PBFT §4.2): the client multicasts them to every replica and the pre-prepare names
+    /// them by digest instead of carrying them, so the primary does not send them again.
+    /// 0: every request travels inside the pre-prepare. Clients and replicas must agree.
+    pub large_request_bytes: usize,
     /// Largest state-transfer answer a replica sends (bytes); a FETCH asking for more is
     /// answered in part and the asker asks again for the rest.
     pub transfer_reply_bytes_max: usize,
@@ -170,6 +175,7 @@ impl Config {
             read_only_fast_path: true,
             digest_replies: false,
             tentative_execution: true,
+            large_request_bytes: 1024,
             transfer_reply_bytes_max: 1 << 20,
             transfer_rate_bytes_per_sec: 256 << 20,
             transfer_items_max: 256,

@@ -321,6 +321,7 @@ fn restore_keeps_a_prepared_slot_this_replica_could_not_vouch_for() {
                 seq: 1,
                 digest: d,
                 batch,
+                beside: Vec::new(),
             }),
         ),
         &mut records,
@@ -464,6 +465,7 @@ fn diverged_state_stops_execution_instead_of_looping() {
                         seq: n,
                         digest: d,
                         batch,
+                        beside: Vec::new(),
                     }),
                 )),
             );

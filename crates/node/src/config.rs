@@ -577,6 +577,7 @@ struct ProtocolSection {
     read_only_fast_path: bool,
     digest_replies: bool,
     tentative_execution: bool,
+    large_request_bytes: usize,
     transfer_reply_bytes_max: usize,
     transfer_rate_bytes_per_sec: u64,
     transfer_items_max: usize,
@@ -607,6 +608,7 @@ impl Default for ProtocolSection {
             read_only_fast_path: c.read_only_fast_path,
             digest_replies: c.digest_replies,
             tentative_execution: c.tentative_execution,
+            large_request_bytes: c.large_request_bytes,
             transfer_reply_bytes_max: c.transfer_reply_bytes_max,
             transfer_rate_bytes_per_sec: c.transfer_rate_bytes_per_sec,
             transfer_items_max: c.transfer_items_max,
@@ -637,6 +639,7 @@ impl ProtocolSection {
         c.read_only_fast_path = self.read_only_fast_path;
         c.digest_replies = self.digest_replies;
         c.tentative_execution = self.tentative_execution;
+        c.large_request_bytes = self.large_request_bytes;
         c.transfer_reply_bytes_max = self.transfer_reply_bytes_max;
         c.transfer_rate_bytes_per_sec = self.transfer_rate_bytes_per_sec;
         c.transfer_items_max = self.transfer_items_max;
@@ -1291,6 +1294,10 @@ digest_replies = {dr}
 # committed) and replies at once; the client needs 2f+1 matching replies. Saves one message
 # delay; a batch that a view change drops is undone (true/false). Default: {d_te}.
 tentative_execution = {te}
+# Requests with operations of at least this many bytes travel beside the pre-prepare: the
+# client sends them to every replica and the primary names them by digest (bytes; 0: all
+# requests travel inside the pre-prepare). Default: {d_lrb}.
+large_request_bytes = {lrb}
 # Largest state-transfer answer a replica sends (bytes); at least 64 KiB and at most half
 # of message_bytes_max. Default: {d_trb} (1 MiB).
 transfer_reply_bytes_max = {trb}
@@ -1487,6 +1494,8 @@ stagger_wait_max_s = {rsw}
             rofp = p.read_only_fast_path,
             dr = p.digest_replies,
             te = p.tentative_execution,
+            lrb = p.large_request_bytes,
+            d_lrb = d.large_request_bytes,
             d_te = d.tentative_execution,
             d_dr = d.digest_replies,
             d_rofp = d.read_only_fast_path,

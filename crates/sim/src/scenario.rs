@@ -449,6 +449,8 @@ impl Scenario {
         s.value_pad = if rng.random_bool(0.5) { 48 } else { 0 };
         s.core.digest_replies = rng.random_bool(0.8);
         s.core.tentative_execution = rng.random_bool(0.8);
+        // Padded writes (57 bytes) travel beside the pre-prepare in a third of the seeds.
+        s.core.large_request_bytes = [0, 32, 1024][rng.random_range(0..3)];
         // Proactive recovery in some seeds without other faulty replicas (a compromised
         // replica counts against f): replicas compromised in turn, each rebooted and recovered.
         if s.faulty().is_empty() && rng.random_bool(0.15) {

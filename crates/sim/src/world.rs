@@ -1254,11 +1254,12 @@ pub fn describe(bytes: &[u8]) -> String {
     match m {
         Message::Request(r) => format!("REQUEST {:?}", r.request),
         Message::PrePrepare(p) => format!(
-            "PRE-PREPARE v{} n{} {:?} [{} reqs]",
+            "PRE-PREPARE v{} n{} {:?} [{} reqs, {} beside]",
             p.view,
             p.seq,
             p.digest,
-            p.batch.requests.len()
+            p.batch.requests.len(),
+            p.beside.len()
         ),
         Message::Prepare(p) => format!("PREPARE v{} n{} {:?}", p.view, p.seq, p.digest),
         Message::Commit(c) => format!("COMMIT v{} n{} {:?}", c.view, c.seq, c.digest),

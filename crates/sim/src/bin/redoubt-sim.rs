@@ -35,7 +35,7 @@ struct Args {
     /// Print the full trace of the run (with --seed or --scenario).
     #[arg(long)]
     trace: bool,
-    /// Run a deliberately broken core: commit-quorum, skip-digest-check, view-change-any-prepared, trust-replier, read-only-weak-quorum.
+    /// Run a deliberately broken core: commit-quorum, skip-digest-check, view-change-any-prepared, trust-replier, read-only-weak-quorum, accept-retired-keys, tentative-weak-quorum.
     #[arg(long)]
     mutant: Option<String>,
     /// Run a named scenario (see --list).
