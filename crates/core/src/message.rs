@@ -127,8 +127,10 @@ pub struct Beside {
 }
 
 impl PrePrepare {
-    /// The whole batch, with each request named in `beside` taken from `lookup`; `None` if a
-    /// request is missing or the positions are malformed.
+    /// The whole batch, with each request named in `beside` taken from `lookup` (which must
+    /// return the request of that client with that digest; the batch digest is checked
+    /// against `digest` afterwards anyway); `None` if a request is missing or the positions
+    /// are malformed.
     pub fn whole_batch(
         &self,
         mut lookup: impl FnMut(&Beside) -> Option<SignedRequest>,
@@ -144,7 +146,7 @@ impl PrePrepare {
             match beside.peek() {
                 Some(b) if b.index as usize == i => {
                     let r = lookup(b)?;
-                    if r.request.client != b.client || r.request.digest() != b.digest {
+                    if r.request.client != b.client {
                         return None;
                     }
                     requests.push(r);

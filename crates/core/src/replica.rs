@@ -111,6 +111,8 @@ struct StoredCheckpoint {
 #[derive(Clone, Debug)]
 struct Waiting {
     req: SignedRequest,
+    /// Digest of `req.request`.
+    digest: Digest,
     order: u64,
 }
 
@@ -632,7 +634,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if req.op.len() > self.cfg.request_bytes_max {
             return Err(Reject::TooLarge);
         }
-        if !self.request_authentic(req, &req.digest(), &sr.auth) {
+        let digest = req.digest();
+        if !self.request_authentic(req, &digest, &sr.auth) {
             self.ask_for_client_key(req.client);
             return Err(Reject::BadRequestAuth);
         }
@@ -707,12 +710,17 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     c,
                     Waiting {
                         req: sr.clone(),
+                        digest,
                         order,
                     },
                 );
             }
         }
-        if !self.pending_pp.is_empty() {
+        if self
+            .pending_pp
+            .values()
+            .any(|p| p.beside.iter().any(|b| b.client == c && b.digest == digest))
+        {
             self.retry_pending();
         }
         let multicast =
@@ -842,7 +850,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     continue;
                 }
                 if recheck
-                    && !self.request_authentic(&w.req.request, &w.req.request.digest(), &w.req.auth)
+                    && !self.request_authentic(&w.req.request, &w.digest, &w.req.auth)
                 {
                     stale.push(*c);
                     continue;
@@ -928,6 +936,15 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 || self.request_authentic(&r.request, d, &r.auth))
     }
 
+    /// The digest of `r`: from the copy this replica holds if it is the same request (a
+    /// comparison is cheaper than hashing a large operation again), else computed.
+    fn request_digest(&self, r: &SignedRequest) -> Digest {
+        match self.waiting.get(&r.request.client) {
+            Some(w) if w.req.request == r.request => w.digest,
+            _ => r.request.digest(),
+        }
+    }
+
     /// The pre-prepare to send for `pp`: large client requests named beside it.
     fn lean(&self, mut pp: PrePrepare) -> PrePrepare {
         let large = self.cfg.large_request_bytes;
@@ -941,7 +958,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 pp.beside.push(Beside {
                     index: i as u32,
                     client: r.request.client,
-                    digest: r.request.digest(),
+                    digest: self.request_digest(&r),
                 });
             } else {
                 pp.batch.requests.push(r);
@@ -961,7 +978,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             None => pp.whole_batch(|b| {
                 self.waiting
                     .get(&b.client)
-                    .filter(|w| w.req.request.digest() == b.digest)
+                    .filter(|w| w.digest == b.digest)
                     .map(|w| w.req.clone())
             }),
         };
@@ -1045,7 +1062,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             .batch
             .requests
             .iter()
-            .map(|r| r.request.digest())
+            .map(|r| self.request_digest(r))
             .collect();
         if pp.digest == NULL_DIGEST
             || (check_digest && pp.batch.digest_with(&request_digests) != pp.digest)
