@@ -26,7 +26,7 @@ mod kv;
 
 pub use kv::{KvClient, KvError};
 
-use redoubt_core::message::{decode_body, decode_frame};
+use redoubt_core::message::reply_client;
 use redoubt_core::ClientId as Id;
 use redoubt_core::{
     Auth, ClientId, ClientTiming, Completion, Config, Effect, Env, InvokeError, Keys, Principal,
@@ -129,11 +129,10 @@ impl Connections {
 /// client) for anything else a replica sends clients (its NEW-KEY asking for their keys) or
 /// for a frame that does not decode (each client counts it as rejected).
 fn demux_target(frame: &[u8], max: usize) -> Option<Id> {
-    let f = decode_frame(frame, max).ok()?;
-    match decode_body(&f.body).ok()? {
-        redoubt_core::Message::Reply(r) => Some(r.client),
-        _ => None,
+    if frame.len() > max {
+        return None;
     }
+    reply_client(frame)
 }
 
 /// Everything a client needs to reach a cluster.

@@ -652,6 +652,40 @@ impl Reject {
 }
 
 /// Decodes a frame without verifying it. Bounded by `max_bytes`.
+/// A frame's header with its body borrowed (for [`reply_client`]).
+#[derive(Deserialize)]
+struct FrameRef<'a> {
+    version: u8,
+    _from: Principal,
+    _epoch: u32,
+    #[serde(borrow)]
+    body: &'a [u8],
+    _tag: Tag,
+}
+
+/// The client a REPLY frame is for, read from the start of its body without decoding or
+/// copying the rest (a process whose clients share connections routes replies with it);
+/// `None` for any other frame or a malformed one. Unauthenticated, like the routing it serves:
+/// the client itself verifies the reply.
+pub fn reply_client(bytes: &[u8]) -> Option<ClientId> {
+    let (frame, _) = postcard::take_from_bytes::<FrameRef<'_>>(bytes).ok()?;
+    if frame.version != WIRE_VERSION {
+        return None;
+    }
+    // A message is its variant index, then the fields in order: for REPLY, view, timestamp,
+    // client.
+    let (variant, rest) = postcard::take_from_bytes::<u32>(frame.body).ok()?;
+    if variant != REPLY_VARIANT {
+        return None;
+    }
+    let ((_view, _timestamp, client), _) =
+        postcard::take_from_bytes::<(View, u64, ClientId)>(rest).ok()?;
+    Some(client)
+}
+
+/// Index of [`Message::Reply`] among the variants of [`Message`] (checked by a test).
+const REPLY_VARIANT: u32 = 4;
+
 pub fn decode_frame(bytes: &[u8], max_bytes: usize) -> Result<Frame, Reject> {
     if bytes.len() > max_bytes {
         return Err(Reject::Oversized);
@@ -688,6 +722,39 @@ pub fn encode_frame(f: &Frame) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reply_client_reads_the_client_of_replies_only() {
+        let reply = Message::Reply(Reply {
+            view: 7,
+            timestamp: 1_700_000_000_000,
+            client: 123_456,
+            replica: 2,
+            digest_only: false,
+            tentative: true,
+            result: vec![5; 40],
+        });
+        let frame = |m: &Message| {
+            encode_frame(&Frame {
+                version: WIRE_VERSION,
+                from: Principal::Replica(2),
+                epoch: 3,
+                body: encode_body(m),
+                tag: Tag::Mac(Mac([1; 16])),
+            })
+        };
+        assert_eq!(reply_client(&frame(&reply)), Some(123_456));
+        let commit = Message::Commit(Commit {
+            view: 1,
+            seq: 2,
+            digest: NULL_DIGEST,
+            replica: 0,
+        });
+        assert_eq!(reply_client(&frame(&commit)), None);
+        let bytes = frame(&reply);
+        assert_eq!(reply_client(&bytes[..bytes.len() / 2]), None);
+        assert_eq!(reply_client(b"garbage"), None);
+    }
 
     #[test]
     fn batch_digest_ignores_authenticators_but_not_content() {

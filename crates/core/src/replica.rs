@@ -849,9 +849,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 if self.inflight.get(c).is_some_and(|t| *t >= ts) {
                     continue;
                 }
-                if recheck
-                    && !self.request_authentic(&w.req.request, &w.digest, &w.req.auth)
-                {
+                if recheck && !self.request_authentic(&w.req.request, &w.digest, &w.req.auth) {
                     stale.push(*c);
                     continue;
                 }
