@@ -265,12 +265,12 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
     println!(
         "redoubt bench micro: redoubt (n = 4, f = 1, journal fsync {}) against an unreplicated baseline, on {} cores; {}",
         if args.fsync { "on" } else { "off" },
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
         if args.own_connections {
             "each benchmark client on its own connections"
         } else {
             "the benchmark clients share one connection per server"
-        },
-        std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
     );
     println!(
         "  operations a/b (argument/result KiB): 0/0 get of an absent key, 0/4 get of a 4 KiB value, 4/0 blind write of 4 KiB"

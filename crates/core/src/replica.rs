@@ -19,7 +19,7 @@ use crate::service::{ExecContext, Service};
 use crate::transfer::{checkpoint_digest, rebuild_meta, Walk};
 use crate::types::{ClientId, Config, Principal, ReplicaId, Seq, View};
 use crate::viewchange::{self, Pending, SlotSummary};
-use redoubt_crypto::{Digest, DigestBuilder};
+use redoubt_crypto::Digest;
 use redoubt_state::{PageStore, PagedState, StateFootprint};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -1406,19 +1406,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
             {
                 continue; // exactly once
             }
-            let seed = {
-                let d = DigestBuilder::new("redoubt.seed.v1")
-                    .u64(b.nondet.seed)
-                    .u64(seq)
-                    .u64(i as u64)
-                    .finish();
-                u64::from_le_bytes(d.0[..8].try_into().expect("8 bytes"))
-            };
             let ctx = ExecContext {
                 seq,
                 client: c,
                 time_ms,
-                seed,
+                batch_seed: b.nondet.seed,
+                index: i as u64,
             };
             let result = match recovery::recovery_of(req.client, self.cfg.n()) {
                 Some(r) => {

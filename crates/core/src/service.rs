@@ -17,8 +17,23 @@ pub struct ExecContext {
     pub client: ClientId,
     /// Agreed time in ms: monotone across batches (max of the proposal and previous + 1).
     pub time_ms: u64,
-    /// Agreed per-request random seed.
-    pub seed: u64,
+    /// The batch's agreed random seed and the request's position in the batch; see
+    /// [`ExecContext::seed`].
+    pub batch_seed: u64,
+    pub index: u64,
+}
+
+impl ExecContext {
+    /// Agreed per-request random seed, derived from the batch's seed, the sequence number and
+    /// the request's position (computed on demand: most operations need none).
+    pub fn seed(&self) -> u64 {
+        let d = redoubt_crypto::DigestBuilder::new("redoubt.seed.v1")
+            .u64(self.batch_seed)
+            .u64(self.seq)
+            .u64(self.index)
+            .finish();
+        u64::from_le_bytes(d.0[..8].try_into().expect("8 bytes"))
+    }
 }
 
 /// A deterministic replicated state machine.

@@ -113,7 +113,8 @@ pub async fn run_baseline(config_path: &Path, addr: SocketAddr) -> Result<(), No
                     seq: 0,
                     client: c,
                     time_ms: last_time_ms,
-                    seed: req.timestamp,
+                    batch_seed: req.timestamp,
+                    index: 0,
                 };
                 let r = service.execute(&mut state, &req.op, &ctx);
                 last.insert(c, (req.timestamp, r.clone()));

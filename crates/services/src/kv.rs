@@ -391,7 +391,8 @@ mod tests {
             seq,
             client: 1,
             time_ms: seq,
-            seed: seq,
+            batch_seed: seq,
+            index: 0,
         }
     }
 

@@ -1098,7 +1098,8 @@ mod tests {
                 seq: seq as u64,
                 client: history[i].client,
                 time_ms: 0,
-                seed: 0,
+                batch_seed: 0,
+                index: 0,
             };
             let out = svc.execute(&mut st, &history[i].op.encode(), &ctx);
             if history[i].complete_ms.is_some() {

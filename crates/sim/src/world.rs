@@ -801,7 +801,8 @@ impl World {
                         seq: 0,
                         client: 0,
                         time_ms: 0,
-                        seed: 0,
+                        batch_seed: 0,
+                        index: 0,
                     };
                     self.replicas[r as usize].tamper(|svc, st| {
                         redoubt_core::Service::execute(svc, st, &op.encode(), &ctx);
