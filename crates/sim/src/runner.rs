@@ -15,9 +15,12 @@ pub fn mutant_by_name(name: &str) -> Option<Mutant> {
 }
 
 /// The scenario of a seed: random, with the given mutant.
-pub fn scenario_for(seed: u64, mutant: Mutant) -> Scenario {
+pub fn scenario_for(seed: u64, mutant: Mutant, all_optimizations: bool) -> Scenario {
     let mut s = Scenario::random(seed);
     s.mutant = mutant;
+    if all_optimizations {
+        s.all_optimizations();
+    }
     s
 }
 
@@ -58,10 +61,12 @@ pub struct Summary {
 }
 
 /// Runs `count` seeds from `start` on `jobs` threads. `progress` is called after each seed.
+#[allow(clippy::too_many_arguments)]
 pub fn run_seeds(
     start: u64,
     count: u64,
     mutant: Mutant,
+    all_optimizations: bool,
     jobs: usize,
     stop_after_failures: Option<u64>,
     progress: impl Fn(&Outcome) + Sync,
@@ -81,7 +86,7 @@ pub fn run_seeds(
                 if seed >= end {
                     return;
                 }
-                let out = run(scenario_for(seed, mutant), false);
+                let out = run(scenario_for(seed, mutant, all_optimizations), false);
                 progress(&out);
                 let mut s = summary.lock().expect("lock");
                 s.ops += out.stats.ops_completed;

@@ -211,6 +211,17 @@ pub struct Scenario {
 }
 
 impl Scenario {
+    /// Every optimization on: read-only fast path, digest replies, tentative execution, and
+    /// requests beside the pre-prepare from 32 bytes, with values padded so that writes
+    /// travel beside the pre-prepare and results as digests.
+    pub fn all_optimizations(&mut self) {
+        self.value_pad = 48;
+        self.core.read_only_fast_path = true;
+        self.core.digest_replies = true;
+        self.core.tentative_execution = true;
+        self.core.large_request_bytes = 32;
+    }
+
     /// A fault-free baseline with f = 1.
     pub fn calm(seed: u64) -> Scenario {
         let mut core = Config::new(1);

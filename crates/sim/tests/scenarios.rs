@@ -99,7 +99,7 @@ fn primary_step_down_hands_over() {
 #[test]
 fn five_hundred_random_seeds() {
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let s = run_seeds(1_000_000, 500, Mutant::None, jobs, None, |_| {});
+    let s = run_seeds(1_000_000, 500, Mutant::None, false, jobs, None, |_| {});
     assert_eq!(
         s.failed, 0,
         "failing seeds (replay with redoubt-sim --seed S --trace): {:#?}",
@@ -109,6 +109,20 @@ fn five_hundred_random_seeds() {
         s.view_changes > 0 && s.state_transfers > 0 && s.tentative_undone > 0,
         "the mix exercised view changes, state transfer and undoing tentative batches: {s:?}"
     );
+}
+
+/// The same mix with every optimization switched on in every seed (tentative execution,
+/// requests beside the pre-prepare, digest replies, read-only fast path).
+#[test]
+fn three_hundred_seeds_with_every_optimization() {
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let s = run_seeds(2_000_000, 300, Mutant::None, true, jobs, None, |_| {});
+    assert_eq!(
+        s.failed, 0,
+        "failing seeds (replay with redoubt-sim --all-optimizations --seed S --trace): {:#?}",
+        s.failures
+    );
+    assert!(s.tentative_undone > 0, "{s:?}");
 }
 
 /// Every mutant is caught within the default seed budget: the checkers can fail.
@@ -154,7 +168,7 @@ fn every_mutant_is_caught() {
         }
         let m = mutant_by_name(name).expect("known");
         // The default seed budget of `redoubt-sim` (1000 seeds from seed 0).
-        let s = run_seeds(0, 1000, m, jobs, Some(1), |_| {});
+        let s = run_seeds(0, 1000, m, false, jobs, Some(1), |_| {});
         assert!(s.failed > 0, "mutant {name} survived 1000 seeds");
     }
 }

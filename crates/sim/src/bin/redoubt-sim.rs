@@ -38,6 +38,11 @@ struct Args {
     /// Run a deliberately broken core: commit-quorum, skip-digest-check, view-change-any-prepared, trust-replier, read-only-weak-quorum, accept-retired-keys, tentative-weak-quorum.
     #[arg(long)]
     mutant: Option<String>,
+    /// Switch every optimization on in every random seed (read-only fast path, digest
+    /// replies, tentative execution, requests beside the pre-prepare from 32 bytes) instead
+    /// of drawing them per seed.
+    #[arg(long)]
+    all_optimizations: bool,
     /// Run a named scenario (see --list).
     #[arg(long)]
     scenario: Option<String>,
@@ -88,7 +93,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             },
-            None => scenario_for(seed, mutant),
+            None => scenario_for(seed, mutant, args.all_optimizations),
         };
         if args.trace {
             println!("scenario: {sc:#?}");
@@ -149,6 +154,7 @@ fn main() -> ExitCode {
         args.start_seed,
         count,
         mutant,
+        args.all_optimizations,
         jobs,
         args.stop_after,
         |out| {
