@@ -763,21 +763,21 @@ impl<S: Service, A: Auth> Replica<S, A> {
             let Some(result) = self.service.execute_read_only(&self.state, &req.op) else {
                 continue;
             };
-            let reply = self.reply(c, req.timestamp, result, false);
+            let reply = self.reply(c, req.timestamp, &result, false);
             self.send(Principal::Client(c), &reply);
         }
     }
 
     /// The first reply to a request: in full from its designated replier (or for short
     /// results, or without digest replies), as a digest from the others.
-    fn reply(&self, client: ClientId, timestamp: u64, result: Vec<u8>, tentative: bool) -> Message {
+    fn reply(&self, client: ClientId, timestamp: u64, result: &[u8], tentative: bool) -> Message {
         let digest_only = self.cfg.digest_replies
             && result.len() >= DIGEST_REPLY_MIN_BYTES
             && designated_replier(client, timestamp, self.cfg.n()) != self.id;
         let result = if digest_only {
-            Digest::of(&result).0.to_vec()
+            Digest::of(result).0.to_vec()
         } else {
-            result
+            result.to_vec()
         };
         Message::Reply(Reply {
             view: self.view,
@@ -1429,7 +1429,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 self.clients.insert(c, last);
                 continue;
             }
-            let reply = self.reply(c, req.timestamp, last.result.clone(), tentative);
+            let reply = self.reply(c, req.timestamp, &last.result, tentative);
             let old = self.clients.insert(c, last);
             if tentative {
                 before.push((c, old));
