@@ -108,13 +108,17 @@ impl Connections {
         }
     }
 
-    fn attach(&self, id: Id) -> mpsc::Receiver<Vec<u8>> {
-        let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
-        self.routes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, tx);
-        rx
+    /// Registers client `id`; `None` if a client with that id already uses the connections.
+    fn attach(&self, id: Id) -> Option<mpsc::Receiver<Vec<u8>>> {
+        let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+        match routes.entry(id) {
+            std::collections::hash_map::Entry::Occupied(_) => None,
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
+                e.insert(tx);
+                Some(rx)
+            }
+        }
     }
 
     fn detach(&self, id: Id) {
@@ -324,18 +328,12 @@ impl Client {
                 "the shared connections accept smaller frames than this client's setup".into(),
             ));
         }
-        if connections
-            .routes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(&setup.id)
-        {
+        let Some(inbound) = connections.attach(setup.id) else {
             return Err(ClientError::InvalidSetup(format!(
                 "client {} already uses these connections",
                 setup.id
             )));
-        }
-        let inbound = connections.attach(setup.id);
+        };
         let links = connections.links.clone();
         Ok(Self::start(
             setup,

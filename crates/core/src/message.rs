@@ -11,7 +11,7 @@ use redoubt_crypto::{Digest, DigestBuilder, Mac};
 use serde::{Deserialize, Serialize};
 
 /// Wire format version carried by every frame.
-pub const WIRE_VERSION: u8 = 1;
+pub const WIRE_VERSION: u8 = 2;
 
 /// The digest that stands for the null request in view changes.
 pub const NULL_DIGEST: Digest = Digest::ZERO;
@@ -651,7 +651,6 @@ impl Reject {
     }
 }
 
-/// Decodes a frame without verifying it. Bounded by `max_bytes`.
 /// A frame's header with its body borrowed (for [`reply_client`]).
 #[derive(Deserialize)]
 struct FrameRef<'a> {
@@ -686,6 +685,7 @@ pub fn reply_client(bytes: &[u8]) -> Option<ClientId> {
 /// Index of [`Message::Reply`] among the variants of [`Message`] (checked by a test).
 const REPLY_VARIANT: u32 = 4;
 
+/// Decodes a frame without verifying it. Bounded by `max_bytes`.
 pub fn decode_frame(bytes: &[u8], max_bytes: usize) -> Result<Frame, Reject> {
     if bytes.len() > max_bytes {
         return Err(Reject::Oversized);

@@ -763,7 +763,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
             let Some(result) = self.service.execute_read_only(&self.state, &req.op) else {
                 continue;
             };
-            let reply = self.reply(c, req.timestamp, &result, false);
+            // Marked tentative: an answer from one replica's executed state is never a
+            // committed reply, so even a client that took it for an ordered request (its
+            // read-only fast path off) needs 2f+1 matching answers.
+            let reply = self.reply(c, req.timestamp, &result, true);
             self.send(Principal::Client(c), &reply);
         }
     }
@@ -995,7 +998,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
     fn retry_pending(&mut self) {
         let seqs: Vec<Seq> = self.pending_pp.keys().copied().collect();
         for seq in seqs {
-            let pp = self.pending_pp.remove(&seq).expect("listed");
+            let Some(pp) = self.pending_pp.remove(&seq) else {
+                continue;
+            };
             match self.resolve(pp) {
                 Ok(whole) => {
                     let p = self.primary();
@@ -1240,11 +1245,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return;
         }
         if let Some(t) = &self.tentative {
-            // Within a view the slot keeps its digest (a view change undoes the batch first).
-            let slot = self.log.get(&t.seq);
-            debug_assert!(slot.is_none_or(|s| s.pp == Some(t.digest)));
-            if slot.is_some_and(|s| s.committed && s.pp == Some(t.digest)) {
-                self.keep_tentative();
+            // Within a view the slot keeps its digest (a view change undoes the batch first);
+            // should it ever differ, the batch is undone rather than kept or waited for.
+            match self.log.get(&t.seq) {
+                Some(s) if s.pp != Some(t.digest) => self.undo_tentative(),
+                Some(s) if s.committed => self.keep_tentative(),
+                _ => {}
             }
         }
         if self.tentative.is_none() {
@@ -1683,7 +1689,6 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     fn start_transfer(&mut self, seq: Seq, digest: Digest, urgent: bool) {
-        self.undo_tentative();
         if seq < self.state.base_seq() {
             // Our durable base is already a later verified checkpoint; moving it backwards
             // would leave the journal naming a checkpoint the page file no longer holds.
@@ -1742,7 +1747,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 return;
             }
             // Fetching begins: undo the writes since our latest checkpoint so every page we
-            // keep is described by our tree, and stop executing until the transfer ends.
+            // keep is described by our tree, and stop executing until the transfer ends. A
+            // tentative batch is undone first (its entries in the exactly-once table too).
+            self.undo_tentative();
             self.state.revert_to_latest();
             let lc = self.fetch_lc();
             if let Some(t) = self.transfer.as_mut() {
@@ -1959,6 +1966,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if self.state.is_dirty() {
             // Only a test's tampering writes during a walk. The rollback may undo installed
             // pages too, so the walk starts again from the root.
+            self.undo_tentative();
             self.state.revert_to_latest();
             if let Some(t) = self.transfer.as_mut() {
                 let stats = t.walk.as_ref().map(|w| w.stats).unwrap_or_default();
@@ -2097,6 +2105,17 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let stable = self.stable_seq;
         self.checkpoints.retain(|n, _| *n == stable || *n > seq);
         self.checkpoints.insert(seq, StoredCheckpoint { digest });
+        // Our state now is that checkpoint, every page checked against its digest: vouch for
+        // it like for one we took. Without our vote a checkpoint that only the replicas which
+        // executed up to it vouch for may never become stable when another replica is silent,
+        // and a recovering replica waits for exactly that (seed 1224 of --all-optimizations).
+        let id = self.id;
+        self.record_vote(id, seq, digest);
+        self.broadcast(&Message::Checkpoint(Checkpoint {
+            seq,
+            digest,
+            replica: id,
+        }));
         // Requests settled by the transferred state are no longer waited for.
         let settled: Vec<(ClientId, u64)> = self
             .clients
