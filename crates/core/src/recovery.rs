@@ -126,15 +126,21 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     fn drop_incomplete_certificates(&mut self) {
+        // Our own votes stay: they were never received under any key, and the slot's
+        // sent_prepare/sent_commit marks say we cast them (peers that dropped them get them
+        // again, under the new keys, through status-driven retransmission). Dropping them too
+        // left a replica that re-keyed with a batch in flight unable to prepare it: it never
+        // votes again, and with another replica away no quorum forms (simulator seed 801
+        // under one schedule).
+        let (stable, me) = (self.stable_seq, self.id);
         for slot in self.log.values_mut() {
             if !slot.prepared {
-                slot.prepares.clear();
+                slot.prepares.retain(|r, _| *r == me);
             }
             if !slot.committed {
-                slot.commits.clear();
+                slot.commits.retain(|r, _| *r == me);
             }
         }
-        let (stable, me) = (self.stable_seq, self.id);
         for (r, votes) in self.ckpt_votes.iter_mut() {
             if *r != me {
                 votes.retain(|s, _| *s <= stable);

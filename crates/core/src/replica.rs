@@ -1689,11 +1689,6 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     fn start_transfer(&mut self, seq: Seq, digest: Digest, urgent: bool) {
-        // Undone as soon as a transfer is scheduled. Undoing only once fetching starts would
-        // spare a lagging replica some reloads, but it changed the simulator's schedules so
-        // that seed 801 lost liveness under proactive recovery (replicas' keys disagreeing
-        // after a recovery), not yet understood: ADR 0003.
-        self.undo_tentative();
         if seq < self.state.base_seq() {
             // Our durable base is already a later verified checkpoint; moving it backwards
             // would leave the journal naming a checkpoint the page file no longer holds.
