@@ -141,6 +141,14 @@ struct Point {
     client_cpu_us: f64,
 }
 
+/// The point of highest throughput of `system` for `op` over the client counts.
+fn peak<'a>(points: &'a [Point], system: System, op: &Op) -> Option<&'a Point> {
+    points
+        .iter()
+        .filter(|p| p.system == system && p.op.label() == op.label() && p.clients > 0)
+        .max_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s))
+}
+
 /// CPU time (user + system) a process used so far, in seconds, from `/proc/PID/stat`
 /// (`None` where there is no such file).
 fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
@@ -354,13 +362,10 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         "\nPeak throughput over the client counts (operations/s):\n\n| operation | baseline | at clients | redoubt | at clients | ratio |\n|---|---:|---:|---:|---:|---:|"
     );
     for op in OPS {
-        let peak = |s: System| {
-            points
-                .iter()
-                .filter(|p| p.system == s && p.op.label() == op.label() && p.clients > 0)
-                .max_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s))
-        };
-        if let (Some(b), Some(r)) = (peak(System::Baseline), peak(System::Redoubt)) {
+        if let (Some(b), Some(r)) = (
+            peak(&points, System::Baseline, &op),
+            peak(&points, System::Redoubt, &op),
+        ) {
             let _ = writeln!(
                 report,
                 "| {} | {:.0} | {} | {:.0} | {} | {:.0}% |",
@@ -402,23 +407,26 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         "\nCPU time per operation (µs) at each system's peak: the servers (redoubt: the four replicas together) and the benchmark's clients, which share the same cores:\n\n| operation | baseline server | baseline clients | redoubt replicas | redoubt per replica | redoubt clients | total ratio |\n|---|---:|---:|---:|---:|---:|---:|"
     );
     for op in OPS {
-        let peak = |s: System| {
-            points
-                .iter()
-                .filter(|p| p.system == s && p.op.label() == op.label() && p.clients > 0)
-                .max_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s))
-        };
-        if let (Some(b), Some(r)) = (peak(System::Baseline), peak(System::Redoubt)) {
+        if let (Some(b), Some(r)) = (
+            peak(&points, System::Baseline, &op),
+            peak(&points, System::Redoubt, &op),
+        ) {
+            let base = b.server_cpu_us + b.client_cpu_us;
+            // No CPU accounting without /proc: say so rather than print a ratio of zeros.
+            let ratio = if base > 0.0 {
+                format!("{:.2}x", (r.server_cpu_us + r.client_cpu_us) / base)
+            } else {
+                "n/a".to_string()
+            };
             let _ = writeln!(
                 report,
-                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}x |",
+                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {ratio} |",
                 op.label(),
                 b.server_cpu_us,
                 b.client_cpu_us,
                 r.server_cpu_us,
                 r.server_cpu_us / 4.0,
                 r.client_cpu_us,
-                (r.server_cpu_us + r.client_cpu_us) / (b.server_cpu_us + b.client_cpu_us)
             );
         }
     }

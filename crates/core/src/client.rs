@@ -278,9 +278,7 @@ impl<A: Auth> Client<A> {
         };
         self.refresh_keys(env, false);
         let bytes = self.seal_request(&request);
-        let large =
-            self.cfg.large_request_bytes > 0 && request.op.len() >= self.cfg.large_request_bytes;
-        if fast_read || large {
+        if fast_read || self.cfg.travels_beside(request.op.len()) {
             for r in 0..self.cfg.n() {
                 self.effects.push(Effect::Send {
                     to: Principal::Replica(r),

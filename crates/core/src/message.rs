@@ -724,6 +724,53 @@ mod tests {
     use super::*;
 
     #[test]
+    fn whole_batch_puts_requests_beside_back_in_place() {
+        let r = |c: ClientId| SignedRequest {
+            request: Request {
+                client: c,
+                timestamp: 1,
+                read_only: false,
+                op: vec![c as u8; 8],
+            },
+            auth: vec![Mac([0; 16])],
+        };
+        let whole = Batch {
+            nondet: NonDet::default(),
+            requests: vec![r(1), r(2), r(3)],
+        };
+        let named = |i: u32, c: ClientId| Beside {
+            index: i,
+            client: c,
+            digest: r(c).request.digest(),
+        };
+        let pp = |inline: Vec<SignedRequest>, beside: Vec<Beside>| PrePrepare {
+            view: 0,
+            seq: 1,
+            digest: whole.digest(),
+            batch: Batch {
+                nondet: NonDet::default(),
+                requests: inline,
+            },
+            beside,
+        };
+        let lookup = |b: &Beside| Some(r(b.client));
+        let lean = pp(vec![r(1), r(3)], vec![named(1, 2)]);
+        assert_eq!(lean.whole_batch(lookup), Some(whole.clone()));
+        // A missing request, a position past the end, a count that does not add up, a lookup
+        // returning another client's request: no batch.
+        assert_eq!(lean.whole_batch(|_| None), None);
+        assert_eq!(
+            pp(vec![r(1), r(3)], vec![named(5, 2)]).whole_batch(lookup),
+            None
+        );
+        assert_eq!(
+            pp(vec![r(1)], vec![named(0, 2), named(0, 3)]).whole_batch(lookup),
+            None
+        );
+        assert_eq!(lean.whole_batch(|_| Some(r(9))), None);
+    }
+
+    #[test]
     fn reply_client_reads_the_client_of_replies_only() {
         let reply = Message::Reply(Reply {
             view: 7,

@@ -723,8 +723,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         {
             self.retry_pending();
         }
-        let multicast =
-            self.cfg.large_request_bytes > 0 && sr.request.op.len() >= self.cfg.large_request_bytes;
+        let multicast = self.cfg.travels_beside(sr.request.op.len());
         if self.is_primary() {
             self.try_propose();
         } else if matches!(from, Principal::Client(_)) && self.normal && !multicast {
@@ -948,14 +947,15 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     /// The pre-prepare to send for `pp`: large client requests named beside it.
     fn lean(&self, mut pp: PrePrepare) -> PrePrepare {
-        let large = self.cfg.large_request_bytes;
-        if large == 0 {
+        if self.cfg.large_request_bytes == 0 {
             return pp;
         }
         let n = self.cfg.n();
         let requests = std::mem::take(&mut pp.batch.requests);
         for (i, r) in requests.into_iter().enumerate() {
-            if r.request.op.len() >= large && recovery::recovery_of(r.request.client, n).is_none() {
+            if self.cfg.travels_beside(r.request.op.len())
+                && recovery::recovery_of(r.request.client, n).is_none()
+            {
                 pp.beside.push(Beside {
                     index: i as u32,
                     client: r.request.client,
@@ -1304,10 +1304,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return;
         };
         let nn = self.cfg.n();
-        if batch.requests.iter().any(|r| {
-            recovery::recovery_of(r.request.client, nn).is_some()
-                || !matches!(self.requester(r.request.client), Principal::Client(_))
-        }) {
+        if batch
+            .requests
+            .iter()
+            .any(|r| recovery::recovery_of(r.request.client, nn).is_some())
+        {
             return;
         }
         let last_time_before = self.last_time_ms;

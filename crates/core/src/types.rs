@@ -200,6 +200,12 @@ impl Config {
         (v % self.n() as u64) as ReplicaId
     }
 
+    /// Whether a request whose operation has `op_len` bytes travels beside the pre-prepare
+    /// (its client sends it to every replica; see `large_request_bytes`).
+    pub fn travels_beside(&self, op_len: usize) -> bool {
+        self.large_request_bytes > 0 && op_len >= self.large_request_bytes
+    }
+
     /// Weak certificate size: at least one correct member.
     pub fn weak_quorum(&self) -> usize {
         self.f as usize + 1
