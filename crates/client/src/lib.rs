@@ -26,7 +26,7 @@ mod kv;
 
 pub use kv::{KvClient, KvError};
 
-use redoubt_core::message::reply_client;
+use redoubt_core::message::reply_header;
 use redoubt_core::ClientId as Id;
 use redoubt_core::{
     Auth, ClientId, ClientTiming, Completion, Config, Effect, Env, InvokeError, Keys, Principal,
@@ -55,14 +55,23 @@ const SHARED_LINK_QUEUE_PER_CLIENT: usize = 8;
 
 /// Connections to every replica of a cluster, shared by the clients of one process (see
 /// [`Client::connect_over`]). A task reads the replies and hands each to the client it is
-/// for (by the client id inside the reply); a replica's request for a client's key goes to
-/// every client on the connection. Cheap to clone; the connections close when the last clone
-/// and the last client using them are gone.
+/// for (by the client id inside the reply) if that client still waits for it (by the
+/// request timestamp inside); a replica's request for a client's key goes to every client on
+/// the connection. Cheap to clone; the connections close when the last clone and the last
+/// client using them are gone.
 #[derive(Clone)]
 pub struct Connections {
     links: Vec<Link>,
-    routes: Arc<Mutex<HashMap<Id, mpsc::Sender<Vec<u8>>>>>,
+    routes: Arc<Mutex<HashMap<Id, Route>>>,
     frame_bytes_max: usize,
+    unwanted: Arc<AtomicU64>,
+}
+
+/// Where the replies for one client go.
+struct Route {
+    tx: mpsc::Sender<Vec<u8>>,
+    /// The timestamp of the client's outstanding request (0: none), published by its task.
+    wanted: Arc<AtomicU64>,
 }
 
 impl Connections {
@@ -82,22 +91,33 @@ impl Connections {
             .iter()
             .map(|addr| Link::spawn(*addr, link_cfg.clone(), inbound_tx.clone()))
             .collect();
-        let routes: Arc<Mutex<HashMap<Id, mpsc::Sender<Vec<u8>>>>> = Arc::default();
+        let routes: Arc<Mutex<HashMap<Id, Route>>> = Arc::default();
+        let unwanted = Arc::new(AtomicU64::new(0));
         let table = Arc::downgrade(&routes);
+        let dropped = unwanted.clone();
         tokio::spawn(async move {
             while let Some(frame) = inbound.recv().await {
                 let Some(table) = table.upgrade() else { break };
-                let to = demux_target(&frame, frame_bytes_max);
-                let senders: Vec<mpsc::Sender<Vec<u8>>> = {
-                    let t = table.lock().unwrap_or_else(|p| p.into_inner());
-                    match to {
-                        Some(c) => t.get(&c).into_iter().cloned().collect(),
-                        None => t.values().cloned().collect(),
+                let t = table.lock().unwrap_or_else(|p| p.into_inner());
+                // A full client queue drops the frame, as a full link would (the sends do not
+                // wait, so the table's lock is held only briefly).
+                match demux_target(&frame, frame_bytes_max) {
+                    Some((c, timestamp)) => {
+                        if let Some(route) = t.get(&c) {
+                            if route.wanted.load(Relaxed) == timestamp {
+                                let _ = route.tx.try_send(frame);
+                            } else {
+                                // Beyond the certificate, or late: not worth waking the
+                                // client (it would drop it too).
+                                dropped.fetch_add(1, Relaxed);
+                            }
+                        }
                     }
-                };
-                // A full client queue drops the frame, as a full link would.
-                for s in senders {
-                    let _ = s.try_send(frame.clone());
+                    None => {
+                        for route in t.values() {
+                            let _ = route.tx.try_send(frame.clone());
+                        }
+                    }
                 }
             }
         });
@@ -105,17 +125,25 @@ impl Connections {
             links,
             routes,
             frame_bytes_max,
+            unwanted,
         }
     }
 
-    /// Registers client `id`; `None` if a client with that id already uses the connections.
-    fn attach(&self, id: Id) -> Option<mpsc::Receiver<Vec<u8>>> {
+    /// Replies dropped on arrival because their client no longer waited for them (the
+    /// replies beyond each request's certificate, mostly).
+    pub fn unwanted_replies(&self) -> u64 {
+        self.unwanted.load(Relaxed)
+    }
+
+    /// Registers client `id`, whose task publishes the timestamp it waits for in `wanted`;
+    /// `None` if a client with that id already uses the connections.
+    fn attach(&self, id: Id, wanted: Arc<AtomicU64>) -> Option<mpsc::Receiver<Vec<u8>>> {
         let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
         match routes.entry(id) {
             std::collections::hash_map::Entry::Occupied(_) => None,
             std::collections::hash_map::Entry::Vacant(e) => {
                 let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
-                e.insert(tx);
+                e.insert(Route { tx, wanted });
                 Some(rx)
             }
         }
@@ -129,14 +157,15 @@ impl Connections {
     }
 }
 
-/// The client a frame from a replica is for: the client named in a reply; `None` (every
-/// client) for anything else a replica sends clients (its NEW-KEY asking for their keys) or
-/// for a frame that does not decode (each client counts it as rejected).
-fn demux_target(frame: &[u8], max: usize) -> Option<Id> {
+/// The client a frame from a replica is for, and the request it answers: the client and
+/// timestamp named in a reply; `None` (every client) for anything else a replica sends
+/// clients (its NEW-KEY asking for their keys) or for a frame that does not decode (each
+/// client counts it as rejected).
+fn demux_target(frame: &[u8], max: usize) -> Option<(Id, u64)> {
     if frame.len() > max {
         return None;
     }
-    reply_client(frame)
+    reply_header(frame)
 }
 
 /// Everything a client needs to reach a cluster.
@@ -237,6 +266,11 @@ pub struct ClientStats {
     pub last_latency: Option<Duration>,
     /// Frames from replicas that did not verify or did not match.
     pub frames_rejected: u64,
+    /// Replies dropped unverified because they answered no outstanding request (mostly the
+    /// replies beyond each request's certificate), as of the last completed invocation. On
+    /// shared connections most are dropped before reaching the client: see
+    /// [`Connections::unwanted_replies`].
+    pub replies_unwanted: u64,
     /// Frames not sent because a replica's outgoing queue was full.
     pub frames_dropped: u64,
     /// Replicas with an established connection right now.
@@ -328,7 +362,8 @@ impl Client {
                 "the shared connections accept smaller frames than this client's setup".into(),
             ));
         }
-        let Some(inbound) = connections.attach(setup.id) else {
+        let wanted = Arc::new(AtomicU64::new(0));
+        let Some(inbound) = connections.attach(setup.id, wanted.clone()) else {
             return Err(ClientError::InvalidSetup(format!(
                 "client {} already uses these connections",
                 setup.id
@@ -339,7 +374,7 @@ impl Client {
             setup,
             links,
             inbound,
-            Some(connections.clone()),
+            Some((connections.clone(), wanted)),
         ))
     }
 
@@ -347,7 +382,7 @@ impl Client {
         setup: ClientSetup,
         links: Vec<Link>,
         inbound: mpsc::Receiver<Vec<u8>>,
-        shared: Option<Connections>,
+        shared: Option<(Connections, Arc<AtomicU64>)>,
     ) -> Client {
         let (commands, command_rx) = mpsc::channel(1);
         let state = Arc::new(State::default());
@@ -365,6 +400,7 @@ impl Client {
             deadline: setup.deadline,
             clock: Clock::start(),
             shared,
+            rejected_seen: 0,
         };
         tokio::spawn(task.run(command_rx, inbound));
         debug!(client = setup.id, replicas = ?setup.replicas, "client started");
@@ -496,8 +532,11 @@ struct Task {
     state: Arc<State>,
     deadline: Duration,
     clock: Clock,
-    /// The connections, if shared with other clients (they stay open when this one stops).
-    shared: Option<Connections>,
+    /// The connections, if shared with other clients (they stay open when this one stops),
+    /// and where this client publishes the timestamp it waits for.
+    shared: Option<(Connections, Arc<AtomicU64>)>,
+    /// The core's count of rejected frames last reported.
+    rejected_seen: u64,
 }
 
 impl Task {
@@ -521,6 +560,7 @@ impl Task {
                     let completion = self.core.receive(self.clock.env(), &frame);
                     self.note_rejected();
                     if let Some(c) = completion {
+                        self.publish();
                         if let Some(p) = pending.take() {
                             self.complete(c, p);
                         }
@@ -533,7 +573,7 @@ impl Task {
             }
         }
         match &self.shared {
-            Some(c) => c.detach(self.core.id()),
+            Some((c, _)) => c.detach(self.core.id()),
             None => {
                 for link in &self.links {
                     link.close();
@@ -554,11 +594,13 @@ impl Task {
             // Only possible if the caller of the previous invocation gave up (dropped its
             // future) before the tick noticed.
             self.core.abandon();
+            self.publish();
         }
         self.note_reconnects();
         match self.core.invoke(self.clock.env(), op, read_only) {
             Ok((timestamp, effects)) => {
                 trace!(client = self.core.id(), timestamp, read_only, "invoke");
+                self.publish();
                 self.route(effects);
                 Some(Pending {
                     reply,
@@ -583,10 +625,12 @@ impl Task {
         if p.reply.is_closed() {
             // The caller stopped waiting.
             self.core.abandon();
+            self.publish();
             return None;
         }
         if tokio::time::Instant::now() >= p.deadline {
             self.core.abandon();
+            self.publish();
             let connected = connected(&self.links);
             self.state.update(|s| s.unreachable += 1);
             debug!(
@@ -602,6 +646,9 @@ impl Task {
         }
         self.note_reconnects();
         let effects = self.core.tick(self.clock.env());
+        // Before the sends: a read-only operation reissued on the ordered path has a new
+        // timestamp, and its replies may come back at once.
+        self.publish();
         self.route(effects);
         Some(p)
     }
@@ -624,17 +671,30 @@ impl Task {
             "completed"
         );
         self.state.view.fetch_max(self.core.view(), Relaxed);
+        let unwanted = self.core.unwanted;
         self.state.update(|s| {
             s.completed += 1;
+            s.replies_unwanted = unwanted;
             s.retransmissions += c.retransmissions as u64;
             s.last_latency = Some(Duration::from_millis(c.latency_ms));
         });
         let _ = p.reply.send(Ok(c));
     }
 
-    fn note_rejected(&self) {
+    /// Publishes the timestamp of the outstanding request (0: none) for the shared
+    /// connections' router, which drops other replies for this client on arrival.
+    fn publish(&self) {
+        if let Some((_, wanted)) = &self.shared {
+            wanted.store(self.core.outstanding_timestamp().unwrap_or(0), Relaxed);
+        }
+    }
+
+    fn note_rejected(&mut self) {
         let rejected = self.core.rejected;
-        self.state.update(|s| s.frames_rejected = rejected);
+        if rejected != self.rejected_seen {
+            self.rejected_seen = rejected;
+            self.state.update(|s| s.frames_rejected = rejected);
+        }
     }
 
     /// Hands the core's frames to the links. A full queue drops the frame: the core

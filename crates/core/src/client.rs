@@ -12,7 +12,7 @@
 
 use crate::auth::{open, request_authenticator, seal, Auth};
 use crate::effect::{Bytes, Effect, Env};
-use crate::message::{decode_frame, Message, Request, SignedRequest};
+use crate::message::{decode_frame, reply_header, Message, Request, SignedRequest};
 use crate::types::{ClientId, Config, Principal, ReplicaId, View};
 use redoubt_crypto::Digest;
 use std::collections::{BTreeMap, BTreeSet};
@@ -99,6 +99,9 @@ pub struct Client<A: Auth> {
     pub rejected: u64,
     /// Read-only operations reissued on the ordered path.
     pub fallbacks: u64,
+    /// Replies dropped unverified because they answer no outstanding request (the replies
+    /// beyond a certificate, late ones, retransmitted ones).
+    pub unwanted: u64,
     /// With session keys: when the next NEW-KEY is due (host clock, ms), and the last one.
     next_rekey_ms: u64,
     last_rekey_ms: Option<u64>,
@@ -127,6 +130,7 @@ impl<A: Auth> Client<A> {
             effects: Vec::new(),
             rejected: 0,
             fallbacks: 0,
+            unwanted: 0,
             next_rekey_ms: 0,
             last_rekey_ms: None,
             rekey_for: BTreeSet::new(),
@@ -309,8 +313,22 @@ impl<A: Auth> Client<A> {
         self.outstanding = None;
     }
 
+    /// Whether a reply for `timestamp` could still count: it answers the outstanding request.
+    pub fn wants(&self, timestamp: u64) -> bool {
+        self.outstanding_timestamp() == Some(timestamp)
+    }
+
     /// Handles a frame; returns the completion if this reply finished the request.
     pub fn receive(&mut self, env: Env, bytes: &[u8]) -> Option<Completion> {
+        // Replies to anything but the outstanding request are dropped before they are decoded
+        // or verified: with n replicas answering and 2f+1 (or f+1) enough, the rest of every
+        // request's replies arrive after it completed.
+        if let Some((_, timestamp)) = reply_header(bytes) {
+            if !self.wants(timestamp) {
+                self.unwanted += 1;
+                return None;
+            }
+        }
         let frame = match decode_frame(bytes, self.cfg.message_bytes_max) {
             Ok(f) => f,
             Err(_) => {

@@ -11,10 +11,12 @@
 //! and re-executes its committed batches, so restarting every replica at once loses no write a
 //! client saw acknowledged.
 
-use crate::message::{Batch, PEntry, QEntry, ViewChange};
+use crate::message::{Batch, PEntry, QEntry, ViewChange, NULL_DIGEST};
 use crate::types::{Seq, View};
 use redoubt_crypto::Digest;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Record {
@@ -40,7 +42,7 @@ pub enum Record {
         view: View,
         seq: Seq,
         digest: Digest,
-        batch: Option<Batch>,
+        batch: Option<Arc<Batch>>,
         vouched: bool,
     },
     /// Prepared `digest` at `seq` in `view` (about to send COMMIT).
@@ -49,11 +51,15 @@ pub enum Record {
         seq: Seq,
         digest: Digest,
     },
-    /// Executed the batch `digest` (None for null) at `seq`.
+    /// Executed the batch `digest` at `seq`. `batch` is `None` for the null request
+    /// (`digest` is [`NULL_DIGEST`](crate::message::NULL_DIGEST)), and also when the replica
+    /// had journaled the body in a `PrePrepared` record for the same `seq` and `digest`
+    /// since its last view record: the body is then written once, and compaction keeps that
+    /// record for as long as it keeps this one.
     Executed {
         seq: Seq,
         digest: Digest,
-        batch: Option<Batch>,
+        batch: Option<Arc<Batch>>,
     },
 }
 
@@ -79,10 +85,11 @@ impl Record {
 }
 
 /// Compacts a journal to what a restart needs: the last checkpoint, the last view record, the
-/// executions after the checkpoint, and the pre-prepares and prepares of the last view after
-/// the checkpoint (older views live on in the view record's PSet and QSet). Order is kept.
+/// executions after the checkpoint, the pre-prepares and prepares of the last view after
+/// the checkpoint (older views live on in the view record's PSet and QSet), and, for an
+/// execution recorded without its body, the last pre-prepare that carries it. Order is kept.
 /// Hosts call it after appending a checkpoint or a view record, which bounds a journal by
-/// about 3L + 2 records.
+/// about 5L + 2 records.
 pub fn compact(records: Vec<Record>) -> Vec<Record> {
     let ck = records
         .iter()
@@ -95,6 +102,33 @@ pub fn compact(records: Vec<Record>) -> Vec<Record> {
         Record::View { view, .. } => *view,
         _ => unreachable!("position of a view record"),
     });
+    // Executions kept whose body lives in a pre-prepare record, and the last such record of
+    // each.
+    let mut bodies_needed: BTreeSet<(Seq, Digest)> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Executed {
+                seq,
+                digest,
+                batch: None,
+            } if *seq > h && *digest != NULL_DIGEST => Some((*seq, *digest)),
+            _ => None,
+        })
+        .collect();
+    let mut body_records = BTreeSet::new();
+    for (i, r) in records.iter().enumerate().rev() {
+        if let Record::PrePrepared {
+            seq,
+            digest,
+            batch: Some(_),
+            ..
+        } = r
+        {
+            if bodies_needed.remove(&(*seq, *digest)) {
+                body_records.insert(i);
+            }
+        }
+    }
     records
         .into_iter()
         .enumerate()
@@ -102,9 +136,10 @@ pub fn compact(records: Vec<Record>) -> Vec<Record> {
             Record::Checkpoint { .. } => Some(*i) == ck,
             Record::View { .. } => Some(*i) == last_view,
             Record::Executed { seq, .. } => *seq > h,
-            Record::PrePrepared { view: v, seq, .. } | Record::Prepared { view: v, seq, .. } => {
-                *seq > h && view.is_none_or(|cur| *v >= cur)
+            Record::PrePrepared { view: v, seq, .. } => {
+                (*seq > h && view.is_none_or(|cur| *v >= cur)) || body_records.contains(i)
             }
+            Record::Prepared { view: v, seq, .. } => *seq > h && view.is_none_or(|cur| *v >= cur),
         })
         .map(|(_, r)| r)
         .collect()
@@ -161,6 +196,62 @@ mod tests {
             kept,
             vec![ck(1), view(1), pp(1, 2), pp(1, 3), ex(2), ex(3)],
             "old views, old checkpoints and entries at or below the checkpoint are dropped"
+        );
+        assert_eq!(compact(kept.clone()), kept, "compaction is idempotent");
+    }
+
+    #[test]
+    fn compaction_keeps_the_body_of_an_execution_recorded_without_it() {
+        let batch = Arc::new(Batch {
+            nondet: crate::message::NonDet {
+                time_ms: 1,
+                seed: 2,
+            },
+            requests: vec![],
+        });
+        let pp = |v, n, body: bool| Record::PrePrepared {
+            view: v,
+            seq: n,
+            digest: d(n as u8),
+            batch: body.then(|| batch.clone()),
+            vouched: true,
+        };
+        let ex = |n, body: bool| Record::Executed {
+            seq: n,
+            digest: d(n as u8),
+            batch: body.then(|| batch.clone()),
+        };
+        let view = |v| Record::View {
+            view: v,
+            normal: true,
+            vc: None,
+            pset: vec![],
+            qset: vec![],
+            batches: vec![],
+        };
+        let records = vec![
+            view(0),
+            pp(0, 1, true),
+            pp(0, 2, true),
+            pp(0, 3, true),
+            ex(1, false),
+            ex(2, true),
+            view(1),
+            pp(1, 1, true),
+            view(2),
+            pp(2, 3, false),
+        ];
+        let kept = compact(records);
+        assert_eq!(
+            kept,
+            vec![
+                ex(1, false),
+                ex(2, true),
+                pp(1, 1, true),
+                view(2),
+                pp(2, 3, false)
+            ],
+            "one body per execution recorded without it (the last), nothing for the others"
         );
         assert_eq!(compact(kept.clone()), kept, "compaction is idempotent");
     }

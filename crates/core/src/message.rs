@@ -651,7 +651,7 @@ impl Reject {
     }
 }
 
-/// A frame's header with its body borrowed (for [`reply_client`]).
+/// A frame's header with its body borrowed (for [`reply_header`]).
 #[derive(Deserialize)]
 struct FrameRef<'a> {
     version: u8,
@@ -662,11 +662,12 @@ struct FrameRef<'a> {
     _tag: Tag,
 }
 
-/// The client a REPLY frame is for, read from the start of its body without decoding or
-/// copying the rest (a process whose clients share connections routes replies with it);
-/// `None` for any other frame or a malformed one. Unauthenticated, like the routing it serves:
-/// the client itself verifies the reply.
-pub fn reply_client(bytes: &[u8]) -> Option<ClientId> {
+/// The client and the request timestamp a REPLY frame is for, read from the start of its body
+/// without decoding or copying the rest (a process whose clients share connections routes
+/// replies with it, and a client drops replies to requests it no longer waits for before
+/// verifying them); `None` for any other frame or a malformed one. Unauthenticated, like the
+/// routing it serves: the client itself verifies the replies it keeps.
+pub fn reply_header(bytes: &[u8]) -> Option<(ClientId, u64)> {
     let (frame, _) = postcard::take_from_bytes::<FrameRef<'_>>(bytes).ok()?;
     if frame.version != WIRE_VERSION {
         return None;
@@ -677,9 +678,9 @@ pub fn reply_client(bytes: &[u8]) -> Option<ClientId> {
     if variant != REPLY_VARIANT {
         return None;
     }
-    let ((_view, _timestamp, client), _) =
+    let ((_view, timestamp, client), _) =
         postcard::take_from_bytes::<(View, u64, ClientId)>(rest).ok()?;
-    Some(client)
+    Some((client, timestamp))
 }
 
 /// Index of [`Message::Reply`] among the variants of [`Message`] (checked by a test).
@@ -771,7 +772,7 @@ mod tests {
     }
 
     #[test]
-    fn reply_client_reads_the_client_of_replies_only() {
+    fn reply_header_reads_client_and_timestamp_of_replies_only() {
         let reply = Message::Reply(Reply {
             view: 7,
             timestamp: 1_700_000_000_000,
@@ -790,17 +791,20 @@ mod tests {
                 tag: Tag::Mac(Mac([1; 16])),
             })
         };
-        assert_eq!(reply_client(&frame(&reply)), Some(123_456));
+        assert_eq!(
+            reply_header(&frame(&reply)),
+            Some((123_456, 1_700_000_000_000))
+        );
         let commit = Message::Commit(Commit {
             view: 1,
             seq: 2,
             digest: NULL_DIGEST,
             replica: 0,
         });
-        assert_eq!(reply_client(&frame(&commit)), None);
+        assert_eq!(reply_header(&frame(&commit)), None);
         let bytes = frame(&reply);
-        assert_eq!(reply_client(&bytes[..bytes.len() / 2]), None);
-        assert_eq!(reply_client(b"garbage"), None);
+        assert_eq!(reply_header(&bytes[..bytes.len() / 2]), None);
+        assert_eq!(reply_header(b"garbage"), None);
     }
 
     #[test]

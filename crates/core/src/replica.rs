@@ -81,7 +81,7 @@ struct LastReply {
 struct Tentative {
     seq: Seq,
     digest: Digest,
-    batch: Batch,
+    batch: Arc<Batch>,
     /// The exactly-once entries it replaced (in execution order), restored if it is undone.
     clients_before: Vec<(ClientId, Option<LastReply>)>,
     last_time_before: u64,
@@ -197,6 +197,10 @@ pub struct Replica<S: Service, A: Auth> {
     vcs: BTreeMap<(ReplicaId, View), (ViewChange, Digest)>,
     relayed: BTreeMap<(ReplicaId, Digest), ViewChange>,
     acks: BTreeMap<(View, ReplicaId, Digest), BTreeSet<ReplicaId>>,
+    /// Batches whose body this replica journaled in a `PrePrepared` record since its last
+    /// view record, above its last checkpoint record: their `Executed` records omit the body
+    /// (journal compaction keeps the pre-prepare record for them). At most one per slot.
+    bodies_journaled: BTreeSet<(Seq, Digest)>,
     pset: BTreeMap<Seq, PEntry>,
     qset: BTreeMap<Seq, Vec<(Digest, View)>>,
     new_view: Option<NewView>,
@@ -206,7 +210,7 @@ pub struct Replica<S: Service, A: Auth> {
 
     // Log.
     log: BTreeMap<Seq, Slot>,
-    batches: BTreeMap<Digest, Batch>,
+    batches: BTreeMap<Digest, Arc<Batch>>,
     next_seq: Seq,
     last_proposed_time_ms: u64,
 
@@ -296,6 +300,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             vcs: BTreeMap::new(),
             relayed: BTreeMap::new(),
             acks: BTreeMap::new(),
+            bodies_journaled: BTreeSet::new(),
             pset: BTreeMap::new(),
             qset: BTreeMap::new(),
             new_view: None,
@@ -454,6 +459,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             reads: self.reads.len(),
             view_changes: self.vcs.len() + self.relayed.len(),
             acks: self.acks.len(),
+            bodies_journaled: self.bodies_journaled.len(),
             state: self.state.footprint(),
         }
     }
@@ -479,6 +485,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             reads: clients,
             view_changes: 4 * n,
             acks: n * ACKS_PER_ACKER_MAX,
+            bodies_journaled: l,
             state: StateFootprint {
                 // Pages modified since the stable checkpoint are bounded by what the log's
                 // requests can write; the simulator's small states make this the page count.
@@ -543,9 +550,40 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     fn persist(&mut self, r: Record) {
-        if !self.replaying {
-            self.effects.push(Effect::Persist(r));
+        if self.replaying {
+            return;
         }
+        // Which bodies the journal holds in pre-prepare records that compaction keeps (see
+        // `bodies_journaled`): a view record may drop those of earlier views, a checkpoint
+        // record those at or below it.
+        match &r {
+            Record::View { .. } => self.bodies_journaled.clear(),
+            Record::Checkpoint { seq, .. } => {
+                self.bodies_journaled =
+                    self.bodies_journaled.split_off(&(seq + 1, Digest([0; 32])));
+            }
+            Record::PrePrepared {
+                seq,
+                digest,
+                batch: Some(_),
+                ..
+            } => {
+                self.bodies_journaled.insert((*seq, *digest));
+            }
+            _ => {}
+        }
+        self.effects.push(Effect::Persist(r));
+    }
+
+    /// Records the execution of batch `digest` at `seq`, with its body unless the journal
+    /// holds it already.
+    fn persist_executed(&mut self, seq: Seq, digest: Digest, batch: Option<&Arc<Batch>>) {
+        let batch = batch.filter(|_| !self.bodies_journaled.contains(&(seq, digest)));
+        self.persist(Record::Executed {
+            seq,
+            digest,
+            batch: batch.cloned(),
+        });
     }
 
     fn event(&mut self, e: Event) {
@@ -889,14 +927,15 @@ impl<S: Service, A: Auth> Replica<S, A> {
             let digest = batch.digest();
             let seq = self.next_seq;
             self.next_seq += 1;
+            let batch = Arc::new(batch);
             let pp = PrePrepare {
                 view: self.view,
                 seq,
                 digest,
-                batch: batch.clone(),
+                batch: (*batch).clone(),
                 beside: Vec::new(),
             };
-            self.batches.insert(digest, batch);
+            self.batches.insert(digest, batch.clone());
             let slot = self.log.entry(seq).or_default();
             // A correct primary never assigns a sequence number twice in a view.
             assert!(
@@ -911,7 +950,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 view: pp.view,
                 seq,
                 digest,
-                batch: Some(pp.batch.clone()),
+                batch: Some(batch),
                 vouched: true,
             });
             let lean = self.lean(pp);
@@ -975,7 +1014,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return Ok(pp);
         }
         let whole = match self.batches.get(&pp.digest) {
-            Some(b) => Some(b.clone()),
+            Some(b) => Some((**b).clone()),
             None => pp.whole_batch(|b| {
                 self.waiting
                     .get(&b.client)
@@ -1083,7 +1122,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 let vouched = slot.sent_prepare;
                 return if d == pp.digest {
                     if let std::collections::btree_map::Entry::Vacant(e) = self.batches.entry(d) {
-                        e.insert(pp.batch);
+                        e.insert(Arc::new(pp.batch));
                         self.try_execute();
                     }
                     if !vouched {
@@ -1109,14 +1148,15 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
         }
         let (view, seq, digest) = (pp.view, pp.seq, pp.digest);
+        let batch = Arc::new(pp.batch);
         self.persist(Record::PrePrepared {
             view,
             seq,
             digest,
-            batch: Some(pp.batch.clone()),
+            batch: Some(batch.clone()),
             vouched: verified,
         });
-        self.batches.insert(digest, pp.batch);
+        self.batches.insert(digest, batch);
         let slot = self.log.entry(seq).or_default();
         slot.pp = Some(digest);
         if verified {
@@ -1262,9 +1302,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 }
                 let d = slot.pp.expect("committed implies pre-prepared");
                 if d == NULL_DIGEST {
-                    self.execute(n, None);
+                    self.execute(n, NULL_DIGEST, None);
                 } else if let Some(b) = self.batches.get(&d).cloned() {
-                    self.execute(n, Some(b));
+                    self.execute(n, d, Some(b));
                 } else {
                     break; // the body is fetched through status messages
                 }
@@ -1331,12 +1371,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return;
         };
         self.state.keep_tentative();
-        self.persist(Record::Executed {
-            seq: t.seq,
-            digest: t.digest,
-            batch: Some(t.batch.clone()),
-        });
-        self.finish_execution(t.seq, t.digest, Some(&t.batch), t.executed);
+        self.persist_executed(t.seq, t.digest, Some(&t.batch));
+        self.finish_execution(t.seq, t.digest, Some(&*t.batch), t.executed);
     }
 
     /// Undoes the tentative batch, if any (a view change, or state about to be replaced).
@@ -1369,24 +1405,16 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.event(Event::TentativeUndone { seq: t.seq });
     }
 
-    fn execute(&mut self, seq: Seq, batch: Option<Batch>) {
+    /// Executes batch `digest` (`None`: the null request) at `seq`, the next in order.
+    fn execute(&mut self, seq: Seq, digest: Digest, batch: Option<Arc<Batch>>) {
         debug_assert_eq!(seq, self.last_executed + 1);
-        let digest = match &batch {
-            None => NULL_DIGEST,
-            Some(b) => b.digest(),
-        };
-        if !self.replaying {
-            self.persist(Record::Executed {
-                seq,
-                digest,
-                batch: batch.clone(),
-            });
-        }
+        debug_assert_eq!(digest, batch.as_ref().map_or(NULL_DIGEST, |b| b.digest()));
+        self.persist_executed(seq, digest, batch.as_ref());
         let executed = match &batch {
             Some(b) => self.apply(seq, b, false).0,
             None => Vec::new(),
         };
-        self.finish_execution(seq, digest, batch.as_ref(), executed);
+        self.finish_execution(seq, digest, batch.as_deref(), executed);
     }
 
     /// Runs a batch's requests against the service (exactly once per client timestamp) and
@@ -1634,7 +1662,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let mut ds: BTreeSet<Digest> = self.pset.values().map(|e| e.digest).collect();
         ds.extend(self.qset.values().flat_map(|v| v.iter().map(|(d, _)| *d)));
         ds.iter()
-            .filter_map(|d| self.batches.get(d).cloned())
+            .filter_map(|d| self.batches.get(d).map(|b| (**b).clone()))
             .collect()
     }
 
@@ -1654,7 +1682,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 break;
             }
             used += size;
-            out.push(b.clone());
+            out.push((**b).clone());
         }
         out
     }
@@ -2187,12 +2215,33 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
         }
         let h = r.stable_seq;
-        // Re-execute what was executed after the checkpoint, in order, without side effects.
-        let mut executed: BTreeMap<Seq, Option<Batch>> = BTreeMap::new();
+        // Re-execute what was executed after the checkpoint, in order, without side effects;
+        // a body not in the execution record is in a pre-prepare record.
+        let bodies: BTreeMap<(Seq, Digest), &Arc<Batch>> = records
+            .iter()
+            .filter_map(|x| match x {
+                Record::PrePrepared {
+                    seq,
+                    digest,
+                    batch: Some(b),
+                    ..
+                } if *seq > h => Some(((*seq, *digest), b)),
+                _ => None,
+            })
+            .collect();
+        let mut executed: BTreeMap<Seq, Option<Arc<Batch>>> = BTreeMap::new();
         for x in records {
-            if let Record::Executed { seq, batch, .. } = x {
+            if let Record::Executed { seq, digest, batch } = x {
                 if *seq > h {
-                    executed.insert(*seq, batch.clone());
+                    let body = batch
+                        .clone()
+                        .or_else(|| bodies.get(&(*seq, *digest)).map(|b| (*b).clone()));
+                    if body.is_none() && *digest != NULL_DIGEST {
+                        // Cannot happen with a journal compacted by `journal::compact`:
+                        // stop here, the state transfer fetches the rest.
+                        break;
+                    }
+                    executed.insert(*seq, body);
                 }
             }
         }
@@ -2204,7 +2253,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
             if seq != r.last_executed + 1 {
                 break;
             }
-            r.execute(seq, batch);
+            // The digest is recomputed: the journal's checksums catch torn writes, not lies.
+            let digest = batch.as_ref().map_or(NULL_DIGEST, |b| b.digest());
+            r.execute(seq, digest, batch);
         }
         r.replaying = false;
         r.effects.clear();
@@ -2227,7 +2278,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             r.view = *view;
             r.normal = *normal;
             for b in batches {
-                r.batches.insert(b.digest(), b.clone());
+                r.batches.insert(b.digest(), Arc::new(b.clone()));
             }
             r.my_vc = vc.as_ref().map(|m| (m.clone(), m.digest()));
             r.pset = pset
@@ -2254,6 +2305,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 } if *view == r.view && *seq > h => {
                     if let Some(b) = batch {
                         r.batches.insert(*digest, b.clone());
+                        // Kept by compaction until the next view or checkpoint record.
+                        r.bodies_journaled.insert((*seq, *digest));
                     }
                     let slot = r.log.entry(*seq).or_default();
                     slot.pp = Some(*digest);
@@ -2617,7 +2670,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         for b in &nv.batches {
             let d = b.digest();
             if chosen.contains(&d) {
-                self.batches.insert(d, b.clone());
+                self.batches.insert(d, Arc::new(b.clone()));
             }
         }
         let mut nv = nv;
@@ -2867,7 +2920,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         for b in bodies {
             let d = b.digest();
             if wanted.contains(&d) && !self.batches.contains_key(&d) {
-                self.batches.insert(d, b);
+                self.batches.insert(d, Arc::new(b));
                 useful = true;
             }
         }
@@ -3042,7 +3095,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                             .batches
                             .get(&d)
                             .filter(|b| b.op_bytes() <= body_bytes_left)
-                            .cloned()
+                            .map(|b| (**b).clone())
                         {
                             body_bytes_left -= b.op_bytes();
                             let pp = PrePrepare {
@@ -3167,6 +3220,7 @@ pub struct Footprint {
     pub reads: usize,
     pub view_changes: usize,
     pub acks: usize,
+    pub bodies_journaled: usize,
     pub state: StateFootprint,
 }
 
@@ -3196,6 +3250,11 @@ impl Footprint {
             ("reads", self.reads, bound.reads),
             ("view_changes", self.view_changes, bound.view_changes),
             ("acks", self.acks, bound.acks),
+            (
+                "bodies_journaled",
+                self.bodies_journaled,
+                bound.bodies_journaled,
+            ),
             (
                 "state_checkpoints",
                 self.state.checkpoints,

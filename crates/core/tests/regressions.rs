@@ -515,3 +515,113 @@ fn diverged_state_stops_execution_instead_of_looping() {
         "a replica whose state diverged must stop executing, not loop"
     );
 }
+
+#[test]
+fn an_execution_journaled_without_its_body_replays_from_the_pre_prepare() {
+    let ckeys = keys(Principal::Client(7));
+    let req = Request {
+        client: 7,
+        timestamp: 1,
+        read_only: false,
+        op: b"hello".to_vec(),
+    };
+    let auth = request_authenticator(&ckeys, &req.digest(), 4);
+    let batch = Batch {
+        nondet: NonDet {
+            time_ms: 0,
+            seed: 0,
+        },
+        requests: vec![SignedRequest { request: req, auth }],
+    };
+    let d = batch.digest();
+    let mut r3 = rep(3);
+    let mut records = vec![];
+    let mut feed = |r: &mut Replica<Svc, StaticKeys>, from: u32, m: Message| {
+        for e in r.handle(env(0), Input::Receive(&frame(from, 3, &m))) {
+            if let Effect::Persist(rec) = e {
+                records.push(rec);
+            }
+        }
+    };
+    feed(
+        &mut r3,
+        0,
+        Message::PrePrepare(PrePrepare {
+            view: 0,
+            seq: 1,
+            digest: d,
+            batch,
+            beside: Vec::new(),
+        }),
+    );
+    for s in [1u32, 2] {
+        let p = Prepare {
+            view: 0,
+            seq: 1,
+            digest: d,
+            replica: s,
+        };
+        feed(&mut r3, s, Message::Prepare(p));
+    }
+    for s in [0u32, 1, 2] {
+        let c = Commit {
+            view: 0,
+            seq: 1,
+            digest: d,
+            replica: s,
+        };
+        feed(&mut r3, s, Message::Commit(c));
+    }
+    assert_eq!(r3.last_executed(), 1);
+    let len = |r: &Replica<Svc, StaticKeys>| {
+        let mut b = [0u8; 8];
+        state::StateRead::read(r.state(), 0, &mut b);
+        u64::from_le_bytes(b)
+    };
+    assert_eq!(len(&r3), 5, "the operation ran");
+    // The body is journaled once: in the pre-prepare record, not again in the execution.
+    let bodies = |recs: &[Record]| {
+        recs.iter()
+            .filter(|x| {
+                matches!(
+                    x,
+                    Record::PrePrepared { batch: Some(_), .. }
+                        | Record::Executed { batch: Some(_), .. }
+                )
+            })
+            .count()
+    };
+    assert_eq!(bodies(&records), 1);
+    assert!(records.iter().any(|x| matches!(
+        x,
+        Record::Executed {
+            seq: 1,
+            batch: None,
+            ..
+        }
+    )));
+    // A view change before the next checkpoint: compaction drops view 0's pre-prepares but
+    // the one carrying the executed body; a restart replays the execution from it.
+    records.push(Record::View {
+        view: 1,
+        normal: false,
+        vc: None,
+        pset: vec![],
+        qset: vec![],
+        batches: vec![],
+    });
+    let records = journal::compact(records);
+    assert_eq!(bodies(&records), 1);
+    let restored = Replica::restore(
+        Config::new(1),
+        3,
+        keys(Principal::Replica(3)),
+        Svc,
+        fresh_state(),
+        &records,
+        true,
+    )
+    .unwrap();
+    assert_eq!(restored.last_executed(), 1);
+    assert_eq!(len(&restored), 5, "the execution was replayed");
+}
