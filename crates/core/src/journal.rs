@@ -153,16 +153,19 @@ mod tests {
         Digest([x; 32])
     }
 
-    #[test]
-    fn compaction_keeps_what_restart_needs() {
-        let view = |v| Record::View {
+    fn view(v: View) -> Record {
+        Record::View {
             view: v,
             normal: true,
             vc: None,
             pset: vec![],
             qset: vec![],
             batches: vec![],
-        };
+        }
+    }
+
+    #[test]
+    fn compaction_keeps_what_restart_needs() {
         let pp = |v, n| Record::PrePrepared {
             view: v,
             seq: n,
@@ -220,14 +223,6 @@ mod tests {
             seq: n,
             digest: d(n as u8),
             batch: body.then(|| batch.clone()),
-        };
-        let view = |v| Record::View {
-            view: v,
-            normal: true,
-            vc: None,
-            pset: vec![],
-            qset: vec![],
-            batches: vec![],
         };
         let records = vec![
             view(0),

@@ -280,25 +280,32 @@ fn view_change_spam_cannot_exhaust_the_ack_quota() {
     );
 }
 
-#[test]
-fn restore_keeps_a_prepared_slot_this_replica_could_not_vouch_for() {
-    let ck = ck0();
-    let ckeys = keys(Principal::Client(7));
+/// A batch of one request of client 7 (timestamp 1), its authenticator entry for replica
+/// `bad` spoiled.
+fn one_request_batch(op: &[u8], bad: Option<usize>) -> Batch {
     let req = Request {
         client: 7,
         timestamp: 1,
         read_only: false,
-        op: b"x".to_vec(),
+        op: op.to_vec(),
     };
-    let mut auth = request_authenticator(&ckeys, &req.digest(), 4);
-    auth[3] = Mac::default(); // bad entry for replica 3 only
-    let batch = Batch {
+    let mut auth = request_authenticator(&keys(Principal::Client(7)), &req.digest(), 4);
+    if let Some(r) = bad {
+        auth[r] = Mac::default();
+    }
+    Batch {
         nondet: NonDet {
             time_ms: 0,
             seed: 0,
         },
         requests: vec![SignedRequest { request: req, auth }],
-    };
+    }
+}
+
+#[test]
+fn restore_keeps_a_prepared_slot_this_replica_could_not_vouch_for() {
+    let ck = ck0();
+    let batch = one_request_batch(b"x", Some(3)); // bad entry for replica 3 only
     let d = batch.digest();
     let mut r3 = rep(3);
     let mut records = vec![];
@@ -518,21 +525,7 @@ fn diverged_state_stops_execution_instead_of_looping() {
 
 #[test]
 fn an_execution_journaled_without_its_body_replays_from_the_pre_prepare() {
-    let ckeys = keys(Principal::Client(7));
-    let req = Request {
-        client: 7,
-        timestamp: 1,
-        read_only: false,
-        op: b"hello".to_vec(),
-    };
-    let auth = request_authenticator(&ckeys, &req.digest(), 4);
-    let batch = Batch {
-        nondet: NonDet {
-            time_ms: 0,
-            seed: 0,
-        },
-        requests: vec![SignedRequest { request: req, auth }],
-    };
+    let batch = one_request_batch(b"hello", None);
     let d = batch.digest();
     let mut r3 = rep(3);
     let mut records = vec![];
