@@ -493,14 +493,17 @@ impl Default for RecoverySection {
 /// Accepted values of `[node] log_format`.
 pub const LOG_FORMATS: [&str; 2] = ["human", "json"];
 
-/// `[storage]`: the replica's journal.
+/// `[storage]`: the replica's journal and page store.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StorageSection {
     /// Sync the journal to disk before sending messages that depend on it.
     pub fsync: bool,
-    /// Size at which a journal segment is closed and a new one started (bytes).
+    /// Accepted for compatibility with configurations written by earlier versions, and
+    /// ignored: the journal is one file, compacted at every checkpoint.
     pub journal_segment_bytes_max: u64,
+    /// Memory for copies of state pages read from the page file (MiB; 0: none).
+    pub page_cache_mib: u64,
 }
 
 impl Default for StorageSection {
@@ -508,6 +511,7 @@ impl Default for StorageSection {
         StorageSection {
             fsync: true,
             journal_segment_bytes_max: 64 << 20,
+            page_cache_mib: (redoubt_core::state::DEFAULT_PAGE_CACHE_BYTES >> 20) as u64,
         }
     }
 }
@@ -1058,10 +1062,10 @@ impl ClusterConfig {
                     .into(),
             ));
         }
-        if self.storage.journal_segment_bytes_max == 0 {
+        if self.storage.page_cache_mib > 1 << 20 {
             return Err(invalid(
-                "[storage] journal_segment_bytes_max",
-                "it must be positive".into(),
+                "[storage] page_cache_mib",
+                "it must be at most 1048576 (1 TiB)".into(),
             ));
         }
         Ok(())
@@ -1366,9 +1370,9 @@ log_format = {lf}
 # Sync the journal to disk before sending messages that depend on it (true/false); false
 # trades durability across power loss for latency. Default: {d_fs}.
 fsync = {fs}
-# Size at which a journal segment is closed and a new one started (bytes).
-# Default: {d_jsb} (64 MiB).
-journal_segment_bytes_max = {jsb}
+# Memory for copies of state pages read from the page file (MiB; 0: none).
+# Default: {d_pc}.
+page_cache_mib = {pc}
 
 # The replicated service state: pages under a partition tree. Identical on every replica.
 [state]
@@ -1489,8 +1493,8 @@ stagger_wait_max_s = {rsw}
             d_lf = quote(&dn.log_format),
             fs = st.fsync,
             d_fs = ds.fsync,
-            jsb = st.journal_segment_bytes_max,
-            d_jsb = ds.journal_segment_bytes_max,
+            pc = st.page_cache_mib,
+            d_pc = ds.page_cache_mib,
             rofp = p.read_only_fast_path,
             dr = p.digest_replies,
             te = p.tentative_execution,

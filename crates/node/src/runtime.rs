@@ -540,8 +540,9 @@ pub async fn run_replica(
     let started = Instant::now();
     let store = FileStore::open(&state_dir, geometry)
         .map_err(|e| restore_err(format!("page store in {}: {e}", state_dir.display())))?;
-    let state = open_state(Box::new(store))
+    let mut state = open_state(Box::new(store))
         .map_err(|e| restore_err(format!("page store in {}: {e}", state_dir.display())))?;
+    state.set_page_cache_bytes((cfg.storage.page_cache_mib as usize).saturating_mul(1 << 20));
     let replica = Replica::restore(
         cfg.protocol.clone(),
         id,

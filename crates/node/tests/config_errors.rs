@@ -72,7 +72,7 @@ fn minimal_config_loads_with_defaults() {
     assert_eq!(cfg.node.reconnect_backoff_max_ms, 500);
     assert_eq!(cfg.node.log_format, "human");
     assert!(cfg.storage.fsync);
-    assert_eq!(cfg.storage.journal_segment_bytes_max, 64 << 20);
+    assert_eq!(cfg.storage.page_cache_mib, 32);
     assert_eq!(
         cfg.resolve(&cfg.replica(2).unwrap().home),
         dir.path().join("replica-2")
@@ -468,7 +468,7 @@ fn init_round_trip_keys_agree() {
         "deadline_ms",
         "peer_queue_frames_max",
         "log_format",
-        "journal_segment_bytes_max",
+        "page_cache_mib",
         "fsync",
     ] {
         assert!(text.contains(&format!("\n{key} = ")), "{key} missing");

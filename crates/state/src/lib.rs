@@ -7,8 +7,10 @@
 //! meta-data for state transfer.
 
 mod access;
+mod cache;
 
 pub use access::{FlatState, StateRead, StateWrite};
+pub use cache::DEFAULT_PAGE_CACHE_BYTES;
 mod geometry;
 mod store;
 mod tree;

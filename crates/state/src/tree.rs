@@ -7,11 +7,13 @@
 //! tree entries saved when the next checkpoint recomputes them. A value at checkpoint `c` is the
 //! pre-image in the first copy at or after `c` that holds one, else the live value.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use redoubt_crypto::{Digest, DigestBuilder};
 
+use crate::cache::{PageCache, DEFAULT_PAGE_CACHE_BYTES};
 use crate::store::{Base, CommitPage, Entry, PageStore};
 use crate::{Geometry, StateRead, StateWrite};
 
@@ -99,6 +101,8 @@ pub struct PagedState {
     /// While a tentative batch executes and until it is kept or undone: the pre-images of the
     /// pages it wrote (see [`PagedState::begin_tentative`]).
     undo: Option<Undo>,
+    /// Copies of base pages recently read from the store (see [`crate::cache`]).
+    cache: RefCell<PageCache>,
 }
 
 /// Pre-images of the pages written since [`PagedState::begin_tentative`].
@@ -174,6 +178,9 @@ impl PagedState {
             stale: BTreeSet::new(),
             invalid: BTreeSet::new(),
             undo: None,
+            cache: RefCell::new(PageCache::new(
+                DEFAULT_PAGE_CACHE_BYTES / geo.page_size().max(1),
+            )),
         };
         let root = s.root();
         s.copies.insert(
@@ -189,6 +196,19 @@ impl PagedState {
 
     pub fn geometry(&self) -> Geometry {
         self.geo
+    }
+
+    /// Sets the budget of the cache of base pages read from the store (bytes; 0 turns it
+    /// off). The default is [`DEFAULT_PAGE_CACHE_BYTES`].
+    pub fn set_page_cache_bytes(&mut self, bytes: usize) {
+        let pages = bytes / self.geo.page_size().max(1);
+        self.cache.get_mut().set_capacity(pages);
+    }
+
+    /// Reads of base pages served by the page cache, and those that went to the store.
+    pub fn page_cache_stats(&self) -> (u64, u64) {
+        let c = self.cache.borrow();
+        (c.hits, c.misses)
     }
 
     /// The latest checkpoint (the one the tree's entries describe).
@@ -248,7 +268,31 @@ impl PagedState {
 
     // ----- live pages ------------------------------------------------------------------------
 
+    /// The live bytes of page `index`: the overlay's, else the base page (from the cache).
     fn read_live(&self, index: u64, buf: &mut [u8]) {
+        match self.overlay.get(&index) {
+            Some(p) => buf.copy_from_slice(p),
+            None => self.with_base_page(index, |bytes| buf.copy_from_slice(bytes)),
+        }
+    }
+
+    /// Runs `f` on base page `index`, read through the cache.
+    fn with_base_page<R>(&self, index: u64, f: impl FnOnce(&[u8]) -> R) -> R {
+        let mut cache = self.cache.borrow_mut();
+        if let Some(bytes) = cache.get(index) {
+            return f(bytes);
+        }
+        let mut buf = vec![0u8; self.geo.page_size()];
+        if let Err(e) = self.store.read_page(index, &mut buf) {
+            io_fatal("read", e)
+        }
+        cache.insert(index, &buf);
+        f(&buf)
+    }
+
+    /// Like [`PagedState::read_live`] but a base page comes from the medium itself, not the
+    /// cache: checks must see what the medium holds.
+    fn read_medium(&self, index: u64, buf: &mut [u8]) {
         match self.overlay.get(&index) {
             Some(p) => buf.copy_from_slice(p),
             None => {
@@ -256,6 +300,16 @@ impl PagedState {
                     io_fatal("read", e)
                 }
             }
+        }
+    }
+
+    /// Moves the durable base to checkpoint `seq` with `pages` (the cache forgets them).
+    fn store_commit(&mut self, seq: u64, aux: &[u8], pages: &[CommitPage<'_>]) {
+        self.cache
+            .get_mut()
+            .forget_all(pages.iter().map(|p| p.index));
+        if let Err(e) = self.store.commit(seq, aux, pages) {
+            io_fatal("commit", e)
         }
     }
 
@@ -416,9 +470,7 @@ impl PagedState {
             })
             .collect();
         let aux = self.copies[&seq].aux.clone();
-        if let Err(e) = self.store.commit(seq, &aux, &commit) {
-            io_fatal("commit", e)
-        }
+        self.store_commit(seq, &aux, &commit);
         self.base_seq = seq;
         self.discard_below(seq);
     }
@@ -576,7 +628,7 @@ impl PagedState {
                 }
                 continue;
             }
-            self.read_live(p, &mut buf);
+            self.read_medium(p, &mut buf);
             if page_digest(p, e.lm, &buf) != e.digest {
                 report.corrupt.push(p);
             }
@@ -603,7 +655,7 @@ impl PagedState {
         let mut bad = Vec::new();
         for p in changed {
             let e = self.tree[depth][p as usize];
-            self.read_live(p, &mut buf);
+            self.read_medium(p, &mut buf);
             if page_digest(p, e.lm, &buf) != e.digest {
                 bad.push(p);
             }
@@ -625,7 +677,7 @@ impl PagedState {
                 continue;
             }
             let e = self.tree[depth][p as usize];
-            self.read_live(p, &mut buf);
+            self.read_medium(p, &mut buf);
             if e.digest != INVALID && page_digest(p, e.lm, &buf) == e.digest {
                 self.invalid.remove(&p);
             }
@@ -640,7 +692,7 @@ impl PagedState {
         (0..self.geo.pages())
             .filter(|p| !self.dirty.contains(p))
             .filter(|p| {
-                self.read_live(*p, &mut buf);
+                self.read_medium(*p, &mut buf);
                 let e = self.tree[depth][*p as usize];
                 page_digest(*p, e.lm, &buf) != e.digest
             })
@@ -706,9 +758,7 @@ impl PagedState {
                 bytes,
             })
             .collect();
-        if let Err(e) = self.store.commit(seq, &aux, &commit) {
-            io_fatal("commit", e)
-        }
+        self.store_commit(seq, &aux, &commit);
         let root = self.root();
         self.base_seq = seq;
         self.copies.clear();
@@ -738,17 +788,14 @@ impl StateRead for PagedState {
             "read beyond the state"
         );
         let mut done = 0usize;
-        let mut page = vec![0u8; ps as usize];
         while done < buf.len() {
             let at = addr + done as u64;
             let (p, off) = (at / ps, (at % ps) as usize);
             let n = (ps as usize - off).min(buf.len() - done);
+            let out = &mut buf[done..done + n];
             match self.overlay.get(&p) {
-                Some(bytes) => buf[done..done + n].copy_from_slice(&bytes[off..off + n]),
-                None => {
-                    self.read_live(p, &mut page);
-                    buf[done..done + n].copy_from_slice(&page[off..off + n]);
-                }
+                Some(bytes) => out.copy_from_slice(&bytes[off..off + n]),
+                None => self.with_base_page(p, |bytes| out.copy_from_slice(&bytes[off..off + n])),
             }
             done += n;
         }

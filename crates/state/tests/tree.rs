@@ -327,3 +327,37 @@ fn a_replier_never_serves_a_corrupt_page() {
     assert!(st.needs_repair());
     assert!(st.verified_page_at(1, 2).is_some());
 }
+
+#[test]
+fn reads_come_through_the_page_cache_and_checks_see_the_medium() {
+    let geo = Geometry::new(64, 8, 2).unwrap();
+    let store = MemStore::new(geo);
+    let mut st = PagedState::open(Box::new(store.clone()), b"").unwrap();
+    st.write(64, b"data");
+    st.checkpoint(1, vec![]);
+    st.commit_base(1);
+    let mut b = [0u8; 4];
+    st.read(64, &mut b);
+    st.read(64, &mut b);
+    assert_eq!(&b, b"data");
+    let (hits, misses) = st.page_cache_stats();
+    assert!(hits >= 1 && misses >= 1, "{hits} hits, {misses} misses");
+    // The medium flips a byte of the cached page: reads keep the copy, a check does not.
+    store.corrupt(1, 0, b"X");
+    st.read(64, &mut b);
+    assert_eq!(&b, b"data");
+    assert_eq!(st.check().corrupt, vec![1], "the check reads the medium");
+    // New base bytes replace the cached ones.
+    st.write(64, b"more");
+    st.checkpoint(2, vec![]);
+    st.commit_base(2);
+    st.read(64, &mut b);
+    assert_eq!(&b, b"more");
+    // Without a cache every read goes to the store.
+    st.set_page_cache_bytes(0);
+    let before = st.page_cache_stats();
+    st.read(0, &mut b);
+    st.read(0, &mut b);
+    let after = st.page_cache_stats();
+    assert_eq!((after.0 - before.0, after.1 - before.1), (0, 2));
+}
