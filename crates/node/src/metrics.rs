@@ -32,6 +32,8 @@ pub struct Metrics {
     pub transfer_bad_answers: IntCounter,
     pub corrupt_pages: IntCounter,
     pub state_overlay_pages: IntGauge,
+    pub page_cache_hits: IntCounter,
+    pub page_cache_misses: IntCounter,
     pub state_checkpoints: IntGauge,
     pub state_base: IntGauge,
     pub bytes_received: IntCounter,
@@ -189,6 +191,16 @@ impl Metrics {
                 r,
                 "redoubt_state_overlay_pages",
                 "Pages held in memory because they changed since the durable base",
+            ),
+            page_cache_hits: counter(
+                r,
+                "redoubt_state_page_cache_hits_total",
+                "Reads of state pages served by the page cache",
+            ),
+            page_cache_misses: counter(
+                r,
+                "redoubt_state_page_cache_misses_total",
+                "Reads of state pages that went to the page file",
             ),
             state_checkpoints: gauge(
                 r,

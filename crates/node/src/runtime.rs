@@ -120,6 +120,8 @@ struct Node {
     rejected_since_warn: u64,
     last_warn: Instant,
     last_stats: redoubt_core::Stats,
+    /// The page cache's (hits, misses) at the last metrics update.
+    last_cache: (u64, u64),
     peer_up: Vec<bool>,
     last_slow_sync_warn: Option<Instant>,
     last_status_update: Option<Instant>,
@@ -427,6 +429,12 @@ impl Node {
         m.window_of_vulnerability_seconds.set(tv);
         let fp = r.state().footprint();
         m.state_overlay_pages.set(fp.overlay_pages as i64);
+        let cache = r.state().page_cache_stats();
+        m.page_cache_hits
+            .inc_by(cache.0.saturating_sub(self.last_cache.0));
+        m.page_cache_misses
+            .inc_by(cache.1.saturating_sub(self.last_cache.1));
+        self.last_cache = cache;
         m.state_checkpoints.set(fp.checkpoints as i64);
         m.state_base.set(r.state().base_seq() as i64);
         m.view.set(r.view() as i64);
@@ -637,6 +645,7 @@ pub async fn run_replica(
         rejected_since_warn: 0,
         last_warn: Instant::now(),
         last_stats: Default::default(),
+        last_cache: (0, 0),
         peer_up: vec![false; cfg.replicas.len()],
         last_slow_sync_warn: None,
         last_status_update: None,
