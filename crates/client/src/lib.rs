@@ -32,7 +32,7 @@ use redoubt_core::{
     Auth, ClientId, ClientTiming, Completion, Config, Effect, Env, InvokeError, Keys, Principal,
     View,
 };
-use redoubt_transport::{Link, LinkConfig, LinkError};
+use redoubt_transport::{Inbound, Link, LinkConfig, LinkError};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -54,10 +54,10 @@ const LINK_QUEUE: usize = 16;
 const SHARED_LINK_QUEUE_PER_CLIENT: usize = 8;
 
 /// Connections to every replica of a cluster, shared by the clients of one process (see
-/// [`Client::connect_over`]). A task reads the replies and hands each to the client it is
-/// for (by the client id inside the reply) if that client still waits for it (by the
-/// request timestamp inside); a replica's request for a client's key goes to every client on
-/// the connection. Cheap to clone; the connections close when the last clone and the last
+/// [`Client::connect_over`]). Each connection's reader hands a reply to the client it is for
+/// (by the client id inside the reply) if that client still waits for it (by the request
+/// timestamp inside); a replica's request for a client's key goes to every client on the
+/// connection. Cheap to clone; the connections close when the last clone and the last
 /// client using them are gone.
 #[derive(Clone)]
 pub struct Connections {
@@ -65,6 +65,46 @@ pub struct Connections {
     routes: Arc<Mutex<HashMap<Id, Route>>>,
     frame_bytes_max: usize,
     unwanted: Arc<AtomicU64>,
+}
+
+/// Hands the frames the shared connections receive to their clients, from each connection's
+/// reader (no task in between).
+#[derive(Clone)]
+struct Router {
+    routes: std::sync::Weak<Mutex<HashMap<Id, Route>>>,
+    unwanted: Arc<AtomicU64>,
+    frame_bytes_max: usize,
+}
+
+impl Inbound for Router {
+    fn deliver(&self, frame: Vec<u8>) -> bool {
+        let Some(table) = self.routes.upgrade() else {
+            return false; // the connections are being closed
+        };
+        // The sends do not wait, so the table's lock is held only briefly. A full client
+        // queue drops the frame, as a full link would.
+        let t = table.lock().unwrap_or_else(|p| p.into_inner());
+        match demux_target(&frame, self.frame_bytes_max) {
+            Some((c, timestamp)) => match t.get(&c) {
+                Some(route) if route.wanted.load(Relaxed) == timestamp => {
+                    route.tx.try_send(frame).is_ok()
+                }
+                Some(_) => {
+                    // Beyond the certificate, or late: not worth waking the client (it would
+                    // drop it too).
+                    self.unwanted.fetch_add(1, Relaxed);
+                    true
+                }
+                None => true, // for no client of ours
+            },
+            None => {
+                for route in t.values() {
+                    let _ = route.tx.try_send(frame.clone());
+                }
+                true
+            }
+        }
+    }
 }
 
 /// Where the replies for one client go.
@@ -79,7 +119,13 @@ impl Connections {
     /// `clients_max` clients (it sizes the outgoing queues). Must be called inside a tokio
     /// runtime.
     pub fn open(replicas: &[SocketAddr], clients_max: usize, frame_bytes_max: usize) -> Self {
-        let (inbound_tx, mut inbound) = mpsc::channel::<Vec<u8>>(INBOUND_QUEUE.max(clients_max));
+        let routes: Arc<Mutex<HashMap<Id, Route>>> = Arc::default();
+        let unwanted = Arc::new(AtomicU64::new(0));
+        let router = Router {
+            routes: Arc::downgrade(&routes),
+            unwanted: unwanted.clone(),
+            frame_bytes_max,
+        };
         let link_cfg = LinkConfig {
             frames_queued_max: (SHARED_LINK_QUEUE_PER_CLIENT * clients_max).max(LINK_QUEUE),
             frame_bytes_max,
@@ -89,38 +135,8 @@ impl Connections {
         };
         let links: Vec<Link> = replicas
             .iter()
-            .map(|addr| Link::spawn(*addr, link_cfg.clone(), inbound_tx.clone()))
+            .map(|addr| Link::spawn(*addr, link_cfg.clone(), router.clone()))
             .collect();
-        let routes: Arc<Mutex<HashMap<Id, Route>>> = Arc::default();
-        let unwanted = Arc::new(AtomicU64::new(0));
-        let table = Arc::downgrade(&routes);
-        let dropped = unwanted.clone();
-        tokio::spawn(async move {
-            while let Some(frame) = inbound.recv().await {
-                let Some(table) = table.upgrade() else { break };
-                let t = table.lock().unwrap_or_else(|p| p.into_inner());
-                // A full client queue drops the frame, as a full link would (the sends do not
-                // wait, so the table's lock is held only briefly).
-                match demux_target(&frame, frame_bytes_max) {
-                    Some((c, timestamp)) => {
-                        if let Some(route) = t.get(&c) {
-                            if route.wanted.load(Relaxed) == timestamp {
-                                let _ = route.tx.try_send(frame);
-                            } else {
-                                // Beyond the certificate, or late: not worth waking the
-                                // client (it would drop it too).
-                                dropped.fetch_add(1, Relaxed);
-                            }
-                        }
-                    }
-                    None => {
-                        for route in t.values() {
-                            let _ = route.tx.try_send(frame.clone());
-                        }
-                    }
-                }
-            }
-        });
         Connections {
             links,
             routes,

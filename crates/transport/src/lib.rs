@@ -27,7 +27,7 @@ mod link;
 mod listener;
 
 pub use frame::{read_frame, write_frame, FrameError, LEN_PREFIX_BYTES};
-pub use link::{Link, LinkConfig, LinkStats};
+pub use link::{Inbound, Link, LinkConfig, LinkStats};
 pub use listener::{ConnId, ConnSender, Listener, ListenerConfig, ListenerStats};
 pub use redoubt_core::Bytes;
 

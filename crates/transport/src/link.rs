@@ -74,12 +74,25 @@ struct Counters {
     closed_too_large: AtomicU64,
 }
 
+/// Where a link delivers the frames its peer sends: a channel, or anything that can take a
+/// frame without waiting (a router that hands each frame to one of several consumers).
+pub trait Inbound: Send + Sync + 'static {
+    /// Takes one frame; `false` if it had to drop it (a full queue).
+    fn deliver(&self, frame: Vec<u8>) -> bool;
+}
+
+impl Inbound for mpsc::Sender<Vec<u8>> {
+    fn deliver(&self, frame: Vec<u8>) -> bool {
+        self.try_send(frame).is_ok()
+    }
+}
+
 /// A connection to one remote address that reconnects forever, with exponential jittered
 /// back-off between attempts, and a bounded outgoing queue.
 ///
 /// Frames queued while the connection is down wait (up to the queue bound) and go out once it
-/// is up again; frames the peer sends on the connection go to the `inbound` channel given to
-/// [`Link::spawn`]. Cloning is cheap and every clone drives the same connection; the
+/// is up again; frames the peer sends on the connection go to the [`Inbound`] (a channel,
+/// typically) given to [`Link::spawn`]. Cloning is cheap and every clone drives the same connection; the
 /// connection task stops on [`Link::close`] or when the last clone is dropped.
 #[derive(Clone)]
 pub struct Link {
@@ -112,7 +125,7 @@ impl std::fmt::Debug for Link {
 impl Link {
     /// Starts the connection task (on the current tokio runtime) and returns its handle.
     /// Never fails: an unreachable address is retried until the link is closed.
-    pub fn spawn(addr: SocketAddr, cfg: LinkConfig, inbound: mpsc::Sender<Vec<u8>>) -> Link {
+    pub fn spawn(addr: SocketAddr, cfg: LinkConfig, inbound: impl Inbound) -> Link {
         let (queue, rx) = mpsc::channel(cfg.frames_queued_max.max(1));
         let (closed, closed_rx) = watch::channel(false);
         let counters = Arc::new(Counters::default());
@@ -202,11 +215,11 @@ enum End {
 }
 
 /// The connection task: connect, serve, back off, repeat.
-async fn run(
+async fn run<I: Inbound>(
     addr: SocketAddr,
     cfg: LinkConfig,
     mut queue: mpsc::Receiver<Bytes>,
-    inbound: mpsc::Sender<Vec<u8>>,
+    inbound: I,
     counters: Arc<Counters>,
     mut closed_rx: watch::Receiver<bool>,
 ) {
@@ -267,10 +280,10 @@ async fn run(
 }
 
 /// Moves frames both ways on one connection until it breaks or the queue closes.
-async fn serve(
+async fn serve<I: Inbound>(
     stream: TcpStream,
     queue: &mut mpsc::Receiver<Bytes>,
-    inbound: &mpsc::Sender<Vec<u8>>,
+    inbound: &I,
     counters: &Counters,
     frame_bytes_max: usize,
 ) -> End {
@@ -280,14 +293,13 @@ async fn serve(
     let reader = async {
         loop {
             match read_frame(&mut rd, frame_bytes_max).await {
-                Ok(frame) => match inbound.try_send(frame) {
-                    Ok(()) => {
+                Ok(frame) => {
+                    if inbound.deliver(frame) {
                         counters.frames_received.fetch_add(1, Relaxed);
-                    }
-                    Err(_) => {
+                    } else {
                         counters.frames_dropped_inbound.fetch_add(1, Relaxed);
                     }
-                },
+                }
                 Err(e @ FrameError::TooLarge { .. }) => {
                     counters.closed_too_large.fetch_add(1, Relaxed);
                     warn!(?peer, reason = %e, "closing link connection");
