@@ -35,7 +35,10 @@ use redoubt_core::{
 use redoubt_transport::{Inbound, Link, LinkConfig, LinkError};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot};
@@ -86,7 +89,7 @@ impl Inbound for Router {
         let t = table.lock().unwrap_or_else(|p| p.into_inner());
         match demux_target(&frame, self.frame_bytes_max) {
             Some((c, timestamp)) => match t.get(&c) {
-                Some(route) if route.wanted.load(Relaxed) == timestamp => {
+                Some(route) if route.wanted.load(Acquire) == timestamp => {
                     route.tx.try_send(frame).is_ok()
                 }
                 Some(_) => {
@@ -630,6 +633,7 @@ impl Task {
             Err(InvokeError::Busy) => {
                 // Cannot happen: the core was made idle above. Fail this call, not the task.
                 self.core.abandon();
+                self.publish();
                 let _ = reply.send(Err(ClientError::Closed));
                 None
             }
@@ -701,7 +705,9 @@ impl Task {
     /// connections' router, which drops other replies for this client on arrival.
     fn publish(&self) {
         if let Some((_, wanted)) = &self.shared {
-            wanted.store(self.core.outstanding_timestamp().unwrap_or(0), Relaxed);
+            // Release, paired with the router's Acquire: a reply to the request sent after this
+            // store finds the timestamp published, whichever connection it comes back on.
+            wanted.store(self.core.outstanding_timestamp().unwrap_or(0), Release);
         }
     }
 
