@@ -314,7 +314,7 @@ impl<A: Auth> Client<A> {
     }
 
     /// Whether a reply for `timestamp` could still count: it answers the outstanding request.
-    pub fn wants(&self, timestamp: u64) -> bool {
+    fn wants(&self, timestamp: u64) -> bool {
         self.outstanding_timestamp() == Some(timestamp)
     }
 

@@ -928,13 +928,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             let seq = self.next_seq;
             self.next_seq += 1;
             let batch = Arc::new(batch);
-            let pp = PrePrepare {
-                view: self.view,
-                seq,
-                digest,
-                batch: (*batch).clone(),
-                beside: Vec::new(),
-            };
+            let pp = self.lean(seq, digest, &batch);
             self.batches.insert(digest, batch.clone());
             let slot = self.log.entry(seq).or_default();
             // A correct primary never assigns a sequence number twice in a view.
@@ -953,8 +947,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 batch: Some(batch),
                 vouched: true,
             });
-            let lean = self.lean(pp);
-            self.broadcast(&Message::PrePrepare(lean));
+            self.broadcast(&Message::PrePrepare(pp));
             self.check_slot(seq);
         }
     }
@@ -984,24 +977,31 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
     }
 
-    /// The pre-prepare to send for `pp`: large client requests named beside it.
-    fn lean(&self, mut pp: PrePrepare) -> PrePrepare {
-        if self.cfg.large_request_bytes == 0 {
-            return pp;
-        }
+    /// The pre-prepare this primary sends for `batch` (digest `digest`) at `seq`: large client
+    /// requests named beside it, the others copied into it.
+    fn lean(&self, seq: Seq, digest: Digest, batch: &Batch) -> PrePrepare {
         let n = self.cfg.n();
-        let requests = std::mem::take(&mut pp.batch.requests);
-        for (i, r) in requests.into_iter().enumerate() {
+        let mut pp = PrePrepare {
+            view: self.view,
+            seq,
+            digest,
+            batch: Batch {
+                nondet: batch.nondet,
+                requests: Vec::new(),
+            },
+            beside: Vec::new(),
+        };
+        for (i, r) in batch.requests.iter().enumerate() {
             if self.cfg.travels_beside(r.request.op.len())
                 && recovery::recovery_of(r.request.client, n).is_none()
             {
                 pp.beside.push(Beside {
                     index: i as u32,
                     client: r.request.client,
-                    digest: self.request_digest(&r),
+                    digest: self.request_digest(r),
                 });
             } else {
-                pp.batch.requests.push(r);
+                pp.batch.requests.push(r.clone());
             }
         }
         pp

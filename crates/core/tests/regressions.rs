@@ -54,6 +54,19 @@ fn rep(id: u32) -> Replica<Svc, StaticKeys> {
         fresh_state(),
     )
 }
+/// Replica 3 rebuilt from its journal `records` over a fresh state (pages checked).
+fn restore_r3(records: &[Record]) -> Replica<Svc, StaticKeys> {
+    Replica::restore(
+        Config::new(1),
+        3,
+        keys(Principal::Replica(3)),
+        Svc,
+        fresh_state(),
+        records,
+        true,
+    )
+    .unwrap()
+}
 fn frame(from: u32, to: u32, m: &Message) -> Vec<u8> {
     seal(
         &keys(Principal::Replica(from)),
@@ -361,16 +374,7 @@ fn restore_keeps_a_prepared_slot_this_replica_could_not_vouch_for() {
         .unwrap()
     };
     let before = trigger(&mut r3);
-    let mut restored = Replica::restore(
-        Config::new(1),
-        3,
-        keys(Principal::Replica(3)),
-        Svc,
-        fresh_state(),
-        &records,
-        true,
-    )
-    .unwrap();
+    let mut restored = restore_r3(&records);
     let after = trigger(&mut restored);
     assert_eq!(before.p.len(), 1);
     assert_eq!(
@@ -605,16 +609,7 @@ fn an_execution_journaled_without_its_body_replays_from_the_pre_prepare() {
     });
     let records = journal::compact(records);
     assert_eq!(bodies(&records), 1);
-    let restored = Replica::restore(
-        Config::new(1),
-        3,
-        keys(Principal::Replica(3)),
-        Svc,
-        fresh_state(),
-        &records,
-        true,
-    )
-    .unwrap();
+    let restored = restore_r3(&records);
     assert_eq!(restored.last_executed(), 1);
     assert_eq!(len(&restored), 5, "the execution was replayed");
 }

@@ -46,12 +46,12 @@ impl PageCache {
         }
     }
 
-    /// Keeps a copy of base page `index`, evicting the oldest pages beyond the capacity.
-    pub(crate) fn insert(&mut self, index: u64, bytes: &[u8]) {
+    /// Keeps base page `index`, evicting the oldest pages beyond the capacity.
+    pub(crate) fn insert(&mut self, index: u64, bytes: Box<[u8]>) {
         if self.capacity == 0 {
             return;
         }
-        if self.pages.insert(index, bytes.into()).is_none() {
+        if self.pages.insert(index, bytes).is_none() {
             self.order.push_back(index);
         }
         self.evict();
@@ -93,23 +93,23 @@ mod tests {
     #[test]
     fn bounded_oldest_first_and_forgets() {
         let mut c = PageCache::new(2);
-        c.insert(1, &[1]);
-        c.insert(2, &[2]);
-        c.insert(1, &[11]); // replaces, keeps its place
-        c.insert(3, &[3]);
+        c.insert(1, Box::new([1]));
+        c.insert(2, Box::new([2]));
+        c.insert(1, Box::new([11])); // replaces, keeps its place
+        c.insert(3, Box::new([3]));
         assert_eq!(c.pages.len(), 2);
         assert!(c.get(1).is_none(), "the oldest inserted went first");
         assert_eq!(c.get(2), Some(&[2u8][..]));
         c.forget_all([2]);
         assert!(c.get(2).is_none());
         assert_eq!(c.order.len(), c.pages.len());
-        c.insert(4, &[4]);
+        c.insert(4, Box::new([4]));
         c.forget_all([3, 4, 9]);
         assert_eq!((c.pages.len(), c.order.len()), (0, 0));
-        c.insert(5, &[5]);
+        c.insert(5, Box::new([5]));
         c.set_capacity(0);
         assert_eq!(c.pages.len(), 0);
-        c.insert(6, &[6]);
+        c.insert(6, Box::new([6]));
         assert_eq!(c.pages.len(), 0, "capacity 0 keeps nothing");
         assert_eq!((c.hits, c.misses), (1, 2));
     }

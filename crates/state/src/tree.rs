@@ -282,12 +282,13 @@ impl PagedState {
         if let Some(bytes) = cache.get(index) {
             return f(bytes);
         }
-        let mut buf = vec![0u8; self.geo.page_size()];
-        if let Err(e) = self.store.read_page(index, &mut buf) {
+        let mut page = vec![0u8; self.geo.page_size()].into_boxed_slice();
+        if let Err(e) = self.store.read_page(index, &mut page) {
             io_fatal("read", e)
         }
-        cache.insert(index, &buf);
-        f(&buf)
+        let r = f(&page);
+        cache.insert(index, page);
+        r
     }
 
     /// Like [`PagedState::read_live`] but a base page comes from the medium itself, not the

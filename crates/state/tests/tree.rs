@@ -314,14 +314,20 @@ fn check_finds_corruption_and_transfer_repairs_it() {
     assert_eq!(reopened.root(), r1);
 }
 
-#[test]
-fn a_replier_never_serves_a_corrupt_page() {
+/// A small in-memory state whose page 1 holds "data", committed to its store at checkpoint 1.
+fn data_in_page_one_committed() -> (MemStore, PagedState) {
     let geo = Geometry::new(64, 8, 2).unwrap();
     let store = MemStore::new(geo);
     let mut st = PagedState::open(Box::new(store.clone()), b"").unwrap();
     st.write(64, b"data");
     st.checkpoint(1, vec![]);
     st.commit_base(1);
+    (store, st)
+}
+
+#[test]
+fn a_replier_never_serves_a_corrupt_page() {
+    let (store, mut st) = data_in_page_one_committed();
     store.corrupt(1, 0, b"X");
     assert!(st.verified_page_at(1, 1).is_none());
     assert!(st.needs_repair());
@@ -330,12 +336,7 @@ fn a_replier_never_serves_a_corrupt_page() {
 
 #[test]
 fn reads_come_through_the_page_cache_and_checks_see_the_medium() {
-    let geo = Geometry::new(64, 8, 2).unwrap();
-    let store = MemStore::new(geo);
-    let mut st = PagedState::open(Box::new(store.clone()), b"").unwrap();
-    st.write(64, b"data");
-    st.checkpoint(1, vec![]);
-    st.commit_base(1);
+    let (store, mut st) = data_in_page_one_committed();
     let mut b = [0u8; 4];
     st.read(64, &mut b);
     st.read(64, &mut b);
