@@ -19,6 +19,7 @@ mod cmd_kv;
 mod cmd_monitor;
 mod cmd_replica;
 mod cmd_status;
+mod cpucap;
 mod demo;
 mod http;
 mod micro;
@@ -81,6 +82,9 @@ struct BaselineArgs {
     /// Address to listen on [default: replica 0's addr]
     #[arg(long, value_name = "HOST:PORT")]
     addr: Option<std::net::SocketAddr>,
+    /// Runtime threads [default: the configuration's [node] worker_threads, as a replica]
+    #[arg(long, value_name = "N")]
+    worker_threads: Option<usize>,
 }
 
 fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
@@ -90,7 +94,8 @@ fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
         Some(a) => a,
         None => cfg.replica(0)?.addr,
     };
-    runtime(2)?.block_on(redoubt_node::baseline::run_baseline(&args.config, addr))?;
+    let threads = args.worker_threads.unwrap_or(cfg.node.worker_threads);
+    runtime_with(threads)?.block_on(redoubt_node::baseline::run_baseline(&args.config, addr))?;
     Ok(ExitCode::SUCCESS)
 }
 

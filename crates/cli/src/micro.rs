@@ -9,6 +9,7 @@
 
 use crate::cmd_kv::client_setup;
 use crate::cmd_status::{agreement, fetch_all};
+use crate::cpucap::{CpuCaps, PERIOD_US};
 use crate::ports::free_base_port;
 use crate::procs::{log_tail, ReplicaProcs};
 use anyhow::Context as _;
@@ -49,6 +50,14 @@ pub struct MicroArgs {
     /// connection per server among all of them (both systems alike)
     #[arg(long)]
     own_connections: bool,
+    /// Cap every server process (the baseline's server and each replica alike) at this many CPU
+    /// cores, each in a control group of its own, as if each ran on a machine of its own; the
+    /// clients stay uncapped. Needs root and the cgroup cpu controller (e.g. 0.25)
+    #[arg(long, value_name = "CORES")]
+    server_cpu: Option<f64>,
+    /// Runtime threads of the baseline server [default: the replicas' [node] worker_threads]
+    #[arg(long, value_name = "N")]
+    baseline_threads: Option<usize>,
     /// Run only redoubt (for profiling); no ratios are printed
     #[arg(long)]
     redoubt_only: bool,
@@ -238,6 +247,11 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         "--seconds must be positive"
     );
     let max_clients = *clients.iter().max().expect("non-empty");
+    // Checked before anything starts: a machine without the controller fails at once.
+    let server_cpu = match args.server_cpu {
+        Some(cores) => Some(CpuCaps::new(cores)?.cores()),
+        None => None,
+    };
     let exe = std::env::current_exe().context("cannot find the path of this program")?;
     let tmp = tempfile::Builder::new()
         .prefix("redoubt-micro-")
@@ -280,6 +294,11 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
             "the benchmark clients share one connection per server"
         }
     );
+    if let Some(cores) = server_cpu {
+        println!(
+            "  every server process (the baseline's server, each replica) capped at {cores} cores in a control group of its own; the clients uncapped"
+        );
+    }
     println!(
         "  operations a/b (argument/result KiB): 0/0 get of an absent key, 0/4 get of a 4 KiB value, 4/0 blind write of 4 KiB"
     );
@@ -299,12 +318,16 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
     } else {
         &[System::Baseline, System::Redoubt]
     };
+    let mut throttled = Vec::new();
     for &system in systems {
         let mut procs = ReplicaProcs::new(exe.clone(), config_path.clone(), dir.clone(), 4);
+        let mut caps = server_cpu.map(CpuCaps::new).transpose()?;
         let result = run_system(
             system,
             &cfg,
             &mut procs,
+            caps.as_mut(),
+            args.baseline_threads,
             &exe,
             &config_path,
             &clients,
@@ -315,6 +338,10 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         )
         .await;
         procs.stop_all(Duration::from_secs(5));
+        if let Some(caps) = &caps {
+            throttled.push((system, caps.throttled_periods()));
+        }
+        drop(caps);
         points.extend(result?);
     }
     progress.finish();
@@ -334,6 +361,18 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
 
     // Tables.
     let mut report = String::new();
+    if let Some(cores) = server_cpu {
+        let _ = writeln!(
+            report,
+            "\nEvery server process capped at {cores} cores (CFS quota, {} ms periods); periods in which the servers used up their quota: {}.",
+            PERIOD_US / 1000,
+            throttled
+                .iter()
+                .map(|(s, n)| format!("{} {n}", s.name()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let _ = writeln!(
         report,
         "\nLatency with one client (ms):\n\n| operation | baseline p50 | baseline p99 | redoubt p50 | redoubt p99 | p50 ratio |\n|---|---:|---:|---:|---:|---:|"
@@ -485,6 +524,8 @@ async fn run_system(
     system: System,
     cfg: &ClusterConfig,
     procs: &mut ReplicaProcs,
+    mut caps: Option<&mut CpuCaps>,
+    baseline_threads: Option<usize>,
     exe: &Path,
     config_path: &Path,
     clients: &[u32],
@@ -499,6 +540,9 @@ async fn run_system(
         System::Redoubt => {
             for i in 0..4 {
                 procs.start(i)?;
+                if let (Some(caps), Some(pid)) = (caps.as_deref_mut(), procs.pid(i)) {
+                    caps.cap(&format!("replica-{i}"), pid)?;
+                }
             }
             let deadline = Instant::now() + Duration::from_secs(30);
             loop {
@@ -524,11 +568,20 @@ async fn run_system(
                 .arg("baseline")
                 .arg("--config")
                 .arg(config_path)
+                .args(
+                    baseline_threads
+                        .map(|n| vec!["--worker-threads".to_string(), n.to_string()])
+                        .unwrap_or_default(),
+                )
                 .stdout(log.try_clone()?)
                 .stderr(log)
                 .spawn()
                 .context("cannot start the baseline server")?;
-            baseline_child = Some(KillOnDrop(child));
+            let child = KillOnDrop(child);
+            if let Some(caps) = caps {
+                caps.cap("baseline", child.0.id())?;
+            }
+            baseline_child = Some(child);
         }
     }
     let setup = |c: u64| -> anyhow::Result<redoubt_client::ClientSetup> {

@@ -41,12 +41,14 @@ impl std::fmt::Debug for Request {
 }
 
 impl Request {
+    /// The request's digest (a long operation hashed on its own: see
+    /// [`DigestBuilder::long_bytes`]).
     pub fn digest(&self) -> Digest {
-        DigestBuilder::new("redoubt.request.v1")
+        DigestBuilder::new("redoubt.request.v2")
             .u64(self.client)
             .u64(self.timestamp)
             .u64(self.read_only as u64)
-            .bytes(&self.op)
+            .long_bytes(&self.op)
             .finish()
     }
 }
@@ -571,13 +573,14 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// The digest every MAC of this frame covers: sender, epoch and body.
+    /// The digest every MAC of this frame covers: sender, epoch and body (a long body hashed
+    /// on its own, as in [`Request::digest`]).
     pub fn auth_digest(from: Principal, epoch: u32, body: &[u8]) -> Digest {
         let from_bytes = postcard::to_stdvec(&from).expect("principal encodes");
-        DigestBuilder::new("redoubt.frame.v1")
+        DigestBuilder::new("redoubt.frame.v2")
             .bytes(&from_bytes)
             .u64(epoch as u64)
-            .bytes(body)
+            .long_bytes(body)
             .finish()
     }
 }
@@ -681,6 +684,14 @@ pub fn reply_header(bytes: &[u8]) -> Option<(ClientId, u64)> {
     let ((_view, timestamp, client), _) =
         postcard::take_from_bytes::<(View, u64, ClientId)>(rest).ok()?;
     Some((client, timestamp))
+}
+
+/// The sender a frame names, read from its header without decoding the rest; `None` for a
+/// malformed frame or another wire version. Unauthenticated: only for decisions that a later
+/// verification confirms.
+pub fn frame_sender(bytes: &[u8]) -> Option<Principal> {
+    let ((version, from), _) = postcard::take_from_bytes::<(u8, Principal)>(bytes).ok()?;
+    (version == WIRE_VERSION).then_some(from)
 }
 
 /// Index of [`Message::Reply`] among the variants of [`Message`] (checked by a test).

@@ -874,6 +874,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 return;
             }
             let mut requests = Vec::new();
+            let mut digests = Vec::new();
             let mut bytes = 0usize;
             // With session keys a pooled request's authenticator goes stale when its client
             // refreshes its keys; backups could not vouch for it. Drop it: the client
@@ -899,6 +900,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 }
                 bytes += len;
                 requests.push(w.req.clone());
+                digests.push(w.digest);
             }
             for c in stale {
                 if let Some(w) = self.waiting.remove(&c) {
@@ -924,7 +926,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 },
                 requests,
             };
-            let digest = batch.digest();
+            // The requests were hashed when they arrived.
+            let digest = batch.digest_with(&digests);
             let seq = self.next_seq;
             self.next_seq += 1;
             let batch = Arc::new(batch);

@@ -73,6 +73,10 @@ impl fmt::Display for Digest {
     }
 }
 
+/// From this length on [`DigestBuilder::long_bytes`] hashes a byte string on its own (two
+/// BLAKE3 chunks: below that there is nothing to hash in parallel).
+pub const LONG_BYTES: usize = 2048;
+
 /// Incremental, domain-separated digest construction with length framing.
 pub struct DigestBuilder(blake3::Hasher);
 
@@ -87,6 +91,18 @@ impl DigestBuilder {
     pub fn bytes(&mut self, b: &[u8]) -> &mut Self {
         self.0.update(&(b.len() as u64).to_le_bytes());
         self.0.update(b);
+        self
+    }
+    /// Adds a length-framed byte string like [`DigestBuilder::bytes`], except that a string of
+    /// [`LONG_BYTES`] or more is hashed on its own and only its digest added: BLAKE3 hashes the
+    /// chunks of one long input in parallel, which it cannot do for bytes fed to a hasher
+    /// mid-chunk. The length decides which, so the encoding stays unambiguous.
+    pub fn long_bytes(&mut self, b: &[u8]) -> &mut Self {
+        if b.len() < LONG_BYTES {
+            return self.bytes(b);
+        }
+        self.0.update(&(b.len() as u64).to_le_bytes());
+        self.0.update(blake3::hash(b).as_bytes());
         self
     }
     pub fn u64(&mut self, v: u64) -> &mut Self {
@@ -152,6 +168,56 @@ impl MacKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Below the threshold `long_bytes` is `bytes`; from it on it differs, and any change of a
+    /// long string (a byte, its length) changes the digest.
+    #[test]
+    fn long_bytes_hashes_long_strings_on_their_own() {
+        let d = |f: &dyn Fn(&mut DigestBuilder)| {
+            let mut b = DigestBuilder::new("t");
+            f(&mut b);
+            b.finish()
+        };
+        let short = vec![7u8; LONG_BYTES - 1];
+        assert_eq!(
+            d(&|b| {
+                b.long_bytes(&short);
+            }),
+            d(&|b| {
+                b.bytes(&short);
+            })
+        );
+        let long = vec![7u8; LONG_BYTES * 2];
+        let base = d(&|b| {
+            b.long_bytes(&long);
+        });
+        assert_ne!(
+            base,
+            d(&|b| {
+                b.bytes(&long);
+            })
+        );
+        let mut flipped = long.clone();
+        flipped[LONG_BYTES + 5] ^= 1;
+        assert_ne!(
+            base,
+            d(&|b| {
+                b.long_bytes(&flipped);
+            })
+        );
+        assert_ne!(
+            base,
+            d(&|b| {
+                b.long_bytes(&long[1..]);
+            })
+        );
+        assert_eq!(
+            base,
+            d(&|b| {
+                b.long_bytes(&long.clone());
+            })
+        );
+    }
 
     #[test]
     fn mac_roundtrip_and_rejection() {

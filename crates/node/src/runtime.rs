@@ -12,7 +12,7 @@ use crate::metrics::{self, Metrics};
 use crate::status::{RecoveryBreakdown, StatusReport};
 use crate::storage::{Journal, StorageError};
 use redoubt_core::auth::verify_request;
-use redoubt_core::message::{decode_body, decode_frame, Message, Reject};
+use redoubt_core::message::{decode_body, decode_frame, frame_sender, Message, Reject};
 use redoubt_core::open_state;
 use redoubt_core::state::FileStore;
 use redoubt_core::{
@@ -372,13 +372,17 @@ impl Node {
         // Replies go back on the connection a client last sent an authentic request on. The
         // route moves only for a request whose authenticator entry for this replica verifies,
         // so nobody can divert another client's replies. Bounded by the configured clients.
-        let Ok(f) = decode_frame(bytes, usize::MAX) else {
-            return;
-        };
-        let Principal::Client(c) = f.from else {
+        // The usual case, a client on the connection it already uses, costs a header read.
+        let Some(Principal::Client(c)) = frame_sender(bytes) else {
             return;
         };
         if !self.known_clients.contains(&c) || self.client_conns.get(&c) == Some(&conn) {
+            return;
+        }
+        let Ok(f) = decode_frame(bytes, usize::MAX) else {
+            return;
+        };
+        if f.from != Principal::Client(c) {
             return;
         }
         if let Ok(Message::Request(sr)) = decode_body(&f.body) {

@@ -185,12 +185,12 @@ impl Journal {
 }
 
 fn frame(r: &Record) -> Vec<u8> {
-    let payload = r.encode();
-    let sum = blake3::hash(&payload);
-    let mut out = Vec::with_capacity(12 + payload.len());
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&sum.as_bytes()[..8]);
-    out.extend_from_slice(&payload);
+    // The record is encoded in place after room for its header (no second copy of a body).
+    let mut out = postcard::to_extend(r, vec![0u8; 12]).expect("records encode");
+    let len = (out.len() - 12) as u32;
+    let sum = blake3::hash(&out[12..]);
+    out[..4].copy_from_slice(&len.to_le_bytes());
+    out[4..12].copy_from_slice(&sum.as_bytes()[..8]);
     out
 }
 
