@@ -147,6 +147,8 @@ struct Point {
     /// CPU time per operation (µs) of the server processes (all replicas together) and of
     /// the benchmark's clients; 0 for latency points.
     server_cpu_us: f64,
+    /// The busiest server process's CPU per operation (µs): for redoubt, usually the primary.
+    busiest_cpu_us: f64,
     client_cpu_us: f64,
 }
 
@@ -173,10 +175,6 @@ fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     Some(ticks as f64 / if hz > 0 { hz as f64 } else { 100.0 })
-}
-
-fn cpu_of(pids: &[u32]) -> f64 {
-    pids.iter().filter_map(|p| cpu_seconds(Some(*p))).sum()
 }
 
 struct Progress {
@@ -443,7 +441,7 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
     }
     let _ = writeln!(
         report,
-        "\nCPU time per operation (µs) at each system's peak: the servers (redoubt: the four replicas together) and the benchmark's clients, which share the same cores:\n\n| operation | baseline server | baseline clients | redoubt replicas | redoubt per replica | redoubt clients | total ratio |\n|---|---:|---:|---:|---:|---:|---:|"
+        "\nCPU time per operation (µs) at each system's peak: the servers (redoubt: the four replicas together, on average, and the busiest one, usually the primary, with the cores it used) and the benchmark's clients, which share the same cores:\n\n| operation | baseline server | baseline clients | redoubt replicas | redoubt per replica | redoubt busiest replica | its cores | redoubt clients | total ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for op in OPS {
         if let (Some(b), Some(r)) = (
@@ -459,12 +457,14 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
             };
             let _ = writeln!(
                 report,
-                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {ratio} |",
+                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {ratio} |",
                 op.label(),
                 b.server_cpu_us,
                 b.client_cpu_us,
                 r.server_cpu_us,
                 r.server_cpu_us / 4.0,
+                r.busiest_cpu_us,
+                r.busiest_cpu_us * r.ops_per_s / 1e6,
                 r.client_cpu_us,
             );
         }
@@ -475,12 +475,12 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let csv = args.out.join("micro.csv");
     let mut text = String::from(
-        "system,operation,mode,clients,ops_per_s,p50_ms,p99_ms,server_cpu_us_per_op,client_cpu_us_per_op\n",
+        "system,operation,mode,clients,ops_per_s,p50_ms,p99_ms,server_cpu_us_per_op,client_cpu_us_per_op,busiest_server_cpu_us_per_op\n",
     );
     for p in &points {
         let _ = writeln!(
             text,
-            "{},{},{},{},{:.1},{:.4},{:.4},{:.2},{:.2}",
+            "{},{},{},{},{:.1},{:.4},{:.4},{:.2},{:.2},{:.2}",
             p.system.name(),
             p.op.name,
             p.op.mode(),
@@ -489,7 +489,8 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
             p.p50_ms,
             p.p99_ms,
             p.server_cpu_us,
-            p.client_cpu_us
+            p.client_cpu_us,
+            p.busiest_cpu_us
         );
     }
     std::fs::write(&csv, text)?;
@@ -662,6 +663,7 @@ async fn run_system(
             p50_ms: percentile(&lat, 0.5),
             p99_ms: percentile(&lat, 0.99),
             server_cpu_us: 0.0,
+            busiest_cpu_us: 0.0,
             client_cpu_us: 0.0,
         });
         progress.step(&format!("{} {} latency", system.name(), op.label()));
@@ -683,13 +685,20 @@ async fn run_system(
                 });
             }
             let started = Instant::now();
-            let (server0, client0) = (cpu_of(&server_pids), cpu_seconds(None).unwrap_or(0.0));
+            let each = || -> Vec<f64> {
+                server_pids
+                    .iter()
+                    .map(|p| cpu_seconds(Some(*p)).unwrap_or(0.0))
+                    .collect()
+            };
+            let (server0, client0) = (each(), cpu_seconds(None).unwrap_or(0.0));
             let mut all = Vec::new();
             while let Some(r) = tasks.join_next().await {
                 all.extend(r??);
             }
             let took = started.elapsed().as_secs_f64();
-            let (server1, client1) = (cpu_of(&server_pids), cpu_seconds(None).unwrap_or(0.0));
+            let (server1, client1) = (each(), cpu_seconds(None).unwrap_or(0.0));
+            let used: Vec<f64> = server1.iter().zip(&server0).map(|(b, a)| b - a).collect();
             let count = all.len().max(1) as f64;
             let per_op = |d: f64| 1e6 * d / count;
             all.sort_by(f64::total_cmp);
@@ -700,7 +709,8 @@ async fn run_system(
                 ops_per_s: all.len() as f64 / took,
                 p50_ms: percentile(&all, 0.5),
                 p99_ms: percentile(&all, 0.99),
-                server_cpu_us: per_op(server1 - server0),
+                server_cpu_us: per_op(used.iter().sum()),
+                busiest_cpu_us: per_op(used.iter().copied().fold(0.0, f64::max)),
                 client_cpu_us: per_op(client1 - client0),
             });
             progress.step(&format!("{} {} {n} clients", system.name(), op.label()));

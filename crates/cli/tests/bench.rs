@@ -66,6 +66,51 @@ fn micro_bench_runs_and_writes_its_outputs() {
     assert!(stdout.contains("Peak throughput"), "{stdout}");
 }
 
+/// `--server-cpu`: where this machine lets the benchmark create cgroups, a capped run reports
+/// the cap and the throttling and removes its groups; elsewhere it fails at once, saying why.
+#[test]
+fn micro_bench_caps_server_cpu_or_says_why_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = common::redoubt();
+    cmd.args([
+        "bench",
+        "micro",
+        "--clients",
+        "2",
+        "--latency-ops",
+        "20",
+        "--seconds",
+        "0.3",
+        "--server-cpu",
+        "0.5",
+        "--out",
+    ])
+    .arg(dir.path());
+    let v1 = std::path::Path::new("/sys/fs/cgroup/cpu/cpu.cfs_quota_us");
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root && v1.exists() {
+        let groups = || -> Vec<std::ffi::OsString> {
+            std::fs::read_dir("/sys/fs/cgroup/cpu")
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name())
+                .filter(|n| n.to_string_lossy().starts_with("redoubt-bench-"))
+                .collect()
+        };
+        let before = groups();
+        let stdout = common::stdout_of_success(cmd, Duration::from_secs(180));
+        assert!(stdout.contains("capped at 0.5 cores"), "{stdout}");
+        assert!(stdout.contains("used up their quota"), "{stdout}");
+        assert_eq!(groups(), before, "control groups left behind");
+    } else {
+        let out = cmd.output().unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--server-cpu"), "{err}");
+    }
+}
+
 /// `redoubt bench recovery` on a small state and a short schedule: every replica recovers
 /// under the workload (the benchmark fails on any failed operation), each step of the
 /// breakdown is reported, and both CSV files are written.
