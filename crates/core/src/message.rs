@@ -783,6 +783,35 @@ mod tests {
     }
 
     #[test]
+    fn frame_sender_reads_the_header_of_any_frame() {
+        let body = encode_body(&Message::Commit(Commit {
+            view: 1,
+            seq: 2,
+            digest: NULL_DIGEST,
+            replica: 0,
+        }));
+        for from in [
+            Principal::Client(9_000_000_001),
+            Principal::Replica(3),
+            Principal::Client(1),
+        ] {
+            let f = |version| {
+                encode_frame(&Frame {
+                    version,
+                    from,
+                    epoch: 7,
+                    body: body.clone(),
+                    tag: Tag::None,
+                })
+            };
+            assert_eq!(frame_sender(&f(WIRE_VERSION)), Some(from));
+            assert_eq!(frame_sender(&f(WIRE_VERSION + 1)), None);
+        }
+        assert_eq!(frame_sender(&[]), None);
+        assert_eq!(frame_sender(&[WIRE_VERSION]), None);
+    }
+
+    #[test]
     fn reply_header_reads_client_and_timestamp_of_replies_only() {
         let reply = Message::Reply(Reply {
             view: 7,
