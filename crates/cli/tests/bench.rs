@@ -39,22 +39,20 @@ fn small_state_transfer_bench_runs_and_transfers_little() {
     assert!(whole > 0.8, "whole-state ratio {whole}: {stdout}");
 }
 
+/// `redoubt bench micro` with short throughput points, writing into `dir`, plus `extra`.
+fn micro(dir: &tempfile::TempDir, extra: &[&str]) -> std::process::Command {
+    let mut cmd = common::redoubt();
+    cmd.args(["bench", "micro", "--seconds", "0.3"])
+        .args(extra)
+        .arg("--out")
+        .arg(dir.path());
+    cmd
+}
+
 #[test]
 fn micro_bench_runs_and_writes_its_outputs() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = common::redoubt();
-    cmd.args([
-        "bench",
-        "micro",
-        "--clients",
-        "1,2",
-        "--latency-ops",
-        "30",
-        "--seconds",
-        "0.3",
-        "--out",
-    ])
-    .arg(dir.path());
+    let cmd = micro(&dir, &["--clients", "1,2", "--latency-ops", "30"]);
     let stdout = common::stdout_of_success(cmd, Duration::from_secs(180));
     let csv = std::fs::read_to_string(dir.path().join("micro.csv")).unwrap();
     // Both systems, every operation, latency row plus two client counts.
@@ -71,21 +69,17 @@ fn micro_bench_runs_and_writes_its_outputs() {
 #[test]
 fn micro_bench_caps_server_cpu_or_says_why_not() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = common::redoubt();
-    cmd.args([
-        "bench",
-        "micro",
-        "--clients",
-        "2",
-        "--latency-ops",
-        "20",
-        "--seconds",
-        "0.3",
-        "--server-cpu",
-        "0.5",
-        "--out",
-    ])
-    .arg(dir.path());
+    let mut cmd = micro(
+        &dir,
+        &[
+            "--clients",
+            "2",
+            "--latency-ops",
+            "20",
+            "--server-cpu",
+            "0.5",
+        ],
+    );
     let v1 = std::path::Path::new("/sys/fs/cgroup/cpu/cpu.cfs_quota_us");
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;

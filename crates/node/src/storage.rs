@@ -105,15 +105,16 @@ impl Journal {
     /// Appends a record (buffered until [`Journal::sync`]). Checkpoint and view records
     /// trigger compaction.
     pub fn append(&mut self, r: Record) -> Result<(), StorageError> {
-        let compacting = matches!(r, Record::Checkpoint { .. } | Record::View { .. });
-        let frame = frame(&r);
-        self.records.push(r);
-        if compacting {
+        if matches!(r, Record::Checkpoint { .. } | Record::View { .. }) {
+            // The rewrite encodes every kept record, this one included.
+            self.records.push(r);
             let records = std::mem::take(&mut self.records);
             self.records = compact(records);
             self.compactions += 1;
             self.rewrite()
         } else {
+            let frame = frame(&r);
+            self.records.push(r);
             self.file
                 .write_all(&frame)
                 .map_err(|source| self.io(source))?;
