@@ -242,7 +242,8 @@ fn garbage_frame(kind: Garbage, n: u32, forged: &StaticKeys) -> Vec<u8> {
                     key: b"k".to_vec(),
                     value: b"forged".to_vec(),
                 }
-                .encode(),
+                .encode()
+                .into(),
             };
             encode_frame(&Frame {
                 version: WIRE_VERSION,

@@ -7,7 +7,7 @@
 //! (NEW-KEY, a later layer): an implementation may reject MACs from stale epochs.
 
 use crate::message::{
-    encode_body, encode_frame, Frame, Message, Reject, Tag, TagKind, WIRE_VERSION,
+    encode_body, encode_frame_parts, Frame, Message, Reject, Tag, TagKind, WIRE_VERSION,
 };
 use crate::types::{Principal, ReplicaId};
 use redoubt_crypto::{Digest, Mac, MacKey};
@@ -144,13 +144,7 @@ pub fn seal_body<A: Auth + ?Sized>(
             )
         }
     };
-    encode_frame(&Frame {
-        version: WIRE_VERSION,
-        from,
-        epoch,
-        body,
-        tag,
-    })
+    encode_frame_parts(WIRE_VERSION, from, epoch, &body, &tag)
 }
 
 /// Verifies a decoded frame addressed to `auth.me()` and decodes its message. The tag kind

@@ -257,7 +257,7 @@ impl<A: Auth> Client<A> {
         }
         // Timestamps stay increasing across restarts as long as the clock does.
         let fast_read = read_only && self.cfg.read_only_fast_path;
-        let (timestamp, _) = self.issue(env, op, read_only, fast_read, env.now_ms);
+        let (timestamp, _) = self.issue(env, op.into(), read_only, fast_read, env.now_ms);
         Ok((timestamp, std::mem::take(&mut self.effects)))
     }
 
@@ -266,7 +266,7 @@ impl<A: Auth> Client<A> {
     fn issue(
         &mut self,
         env: Env,
-        op: Vec<u8>,
+        op: bytes::Bytes,
         read_only: bool,
         fast_read: bool,
         started_ms: u64,

@@ -7,7 +7,8 @@
 //! rejected before decoding, and postcard bounds allocations by the input length.
 
 use crate::types::{ClientId, Principal, ReplicaId, Seq, View};
-use redoubt_crypto::{Digest, DigestBuilder, Mac};
+use bytes::Bytes;
+use redoubt_crypto::{Digest, DigestBuilder, Mac, MAC_LEN};
 use serde::{Deserialize, Serialize};
 
 /// Wire format version carried by every frame.
@@ -23,8 +24,9 @@ pub struct Request {
     pub client: ClientId,
     pub timestamp: u64,
     pub read_only: bool,
-    #[serde(with = "serde_bytes")]
-    pub op: Vec<u8>,
+    /// The operation. Shared, not copied, when a request moves from the pool into a batch or
+    /// into several messages.
+    pub op: Bytes,
 }
 
 impl std::fmt::Debug for Request {
@@ -576,9 +578,10 @@ impl Frame {
     /// The digest every MAC of this frame covers: sender, epoch and body (a long body hashed
     /// on its own, as in [`Request::digest`]).
     pub fn auth_digest(from: Principal, epoch: u32, body: &[u8]) -> Digest {
-        let from_bytes = postcard::to_stdvec(&from).expect("principal encodes");
+        let mut buf = [0u8; PRINCIPAL_BYTES_MAX];
+        let from_bytes = postcard::to_slice(&from, &mut buf).expect("a principal fits");
         DigestBuilder::new("redoubt.frame.v2")
-            .bytes(&from_bytes)
+            .bytes(from_bytes)
             .u64(epoch as u64)
             .long_bytes(body)
             .finish()
@@ -728,12 +731,68 @@ pub fn encode_body(m: &Message) -> Vec<u8> {
 }
 
 pub fn encode_frame(f: &Frame) -> Vec<u8> {
-    postcard::to_stdvec(f).expect("frames always encode")
+    encode_frame_parts(f.version, f.from, f.epoch, &f.body, &f.tag)
+}
+
+/// Most bytes a [`Principal`] takes encoded (an enum tag and a varint of at most 64 bits).
+const PRINCIPAL_BYTES_MAX: usize = 16;
+
+/// The encoding of a [`Frame`] with these fields, built in one buffer of the right size (the
+/// same bytes as encoding the struct: postcard writes a struct as its fields in order).
+pub fn encode_frame_parts(
+    version: u8,
+    from: Principal,
+    epoch: u32,
+    body: &[u8],
+    tag: &Tag,
+) -> Vec<u8> {
+    let tag_bytes = match tag {
+        Tag::None => 1,
+        Tag::Mac(_) => 1 + MAC_LEN,
+        Tag::Authenticator(m) => 1 + 10 + m.len() * MAC_LEN,
+    };
+    let out = Vec::with_capacity(1 + PRINCIPAL_BYTES_MAX + 5 + 10 + body.len() + tag_bytes);
+    let mut out = postcard::to_extend(&(version, from, epoch, body.len() as u64), out)
+        .expect("frame headers encode");
+    out.extend_from_slice(body);
+    postcard::to_extend(tag, out).expect("tags encode")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frames_built_in_one_buffer_encode_as_the_struct_does() {
+        let froms = [
+            Principal::Replica(0),
+            Principal::Replica(3),
+            Principal::Client(1),
+            Principal::Client(u64::MAX),
+        ];
+        let tags = [
+            Tag::None,
+            Tag::Mac(Mac([7; MAC_LEN])),
+            Tag::Authenticator(vec![Mac([1; MAC_LEN]); 4]),
+            Tag::Authenticator(Vec::new()),
+        ];
+        for (i, from) in froms.into_iter().enumerate() {
+            for tag in &tags {
+                for len in [0usize, 1, 127, 128, 300, 16_384, 70_000] {
+                    let f = Frame {
+                        version: WIRE_VERSION,
+                        from,
+                        epoch: [0, 1, 300, u32::MAX][i],
+                        body: (0..len).map(|b| b as u8).collect(),
+                        tag: tag.clone(),
+                    };
+                    let derived = postcard::to_stdvec(&f).unwrap();
+                    assert_eq!(encode_frame(&f), derived, "{from:?} {tag:?} {len}");
+                    assert_eq!(decode_frame(&derived, 1 << 20).unwrap(), f);
+                }
+            }
+        }
+    }
 
     #[test]
     fn whole_batch_puts_requests_beside_back_in_place() {
@@ -742,7 +801,7 @@ mod tests {
                 client: c,
                 timestamp: 1,
                 read_only: false,
-                op: vec![c as u8; 8],
+                op: vec![c as u8; 8].into(),
             },
             auth: vec![Mac([0; 16])],
         };
@@ -854,7 +913,7 @@ mod tests {
                 client: 1,
                 timestamp: ts,
                 read_only: false,
-                op: vec![1, 2, 3],
+                op: vec![1, 2, 3].into(),
             },
             auth: vec![Mac([auth; 16])],
         };

@@ -626,7 +626,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 client: recovery_client(me),
                 timestamp: counter,
                 read_only: false,
-                op: postcard::to_stdvec(&op).expect("encodes"),
+                op: postcard::to_stdvec(&op).expect("encodes").into(),
             },
             auth: Vec::new(),
         })

@@ -21,6 +21,7 @@ use crate::types::{ClientId, Config, Principal, ReplicaId, Seq, View};
 use crate::viewchange::{self, Pending, SlotSummary};
 use redoubt_crypto::Digest;
 use redoubt_state::{PageStore, PagedState, StateFootprint};
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -161,6 +162,10 @@ pub struct Stats {
     /// transfer) before they committed.
     pub tentative_batches: u64,
     pub tentative_undone: u64,
+    /// Log entries retransmitted because a peer's status lacked them twice in a row, and batch
+    /// bodies our statuses asked for.
+    pub entries_retransmitted: u64,
+    pub bodies_asked: u64,
 }
 
 /// A replica.
@@ -228,16 +233,30 @@ pub struct Replica<S: Service, A: Auth> {
     /// Read-only requests waiting for everything this replica prepared to execute (one per
     /// client, the latest).
     reads: BTreeMap<ClientId, Request>,
-    waiting: BTreeMap<ClientId, Waiting>,
+    /// Requests waiting to be ordered, one per client (looked up by key only: a hash map,
+    /// with a fixed hasher so that runs stay reproducible; client ids are configured, not
+    /// chosen by a sender). `arrivals` keeps their order.
+    waiting: FxHashMap<ClientId, Waiting>,
     arrivals: BTreeMap<u64, ClientId>,
     next_order: u64,
-    inflight: BTreeMap<ClientId, u64>,
+    /// Per client, the timestamp of its request in a proposed batch not yet executed.
+    inflight: FxHashMap<ClientId, u64>,
     /// Pre-prepares of the current view waiting for requests that travel beside them (at
     /// most one per sequence number in the log window).
     pending_pp: BTreeMap<Seq, PrePrepare>,
     req_timer: Option<(u64, ClientId, u64)>,
 
     next_status_ms: u64,
+    /// Bodies of batches our previous status lacked (prepared without a body, or a
+    /// pre-prepare waiting for requests beside it). Such a batch is asked for only when the
+    /// next status still lacks it: under load the batch in flight when a status is taken
+    /// nearly always arrives within the interval, and asking at once made every replica send
+    /// whole batches for nothing. Bounded by `MISSING_MAX`.
+    lacked_bodies: BTreeSet<Digest>,
+    /// Per peer, the view and the sequence numbers its previous status did not report
+    /// committed. A log entry is retransmitted only when two statuses in a row lack it, for the
+    /// same reason. Bounded by the log window per peer.
+    peer_lacking: BTreeMap<ReplicaId, (View, BTreeSet<Seq>)>,
     /// True while re-executing journaled batches after a restart: no sends, no records.
     replaying: bool,
     /// Our state was found to differ from a checkpoint f+1 replicas vouch for: execution
@@ -319,13 +338,15 @@ impl<S: Service, A: Auth> Replica<S, A> {
             serve_budget: BTreeMap::new(),
             next_probe_ms: 0,
             reads: BTreeMap::new(),
-            waiting: BTreeMap::new(),
+            waiting: FxHashMap::default(),
             arrivals: BTreeMap::new(),
             next_order: 0,
-            inflight: BTreeMap::new(),
+            inflight: FxHashMap::default(),
             pending_pp: BTreeMap::new(),
             req_timer: None,
             next_status_ms: 0,
+            lacked_bodies: BTreeSet::new(),
+            peer_lacking: BTreeMap::new(),
             replaying: false,
             diverged: false,
             rekey_due: false,
@@ -2983,17 +3004,24 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     // ----- status and retransmission ----------------------------------------------------------
 
-    fn missing_batches(&self) -> Vec<Digest> {
-        let mut m: Vec<Digest> = self
+    /// The batch bodies to ask for in a status: those a NEW-VIEW decision needs at once, and
+    /// those the log lacks (prepared without a body, pre-prepares waiting for requests beside
+    /// them) that the previous status lacked too (see `lacked_bodies`).
+    fn missing_batches(&mut self) -> Vec<Digest> {
+        let lacking: BTreeSet<Digest> = self
             .log
             .iter()
             .filter(|(n, s)| **n > self.last_executed && s.prepared)
             .filter_map(|(_, s)| s.pp)
             .filter(|d| *d != NULL_DIGEST && !self.batches.contains_key(d))
+            .chain(self.pending_pp.values().map(|p| p.digest))
+            .take(MISSING_MAX)
             .collect();
-        m.extend(self.decision_missing.iter().copied());
-        m.extend(self.pending_pp.values().map(|p| p.digest));
+        let mut m = self.decision_missing.clone();
+        m.extend(lacking.intersection(&self.lacked_bodies).copied());
         m.truncate(MISSING_MAX);
+        self.lacked_bodies = lacking;
+        self.stats.bodies_asked += m.len() as u64;
         m
     }
 
@@ -3077,13 +3105,23 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if st.view == self.view && st.normal && self.normal {
             let prepared: BTreeSet<Seq> = st.prepared.iter().copied().collect();
             let committed: BTreeSet<Seq> = st.committed.iter().copied().collect();
+            let lacking: BTreeSet<Seq> = self
+                .log
+                .range(st.last_executed.saturating_add(1)..)
+                .map(|(n, _)| *n)
+                .filter(|n| !committed.contains(n))
+                .collect();
+            let lacked = match self.peer_lacking.insert(from, (st.view, lacking)) {
+                Some((v, lacked)) if v == st.view => lacked,
+                _ => BTreeSet::new(),
+            };
             let mut budget = self.cfg.retransmit_entries_max;
             // Pre-prepares carry bodies: bound the bytes one status can make us resend.
             let mut body_bytes_left = self.cfg.message_bytes_max / 2;
             let entries: Vec<(Seq, Slot)> = self
                 .log
                 .range(st.last_executed.saturating_add(1)..)
-                .filter(|(_, s)| s.pp.is_some())
+                .filter(|(n, s)| s.pp.is_some() && lacked.contains(n))
                 .map(|(n, s)| (*n, s.clone()))
                 .collect();
             for (n, s) in entries {
@@ -3135,6 +3173,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 }
                 if sent {
                     budget -= 1;
+                    self.stats.entries_retransmitted += 1;
                 }
             }
         }

@@ -300,7 +300,7 @@ fn one_request_batch(op: &[u8], bad: Option<usize>) -> Batch {
         client: 7,
         timestamp: 1,
         read_only: false,
-        op: op.to_vec(),
+        op: op.to_vec().into(),
     };
     let mut auth = request_authenticator(&keys(Principal::Client(7)), &req.digest(), 4);
     if let Some(r) = bad {
@@ -455,7 +455,7 @@ fn diverged_state_stops_execution_instead_of_looping() {
                 client: 7,
                 timestamp: n,
                 read_only: false,
-                op: vec![n as u8],
+                op: vec![n as u8].into(),
             };
             let auth = request_authenticator(&ckeys, &req.digest(), 4);
             let batch = Batch {

@@ -18,6 +18,8 @@ pub struct Metrics {
     pub requests_executed: IntCounter,
     pub tentative_batches: IntCounter,
     pub tentative_undone: IntCounter,
+    pub entries_retransmitted: IntCounter,
+    pub bodies_asked: IntCounter,
     pub batches_executed: IntCounter,
     pub batch_size: Histogram,
     pub view: IntGauge,
@@ -281,6 +283,16 @@ impl Metrics {
                 r,
                 "redoubt_tentative_undone_total",
                 "Tentatively executed batches undone because they did not commit in their view",
+            ),
+            entries_retransmitted: counter(
+                r,
+                "redoubt_status_retransmitted_entries_total",
+                "Log entries retransmitted to peers whose status messages lacked them twice in a row",
+            ),
+            bodies_asked: counter(
+                r,
+                "redoubt_status_bodies_asked_total",
+                "Batch bodies this replica's status messages asked for",
             ),
             recoveries: counter(
                 r,

@@ -406,6 +406,10 @@ impl Node {
             .inc_by(s.tentative_batches - self.last_stats.tentative_batches);
         m.tentative_undone
             .inc_by(s.tentative_undone - self.last_stats.tentative_undone);
+        m.entries_retransmitted
+            .inc_by(s.entries_retransmitted - self.last_stats.entries_retransmitted);
+        m.bodies_asked
+            .inc_by(s.bodies_asked - self.last_stats.bodies_asked);
         m.view_changes
             .inc_by(s.view_changes - self.last_stats.view_changes);
         m.state_transfers

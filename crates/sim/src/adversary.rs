@@ -377,7 +377,7 @@ impl Adversary {
                 if let Ok(Message::Request(sr)) = decode_body(&frame.body) {
                     if sr.request.read_only {
                         let r = &sr.request;
-                        self.read_ops.insert((r.client, r.timestamp), r.op.clone());
+                        self.read_ops.insert((r.client, r.timestamp), r.op.to_vec());
                         while self.read_ops.len() > 1024 {
                             self.read_ops.pop_first();
                         }

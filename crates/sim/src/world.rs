@@ -985,7 +985,7 @@ impl World {
                 client: id,
                 timestamp: ts,
                 read_only: false,
-                op: op.encode(),
+                op: op.encode().into(),
             };
             let auth = request_authenticator(&w.byz_clients[i].keys, &request.digest(), n);
             SignedRequest { request, auth }
