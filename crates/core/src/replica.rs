@@ -162,8 +162,8 @@ pub struct Stats {
     /// transfer) before they committed.
     pub tentative_batches: u64,
     pub tentative_undone: u64,
-    /// Log entries retransmitted because a peer's status lacked them twice in a row, and batch
-    /// bodies our statuses asked for.
+    /// Log entries retransmitted in answer to peers' statuses (a pre-prepare only when two
+    /// statuses in a row lacked it), and batch bodies our statuses asked for.
     pub entries_retransmitted: u64,
     pub bodies_asked: u64,
 }
@@ -254,8 +254,8 @@ pub struct Replica<S: Service, A: Auth> {
     /// whole batches for nothing. Bounded by `MISSING_MAX`.
     lacked_bodies: BTreeSet<Digest>,
     /// Per peer, the view and the sequence numbers its previous status did not report
-    /// committed. A log entry is retransmitted only when two statuses in a row lack it, for the
-    /// same reason. Bounded by the log window per peer.
+    /// committed. The primary resends a pre-prepare (with its whole batch) only when two
+    /// statuses in a row lack it, for the same reason. Bounded by the log window per peer.
     peer_lacking: BTreeMap<ReplicaId, (View, BTreeSet<Seq>)>,
     /// True while re-executing journaled batches after a restart: no sends, no records.
     replaying: bool,
@@ -3121,7 +3121,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             let entries: Vec<(Seq, Slot)> = self
                 .log
                 .range(st.last_executed.saturating_add(1)..)
-                .filter(|(n, s)| s.pp.is_some() && lacked.contains(n))
+                .filter(|(_, s)| s.pp.is_some())
                 .map(|(n, s)| (*n, s.clone()))
                 .collect();
             for (n, s) in entries {
@@ -3131,7 +3131,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 let d = s.pp.expect("filtered");
                 let mut sent = false;
                 if !prepared.contains(&n) && !committed.contains(&n) {
-                    if s.proposed_here {
+                    // A pre-prepare is resent with its whole batch: only when the entry was
+                    // lacking in the peer's previous status too (see `peer_lacking`).
+                    // Prepares and commits are small and go at once: delaying them too cost
+                    // view changes under heavy loss in the simulator.
+                    if s.proposed_here && lacked.contains(&n) {
                         if let Some(b) = self
                             .batches
                             .get(&d)

@@ -613,3 +613,52 @@ fn an_execution_journaled_without_its_body_replays_from_the_pre_prepare() {
     assert_eq!(restored.last_executed(), 1);
     assert_eq!(len(&restored), 5, "the execution was replayed");
 }
+
+/// A status taken while a batch is in flight nearly always lacks it; answering every such
+/// status by resending the pre-prepare with its whole batch made the primary send batches
+/// twice under load. A pre-prepare goes again only when two statuses in a row lack it.
+#[test]
+fn only_a_second_status_lacking_a_pre_prepare_gets_its_batch_resent() {
+    let mut r0 = rep(0);
+    let signed = one_request_batch(b"x", None).requests.remove(0);
+    let req = seal(
+        &keys(Principal::Client(7)),
+        &Message::Request(signed),
+        Some(Principal::Replica(0)),
+        4,
+    );
+    let pre_prepares_to_1 = |effs: &[Effect]| {
+        msgs(effs)
+            .into_iter()
+            .filter(|(to, m)| {
+                matches!(m, Message::PrePrepare(p) if p.seq == 1 && p.batch.requests.len() == 1)
+                    && matches!(to, Some(Principal::Replica(1)) | None)
+            })
+            .count()
+    };
+    let e = r0.handle(env(0), Input::Receive(&req));
+    assert_eq!(pre_prepares_to_1(&e), 1, "the primary proposes once");
+    let lacking = Status {
+        replica: 1,
+        view: 0,
+        normal: true,
+        ..Default::default()
+    };
+    let status = |r: &mut Replica<Svc, StaticKeys>| {
+        r.handle(
+            env(1),
+            Input::Receive(&frame(1, 0, &Message::Status(lacking.clone()))),
+        )
+    };
+    assert_eq!(
+        pre_prepares_to_1(&status(&mut r0)),
+        0,
+        "first status: in flight"
+    );
+    assert_eq!(
+        pre_prepares_to_1(&status(&mut r0)),
+        1,
+        "second status: resent"
+    );
+    assert_eq!(r0.stats.entries_retransmitted, 1);
+}
