@@ -162,8 +162,8 @@ pub struct Stats {
     /// transfer) before they committed.
     pub tentative_batches: u64,
     pub tentative_undone: u64,
-    /// Log entries retransmitted in answer to peers' statuses (a pre-prepare only when two
-    /// statuses in a row lacked it), and batch bodies our statuses asked for.
+    /// Log entries retransmitted in answer to peers' statuses, and batch bodies our statuses
+    /// asked for.
     pub entries_retransmitted: u64,
     pub bodies_asked: u64,
 }
@@ -247,16 +247,6 @@ pub struct Replica<S: Service, A: Auth> {
     req_timer: Option<(u64, ClientId, u64)>,
 
     next_status_ms: u64,
-    /// Bodies of batches our previous status lacked (prepared without a body, or a
-    /// pre-prepare waiting for requests beside it). Such a batch is asked for only when the
-    /// next status still lacks it: under load the batch in flight when a status is taken
-    /// nearly always arrives within the interval, and asking at once made every replica send
-    /// whole batches for nothing. Bounded by `MISSING_MAX`.
-    lacked_bodies: BTreeSet<Digest>,
-    /// Per peer, the view and the sequence numbers its previous status did not report
-    /// committed. The primary resends a pre-prepare (with its whole batch) only when two
-    /// statuses in a row lack it, for the same reason. Bounded by the log window per peer.
-    peer_lacking: BTreeMap<ReplicaId, (View, BTreeSet<Seq>)>,
     /// True while re-executing journaled batches after a restart: no sends, no records.
     replaying: bool,
     /// Our state was found to differ from a checkpoint f+1 replicas vouch for: execution
@@ -345,8 +335,6 @@ impl<S: Service, A: Auth> Replica<S, A> {
             pending_pp: BTreeMap::new(),
             req_timer: None,
             next_status_ms: 0,
-            lacked_bodies: BTreeSet::new(),
-            peer_lacking: BTreeMap::new(),
             replaying: false,
             diverged: false,
             rekey_due: false,
@@ -3004,23 +2992,17 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     // ----- status and retransmission ----------------------------------------------------------
 
-    /// The batch bodies to ask for in a status: those a NEW-VIEW decision needs at once, and
-    /// those the log lacks (prepared without a body, pre-prepares waiting for requests beside
-    /// them) that the previous status lacked too (see `lacked_bodies`).
     fn missing_batches(&mut self) -> Vec<Digest> {
-        let lacking: BTreeSet<Digest> = self
+        let mut m: Vec<Digest> = self
             .log
             .iter()
             .filter(|(n, s)| **n > self.last_executed && s.prepared)
             .filter_map(|(_, s)| s.pp)
             .filter(|d| *d != NULL_DIGEST && !self.batches.contains_key(d))
-            .chain(self.pending_pp.values().map(|p| p.digest))
-            .take(MISSING_MAX)
             .collect();
-        let mut m = self.decision_missing.clone();
-        m.extend(lacking.intersection(&self.lacked_bodies).copied());
+        m.extend(self.decision_missing.iter().copied());
+        m.extend(self.pending_pp.values().map(|p| p.digest));
         m.truncate(MISSING_MAX);
-        self.lacked_bodies = lacking;
         self.stats.bodies_asked += m.len() as u64;
         m
     }
@@ -3105,16 +3087,6 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if st.view == self.view && st.normal && self.normal {
             let prepared: BTreeSet<Seq> = st.prepared.iter().copied().collect();
             let committed: BTreeSet<Seq> = st.committed.iter().copied().collect();
-            let lacking: BTreeSet<Seq> = self
-                .log
-                .range(st.last_executed.saturating_add(1)..)
-                .map(|(n, _)| *n)
-                .filter(|n| !committed.contains(n))
-                .collect();
-            let lacked = match self.peer_lacking.insert(from, (st.view, lacking)) {
-                Some((v, lacked)) if v == st.view => lacked,
-                _ => BTreeSet::new(),
-            };
             let mut budget = self.cfg.retransmit_entries_max;
             // Pre-prepares carry bodies: bound the bytes one status can make us resend.
             let mut body_bytes_left = self.cfg.message_bytes_max / 2;
@@ -3131,11 +3103,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 let d = s.pp.expect("filtered");
                 let mut sent = false;
                 if !prepared.contains(&n) && !committed.contains(&n) {
-                    // A pre-prepare is resent with its whole batch: only when the entry was
-                    // lacking in the peer's previous status too (see `peer_lacking`).
-                    // Prepares and commits are small and go at once: delaying them too cost
-                    // view changes under heavy loss in the simulator.
-                    if s.proposed_here && lacked.contains(&n) {
+                    if s.proposed_here {
                         if let Some(b) = self
                             .batches
                             .get(&d)

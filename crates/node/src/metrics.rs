@@ -287,7 +287,7 @@ impl Metrics {
             entries_retransmitted: counter(
                 r,
                 "redoubt_status_retransmitted_entries_total",
-                "Log entries retransmitted to peers whose status messages lacked them (pre-prepares only when two in a row did)",
+                "Log entries retransmitted to peers whose status messages lacked them",
             ),
             bodies_asked: counter(
                 r,
