@@ -83,6 +83,10 @@ struct Vote {
 
 /// Shortest interval between NEW-KEYs a client sends because replicas stopped answering (ms).
 const KEY_FORCE_MIN_MS: u64 = 1000;
+/// Least time between NEW-KEYs forced by retransmissions that go unanswered; in between, the
+/// current NEW-KEY is sent again with each retransmission. A fresh key on every
+/// retransmission made a lossy link race each new NEW-KEY against the request it preceded.
+const KEY_FORCE_STALL_MS: u64 = 4 * KEY_FORCE_MIN_MS;
 
 /// A client.
 pub struct Client<A: Auth> {
@@ -105,6 +109,8 @@ pub struct Client<A: Auth> {
     /// With session keys: when the next NEW-KEY is due (host clock, ms), and the last one.
     next_rekey_ms: u64,
     last_rekey_ms: Option<u64>,
+    /// The last NEW-KEY sent to every replica (sent again with stalled retransmissions).
+    last_new_key: Option<Bytes>,
     /// Replicas that lost our key and get a NEW-KEY of their own, and when each last got one
     /// (both at most n entries).
     rekey_for: BTreeSet<ReplicaId>,
@@ -133,6 +139,7 @@ impl<A: Auth> Client<A> {
             unwanted: 0,
             next_rekey_ms: 0,
             last_rekey_ms: None,
+            last_new_key: None,
             rekey_for: BTreeSet::new(),
             last_rekey_of: BTreeMap::new(),
             key_refreshes: 0,
@@ -164,7 +171,7 @@ impl<A: Auth> Client<A> {
             || (force
                 && self
                     .last_rekey_ms
-                    .is_none_or(|t| env.now_ms >= t + KEY_FORCE_MIN_MS));
+                    .is_none_or(|t| env.now_ms >= t + KEY_FORCE_STALL_MS));
         let targets: Vec<ReplicaId> = if due {
             (0..self.cfg.n()).collect()
         } else {
@@ -195,6 +202,9 @@ impl<A: Auth> Client<A> {
                     self.next_rekey_ms = env.now_ms + self.cfg.key_refresh_ms;
                 }
                 let bytes = Arc::new(seal(&self.auth, &Message::NewKey(nk), None, self.cfg.n()));
+                if due {
+                    self.last_new_key = Some(bytes.clone());
+                }
                 for to in replicas {
                     self.effects.push(Effect::Send {
                         to,
@@ -467,7 +477,20 @@ impl<A: Auth> Client<A> {
             .as_ref()
             .is_some_and(|o| env.now_ms >= o.deadline_ms && o.backoff >= 1);
         if stalled {
+            let refreshes = self.key_refreshes;
             self.refresh_keys(env, true);
+            if self.key_refreshes == refreshes {
+                // Not re-keyed now: the current NEW-KEY again, for a replica that lost it or
+                // got it after the request it preceded (it ignores one it already holds).
+                if let Some(b) = self.last_new_key.clone() {
+                    for r in 0..self.cfg.n() {
+                        self.effects.push(Effect::Send {
+                            to: Principal::Replica(r),
+                            bytes: b.clone(),
+                        });
+                    }
+                }
+            }
         }
         if self.auth.session_ref().is_some() {
             // Retransmissions carry MACs under the latest keys.

@@ -166,6 +166,9 @@ pub struct Stats {
     /// asked for.
     pub entries_retransmitted: u64,
     pub bodies_asked: u64,
+    /// View changes this replica started as primary because its own proposals did not
+    /// execute within the view-change timeout.
+    pub primary_stalls: u64,
 }
 
 /// A replica.
@@ -245,6 +248,10 @@ pub struct Replica<S: Service, A: Auth> {
     /// most one per sequence number in the log window).
     pending_pp: BTreeMap<Seq, PrePrepare>,
     req_timer: Option<(u64, ClientId, u64)>,
+    /// While primary: the last time it executed a batch or had none in flight. A primary
+    /// whose own proposals do not execute within the view-change timeout suspects itself
+    /// (see `tick`).
+    primary_progress_ms: u64,
 
     next_status_ms: u64,
     /// True while re-executing journaled batches after a restart: no sends, no records.
@@ -334,6 +341,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             inflight: FxHashMap::default(),
             pending_pp: BTreeMap::new(),
             req_timer: None,
+            primary_progress_ms: 0,
             next_status_ms: 0,
             replaying: false,
             diverged: false,
@@ -1511,6 +1519,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
         }
         self.last_executed = seq;
+        self.primary_progress_ms = self.now();
         self.executed.insert(seq, digest);
         self.stats.batches_executed += 1;
         self.stats.requests_executed += executed.len() as u64;
@@ -2789,6 +2798,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     fn install_new_view(&mut self, nv: NewView) {
         let (h, hd) = nv.checkpoint;
         self.normal = true;
+        self.primary_progress_ms = self.now();
         self.vc_deadline_ms = None;
         self.pending_nv = None;
         self.decision_missing.clear();
@@ -2968,6 +2978,21 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     } else {
                         self.arm_request_timer();
                     }
+                }
+            }
+            // Backups suspect a primary whose requests do not execute; a primary suspects
+            // itself when its own proposals do not: the replicas that would commit them may
+            // have left the view (their timers fired while messages were lost), and with
+            // them gone nobody else may ever time out (every request already executed
+            // somewhere, or none waiting). A view change is always safe.
+            if self.is_primary() && self.transfer.is_none() && self.recovery.is_none() {
+                if self.next_seq <= self.last_executed.saturating_add(1) {
+                    self.primary_progress_ms = now;
+                } else if now >= self.primary_progress_ms.saturating_add(self.vc_timeout_ms) {
+                    self.stats.primary_stalls += 1;
+                    self.vc_timeout_ms =
+                        (self.vc_timeout_ms * 2).min(self.cfg.view_change_timeout_max_ms);
+                    self.start_view_change(self.view.saturating_add(1));
                 }
             }
         } else if let Some(deadline) = self.vc_deadline_ms {

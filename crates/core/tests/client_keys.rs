@@ -124,3 +124,59 @@ fn a_replica_that_lost_a_client_key_gets_a_new_one_for_itself_alone() {
     assert_eq!(later.len(), 1);
     assert_eq!(later[0].0, Principal::Replica(2));
 }
+
+/// A client whose requests go unanswered re-keys at most once every four seconds, and sends
+/// its current NEW-KEY again with the retransmissions in between: a replica that lost it, or
+/// got it after the request it preceded, can then check the next retransmission. (A fresh
+/// key with every retransmission kept a lossy link racing each new key against its request.)
+#[test]
+fn a_stalled_client_resends_its_current_key_between_rekeys() {
+    let ps = principals();
+    let dir = Arc::new(Directory {
+        keys: ps
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (*p, HolderSecrets::from_seed(&[i as u8 + 1; 32]).public()))
+            .collect(),
+    });
+    let mut client = Client::new(
+        Config::new(1),
+        ClientTiming::default(),
+        CLIENT,
+        Keys::Session(session(&dir, 4, ps[4])),
+    );
+    let first = new_keys(&client.tick(env(0)));
+    assert_eq!(first.len(), 4);
+    let counter0 = first[0].1.counter;
+    client.invoke(env(10), b"op".to_vec(), false).unwrap();
+    // No replica answers for 20 s.
+    let mut sent: Vec<(u64, u64)> = Vec::new(); // (time, counter) of each NEW-KEY to replica 0
+    for t in (20..20_000).step_by(10) {
+        for (to, nk) in new_keys(&client.tick(env(t))) {
+            if to == Principal::Replica(0) {
+                sent.push((t, nk.counter));
+            }
+        }
+    }
+    let resent = sent.iter().filter(|(_, c)| *c == counter0).count();
+    assert!(resent >= 1, "the first key is sent again: {sent:?}");
+    let mut counters: Vec<u64> = sent.iter().map(|(_, c)| *c).collect();
+    counters.dedup();
+    assert!(counters.len() >= 2, "and replaced in time: {sent:?}");
+    // New keys at least four seconds apart.
+    let mut firsts: Vec<u64> = Vec::new();
+    let mut last = counter0;
+    for (t, c) in &sent {
+        if *c != last {
+            firsts.push(*t);
+            last = *c;
+        }
+    }
+    for w in firsts.windows(2) {
+        assert!(
+            w[1] - w[0] >= 4_000,
+            "re-keyed {} ms apart: {sent:?}",
+            w[1] - w[0]
+        );
+    }
+}

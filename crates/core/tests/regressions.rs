@@ -613,3 +613,50 @@ fn an_execution_journaled_without_its_body_replays_from_the_pre_prepare() {
     assert_eq!(restored.last_executed(), 1);
     assert_eq!(len(&restored), 5, "the execution was replayed");
 }
+
+/// Seen in the simulator (seed 9195 of a variant): replica 2 silent, replica 3 timed out and
+/// waited alone in the next view, and the primary held prepared batches that could never
+/// commit in its view; every request was executed at replica 1, so no backup ever timed out
+/// again. A primary whose own proposals do not execute within the view-change timeout now
+/// starts a view change itself.
+#[test]
+fn a_primary_whose_proposals_do_not_execute_suspects_itself() {
+    let mut r0 = rep(0);
+    let signed = one_request_batch(b"x", None).requests.remove(0);
+    let req = seal(
+        &keys(Principal::Client(7)),
+        &Message::Request(signed),
+        Some(Principal::Replica(0)),
+        4,
+    );
+    let e = r0.handle(env(0), Input::Receive(&req));
+    let d = msgs(&e)
+        .into_iter()
+        .find_map(|(_, m)| match m {
+            Message::PrePrepare(p) => Some(p.digest),
+            _ => None,
+        })
+        .expect("the primary proposes");
+    for s in [1u32, 3] {
+        let p = Prepare {
+            view: 0,
+            seq: 1,
+            digest: d,
+            replica: s,
+        };
+        r0.handle(env(10), Input::Receive(&frame(s, 0, &Message::Prepare(p))));
+    }
+    // Prepared and committed locally, but no other replica's commit ever arrives.
+    let timeout = Config::new(1).view_change_timeout_ms;
+    let mut started_at = None;
+    for t in (20..=timeout * 3).step_by(10) {
+        let e = r0.handle(env(t), Input::Tick);
+        if my_vc(&e).is_some_and(|vc| vc.view == 1) {
+            started_at = Some(t);
+            break;
+        }
+    }
+    let t = started_at.expect("the stalled primary starts a view change");
+    assert!(t >= timeout, "not before the timeout ({t} ms)");
+    assert_eq!(r0.stats.primary_stalls, 1);
+}

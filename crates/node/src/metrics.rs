@@ -20,6 +20,7 @@ pub struct Metrics {
     pub tentative_undone: IntCounter,
     pub entries_retransmitted: IntCounter,
     pub bodies_asked: IntCounter,
+    pub primary_stalls: IntCounter,
     pub batches_executed: IntCounter,
     pub batch_size: Histogram,
     pub view: IntGauge,
@@ -293,6 +294,11 @@ impl Metrics {
                 r,
                 "redoubt_status_bodies_asked_total",
                 "Batch bodies this replica's status messages asked for",
+            ),
+            primary_stalls: counter(
+                r,
+                "redoubt_primary_stall_view_changes_total",
+                "View changes this replica started as primary because its own proposals did not execute within the view-change timeout",
             ),
             recoveries: counter(
                 r,

@@ -410,6 +410,8 @@ impl Node {
             .inc_by(s.entries_retransmitted - self.last_stats.entries_retransmitted);
         m.bodies_asked
             .inc_by(s.bodies_asked - self.last_stats.bodies_asked);
+        m.primary_stalls
+            .inc_by(s.primary_stalls - self.last_stats.primary_stalls);
         m.view_changes
             .inc_by(s.view_changes - self.last_stats.view_changes);
         m.state_transfers
