@@ -31,6 +31,27 @@ fn session(dir: &Arc<Directory>, i: usize, p: Principal) -> SessionKeys {
     SessionKeys::new(Box::new(holder), dir.clone())
 }
 
+/// Every principal's public key, as the deployment's key directory.
+fn directory(ps: &[Principal]) -> Arc<Directory> {
+    Arc::new(Directory {
+        keys: ps
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (*p, HolderSecrets::from_seed(&[i as u8 + 1; 32]).public()))
+            .collect(),
+    })
+}
+
+/// The client (principal 4) with session keys.
+fn session_client(dir: &Arc<Directory>, me: Principal) -> Client<Keys> {
+    Client::new(
+        Config::new(1),
+        ClientTiming::default(),
+        CLIENT,
+        Keys::Session(session(dir, 4, me)),
+    )
+}
+
 fn env(t: u64) -> Env {
     Env {
         now_ms: t,
@@ -58,13 +79,7 @@ fn new_keys(effects: &[Effect]) -> Vec<(Principal, NewKey)> {
 #[test]
 fn a_replica_that_lost_a_client_key_gets_a_new_one_for_itself_alone() {
     let ps = principals();
-    let dir = Arc::new(Directory {
-        keys: ps
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (*p, HolderSecrets::from_seed(&[i as u8 + 1; 32]).public()))
-            .collect(),
-    });
+    let dir = directory(&ps);
     let mut replicas: Vec<SessionKeys> = (0..4).map(|i| session(&dir, i, ps[i])).collect();
     for i in 0..4 {
         let nk = replicas[i].refresh(&ps[..4]).unwrap();
@@ -74,12 +89,7 @@ fn a_replica_that_lost_a_client_key_gets_a_new_one_for_itself_alone() {
             }
         }
     }
-    let mut client = Client::new(
-        Config::new(1),
-        ClientTiming::default(),
-        CLIENT,
-        Keys::Session(session(&dir, 4, ps[4])),
-    );
+    let mut client = session_client(&dir, ps[4]);
     // The first tick sends the client's keys to every replica.
     let first = new_keys(&client.tick(env(0)));
     assert_eq!(first.len(), 4);
@@ -132,19 +142,8 @@ fn a_replica_that_lost_a_client_key_gets_a_new_one_for_itself_alone() {
 #[test]
 fn a_stalled_client_resends_its_current_key_between_rekeys() {
     let ps = principals();
-    let dir = Arc::new(Directory {
-        keys: ps
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (*p, HolderSecrets::from_seed(&[i as u8 + 1; 32]).public()))
-            .collect(),
-    });
-    let mut client = Client::new(
-        Config::new(1),
-        ClientTiming::default(),
-        CLIENT,
-        Keys::Session(session(&dir, 4, ps[4])),
-    );
+    let dir = directory(&ps);
+    let mut client = session_client(&dir, ps[4]);
     let first = new_keys(&client.tick(env(0)));
     assert_eq!(first.len(), 4);
     let counter0 = first[0].1.counter;
