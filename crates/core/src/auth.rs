@@ -7,7 +7,7 @@
 //! (NEW-KEY, a later layer): an implementation may reject MACs from stale epochs.
 
 use crate::message::{
-    encode_body, encode_frame_parts, Frame, Message, Reject, Tag, TagKind, WIRE_VERSION,
+    encode_body, encode_frame_parts, Frame, FrameRef, Message, Reject, Tag, TagKind, WIRE_VERSION,
 };
 use crate::types::{Principal, ReplicaId};
 use redoubt_crypto::{Digest, Mac, MacKey};
@@ -150,10 +150,24 @@ pub fn seal_body<A: Auth + ?Sized>(
 /// Verifies a decoded frame addressed to `auth.me()` and decodes its message. The tag kind
 /// must be the one the message kind requires.
 pub fn open<A: Auth + ?Sized>(auth: &A, frame: &Frame) -> Result<Message, Reject> {
+    open_ref(
+        auth,
+        &FrameRef {
+            version: frame.version,
+            from: frame.from,
+            epoch: frame.epoch,
+            body: &frame.body,
+            tag: frame.tag.clone(),
+        },
+    )
+}
+
+/// [`open`] for a frame decoded with its body borrowed ([`decode_frame_ref`]).
+pub fn open_ref<A: Auth + ?Sized>(auth: &A, frame: &FrameRef<'_>) -> Result<Message, Reject> {
     if !auth.knows(frame.from) {
         return Err(Reject::UnknownSender);
     }
-    let msg = crate::message::decode_body(&frame.body)?;
+    let msg = crate::message::decode_body(frame.body)?;
     if msg.required_tag() != frame.tag.kind() {
         return Err(Reject::WrongTag);
     }
@@ -161,7 +175,7 @@ pub fn open<A: Auth + ?Sized>(auth: &A, frame: &Frame) -> Result<Message, Reject
     let ok = match &frame.tag {
         Tag::None => true,
         Tag::Mac(mac) => {
-            let d = Frame::auth_digest(frame.from, frame.epoch, &frame.body);
+            let d = Frame::auth_digest(frame.from, frame.epoch, frame.body);
             auth.verify_from(frame.from, frame.epoch, &d, mac)
         }
         Tag::Authenticator(macs) => {
@@ -170,7 +184,7 @@ pub fn open<A: Auth + ?Sized>(auth: &A, frame: &Frame) -> Result<Message, Reject
             };
             match macs.get(i as usize) {
                 Some(mac) => {
-                    let d = Frame::auth_digest(frame.from, frame.epoch, &frame.body);
+                    let d = Frame::auth_digest(frame.from, frame.epoch, frame.body);
                     auth.verify_from(frame.from, frame.epoch, &d, mac)
                 }
                 None => false,

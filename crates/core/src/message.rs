@@ -657,15 +657,15 @@ impl Reject {
     }
 }
 
-/// A frame's header with its body borrowed (for [`reply_header`]).
-#[derive(Deserialize)]
-struct FrameRef<'a> {
-    version: u8,
-    _from: Principal,
-    _epoch: u32,
+/// A [`Frame`] decoded with its body borrowed from the received bytes (no copy of it).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct FrameRef<'a> {
+    pub version: u8,
+    pub from: Principal,
+    pub epoch: u32,
     #[serde(borrow)]
-    body: &'a [u8],
-    _tag: Tag,
+    pub body: &'a [u8],
+    pub tag: Tag,
 }
 
 /// The client and the request timestamp a REPLY frame is for, read from the start of its body
@@ -702,10 +702,21 @@ const REPLY_VARIANT: u32 = 4;
 
 /// Decodes a frame without verifying it. Bounded by `max_bytes`.
 pub fn decode_frame(bytes: &[u8], max_bytes: usize) -> Result<Frame, Reject> {
+    decode_frame_ref(bytes, max_bytes).map(|f| Frame {
+        version: f.version,
+        from: f.from,
+        epoch: f.epoch,
+        body: f.body.to_vec(),
+        tag: f.tag,
+    })
+}
+
+/// Like [`decode_frame`], with the body borrowed from `bytes`.
+pub fn decode_frame_ref(bytes: &[u8], max_bytes: usize) -> Result<FrameRef<'_>, Reject> {
     if bytes.len() > max_bytes {
         return Err(Reject::Oversized);
     }
-    let (frame, rest): (Frame, &[u8]) =
+    let (frame, rest): (FrameRef<'_>, &[u8]) =
         postcard::take_from_bytes(bytes).map_err(|_| Reject::Malformed)?;
     if !rest.is_empty() {
         return Err(Reject::Malformed);
@@ -789,6 +800,11 @@ mod tests {
                     let derived = postcard::to_stdvec(&f).unwrap();
                     assert_eq!(encode_frame(&f), derived, "{from:?} {tag:?} {len}");
                     assert_eq!(decode_frame(&derived, 1 << 20).unwrap(), f);
+                    let r = decode_frame_ref(&derived, 1 << 20).unwrap();
+                    assert_eq!(
+                        (r.from, r.epoch, r.body, &r.tag),
+                        (f.from, f.epoch, &f.body[..], &f.tag)
+                    );
                 }
             }
         }

@@ -9,7 +9,7 @@
 //! limited to the window, the request pool holds at most one request per known client, and
 //! view-change bookkeeping holds at most one message per replica.
 
-use crate::auth::{open, seal, verify_request, Auth};
+use crate::auth::{open_ref, seal, verify_request, Auth};
 use crate::effect::{Bytes, Effect, Env, Event};
 use crate::journal::Record;
 use crate::keys::NewKey;
@@ -615,7 +615,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     // ----- receive --------------------------------------------------------------------------
 
     fn receive(&mut self, bytes: &[u8]) {
-        let frame = match decode_frame(bytes, self.cfg.message_bytes_max) {
+        let frame = match decode_frame_ref(bytes, self.cfg.message_bytes_max) {
             Ok(f) => f,
             Err(r) => {
                 // The claimed sender is unknown when the frame does not decode.
@@ -624,7 +624,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
         };
         let from = frame.from;
-        let msg = match open(&self.auth, &frame) {
+        let msg = match open_ref(&self.auth, &frame) {
             Ok(m) => m,
             Err(r) => {
                 if let (Reject::BadMac, Principal::Replica(peer)) = (r, from) {

@@ -8,8 +8,8 @@
 use crate::config::ClusterConfig;
 use crate::keys::load_keys;
 use crate::runtime::NodeError;
-use redoubt_core::auth::{open, seal, verify_request};
-use redoubt_core::message::{decode_frame, Message, Reply};
+use redoubt_core::auth::{open_ref, seal, verify_request};
+use redoubt_core::message::{decode_frame_ref, Message, Reply};
 use redoubt_core::state::MemStore;
 use redoubt_core::{open_state, ExecContext, Principal, Service};
 use redoubt_services::kv::KvService;
@@ -75,7 +75,7 @@ pub async fn run_baseline(config_path: &Path, addr: SocketAddr) -> Result<(), No
             _ = sigint.recv() => break,
             Some(x) = in_rx.recv() => x,
         };
-        let Ok(frame) = decode_frame(&bytes, max) else {
+        let Ok(frame) = decode_frame_ref(&bytes, max) else {
             rejected += 1;
             continue;
         };
@@ -83,7 +83,7 @@ pub async fn run_baseline(config_path: &Path, addr: SocketAddr) -> Result<(), No
             rejected += 1;
             continue;
         };
-        let Ok(Message::Request(sr)) = open(&keys, &frame) else {
+        let Ok(Message::Request(sr)) = open_ref(&keys, &frame) else {
             rejected += 1;
             continue;
         };
