@@ -884,6 +884,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         loop {
             let in_flight = self.next_seq.saturating_sub(self.last_executed + 1);
+            if in_flight == 0 {
+                // Nothing of ours waits to execute: a stall is measured from here (the
+                // first tick may come after the first proposal).
+                self.primary_progress_ms = self.now();
+            }
             if in_flight >= self.cfg.inflight_batches_max
                 || self.next_seq > self.stable_seq + self.cfg.log_size
                 || self.next_seq <= self.stable_seq

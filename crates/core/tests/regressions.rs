@@ -621,6 +621,8 @@ fn an_execution_journaled_without_its_body_replays_from_the_pre_prepare() {
 /// starts a view change itself.
 #[test]
 fn a_primary_whose_proposals_do_not_execute_suspects_itself() {
+    // The request arrives long after the replica started and before any tick of it.
+    let start = 50_000;
     let mut r0 = rep(0);
     let signed = one_request_batch(b"x", None).requests.remove(0);
     let req = seal(
@@ -629,7 +631,7 @@ fn a_primary_whose_proposals_do_not_execute_suspects_itself() {
         Some(Principal::Replica(0)),
         4,
     );
-    let e = r0.handle(env(0), Input::Receive(&req));
+    let e = r0.handle(env(start), Input::Receive(&req));
     let d = msgs(&e)
         .into_iter()
         .find_map(|(_, m)| match m {
@@ -644,12 +646,15 @@ fn a_primary_whose_proposals_do_not_execute_suspects_itself() {
             digest: d,
             replica: s,
         };
-        r0.handle(env(10), Input::Receive(&frame(s, 0, &Message::Prepare(p))));
+        r0.handle(
+            env(start + 10),
+            Input::Receive(&frame(s, 0, &Message::Prepare(p))),
+        );
     }
     // Prepared and committed locally, but no other replica's commit ever arrives.
     let timeout = Config::new(1).view_change_timeout_ms;
     let mut started_at = None;
-    for t in (20..=timeout * 3).step_by(10) {
+    for t in (start + 20..=start + timeout * 3).step_by(10) {
         let e = r0.handle(env(t), Input::Tick);
         if my_vc(&e).is_some_and(|vc| vc.view == 1) {
             started_at = Some(t);
@@ -657,6 +662,6 @@ fn a_primary_whose_proposals_do_not_execute_suspects_itself() {
         }
     }
     let t = started_at.expect("the stalled primary starts a view change");
-    assert!(t >= timeout, "not before the timeout ({t} ms)");
+    assert!(t >= start + timeout, "not before the timeout ({t} ms)");
     assert_eq!(r0.stats.primary_stalls, 1);
 }
