@@ -112,7 +112,7 @@ impl ReplicaHost {
         };
         if let Principal::Client(c) = decoded.from {
             let auth = self.replica.auth();
-            if let Ok(Message::Request(r)) = open(auth, &decoded) {
+            if let Ok(Message::Request(r)) = open(auth, &decoded.borrowed()) {
                 if r.request.client == c
                     && verify_request(auth, decoded.from, &r.request.digest(), &r.auth)
                 {

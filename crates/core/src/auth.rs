@@ -149,21 +149,7 @@ pub fn seal_body<A: Auth + ?Sized>(
 
 /// Verifies a decoded frame addressed to `auth.me()` and decodes its message. The tag kind
 /// must be the one the message kind requires.
-pub fn open<A: Auth + ?Sized>(auth: &A, frame: &Frame) -> Result<Message, Reject> {
-    open_ref(
-        auth,
-        &FrameRef {
-            version: frame.version,
-            from: frame.from,
-            epoch: frame.epoch,
-            body: &frame.body,
-            tag: frame.tag.clone(),
-        },
-    )
-}
-
-/// [`open`] for a frame decoded with its body borrowed ([`decode_frame_ref`]).
-pub fn open_ref<A: Auth + ?Sized>(auth: &A, frame: &FrameRef<'_>) -> Result<Message, Reject> {
+pub fn open<A: Auth + ?Sized>(auth: &A, frame: &FrameRef<'_>) -> Result<Message, Reject> {
     if !auth.knows(frame.from) {
         return Err(Reject::UnknownSender);
     }
@@ -249,17 +235,17 @@ mod tests {
         let bytes = seal(&ks[1], &m, None, 4);
         for r in [0usize, 2, 3] {
             let f = decode_frame(&bytes, 1 << 20).unwrap();
-            assert_eq!(open(&ks[r], &f), Ok(m.clone()));
+            assert_eq!(open(&ks[r], &f.borrowed()), Ok(m.clone()));
         }
         // Claiming to be replica 2 while using replica 1's keys fails.
         let mut f = decode_frame(&bytes, 1 << 20).unwrap();
         f.from = Principal::Replica(2);
-        assert_eq!(open(&ks[0], &f), Err(Reject::BadMac));
+        assert_eq!(open(&ks[0], &f.borrowed()), Err(Reject::BadMac));
         // Changing the body fails.
         let mut f = decode_frame(&bytes, 1 << 20).unwrap();
         let last = f.body.len() - 1;
         f.body[last] ^= 1;
-        assert!(open(&ks[0], &f).is_err());
+        assert!(open(&ks[0], &f.borrowed()).is_err());
         // A single MAC where an authenticator is required is refused.
         let wrong = seal_body(
             &ks[1],
@@ -269,7 +255,7 @@ mod tests {
             4,
         );
         let f = decode_frame(&wrong, 1 << 20).unwrap();
-        assert_eq!(open(&ks[0], &f), Err(Reject::WrongTag));
+        assert_eq!(open(&ks[0], &f.borrowed()), Err(Reject::WrongTag));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! within the retransmission timeout (concurrent writes, a replica down), it is reissued as an
 //! ordered request under a fresh timestamp, so late read-only answers cannot count towards it.
 
-use crate::auth::{open_ref, request_authenticator, seal, Auth};
+use crate::auth::{open, request_authenticator, seal, Auth};
 use crate::effect::{Bytes, Effect, Env};
 use crate::message::{decode_frame_ref, reply_header, Message, Request, SignedRequest};
 use crate::types::{ClientId, Config, Principal, ReplicaId, View};
@@ -350,7 +350,7 @@ impl<A: Auth> Client<A> {
             self.rejected += 1;
             return None;
         };
-        let reply = match open_ref(&self.auth, &frame) {
+        let reply = match open(&self.auth, &frame) {
             Ok(Message::Reply(r)) => r,
             Ok(Message::NewKey(nk)) if nk.from == frame.from => {
                 // A replica holds no key of ours (it recovered, or our key expired there):

@@ -711,6 +711,19 @@ pub fn decode_frame(bytes: &[u8], max_bytes: usize) -> Result<Frame, Reject> {
     })
 }
 
+impl Frame {
+    /// This frame as [`decode_frame_ref`] would give it (for [`open`](crate::auth::open)).
+    pub fn borrowed(&self) -> FrameRef<'_> {
+        FrameRef {
+            version: self.version,
+            from: self.from,
+            epoch: self.epoch,
+            body: &self.body,
+            tag: self.tag.clone(),
+        }
+    }
+}
+
 /// Like [`decode_frame`], with the body borrowed from `bytes`.
 pub fn decode_frame_ref(bytes: &[u8], max_bytes: usize) -> Result<FrameRef<'_>, Reject> {
     if bytes.len() > max_bytes {

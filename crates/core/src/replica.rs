@@ -9,7 +9,7 @@
 //! limited to the window, the request pool holds at most one request per known client, and
 //! view-change bookkeeping holds at most one message per replica.
 
-use crate::auth::{open_ref, seal, verify_request, Auth};
+use crate::auth::{open, seal, verify_request, Auth};
 use crate::effect::{Bytes, Effect, Env, Event};
 use crate::journal::Record;
 use crate::keys::NewKey;
@@ -624,7 +624,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
         };
         let from = frame.from;
-        let msg = match open_ref(&self.auth, &frame) {
+        let msg = match open(&self.auth, &frame) {
             Ok(m) => m,
             Err(r) => {
                 if let (Reject::BadMac, Principal::Replica(peer)) = (r, from) {
@@ -3022,7 +3022,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     // ----- status and retransmission ----------------------------------------------------------
 
-    fn missing_batches(&mut self) -> Vec<Digest> {
+    fn missing_batches(&self) -> Vec<Digest> {
         let mut m: Vec<Digest> = self
             .log
             .iter()
@@ -3033,7 +3033,6 @@ impl<S: Service, A: Auth> Replica<S, A> {
         m.extend(self.decision_missing.iter().copied());
         m.extend(self.pending_pp.values().map(|p| p.digest));
         m.truncate(MISSING_MAX);
-        self.stats.bodies_asked += m.len() as u64;
         m
     }
 
@@ -3066,6 +3065,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             missing_batches: self.missing_batches(),
             missing_vcs,
         };
+        self.stats.bodies_asked += st.missing_batches.len() as u64;
         self.broadcast(&Message::Status(st));
     }
 

@@ -75,6 +75,15 @@ fn frame(from: u32, to: u32, m: &Message) -> Vec<u8> {
         4,
     )
 }
+/// PREPARE from `replica` for `digest` at `seq` in view 0.
+fn prepare(seq: u64, digest: Digest, replica: u32) -> Message {
+    Message::Prepare(Prepare {
+        view: 0,
+        seq,
+        digest,
+        replica,
+    })
+}
 fn env(t: u64) -> Env {
     Env {
         now_ms: t,
@@ -347,20 +356,7 @@ fn restore_keeps_a_prepared_slot_this_replica_could_not_vouch_for() {
         &mut records,
     );
     for s in [1u32, 2] {
-        run(
-            &mut r3,
-            frame(
-                s,
-                3,
-                &Message::Prepare(Prepare {
-                    view: 0,
-                    seq: 1,
-                    digest: d,
-                    replica: s,
-                }),
-            ),
-            &mut records,
-        );
+        run(&mut r3, frame(s, 3, &prepare(1, d, s)), &mut records);
     }
     let trigger = |r: &mut Replica<Svc, StaticKeys>| {
         r.handle(
@@ -481,19 +477,7 @@ fn diverged_state_stops_execution_instead_of_looping() {
                 )),
             );
             for s in [1u32, 2] {
-                r3.handle(
-                    env(0),
-                    Input::Receive(&frame(
-                        s,
-                        3,
-                        &Message::Prepare(Prepare {
-                            view: 0,
-                            seq: n,
-                            digest: d,
-                            replica: s,
-                        }),
-                    )),
-                );
+                r3.handle(env(0), Input::Receive(&frame(s, 3, &prepare(n, d, s))));
             }
             for s in [0u32, 1] {
                 let _ = tx.send(format!("commit n{n} from {s}"));
@@ -552,13 +536,7 @@ fn an_execution_journaled_without_its_body_replays_from_the_pre_prepare() {
         }),
     );
     for s in [1u32, 2] {
-        let p = Prepare {
-            view: 0,
-            seq: 1,
-            digest: d,
-            replica: s,
-        };
-        feed(&mut r3, s, Message::Prepare(p));
+        feed(&mut r3, s, prepare(1, d, s));
     }
     for s in [0u32, 1, 2] {
         let c = Commit {
@@ -640,15 +618,9 @@ fn a_primary_whose_proposals_do_not_execute_suspects_itself() {
         })
         .expect("the primary proposes");
     for s in [1u32, 3] {
-        let p = Prepare {
-            view: 0,
-            seq: 1,
-            digest: d,
-            replica: s,
-        };
         r0.handle(
             env(start + 10),
-            Input::Receive(&frame(s, 0, &Message::Prepare(p))),
+            Input::Receive(&frame(s, 0, &prepare(1, d, s))),
         );
     }
     // Prepared and committed locally, but no other replica's commit ever arrives.

@@ -8,7 +8,7 @@
 use crate::config::ClusterConfig;
 use crate::keys::load_keys;
 use crate::runtime::NodeError;
-use redoubt_core::auth::{open_ref, seal, verify_request};
+use redoubt_core::auth::{open, seal, verify_request};
 use redoubt_core::message::{decode_frame_ref, Message, Reply};
 use redoubt_core::state::MemStore;
 use redoubt_core::{open_state, ExecContext, Principal, Service};
@@ -83,7 +83,7 @@ pub async fn run_baseline(config_path: &Path, addr: SocketAddr) -> Result<(), No
             rejected += 1;
             continue;
         };
-        let Ok(Message::Request(sr)) = open_ref(&keys, &frame) else {
+        let Ok(Message::Request(sr)) = open(&keys, &frame) else {
             rejected += 1;
             continue;
         };
