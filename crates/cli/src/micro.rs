@@ -346,12 +346,15 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
     if args.redoubt_only {
         for p in &points {
             println!(
-                "{} {} clients: {:.0} ops/s, p50 {:.3} ms, p99 {:.3} ms",
+                "{} {} clients: {:.0} ops/s, p50 {:.3} ms, p99 {:.3} ms; CPU per op: replicas {:.1} µs, busiest {:.1} µs, clients {:.1} µs",
                 p.op.label(),
                 p.clients,
                 p.ops_per_s,
                 p.p50_ms,
-                p.p99_ms
+                p.p99_ms,
+                p.server_cpu_us,
+                p.busiest_cpu_us,
+                p.client_cpu_us
             );
         }
         return Ok(ExitCode::SUCCESS);

@@ -15,6 +15,7 @@ use crate::message::{Batch, PEntry, QEntry, ViewChange, NULL_DIGEST};
 use crate::types::{Seq, View};
 use redoubt_crypto::Digest;
 use serde::{Deserialize, Serialize};
+use std::borrow::Borrow;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -91,6 +92,18 @@ impl Record {
 /// Hosts call it after appending a checkpoint or a view record, which bounds a journal by
 /// about 5L + 2 records.
 pub fn compact(records: Vec<Record>) -> Vec<Record> {
+    let keep = kept(&records);
+    records
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(r, k)| k.then_some(r))
+        .collect()
+}
+
+/// Which records [`compact`] keeps, by position (hosts that track something per record, such
+/// as its size on disk, filter it alike).
+pub fn kept<R: Borrow<Record>>(records: &[R]) -> Vec<bool> {
+    let records: Vec<&Record> = records.iter().map(Borrow::borrow).collect();
     let ck = records
         .iter()
         .rposition(|r| matches!(r, Record::Checkpoint { .. }));
@@ -98,7 +111,7 @@ pub fn compact(records: Vec<Record>) -> Vec<Record> {
     let last_view = records
         .iter()
         .rposition(|r| matches!(r, Record::View { .. }));
-    let view = last_view.map(|i| match &records[i] {
+    let view = last_view.map(|i| match records[i] {
         Record::View { view, .. } => *view,
         _ => unreachable!("position of a view record"),
     });
@@ -106,7 +119,7 @@ pub fn compact(records: Vec<Record>) -> Vec<Record> {
     // each.
     let mut bodies_needed: BTreeSet<(Seq, Digest)> = records
         .iter()
-        .filter_map(|r| match r {
+        .filter_map(|r| match *r {
             Record::Executed {
                 seq,
                 digest,
@@ -122,7 +135,7 @@ pub fn compact(records: Vec<Record>) -> Vec<Record> {
             digest,
             batch: Some(_),
             ..
-        } = r
+        } = *r
         {
             if bodies_needed.remove(&(*seq, *digest)) {
                 body_records.insert(i);
@@ -130,18 +143,17 @@ pub fn compact(records: Vec<Record>) -> Vec<Record> {
         }
     }
     records
-        .into_iter()
+        .iter()
         .enumerate()
-        .filter(|(i, r)| match r {
-            Record::Checkpoint { .. } => Some(*i) == ck,
-            Record::View { .. } => Some(*i) == last_view,
+        .map(|(i, r)| match *r {
+            Record::Checkpoint { .. } => Some(i) == ck,
+            Record::View { .. } => Some(i) == last_view,
             Record::Executed { seq, .. } => *seq > h,
             Record::PrePrepared { view: v, seq, .. } => {
-                (*seq > h && view.is_none_or(|cur| *v >= cur)) || body_records.contains(i)
+                (*seq > h && view.is_none_or(|cur| *v >= cur)) || body_records.contains(&i)
             }
             Record::Prepared { view: v, seq, .. } => *seq > h && view.is_none_or(|cur| *v >= cur),
         })
-        .map(|(_, r)| r)
         .collect()
 }
 

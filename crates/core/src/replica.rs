@@ -96,6 +96,9 @@ struct Slot {
     pp: Option<Digest>,
     /// True if this replica proposed the slot itself as primary in normal operation.
     proposed_here: bool,
+    /// The requests its pre-prepare named beside it (set when proposed here, and only if
+    /// there were any), so a retransmission is as lean as the original.
+    beside: Option<Arc<Vec<Beside>>>,
     prepares: BTreeMap<ReplicaId, Digest>,
     commits: BTreeMap<ReplicaId, Digest>,
     sent_prepare: bool,
@@ -115,6 +118,21 @@ struct Waiting {
     /// Digest of `req.request`.
     digest: Digest,
     order: u64,
+}
+
+/// A pre-prepare waiting for requests that travel beside it.
+#[derive(Clone, Debug)]
+struct PendingPp {
+    pp: PrePrepare,
+    /// How many of its requests beside it, from the first, were present when last looked at:
+    /// the next arrival that matters is the one after them.
+    present: usize,
+}
+
+impl PendingPp {
+    fn first_missing(&self) -> Option<&Beside> {
+        self.pp.beside.get(self.present)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -246,7 +264,7 @@ pub struct Replica<S: Service, A: Auth> {
     inflight: FxHashMap<ClientId, u64>,
     /// Pre-prepares of the current view waiting for requests that travel beside them (at
     /// most one per sequence number in the log window).
-    pending_pp: BTreeMap<Seq, PrePrepare>,
+    pending_pp: BTreeMap<Seq, PendingPp>,
     req_timer: Option<(u64, ClientId, u64)>,
     /// While primary: the last time it executed a batch or had none in flight. A primary
     /// whose own proposals do not execute within the view-change timeout suspects itself
@@ -771,12 +789,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 );
             }
         }
-        if self
-            .pending_pp
-            .values()
-            .any(|p| p.beside.iter().any(|b| b.client == c && b.digest == digest))
-        {
-            self.retry_pending();
+        if self.pending_pp.values().any(|p| {
+            p.first_missing()
+                .is_some_and(|b| b.client == c && b.digest == digest)
+        }) {
+            self.retry_pending_scan();
         }
         let multicast = self.cfg.travels_beside(sr.request.op.len());
         if self.is_primary() {
@@ -953,7 +970,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             let seq = self.next_seq;
             self.next_seq += 1;
             let batch = Arc::new(batch);
-            let pp = self.lean(seq, digest, &batch);
+            let pp = self.lean(seq, digest, &batch, &digests);
             self.batches.insert(digest, batch.clone());
             let slot = self.log.entry(seq).or_default();
             // A correct primary never assigns a sequence number twice in a view.
@@ -965,6 +982,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
             );
             slot.pp = Some(digest);
             slot.proposed_here = true;
+            if !pp.beside.is_empty() {
+                slot.beside = Some(Arc::new(pp.beside.clone()));
+            }
             self.persist(Record::PrePrepared {
                 view: pp.view,
                 seq,
@@ -1004,7 +1024,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     /// The pre-prepare this primary sends for `batch` (digest `digest`) at `seq`: large client
     /// requests named beside it, the others copied into it.
-    fn lean(&self, seq: Seq, digest: Digest, batch: &Batch) -> PrePrepare {
+    fn lean(&self, seq: Seq, digest: Digest, batch: &Batch, digests: &[Digest]) -> PrePrepare {
         let n = self.cfg.n();
         let mut pp = PrePrepare {
             view: self.view,
@@ -1023,13 +1043,39 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 pp.beside.push(Beside {
                     index: i as u32,
                     client: r.request.client,
-                    digest: self.request_digest(r),
+                    digest: digests[i],
                 });
             } else {
                 pp.batch.requests.push(r.clone());
             }
         }
         pp
+    }
+
+    /// The pre-prepare of slot `seq` (digest `digest`) proposed here, as it was sent: the
+    /// requests named beside it again named only (its receiver holds them, or asks for the
+    /// batch in its status messages), so that helping a slow backup costs digests, not the
+    /// bodies of large requests it most likely holds already.
+    fn lean_again(&self, seq: Seq, digest: Digest, batch: &Batch, beside: &[Beside]) -> PrePrepare {
+        let mut named = beside.iter().map(|b| b.index as usize).peekable();
+        let mut inline = Vec::with_capacity(batch.requests.len().saturating_sub(beside.len()));
+        for (i, r) in batch.requests.iter().enumerate() {
+            if named.peek() == Some(&i) {
+                named.next();
+            } else {
+                inline.push(r.clone());
+            }
+        }
+        PrePrepare {
+            view: self.view,
+            seq,
+            digest,
+            batch: Batch {
+                nondet: batch.nondet,
+                requests: inline,
+            },
+            beside: beside.to_vec(),
+        }
     }
 
     /// The pre-prepare with its whole batch, from the requests this replica holds (or the
@@ -1057,24 +1103,68 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
     }
 
-    /// Pre-prepares still waiting for requests beside them get another try (a request
-    /// arrived, or a batch body).
+    /// Pre-prepares still waiting for requests beside them get another try (a batch body
+    /// arrived, or a tick): each is resolved in full.
     fn retry_pending(&mut self) {
         let seqs: Vec<Seq> = self.pending_pp.keys().copied().collect();
         for seq in seqs {
-            let Some(pp) = self.pending_pp.remove(&seq) else {
-                continue;
-            };
-            match self.resolve(pp) {
-                Ok(whole) => {
-                    let p = self.primary();
-                    let _ = self.on_pre_prepare(p, whole);
-                }
-                Err(pp) => {
-                    self.pending_pp.insert(seq, pp);
-                }
+            if let Some(p) = self.pending_pp.get_mut(&seq) {
+                p.present = 0;
+            }
+            self.retry_pending_at(seq);
+        }
+    }
+
+    /// After a request arrived that some pending pre-prepare lacked first: each pending
+    /// pre-prepare advances over the requests now present, and is resolved once all are.
+    /// Requests mostly arrive in the order of their batch, so this costs O(1) per arrival
+    /// where resolving every pending pre-prepare at every arrival cost O(batch) (and built
+    /// the batch each time: an allocation per request in it).
+    fn retry_pending_scan(&mut self) {
+        let seqs: Vec<Seq> = self.pending_pp.keys().copied().collect();
+        for seq in seqs {
+            self.retry_pending_at(seq);
+        }
+    }
+
+    fn retry_pending_at(&mut self, seq: Seq) {
+        let Some(p) = self.pending_pp.get(&seq) else {
+            return;
+        };
+        let present = self.present_beside(&p.pp, p.present);
+        if present < p.pp.beside.len() {
+            if let Some(p) = self.pending_pp.get_mut(&seq) {
+                p.present = present;
+            }
+            return;
+        }
+        let Some(p) = self.pending_pp.remove(&seq) else {
+            return;
+        };
+        match self.resolve(p.pp) {
+            Ok(whole) => {
+                let primary = self.primary();
+                let _ = self.on_pre_prepare(primary, whole);
+            }
+            Err(pp) => {
+                // A request counted present was replaced or settled meanwhile: start over.
+                let present = self.present_beside(&pp, 0);
+                self.pending_pp.insert(seq, PendingPp { pp, present });
             }
         }
+    }
+
+    /// How many of `pp`'s requests beside it, from the first, this replica holds (counting
+    /// from `from`, the ones before known present).
+    fn present_beside(&self, pp: &PrePrepare, from: usize) -> usize {
+        from + pp.beside[from.min(pp.beside.len())..]
+            .iter()
+            .take_while(|b| {
+                self.waiting
+                    .get(&b.client)
+                    .is_some_and(|w| w.digest == b.digest)
+            })
+            .count()
     }
 
     fn on_pre_prepare(&mut self, from: ReplicaId, pp: PrePrepare) -> Result<(), Reject> {
@@ -1104,10 +1194,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     };
                 }
                 return match self.pending_pp.get(&pp.seq) {
-                    Some(p) if p.digest != pp.digest => Err(Reject::Conflict),
+                    Some(p) if p.pp.digest != pp.digest => Err(Reject::Conflict),
                     Some(_) => Ok(()),
                     None => {
-                        self.pending_pp.insert(pp.seq, pp);
+                        let present = self.present_beside(&pp, 0);
+                        self.pending_pp.insert(pp.seq, PendingPp { pp, present });
                         Ok(())
                     }
                 };
@@ -1116,7 +1207,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if self
             .pending_pp
             .get(&pp.seq)
-            .is_some_and(|p| p.digest != pp.digest)
+            .is_some_and(|p| p.pp.digest != pp.digest)
         {
             return Err(Reject::Conflict);
         }
@@ -1694,8 +1785,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     /// The bodies we hold of `digests`, in order, up to half the message size limit: a message
     /// carrying them always fits; receivers ask for the rest through status messages.
-    fn bodies_within_budget(&self, digests: &[Digest]) -> Vec<Batch> {
-        let budget = self.cfg.message_bytes_max / 2;
+    fn bodies_within_budget(&self, digests: &[Digest], budget: usize) -> Vec<Batch> {
         let per_request = 64 + 16 * self.cfg.n() as usize;
         let mut used = 0usize;
         let mut out = Vec::new();
@@ -1711,6 +1801,33 @@ impl<S: Service, A: Auth> Replica<S, A> {
             out.push((**b).clone());
         }
         out
+    }
+
+    /// Most bytes of request operations one answer to a status message carries, in
+    /// retransmitted pre-prepares and in batch bodies each: two full batches. A replica that
+    /// fell behind under load asks at every status interval; answering each status with up to
+    /// half the largest message (16 MiB by default) from every replica kept the others
+    /// busy sending it what it could not process in time (4 KiB writes on capped replicas:
+    /// about 40% of every replica's CPU), so it fell further behind.
+    fn status_body_budget(&self) -> usize {
+        (2 * self.cfg.batch_bytes_max).min(self.cfg.message_bytes_max / 2)
+    }
+
+    /// Whether this replica sends batch bodies asked for in `from`'s status messages now. One
+    /// replica at a time does, in turns of one status interval by its own clock over the
+    /// replicas other than `from`: every status asks everyone, and n-1 copies of each body
+    /// were all but one wasted. A faulty replica's turn answers nothing; the asker asks
+    /// again at its next status and a correct replica's turn comes within f+1 turns. Clocks
+    /// out of step only make two replicas answer, or none, for part of a turn.
+    fn answers_bodies_to(&self, from: ReplicaId) -> bool {
+        let n = self.cfg.n() as u64;
+        if n < 2 {
+            return true;
+        }
+        let turn = (self.now() / self.cfg.status_interval_ms.max(1)) % (n - 1);
+        // The replicas other than `from`, in id order; the turn picks one of them.
+        let pick = if turn < from as u64 { turn } else { turn + 1 };
+        pick == self.id as u64
     }
 
     /// Keeps only batch bodies something still refers to.
@@ -2641,7 +2758,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         );
         match outcome {
             Ok(dec) => {
-                let bodies = self.bodies_within_budget(&dec.chosen);
+                let bodies = self.bodies_within_budget(&dec.chosen, self.cfg.message_bytes_max / 2);
                 let nv = NewView {
                     view: self.view,
                     vcs: s.iter().map(|(r, d, _)| (*r, *d)).collect(),
@@ -2941,7 +3058,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     fn on_batches(&mut self, bodies: Vec<Batch>) -> Result<(), Reject> {
         let mut wanted: BTreeSet<Digest> = self.log.values().filter_map(|s| s.pp).collect();
         wanted.extend(self.decision_missing.iter().copied());
-        wanted.extend(self.pending_pp.values().map(|p| p.digest));
+        wanted.extend(self.pending_pp.values().map(|p| p.pp.digest));
         wanted.extend(self.pset.values().map(|e| e.digest));
         let mut useful = false;
         for b in bodies {
@@ -3031,7 +3148,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             .filter(|d| *d != NULL_DIGEST && !self.batches.contains_key(d))
             .collect();
         m.extend(self.decision_missing.iter().copied());
-        m.extend(self.pending_pp.values().map(|p| p.digest));
+        m.extend(self.pending_pp.values().map(|p| p.pp.digest));
         m.truncate(MISSING_MAX);
         m
     }
@@ -3086,7 +3203,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             if self.normal && self.is_primary() {
                 if let Some(nv) = self.new_view.clone() {
                     let mut nv = nv;
-                    nv.batches = self.bodies_within_budget(&nv.chosen);
+                    nv.batches =
+                        self.bodies_within_budget(&nv.chosen, self.cfg.message_bytes_max / 2);
                     self.send_replica(from, &Message::NewView(nv));
                 }
             }
@@ -3119,7 +3237,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             let committed: BTreeSet<Seq> = st.committed.iter().copied().collect();
             let mut budget = self.cfg.retransmit_entries_max;
             // Pre-prepares carry bodies: bound the bytes one status can make us resend.
-            let mut body_bytes_left = self.cfg.message_bytes_max / 2;
+            let mut body_bytes_left = self.status_body_budget();
             let entries: Vec<(Seq, Slot)> = self
                 .log
                 .range(st.last_executed.saturating_add(1)..)
@@ -3134,20 +3252,18 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 let mut sent = false;
                 if !prepared.contains(&n) && !committed.contains(&n) {
                     if s.proposed_here {
-                        if let Some(b) = self
-                            .batches
-                            .get(&d)
-                            .filter(|b| b.op_bytes() <= body_bytes_left)
-                            .map(|b| (**b).clone())
-                        {
-                            body_bytes_left -= b.op_bytes();
-                            let pp = PrePrepare {
+                        let pp = self.batches.get(&d).map(|b| match &s.beside {
+                            Some(beside) => self.lean_again(n, d, b, beside),
+                            None => PrePrepare {
                                 view: self.view,
                                 seq: n,
                                 digest: d,
-                                batch: b,
+                                batch: (**b).clone(),
                                 beside: Vec::new(),
-                            };
+                            },
+                        });
+                        if let Some(pp) = pp.filter(|pp| pp.batch.op_bytes() <= body_bytes_left) {
+                            body_bytes_left -= pp.batch.op_bytes();
                             self.send_replica(from, &Message::PrePrepare(pp));
                             sent = true;
                         }
@@ -3207,10 +3323,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 self.send_replica(from, &Message::Checkpoint(c));
             }
         }
-        // Batch bodies.
-        let bodies = self.bodies_within_budget(&st.missing_batches);
-        if !bodies.is_empty() {
-            self.send_replica(from, &Message::Batches(bodies));
+        // Batch bodies, from one replica at a time (see `answers_bodies_to`).
+        if self.answers_bodies_to(from) {
+            let bodies = self.bodies_within_budget(&st.missing_batches, self.status_body_budget());
+            if !bodies.is_empty() {
+                self.send_replica(from, &Message::Batches(bodies));
+            }
         }
         // View changes named by a NEW-VIEW it holds.
         for (r, d) in st.missing_vcs {

@@ -46,6 +46,7 @@ pub struct Metrics {
     pub handle_seconds: Histogram,
     pub journal_sync_seconds: Histogram,
     pub journal_records: IntGauge,
+    pub journal_bytes: IntGauge,
     pub peers_connected: IntGauge,
     pub client_connections: IntGauge,
     pub key_refresh_period_seconds: Gauge,
@@ -239,6 +240,11 @@ impl Metrics {
                 r,
                 "redoubt_journal_records",
                 "Records in the journal after compaction",
+            ),
+            journal_bytes: gauge(
+                r,
+                "redoubt_journal_bytes",
+                "Bytes in the journal file, records compaction dropped but not yet rewritten away included",
             ),
             peers_connected: gauge(
                 r,

@@ -453,6 +453,7 @@ impl Node {
         m.checkpoint_lag
             .set(r.last_executed().saturating_sub(r.stable_checkpoint()) as i64);
         m.journal_records.set(self.journal.len() as i64);
+        m.journal_bytes.set(self.journal.file_bytes() as i64);
         let now = Instant::now();
         if self
             .rate
