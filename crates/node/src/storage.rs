@@ -11,7 +11,13 @@
 //! holds records that compaction dropped (the checkpoint and the view only advance, so a
 //! dropped record stays dropped), and the journal is compacted again when it is opened.
 //!
-//! Record framing: `u32 length (LE) | 8-byte BLAKE3 prefix of the payload | payload (postcard)`.
+//! The file starts with the 8 bytes `RDJRNL02`; then each record is framed as
+//! `u32 length (LE) | u32 CRC-32C of the payload (LE) | payload (postcard)`. The checksum only
+//! has to catch torn and corrupt writes (whoever can write the file controls the replica
+//! anyway), and CRC-32C does that at about a seventh of BLAKE3's cost: 0.19 against 1.4 µs
+//! for a 4 KiB request on this machine, paid by every replica for every request journaled.
+//! Journals written before (no header; `u32 length | 8-byte BLAKE3 prefix | payload`) are
+//! read and rewritten in the current format when opened.
 //! A torn or corrupt tail (a record whose sync never completed, so nothing depending on it was
 //! ever sent) is truncated at start-up and reported.
 
@@ -25,6 +31,8 @@ const JOURNAL_TMP: &str = "journal.tmp";
 const LOCK: &str = "LOCK";
 /// Largest record accepted when reading the journal back (bytes).
 const RECORD_BYTES_MAX: usize = 1 << 30;
+/// The first bytes of a journal in the current format.
+const MAGIC: &[u8; 8] = b"RDJRNL02";
 /// The file is rewritten when its garbage (bytes of records compaction dropped) exceeds this
 /// many times the bytes of the records it keeps, plus [`REWRITE_GARBAGE_SLACK_BYTES`]; so a
 /// rewrite copies at most 1/this of what was appended since the last one, and the file holds
@@ -101,7 +109,18 @@ impl Journal {
                 .and_then(|mut f| f.read_to_end(&mut bytes))
                 .map_err(io)?;
         }
-        let (records, good) = parse(&bytes);
+        let (records, good) = match bytes.strip_prefix(MAGIC) {
+            Some(body) => {
+                let (records, good) = parse(body, 8, |payload, sum| {
+                    crc32c::crc32c(payload).to_le_bytes() == sum[..4]
+                });
+                (records, MAGIC.len() + good)
+            }
+            // Written by an earlier version (or empty).
+            None => parse(&bytes, 12, |payload, sum| {
+                blake3::hash(payload).as_bytes()[..8] == sum[..8]
+            }),
+        };
         let truncated_tail_bytes = (bytes.len() - good) as u64;
         let records = compact(records);
         let mut j = Journal {
@@ -214,7 +233,8 @@ impl Journal {
             source,
         };
         let mut w = BufWriter::new(File::create(&tmp).map_err(io)?);
-        self.file_bytes = 0;
+        w.write_all(MAGIC).map_err(io)?;
+        self.file_bytes = MAGIC.len() as u64;
         for (r, n) in &mut self.records {
             let f = frame(r);
             *n = f.len() as u64;
@@ -241,33 +261,34 @@ impl Journal {
 
 fn frame(r: &Record) -> Vec<u8> {
     // The record is encoded in place after room for its header (no second copy of a body).
-    let mut out = postcard::to_extend(r, vec![0u8; 12]).expect("records encode");
-    let len = (out.len() - 12) as u32;
-    let sum = blake3::hash(&out[12..]);
+    let mut out = postcard::to_extend(r, vec![0u8; 8]).expect("records encode");
+    let len = (out.len() - 8) as u32;
+    let sum = crc32c::crc32c(&out[8..]);
     out[..4].copy_from_slice(&len.to_le_bytes());
-    out[4..12].copy_from_slice(&sum.as_bytes()[..8]);
+    out[4..8].copy_from_slice(&sum.to_le_bytes());
     out
 }
 
-/// Parses records until the first incomplete or corrupt one; returns them and the number of
-/// good bytes.
-fn parse(bytes: &[u8]) -> (Vec<Record>, usize) {
+/// Parses records framed with a `header`-byte header (the length, then the checksum `sums`
+/// checks) until the first incomplete or corrupt one; returns them and the number of good
+/// bytes.
+fn parse(bytes: &[u8], header: usize, sums: impl Fn(&[u8], &[u8]) -> bool) -> (Vec<Record>, usize) {
     let mut out = Vec::new();
     let mut at = 0;
-    while bytes.len() - at >= 12 {
+    while bytes.len() - at >= header {
         let len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
-        if len > RECORD_BYTES_MAX || bytes.len() - at - 12 < len {
+        if len > RECORD_BYTES_MAX || bytes.len() - at - header < len {
             break;
         }
-        let payload = &bytes[at + 12..at + 12 + len];
-        if blake3::hash(payload).as_bytes()[..8] != bytes[at + 4..at + 12] {
+        let payload = &bytes[at + header..at + header + len];
+        if !sums(payload, &bytes[at + 4..at + header]) {
             break;
         }
         match Record::decode(payload) {
             Ok(r) => out.push(r),
             Err(_) => break,
         }
-        at += 12 + len;
+        at += header + len;
     }
     (out, at)
 }
@@ -375,5 +396,36 @@ mod tests {
         let (_, again) = Journal::open(dir.path(), false).unwrap();
         assert_eq!(again, want);
         assert!(clean < after + 10 * 60, "{clean}");
+    }
+
+    #[test]
+    fn a_journal_of_the_earlier_format_is_read_and_rewritten_in_the_current_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(JOURNAL);
+        // Earlier framing: u32 length | 8-byte BLAKE3 prefix | payload, no header.
+        let mut old = Vec::new();
+        for n in 1..=4 {
+            let payload = ex(n).encode();
+            old.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+            old.extend_from_slice(&blake3::hash(&payload).as_bytes()[..8]);
+            old.extend_from_slice(&payload);
+        }
+        std::fs::write(&path, &old).unwrap();
+        let (j, recs) = Journal::open(dir.path(), false).unwrap();
+        assert_eq!(recs, (1..=4).map(ex).collect::<Vec<_>>());
+        assert_eq!(j.truncated_tail_bytes, 0);
+        drop(j);
+        let now = std::fs::read(&path).unwrap();
+        assert!(now.starts_with(MAGIC), "rewritten in the current format");
+        let (_, again) = Journal::open(dir.path(), false).unwrap();
+        assert_eq!(again, (1..=4).map(ex).collect::<Vec<_>>());
+        // A flipped byte in a record's payload ends the journal there (torn or corrupt).
+        let mut bad = now.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        std::fs::write(&path, &bad).unwrap();
+        let (j, recs) = Journal::open(dir.path(), false).unwrap();
+        assert_eq!(recs, (1..=3).map(ex).collect::<Vec<_>>());
+        assert!(j.truncated_tail_bytes > 0);
     }
 }
