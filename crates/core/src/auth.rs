@@ -7,7 +7,8 @@
 //! (NEW-KEY, a later layer): an implementation may reject MACs from stale epochs.
 
 use crate::message::{
-    encode_body, encode_frame_parts, Frame, FrameRef, Message, Reject, Tag, TagKind, WIRE_VERSION,
+    encode_frame_head, encode_frame_parts, postcard_tag, Frame, FrameRef, Message, Reject, Tag,
+    TagKind, WIRE_VERSION,
 };
 use crate::types::{Principal, ReplicaId};
 use redoubt_crypto::{Digest, Mac, MacKey};
@@ -106,8 +107,12 @@ impl Auth for StaticKeys {
 /// Encodes `msg` from `auth.me()` with the tag its kind requires. `to` names the receiver for
 /// single-MAC messages; authenticators cover replicas `0..n`.
 pub fn seal<A: Auth + ?Sized>(auth: &A, msg: &Message, to: Option<Principal>, n: u32) -> Vec<u8> {
-    let body = encode_body(msg);
-    seal_body(auth, body, msg.required_tag(), to, n)
+    let kind = msg.required_tag();
+    let (mut out, body) =
+        encode_frame_head(WIRE_VERSION, auth.me(), auth.send_epoch(), msg, kind, n);
+    let tag = make_tag(auth, &out[body], kind, to, n);
+    postcard_tag(&mut out, &tag);
+    out
 }
 
 /// Like [`seal`] for an already encoded body and an explicit tag kind (the adversary of the
@@ -119,17 +124,29 @@ pub fn seal_body<A: Auth + ?Sized>(
     to: Option<Principal>,
     n: u32,
 ) -> Vec<u8> {
+    let tag = make_tag(auth, &body, kind, to, n);
+    encode_frame_parts(WIRE_VERSION, auth.me(), auth.send_epoch(), &body, &tag)
+}
+
+/// The tag of kind `kind` over `body`, sent by `auth.me()` in its current epoch.
+fn make_tag<A: Auth + ?Sized>(
+    auth: &A,
+    body: &[u8],
+    kind: TagKind,
+    to: Option<Principal>,
+    n: u32,
+) -> Tag {
     let from = auth.me();
     let epoch = auth.send_epoch();
-    let tag = match kind {
+    match kind {
         TagKind::None => Tag::None,
         TagKind::Mac => {
-            let d = Frame::auth_digest(from, epoch, &body);
+            let d = Frame::auth_digest(from, epoch, body);
             let to = to.expect("single-MAC messages name their receiver");
             Tag::Mac(auth.mac_to(to, &d).unwrap_or_default())
         }
         TagKind::Authenticator => {
-            let d = Frame::auth_digest(from, epoch, &body);
+            let d = Frame::auth_digest(from, epoch, body);
             Tag::Authenticator(
                 (0..n as ReplicaId)
                     .map(|r| {
@@ -143,8 +160,7 @@ pub fn seal_body<A: Auth + ?Sized>(
                     .collect(),
             )
         }
-    };
-    encode_frame_parts(WIRE_VERSION, from, epoch, &body, &tag)
+    }
 }
 
 /// Verifies a decoded frame addressed to `auth.me()` and decodes its message. The tag kind
@@ -211,7 +227,7 @@ pub fn verify_request<A: Auth + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{decode_frame, Prepare};
+    use crate::message::{decode_frame, encode_body, Prepare};
 
     fn cluster() -> Vec<StaticKeys> {
         let all: Vec<Principal> = (0..4)
@@ -256,6 +272,53 @@ mod tests {
         );
         let f = decode_frame(&wrong, 1 << 20).unwrap();
         assert_eq!(open(&ks[0], &f.borrowed()), Err(Reject::WrongTag));
+    }
+
+    #[test]
+    fn frames_sealed_in_one_buffer_equal_the_body_encoded_first() {
+        let ks = cluster();
+        let msgs = [
+            Message::Prepare(Prepare {
+                view: 3,
+                seq: 300,
+                digest: Digest::of(b"x"),
+                replica: 1,
+            }),
+            Message::Reply(crate::message::Reply {
+                view: 0,
+                timestamp: 1 << 40,
+                client: 7,
+                replica: 1,
+                digest_only: false,
+                tentative: true,
+                result: vec![9; 5000],
+            }),
+        ];
+        for m in &msgs {
+            for (kind, to) in [
+                (TagKind::None, None),
+                (TagKind::Mac, Some(Principal::Client(7))),
+                (TagKind::Authenticator, None),
+            ] {
+                let (mut out, body) =
+                    encode_frame_head(WIRE_VERSION, ks[1].me(), ks[1].send_epoch(), m, kind, 4);
+                assert_eq!(out[body.clone()], encode_body(m)[..]);
+                let tag = make_tag(&ks[1], &out[body], kind, to, 4);
+                postcard_tag(&mut out, &tag);
+                assert_eq!(out, seal_body(&ks[1], encode_body(m), kind, to, 4));
+            }
+        }
+        let reply = &msgs[1];
+        assert_eq!(
+            seal(&ks[1], reply, Some(Principal::Client(7)), 4),
+            seal_body(
+                &ks[1],
+                encode_body(reply),
+                TagKind::Mac,
+                Some(Principal::Client(7)),
+                4
+            )
+        );
     }
 
     #[test]

@@ -224,7 +224,7 @@ impl<A: Auth> Client<A> {
         let auth = request_authenticator(&self.auth, &request.digest(), self.cfg.n());
         let msg = Message::Request(SignedRequest {
             request: request.clone(),
-            auth,
+            auth: auth.into(),
         });
         Arc::new(seal(&self.auth, &msg, None, self.cfg.n()))
     }

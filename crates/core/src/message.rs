@@ -61,7 +61,8 @@ impl Request {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SignedRequest {
     pub request: Request,
-    pub auth: Vec<Mac>,
+    /// Shared: the primary keeps a request while it also travels in a batch.
+    pub auth: std::sync::Arc<[Mac]>,
 }
 
 /// Values the primary proposes for non-deterministic choices (PBFT §4.6): a timestamp and a
@@ -224,6 +225,22 @@ pub fn designated_replier(client: ClientId, timestamp: u64, n: u32) -> ReplicaId
         .u64(timestamp)
         .finish();
     (u64::from_le_bytes(d.0[..8].try_into().expect("8 bytes")) % n as u64) as ReplicaId
+}
+
+/// Like [`designated_replier`], chosen among the replicas other than `skip` (a primary that
+/// does not send first replies): replica `skip` itself is never chosen.
+pub fn designated_replier_except(
+    client: ClientId,
+    timestamp: u64,
+    n: u32,
+    skip: ReplicaId,
+) -> ReplicaId {
+    let r = designated_replier(client, timestamp, n - 1);
+    if r >= skip {
+        r + 1
+    } else {
+        r
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -751,7 +768,9 @@ pub fn decode_body(body: &[u8]) -> Result<Message, Reject> {
 }
 
 pub fn encode_body(m: &Message) -> Vec<u8> {
-    postcard::to_stdvec(m).expect("messages always encode")
+    // Sized first: growing the vector as postcard writes costs a reallocation per doubling.
+    let len = postcard::experimental::serialized_size(m).expect("messages always encode");
+    postcard::to_extend(m, Vec::with_capacity(len)).expect("messages always encode")
 }
 
 pub fn encode_frame(f: &Frame) -> Vec<u8> {
@@ -760,6 +779,45 @@ pub fn encode_frame(f: &Frame) -> Vec<u8> {
 
 /// Most bytes a [`Principal`] takes encoded (an enum tag and a varint of at most 64 bits).
 const PRINCIPAL_BYTES_MAX: usize = 16;
+
+/// Most bytes a tag of kind `kind` takes encoded, for authenticators of `n` entries.
+fn tag_bytes_max(kind: TagKind, n: usize) -> usize {
+    match kind {
+        TagKind::None => 1,
+        TagKind::Mac => 1 + MAC_LEN,
+        TagKind::Authenticator => 1 + 10 + n * MAC_LEN,
+    }
+}
+
+/// The start of a frame carrying `msg` (header and body, the tag still to come, room for a
+/// tag of kind `kind` reserved), written in one buffer of the right size, and where in it
+/// the body lies. Finish it with [`postcard_tag`]; the result is the encoding of the
+/// [`Frame`] with these fields and `encode_body(msg)` as its body.
+pub fn encode_frame_head(
+    version: u8,
+    from: Principal,
+    epoch: u32,
+    msg: &Message,
+    kind: TagKind,
+    n: u32,
+) -> (Vec<u8>, std::ops::Range<usize>) {
+    let len = postcard::experimental::serialized_size(msg).expect("messages always encode");
+    let out = Vec::with_capacity(
+        1 + PRINCIPAL_BYTES_MAX + 5 + 10 + len + tag_bytes_max(kind, n as usize),
+    );
+    let out = postcard::to_extend(&(version, from, epoch, len as u64), out)
+        .expect("frame headers encode");
+    let start = out.len();
+    let out = postcard::to_extend(msg, out).expect("messages always encode");
+    debug_assert_eq!(out.len(), start + len);
+    (out, start..start + len)
+}
+
+/// Appends the encoding of `tag`, which ends a frame.
+pub fn postcard_tag(out: &mut Vec<u8>, tag: &Tag) {
+    let buf = std::mem::take(out);
+    *out = postcard::to_extend(tag, buf).expect("tags encode");
+}
 
 /// The encoding of a [`Frame`] with these fields, built in one buffer of the right size (the
 /// same bytes as encoding the struct: postcard writes a struct as its fields in order).
@@ -770,16 +828,18 @@ pub fn encode_frame_parts(
     body: &[u8],
     tag: &Tag,
 ) -> Vec<u8> {
-    let tag_bytes = match tag {
-        Tag::None => 1,
-        Tag::Mac(_) => 1 + MAC_LEN,
-        Tag::Authenticator(m) => 1 + 10 + m.len() * MAC_LEN,
+    let n = match tag {
+        Tag::Authenticator(m) => m.len(),
+        _ => 0,
     };
-    let out = Vec::with_capacity(1 + PRINCIPAL_BYTES_MAX + 5 + 10 + body.len() + tag_bytes);
+    let out = Vec::with_capacity(
+        1 + PRINCIPAL_BYTES_MAX + 5 + 10 + body.len() + tag_bytes_max(tag.kind(), n),
+    );
     let mut out = postcard::to_extend(&(version, from, epoch, body.len() as u64), out)
         .expect("frame headers encode");
     out.extend_from_slice(body);
-    postcard::to_extend(tag, out).expect("tags encode")
+    postcard_tag(&mut out, tag);
+    out
 }
 
 #[cfg(test)]
@@ -832,7 +892,7 @@ mod tests {
                 read_only: false,
                 op: vec![c as u8; 8].into(),
             },
-            auth: vec![Mac([0; 16])],
+            auth: vec![Mac([0; 16])].into(),
         };
         let whole = Batch {
             nondet: NonDet::default(),
@@ -944,14 +1004,14 @@ mod tests {
                 read_only: false,
                 op: vec![1, 2, 3].into(),
             },
-            auth: vec![Mac([auth; 16])],
+            auth: vec![Mac([auth; 16])].into(),
         };
         let b1 = Batch {
             nondet: NonDet::default(),
             requests: vec![r(1, 0)],
         };
         let mut b2 = b1.clone();
-        b2.requests[0].auth[0] = Mac([9; 16]);
+        b2.requests[0].auth = vec![Mac([9; 16])].into();
         assert_eq!(b1.digest(), b2.digest());
         let b3 = Batch {
             nondet: NonDet::default(),

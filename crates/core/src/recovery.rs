@@ -628,7 +628,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 read_only: false,
                 op: postcard::to_stdvec(&op).expect("encodes").into(),
             },
-            auth: Vec::new(),
+            auth: Vec::new().into(),
         })
     }
 

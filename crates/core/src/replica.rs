@@ -538,6 +538,16 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     /// Processes one input and returns the effects it produced.
     pub fn handle(&mut self, env: Env, input: Input<'_>) -> Vec<Effect> {
+        let mut out = Vec::new();
+        self.handle_into(env, input, &mut out);
+        out
+    }
+
+    /// Like [`handle`](Self::handle), appending the effects to `out`. A caller that drains
+    /// `out` and passes it again keeps both vectors' capacity: on a busy replica one input
+    /// produces dozens of effects (a batch's replies), which would otherwise grow a fresh
+    /// vector at every input.
+    pub fn handle_into(&mut self, env: Env, input: Input<'_>, out: &mut Vec<Effect>) {
         self.env = env;
         match input {
             Input::Receive(bytes) => self.receive(bytes),
@@ -549,7 +559,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
             Input::Recover => self.start_recovery(),
         }
-        std::mem::take(&mut self.effects)
+        if out.is_empty() {
+            std::mem::swap(&mut self.effects, out);
+        } else {
+            out.append(&mut self.effects);
+        }
     }
 
     fn now(&self) -> u64 {
@@ -842,12 +856,19 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
     }
 
+    /// Whether this replica leaves the first replies to the requests it orders to the
+    /// backups (`primary_replies` off, which needs committed replies: see the setting).
+    fn quiet_primary(&self) -> bool {
+        !self.cfg.primary_replies && !self.cfg.tentative_execution && self.is_primary()
+    }
+
     /// The first reply to a request: in full from its designated replier (or for short
-    /// results, or without digest replies), as a digest from the others.
+    /// results, or without digest replies), as a digest from the others. With a quiet
+    /// primary the designated replier is a backup.
     fn reply(&self, client: ClientId, timestamp: u64, result: &[u8], tentative: bool) -> Message {
         let digest_only = self.cfg.digest_replies
             && result.len() >= DIGEST_REPLY_MIN_BYTES
-            && designated_replier(client, timestamp, self.cfg.n()) != self.id;
+            && self.designated(client, timestamp) != self.id;
         let result = if digest_only {
             Digest::of(result).0.to_vec()
         } else {
@@ -862,6 +883,15 @@ impl<S: Service, A: Auth> Replica<S, A> {
             tentative,
             result,
         })
+    }
+
+    /// The replica that sends the full result of a long reply (digest replies).
+    fn designated(&self, client: ClientId, timestamp: u64) -> ReplicaId {
+        if !self.cfg.primary_replies && !self.cfg.tentative_execution {
+            designated_replier_except(client, timestamp, self.cfg.n(), self.primary())
+        } else {
+            designated_replier(client, timestamp, self.cfg.n())
+        }
     }
 
     /// Starts the view-change timer for the oldest waiting request if none is running.
@@ -912,8 +942,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
             {
                 return;
             }
-            let mut requests = Vec::new();
-            let mut digests = Vec::new();
+            let most = self.arrivals.len().min(self.cfg.batch_requests_max);
+            let mut requests = Vec::with_capacity(most);
+            let mut digests = Vec::with_capacity(most);
             let mut bytes = 0usize;
             // With session keys a pooled request's authenticator goes stale when its client
             // refreshes its keys; backups could not vouch for it. Drop it: the client
@@ -1580,18 +1611,19 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 self.clients.insert(c, last);
                 continue;
             }
-            let reply = self.reply(c, req.timestamp, &last.result, tentative);
+            let to = self.requester(c);
+            let reply = (!(self.quiet_primary() && matches!(to, Principal::Client(_))))
+                .then(|| self.reply(c, req.timestamp, &last.result, tentative));
             let old = self.clients.insert(c, last);
             if tentative {
                 before.push((c, old));
             }
-            match self.requester(c) {
-                Principal::Replica(r) if r == self.id => {
-                    if let Message::Reply(m) = reply {
-                        let _ = self.on_recovery_reply(r, m);
-                    }
+            match (to, reply) {
+                (_, None) => {} // a quiet primary: the backups answer
+                (Principal::Replica(r), Some(Message::Reply(m))) if r == self.id => {
+                    let _ = self.on_recovery_reply(r, m);
                 }
-                to => self.send(to, &reply),
+                (to, Some(reply)) => self.send(to, &reply),
             }
         }
         (executed, before)

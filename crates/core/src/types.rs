@@ -118,8 +118,20 @@ pub struct Config {
     /// and every batch before it committed, and replies at once marking the reply tentative;
     /// a client accepts 2f+1 matching replies (tentative or not) or f+1 committed ones. A
     /// tentative batch that a view change does not carry over is undone. Saves one message
-    /// delay. Clients and replicas must agree on it.
+    /// delay. Clients and replicas must agree on it. Off by default: it needs every replica,
+    /// the primary included, to answer every request, and a quiet primary
+    /// (`primary_replies` off) raised the 0/0 peak of a machine per server by about a third
+    /// while one-client latency on this machine stayed within noise (docs/bench/knobs.md);
+    /// turn it on where message delays are network delays and latency matters more.
     pub tentative_execution: bool,
+    /// Whether the primary sends the first reply to each request it ordered, as every other
+    /// replica does. Without tentative execution a client needs only f+1 matching committed
+    /// replies, which the 2f+1 backups supply even with f of them faulty, so a primary that
+    /// keeps quiet costs no liveness and saves the busiest replica the sealing and sending
+    /// of every reply (it still answers retransmissions, and read-only requests). No effect
+    /// with tentative execution on: a client then needs 2f+1 matching replies, and a
+    /// primary's silence would let one faulty backup stall every request.
+    pub primary_replies: bool,
     /// Requests whose operation has at least this many bytes travel beside the pre-prepare
     /// (PBFT §4.2): the client multicasts them to every replica and the pre-prepare names
     /// them by digest instead of carrying them, so the primary does not send them again.
@@ -174,7 +186,8 @@ impl Config {
             state_transfer_retry_ms: 500,
             read_only_fast_path: true,
             digest_replies: true,
-            tentative_execution: true,
+            tentative_execution: false,
+            primary_replies: false,
             large_request_bytes: 1024,
             transfer_reply_bytes_max: 1 << 20,
             transfer_rate_bytes_per_sec: 256 << 20,

@@ -320,7 +320,10 @@ fn one_request_batch(op: &[u8], bad: Option<usize>) -> Batch {
             time_ms: 0,
             seed: 0,
         },
-        requests: vec![SignedRequest { request: req, auth }],
+        requests: vec![SignedRequest {
+            request: req,
+            auth: auth.into(),
+        }],
     }
 }
 
@@ -459,7 +462,10 @@ fn diverged_state_stops_execution_instead_of_looping() {
                     time_ms: 0,
                     seed: 0,
                 },
-                requests: vec![SignedRequest { request: req, auth }],
+                requests: vec![SignedRequest {
+                    request: req,
+                    auth: auth.into(),
+                }],
             };
             let d = batch.digest();
             r3.handle(
@@ -648,7 +654,10 @@ fn large_request(client: u64) -> SignedRequest {
         op: vec![client as u8; 2048].into(),
     };
     let auth = request_authenticator(&keys(Principal::Client(client)), &request.digest(), 4);
-    SignedRequest { request, auth }
+    SignedRequest {
+        request,
+        auth: auth.into(),
+    }
 }
 
 /// The frame a client sends a request in (requests carry their own authenticator).
@@ -795,4 +804,116 @@ fn batch_bodies_a_status_asks_for_come_from_one_replica_per_turn() {
     }
     // Turns go to replicas 0, 1, 2, 0, 1, 2 (all but the asker, 3); 0 holds nothing here.
     assert_eq!(answered, vec![(1, 1), (2, 2), (4, 1), (5, 2)]);
+}
+
+/// Runs one request of client 7 through four replicas configured by `tune`, delivering
+/// every message between them until none is left, and returns which replicas answered the
+/// client, and with what.
+fn replies_to_one_request(op: &[u8], tune: impl Fn(&mut Config)) -> Vec<(u32, Reply)> {
+    let mut cfg = Config::new(1);
+    tune(&mut cfg);
+    let mut rs: Vec<Replica<Svc, StaticKeys>> = (0..4)
+        .map(|id| {
+            Replica::new(
+                cfg.clone(),
+                id,
+                keys(Principal::Replica(id)),
+                Svc,
+                fresh_state(),
+            )
+        })
+        .collect();
+    let req = Request {
+        client: 7,
+        timestamp: 1,
+        read_only: false,
+        op: op.to_vec().into(),
+    };
+    let auth = request_authenticator(&keys(Principal::Client(7)), &req.digest(), 4);
+    let sr = SignedRequest {
+        request: req,
+        auth: auth.into(),
+    };
+    let mut queue: Vec<(u32, Vec<u8>)> = vec![(0, request_frame(&sr, 0))];
+    let mut replies = Vec::new();
+    while let Some((to, bytes)) = queue.pop() {
+        let effs = rs[to as usize].handle(env(1), Input::Receive(&bytes));
+        for e in effs {
+            match e {
+                Effect::Send {
+                    to: Principal::Replica(r),
+                    bytes,
+                } => queue.push((r, bytes.to_vec())),
+                Effect::Broadcast { bytes } => {
+                    queue.extend((0..4).filter(|r| *r != to).map(|r| (r, bytes.to_vec())))
+                }
+                Effect::Send {
+                    to: Principal::Client(7),
+                    bytes,
+                } => {
+                    let f = decode_frame(&bytes, usize::MAX).unwrap();
+                    if let Message::Reply(m) = decode_body(&f.body).unwrap() {
+                        replies.push((to, m));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    replies.sort_by_key(|(r, _)| *r);
+    replies
+}
+
+#[test]
+fn a_quiet_primary_leaves_first_replies_to_the_backups_only_for_committed_replies() {
+    let who = |rs: &[(u32, Reply)]| rs.iter().map(|(r, _)| *r).collect::<Vec<_>>();
+    // Committed replies (f+1 needed), quiet primary: the three backups answer, nobody else.
+    let quiet = replies_to_one_request(b"put", |c| {
+        c.tentative_execution = false;
+        c.primary_replies = false;
+    });
+    assert_eq!(who(&quiet), vec![1, 2, 3]);
+    assert!(quiet
+        .iter()
+        .all(|(_, m)| !m.tentative && m.result == b"put"));
+    // The same with the primary replying: all four.
+    let all = replies_to_one_request(b"put", |c| {
+        c.tentative_execution = false;
+        c.primary_replies = true;
+    });
+    assert_eq!(who(&all), vec![0, 1, 2, 3]);
+    // With tentative execution (2f+1 needed) the setting has no effect: all four answer.
+    let tentative = replies_to_one_request(b"put", |c| {
+        c.tentative_execution = true;
+        c.primary_replies = false;
+    });
+    assert_eq!(who(&tentative), vec![0, 1, 2, 3]);
+}
+
+#[test]
+fn with_a_quiet_primary_a_backup_sends_the_full_result() {
+    // Results of 32 bytes or more go as digests from all but one designated replica; with a
+    // quiet primary that replica is a backup, whatever the request.
+    for ts in 0..64 {
+        let d = designated_replier_except(7, ts, 4, 0);
+        assert!((1..4).contains(&d), "{d}");
+        assert_ne!(designated_replier_except(7, ts, 4, 2), 2);
+    }
+    // `Svc` answers with the operation itself: 40 bytes here.
+    let long = [b'x'; 40];
+    let replies = replies_to_one_request(&long, |c| {
+        c.tentative_execution = false;
+        c.primary_replies = false;
+    });
+    let full: Vec<u32> = replies
+        .iter()
+        .filter(|(_, m)| !m.digest_only)
+        .map(|(r, _)| *r)
+        .collect();
+    assert_eq!(full.len(), 1, "one full result: {full:?}");
+    assert_ne!(full[0], 0, "from a backup");
+    assert_eq!(replies.len(), 3);
+    assert!(replies
+        .iter()
+        .all(|(_, m)| m.digest_only || m.result == long));
 }

@@ -581,6 +581,7 @@ struct ProtocolSection {
     read_only_fast_path: bool,
     digest_replies: bool,
     tentative_execution: bool,
+    primary_replies: bool,
     large_request_bytes: usize,
     transfer_reply_bytes_max: usize,
     transfer_rate_bytes_per_sec: u64,
@@ -612,6 +613,7 @@ impl Default for ProtocolSection {
             read_only_fast_path: c.read_only_fast_path,
             digest_replies: c.digest_replies,
             tentative_execution: c.tentative_execution,
+            primary_replies: c.primary_replies,
             large_request_bytes: c.large_request_bytes,
             transfer_reply_bytes_max: c.transfer_reply_bytes_max,
             transfer_rate_bytes_per_sec: c.transfer_rate_bytes_per_sec,
@@ -643,6 +645,7 @@ impl ProtocolSection {
         c.read_only_fast_path = self.read_only_fast_path;
         c.digest_replies = self.digest_replies;
         c.tentative_execution = self.tentative_execution;
+        c.primary_replies = self.primary_replies;
         c.large_request_bytes = self.large_request_bytes;
         c.transfer_reply_bytes_max = self.transfer_reply_bytes_max;
         c.transfer_rate_bytes_per_sec = self.transfer_rate_bytes_per_sec;
@@ -1298,6 +1301,11 @@ digest_replies = {dr}
 # committed) and replies at once; the client needs 2f+1 matching replies. Saves one message
 # delay; a batch that a view change drops is undone (true/false). Default: {d_te}.
 tentative_execution = {te}
+# Whether the primary sends first replies like every replica. Without tentative execution a
+# client needs only f+1 matching committed replies, which the backups supply, and a quiet
+# primary saves the busiest replica a reply per request; no effect with tentative execution
+# on (true/false). Default: {d_pr}.
+primary_replies = {pr}
 # Requests with operations of at least this many bytes travel beside the pre-prepare: the
 # client sends them to every replica and the primary names them by digest (bytes; 0: all
 # requests travel inside the pre-prepare). Default: {d_lrb}.
@@ -1498,6 +1506,8 @@ stagger_wait_max_s = {rsw}
             rofp = p.read_only_fast_path,
             dr = p.digest_replies,
             te = p.tentative_execution,
+            pr = p.primary_replies,
+            d_pr = d.primary_replies,
             lrb = p.large_request_bytes,
             d_lrb = d.large_request_bytes,
             d_te = d.tentative_execution,

@@ -110,13 +110,15 @@ struct Node {
     journal: Journal,
     listener: Listener,
     links: Vec<Option<Link>>,
-    known_clients: Vec<ClientId>,
+    known_clients: std::collections::HashSet<ClientId>,
     client_conns: HashMap<ClientId, ConnId>,
     metrics: Arc<Metrics>,
     status: Arc<Mutex<StatusReport>>,
     started: Instant,
     rate: VecDeque<(Instant, u64)>,
     pending_sends: Vec<(Principal, Bytes)>,
+    /// The core's effects of one input (kept for its capacity, see `Replica::handle_into`).
+    effects: Vec<Effect>,
     rejected_since_warn: u64,
     last_warn: Instant,
     last_stats: redoubt_core::Stats,
@@ -142,8 +144,9 @@ impl Node {
             self.metrics.bytes_received.inc_by(bytes.len() as u64);
         }
         let env = self.env();
-        let effects = self.replica.handle(env, input);
-        for e in effects {
+        let mut effects = std::mem::take(&mut self.effects);
+        self.replica.handle_into(env, input, &mut effects);
+        for e in effects.drain(..) {
             match e {
                 Effect::Persist(r) => {
                     if let Err(err) = self.journal.append(r) {
@@ -165,6 +168,7 @@ impl Node {
                 Effect::Event(ev) => self.event(ev, conn),
             }
         }
+        self.effects = effects;
     }
 
     fn event(&mut self, ev: Event, conn: Option<ConnId>) {
@@ -346,7 +350,8 @@ impl Node {
             );
             self.last_slow_sync_warn = Some(Instant::now());
         }
-        for (to, bytes) in std::mem::take(&mut self.pending_sends) {
+        let mut sends = std::mem::take(&mut self.pending_sends);
+        for (to, bytes) in sends.drain(..) {
             let ok = match to {
                 Principal::Replica(r) => match self.links.get(r as usize) {
                     Some(Some(link)) => link.send(bytes).is_ok(),
@@ -364,6 +369,35 @@ impl Node {
                     "client"
                 };
                 self.metrics.frames_dropped.with_label_values(&[q]).inc();
+            }
+        }
+        self.pending_sends = sends;
+    }
+
+    /// Group commit: handles what else already waits, the other replicas' frames and the
+    /// clients' in turn, up to [`BATCH_INPUTS_MAX`] of them, so that one journal write and
+    /// one send per peer serve them all.
+    fn drain_inputs(
+        &mut self,
+        clients: &mut mpsc::Receiver<(ConnId, Vec<u8>)>,
+        peers: &mut mpsc::Receiver<Vec<u8>>,
+    ) {
+        let mut handled = 0;
+        while handled < BATCH_INPUTS_MAX {
+            let mut any = false;
+            if let Ok(bytes) = peers.try_recv() {
+                self.input(Input::Receive(&bytes), None);
+                handled += 1;
+                any = true;
+            }
+            if let Ok((conn, bytes)) = clients.try_recv() {
+                self.note_sender(conn, &bytes);
+                self.input(Input::Receive(&bytes), Some(conn));
+                handled += 1;
+                any = true;
+            }
+            if !any {
+                break;
             }
         }
     }
@@ -653,6 +687,7 @@ pub async fn run_replica(
         started: Instant::now(),
         rate: VecDeque::new(),
         pending_sends: Vec::new(),
+        effects: Vec::new(),
         rejected_since_warn: 0,
         last_warn: Instant::now(),
         last_stats: Default::default(),
@@ -739,18 +774,12 @@ pub async fn run_replica(
             Wake::Listener(conn, bytes) => {
                 node.note_sender(conn, &bytes);
                 node.input(Input::Receive(&bytes), Some(conn));
-                // Group commit: take what else is already waiting.
-                for _ in 0..BATCH_INPUTS_MAX {
-                    match in_rx.try_recv() {
-                        Ok((conn, bytes)) => {
-                            node.note_sender(conn, &bytes);
-                            node.input(Input::Receive(&bytes), Some(conn));
-                        }
-                        Err(_) => break,
-                    }
-                }
+                node.drain_inputs(&mut in_rx, &mut link_rx);
             }
-            Wake::Link(bytes) => node.input(Input::Receive(&bytes), None),
+            Wake::Link(bytes) => {
+                node.input(Input::Receive(&bytes), None);
+                node.drain_inputs(&mut in_rx, &mut link_rx);
+            }
         }
         node.metrics
             .handle_seconds

@@ -14,12 +14,37 @@ pub fn mutant_by_name(name: &str) -> Option<Mutant> {
         .map(|(_, m)| *m)
 }
 
+/// Which optimizations the random seeds run with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Optimizations {
+    /// Drawn per seed.
+    #[default]
+    PerSeed,
+    /// Every one on in every seed ([`Scenario::all_optimizations`]).
+    All,
+    /// Every one but tentative execution, with a quiet primary ([`Scenario::quiet_primary`]).
+    QuietPrimary,
+}
+
+impl From<bool> for Optimizations {
+    /// `true`: [`Optimizations::All`].
+    fn from(all: bool) -> Self {
+        if all {
+            Optimizations::All
+        } else {
+            Optimizations::PerSeed
+        }
+    }
+}
+
 /// The scenario of a seed: random, with the given mutant.
-pub fn scenario_for(seed: u64, mutant: Mutant, all_optimizations: bool) -> Scenario {
+pub fn scenario_for(seed: u64, mutant: Mutant, opts: impl Into<Optimizations>) -> Scenario {
     let mut s = Scenario::random(seed);
     s.mutant = mutant;
-    if all_optimizations {
-        s.all_optimizations();
+    match opts.into() {
+        Optimizations::PerSeed => {}
+        Optimizations::All => s.all_optimizations(),
+        Optimizations::QuietPrimary => s.quiet_primary(),
     }
     s
 }
@@ -66,11 +91,12 @@ pub fn run_seeds(
     start: u64,
     count: u64,
     mutant: Mutant,
-    all_optimizations: bool,
+    opts: impl Into<Optimizations>,
     jobs: usize,
     stop_after_failures: Option<u64>,
     progress: impl Fn(&Outcome) + Sync,
 ) -> Summary {
+    let opts = opts.into();
     let next = AtomicU64::new(start);
     let summary = Arc::new(Mutex::new(Summary::default()));
     let end = start + count;
@@ -86,7 +112,7 @@ pub fn run_seeds(
                 if seed >= end {
                     return;
                 }
-                let out = run(scenario_for(seed, mutant, all_optimizations), false);
+                let out = run(scenario_for(seed, mutant, opts), false);
                 progress(&out);
                 let mut s = summary.lock().expect("lock");
                 s.ops += out.stats.ops_completed;

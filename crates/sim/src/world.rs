@@ -988,7 +988,10 @@ impl World {
                 op: op.encode().into(),
             };
             let auth = request_authenticator(&w.byz_clients[i].keys, &request.digest(), n);
-            SignedRequest { request, auth }
+            SignedRequest {
+                request,
+                auth: auth.into(),
+            }
         };
         if self.now >= self.byz_clients[i].next_rekey_ms {
             // A faulty client still has to hand replicas its keys for them to listen.
@@ -1033,7 +1036,7 @@ impl World {
                 let bad = self.rng.random_range(1..=f);
                 for _ in 0..bad {
                     let j = self.rng.random_range(0..n as usize);
-                    sr.auth[j].0[0] ^= 0xff;
+                    std::sync::Arc::make_mut(&mut sr.auth)[j].0[0] ^= 0xff;
                 }
                 let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
                 for r in 0..n {

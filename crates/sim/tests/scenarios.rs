@@ -2,7 +2,7 @@
 //! bounded-memory run. Each test prints the seed to replay on failure.
 
 use redoubt_core::Mutant;
-use redoubt_sim::runner::{mutant_by_name, run, run_seeds};
+use redoubt_sim::runner::{mutant_by_name, run, run_seeds, Optimizations, Summary};
 use redoubt_sim::{Outcome, Scenario};
 
 fn assert_passes(out: &Outcome) {
@@ -95,19 +95,48 @@ fn primary_step_down_hands_over() {
     }
 }
 
+/// Runs `count` random seeds from `start` on every core and fails the test on any failing
+/// seed, naming the `redoubt-sim` flags (`replay`) that replay it.
+fn seeds_pass(start: u64, count: u64, opts: Optimizations, replay: &str) -> Summary {
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let s = run_seeds(start, count, Mutant::None, opts, jobs, None, |_| {});
+    assert_eq!(
+        s.failed, 0,
+        "failing seeds (replay with redoubt-sim{replay} --seed S --trace): {:#?}",
+        s.failures
+    );
+    s
+}
+
 /// The CI-sized random run: 500 seeds mixing every fault kind.
 #[test]
 fn five_hundred_random_seeds() {
-    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let s = run_seeds(1_000_000, 500, Mutant::None, false, jobs, None, |_| {});
-    assert_eq!(
-        s.failed, 0,
-        "failing seeds (replay with redoubt-sim --seed S --trace): {:#?}",
-        s.failures
-    );
+    let s = seeds_pass(1_000_000, 500, Optimizations::PerSeed, "");
     assert!(
         s.view_changes > 0 && s.state_transfers > 0 && s.tentative_undone > 0,
         "the mix exercised view changes, state transfer and undoing tentative batches: {s:?}"
+    );
+}
+
+/// A quiet primary (committed replies, first replies from the backups only) with a silent
+/// backup on a lossy network: every request completes from the two other backups' replies
+/// (the liveness checker bounds how long each may take).
+#[test]
+fn a_quiet_primary_and_a_silent_backup_still_answer_every_request() {
+    for out in named("quiet-primary-silent-backup", 0..5) {
+        assert!(out.stats.ops_completed >= 60, "{:?}", out.stats);
+    }
+}
+
+/// The random mix with a quiet primary in every seed (every optimization but tentative
+/// execution, which a quiet primary cannot be combined with).
+#[test]
+fn two_hundred_seeds_with_a_quiet_primary() {
+    seeds_pass(
+        3_000_000,
+        200,
+        Optimizations::QuietPrimary,
+        " --quiet-primary",
     );
 }
 
@@ -115,13 +144,7 @@ fn five_hundred_random_seeds() {
 /// requests beside the pre-prepare, digest replies, read-only fast path).
 #[test]
 fn three_hundred_seeds_with_every_optimization() {
-    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let s = run_seeds(2_000_000, 300, Mutant::None, true, jobs, None, |_| {});
-    assert_eq!(
-        s.failed, 0,
-        "failing seeds (replay with redoubt-sim --all-optimizations --seed S --trace): {:#?}",
-        s.failures
-    );
+    let s = seeds_pass(2_000_000, 300, Optimizations::All, " --all-optimizations");
     assert!(s.tentative_undone > 0, "{s:?}");
 }
 

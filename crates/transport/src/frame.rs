@@ -1,6 +1,8 @@
 //! The wire format: a 4-byte big-endian length, then that many bytes.
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{
+    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt,
+};
 
 /// Bytes of the length prefix in front of every frame (`u32`, big-endian).
 pub const LEN_PREFIX_BYTES: usize = 4;
@@ -68,6 +70,32 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     Ok(frame)
 }
 
+/// Reads one frame from a buffered reader: a frame that already lies whole in the reader's
+/// buffer (the usual case on a busy connection, which delivers many frames per `read`) is
+/// copied out in one piece; any other goes through [`read_frame`], with the same checks.
+pub async fn read_buffered_frame<R: AsyncBufRead + Unpin>(
+    r: &mut R,
+    max: usize,
+) -> Result<Vec<u8>, FrameError> {
+    let buf = r.fill_buf().await?;
+    if buf.is_empty() {
+        return Err(FrameError::Closed);
+    }
+    if let Some(prefix) = buf.first_chunk::<LEN_PREFIX_BYTES>() {
+        let len = u32::from_be_bytes(*prefix) as u64;
+        if len > max as u64 {
+            return Err(FrameError::TooLarge { len, max });
+        }
+        let end = LEN_PREFIX_BYTES + len as usize;
+        if buf.len() >= end {
+            let frame = buf[LEN_PREFIX_BYTES..end].to_vec();
+            r.consume(end);
+            return Ok(frame);
+        }
+    }
+    read_frame(r, max).await
+}
+
 /// Writes one frame (prefix and body). Does not flush: wrap the writer in a
 /// [`tokio::io::BufWriter`] and flush when there is nothing more to send, or flush yourself.
 /// Frames longer than `u32::MAX` bytes are refused with `InvalidInput`.
@@ -85,6 +113,59 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, frame: &[u8]) -> std:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn buffered_frames_read_whole_split_and_oversized() {
+        // Frames written in one piece, then read through a buffer smaller than some of them,
+        // so that both the whole-in-buffer path and the fallback are taken.
+        let (mut a, b) = tokio::io::duplex(1 << 20);
+        let frames: Vec<Vec<u8>> = [0usize, 1, 3, 4, 100, 700, 5000, 2]
+            .iter()
+            .map(|&n| (0..n).map(|i| i as u8).collect())
+            .collect();
+        for f in &frames {
+            write_frame(&mut a, f).await.unwrap();
+        }
+        write_frame(&mut a, &[1u8; 6001]).await.unwrap();
+        drop(a);
+        let mut rd = tokio::io::BufReader::with_capacity(1024, b);
+        for f in &frames {
+            assert_eq!(&read_buffered_frame(&mut rd, 6000).await.unwrap(), f);
+        }
+        assert!(matches!(
+            read_buffered_frame(&mut rd, 6000).await,
+            Err(FrameError::TooLarge {
+                len: 6001,
+                max: 6000
+            })
+        ));
+        // A prefix split across two reads, then a clean end.
+        let (mut a, b) = tokio::io::duplex(64);
+        let mut rd = tokio::io::BufReader::with_capacity(1024, b);
+        let writer = tokio::spawn(async move {
+            a.write_all(&[0, 0]).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            a.write_all(&[0, 3, 7, 8, 9]).await.unwrap();
+        });
+        assert_eq!(
+            read_buffered_frame(&mut rd, 10).await.unwrap(),
+            vec![7, 8, 9]
+        );
+        writer.await.unwrap();
+        assert!(matches!(
+            read_buffered_frame(&mut rd, 10).await,
+            Err(FrameError::Closed)
+        ));
+        // A frame cut off by the end of the connection.
+        let (mut a, b) = tokio::io::duplex(64);
+        a.write_all(&[0, 0, 0, 9, 1, 2]).await.unwrap();
+        drop(a);
+        let mut rd = tokio::io::BufReader::new(b);
+        assert!(matches!(
+            read_buffered_frame(&mut rd, 10).await,
+            Err(FrameError::Io(_))
+        ));
+    }
 
     #[tokio::test]
     async fn roundtrip_and_endings() {

@@ -26,7 +26,7 @@ mod frame;
 mod link;
 mod listener;
 
-pub use frame::{read_frame, write_frame, FrameError, LEN_PREFIX_BYTES};
+pub use frame::{read_buffered_frame, read_frame, write_frame, FrameError, LEN_PREFIX_BYTES};
 pub use link::{Inbound, Link, LinkConfig, LinkStats};
 pub use listener::{ConnId, ConnSender, Listener, ListenerConfig, ListenerStats};
 pub use redoubt_core::Bytes;

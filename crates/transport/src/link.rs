@@ -1,6 +1,6 @@
 //! The dialing side: a connection to one address that reconnects forever.
 
-use crate::frame::{read_frame, write_frame, FrameError, READ_BUFFER_BYTES};
+use crate::frame::{read_buffered_frame, write_frame, FrameError, READ_BUFFER_BYTES};
 use crate::{jittered, LinkError};
 use redoubt_core::Bytes;
 use std::net::SocketAddr;
@@ -292,7 +292,7 @@ async fn serve<I: Inbound>(
     let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
     let reader = async {
         loop {
-            match read_frame(&mut rd, frame_bytes_max).await {
+            match read_buffered_frame(&mut rd, frame_bytes_max).await {
                 Ok(frame) => {
                     if inbound.deliver(frame) {
                         counters.frames_received.fetch_add(1, Relaxed);

@@ -1,6 +1,6 @@
 //! The accepting side: one reader and one writer task per connection, all bounded.
 
-use crate::frame::{read_frame, write_frame, FrameError, READ_BUFFER_BYTES};
+use crate::frame::{read_buffered_frame, write_frame, FrameError, READ_BUFFER_BYTES};
 use crate::LinkError;
 use redoubt_core::Bytes;
 use std::collections::HashMap;
@@ -357,7 +357,7 @@ async fn serve(
     let max = shared.cfg.frame_bytes_max;
     let reader = async {
         loop {
-            match read_frame(&mut rd, max).await {
+            match read_buffered_frame(&mut rd, max).await {
                 Ok(frame) => match inbound.try_send((id, frame)) {
                     Ok(()) => {
                         counters.frames_received.fetch_add(1, Relaxed);

@@ -9,7 +9,7 @@
 
 use clap::Parser;
 use redoubt_core::Mutant;
-use redoubt_sim::runner::{mutant_by_name, run, run_seeds, scenario_for};
+use redoubt_sim::runner::{mutant_by_name, run, run_seeds, scenario_for, Optimizations};
 use redoubt_sim::Scenario;
 use std::io::Write;
 use std::process::ExitCode;
@@ -41,8 +41,12 @@ struct Args {
     /// Switch every optimization on in every random seed (read-only fast path, digest
     /// replies, tentative execution, requests beside the pre-prepare from 32 bytes) instead
     /// of drawing them per seed.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "quiet_primary")]
     all_optimizations: bool,
+    /// Like --all-optimizations but with tentative execution off and a primary that leaves
+    /// first replies to the backups (primary_replies = false) in every random seed.
+    #[arg(long)]
+    quiet_primary: bool,
     /// Run a named scenario (see --list).
     #[arg(long)]
     scenario: Option<String>,
@@ -55,6 +59,16 @@ struct Args {
     /// Stop after this many failures (useful with mutants).
     #[arg(long)]
     stop_after: Option<u64>,
+}
+
+impl Args {
+    fn optimizations(&self) -> Optimizations {
+        if self.quiet_primary {
+            Optimizations::QuietPrimary
+        } else {
+            self.all_optimizations.into()
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -93,7 +107,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             },
-            None => scenario_for(seed, mutant, args.all_optimizations),
+            None => scenario_for(seed, mutant, args.optimizations()),
         };
         if args.trace {
             println!("scenario: {sc:#?}");
@@ -154,7 +168,7 @@ fn main() -> ExitCode {
         args.start_seed,
         count,
         mutant,
-        args.all_optimizations,
+        args.optimizations(),
         jobs,
         args.stop_after,
         |out| {
