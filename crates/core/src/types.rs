@@ -118,11 +118,11 @@ pub struct Config {
     /// and every batch before it committed, and replies at once marking the reply tentative;
     /// a client accepts 2f+1 matching replies (tentative or not) or f+1 committed ones. A
     /// tentative batch that a view change does not carry over is undone. Saves one message
-    /// delay. Clients and replicas must agree on it. Off by default: it needs every replica,
-    /// the primary included, to answer every request, and a quiet primary
-    /// (`primary_replies` off) raised the 0/0 peak of a machine per server by about a third
-    /// while one-client latency on this machine stayed within noise (docs/bench/knobs.md);
-    /// turn it on where message delays are network delays and latency matters more.
+    /// delay. Clients and replicas must agree on it. With it off (and `primary_replies` off)
+    /// the primary leaves first replies to the backups, which raised the 0/0 peak of a
+    /// machine per server by about a third (docs/bench/knobs.md); it stays on by default
+    /// because the simulator still finds rare liveness failures with it off and requests
+    /// beside the pre-prepare (docs/bench/micro-notes.md, "Not done").
     pub tentative_execution: bool,
     /// Whether the primary sends the first reply to each request it ordered, as every other
     /// replica does. Without tentative execution a client needs only f+1 matching committed
@@ -186,7 +186,7 @@ impl Config {
             state_transfer_retry_ms: 500,
             read_only_fast_path: true,
             digest_replies: true,
-            tentative_execution: false,
+            tentative_execution: true,
             primary_replies: false,
             large_request_bytes: 1024,
             transfer_reply_bytes_max: 1 << 20,

@@ -241,9 +241,9 @@ impl Scenario {
         core.state_transfer_delay_ms = 150;
         core.state_transfer_retry_ms = 200;
         core.batch_requests_max = 8;
-        // The named scenarios were tuned with tentative execution on and every replica
-        // replying (the defaults until the quiet primary); random seeds draw both, and
-        // `quiet_primary` and `quiet-primary-silent-backup` run the current defaults.
+        // The named scenarios were tuned with every replica replying (tentative execution
+        // on, as by default, makes the primary reply anyway); random seeds draw both, and
+        // `quiet_primary` and `quiet-primary-silent-backup` run a quiet primary.
         core.tentative_execution = true;
         core.primary_replies = true;
         Scenario {
