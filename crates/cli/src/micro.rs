@@ -360,8 +360,16 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    // Tables.
-    let mut report = String::new();
+    // Tables, after what was measured: the build and the settings that differ from the
+    // defaults, so that a committed report names them.
+    let mut report = format!(
+        "Measured at commit {} with `redoubt bench micro{}`.\n",
+        source_commit(),
+        std::env::args()
+            .skip(3)
+            .map(|a| format!(" {a}"))
+            .collect::<String>()
+    );
     if let Some(cores) = server_cpu {
         let _ = writeln!(
             report,
@@ -846,4 +854,18 @@ fn plot(path: &Path, op: &Op, points: &[Point]) -> anyhow::Result<()> {
     svg.push_str("</svg>\n");
     std::fs::write(path, svg).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
+}
+
+/// The commit of the working tree the benchmark runs in (`git describe --always --dirty`), or
+/// "unknown" outside a git checkout.
+fn source_commit() -> String {
+    std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty", "--abbrev=7"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
 }
