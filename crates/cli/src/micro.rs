@@ -363,7 +363,7 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
     // Tables, after what was measured: the build and the settings that differ from the
     // defaults, so that a committed report names them.
     let mut report = format!(
-        "Measured at commit {} with `redoubt bench micro{}`.\n",
+        "Run in a checkout at commit {} with `redoubt bench micro{}`.\n",
         source_commit(),
         std::env::args()
             .skip(3)
@@ -857,7 +857,8 @@ fn plot(path: &Path, op: &Op, points: &[Point]) -> anyhow::Result<()> {
 }
 
 /// The commit of the working tree the benchmark runs in (`git describe --always --dirty`), or
-/// "unknown" outside a git checkout.
+/// "unknown" outside a git checkout. It names the checkout, not the build: run the benchmark
+/// from the checkout its binary was built from.
 fn source_commit() -> String {
     std::process::Command::new("git")
         .args(["describe", "--always", "--dirty", "--abbrev=7"])

@@ -126,9 +126,11 @@ pub struct Config {
     pub tentative_execution: bool,
     /// Whether the primary sends the first reply to each request it ordered, as every other
     /// replica does. Without tentative execution a client needs only f+1 matching committed
-    /// replies, which the 2f+1 backups supply even with f of them faulty, so a primary that
+    /// replies, which the 3f backups (at least 2f of them correct) supply, so a primary that
     /// keeps quiet costs no liveness and saves the busiest replica the sealing and sending
-    /// of every reply (it still answers retransmissions, and read-only requests). No effect
+    /// of every reply (it still answers retransmissions, and read-only requests). Around a
+    /// view change replicas may disagree on who is primary, so the old and the new one may
+    /// both keep quiet about a request: its client then completes on a retransmission. No effect
     /// with tentative execution on: a client then needs 2f+1 matching replies, and a
     /// primary's silence would let one faulty backup stall every request.
     pub primary_replies: bool,
