@@ -15,7 +15,6 @@ use crate::message::{Batch, PEntry, QEntry, ViewChange, NULL_DIGEST};
 use crate::types::{Seq, View};
 use redoubt_crypto::Digest;
 use serde::{Deserialize, Serialize};
-use std::borrow::Borrow;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -92,7 +91,7 @@ impl Record {
 /// Hosts call it after appending a checkpoint or a view record, which bounds a journal by
 /// about 5L + 2 records.
 pub fn compact(records: Vec<Record>) -> Vec<Record> {
-    let keep = kept(&records);
+    let keep = kept(&records.iter().collect::<Vec<_>>());
     records
         .into_iter()
         .zip(keep)
@@ -102,8 +101,7 @@ pub fn compact(records: Vec<Record>) -> Vec<Record> {
 
 /// Which records [`compact`] keeps, by position (hosts that track something per record, such
 /// as its size on disk, filter it alike).
-pub fn kept<R: Borrow<Record>>(records: &[R]) -> Vec<bool> {
-    let records: Vec<&Record> = records.iter().map(Borrow::borrow).collect();
+pub fn kept(records: &[&Record]) -> Vec<bool> {
     let ck = records
         .iter()
         .rposition(|r| matches!(r, Record::Checkpoint { .. }));

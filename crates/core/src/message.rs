@@ -780,13 +780,24 @@ pub fn encode_frame(f: &Frame) -> Vec<u8> {
 /// Most bytes a [`Principal`] takes encoded (an enum tag and a varint of at most 64 bits).
 const PRINCIPAL_BYTES_MAX: usize = 16;
 
-/// Most bytes a tag of kind `kind` takes encoded, for authenticators of `n` entries.
-fn tag_bytes_max(kind: TagKind, n: usize) -> usize {
-    match kind {
+/// A buffer holding the header of a frame with a body of `body_len` bytes, with room for
+/// the body and a tag of kind `kind` (authenticators of `n` entries).
+fn frame_header(
+    version: u8,
+    from: Principal,
+    epoch: u32,
+    body_len: usize,
+    kind: TagKind,
+    n: usize,
+) -> Vec<u8> {
+    let tag_bytes = match kind {
         TagKind::None => 1,
         TagKind::Mac => 1 + MAC_LEN,
         TagKind::Authenticator => 1 + 10 + n * MAC_LEN,
-    }
+    };
+    let out = Vec::with_capacity(1 + PRINCIPAL_BYTES_MAX + 5 + 10 + body_len + tag_bytes);
+    postcard::to_extend(&(version, from, epoch, body_len as u64), out)
+        .expect("frame headers encode")
 }
 
 /// The start of a frame carrying `msg` (header and body, the tag still to come, room for a
@@ -802,11 +813,7 @@ pub fn encode_frame_head(
     n: u32,
 ) -> (Vec<u8>, std::ops::Range<usize>) {
     let len = postcard::experimental::serialized_size(msg).expect("messages always encode");
-    let out = Vec::with_capacity(
-        1 + PRINCIPAL_BYTES_MAX + 5 + 10 + len + tag_bytes_max(kind, n as usize),
-    );
-    let out = postcard::to_extend(&(version, from, epoch, len as u64), out)
-        .expect("frame headers encode");
+    let out = frame_header(version, from, epoch, len, kind, n as usize);
     let start = out.len();
     let out = postcard::to_extend(msg, out).expect("messages always encode");
     debug_assert_eq!(out.len(), start + len);
@@ -832,11 +839,7 @@ pub fn encode_frame_parts(
         Tag::Authenticator(m) => m.len(),
         _ => 0,
     };
-    let out = Vec::with_capacity(
-        1 + PRINCIPAL_BYTES_MAX + 5 + 10 + body.len() + tag_bytes_max(tag.kind(), n),
-    );
-    let mut out = postcard::to_extend(&(version, from, epoch, body.len() as u64), out)
-        .expect("frame headers encode");
+    let mut out = frame_header(version, from, epoch, body.len(), tag.kind(), n);
     out.extend_from_slice(body);
     postcard_tag(&mut out, tag);
     out

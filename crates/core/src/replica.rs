@@ -857,9 +857,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     /// Whether this replica leaves the first replies to the requests it orders to the
-    /// backups (`primary_replies` off, which needs committed replies: see the setting).
+    /// backups (see `Config::quiet_primary`).
     fn quiet_primary(&self) -> bool {
-        !self.cfg.primary_replies && !self.cfg.tentative_execution && self.is_primary()
+        self.cfg.quiet_primary() && self.is_primary()
     }
 
     /// The first reply to a request: in full from its designated replier (or for short
@@ -887,7 +887,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     /// The replica that sends the full result of a long reply (digest replies).
     fn designated(&self, client: ClientId, timestamp: u64) -> ReplicaId {
-        if !self.cfg.primary_replies && !self.cfg.tentative_execution {
+        if self.cfg.quiet_primary() {
             designated_replier_except(client, timestamp, self.cfg.n(), self.primary())
         } else {
             designated_replier(client, timestamp, self.cfg.n())

@@ -120,7 +120,7 @@ pub struct Config {
     /// tentative batch that a view change does not carry over is undone. Saves one message
     /// delay. Clients and replicas must agree on it. With it off (and `primary_replies` off)
     /// the primary leaves first replies to the backups, which raised the 0/0 peak of a
-    /// machine per server by about a third (docs/bench/knobs.md); it stays on by default
+    /// machine per server by 29% to 45% (docs/bench/knobs.md); it stays on by default
     /// because the simulator still finds rare liveness failures with it off and requests
     /// beside the pre-prepare (docs/bench/micro-notes.md, "Not done").
     pub tentative_execution: bool,
@@ -219,6 +219,12 @@ impl Config {
     /// (its client sends it to every replica; see `large_request_bytes`).
     pub fn travels_beside(&self, op_len: usize) -> bool {
         self.large_request_bytes > 0 && op_len >= self.large_request_bytes
+    }
+
+    /// Whether the primary leaves first replies to the backups: `primary_replies` off, which
+    /// takes effect only with committed replies (`tentative_execution` off).
+    pub fn quiet_primary(&self) -> bool {
+        !self.primary_replies && !self.tentative_execution
     }
 
     /// Weak certificate size: at least one correct member.

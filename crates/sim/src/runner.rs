@@ -26,22 +26,11 @@ pub enum Optimizations {
     QuietPrimary,
 }
 
-impl From<bool> for Optimizations {
-    /// `true`: [`Optimizations::All`].
-    fn from(all: bool) -> Self {
-        if all {
-            Optimizations::All
-        } else {
-            Optimizations::PerSeed
-        }
-    }
-}
-
 /// The scenario of a seed: random, with the given mutant.
-pub fn scenario_for(seed: u64, mutant: Mutant, opts: impl Into<Optimizations>) -> Scenario {
+pub fn scenario_for(seed: u64, mutant: Mutant, opts: Optimizations) -> Scenario {
     let mut s = Scenario::random(seed);
     s.mutant = mutant;
-    match opts.into() {
+    match opts {
         Optimizations::PerSeed => {}
         Optimizations::All => s.all_optimizations(),
         Optimizations::QuietPrimary => s.quiet_primary(),
@@ -91,12 +80,11 @@ pub fn run_seeds(
     start: u64,
     count: u64,
     mutant: Mutant,
-    opts: impl Into<Optimizations>,
+    opts: Optimizations,
     jobs: usize,
     stop_after_failures: Option<u64>,
     progress: impl Fn(&Outcome) + Sync,
 ) -> Summary {
-    let opts = opts.into();
     let next = AtomicU64::new(start);
     let summary = Arc::new(Mutex::new(Summary::default()));
     let end = start + count;

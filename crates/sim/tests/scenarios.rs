@@ -191,7 +191,7 @@ fn every_mutant_is_caught() {
         }
         let m = mutant_by_name(name).expect("known");
         // The default seed budget of `redoubt-sim` (1000 seeds from seed 0).
-        let s = run_seeds(0, 1000, m, false, jobs, Some(1), |_| {});
+        let s = run_seeds(0, 1000, m, Optimizations::PerSeed, jobs, Some(1), |_| {});
         assert!(s.failed > 0, "mutant {name} survived 1000 seeds");
     }
 }

@@ -65,8 +65,10 @@ impl Args {
     fn optimizations(&self) -> Optimizations {
         if self.quiet_primary {
             Optimizations::QuietPrimary
+        } else if self.all_optimizations {
+            Optimizations::All
         } else {
-            self.all_optimizations.into()
+            Optimizations::PerSeed
         }
     }
 }
