@@ -230,6 +230,7 @@ fn garbage_frame(kind: Garbage, n: u32, forged: &StaticKeys) -> Vec<u8> {
                 seq: rng.random_range(1..100),
                 digest: Digest::of(&rng.random::<[u8; 8]>()),
                 replica: 1,
+                doubts: Vec::new(),
             });
             seal_body(forged, encode_body(&msg), TagKind::Authenticator, None, n)
         }
@@ -262,6 +263,7 @@ fn garbage_frame(kind: Garbage, n: u32, forged: &StaticKeys) -> Vec<u8> {
                 seq: 1,
                 digest: Digest::ZERO,
                 replica: 1,
+                doubts: Vec::new(),
             });
             let mut f = seal_body(forged, encode_body(&msg), TagKind::Authenticator, None, n);
             let i = rng.random_range(0..f.len());

@@ -247,6 +247,7 @@ mod tests {
             seq: 1,
             digest: Digest::of(b"x"),
             replica: 1,
+            doubts: Vec::new(),
         });
         let bytes = seal(&ks[1], &m, None, 4);
         for r in [0usize, 2, 3] {
@@ -283,6 +284,7 @@ mod tests {
                 seq: 300,
                 digest: Digest::of(b"x"),
                 replica: 1,
+                doubts: Vec::new(),
             }),
             Message::Reply(crate::message::Reply {
                 view: 0,

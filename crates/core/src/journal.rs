@@ -61,6 +61,13 @@ pub enum Record {
         digest: Digest,
         batch: Option<Arc<Batch>>,
     },
+    /// The low watermark moved to checkpoint `seq` (`digest`) without the state's durable base
+    /// moving with it: a NEW-VIEW named a checkpoint this replica does not hold (or not as a
+    /// durable copy). From here on it claims nothing at or below `seq` in view changes, so
+    /// after a restart it must not fall back to its older checkpoint and claim less than it
+    /// did (it reports `seq` again and fetches that checkpoint). Last in the enum, so
+    /// journals written before it existed still decode.
+    Watermark { seq: Seq, digest: Digest },
 }
 
 impl Record {
@@ -70,7 +77,8 @@ impl Record {
             Record::Checkpoint { seq, .. }
             | Record::PrePrepared { seq, .. }
             | Record::Prepared { seq, .. }
-            | Record::Executed { seq, .. } => Some(*seq),
+            | Record::Executed { seq, .. }
+            | Record::Watermark { seq, .. } => Some(*seq),
             Record::View { .. } => None,
         }
     }
@@ -85,11 +93,11 @@ impl Record {
 }
 
 /// Compacts a journal to what a restart needs: the last checkpoint, the last view record, the
-/// executions after the checkpoint, the pre-prepares and prepares of the last view after
+/// last watermark if above the checkpoint, the executions after the checkpoint, the pre-prepares and prepares of the last view after
 /// the checkpoint (older views live on in the view record's PSet and QSet), and, for an
 /// execution recorded without its body, the last pre-prepare that carries it. Order is kept.
 /// Hosts call it after appending a checkpoint or a view record, which bounds a journal by
-/// about 5L + 2 records.
+/// about 5L + 3 records.
 pub fn compact(records: Vec<Record>) -> Vec<Record> {
     let keep = kept(&records.iter().collect::<Vec<_>>());
     records
@@ -109,6 +117,9 @@ pub fn kept(records: &[&Record]) -> Vec<bool> {
     let last_view = records
         .iter()
         .rposition(|r| matches!(r, Record::View { .. }));
+    let watermark = records
+        .iter()
+        .rposition(|r| matches!(r, Record::Watermark { .. }));
     let view = last_view.map(|i| match records[i] {
         Record::View { view, .. } => *view,
         _ => unreachable!("position of a view record"),
@@ -146,6 +157,7 @@ pub fn kept(records: &[&Record]) -> Vec<bool> {
         .map(|(i, r)| match *r {
             Record::Checkpoint { .. } => Some(i) == ck,
             Record::View { .. } => Some(i) == last_view,
+            Record::Watermark { seq, .. } => Some(i) == watermark && *seq > h,
             Record::Executed { seq, .. } => *seq > h,
             Record::PrePrepared { view: v, seq, .. } => {
                 (*seq > h && view.is_none_or(|cur| *v >= cur)) || body_records.contains(&i)
@@ -211,6 +223,23 @@ mod tests {
             "old views, old checkpoints and entries at or below the checkpoint are dropped"
         );
         assert_eq!(compact(kept.clone()), kept, "compaction is idempotent");
+    }
+
+    #[test]
+    fn compaction_keeps_the_last_watermark_above_the_checkpoint() {
+        let ck = |n| Record::Checkpoint {
+            seq: n,
+            digest: d(0),
+        };
+        let wm = |n| Record::Watermark {
+            seq: n,
+            digest: d(n as u8),
+        };
+        let records = vec![ck(1), wm(8), view(1), wm(16)];
+        assert_eq!(compact(records), vec![ck(1), view(1), wm(16)]);
+        // A checkpoint at or above the watermark makes it moot.
+        let records = vec![ck(1), wm(16), ck(16), view(2)];
+        assert_eq!(compact(records), vec![ck(16), view(2)]);
     }
 
     #[test]

@@ -94,9 +94,15 @@ impl Batch {
     /// client authenticators.
     pub fn digest_with(&self, request_digests: &[Digest]) -> Digest {
         debug_assert_eq!(request_digests.len(), self.requests.len());
+        Batch::digest_of(&self.nondet, request_digests)
+    }
+
+    /// The digest of a batch with these non-deterministic choices and request digests (one
+    /// per request, in order; the batch itself need not be at hand).
+    pub fn digest_of(nondet: &NonDet, request_digests: &[Digest]) -> Digest {
         let mut b = DigestBuilder::new("redoubt.batch.v1");
-        b.u64(self.nondet.time_ms)
-            .u64(self.nondet.seed)
+        b.u64(nondet.time_ms)
+            .u64(nondet.seed)
             .u64(request_digests.len() as u64);
         for d in request_digests {
             b.digest(d);
@@ -176,6 +182,21 @@ pub struct Prepare {
     pub seq: Seq,
     pub digest: Digest,
     pub replica: ReplicaId,
+    /// The positions in the batch of the requests this replica could not authenticate
+    /// (strictly increasing; empty when it vouches for the whole batch). The vote still
+    /// counts for the order; a request is prepared only if f+1 replicas of the certificate,
+    /// the primary included, vouch for it (`quorum::prepared`).
+    pub doubts: Vec<u16>,
+}
+
+/// Whether a PREPARE's doubts are well formed: strictly increasing positions inside a batch of
+/// at most `batch_requests_max` requests.
+pub fn doubts_well_formed(doubts: &[u16], batch_requests_max: usize) -> bool {
+    doubts.len() <= batch_requests_max
+        && doubts.windows(2).all(|w| w[0] < w[1])
+        && doubts
+            .last()
+            .is_none_or(|i| (*i as usize) < batch_requests_max)
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,18 +9,38 @@ use std::collections::BTreeMap;
 
 /// prepared(m, v, n, i): a pre-prepare with digest `pp` and 2f PREPAREs from distinct backups
 /// (never the primary) with the same digest. The replica's own PREPARE counts.
+///
+/// `doubts` holds, per backup, the positions of the batch's requests it could not
+/// authenticate (backups that vouch for everything have no entry). Every request must be
+/// vouched for by f+1 replicas of the certificate, the primary counted as one (its pre-prepare
+/// vouches for its whole batch), so that at least one correct replica authenticated it: with
+/// `m` matching PREPAREs, at most `m - f` of them may doubt any one request. Without this a
+/// faulty primary could order a request no client sent; with it, faulty clients whose
+/// authenticators verify at some replicas only cannot stall a batch that f+1 replicas can
+/// vouch for piece by piece.
 pub fn prepared(
     f: u32,
     primary: ReplicaId,
     pp: Option<&Digest>,
     prepares: &BTreeMap<ReplicaId, Digest>,
+    doubts: &BTreeMap<ReplicaId, Vec<u16>>,
 ) -> bool {
     let Some(d) = pp else { return false };
-    let n = prepares
-        .iter()
-        .filter(|(r, pd)| **r != primary && *pd == d)
-        .count();
-    n >= 2 * f as usize
+    let matching = |r: &ReplicaId| *r != primary && prepares.get(r) == Some(d);
+    let m = prepares.keys().filter(|r| matching(r)).count();
+    if m < 2 * f as usize {
+        return false;
+    }
+    if doubts.is_empty() {
+        return true;
+    }
+    let mut doubted: BTreeMap<u16, usize> = BTreeMap::new();
+    for (_, positions) in doubts.iter().filter(|(r, _)| matching(r)) {
+        for i in positions {
+            *doubted.entry(*i).or_default() += 1;
+        }
+    }
+    doubted.values().all(|c| c + f as usize <= m)
 }
 
 /// committed-local(m, v, n, i): prepared and 2f+1 matching COMMITs from distinct replicas
@@ -85,7 +105,48 @@ mod tests {
         ];
         for (i, (f, p, pp, pr, want)) in cases.iter().enumerate() {
             let pp = pp.map(d);
-            assert_eq!(prepared(*f, *p, pp.as_ref(), &votes(pr)), *want, "case {i}");
+            assert_eq!(
+                prepared(*f, *p, pp.as_ref(), &votes(pr), &BTreeMap::new()),
+                *want,
+                "case {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn prepared_needs_f_plus_one_vouchers_per_request() {
+        // (f, primary, prepares, doubts per backup, expected)
+        type Doubts<'a> = &'a [(ReplicaId, &'a [u16])];
+        let cases: &[(u32, ReplicaId, &[ReplicaId], Doubts, bool)] = &[
+            // each backup doubts a different request: the primary and one backup vouch for each
+            (1, 0, &[1, 2], &[(1, &[0]), (2, &[1])], true),
+            // both doubt the same request: only the primary vouches for it
+            (1, 0, &[1, 2], &[(1, &[0]), (2, &[0])], false),
+            // a third matching PREPARE that vouches for it makes two vouchers
+            (1, 0, &[1, 2, 3], &[(1, &[0]), (2, &[0])], true),
+            // every backup doubts it (a request the primary made up)
+            (1, 0, &[1, 2, 3], &[(1, &[2]), (2, &[2]), (3, &[2])], false),
+            // doubts of a replica whose PREPARE does not match count for nothing
+            (1, 0, &[1, 2], &[(1, &[0]), (3, &[0])], true),
+            // f = 2: with four matching PREPAREs a request may be doubted by two
+            (2, 0, &[1, 2, 3, 4], &[(1, &[5]), (2, &[5])], true),
+            (
+                2,
+                0,
+                &[1, 2, 3, 4],
+                &[(1, &[5]), (2, &[5]), (3, &[5])],
+                false,
+            ),
+        ];
+        for (i, (f, p, pr, ds, want)) in cases.iter().enumerate() {
+            let prepares: BTreeMap<ReplicaId, Digest> = pr.iter().map(|r| (*r, d(1))).collect();
+            let doubts: BTreeMap<ReplicaId, Vec<u16>> =
+                ds.iter().map(|(r, x)| (*r, x.to_vec())).collect();
+            assert_eq!(
+                prepared(*f, *p, Some(&d(1)), &prepares, &doubts),
+                *want,
+                "case {i}"
+            );
         }
     }
 

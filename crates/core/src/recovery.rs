@@ -136,6 +136,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         for slot in self.log.values_mut() {
             if !slot.prepared {
                 slot.prepares.retain(|r, _| *r == me);
+                slot.doubts.retain(|r, _| *r == me);
             }
             if !slot.committed {
                 slot.commits.retain(|r, _| *r == me);
@@ -246,46 +247,64 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
     }
 
-    /// Sends the PREPAREs this backup withheld because a request in the batch did not verify
-    /// (typically a client's NEW-KEY overtaken by its request), once every request verifies.
+    /// Sends a PREPARE for every pre-prepared slot we have not vouched for in full whose
+    /// doubts shrank (the request arrived, or its client's key did) or that has none of ours
+    /// yet (after a restart the journal says only that we did not vouch in full). Receivers
+    /// keep what any of our PREPAREs vouched for.
     pub(super) fn vouch_late(&mut self) {
         if !self.normal || self.is_primary() || self.replaying {
             return;
         }
+        let me = self.id;
         let candidates: Vec<(Seq, Digest)> = self
             .log
             .range(self.last_executed + 1..)
-            .filter(|(_, s)| !s.sent_prepare && !s.prepared)
+            .filter(|(_, s)| !s.vouched_by(me) && !s.prepared)
             .filter_map(|(n, s)| s.pp.filter(|d| *d != NULL_DIGEST).map(|d| (*n, d)))
             .collect();
         for (seq, digest) in candidates {
-            let Some(batch) = self.batches.get(&digest) else {
+            let Some(batch) = self.batches.get(&digest).cloned() else {
                 continue;
             };
-            let authentic = batch
+            let mut doubts: Vec<u16> = batch
                 .requests
                 .iter()
-                .all(|r| self.can_vouch_for(r, &r.request.digest()));
-            if !authentic {
-                continue;
+                .enumerate()
+                .filter(|(_, r)| !self.can_vouch_for(r, &self.request_digest(r)))
+                .map(|(i, _)| i as u16)
+                .collect();
+            let slot = self.log.entry(seq).or_default();
+            if slot.sent_prepare {
+                let old = slot.doubts.get(&me).map(Vec::as_slice).unwrap_or(&[]);
+                doubts.retain(|i| old.binary_search(i).is_ok());
+                if doubts.len() == old.len() {
+                    continue;
+                }
+            }
+            slot.sent_prepare = true;
+            slot.prepares.insert(me, digest);
+            if doubts.is_empty() {
+                slot.doubts.remove(&me);
+            } else {
+                slot.doubts.insert(me, doubts.clone());
+            }
+            if doubts.is_empty() {
+                let view = self.view;
+                self.persist(Record::PrePrepared {
+                    view,
+                    seq,
+                    digest,
+                    batch: None,
+                    vouched: true,
+                });
             }
             let view = self.view;
-            self.persist(Record::PrePrepared {
-                view,
-                seq,
-                digest,
-                batch: None,
-                vouched: true,
-            });
-            let id = self.id;
-            let slot = self.log.entry(seq).or_default();
-            slot.sent_prepare = true;
-            slot.prepares.insert(id, digest);
             self.broadcast(&Message::Prepare(Prepare {
                 view,
                 seq,
                 digest,
-                replica: id,
+                replica: me,
+                doubts,
             }));
             self.check_slot(seq);
         }

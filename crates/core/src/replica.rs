@@ -100,11 +100,21 @@ struct Slot {
     /// there were any), so a retransmission is as lean as the original.
     beside: Option<Arc<Vec<Beside>>>,
     prepares: BTreeMap<ReplicaId, Digest>,
+    /// Per backup whose PREPARE doubts some of the batch's requests, their positions (ours
+    /// included; see `Prepare::doubts`).
+    doubts: BTreeMap<ReplicaId, Vec<u16>>,
     commits: BTreeMap<ReplicaId, Digest>,
     sent_prepare: bool,
     sent_commit: bool,
     prepared: bool,
     committed: bool,
+}
+
+impl Slot {
+    /// Whether replica `me` vouched for every request of the slot's batch in its PREPARE.
+    fn vouched_by(&self, me: ReplicaId) -> bool {
+        self.sent_prepare && !self.doubts.contains_key(&me)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -187,6 +197,9 @@ pub struct Stats {
     /// View changes this replica started as primary because its own proposals did not
     /// execute within the view-change timeout.
     pub primary_stalls: u64,
+    /// Requests in accepted pre-prepares this replica could not authenticate (named in its
+    /// PREPARE's doubts; see `Prepare::doubts`).
+    pub requests_doubted: u64,
 }
 
 /// A replica.
@@ -1266,7 +1279,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         if let Some(slot) = self.log.get(&pp.seq) {
             if let Some(d) = slot.pp {
-                let vouched = slot.sent_prepare;
+                let vouched = slot.vouched_by(self.id);
                 return if d == pp.digest {
                     if let std::collections::btree_map::Entry::Vacant(e) = self.batches.entry(d) {
                         e.insert(Arc::new(pp.batch));
@@ -1285,15 +1298,18 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return Err(Reject::BadNonDet);
         }
         // Client authentication of every request. A request this replica cannot authenticate
-        // stops it from vouching (no PREPARE), but it still accepts the slot if 2f others do:
-        // then f+1 correct replicas authenticated the request.
-        let mut verified = true;
-        for (r, d) in pp.batch.requests.iter().zip(&request_digests) {
+        // (a faulty client's authenticator may verify at some replicas only, or its key here
+        // may be older or newer than the one it used) is named in our PREPARE's doubts: the
+        // vote still counts for the order, and the slot prepares only if f+1 replicas of the
+        // certificate vouch for each request, so that a correct one authenticated it.
+        let mut doubts = Vec::new();
+        for (i, (r, d)) in pp.batch.requests.iter().zip(&request_digests).enumerate() {
             if !self.can_vouch_for(r, d) {
-                verified = false;
+                doubts.push(i as u16);
                 self.ask_for_client_key(r.request.client);
             }
         }
+        self.stats.requests_doubted += doubts.len() as u64;
         let (view, seq, digest) = (pp.view, pp.seq, pp.digest);
         let batch = Arc::new(pp.batch);
         self.persist(Record::PrePrepared {
@@ -1301,28 +1317,26 @@ impl<S: Service, A: Auth> Replica<S, A> {
             seq,
             digest,
             batch: Some(batch.clone()),
-            vouched: verified,
+            vouched: doubts.is_empty(),
         });
         self.batches.insert(digest, batch);
         let slot = self.log.entry(seq).or_default();
         slot.pp = Some(digest);
-        if verified {
-            slot.sent_prepare = true;
-            slot.prepares.insert(self.id, digest);
-            let id = self.id;
-            self.broadcast(&Message::Prepare(Prepare {
-                view,
-                seq,
-                digest,
-                replica: id,
-            }));
+        slot.sent_prepare = true;
+        slot.prepares.insert(self.id, digest);
+        if !doubts.is_empty() {
+            slot.doubts.insert(self.id, doubts.clone());
         }
+        let id = self.id;
+        self.broadcast(&Message::Prepare(Prepare {
+            view,
+            seq,
+            digest,
+            replica: id,
+            doubts,
+        }));
         self.check_slot(seq);
-        if verified {
-            Ok(())
-        } else {
-            Err(Reject::BadRequestAuth)
-        }
+        Ok(())
     }
 
     fn on_prepare(&mut self, from: ReplicaId, p: Prepare) -> Result<(), Reject> {
@@ -1330,7 +1344,39 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if p.replica != from || from == self.cfg.primary(p.view) {
             return Err(Reject::Inconsistent);
         }
-        self.on_vote(from, p.view, p.seq, p.digest, |s| &mut s.prepares)
+        if !doubts_well_formed(&p.doubts, self.cfg.batch_requests_max) {
+            return Err(Reject::Inconsistent);
+        }
+        if p.view != self.view || !self.normal || !self.in_window(p.seq) {
+            return Err(Reject::OutOfWindow);
+        }
+        let slot = self.log.entry(p.seq).or_default();
+        match slot.prepares.get(&from) {
+            Some(d) if *d != p.digest => return Err(Reject::Conflict),
+            Some(_) => {
+                // Again for the same batch: it vouches for what either PREPARE vouched for
+                // (a replica doubts less once it holds the request or the client's key).
+                let Some(old) = slot.doubts.get_mut(&from) else {
+                    return Ok(());
+                };
+                let before = old.len();
+                old.retain(|i| p.doubts.binary_search(i).is_ok());
+                if old.len() == before {
+                    return Ok(());
+                }
+                if old.is_empty() {
+                    slot.doubts.remove(&from);
+                }
+            }
+            None => {
+                slot.prepares.insert(from, p.digest);
+                if !p.doubts.is_empty() {
+                    slot.doubts.insert(from, p.doubts);
+                }
+            }
+        }
+        self.check_slot(p.seq);
+        Ok(())
     }
 
     fn on_commit(&mut self, from: ReplicaId, c: Commit) -> Result<(), Reject> {
@@ -1381,7 +1427,18 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let Some(slot) = self.log.get_mut(&seq) else {
             return;
         };
-        if !slot.prepared && quorum::prepared(f, primary, slot.pp.as_ref(), &slot.prepares) {
+        #[cfg(feature = "mutants")]
+        let no_doubts = BTreeMap::new();
+        #[cfg(feature = "mutants")]
+        let doubts = if self.cfg.mutant == crate::types::Mutant::IgnoreDoubts {
+            &no_doubts
+        } else {
+            &slot.doubts
+        };
+        #[cfg(not(feature = "mutants"))]
+        let doubts = &slot.doubts;
+        if !slot.prepared && quorum::prepared(f, primary, slot.pp.as_ref(), &slot.prepares, doubts)
+        {
             slot.prepared = true;
         }
         let mut send_commit = None;
@@ -1784,6 +1841,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             // The state's durable base moves first; the journal may then forget older records.
             self.state.commit_base(seq);
             self.persist(Record::Checkpoint { seq, digest });
+        } else {
+            self.persist(Record::Watermark { seq, digest });
         }
         self.stable_seq = seq;
         self.stable_digest = digest;
@@ -2512,6 +2571,16 @@ impl<S: Service, A: Auth> Replica<S, A> {
             r.next_seq = r.next_seq.max(last + 1);
         }
         r.next_seq = r.next_seq.max(r.last_executed + 1);
+        // A watermark above the checkpoint the state holds: report it, and fetch it, again.
+        if let Some(Record::Watermark { seq, digest }) = records
+            .iter()
+            .rev()
+            .find(|x| matches!(x, Record::Watermark { .. }))
+        {
+            if *seq > r.stable_seq {
+                r.adopt_watermark(*seq, *digest);
+            }
+        }
         r.gc_batches();
         Ok(r)
     }
@@ -2524,7 +2593,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             .iter()
             .filter(|(_, s)| s.pp.is_some())
             .map(|(n, s)| {
-                let pre = s.sent_prepare || (primary && s.pp.is_some());
+                // Pre-prepared for the view change only if we vouched for every request.
+                let pre = s.vouched_by(self.id) || (primary && s.pp.is_some());
                 (
                     *n,
                     SlotSummary {
@@ -2698,11 +2768,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
         }
         if !self.normal {
-            let count = 1 + self
-                .vcs
-                .values()
-                .filter(|(m, _)| m.view == self.view)
-                .count();
+            // Replicas that left this view's predecessors: a VIEW-CHANGE for this view, or for
+            // a later one (a replica whose timer for this view expired already, and who no
+            // longer retransmits its VIEW-CHANGE for it). Counting only this view's left two
+            // correct replicas waiting for a third that had moved on (simulator seed 10294
+            // with --quiet-primary: a silent replica, one VIEW-CHANGE lost).
+            let count = 1 + others.values().filter(|v| **v >= self.view).count();
             if count >= self.cfg.quorum() && self.vc_deadline_ms.is_none() {
                 self.vc_deadline_ms = Some(self.now() + self.vc_timeout_ms);
             }
@@ -2949,6 +3020,28 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.start_view_change(self.view.saturating_add(1));
     }
 
+    /// Moves the low watermark to checkpoint `h` (`hd`), which this replica does not hold:
+    /// what lies at or below it is forgotten, and the checkpoint is fetched if our state is
+    /// behind it (or diverged).
+    fn adopt_watermark(&mut self, h: Seq, hd: Digest) {
+        self.stable_seq = h;
+        self.stable_digest = hd;
+        self.executed = self.executed.split_off(&(h + 1));
+        self.checkpoints = self.checkpoints.split_off(&h);
+        for v in self.ckpt_votes.values_mut() {
+            *v = v.split_off(&(h + 1));
+        }
+        self.log = self.log.split_off(&(h + 1));
+        self.pset = self.pset.split_off(&(h + 1));
+        self.qset = self.qset.split_off(&(h + 1));
+        if self.next_seq <= h {
+            self.next_seq = h + 1;
+        }
+        if self.last_executed < h || self.diverged {
+            self.start_transfer(h, hd, true);
+        }
+    }
+
     fn install_new_view(&mut self, nv: NewView) {
         let (h, hd) = nv.checkpoint;
         self.normal = true;
@@ -2966,18 +3059,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
                         self.checkpoints.remove(&h);
                         self.on_divergence();
                     }
-                    self.stable_seq = h;
-                    self.stable_digest = hd;
-                    self.executed = self.executed.split_off(&(h + 1));
-                    self.checkpoints = self.checkpoints.split_off(&h);
-                    for v in self.ckpt_votes.values_mut() {
-                        *v = v.split_off(&(h + 1));
-                    }
-                    self.pset = self.pset.split_off(&(h + 1));
-                    self.qset = self.qset.split_off(&(h + 1));
-                    if self.last_executed < h || self.diverged {
-                        self.start_transfer(h, hd, true);
-                    }
+                    self.persist(Record::Watermark { seq: h, digest: hd });
+                    self.adopt_watermark(h, hd);
                 }
             }
         }
@@ -3049,6 +3132,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 seq: n,
                 digest: d,
                 replica: id,
+                doubts: Vec::new(),
             }));
         }
         let seqs: Vec<Seq> = self.log.keys().copied().collect();
@@ -3306,6 +3390,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                             seq: n,
                             digest: d,
                             replica: self.id,
+                            doubts: s.doubts.get(&self.id).cloned().unwrap_or_default(),
                         };
                         self.send_replica(from, &Message::Prepare(p));
                         sent = true;

@@ -57,11 +57,14 @@ pub enum Mutant {
     AcceptRetiredKeys,
     /// Clients accept f+1 matching tentative replies (2f+1 are needed).
     TentativeWeakQuorum,
+    /// A slot prepares on 2f matching PREPAREs whatever requests they doubt: a faulty primary
+    /// can order a request no client sent.
+    IgnoreDoubts,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 7] = [
+    pub const ALL: [(&'static str, Mutant); 8] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -69,6 +72,7 @@ impl Mutant {
         ("read-only-weak-quorum", Mutant::ReadOnlyWeakQuorum),
         ("accept-retired-keys", Mutant::AcceptRetiredKeys),
         ("tentative-weak-quorum", Mutant::TentativeWeakQuorum),
+        ("ignore-doubts", Mutant::IgnoreDoubts),
     ];
 }
 

@@ -82,6 +82,7 @@ fn prepare(seq: u64, digest: Digest, replica: u32) -> Message {
         seq,
         digest,
         replica,
+        doubts: Vec::new(),
     })
 }
 fn env(t: u64) -> Env {
@@ -124,11 +125,15 @@ fn my_vc(effs: &[Effect]) -> Option<ViewChange> {
     })
 }
 fn empty_vc(view: u64, r: u32, ck0: Digest) -> ViewChange {
+    vc_at_checkpoint(view, r, 0, ck0)
+}
+/// A VIEW-CHANGE of replica `r` for `view` from checkpoint `seq` (`digest`), claiming nothing.
+fn vc_at_checkpoint(view: u64, r: u32, seq: u64, digest: Digest) -> ViewChange {
     ViewChange {
         view,
         replica: r,
-        ls: 0,
-        checkpoints: vec![(0, ck0)],
+        ls: seq,
+        checkpoints: vec![(seq, digest)],
         p: vec![],
         q: vec![],
     }
@@ -166,14 +171,7 @@ fn forged_view_change_is_not_accepted_on_the_primary_ack_alone() {
     );
     let mine = my_vc(&e).unwrap();
     // Replica 3 never sent anything; faulty primary 1 invents its view change.
-    let forged = ViewChange {
-        view: 1,
-        replica: 3,
-        ls: 0,
-        checkpoints: vec![(0, ck)],
-        p: vec![],
-        q: vec![],
-    };
+    let forged = empty_vc(1, 3, ck);
     let nv = NewView {
         view: 1,
         vcs: vec![(0, mine.digest()), (1, vc1.digest()), (3, forged.digest())],
@@ -918,4 +916,302 @@ fn with_a_quiet_primary_a_backup_sends_the_full_result() {
     assert!(replies
         .iter()
         .all(|(_, m)| m.digest_only || m.result == long));
+}
+
+/// A request of client `client` (timestamp 1, operation `op`) whose authenticator entry for
+/// replica `bad` (if any) does not verify.
+fn request_bad_for(client: u64, op: &[u8], bad: Option<usize>) -> SignedRequest {
+    let request = Request {
+        client,
+        timestamp: 1,
+        read_only: false,
+        op: op.to_vec().into(),
+    };
+    let mut auth = request_authenticator(&keys(Principal::Client(client)), &request.digest(), 4);
+    if let Some(r) = bad {
+        auth[r] = Mac::default();
+    }
+    SignedRequest {
+        request,
+        auth: auth.into(),
+    }
+}
+
+fn pre_prepare_of(requests: Vec<SignedRequest>) -> (PrePrepare, Digest) {
+    let batch = Batch {
+        nondet: NonDet {
+            time_ms: 0,
+            seed: 0,
+        },
+        requests,
+    };
+    let digest = batch.digest();
+    let pp = PrePrepare {
+        view: 0,
+        seq: 1,
+        digest,
+        batch,
+        beside: Vec::new(),
+    };
+    (pp, digest)
+}
+
+fn prepare_doubting(digest: Digest, replica: u32, doubts: Vec<u16>) -> Message {
+    Message::Prepare(Prepare {
+        view: 0,
+        seq: 1,
+        digest,
+        replica,
+        doubts,
+    })
+}
+
+fn sent_commit(effs: &[Effect]) -> bool {
+    msgs(effs)
+        .iter()
+        .any(|(_, m)| matches!(m, Message::Commit(_)))
+}
+
+fn sent_prepare(effs: &[Effect]) -> Option<Prepare> {
+    msgs(effs).into_iter().find_map(|(_, m)| match m {
+        Message::Prepare(p) => Some(p),
+        _ => None,
+    })
+}
+
+/// Faulty clients whose authenticators verify at some replicas only: client 7's entry for
+/// replica 2 and client 8's entry for replica 3 are bad, and replica 1 is silent. Before
+/// PREPAREs carried doubts, replicas 2 and 3 each withheld their PREPARE and the batch could
+/// never prepare, in any view whose primary held both requests (simulator seeds 7662, 16696
+/// and 16802 with --quiet-primary). Now each names the request it doubts, and the batch
+/// prepares because the primary and one backup vouch for each request.
+#[test]
+fn a_batch_prepares_when_each_request_has_f_plus_one_vouchers() {
+    let (pp, d) = pre_prepare_of(vec![
+        request_bad_for(7, b"seven", Some(2)),
+        request_bad_for(8, b"eight", Some(3)),
+    ]);
+    let mut r3 = rep(3);
+    let e = r3.handle(
+        env(0),
+        Input::Receive(&frame(0, 3, &Message::PrePrepare(pp))),
+    );
+    let mine = sent_prepare(&e).expect("a PREPARE, naming what it doubts");
+    assert_eq!(mine.doubts, vec![1]);
+    // Replica 2 doubts the other request: each has two vouchers, the primary and one backup.
+    let e = r3.handle(
+        env(0),
+        Input::Receive(&frame(2, 3, &prepare_doubting(d, 2, vec![0]))),
+    );
+    assert!(sent_commit(&e), "prepared with f+1 vouchers per request");
+
+    // Both backups doubting the same request: only the primary vouches for it.
+    let (pp, d) = pre_prepare_of(vec![
+        request_bad_for(7, b"seven", None),
+        request_bad_for(8, b"eight", Some(3)),
+    ]);
+    let mut r3 = rep(3);
+    r3.handle(
+        env(0),
+        Input::Receive(&frame(0, 3, &Message::PrePrepare(pp))),
+    );
+    let e = r3.handle(
+        env(0),
+        Input::Receive(&frame(2, 3, &prepare_doubting(d, 2, vec![1]))),
+    );
+    assert!(!sent_commit(&e), "one voucher for request 1 is not enough");
+    // A third PREPARE vouching for it completes the certificate.
+    let e = r3.handle(
+        env(0),
+        Input::Receive(&frame(1, 3, &prepare_doubting(d, 1, vec![]))),
+    );
+    assert!(sent_commit(&e));
+}
+
+/// A backup that doubted a request vouches for it once the request arrives straight from its
+/// client: the next copy of the pre-prepare makes it send a PREPARE without the doubt, and
+/// receivers keep what either PREPARE vouched for.
+#[test]
+fn a_doubting_backup_vouches_once_it_holds_the_request() {
+    let bad = request_bad_for(7, b"seven", Some(3));
+    let (pp, d) = pre_prepare_of(vec![bad]);
+    let mut r3 = rep(3);
+    let e = r3.handle(
+        env(0),
+        Input::Receive(&frame(0, 3, &Message::PrePrepare(pp.clone()))),
+    );
+    assert_eq!(sent_prepare(&e).unwrap().doubts, vec![0]);
+    let good = request_bad_for(7, b"seven", None);
+    r3.handle(env(1), Input::Receive(&request_frame(&good, 3)));
+    let e = r3.handle(
+        env(2),
+        Input::Receive(&frame(0, 3, &Message::PrePrepare(pp))),
+    );
+    assert_eq!(
+        sent_prepare(&e).expect("a new PREPARE").doubts,
+        Vec::<u16>::new()
+    );
+
+    // At a receiver that doubts the request itself, replica 2's second PREPARE (no doubts)
+    // lifts its first one's doubt.
+    let (pp, d2) = pre_prepare_of(vec![request_bad_for(8, b"eight", Some(1))]);
+    assert_ne!(d, d2);
+    let mut r1 = rep(1);
+    r1.handle(
+        env(0),
+        Input::Receive(&frame(0, 1, &Message::PrePrepare(pp))),
+    );
+    let e = r1.handle(
+        env(0),
+        Input::Receive(&frame(2, 1, &prepare_doubting(d2, 2, vec![0]))),
+    );
+    let e2 = r1.handle(
+        env(0),
+        Input::Receive(&frame(3, 1, &prepare_doubting(d2, 3, vec![0]))),
+    );
+    assert!(
+        !sent_commit(&e) && !sent_commit(&e2),
+        "request 0 has one voucher, the primary"
+    );
+    let e = r1.handle(
+        env(0),
+        Input::Receive(&frame(2, 1, &prepare_doubting(d2, 2, vec![]))),
+    );
+    assert!(sent_commit(&e), "replica 2 now vouches: f+1 vouchers");
+}
+
+/// PREPAREs with malformed doubts (out of order, repeated, or past the batch size limit) are
+/// rejected without counting.
+#[test]
+fn malformed_doubts_are_rejected() {
+    let (pp, d) = pre_prepare_of(vec![request_bad_for(7, b"seven", None)]);
+    let mut r3 = rep(3);
+    r3.handle(
+        env(0),
+        Input::Receive(&frame(0, 3, &Message::PrePrepare(pp))),
+    );
+    for bad in [vec![1, 0], vec![0, 0], vec![u16::MAX]] {
+        let e = r3.handle(
+            env(0),
+            Input::Receive(&frame(2, 3, &prepare_doubting(d, 2, bad.clone()))),
+        );
+        assert!(
+            events(&e)
+                .iter()
+                .any(|ev| matches!(ev, Event::Rejected { .. })),
+            "{bad:?} accepted"
+        );
+    }
+}
+
+/// The effects' records, appended to `journal`.
+fn journal_of(effs: &[Effect], journal: &mut Vec<Record>) {
+    for e in effs {
+        if let Effect::Persist(r) = e {
+            journal.push(r.clone());
+        }
+    }
+}
+
+/// A NEW-VIEW that moves a replica to a checkpoint it does not hold makes it claim nothing
+/// below that checkpoint from then on; after a restart it must say the same (and fetch the
+/// checkpoint), not fall back to its own older checkpoint and claim less. Without the
+/// watermark record it reported its old checkpoint and no prepared requests, and with the
+/// others restarted alike a NEW-VIEW re-decided committed sequence numbers (simulator seed
+/// 7994 with --quiet-primary: an agreement violation).
+#[test]
+fn a_restart_keeps_the_checkpoint_a_new_view_moved_the_watermark_to() {
+    let ck = ck0();
+    let far = Digest([128; 32]); // checkpoint 128, the first of the default interval
+    let vc_at = |view: u64, r: u32| vc_at_checkpoint(view, r, 128, far);
+    let mut r3 = rep(3);
+    let mut journal = Vec::new();
+    for r in [0u32, 2] {
+        let e = r3.handle(
+            env(0),
+            Input::Receive(&frame(r, 3, &Message::ViewChange(vc_at(1, r)))),
+        );
+        journal_of(&e, &mut journal);
+    }
+    assert_eq!(r3.view(), 1, "joined view 1 on f+1 view changes");
+    let mine = empty_vc(1, 3, ck);
+    let nv = NewView {
+        view: 1,
+        vcs: vec![
+            (0, vc_at(1, 0).digest()),
+            (2, vc_at(1, 2).digest()),
+            (3, mine.digest()),
+        ],
+        checkpoint: (128, far),
+        chosen: vec![],
+        batches: vec![],
+    };
+    let e = r3.handle(env(1), Input::Receive(&frame(1, 3, &Message::NewView(nv))));
+    journal_of(&e, &mut journal);
+    assert!(r3.is_normal(), "the NEW-VIEW was installed");
+    assert!(journal
+        .iter()
+        .any(|r| matches!(r, Record::Watermark { seq: 128, .. })));
+
+    let mut restored = restore_r3(&journal);
+    let mut vc = None;
+    for r in [0u32, 2] {
+        let e = restored.handle(
+            env(2),
+            Input::Receive(&frame(r, 3, &Message::ViewChange(vc_at(2, r)))),
+        );
+        vc = vc.or(my_vc(&e));
+    }
+    let vc = vc.expect("joined view 2");
+    assert_eq!(
+        vc.ls, 128,
+        "the restarted replica still reports the new view's checkpoint"
+    );
+}
+
+/// Two replicas waiting in a view for a third VIEW-CHANGE that will not come (its sender's
+/// timer for that view expired and it moved on; its VIEW-CHANGE for it was lost) start their
+/// own timer on its VIEW-CHANGE for the later view, and follow it (simulator seed 10294 with
+/// --quiet-primary: replica 1 silent).
+#[test]
+fn a_view_change_for_a_later_view_counts_toward_the_view_change_timer() {
+    let ck = ck0();
+    let mut r3 = rep(3);
+    // Replica 2 asks for view 1 and so do we (our own timer); replica 0 went on to view 2.
+    r3.handle(
+        env(0),
+        Input::Receive(&frame(2, 3, &Message::ViewChange(empty_vc(1, 2, ck)))),
+    );
+    let e = r3.handle(
+        env(0),
+        Input::Receive(&frame(0, 3, &Message::ViewChange(empty_vc(1, 0, ck)))),
+    );
+    assert_eq!(my_vc(&e).map(|v| v.view), Some(1));
+    // (replica 0's VIEW-CHANGE for view 1 is what a lossy network may drop: start over with
+    // a replica that never got it)
+    let mut r3 = rep(3);
+    r3.handle(
+        env(0),
+        Input::Receive(&frame(2, 3, &Message::ViewChange(empty_vc(1, 2, ck)))),
+    );
+    r3.handle(
+        env(0),
+        Input::Receive(&frame(0, 3, &Message::ViewChange(empty_vc(2, 0, ck)))),
+    );
+    assert_eq!(
+        r3.view(),
+        1,
+        "f+1 view changes for view 1 or later: joined view 1"
+    );
+    // Nobody sends a NEW-VIEW for view 1 (its primary, replica 1, is silent).
+    let mut t = 0;
+    while r3.view() < 2 && t < 60_000 {
+        t += 50;
+        r3.handle(env(t), Input::Tick);
+    }
+    assert_eq!(
+        r3.view(),
+        2,
+        "the timer ran and the replica moved on to view 2"
+    );
 }

@@ -21,6 +21,7 @@ pub struct Metrics {
     pub entries_retransmitted: IntCounter,
     pub bodies_asked: IntCounter,
     pub primary_stalls: IntCounter,
+    pub requests_doubted: IntCounter,
     pub batches_executed: IntCounter,
     pub batch_size: Histogram,
     pub view: IntGauge,
@@ -305,6 +306,11 @@ impl Metrics {
                 r,
                 "redoubt_primary_stall_view_changes_total",
                 "View changes this replica started as primary because its own proposals did not execute within the view-change timeout",
+            ),
+            requests_doubted: counter(
+                r,
+                "redoubt_requests_doubted_total",
+                "Requests in accepted pre-prepares whose client authenticator this replica could not verify (named in its PREPARE's doubts)",
             ),
             recoveries: counter(
                 r,

@@ -446,6 +446,8 @@ impl Node {
             .inc_by(s.bodies_asked - self.last_stats.bodies_asked);
         m.primary_stalls
             .inc_by(s.primary_stalls - self.last_stats.primary_stalls);
+        m.requests_doubted
+            .inc_by(s.requests_doubted - self.last_stats.requests_doubted);
         m.view_changes
             .inc_by(s.view_changes - self.last_stats.view_changes);
         m.state_transfers

@@ -9,7 +9,8 @@ use rand_chacha::ChaCha8Rng;
 use redoubt_core::auth::seal;
 use redoubt_core::keys::Forger;
 use redoubt_core::message::{
-    decode_body, decode_frame, Batch, Commit, Message, PEntry, Prepare, QEntry, StateItem,
+    decode_body, decode_frame, Batch, Commit, Message, PEntry, PrePrepare, Prepare, QEntry,
+    Request, SignedRequest, StateItem,
 };
 use redoubt_core::{Config, Principal, ReplicaId};
 use redoubt_crypto::Digest;
@@ -32,6 +33,9 @@ pub struct Adversary {
     /// A lie told consistently to every receiver, per (replica, view), so that the receivers'
     /// acks agree and the lie can enter the new primary's set S.
     vc_lies: BTreeMap<(ReplicaId, u64), Message>,
+    /// The forged pre-prepare sent in place of each honest one, per (replica, seq, honest
+    /// digest), so that every receiver gets the same forgery.
+    forged: BTreeMap<(ReplicaId, u64, Digest), PrePrepare>,
     /// Read-only requests seen by a stale-reads replica: (client, timestamp) -> operation.
     read_ops: BTreeMap<(u64, u64), Vec<u8>>,
     /// The last result a stale-reads replica computed for each operation.
@@ -45,6 +49,7 @@ impl Adversary {
             keys: BTreeMap::new(),
             behaviors,
             alternates: BTreeMap::new(),
+            forged: BTreeMap::new(),
             vc_lies: BTreeMap::new(),
             read_ops: BTreeMap::new(),
             read_results: BTreeMap::new(),
@@ -345,6 +350,18 @@ impl Adversary {
                 }
                 _ => honest,
             },
+            Behavior::ForgeRequest => match msg {
+                Message::PrePrepare(mut pp) => {
+                    let n = self.cfg.n() as usize;
+                    let forged = self
+                        .forged
+                        .entry((from, pp.seq, pp.digest))
+                        .or_insert_with(|| forge_into(rng, &mut pp, n))
+                        .clone();
+                    vec![(to, self.seal(from, &Message::PrePrepare(forged), to), 0)]
+                }
+                _ => honest,
+            },
             Behavior::StaleReads => match msg {
                 Message::Reply(mut r) => {
                     // Answer a read with the result of the previous read of the same
@@ -410,6 +427,7 @@ impl Adversary {
                 seq: pp.seq,
                 digest: pp.digest,
                 replica: at,
+                doubts: Vec::new(),
             });
             let c = Message::Commit(Commit {
                 view: pp.view,
@@ -422,6 +440,55 @@ impl Adversary {
         }
         out
     }
+}
+
+/// The client a forging primary speaks for (the first correct client of every scenario).
+pub const FORGED_CLIENT: u64 = 1;
+/// The value a forged write stores: no correct client writes it.
+pub const FORGED_VALUE: &[u8] = b"forged";
+
+/// `pp` with a write appended to its batch that client `FORGED_CLIENT` never sent (a put of
+/// `FORGED_VALUE` under a timestamp far ahead of the client's, so that executing it would
+/// also shut the client out), its authenticator random MACs, and the digest recomputed over
+/// the whole batch (requests named beside the pre-prepare included).
+fn forge_into(rng: &mut ChaCha8Rng, pp: &mut PrePrepare, n: usize) -> PrePrepare {
+    let op = redoubt_services::kv::KvOp::Put {
+        key: b"k0".to_vec(),
+        value: FORGED_VALUE.to_vec(),
+    };
+    let request = Request {
+        client: FORGED_CLIENT,
+        timestamp: u64::MAX / 2 + pp.seq,
+        read_only: false,
+        op: op.encode().into(),
+    };
+    let auth: Vec<redoubt_crypto::Mac> = (0..n)
+        .map(|_| redoubt_crypto::Mac(std::array::from_fn(|_| rng.random())))
+        .collect();
+    // Request digests in whole-batch order: inline requests and those named beside.
+    let total = pp.batch.requests.len() + pp.beside.len();
+    let mut inline = pp.batch.requests.iter();
+    let mut beside = pp.beside.iter().peekable();
+    let mut digests = Vec::with_capacity(total + 1);
+    for i in 0..total {
+        match beside.peek() {
+            Some(b) if b.index as usize == i => {
+                digests.push(b.digest);
+                beside.next();
+            }
+            _ => match inline.next() {
+                Some(r) => digests.push(r.request.digest()),
+                None => return pp.clone(), // malformed: send it as it was
+            },
+        }
+    }
+    digests.push(request.digest());
+    pp.batch.requests.push(SignedRequest {
+        request,
+        auth: auth.into(),
+    });
+    pp.digest = Batch::digest_of(&pp.batch.nondet, &digests);
+    pp.clone()
 }
 
 pub fn random_digest(rng: &mut ChaCha8Rng) -> Digest {

@@ -34,12 +34,15 @@ pub enum Behavior {
     LieState,
     /// Answers read-only requests with the result of its previous read of the same operation.
     StaleReads,
+    /// As primary, adds to every batch a write no client sent, in the name of a correct
+    /// client, under an authenticator of random MACs.
+    ForgeRequest,
     /// Picks one of the above per message.
     Mixed,
 }
 
 impl Behavior {
-    pub const ALL: [Behavior; 12] = [
+    pub const ALL: [Behavior; 13] = [
         Behavior::Silent,
         Behavior::Withhold,
         Behavior::Equivocate,
@@ -51,6 +54,7 @@ impl Behavior {
         Behavior::VoteEverything,
         Behavior::LieState,
         Behavior::StaleReads,
+        Behavior::ForgeRequest,
         Behavior::Mixed,
     ];
 }
@@ -393,19 +397,11 @@ impl Scenario {
                 });
             }
         }
-        let mut bad_auth_allowed = faulty_count == 0
-            && s.partitions.is_empty()
-            && s.pauses.is_empty()
-            && s.reboots.is_empty();
+        // Any number of clients with partial authenticators, next to faulty replicas,
+        // partitions, pauses and reboots: a batch needs f+1 vouchers per request, not 2f+1
+        // replicas vouching for all of it (`Prepare::doubts`).
         for _ in 0..rng.random_range(0..3) {
-            let mut a = ClientAttack::ALL[rng.random_range(0..ClientAttack::ALL.len())];
-            if a == ClientAttack::BadAuthenticator {
-                if bad_auth_allowed {
-                    bad_auth_allowed = false;
-                } else {
-                    a = ClientAttack::Replay;
-                }
-            }
+            let a = ClientAttack::ALL[rng.random_range(0..ClientAttack::ALL.len())];
             s.byz_clients.push(a);
         }
         if rng.random_bool(0.2) {
@@ -661,6 +657,46 @@ impl Scenario {
                 // recovery, under a steady workload on a network that drops and reorders.
                 proactive_recovery(&mut s, Behavior::Mixed);
             }
+            "forging-primary" => {
+                // The primary of view 0 adds a write no client sent to every batch it
+                // proposes (in the name of client 1, under random MACs); faulty clients send
+                // authenticators that verify at some replicas only, and reuse timestamps.
+                // Correct backups doubt the forgery, so it never prepares; the faulty
+                // clients' requests are ordered once f+1 replicas vouch for each.
+                s.byzantine.push((0, Behavior::ForgeRequest));
+                s.byz_clients = vec![
+                    ClientAttack::BadAuthenticator,
+                    ClientAttack::BadAuthenticator,
+                    ClientAttack::ReuseTimestamp,
+                ];
+                s.core.large_request_bytes = 32;
+                s.value_pad = 48;
+                s.net.drop = 0.05;
+                s.heal_ms = 1500;
+                s.ops_per_client = 30;
+            }
+            "partial-authenticators" => {
+                // A silent replica, and faulty clients whose authenticators verify at some
+                // replicas only (each corrupts up to f entries, chosen per request), replay
+                // old requests and reuse timestamps, on a lossy network with hand-overs and
+                // no tentative execution: a batch prepares only if every request in it has
+                // f+1 vouchers, and the correct replicas vouch for different ones.
+                s.byzantine.push((3, Behavior::Silent));
+                s.byz_clients = vec![
+                    ClientAttack::BadAuthenticator,
+                    ClientAttack::BadAuthenticator,
+                    ClientAttack::Replay,
+                    ClientAttack::ReuseTimestamp,
+                ];
+                s.core.tentative_execution = false;
+                s.core.primary_replies = false;
+                s.core.large_request_bytes = 32;
+                s.value_pad = 48;
+                s.net.drop = 0.1;
+                s.heal_ms = 2000;
+                s.step_downs = vec![400, 900, 1400];
+                s.ops_per_client = 30;
+            }
             "stale-claims" => {
                 // Frequent hand-overs while a Byzantine replica lies in its view changes.
                 s.byzantine.push((3, Behavior::BogusViewChange));
@@ -672,7 +708,7 @@ impl Scenario {
         Some(s)
     }
 
-    pub const NAMED: [&'static str; 20] = [
+    pub const NAMED: [&'static str; 22] = [
         "proactive-recovery",
         "stale-reads",
         "page-corruption-scrub",
@@ -693,6 +729,8 @@ impl Scenario {
         "bogus-new-view",
         "step-down",
         "quiet-primary-silent-backup",
+        "forging-primary",
+        "partial-authenticators",
     ];
 }
 

@@ -114,6 +114,9 @@ pub struct RunStats {
     pub state_transfers: u64,
     /// Tentatively executed batches undone (a view change dropped them, or a transfer).
     pub tentative_undone: u64,
+    /// Requests replicas could not authenticate in pre-prepares they accepted (named in their
+    /// PREPAREs' doubts), summed over the replicas' lives since their last reboot.
+    pub requests_doubted: u64,
     pub rejected: u64,
     /// Pages fetched by state transfers.
     pub pages_fetched: u64,
@@ -1103,11 +1106,11 @@ impl World {
             }
             let rep = &self.replicas[r];
             let cfg = rep.config();
-            // A compacted journal: one checkpoint, one view, and per sequence number in the
-            // window at most a pre-prepare (and a late vouch for it), a prepare, an
-            // execution and, for an execution recorded without its body, the pre-prepare of
-            // an earlier view that carries it.
-            let disk_bound = 2 + 5 * (cfg.log_size as usize);
+            // A compacted journal: one checkpoint, one view, one watermark, and per sequence
+            // number in the window at most a pre-prepare (and a late vouch for it), a
+            // prepare, an execution and, for an execution recorded without its body, the
+            // pre-prepare of an earlier view that carries it.
+            let disk_bound = 3 + 5 * (cfg.log_size as usize);
             if self.disks[r].len() > disk_bound {
                 let len = self.disks[r].len();
                 self.violation(format!(
@@ -1195,6 +1198,7 @@ impl World {
         }
         for r in &self.replicas {
             self.stats.max_view = self.stats.max_view.max(r.view());
+            self.stats.requests_doubted += r.stats.requests_doubted;
         }
         // A state check finds every corrupt page, and a replica that knows of corrupt pages
         // repairs them (given time after the heal to fetch them).
@@ -1434,6 +1438,7 @@ impl World {
                 seq: self.replicas[other as usize].last_executed() + 1,
                 digest: random_digest(&mut self.rng),
                 replica: 0,
+                doubts: Vec::new(),
             }),
             _ => Message::Checkpoint(redoubt_core::message::Checkpoint {
                 seq: self.replicas[other as usize].stable_checkpoint()

@@ -334,6 +334,21 @@ fn a_replier_never_serves_a_corrupt_page() {
     assert!(st.verified_page_at(1, 2).is_some());
 }
 
+/// A page read into the cache, flipped on the medium, then written (dirty): its saved
+/// pre-image comes from the cache and is fine, but a rollback drops the page from memory and
+/// reads the medium again. The check must look at the medium too (it did not: simulator seed
+/// 5250 with --all-optimizations).
+#[test]
+fn a_check_sees_the_medium_under_a_dirty_page_cached_before_it_was_flipped() {
+    let (store, mut st) = data_in_page_one_committed();
+    let mut b = [0u8; 4];
+    st.read(64, &mut b);
+    store.corrupt(1, 0, b"X");
+    st.write(65, b"!");
+    assert_eq!(st.check().corrupt, vec![1], "the medium's copy is corrupt");
+    assert!(st.needs_repair());
+}
+
 #[test]
 fn reads_come_through_the_page_cache_and_checks_see_the_medium() {
     let (store, mut st) = data_in_page_one_committed();

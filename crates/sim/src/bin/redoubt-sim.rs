@@ -122,7 +122,7 @@ fn main() -> ExitCode {
         }
         let _ = writeln!(
             w,
-            "seed {} ({}): {} ops, {} view changes (max view {}), {} state transfers, {} tentative batches undone, {} messages, {} rejected, {}ms simulated",
+            "seed {} ({}): {} ops, {} view changes (max view {}), {} state transfers, {} tentative batches undone, {} requests doubted, {} messages, {} rejected, {}ms simulated",
             out.seed,
             out.scenario,
             out.stats.ops_completed,
@@ -130,6 +130,7 @@ fn main() -> ExitCode {
             out.stats.max_view,
             out.stats.state_transfers,
             out.stats.tentative_undone,
+            out.stats.requests_doubted,
             out.stats.messages,
             out.stats.rejected,
             out.stats.sim_time_ms
