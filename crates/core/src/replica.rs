@@ -869,10 +869,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
     }
 
-    /// Whether this replica leaves the first replies to the requests it orders to the
-    /// backups (see `Config::quiet_primary`).
-    fn quiet_primary(&self) -> bool {
-        self.cfg.quiet_primary() && self.is_primary()
+    /// Whether this replica leaves the first replies to the requests of a batch of
+    /// `requests` requests to the backups (see `Config::quiet_primary_for`).
+    fn quiet_for(&self, requests: usize) -> bool {
+        self.is_primary() && self.cfg.quiet_primary_for(requests)
     }
 
     /// The first reply to a request: in full from its designated replier (or for short
@@ -900,7 +900,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     /// The replica that sends the full result of a long reply (digest replies).
     fn designated(&self, client: ClientId, timestamp: u64) -> ReplicaId {
-        if self.cfg.quiet_primary() {
+        if !self.cfg.primary_replies {
             designated_replier_except(client, timestamp, self.cfg.n(), self.primary())
         } else {
             designated_replier(client, timestamp, self.cfg.n())
@@ -1547,6 +1547,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let Some(batch) = self.batches.get(&d).cloned() else {
             return;
         };
+        if !self.cfg.tentative_for(batch.requests.len()) {
+            return;
+        }
         let nn = self.cfg.n();
         if batch
             .requests
@@ -1633,6 +1636,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     ) -> (Vec<(ClientId, u64)>, Vec<(ClientId, Option<LastReply>)>) {
         let mut executed = Vec::new();
         let mut before = Vec::new();
+        let quiet = self.quiet_for(b.requests.len());
         let time_ms = b.nondet.time_ms.max(self.last_time_ms + 1);
         self.last_time_ms = time_ms;
         for (i, r) in b.requests.iter().enumerate() {
@@ -1669,7 +1673,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 continue;
             }
             let to = self.requester(c);
-            let reply = (!(self.quiet_primary() && matches!(to, Principal::Client(_))))
+            let reply = (!(quiet && matches!(to, Principal::Client(_))))
                 .then(|| self.reply(c, req.timestamp, &last.result, tentative));
             let old = self.clients.insert(c, last);
             if tentative {

@@ -122,21 +122,28 @@ pub struct Config {
     /// and every batch before it committed, and replies at once marking the reply tentative;
     /// a client accepts 2f+1 matching replies (tentative or not) or f+1 committed ones. A
     /// tentative batch that a view change does not carry over is undone. Saves one message
-    /// delay. Clients and replicas must agree on it. With it off (and `primary_replies` off)
-    /// the primary leaves first replies to the backups, which raised the 0/0 peak of a
-    /// machine per server by 29% to 45% (docs/bench/knobs.md); it stays on by default
-    /// because the simulator still finds rare liveness failures with it off and requests
-    /// beside the pre-prepare (docs/bench/micro-notes.md, "Not done").
+    /// delay. Only batches of at most `tentative_batch_max` requests execute tentatively.
     pub tentative_execution: bool,
-    /// Whether the primary sends the first reply to each request it ordered, as every other
-    /// replica does. Without tentative execution a client needs only f+1 matching committed
-    /// replies, which the 3f backups (at least 2f of them correct) supply, so a primary that
-    /// keeps quiet costs no liveness and saves the busiest replica the sealing and sending
-    /// of every reply (it still answers retransmissions, and read-only requests). Around a
-    /// view change replicas may disagree on who is primary, so the old and the new one may
-    /// both keep quiet about a request: its client then completes on a retransmission. No effect
-    /// with tentative execution on: a client then needs 2f+1 matching replies, and a
-    /// primary's silence would let one faulty backup stall every request.
+    /// With tentative execution, the largest batch (requests) that executes tentatively;
+    /// larger batches execute once committed, and without `primary_replies` their primary
+    /// keeps quiet. A batch's size is the same at every replica, so they all decide alike.
+    /// Small batches mean a lightly loaded service, where the saved message delay is what a
+    /// client waits for; large ones a loaded one, where the busiest replica's CPU per request
+    /// sets the throughput and a quiet primary saves it a reply per request. Default 1: a
+    /// lone request executes tentatively, batches of two or more commit first (capped
+    /// micro-benchmark, docs/bench/micro-notes.md).
+    pub tentative_batch_max: usize,
+    /// Whether the primary sends the first reply to each request of a batch it ordered that
+    /// executes once committed (not tentatively), as every other replica does. A client then
+    /// needs only f+1 matching committed replies, which the 3f backups (at least 2f of them
+    /// correct) supply, so a primary that keeps quiet costs no liveness and saves the busiest
+    /// replica the sealing and sending of every reply (it still answers retransmissions, and
+    /// read-only requests). Around a view change replicas may disagree on who is primary, so
+    /// the old and the new one may both keep quiet about a request: its client then completes
+    /// on a retransmission. The primary always replies to batches that execute tentatively: a
+    /// client needs 2f+1 matching replies there, and the primary's silence would let one
+    /// faulty backup stall every request. With it off, the replica that sends a long result
+    /// in full (digest replies) is always a backup.
     pub primary_replies: bool,
     /// Requests whose operation has at least this many bytes travel beside the pre-prepare
     /// (PBFT §4.2): the client multicasts them to every replica and the pre-prepare names
@@ -193,6 +200,7 @@ impl Config {
             read_only_fast_path: true,
             digest_replies: true,
             tentative_execution: true,
+            tentative_batch_max: 1,
             primary_replies: false,
             large_request_bytes: 1024,
             transfer_reply_bytes_max: 1 << 20,
@@ -225,10 +233,16 @@ impl Config {
         self.large_request_bytes > 0 && op_len >= self.large_request_bytes
     }
 
-    /// Whether the primary leaves first replies to the backups: `primary_replies` off, which
-    /// takes effect only with committed replies (`tentative_execution` off).
-    pub fn quiet_primary(&self) -> bool {
-        !self.primary_replies && !self.tentative_execution
+    /// Whether a batch of `requests` requests executes tentatively (when prepared, before it
+    /// commits).
+    pub fn tentative_for(&self, requests: usize) -> bool {
+        self.tentative_execution && requests <= self.tentative_batch_max
+    }
+
+    /// Whether the primary leaves the first replies to a batch of `requests` requests to the
+    /// backups: `primary_replies` off, and the batch executes once committed.
+    pub fn quiet_primary_for(&self, requests: usize) -> bool {
+        !self.primary_replies && !self.tentative_for(requests)
     }
 
     /// Weak certificate size: at least one correct member.

@@ -880,12 +880,23 @@ fn a_quiet_primary_leaves_first_replies_to_the_backups_only_for_committed_replie
         c.primary_replies = true;
     });
     assert_eq!(who(&all), vec![0, 1, 2, 3]);
-    // With tentative execution (2f+1 needed) the setting has no effect: all four answer.
+    // A batch that executes tentatively (2f+1 needed): all four answer, quiet or not.
     let tentative = replies_to_one_request(b"put", |c| {
         c.tentative_execution = true;
+        c.tentative_batch_max = 1;
         c.primary_replies = false;
     });
     assert_eq!(who(&tentative), vec![0, 1, 2, 3]);
+    assert!(tentative.iter().all(|(_, m)| m.tentative));
+    // A batch over `tentative_batch_max` executes once committed, and the primary keeps
+    // quiet: the three backups answer with committed replies.
+    let larger = replies_to_one_request(b"put", |c| {
+        c.tentative_execution = true;
+        c.tentative_batch_max = 0;
+        c.primary_replies = false;
+    });
+    assert_eq!(who(&larger), vec![1, 2, 3]);
+    assert!(larger.iter().all(|(_, m)| !m.tentative));
 }
 
 #[test]

@@ -581,6 +581,7 @@ struct ProtocolSection {
     read_only_fast_path: bool,
     digest_replies: bool,
     tentative_execution: bool,
+    tentative_batch_max: usize,
     primary_replies: bool,
     large_request_bytes: usize,
     transfer_reply_bytes_max: usize,
@@ -613,6 +614,7 @@ impl Default for ProtocolSection {
             read_only_fast_path: c.read_only_fast_path,
             digest_replies: c.digest_replies,
             tentative_execution: c.tentative_execution,
+            tentative_batch_max: c.tentative_batch_max,
             primary_replies: c.primary_replies,
             large_request_bytes: c.large_request_bytes,
             transfer_reply_bytes_max: c.transfer_reply_bytes_max,
@@ -645,6 +647,7 @@ impl ProtocolSection {
         c.read_only_fast_path = self.read_only_fast_path;
         c.digest_replies = self.digest_replies;
         c.tentative_execution = self.tentative_execution;
+        c.tentative_batch_max = self.tentative_batch_max;
         c.primary_replies = self.primary_replies;
         c.large_request_bytes = self.large_request_bytes;
         c.transfer_reply_bytes_max = self.transfer_reply_bytes_max;
@@ -1301,10 +1304,13 @@ digest_replies = {dr}
 # committed) and replies at once; the client needs 2f+1 matching replies. Saves one message
 # delay; a batch that a view change drops is undone (true/false). Default: {d_te}.
 tentative_execution = {te}
-# Whether the primary sends first replies like every replica. Without tentative execution a
-# client needs only f+1 matching committed replies, which the backups supply, and a quiet
-# primary saves the busiest replica a reply per request; no effect with tentative execution
-# on (true/false). Default: {d_pr}.
+# With tentative execution, the largest batch that executes tentatively; larger batches (a
+# loaded service) execute once committed (requests). Default: {d_tbm}.
+tentative_batch_max = {tbm}
+# Whether the primary sends first replies like every replica to batches that execute once
+# committed. A client needs only f+1 matching committed replies, which the backups supply,
+# and a quiet primary saves the busiest replica a reply per request; the primary always
+# replies to batches that execute tentatively (true/false). Default: {d_pr}.
 primary_replies = {pr}
 # Requests with operations of at least this many bytes travel beside the pre-prepare: the
 # client sends them to every replica and the primary names them by digest (bytes; 0: all
@@ -1506,6 +1512,8 @@ stagger_wait_max_s = {rsw}
             rofp = p.read_only_fast_path,
             dr = p.digest_replies,
             te = p.tentative_execution,
+            tbm = p.tentative_batch_max,
+            d_tbm = d.tentative_batch_max,
             pr = p.primary_replies,
             d_pr = d.primary_replies,
             lrb = p.large_request_bytes,

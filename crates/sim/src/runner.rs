@@ -24,6 +24,9 @@ pub enum Optimizations {
     All,
     /// Every one but tentative execution, with a quiet primary ([`Scenario::quiet_primary`]).
     QuietPrimary,
+    /// Every one, tentative execution for small batches only and a quiet primary for the
+    /// others ([`Scenario::hybrid`], the default's mix).
+    Hybrid,
 }
 
 /// The scenario of a seed: random, with the given mutant.
@@ -34,6 +37,7 @@ pub fn scenario_for(seed: u64, mutant: Mutant, opts: Optimizations) -> Scenario 
         Optimizations::PerSeed => {}
         Optimizations::All => s.all_optimizations(),
         Optimizations::QuietPrimary => s.quiet_primary(),
+        Optimizations::Hybrid => s.hybrid(),
     }
     s
 }

@@ -223,7 +223,17 @@ impl Scenario {
         self.core.read_only_fast_path = true;
         self.core.digest_replies = true;
         self.core.tentative_execution = true;
+        self.core.tentative_batch_max = usize::MAX;
         self.core.large_request_bytes = 32;
+    }
+
+    /// Every optimization of [`Scenario::all_optimizations`], with tentative execution for
+    /// batches of at most `tentative_batch_max` (drawn from 1 to 4) requests only and a
+    /// primary that leaves first replies to larger batches to the backups, as by default.
+    pub fn hybrid(&mut self) {
+        self.all_optimizations();
+        self.core.tentative_batch_max = 1 + (self.seed % 4) as usize;
+        self.core.primary_replies = false;
     }
 
     /// Every optimization of [`Scenario::all_optimizations`] but tentative execution, and a
@@ -245,10 +255,11 @@ impl Scenario {
         core.state_transfer_delay_ms = 150;
         core.state_transfer_retry_ms = 200;
         core.batch_requests_max = 8;
-        // The named scenarios were tuned with every replica replying (tentative execution
-        // on, as by default, makes the primary reply anyway); random seeds draw both, and
-        // `quiet_primary` and `quiet-primary-silent-backup` run a quiet primary.
+        // The named scenarios were tuned with every replica replying and every batch
+        // executing tentatively; random seeds draw both, `quiet_primary` and
+        // `quiet-primary-silent-backup` run a quiet primary, `hybrid` the default's mix.
         core.tentative_execution = true;
+        core.tentative_batch_max = usize::MAX;
         core.primary_replies = true;
         Scenario {
             name: "calm".into(),
@@ -480,6 +491,13 @@ impl Scenario {
         // A quiet primary in half of the seeds without tentative execution (drawn last, and
         // only there, so that other seeds play as they did before the setting existed).
         s.core.primary_replies = s.core.tentative_execution || rng.random_bool(0.5);
+        // In a third of the seeds with tentative execution, only batches of up to 1 to 4
+        // requests execute tentatively and the primary keeps quiet about larger ones (the
+        // default's mix; drawn last, like the above).
+        if s.core.tentative_execution && rng.random_bool(1.0 / 3.0) {
+            s.core.tentative_batch_max = rng.random_range(1..=4);
+            s.core.primary_replies = false;
+        }
         s
     }
 

@@ -140,6 +140,14 @@ fn two_hundred_seeds_with_a_quiet_primary() {
     );
 }
 
+/// The random mix with the default's mix of execution in every seed: small batches execute
+/// tentatively, larger ones once committed with a quiet primary.
+#[test]
+fn two_hundred_seeds_with_tentative_execution_for_small_batches() {
+    let s = seeds_pass(4_000_000, 200, Optimizations::Hybrid, " --hybrid");
+    assert!(s.tentative_undone > 0, "{s:?}");
+}
+
 /// The same mix with every optimization switched on in every seed (tentative execution,
 /// requests beside the pre-prepare, digest replies, read-only fast path).
 #[test]

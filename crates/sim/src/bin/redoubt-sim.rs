@@ -35,18 +35,23 @@ struct Args {
     /// Print the full trace of the run (with --seed or --scenario).
     #[arg(long)]
     trace: bool,
-    /// Run a deliberately broken core: commit-quorum, skip-digest-check, view-change-any-prepared, trust-replier, read-only-weak-quorum, accept-retired-keys, tentative-weak-quorum.
+    /// Run a deliberately broken core: commit-quorum, skip-digest-check, view-change-any-prepared, trust-replier, read-only-weak-quorum, accept-retired-keys, tentative-weak-quorum, ignore-doubts.
     #[arg(long)]
     mutant: Option<String>,
     /// Switch every optimization on in every random seed (read-only fast path, digest
     /// replies, tentative execution, requests beside the pre-prepare from 32 bytes) instead
     /// of drawing them per seed.
-    #[arg(long, conflicts_with = "quiet_primary")]
+    #[arg(long, conflicts_with_all = ["quiet_primary", "hybrid"])]
     all_optimizations: bool,
     /// Like --all-optimizations but with tentative execution off and a primary that leaves
     /// first replies to the backups (primary_replies = false) in every random seed.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "hybrid")]
     quiet_primary: bool,
+    /// Like --all-optimizations but with tentative execution only for batches of up to 1 to 4
+    /// requests (by seed) and a primary that leaves first replies to larger batches to the
+    /// backups, as the default configuration does.
+    #[arg(long)]
+    hybrid: bool,
     /// Run a named scenario (see --list).
     #[arg(long)]
     scenario: Option<String>,
@@ -65,6 +70,8 @@ impl Args {
     fn optimizations(&self) -> Optimizations {
         if self.quiet_primary {
             Optimizations::QuietPrimary
+        } else if self.hybrid {
+            Optimizations::Hybrid
         } else if self.all_optimizations {
             Optimizations::All
         } else {
