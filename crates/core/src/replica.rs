@@ -822,6 +822,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }) {
             self.retry_pending_scan();
         }
+        if self.doubts_request_of(c) {
+            // The request we could not authenticate in a pre-prepare may be this one.
+            self.vouch_late();
+        }
         let multicast = self.cfg.travels_beside(sr.request.op.len());
         if self.is_primary() {
             self.try_propose();
@@ -1048,6 +1052,19 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// this replica holds, which was authenticated when it arrived (its client may have
     /// refreshed its keys since, so the entry no longer verifies, but the request is no less
     /// the client's; requests beside the pre-prepare are always of this kind).
+    /// Whether a pre-prepared slot in our window holds a request of client `c` and a doubt
+    /// of ours (cheap when we doubt nothing, the usual case).
+    fn doubts_request_of(&self, c: ClientId) -> bool {
+        let me = self.id;
+        !self.is_primary()
+            && self.log.range(self.last_executed + 1..).any(|(_, s)| {
+                s.doubts.contains_key(&me)
+                    && s.pp
+                        .and_then(|d| self.batches.get(&d))
+                        .is_some_and(|b| b.requests.iter().any(|r| r.request.client == c))
+            })
+    }
+
     fn can_vouch_for(&self, r: &SignedRequest, d: &Digest) -> bool {
         r.request.op.len() <= self.cfg.request_bytes_max
             && (self
@@ -3028,6 +3045,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// what lies at or below it is forgotten, and the checkpoint is fetched if our state is
     /// behind it (or diverged).
     fn adopt_watermark(&mut self, h: Seq, hd: Digest) {
+        if self.checkpoints.get(&h).is_some_and(|c| c.digest != hd) {
+            // Our checkpoint at h differs from the one f+1 replicas reported (found by a
+            // NEW-VIEW, or again after a restart that re-executed up to it).
+            self.event(Event::StateDivergence { seq: h });
+            self.checkpoints.remove(&h);
+            self.on_divergence();
+        }
         self.stable_seq = h;
         self.stable_digest = hd;
         self.executed = self.executed.split_off(&(h + 1));
@@ -3056,13 +3080,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if h > self.stable_seq {
             match self.checkpoints.get(&h) {
                 Some(c) if c.digest == hd => self.make_stable(h, hd),
-                other => {
-                    if other.is_some() {
-                        // Our checkpoint at h differs from the one f+1 replicas reported.
-                        self.event(Event::StateDivergence { seq: h });
-                        self.checkpoints.remove(&h);
-                        self.on_divergence();
-                    }
+                _ => {
                     self.persist(Record::Watermark { seq: h, digest: hd });
                     self.adopt_watermark(h, hd);
                 }

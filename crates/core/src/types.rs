@@ -284,6 +284,10 @@ impl Config {
         if self.batch_requests_max == 0 || self.inflight_batches_max == 0 {
             return Err("batch_requests_max and inflight_batches_max must be positive".into());
         }
+        if self.batch_requests_max > 1 << 16 {
+            // A PREPARE names the requests its sender doubts by 16-bit position.
+            return Err("batch_requests_max must be at most 65536".into());
+        }
         if self.inflight_batches_max > self.log_size {
             return Err("inflight_batches_max must not exceed log_size".into());
         }

@@ -1042,8 +1042,9 @@ fn a_batch_prepares_when_each_request_has_f_plus_one_vouchers() {
 }
 
 /// A backup that doubted a request vouches for it once the request arrives straight from its
-/// client: the next copy of the pre-prepare makes it send a PREPARE without the doubt, and
-/// receivers keep what either PREPARE vouched for.
+/// client: it sends a PREPARE without the doubt at once (until review found it, only on the
+/// next copy of the pre-prepare or a client key), and receivers keep what either PREPARE
+/// vouched for.
 #[test]
 fn a_doubting_backup_vouches_once_it_holds_the_request() {
     let bad = request_bad_for(7, b"seven", Some(3));
@@ -1054,16 +1055,22 @@ fn a_doubting_backup_vouches_once_it_holds_the_request() {
         Input::Receive(&frame(0, 3, &Message::PrePrepare(pp.clone()))),
     );
     assert_eq!(sent_prepare(&e).unwrap().doubts, vec![0]);
+    // Another client's request changes nothing.
+    let other = request_bad_for(8, b"eight", None);
+    let e = r3.handle(env(1), Input::Receive(&request_frame(&other, 3)));
+    assert!(sent_prepare(&e).is_none());
     let good = request_bad_for(7, b"seven", None);
-    r3.handle(env(1), Input::Receive(&request_frame(&good, 3)));
-    let e = r3.handle(
-        env(2),
-        Input::Receive(&frame(0, 3, &Message::PrePrepare(pp))),
-    );
+    let e = r3.handle(env(1), Input::Receive(&request_frame(&good, 3)));
     assert_eq!(
         sent_prepare(&e).expect("a new PREPARE").doubts,
         Vec::<u16>::new()
     );
+    // The pre-prepare again: nothing more to say.
+    let e = r3.handle(
+        env(2),
+        Input::Receive(&frame(0, 3, &Message::PrePrepare(pp))),
+    );
+    assert!(sent_prepare(&e).is_none());
 
     // At a receiver that doubts the request itself, replica 2's second PREPARE (no doubts)
     // lifts its first one's doubt.
@@ -1226,5 +1233,112 @@ fn a_view_change_for_a_later_view_counts_toward_the_view_change_timer() {
         r3.view(),
         2,
         "the timer ran and the replica moved on to view 2"
+    );
+}
+
+/// PREPAREs name doubted requests by 16-bit position, so a batch may hold at most 65,536
+/// requests; a larger limit wrapped positions (review of the doubts change).
+#[test]
+fn batch_requests_max_fits_the_doubt_positions() {
+    let mut cfg = Config::new(1);
+    cfg.batch_requests_max = 1 << 16;
+    assert!(cfg.validate().is_ok());
+    cfg.batch_requests_max = (1 << 16) + 1;
+    assert!(cfg.validate().is_err());
+}
+
+/// A replica whose checkpoint a NEW-VIEW showed wrong journals the new view's watermark and
+/// fetches; restarted before the fetch completes, it re-executes up to the same wrong
+/// checkpoint and must find the disagreement again, not keep reporting its own checkpoint
+/// (review of the watermark change: restore adopted the watermark without comparing).
+#[test]
+fn a_restart_finds_again_that_its_checkpoint_differs_from_the_new_views() {
+    let cfg = || {
+        let mut c = Config::new(1);
+        c.checkpoint_interval = 1;
+        c.log_size = 4;
+        c
+    };
+    let mk = |records: Option<&[Record]>| match records {
+        None => Replica::new(cfg(), 3, keys(Principal::Replica(3)), Svc, fresh_state()),
+        Some(recs) => Replica::restore(
+            cfg(),
+            3,
+            keys(Principal::Replica(3)),
+            Svc,
+            fresh_state(),
+            recs,
+            true,
+        )
+        .unwrap(),
+    };
+    let mut r3 = mk(None);
+    let mut journal = Vec::new();
+    let (pp, d) = pre_prepare_of(vec![request_bad_for(7, b"seven", None)]);
+    let e = r3.handle(
+        env(0),
+        Input::Receive(&frame(0, 3, &Message::PrePrepare(pp))),
+    );
+    journal_of(&e, &mut journal);
+    for s in [1u32, 2] {
+        let e = r3.handle(env(0), Input::Receive(&frame(s, 3, &prepare(1, d, s))));
+        journal_of(&e, &mut journal);
+    }
+    for s in [0u32, 1, 2] {
+        let c = Message::Commit(Commit {
+            view: 0,
+            seq: 1,
+            digest: d,
+            replica: s,
+        });
+        let e = r3.handle(env(0), Input::Receive(&frame(s, 3, &c)));
+        journal_of(&e, &mut journal);
+    }
+    assert_eq!(r3.last_executed(), 1);
+    // Replicas 0 and 2 report another checkpoint at 1 (ours is wrong, say).
+    let theirs = Digest([77; 32]);
+    let vc_at = |view: u64, r: u32| vc_at_checkpoint(view, r, 1, theirs);
+    let mut mine = None;
+    for r in [0u32, 2] {
+        let e = r3.handle(
+            env(1),
+            Input::Receive(&frame(r, 3, &Message::ViewChange(vc_at(1, r)))),
+        );
+        journal_of(&e, &mut journal);
+        mine = mine.or(my_vc(&e));
+    }
+    let mine = mine.expect("joined view 1");
+    let nv = NewView {
+        view: 1,
+        vcs: vec![
+            (0, vc_at(1, 0).digest()),
+            (2, vc_at(1, 2).digest()),
+            (3, mine.digest()),
+        ],
+        checkpoint: (1, theirs),
+        chosen: vec![],
+        batches: vec![],
+    };
+    let e = r3.handle(env(2), Input::Receive(&frame(1, 3, &Message::NewView(nv))));
+    journal_of(&e, &mut journal);
+    assert!(events(&e).contains(&Event::StateDivergence { seq: 1 }));
+
+    let mut restored = mk(Some(&journal));
+    let mut vc = None;
+    let mut evs = Vec::new();
+    for r in [0u32, 2] {
+        let e = restored.handle(
+            env(3),
+            Input::Receive(&frame(r, 3, &Message::ViewChange(vc_at(2, r)))),
+        );
+        evs.extend(events(&e));
+        vc = vc.or(my_vc(&e));
+    }
+    let vc = vc.expect("joined view 2");
+    assert_eq!(vc.ls, 1);
+    assert!(
+        vc.checkpoints.iter().all(|(_, dg)| *dg == theirs),
+        "the restarted replica no longer claims its own checkpoint at 1: {:?}",
+        vc.checkpoints
     );
 }
