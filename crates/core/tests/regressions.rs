@@ -1133,6 +1133,22 @@ fn journal_of(effs: &[Effect], journal: &mut Vec<Record>) {
     }
 }
 
+/// A NEW-VIEW for view 1 (from its primary, replica 1) on the VIEW-CHANGEs of replicas 0 and
+/// 2 from checkpoint `seq` (`digest`), claiming nothing, and replica 3's own `mine`.
+fn new_view_at_checkpoint(seq: u64, digest: Digest, mine: &ViewChange) -> NewView {
+    NewView {
+        view: 1,
+        vcs: vec![
+            (0, vc_at_checkpoint(1, 0, seq, digest).digest()),
+            (2, vc_at_checkpoint(1, 2, seq, digest).digest()),
+            (3, mine.digest()),
+        ],
+        checkpoint: (seq, digest),
+        chosen: vec![],
+        batches: vec![],
+    }
+}
+
 /// A NEW-VIEW that moves a replica to a checkpoint it does not hold makes it claim nothing
 /// below that checkpoint from then on; after a restart it must say the same (and fetch the
 /// checkpoint), not fall back to its own older checkpoint and claim less. Without the
@@ -1155,17 +1171,7 @@ fn a_restart_keeps_the_checkpoint_a_new_view_moved_the_watermark_to() {
     }
     assert_eq!(r3.view(), 1, "joined view 1 on f+1 view changes");
     let mine = empty_vc(1, 3, ck);
-    let nv = NewView {
-        view: 1,
-        vcs: vec![
-            (0, vc_at(1, 0).digest()),
-            (2, vc_at(1, 2).digest()),
-            (3, mine.digest()),
-        ],
-        checkpoint: (128, far),
-        chosen: vec![],
-        batches: vec![],
-    };
+    let nv = new_view_at_checkpoint(128, far, &mine);
     let e = r3.handle(env(1), Input::Receive(&frame(1, 3, &Message::NewView(nv))));
     journal_of(&e, &mut journal);
     assert!(r3.is_normal(), "the NEW-VIEW was installed");
@@ -1308,17 +1314,7 @@ fn a_restart_finds_again_that_its_checkpoint_differs_from_the_new_views() {
         mine = mine.or(my_vc(&e));
     }
     let mine = mine.expect("joined view 1");
-    let nv = NewView {
-        view: 1,
-        vcs: vec![
-            (0, vc_at(1, 0).digest()),
-            (2, vc_at(1, 2).digest()),
-            (3, mine.digest()),
-        ],
-        checkpoint: (1, theirs),
-        chosen: vec![],
-        batches: vec![],
-    };
+    let nv = new_view_at_checkpoint(1, theirs, &mine);
     let e = r3.handle(env(2), Input::Receive(&frame(1, 3, &Message::NewView(nv))));
     journal_of(&e, &mut journal);
     assert!(events(&e).contains(&Event::StateDivergence { seq: 1 }));
