@@ -242,6 +242,11 @@ pub struct Replica<S: Service, A: Auth> {
     bodies_journaled: BTreeSet<(Seq, Digest)>,
     pset: BTreeMap<Seq, PEntry>,
     qset: BTreeMap<Seq, Vec<(Digest, View)>>,
+    /// Slots of views we left that we pre-prepared but did not vouch for in full (a request
+    /// we could not authenticate): (view, digest) by sequence number, within the window. Once
+    /// the requests verify (the client retransmitted, or its key arrived) the slot joins Q,
+    /// so our next VIEW-CHANGE can help decide it (ADR 0002, item 7).
+    doubted: BTreeMap<Seq, (View, Digest)>,
     new_view: Option<NewView>,
     pending_nv: Option<NewView>,
     decision_missing: Vec<Digest>,
@@ -350,6 +355,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             bodies_journaled: BTreeSet::new(),
             pset: BTreeMap::new(),
             qset: BTreeMap::new(),
+            doubted: BTreeMap::new(),
             new_view: None,
             pending_nv: None,
             decision_missing: Vec::new(),
@@ -826,6 +832,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
             // The request we could not authenticate in a pre-prepare may be this one.
             self.vouch_late();
         }
+        if !self.doubted.is_empty() {
+            self.vouch_after_leaving();
+        }
         let multicast = self.cfg.travels_beside(sr.request.op.len());
         if self.is_primary() {
             self.try_propose();
@@ -1052,6 +1061,29 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// this replica holds, which was authenticated when it arrived (its client may have
     /// refreshed its keys since, so the entry no longer verifies, but the request is no less
     /// the client's; requests beside the pre-prepare are always of this kind).
+    /// Adds to Q the slots of views we left whose every request we can now authenticate.
+    pub(super) fn vouch_after_leaving(&mut self) {
+        let f = self.cfg.f;
+        let stable = self.stable_seq;
+        let mut vouched = Vec::new();
+        for (n, (v, d)) in &self.doubted {
+            let Some(b) = self.batches.get(d) else {
+                continue;
+            };
+            if *n > stable
+                && b.requests
+                    .iter()
+                    .all(|r| self.can_vouch_for(r, &self.request_digest(r)))
+            {
+                vouched.push((*n, *v, *d));
+            }
+        }
+        for (n, v, d) in vouched {
+            self.doubted.remove(&n);
+            viewchange::add_q(self.qset.entry(n).or_default(), d, v, f);
+        }
+    }
+
     /// Whether a pre-prepared slot in our window holds a request of client `c` and a doubt
     /// of ours (cheap when we doubt nothing, the usual case).
     fn doubts_request_of(&self, c: ClientId) -> bool {
@@ -1948,6 +1980,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         keep.extend(self.log.values().filter_map(|s| s.pp));
         keep.extend(self.pset.values().map(|e| e.digest));
         keep.extend(self.qset.values().flat_map(|v| v.iter().map(|(d, _)| *d)));
+        keep.extend(self.doubted.values().map(|(_, d)| *d));
         for nv in self.pending_nv.iter() {
             keep.extend(nv.chosen.iter().copied());
         }
@@ -2642,6 +2675,19 @@ impl<S: Service, A: Auth> Replica<S, A> {
         } else {
             BTreeMap::new()
         };
+        if self.normal && !self.is_primary() {
+            let me = self.id;
+            let left = self.view;
+            for (n, s) in &self.log {
+                if let Some(d) = s.pp.filter(|d| *d != NULL_DIGEST) {
+                    if s.sent_prepare && s.doubts.contains_key(&me) {
+                        self.doubted.insert(*n, (left, d));
+                    }
+                }
+            }
+        }
+        let (lo, hi) = (self.stable_seq, self.stable_seq + self.cfg.log_size);
+        self.doubted.retain(|n, _| *n > lo && *n <= hi);
         let (p, q) = viewchange::compute_pq(
             self.cfg.f,
             self.stable_seq,

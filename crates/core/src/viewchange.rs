@@ -69,27 +69,34 @@ pub fn compute_pq(
         }
         if let Some(d) = s.preprepared.or(s.prepared) {
             let mut pairs = qset.get(&n).cloned().unwrap_or_default();
-            if let Some(pos) = pairs.iter().position(|(pd, _)| *pd == d) {
-                pairs[pos].1 = v;
-            } else {
-                if pairs.len() > f as usize + 1 {
-                    let lowest = pairs
-                        .iter()
-                        .enumerate()
-                        .min_by_key(|(_, (pd, pv))| (*pv, *pd))
-                        .map(|(i, _)| i)
-                        .expect("non-empty");
-                    pairs.remove(lowest);
-                }
-                pairs.push((d, v));
-            }
-            pairs.sort();
+            add_q(&mut pairs, d, v, f);
             q.insert(n, pairs);
         } else if let Some(pairs) = qset.get(&n) {
             q.insert(n, pairs.clone());
         }
     }
     (p, q)
+}
+
+/// Records in one sequence number's Q pairs that this replica pre-prepared `d` in view `v`
+/// (and vouched for its requests): the pair's view moves up to `v` if `d` is there, else the
+/// pair joins, the lowest-view pair leaving when there are already f+2.
+pub fn add_q(pairs: &mut Vec<(Digest, View)>, d: Digest, v: View, f: u32) {
+    if let Some(pos) = pairs.iter().position(|(pd, _)| *pd == d) {
+        pairs[pos].1 = pairs[pos].1.max(v);
+    } else {
+        if pairs.len() > f as usize + 1 {
+            let lowest = pairs
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, (pd, pv))| (*pv, *pd))
+                .map(|(i, _)| i)
+                .expect("non-empty");
+            pairs.remove(lowest);
+        }
+        pairs.push((d, v));
+    }
+    pairs.sort();
 }
 
 /// Builds the wire form of P and Q.
