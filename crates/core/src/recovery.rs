@@ -166,7 +166,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 self.stats.new_keys_accepted += 1;
                 // Requests that arrived before the key may verify now.
                 self.vouch_late();
-                self.vouch_after_leaving();
+                self.vouch_after_leaving(None);
                 Ok(())
             }
             Err(NewKeyError::Stale) => Err(Reject::Stale),

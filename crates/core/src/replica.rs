@@ -833,7 +833,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             self.vouch_late();
         }
         if !self.doubted.is_empty() {
-            self.vouch_after_leaving();
+            self.vouch_after_leaving(Some(c));
         }
         let multicast = self.cfg.travels_beside(sr.request.op.len());
         if self.is_primary() {
@@ -1056,31 +1056,30 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     // ----- normal case ------------------------------------------------------------------------
 
-    /// Whether this replica vouches for request `r` (digest `d`) in a pre-prepare: within the
-    /// size limit, and authentic: its authenticator entry verifies, or it equals a request
-    /// this replica holds, which was authenticated when it arrived (its client may have
-    /// refreshed its keys since, so the entry no longer verifies, but the request is no less
-    /// the client's; requests beside the pre-prepare are always of this kind).
-    /// Adds to Q the slots of views we left whose every request we can now authenticate.
-    pub(super) fn vouch_after_leaving(&mut self) {
-        let f = self.cfg.f;
+    /// Adds to Q the slots of views we left whose every request we can now authenticate;
+    /// with `client`, only slots holding a request of that client (the one that just
+    /// arrived). Slots at or below the stable checkpoint are forgotten.
+    pub(super) fn vouch_after_leaving(&mut self, client: Option<ClientId>) {
         let stable = self.stable_seq;
+        self.doubted.retain(|n, _| *n > stable);
         let mut vouched = Vec::new();
         for (n, (v, d)) in &self.doubted {
             let Some(b) = self.batches.get(d) else {
                 continue;
             };
-            if *n > stable
-                && b.requests
-                    .iter()
-                    .all(|r| self.can_vouch_for(r, &self.request_digest(r)))
+            if client.is_some_and(|c| b.requests.iter().all(|r| r.request.client != c)) {
+                continue;
+            }
+            if b.requests
+                .iter()
+                .all(|r| self.can_vouch_for(r, &self.request_digest(r)))
             {
                 vouched.push((*n, *v, *d));
             }
         }
         for (n, v, d) in vouched {
             self.doubted.remove(&n);
-            viewchange::add_q(self.qset.entry(n).or_default(), d, v, f);
+            viewchange::add_q(self.qset.entry(n).or_default(), d, v, self.cfg.f);
         }
     }
 
@@ -1097,6 +1096,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
             })
     }
 
+    /// Whether this replica vouches for request `r` (digest `d`) in a pre-prepare: within the
+    /// size limit, and authentic: its authenticator entry verifies, or it equals a request
+    /// this replica holds, which was authenticated when it arrived (its client may have
+    /// refreshed its keys since, so the entry no longer verifies, but the request is no less
+    /// the client's; requests beside the pre-prepare are always of this kind).
     fn can_vouch_for(&self, r: &SignedRequest, d: &Digest) -> bool {
         r.request.op.len() <= self.cfg.request_bytes_max
             && (self

@@ -1321,13 +1321,11 @@ fn a_restart_finds_again_that_its_checkpoint_differs_from_the_new_views() {
 
     let mut restored = mk(Some(&journal));
     let mut vc = None;
-    let mut evs = Vec::new();
     for r in [0u32, 2] {
         let e = restored.handle(
             env(3),
             Input::Receive(&frame(r, 3, &Message::ViewChange(vc_at(2, r)))),
         );
-        evs.extend(events(&e));
         vc = vc.or(my_vc(&e));
     }
     let vc = vc.expect("joined view 2");
@@ -1342,8 +1340,7 @@ fn a_restart_finds_again_that_its_checkpoint_differs_from_the_new_views() {
 /// Delivers every replica-to-replica frame among `reps` (replica i at index i; `None` is a
 /// faulty replica that receives nothing and sends nothing), ticking every 50 ms of simulated
 /// time until `until` holds or `ms` pass; frames sent before any replica left view 0 are
-/// lost, and the frames of `late` (to replica, frame) arrive once one has. Returns the time
-/// reached.
+/// lost, and the frames of `late` (to replica, frame) arrive once one has.
 fn route(
     reps: &mut [Option<Replica<Svc, StaticKeys>>],
     mut pending: Vec<(u32, Effect)>,
@@ -1351,7 +1348,7 @@ fn route(
     start: u64,
     ms: u64,
     until: impl Fn(&[Option<Replica<Svc, StaticKeys>>]) -> bool,
-) -> u64 {
+) {
     let mut t = start;
     while t < start + ms && !until(reps) {
         // The network holds every message until some replica's view-change timer fires.
@@ -1396,7 +1393,6 @@ fn route(
             }
         }
     }
-    t
 }
 
 /// The known gap's trace (below): a faulty primary (0) pre-prepares, to replicas 1 and 2, a
