@@ -23,7 +23,7 @@ use redoubt_crypto::Digest;
 use redoubt_state::{PageStore, PagedState, StateFootprint};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 #[path = "recovery.rs"]
@@ -200,6 +200,9 @@ pub struct Stats {
     /// Requests in accepted pre-prepares this replica could not authenticate (named in its
     /// PREPARE's doubts; see `Prepare::doubts`).
     pub requests_doubted: u64,
+    /// Requests beside arriving pre-prepares found among the requests their clients had
+    /// since replaced here (see `Replica::replaced`).
+    pub beside_from_replaced: u64,
 }
 
 /// A replica.
@@ -280,6 +283,15 @@ pub struct Replica<S: Service, A: Auth> {
     next_order: u64,
     /// Per client, the timestamp of its request in a proposed batch not yet executed.
     inflight: FxHashMap<ClientId, u64>,
+    /// Requests that travel beside pre-prepares, replaced in `waiting` by a newer request of
+    /// their client before executing here: a lagging backup receives a client's next request
+    /// (its client completed on the other replicas' replies) before the pre-prepare naming
+    /// the one before. Kept by (client, digest), oldest dropped first, within
+    /// [`Replica::replaced_bounds`], so that such a pre-prepare resolves from this replica's
+    /// own copies instead of waiting for the whole batch through status messages.
+    replaced: FxHashMap<(ClientId, Digest), SignedRequest>,
+    replaced_order: VecDeque<(ClientId, Digest)>,
+    replaced_bytes: usize,
     /// Pre-prepares of the current view waiting for requests that travel beside them (at
     /// most one per sequence number in the log window).
     pending_pp: BTreeMap<Seq, PendingPp>,
@@ -376,6 +388,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
             arrivals: BTreeMap::new(),
             next_order: 0,
             inflight: FxHashMap::default(),
+            replaced: FxHashMap::default(),
+            replaced_order: VecDeque::new(),
+            replaced_bytes: 0,
             pending_pp: BTreeMap::new(),
             req_timer: None,
             primary_progress_ms: 0,
@@ -509,6 +524,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             qset_pairs: self.qset.values().map(|v| v.len()).sum(),
             clients: self.clients.len(),
             waiting: self.waiting.len(),
+            replaced: self.replaced.len().max(self.replaced_order.len()),
             arrivals: self.arrivals.len(),
             reads: self.reads.len(),
             view_changes: self.vcs.len() + self.relayed.len(),
@@ -535,6 +551,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             qset_pairs: l * (f + 2),
             clients,
             waiting: clients,
+            replaced: self.replaced_bounds().0,
             arrivals: clients,
             reads: clients,
             view_changes: 4 * n,
@@ -808,6 +825,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             _ => {
                 if let Some(old) = self.waiting.remove(&c) {
                     self.arrivals.remove(&old.order);
+                    self.keep_replaced(old);
                 }
                 let order = self.next_order;
                 self.next_order += 1;
@@ -1098,7 +1116,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     /// Whether this replica vouches for request `r` (digest `d`) in a pre-prepare: within the
     /// size limit, and authentic: its authenticator entry verifies, or it equals a request
-    /// this replica holds, which was authenticated when it arrived (its client may have
+    /// this replica holds (waiting, or replaced by its client's next one), which was
+    /// authenticated when it arrived (its client may have
     /// refreshed its keys since, so the entry no longer verifies, but the request is no less
     /// the client's; requests beside the pre-prepare are always of this kind).
     fn can_vouch_for(&self, r: &SignedRequest, d: &Digest) -> bool {
@@ -1107,7 +1126,52 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 .waiting
                 .get(&r.request.client)
                 .is_some_and(|w| w.req.request == r.request)
+                || self
+                    .replaced
+                    .get(&(r.request.client, *d))
+                    .is_some_and(|h| h.request == r.request)
                 || self.request_authentic(&r.request, d, &r.auth))
+    }
+
+    /// This replica's own copy of the request named by `b` (beside a pre-prepare): the
+    /// client's waiting request, or one it replaced.
+    fn held_beside(&self, b: &Beside) -> Option<&SignedRequest> {
+        match self.waiting.get(&b.client) {
+            Some(w) if w.digest == b.digest => Some(&w.req),
+            _ => self.replaced.get(&(b.client, b.digest)),
+        }
+    }
+
+    /// Keeps a request that a newer one of its client replaced in `waiting`, if it is of the
+    /// kind that travels beside pre-prepares (smaller ones travel inside them).
+    fn keep_replaced(&mut self, old: Waiting) {
+        let len = old.req.request.op.len();
+        if !self.cfg.travels_beside(len) {
+            return;
+        }
+        let key = (old.req.request.client, old.digest);
+        if self.replaced.insert(key, old.req).is_none() {
+            self.replaced_order.push_back(key);
+            self.replaced_bytes += len;
+        }
+        let (most, bytes_most) = self.replaced_bounds();
+        while self.replaced_order.len() > most || self.replaced_bytes > bytes_most {
+            let Some(k) = self.replaced_order.pop_front() else {
+                break;
+            };
+            if let Some(r) = self.replaced.remove(&k) {
+                self.replaced_bytes -= r.request.op.len();
+            }
+        }
+    }
+
+    /// Most requests, and most operation bytes, kept in `replaced`: four batches' worth of
+    /// requests, two of bytes.
+    fn replaced_bounds(&self) -> (usize, usize) {
+        (
+            4 * self.cfg.batch_requests_max,
+            2 * self.cfg.batch_bytes_max,
+        )
     }
 
     /// The digest of `r`: from the copy this replica holds if it is the same request (a
@@ -1183,12 +1247,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         let whole = match self.batches.get(&pp.digest) {
             Some(b) => Some((**b).clone()),
-            None => pp.whole_batch(|b| {
-                self.waiting
-                    .get(&b.client)
-                    .filter(|w| w.digest == b.digest)
-                    .map(|w| w.req.clone())
-            }),
+            None => pp.whole_batch(|b| self.held_beside(b).cloned()),
         };
         match whole {
             Some(batch) => Ok(PrePrepare {
@@ -1256,11 +1315,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     fn present_beside(&self, pp: &PrePrepare, from: usize) -> usize {
         from + pp.beside[from.min(pp.beside.len())..]
             .iter()
-            .take_while(|b| {
-                self.waiting
-                    .get(&b.client)
-                    .is_some_and(|w| w.digest == b.digest)
-            })
+            .take_while(|b| self.held_beside(b).is_some())
             .count()
     }
 
@@ -1277,8 +1332,22 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if pp.beside.len() > self.cfg.batch_requests_max {
             return Err(Reject::TooLarge);
         }
+        let from_replaced = if self.replaced.is_empty() {
+            0
+        } else {
+            pp.beside
+                .iter()
+                .filter(|b| {
+                    self.waiting.get(&b.client).map(|w| w.digest) != Some(b.digest)
+                        && self.replaced.contains_key(&(b.client, b.digest))
+                })
+                .count() as u64
+        };
         let pp = match self.resolve(pp) {
-            Ok(whole) => whole,
+            Ok(whole) => {
+                self.stats.beside_from_replaced += from_replaced;
+                whole
+            }
             Err(pp) => {
                 // Wait for the requests (their clients multicast them); status messages ask
                 // the other replicas for the whole batch meanwhile. The first pre-prepare
@@ -3567,6 +3636,7 @@ pub struct Footprint {
     pub qset_pairs: usize,
     pub clients: usize,
     pub waiting: usize,
+    pub replaced: usize,
     pub arrivals: usize,
     pub reads: usize,
     pub view_changes: usize,
@@ -3597,6 +3667,7 @@ impl Footprint {
             ("qset_pairs", self.qset_pairs, bound.qset_pairs),
             ("clients", self.clients, bound.clients),
             ("waiting", self.waiting, bound.waiting),
+            ("replaced", self.replaced, bound.replaced),
             ("arrivals", self.arrivals, bound.arrivals),
             ("reads", self.reads, bound.reads),
             ("view_changes", self.view_changes, bound.view_changes),

@@ -21,6 +21,7 @@ pub struct Metrics {
     pub entries_retransmitted: IntCounter,
     pub bodies_asked: IntCounter,
     pub primary_stalls: IntCounter,
+    pub beside_from_replaced: IntCounter,
     pub requests_doubted: IntCounter,
     pub batches_executed: IntCounter,
     pub batch_size: Histogram,
@@ -301,6 +302,11 @@ impl Metrics {
                 r,
                 "redoubt_status_bodies_asked_total",
                 "Batch bodies this replica's status messages asked for",
+            ),
+            beside_from_replaced: counter(
+                r,
+                "redoubt_beside_requests_from_replaced_total",
+                "Requests beside arriving pre-prepares that this replica resolved from requests their clients had since replaced (a lagging backup; without them it would fetch the batch)",
             ),
             primary_stalls: counter(
                 r,

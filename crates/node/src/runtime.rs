@@ -448,6 +448,8 @@ impl Node {
             .inc_by(s.primary_stalls - self.last_stats.primary_stalls);
         m.requests_doubted
             .inc_by(s.requests_doubted - self.last_stats.requests_doubted);
+        m.beside_from_replaced
+            .inc_by(s.beside_from_replaced - self.last_stats.beside_from_replaced);
         m.view_changes
             .inc_by(s.view_changes - self.last_stats.view_changes);
         m.state_transfers
