@@ -524,7 +524,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
             qset_pairs: self.qset.values().map(|v| v.len()).sum(),
             clients: self.clients.len(),
             waiting: self.waiting.len(),
-            replaced: self.replaced.len().max(self.replaced_order.len()),
+            replaced: {
+                debug_assert_eq!(self.replaced.len(), self.replaced_order.len());
+                self.replaced.len()
+            },
+            replaced_bytes: self.replaced_bytes,
             arrivals: self.arrivals.len(),
             reads: self.reads.len(),
             view_changes: self.vcs.len() + self.relayed.len(),
@@ -552,6 +556,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             clients,
             waiting: clients,
             replaced: self.replaced_bounds().0,
+            replaced_bytes: self.replaced_bounds().1,
             arrivals: clients,
             reads: clients,
             view_changes: 4 * n,
@@ -808,7 +813,19 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let c = req.client;
         let ts = req.timestamp;
         match self.waiting.get(&c) {
-            Some(w) if w.req.request.timestamp > ts => return Err(Reject::Stale),
+            Some(w) if w.req.request.timestamp > ts => {
+                // Older than the client's waiting one (reordered, or lost and sent again),
+                // yet not executed here: a pre-prepare may still name it beside itself.
+                if self.cfg.travels_beside(req.op.len()) {
+                    self.keep_replaced(Waiting {
+                        req: sr.clone(),
+                        digest,
+                        order: 0,
+                    });
+                    self.retry_pending_if_first_missing(c, digest);
+                }
+                return Err(Reject::Stale);
+            }
             Some(w) if w.req.request.timestamp == ts => {
                 if w.req.request != sr.request {
                     // A client reusing a timestamp for a different operation: keep the first.
@@ -840,12 +857,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 );
             }
         }
-        if self.pending_pp.values().any(|p| {
-            p.first_missing()
-                .is_some_and(|b| b.client == c && b.digest == digest)
-        }) {
-            self.retry_pending_scan();
-        }
+        self.retry_pending_if_first_missing(c, digest);
         if self.doubts_request_of(c) {
             // The request we could not authenticate in a pre-prepare may be this one.
             self.vouch_late();
@@ -1134,11 +1146,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     /// This replica's own copy of the request named by `b` (beside a pre-prepare): the
-    /// client's waiting request, or one it replaced.
-    fn held_beside(&self, b: &Beside) -> Option<&SignedRequest> {
+    /// client's waiting request, or one it replaced (then `true`).
+    fn held_beside(&self, b: &Beside) -> Option<(&SignedRequest, bool)> {
         match self.waiting.get(&b.client) {
-            Some(w) if w.digest == b.digest => Some(&w.req),
-            _ => self.replaced.get(&(b.client, b.digest)),
+            Some(w) if w.digest == b.digest => Some((&w.req, false)),
+            _ => self.replaced.get(&(b.client, b.digest)).map(|r| (r, true)),
         }
     }
 
@@ -1241,20 +1253,28 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     /// The pre-prepare with its whole batch, from the requests this replica holds (or the
     /// batch itself, if known); `Err` gives it back when a request beside it is missing.
-    fn resolve(&self, pp: PrePrepare) -> Result<PrePrepare, PrePrepare> {
+    fn resolve(&self, pp: PrePrepare) -> Result<(PrePrepare, u64), PrePrepare> {
         if pp.beside.is_empty() {
-            return Ok(pp);
+            return Ok((pp, 0));
         }
+        let mut from_replaced = 0;
         let whole = match self.batches.get(&pp.digest) {
             Some(b) => Some((**b).clone()),
-            None => pp.whole_batch(|b| self.held_beside(b).cloned()),
+            None => pp.whole_batch(|b| {
+                let (r, replaced) = self.held_beside(b)?;
+                from_replaced += u64::from(replaced);
+                Some(r.clone())
+            }),
         };
         match whole {
-            Some(batch) => Ok(PrePrepare {
-                batch,
-                beside: Vec::new(),
-                ..pp
-            }),
+            Some(batch) => Ok((
+                PrePrepare {
+                    batch,
+                    beside: Vec::new(),
+                    ..pp
+                },
+                from_replaced,
+            )),
             None => Err(pp),
         }
     }
@@ -1268,6 +1288,17 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 p.present = 0;
             }
             self.retry_pending_at(seq);
+        }
+    }
+
+    /// Request (`c`, `digest`) arrived, or was kept: if some pending pre-prepare lacked it
+    /// first, the pending pre-prepares get another try.
+    fn retry_pending_if_first_missing(&mut self, c: ClientId, digest: Digest) {
+        if self.pending_pp.values().any(|p| {
+            p.first_missing()
+                .is_some_and(|b| b.client == c && b.digest == digest)
+        }) {
+            self.retry_pending_scan();
         }
     }
 
@@ -1297,17 +1328,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let Some(p) = self.pending_pp.remove(&seq) else {
             return;
         };
-        match self.resolve(p.pp) {
-            Ok(whole) => {
-                let primary = self.primary();
-                let _ = self.on_pre_prepare(primary, whole);
-            }
-            Err(pp) => {
-                // A request counted present was replaced or settled meanwhile: start over.
-                let present = self.present_beside(&pp, 0);
-                self.pending_pp.insert(seq, PendingPp { pp, present });
-            }
-        }
+        // Resolved and checked there; should a request counted present have been replaced
+        // or settled meanwhile, it waits again, counted from the start.
+        let primary = self.primary();
+        let _ = self.on_pre_prepare(primary, p.pp);
     }
 
     /// How many of `pp`'s requests beside it, from the first, this replica holds (counting
@@ -1332,22 +1356,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if pp.beside.len() > self.cfg.batch_requests_max {
             return Err(Reject::TooLarge);
         }
-        let from_replaced = if self.replaced.is_empty() {
-            0
-        } else {
-            pp.beside
-                .iter()
-                .filter(|b| {
-                    self.waiting.get(&b.client).map(|w| w.digest) != Some(b.digest)
-                        && self.replaced.contains_key(&(b.client, b.digest))
-                })
-                .count() as u64
-        };
-        let pp = match self.resolve(pp) {
-            Ok(whole) => {
-                self.stats.beside_from_replaced += from_replaced;
-                whole
-            }
+        let (pp, from_replaced) = match self.resolve(pp) {
+            Ok(resolved) => resolved,
             Err(pp) => {
                 // Wait for the requests (their clients multicast them); status messages ask
                 // the other replicas for the whole batch meanwhile. The first pre-prepare
@@ -1432,6 +1442,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
         }
         self.stats.requests_doubted += doubts.len() as u64;
+        self.stats.beside_from_replaced += from_replaced;
         let (view, seq, digest) = (pp.view, pp.seq, pp.digest);
         let batch = Arc::new(pp.batch);
         self.persist(Record::PrePrepared {
@@ -3637,6 +3648,7 @@ pub struct Footprint {
     pub clients: usize,
     pub waiting: usize,
     pub replaced: usize,
+    pub replaced_bytes: usize,
     pub arrivals: usize,
     pub reads: usize,
     pub view_changes: usize,
@@ -3668,6 +3680,7 @@ impl Footprint {
             ("clients", self.clients, bound.clients),
             ("waiting", self.waiting, bound.waiting),
             ("replaced", self.replaced, bound.replaced),
+            ("replaced_bytes", self.replaced_bytes, bound.replaced_bytes),
             ("arrivals", self.arrivals, bound.arrivals),
             ("reads", self.reads, bound.reads),
             ("view_changes", self.view_changes, bound.view_changes),

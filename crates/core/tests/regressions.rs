@@ -759,16 +759,46 @@ fn prepares(e: &[Effect], from: u32, d: Digest) -> bool {
 /// per replica, hundreds of batch bodies and several state transfers in ten seconds.
 #[test]
 fn a_backup_resolves_a_pre_prepare_from_a_request_its_client_has_since_replaced() {
-    let (first, second) = (large_request_at(7, 1), large_request_at(7, 2));
-    let (pp, d) = lean_pre_prepare(std::slice::from_ref(&first));
-    let mut r1 = rep(1);
+    let (first, second, pp, d, mut r1) = client_7_moves_on();
     r1.handle(env(0), Input::Receive(&request_frame(&first, 1)));
     r1.handle(env(1), Input::Receive(&request_frame(&second, 1)));
-    let e = r1.handle(
-        env(2),
-        Input::Receive(&frame(0, 1, &Message::PrePrepare(pp))),
-    );
+    let e = r1.handle(env(2), Input::Receive(&pp));
     assert!(prepares(&e, 1, d), "the backup vouches from its kept copy");
+    assert_eq!(r1.stats.beside_from_replaced, 1);
+    // The same pre-prepare again (a retransmission) is not counted again.
+    r1.handle(env(3), Input::Receive(&pp));
+    assert_eq!(r1.stats.beside_from_replaced, 1);
+}
+
+/// Client 7's requests at timestamps 1 and 2 (large, beside pre-prepares), the frame of the
+/// primary's lean pre-prepare of the first (to replica 1), its digest, and replica 1.
+fn client_7_moves_on() -> (
+    SignedRequest,
+    SignedRequest,
+    Vec<u8>,
+    Digest,
+    Replica<Svc, StaticKeys>,
+) {
+    let (first, second) = (large_request_at(7, 1), large_request_at(7, 2));
+    let (pp, d) = lean_pre_prepare(std::slice::from_ref(&first));
+    let pp = frame(0, 1, &Message::PrePrepare(pp));
+    (first, second, pp, d, rep(1))
+}
+
+/// The same when the older request arrives after the newer one (reordered, or lost and sent
+/// again), and after the pre-prepare that waits for it: it is kept although it is older than
+/// the client's waiting request, and the pending pre-prepare resolves (and is counted).
+#[test]
+fn a_request_older_than_its_clients_waiting_one_still_resolves_a_pending_pre_prepare() {
+    let (first, second, pp, d, mut r1) = client_7_moves_on();
+    r1.handle(env(0), Input::Receive(&request_frame(&second, 1)));
+    let e = r1.handle(env(1), Input::Receive(&pp));
+    assert!(!prepares(&e, 1, d), "the request is missing");
+    let e = r1.handle(env(2), Input::Receive(&request_frame(&first, 1)));
+    assert!(
+        prepares(&e, 1, d),
+        "the late request resolves the pre-prepare"
+    );
     assert_eq!(r1.stats.beside_from_replaced, 1);
 }
 
@@ -776,6 +806,26 @@ fn a_backup_resolves_a_pre_prepare_from_a_request_its_client_has_since_replaced(
 /// oldest dropped first.
 #[test]
 fn replaced_requests_are_bounded_and_the_oldest_go_first() {
+    // By bytes: with batches of at most 8 KiB, 16 KiB of operations (eight requests).
+    let mut cfg = Config::new(1);
+    cfg.batch_bytes_max = 8192;
+    cfg.request_bytes_max = 4096;
+    let mut r1 = Replica::new(cfg, 1, keys(Principal::Replica(1)), Svc, fresh_state());
+    let bound = r1.footprint_bounds(1);
+    assert!(bound.replaced > 8, "the count is not what binds here");
+    for t in 1..=20 {
+        r1.handle(
+            env(t),
+            Input::Receive(&request_frame(&large_request_at(7, t), 1)),
+        );
+        let fp = r1.footprint();
+        assert!(
+            fp.replaced_bytes <= bound.replaced_bytes,
+            "at timestamp {t}"
+        );
+    }
+    assert_eq!(r1.footprint().replaced, 8);
+    // By count (the default sizes):
     let most = rep(1).footprint_bounds(1).replaced;
     let last = most as u64 + 10;
     let kept = last - most as u64;
