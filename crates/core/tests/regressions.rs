@@ -1243,6 +1243,26 @@ fn journal_of(effs: &[Effect], journal: &mut Vec<Record>) {
     }
 }
 
+/// Replica 3 receives the VIEW-CHANGEs `vcs` (sender, message) at time `t`, journaling what
+/// it records into `journal`, and joins: its own VIEW-CHANGE.
+fn r3_joins(
+    r3: &mut Replica<Svc, StaticKeys>,
+    t: u64,
+    vcs: [(u32, ViewChange); 2],
+    journal: &mut Vec<Record>,
+) -> ViewChange {
+    let mut mine = None;
+    for (r, vc) in vcs {
+        let e = r3.handle(
+            env(t),
+            Input::Receive(&frame(r, 3, &Message::ViewChange(vc))),
+        );
+        journal_of(&e, journal);
+        mine = mine.or(my_vc(&e));
+    }
+    mine.expect("replica 3 joined the view")
+}
+
 /// A NEW-VIEW for view 1 (from its primary, replica 1) on the VIEW-CHANGEs of replicas 0 and
 /// 2 from checkpoint `seq` (`digest`), claiming nothing, and replica 3's own `mine`.
 fn new_view_at_checkpoint(seq: u64, digest: Digest, mine: &ViewChange) -> NewView {
@@ -1290,15 +1310,12 @@ fn a_restart_keeps_the_checkpoint_a_new_view_moved_the_watermark_to() {
         .any(|r| matches!(r, Record::Watermark { seq: 128, .. })));
 
     let mut restored = restore_r3(&journal);
-    let mut vc = None;
-    for r in [0u32, 2] {
-        let e = restored.handle(
-            env(2),
-            Input::Receive(&frame(r, 3, &Message::ViewChange(vc_at(2, r)))),
-        );
-        vc = vc.or(my_vc(&e));
-    }
-    let vc = vc.expect("joined view 2");
+    let vc = r3_joins(
+        &mut restored,
+        2,
+        [0, 2].map(|r| (r, vc_at(2, r))),
+        &mut vec![],
+    );
     assert_eq!(
         vc.ls, 128,
         "the restarted replica still reports the new view's checkpoint"
@@ -1414,31 +1431,19 @@ fn a_restart_finds_again_that_its_checkpoint_differs_from_the_new_views() {
     // Replicas 0 and 2 report another checkpoint at 1 (ours is wrong, say).
     let theirs = Digest([77; 32]);
     let vc_at = |view: u64, r: u32| vc_at_checkpoint(view, r, 1, theirs);
-    let mut mine = None;
-    for r in [0u32, 2] {
-        let e = r3.handle(
-            env(1),
-            Input::Receive(&frame(r, 3, &Message::ViewChange(vc_at(1, r)))),
-        );
-        journal_of(&e, &mut journal);
-        mine = mine.or(my_vc(&e));
-    }
-    let mine = mine.expect("joined view 1");
+    let mine = r3_joins(&mut r3, 1, [0, 2].map(|r| (r, vc_at(1, r))), &mut journal);
     let nv = new_view_at_checkpoint(1, theirs, &mine);
     let e = r3.handle(env(2), Input::Receive(&frame(1, 3, &Message::NewView(nv))));
     journal_of(&e, &mut journal);
     assert!(events(&e).contains(&Event::StateDivergence { seq: 1 }));
 
     let mut restored = mk(Some(&journal));
-    let mut vc = None;
-    for r in [0u32, 2] {
-        let e = restored.handle(
-            env(3),
-            Input::Receive(&frame(r, 3, &Message::ViewChange(vc_at(2, r)))),
-        );
-        vc = vc.or(my_vc(&e));
-    }
-    let vc = vc.expect("joined view 2");
+    let vc = r3_joins(
+        &mut restored,
+        3,
+        [0, 2].map(|r| (r, vc_at(2, r))),
+        &mut vec![],
+    );
     assert_eq!(vc.ls, 1);
     assert!(
         vc.checkpoints.iter().all(|(_, dg)| *dg == theirs),
