@@ -817,11 +817,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 // Older than the client's waiting one (reordered, or lost and sent again),
                 // yet not executed here: a pre-prepare may still name it beside itself.
                 if self.cfg.travels_beside(req.op.len()) {
-                    self.keep_replaced(Waiting {
-                        req: sr.clone(),
-                        digest,
-                        order: 0,
-                    });
+                    self.keep_replaced(sr.clone(), digest);
                     self.retry_pending_if_first_missing(c, digest);
                 }
                 return Err(Reject::Stale);
@@ -842,7 +838,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             _ => {
                 if let Some(old) = self.waiting.remove(&c) {
                     self.arrivals.remove(&old.order);
-                    self.keep_replaced(old);
+                    self.keep_replaced(old.req, old.digest);
                 }
                 let order = self.next_order;
                 self.next_order += 1;
@@ -1154,15 +1150,16 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
     }
 
-    /// Keeps a request that a newer one of its client replaced in `waiting`, if it is of the
-    /// kind that travels beside pre-prepares (smaller ones travel inside them).
-    fn keep_replaced(&mut self, old: Waiting) {
-        let len = old.req.request.op.len();
+    /// Keeps request `req` (digest `digest`), not executed here but no longer its client's
+    /// waiting one, if it is of the kind that travels beside pre-prepares (smaller ones
+    /// travel inside them).
+    fn keep_replaced(&mut self, req: SignedRequest, digest: Digest) {
+        let len = req.request.op.len();
         if !self.cfg.travels_beside(len) {
             return;
         }
-        let key = (old.req.request.client, old.digest);
-        if self.replaced.insert(key, old.req).is_none() {
+        let key = (req.request.client, digest);
+        if self.replaced.insert(key, req).is_none() {
             self.replaced_order.push_back(key);
             self.replaced_bytes += len;
         }
