@@ -31,4 +31,4 @@ pub use replica::{open_state, Footprint, Input, RecoveryReport, Replica, Stats};
 pub use service::{ExecContext, Service};
 #[cfg(feature = "mutants")]
 pub use types::Mutant;
-pub use types::{ClientId, Config, Principal, ReplicaId, Seq, View};
+pub use types::{ClientId, Config, Principal, ReplicaId, Seq, View, VIEW_LIMIT};

@@ -147,6 +147,43 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 votes.retain(|s, _| *s <= stable);
             }
         }
+        self.forget_view_changes_of(None);
+        // Ours were never received under any key: send them again under the new ones.
+        if !self.normal {
+            if let Some((vc, _)) = self.my_vc.clone() {
+                self.broadcast(&Message::ViewChange(vc));
+            }
+        }
+    }
+
+    /// Drops the view-change protocol messages received from replica `r` (or from every
+    /// other replica, with `None`) under keys now retired: its VIEW-CHANGEs (and the claims of
+    /// views too far ahead to store), the acks it sent and those for its VIEW-CHANGEs, the
+    /// copies of its VIEW-CHANGEs relayed by others, and a NEW-VIEW it sent that is still
+    /// being checked (BFT-PR §4.5). A replica compromised once could otherwise have planted
+    /// messages for a later view that outlive its recovery and, with a second compromised
+    /// replica's, put more than f lies into a NEW-VIEW's set. What is still needed comes
+    /// again under the new keys (status-driven retransmission).
+    pub(super) fn forget_view_changes_of(&mut self, r: Option<ReplicaId>) {
+        let me = self.id;
+        let gone = |x: ReplicaId| x != me && r.is_none_or(|r| r == x);
+        let before = self.vcs.len() + self.relayed.len() + self.beyond.len();
+        self.vcs.retain(|(s, _), _| !gone(*s));
+        self.relayed.retain(|(s, _), _| !gone(*s));
+        self.beyond.retain(|s, _| !gone(*s));
+        self.acks.retain(|(_, s, _), ackers| {
+            ackers.retain(|a| !gone(*a));
+            !gone(*s) && !ackers.is_empty()
+        });
+        let dropped = before - (self.vcs.len() + self.relayed.len() + self.beyond.len());
+        self.stats.view_changes_forgotten += dropped as u64;
+        if self
+            .pending_nv
+            .as_ref()
+            .is_some_and(|nv| gone(self.cfg.primary(nv.view)))
+        {
+            self.pending_nv = None;
+        }
     }
 
     pub(super) fn on_new_key(&mut self, from: Principal, nk: NewKey) -> Result<(), Reject> {
@@ -158,8 +195,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return Err(Reject::Unexpected);
         };
         match s.accept(&nk, now) {
-            Ok(Accepted::Replica(_)) => {
+            Ok(Accepted::Replica(r)) => {
                 self.stats.new_keys_accepted += 1;
+                self.forget_view_changes_of(Some(r));
                 Ok(())
             }
             Ok(Accepted::Client(_)) => {

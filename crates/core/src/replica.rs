@@ -203,6 +203,9 @@ pub struct Stats {
     /// Requests beside arriving pre-prepares found among the requests their clients had
     /// since replaced here (see `Replica::replaced`).
     pub beside_from_replaced: u64,
+    /// View-change protocol messages dropped because their sender (or this replica) re-keyed
+    /// after they arrived (see `Replica::forget_view_changes_of`).
+    pub view_changes_forgotten: u64,
 }
 
 /// A replica.
@@ -237,6 +240,9 @@ pub struct Replica<S: Service, A: Auth> {
     /// VIEW-CHANGE messages per (sender, view): at most the one for our view and the sender's
     /// latest, so a later message cannot displace one a NEW-VIEW names.
     vcs: BTreeMap<(ReplicaId, View), (ViewChange, Digest)>,
+    /// Per replica, the highest view of a VIEW-CHANGE it sent us for a view more than
+    /// `VC_VIEWS_AHEAD` beyond ours (not stored; it counts for the join rule only).
+    beyond: BTreeMap<ReplicaId, View>,
     relayed: BTreeMap<(ReplicaId, Digest), ViewChange>,
     acks: BTreeMap<(View, ReplicaId, Digest), BTreeSet<ReplicaId>>,
     /// Batches whose body this replica journaled in a `PrePrepared` record since its last
@@ -362,6 +368,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             my_vc: None,
             prev_vc: None,
             vcs: BTreeMap::new(),
+            beyond: BTreeMap::new(),
             relayed: BTreeMap::new(),
             acks: BTreeMap::new(),
             bodies_journaled: BTreeSet::new(),
@@ -531,7 +538,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             replaced_bytes: self.replaced_bytes,
             arrivals: self.arrivals.len(),
             reads: self.reads.len(),
-            view_changes: self.vcs.len() + self.relayed.len(),
+            view_changes: self.vcs.len() + self.relayed.len() + self.beyond.len(),
             acks: self.acks.len(),
             bodies_journaled: self.bodies_journaled.len(),
             state: self.state.footprint(),
@@ -559,7 +566,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             replaced_bytes: self.replaced_bounds().1,
             arrivals: clients,
             reads: clients,
-            view_changes: 4 * n,
+            view_changes: 5 * n,
             acks: n * ACKS_PER_ACKER_MAX,
             bodies_journaled: l,
             state: StateFootprint {
@@ -2811,6 +2818,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.executed_in_view = false;
         // Keep the previous view's messages too: lagging replicas may still need them relayed.
         self.vcs.retain(|(_, view), _| *view + 1 >= v);
+        self.beyond.retain(|_, view| *view > v);
         self.prev_vc = self.my_vc.take();
         self.my_vc = Some((vc.clone(), digest));
         let (pset, qset) = viewchange::to_wire(&self.pset, &self.qset);
@@ -2861,6 +2869,15 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if vc.view < self.view || (vc.view == self.view && self.normal) {
             return Err(Reject::Stale);
         }
+        if vc.view > self.view + VC_VIEWS_AHEAD {
+            // Too far ahead to keep the message (a faulty replica could plant messages for
+            // views we may reach much later): only the sender's claim to be at that view
+            // counts, for the f+1 join rule. Once we join, its VIEW-CHANGE comes again.
+            let claim = self.beyond.entry(from).or_insert(vc.view);
+            *claim = (*claim).max(vc.view);
+            self.after_vc_update();
+            return Err(Reject::OutOfWindow);
+        }
         let digest = vc.digest();
         match self.vcs.get(&(from, vc.view)) {
             Some((_, od)) if *od != digest => return Err(Reject::Conflict), // the first stands
@@ -2905,7 +2922,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// view-change messages changed.
     fn after_vc_update(&mut self) {
         let mut others: BTreeMap<ReplicaId, View> = BTreeMap::new();
-        for (r, v) in self.vcs.keys() {
+        for (r, v) in self
+            .vcs
+            .keys()
+            .copied()
+            .chain(self.beyond.iter().map(|(r, v)| (*r, *v)))
+        {
+            let (r, v) = (&r, &v);
             let e = others.entry(*r).or_insert(*v);
             *e = (*e).max(*v);
         }
@@ -3628,6 +3651,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
 /// Bound on view-change acknowledgement entries kept per acknowledging replica.
 const ACKS_PER_ACKER_MAX: usize = 64;
+/// VIEW-CHANGE messages are kept only for views up to this far beyond ours.
+pub(crate) const VC_VIEWS_AHEAD: View = 4;
 /// Bound on digests named as missing in one status message.
 const MISSING_MAX: usize = 32;
 

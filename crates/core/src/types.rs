@@ -5,6 +5,10 @@ use std::fmt;
 
 /// View number. The primary of view `v` is replica `v mod n`.
 pub type View = u64;
+/// The highest view any message may name. Views grow by one per view change, so no correct
+/// replica gets near it; a message above it is malformed (and arithmetic on views never
+/// saturates).
+pub const VIEW_LIMIT: View = 1 << 48;
 /// Sequence number assigned by the primary.
 pub type Seq = u64;
 /// Replica identifier in `0..n`.

