@@ -253,6 +253,7 @@ fn garbage_frame(kind: Garbage, n: u32, forged: &StaticKeys) -> Vec<u8> {
                 body: encode_body(&Message::Request(SignedRequest {
                     request,
                     auth: (0..n).map(|_| Mac(rng.random())).collect(),
+                    sig: None,
                 })),
                 tag: Tag::None,
             })

@@ -12,7 +12,8 @@
 
 use crate::auth::{open, request_authenticator, seal, Auth};
 use crate::effect::{Bytes, Effect, Env};
-use crate::message::{decode_frame_ref, reply_header, Message, Request, SignedRequest};
+use crate::keys::Purpose;
+use crate::message::{decode_frame_ref, reply_header, Message, Request, RequestSig, SignedRequest};
 use crate::types::{ClientId, Config, Principal, ReplicaId, View};
 use redoubt_crypto::Digest;
 use std::collections::{BTreeMap, BTreeSet};
@@ -67,6 +68,8 @@ struct Outstanding {
     started_ms: u64,
     deadline_ms: u64,
     backoff: u32,
+    /// Our key holder's signature of the request, drawn at its first retransmission.
+    sig: Option<RequestSig>,
     /// replica -> its reply
     replies: BTreeMap<ReplicaId, Vote>,
 }
@@ -119,6 +122,8 @@ pub struct Client<A: Auth> {
     pub key_refreshes: u64,
     pub keys_asked: u64,
     pub key_holder_failures: u64,
+    /// Requests signed by our key holder (at their first retransmission).
+    pub requests_signed: u64,
 }
 
 impl<A: Auth> Client<A> {
@@ -145,6 +150,7 @@ impl<A: Auth> Client<A> {
             key_refreshes: 0,
             keys_asked: 0,
             key_holder_failures: 0,
+            requests_signed: 0,
         }
     }
 
@@ -220,13 +226,34 @@ impl<A: Auth> Client<A> {
     }
 
     /// The request with an authenticator under the current keys, sealed in a frame.
-    fn seal_request(&self, request: &Request) -> Bytes {
+    fn seal_request(&self, request: &Request, sig: Option<RequestSig>) -> Bytes {
         let auth = request_authenticator(&self.auth, &request.digest(), self.cfg.n());
         let msg = Message::Request(SignedRequest {
             request: request.clone(),
             auth: auth.into(),
+            sig,
         });
         Arc::new(seal(&self.auth, &msg, None, self.cfg.n()))
+    }
+
+    /// Our key holder's signature of `request` (none without session keys, or if the key
+    /// holder fails: the request then goes with its MACs alone).
+    fn sign_request(&mut self, request: &Request) -> Option<RequestSig> {
+        let digest = request.digest();
+        let signed = self
+            .auth
+            .session_ref()?
+            .with_holder(|h| h.sign(Purpose::Request, &digest));
+        match signed {
+            Ok((counter, sig)) => {
+                self.requests_signed += 1;
+                Some(RequestSig { counter, sig })
+            }
+            Err(_) => {
+                self.key_holder_failures += 1;
+                None
+            }
+        }
     }
 
     pub fn id(&self) -> ClientId {
@@ -291,7 +318,7 @@ impl<A: Auth> Client<A> {
             op,
         };
         self.refresh_keys(env, false);
-        let bytes = self.seal_request(&request);
+        let bytes = self.seal_request(&request, None);
         if fast_read || self.cfg.travels_beside(request.op.len()) {
             for r in 0..self.cfg.n() {
                 self.effects.push(Effect::Send {
@@ -313,6 +340,7 @@ impl<A: Auth> Client<A> {
             started_ms,
             deadline_ms: env.now_ms + self.rto_ms(),
             backoff: 0,
+            sig: None,
             replies: BTreeMap::new(),
         });
         (timestamp, bytes)
@@ -493,16 +521,24 @@ impl<A: Auth> Client<A> {
             }
         }
         if self.auth.session_ref().is_some() {
-            // Retransmissions carry MACs under the latest keys.
-            if let Some(req) = self
+            // Retransmissions carry MACs under the latest keys, and our signature: a replica
+            // that cannot verify its MAC entry (its key for us is older or newer, or it
+            // suspects us) can still vouch for the request.
+            if let Some((req, fast_read, sig)) = self
                 .outstanding
                 .as_ref()
                 .filter(|o| env.now_ms >= o.deadline_ms)
-                .map(|o| o.request.clone())
+                .map(|o| (o.request.clone(), o.fast_read, o.sig))
             {
-                let bytes = self.seal_request(&req);
+                let sig = match sig {
+                    Some(s) => Some(s),
+                    None if !fast_read => self.sign_request(&req),
+                    None => None,
+                };
+                let bytes = self.seal_request(&req, sig);
                 if let Some(o) = self.outstanding.as_mut() {
                     o.bytes = bytes;
+                    o.sig = sig;
                 }
             }
         }

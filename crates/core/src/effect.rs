@@ -94,4 +94,7 @@ pub enum Event {
         executed: Digest,
         chosen: Digest,
     },
+    /// A client came under suspicion: a request of it was doubted in a batch that did not
+    /// commit before a view change; its unsigned requests are not ordered for a while.
+    ClientSuspected { client: ClientId },
 }

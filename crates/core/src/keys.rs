@@ -44,6 +44,8 @@ impl Directory {
 pub enum Purpose {
     NewKey,
     Recovery,
+    /// A client request (see `message::RequestSig`).
+    Request,
 }
 
 /// The statement a key holder signs: purpose, principal, counter and a digest of the content.

@@ -63,6 +63,20 @@ pub struct SignedRequest {
     pub request: Request,
     /// Shared: the primary keeps a request while it also travels in a batch.
     pub auth: std::sync::Arc<[Mac]>,
+    /// The client's signature over the request digest (by its key holder), which every
+    /// replica can check: clients add it when they retransmit, so a request whose MAC
+    /// entries do not verify everywhere (a faulty client's, or a key not yet everywhere)
+    /// still gets vouched for, and a client under suspicion must send it (see
+    /// `Replica::suspects`). Not part of the request digest.
+    pub sig: Option<RequestSig>,
+}
+
+/// A client's key-holder signature of a request: `holder_statement(Purpose::Request, client,
+/// counter, request digest)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestSig {
+    pub counter: u64,
+    pub sig: redoubt_crypto::pk::Signature,
 }
 
 /// Values the primary proposes for non-deterministic choices (PBFT §4.6): a timestamp and a
@@ -917,6 +931,7 @@ mod tests {
                 op: vec![c as u8; 8].into(),
             },
             auth: vec![Mac([0; 16])].into(),
+            sig: None,
         };
         let whole = Batch {
             nondet: NonDet::default(),
@@ -1029,6 +1044,7 @@ mod tests {
                 op: vec![1, 2, 3].into(),
             },
             auth: vec![Mac([auth; 16])].into(),
+            sig: None,
         };
         let b1 = Batch {
             nondet: NonDet::default(),

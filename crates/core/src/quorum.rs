@@ -12,12 +12,15 @@ use std::collections::BTreeMap;
 ///
 /// `doubts` holds, per backup, the positions of the batch's requests it could not
 /// authenticate (backups that vouch for everything have no entry). Every request must be
-/// vouched for by f+1 replicas of the certificate, the primary counted as one (its pre-prepare
-/// vouches for its whole batch), so that at least one correct replica authenticated it: with
-/// `m` matching PREPAREs, at most `m - f` of them may doubt any one request. Without this a
-/// faulty primary could order a request no client sent; with it, faulty clients whose
-/// authenticators verify at some replicas only cannot stall a batch that f+1 replicas can
-/// vouch for piece by piece.
+/// vouched for by f+1 *backups* of the certificate, so that at least one correct backup
+/// authenticated it: with `m` matching PREPAREs, at most `m - (f+1)` of them may doubt any one
+/// request. Without this a faulty primary could order a request no client sent. The primary
+/// does not count as a voucher: with a request that verifies at the primary only (a faulty
+/// client) and one faulty backup vouching towards the primary alone, the primary would
+/// prepare with no other correct replica able to vouch, and no view change could then decide
+/// the sequence number (A2 lacks f+1 claims, rule B lacks 2f+1 messages without a P entry).
+/// With f+1 backups, every prepared certificate names a correct backup that vouched and so
+/// makes a Q claim in its next VIEW-CHANGE.
 pub fn prepared(
     f: u32,
     primary: ReplicaId,
@@ -40,7 +43,7 @@ pub fn prepared(
             *doubted.entry(*i).or_default() += 1;
         }
     }
-    doubted.values().all(|c| c + f as usize <= m)
+    doubted.values().all(|c| c + f as usize + 1 <= m)
 }
 
 /// committed-local(m, v, n, i): prepared and 2f+1 matching COMMITs from distinct replicas
@@ -114,28 +117,35 @@ mod tests {
     }
 
     #[test]
-    fn prepared_needs_f_plus_one_vouchers_per_request() {
+    fn prepared_needs_f_plus_one_backup_vouchers_per_request() {
         // (f, primary, prepares, doubts per backup, expected)
         type Doubts<'a> = &'a [(ReplicaId, &'a [u16])];
         let cases: &[(u32, ReplicaId, &[ReplicaId], Doubts, bool)] = &[
-            // each backup doubts a different request: the primary and one backup vouch for each
-            (1, 0, &[1, 2], &[(1, &[0]), (2, &[1])], true),
-            // both doubt the same request: only the primary vouches for it
+            // two backups, each doubting a different request: one backup vouches for each
+            (1, 0, &[1, 2], &[(1, &[0]), (2, &[1])], false),
+            // both doubt the same request: no backup vouches for it
             (1, 0, &[1, 2], &[(1, &[0]), (2, &[0])], false),
-            // a third matching PREPARE that vouches for it makes two vouchers
-            (1, 0, &[1, 2, 3], &[(1, &[0]), (2, &[0])], true),
+            // one of two doubts it: a single backup voucher (the primary does not count)
+            (1, 0, &[1, 2], &[(1, &[0])], false),
+            // three matching PREPAREs, one doubting: two backups vouch
+            (1, 0, &[1, 2, 3], &[(1, &[0])], true),
+            // three, two doubting the same request: one backup vouches
+            (1, 0, &[1, 2, 3], &[(1, &[0]), (2, &[0])], false),
+            // three, each doubting a different request: two backups vouch for each
+            (1, 0, &[1, 2, 3], &[(1, &[0]), (2, &[1]), (3, &[2])], true),
             // every backup doubts it (a request the primary made up)
             (1, 0, &[1, 2, 3], &[(1, &[2]), (2, &[2]), (3, &[2])], false),
             // doubts of a replica whose PREPARE does not match count for nothing
-            (1, 0, &[1, 2], &[(1, &[0]), (3, &[0])], true),
-            // f = 2: with four matching PREPAREs a request may be doubted by two
-            (2, 0, &[1, 2, 3, 4], &[(1, &[5]), (2, &[5])], true),
+            (1, 0, &[1, 2], &[(3, &[0])], true),
+            // f = 2: with four matching PREPAREs a request may be doubted by one
+            (2, 0, &[1, 2, 3, 4], &[(1, &[5])], true),
+            (2, 0, &[1, 2, 3, 4], &[(1, &[5]), (2, &[5])], false),
             (
                 2,
                 0,
-                &[1, 2, 3, 4],
+                &[1, 2, 3, 4, 5, 6],
                 &[(1, &[5]), (2, &[5]), (3, &[5])],
-                false,
+                true,
             ),
         ];
         for (i, (f, p, pr, ds, want)) in cases.iter().enumerate() {

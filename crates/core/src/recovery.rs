@@ -21,6 +21,7 @@ use super::*;
 use crate::keys::{Accepted, NewKeyError, Purpose};
 use crate::message::{
     recovery_client, recovery_replica, QueryStable, RecoveryOp, RecoveryResult, ReplyStable,
+    RequestSig,
 };
 use redoubt_crypto::{pk, Mac};
 
@@ -369,6 +370,37 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.auth.knows(c) && verify_request(&self.auth, c, digest, macs)
     }
 
+    /// Whether `sr` (digest `digest`) is authentic: its authenticator entry for this replica
+    /// verifies, or its client's signature does.
+    pub(super) fn signed_request_authentic(&self, sr: &SignedRequest, digest: &Digest) -> bool {
+        self.request_authentic(&sr.request, digest, &sr.auth)
+            || sr
+                .sig
+                .is_some_and(|s| self.request_signature_valid(&sr.request, digest, &s))
+    }
+
+    /// Whether `sig` is client `req.client`'s key-holder signature of the request.
+    pub(super) fn request_signature_valid(
+        &self,
+        req: &Request,
+        digest: &Digest,
+        sig: &RequestSig,
+    ) -> bool {
+        let c = Principal::Client(req.client);
+        if recovery_replica(req.client).is_some() {
+            return false;
+        }
+        let Some(pubkeys) = self
+            .auth
+            .session_ref()
+            .and_then(|s| s.directory().get(c).copied())
+        else {
+            return false;
+        };
+        let st = crate::keys::holder_statement(Purpose::Request, c, sig.counter, digest);
+        pk::verify(&pubkeys.verify, &st.0, &sig.sig)
+    }
+
     fn recovery_authentic(&self, r: ReplicaId, req: &Request) -> bool {
         if r >= self.cfg.n() || req.read_only {
             return false;
@@ -687,6 +719,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 op: postcard::to_stdvec(&op).expect("encodes").into(),
             },
             auth: Vec::new().into(),
+            sig: None,
         })
     }
 

@@ -28,6 +28,8 @@ use std::sync::Arc;
 
 #[path = "recovery.rs"]
 mod recovery;
+#[path = "suspects.rs"]
+mod suspects;
 pub use recovery::RecoveryReport;
 
 /// Admin and transport inputs.
@@ -128,6 +130,8 @@ struct Waiting {
     /// Digest of `req.request`.
     digest: Digest,
     order: u64,
+    /// `req` carries a valid signature of its client.
+    signed: bool,
 }
 
 /// A pre-prepare waiting for requests that travel beside it.
@@ -206,6 +210,10 @@ pub struct Stats {
     /// View-change protocol messages dropped because their sender (or this replica) re-keyed
     /// after they arrived (see `Replica::forget_view_changes_of`).
     pub view_changes_forgotten: u64,
+    /// Times a client came under suspicion (see `suspects.rs`).
+    pub clients_suspected: u64,
+    /// Requests arriving with a valid signature of their client.
+    pub requests_signed: u64,
 }
 
 /// A replica.
@@ -256,6 +264,8 @@ pub struct Replica<S: Service, A: Auth> {
     /// the requests verify (the client retransmitted, or its key arrived) the slot joins Q,
     /// so our next VIEW-CHANGE can help decide it (ADR 0002, item 7).
     doubted: BTreeMap<Seq, (View, Digest)>,
+    /// Clients under suspicion, and until when (ms; bounded, see `suspects.rs`).
+    suspects: BTreeMap<ClientId, u64>,
     new_view: Option<NewView>,
     pending_nv: Option<NewView>,
     decision_missing: Vec<Digest>,
@@ -375,6 +385,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             pset: BTreeMap::new(),
             qset: BTreeMap::new(),
             doubted: BTreeMap::new(),
+            suspects: BTreeMap::new(),
             new_view: None,
             pending_nv: None,
             decision_missing: Vec::new(),
@@ -770,9 +781,21 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return Err(Reject::TooLarge);
         }
         let digest = req.digest();
-        if !self.request_authentic(req, &digest, &sr.auth) {
+        let mac_ok = self.request_authentic(req, &digest, &sr.auth);
+        if !mac_ok {
             self.ask_for_client_key(req.client);
+        }
+        // Signatures are checked only when the MAC does not verify, or when the client is
+        // under suspicion (its unsigned requests are not ordered).
+        let signed = (!mac_ok || self.suspected(req.client))
+            && sr
+                .sig
+                .is_some_and(|s| self.request_signature_valid(req, &digest, &s));
+        if !mac_ok && !signed {
             return Err(Reject::BadRequestAuth);
+        }
+        if signed {
+            self.stats.requests_signed += 1;
         }
         if req.read_only && self.cfg.read_only_fast_path {
             if !matches!(from, Principal::Client(_)) {
@@ -835,10 +858,15 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     return Err(Reject::Conflict);
                 }
                 // The same request straight from its client: keep the client's authenticator,
-                // so a copy relayed with damaged entries for other replicas cannot stick.
-                if matches!(from, Principal::Client(_)) {
-                    if let Some(w) = self.waiting.get_mut(&c) {
+                // so a copy relayed with damaged entries for other replicas cannot stick; and
+                // a signature, once one arrives.
+                if let Some(w) = self.waiting.get_mut(&c) {
+                    if matches!(from, Principal::Client(_)) {
                         w.req.auth = sr.auth.clone();
+                    }
+                    if signed && !w.signed {
+                        w.req.sig = sr.sig;
+                        w.signed = true;
                     }
                 }
             }
@@ -856,6 +884,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                         req: sr.clone(),
                         digest,
                         order,
+                        signed,
                     },
                 );
             }
@@ -958,7 +987,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if self.req_timer.is_some() || !self.normal || self.is_primary() {
             return;
         }
-        if let Some((_, c)) = self.arrivals.iter().next() {
+        // Not for an unsigned request of a client under suspicion: the primary holds those
+        // back until they come signed.
+        let oldest = self
+            .arrivals
+            .values()
+            .find(|c| self.orderable(&self.waiting[*c]));
+        if let Some(c) = oldest {
             let ts = self.waiting[c].req.request.timestamp;
             self.req_timer = Some((self.now() + self.vc_timeout_ms, *c, ts));
         }
@@ -1016,10 +1051,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 }
                 let w = &self.waiting[c];
                 let ts = w.req.request.timestamp;
-                if self.inflight.get(c).is_some_and(|t| *t >= ts) {
+                if self.inflight.get(c).is_some_and(|t| *t >= ts) || !self.orderable(w) {
                     continue;
                 }
-                if recheck && !self.request_authentic(&w.req.request, &w.digest, &w.req.auth) {
+                if recheck
+                    && !w.signed
+                    && !self.request_authentic(&w.req.request, &w.digest, &w.req.auth)
+                {
                     stale.push(*c);
                     continue;
                 }
@@ -1145,7 +1183,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     .replaced
                     .get(&(r.request.client, *d))
                     .is_some_and(|h| h.request == r.request)
-                || self.request_authentic(&r.request, d, &r.auth))
+                || self.signed_request_authentic(r, d))
     }
 
     /// This replica's own copy of the request named by `b` (beside a pre-prepare): the
@@ -2763,6 +2801,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         } else {
             BTreeMap::new()
         };
+        if self.normal {
+            self.suspect_doubted_clients();
+        }
         if self.normal && !self.is_primary() {
             let me = self.id;
             let left = self.view;

@@ -167,6 +167,10 @@ pub struct Config {
     pub key_refresh_ms: u64,
     /// Replicas discard a client's key when the client has not refreshed it for this long (ms).
     pub client_key_lifetime_ms: u64,
+    /// How long a client stays under suspicion after a request of it was doubted in a batch
+    /// that did not commit before a view change (ms): meanwhile the primary orders its
+    /// requests only when they carry its signature (clients sign retransmissions).
+    pub suspect_client_ms: u64,
     /// A recovery request from a replica is refused when the same replica's previous recovery
     /// was accepted less than this long before, in agreed time (ms): repeated recoveries
     /// cannot be used to deny service.
@@ -212,6 +216,7 @@ impl Config {
             transfer_items_max: 256,
             key_refresh_ms: 15_000,
             client_key_lifetime_ms: 60_000,
+            suspect_client_ms: 30_000,
             recovery_interval_min_ms: 30_000,
             clock_skew_max_ms: 60_000,
             request_bytes_max: 64 << 10,

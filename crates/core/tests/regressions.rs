@@ -321,6 +321,7 @@ fn one_request_batch(op: &[u8], bad: Option<usize>) -> Batch {
         requests: vec![SignedRequest {
             request: req,
             auth: auth.into(),
+            sig: None,
         }],
     }
 }
@@ -463,6 +464,7 @@ fn diverged_state_stops_execution_instead_of_looping() {
                 requests: vec![SignedRequest {
                     request: req,
                     auth: auth.into(),
+                    sig: None,
                 }],
             };
             let d = batch.digest();
@@ -660,6 +662,7 @@ fn large_request_at(client: u64, timestamp: u64) -> SignedRequest {
     SignedRequest {
         request,
         auth: auth.into(),
+        sig: None,
     }
 }
 
@@ -941,6 +944,7 @@ fn replies_to_one_request(op: &[u8], tune: impl Fn(&mut Config)) -> Vec<(u32, Re
     let sr = SignedRequest {
         request: req,
         auth: auth.into(),
+        sig: None,
     };
     let mut queue: Vec<(u32, Vec<u8>)> = vec![(0, request_frame(&sr, 0))];
     let mut replies = Vec::new();
@@ -1057,6 +1061,7 @@ fn request_bad_for(client: u64, op: &[u8], bad: Option<usize>) -> SignedRequest 
     SignedRequest {
         request,
         auth: auth.into(),
+        sig: None,
     }
 }
 
@@ -1121,12 +1126,22 @@ fn a_batch_prepares_when_each_request_has_f_plus_one_vouchers() {
     );
     let mine = sent_prepare(&e).expect("a PREPARE, naming what it doubts");
     assert_eq!(mine.doubts, vec![1]);
-    // Replica 2 doubts the other request: each has two vouchers, the primary and one backup.
+    // Replica 2 doubts the other request: each has one backup voucher, and the primary no
+    // longer counts (review finding 2).
     let e = r3.handle(
         env(0),
         Input::Receive(&frame(2, 3, &prepare_doubting(d, 2, vec![0]))),
     );
-    assert!(sent_commit(&e), "prepared with f+1 vouchers per request");
+    assert!(!sent_commit(&e), "one backup voucher per request");
+    // Replica 1 vouches for both: two backup vouchers each.
+    let e = r3.handle(
+        env(0),
+        Input::Receive(&frame(1, 3, &prepare_doubting(d, 1, vec![]))),
+    );
+    assert!(
+        sent_commit(&e),
+        "prepared with f+1 backup vouchers per request"
+    );
 
     // Both backups doubting the same request: only the primary vouches for it.
     let (pp, d) = pre_prepare_of(vec![
@@ -1142,12 +1157,16 @@ fn a_batch_prepares_when_each_request_has_f_plus_one_vouchers() {
         env(0),
         Input::Receive(&frame(2, 3, &prepare_doubting(d, 2, vec![1]))),
     );
-    assert!(!sent_commit(&e), "one voucher for request 1 is not enough");
-    // A third PREPARE vouching for it completes the certificate.
+    assert!(!sent_commit(&e), "no backup vouches for request 1");
+    // A third PREPARE vouching for it makes one backup voucher: still not enough.
     let e = r3.handle(
         env(0),
         Input::Receive(&frame(1, 3, &prepare_doubting(d, 1, vec![]))),
     );
+    assert!(!sent_commit(&e));
+    // The client sends the request again, straight to replica 3, which now vouches: two.
+    let good = request_bad_for(8, b"eight", None);
+    let e = r3.handle(env(1), Input::Receive(&request_frame(&good, 3)));
     assert!(sent_commit(&e));
 }
 
@@ -1201,13 +1220,21 @@ fn a_doubting_backup_vouches_once_it_holds_the_request() {
     );
     assert!(
         !sent_commit(&e) && !sent_commit(&e2),
-        "request 0 has one voucher, the primary"
+        "no backup vouches for request 0"
     );
     let e = r1.handle(
         env(0),
         Input::Receive(&frame(2, 1, &prepare_doubting(d2, 2, vec![]))),
     );
-    assert!(sent_commit(&e), "replica 2 now vouches: f+1 vouchers");
+    assert!(
+        !sent_commit(&e),
+        "replica 2 now vouches: one backup voucher"
+    );
+    let e = r1.handle(
+        env(0),
+        Input::Receive(&frame(3, 1, &prepare_doubting(d2, 3, vec![]))),
+    );
+    assert!(sent_commit(&e), "replica 3 too: f+1 backup vouchers");
 }
 
 /// PREPAREs with malformed doubts (out of order, repeated, or past the batch size limit) are
@@ -1548,7 +1575,12 @@ fn partly_authenticated_trace(
             env(0),
             Input::Receive(&frame(2, 1, &Message::Prepare(prepare_of_2.unwrap()))),
         );
-        assert!(sent_commit(&e), "replica 1 prepared: vouchers 0 and 1");
+        // Until review finding 2 the primary counted as a voucher, replica 1 prepared on
+        // {1, 2} (vouchers 0 and 1), and no view change could decide the slot.
+        assert!(
+            !sent_commit(&e),
+            "one backup (replica 1) vouches: not prepared, the primary does not count"
+        );
     }
     let other = request_bad_for(8, b"eight", None);
     let mut pending = Vec::new();
@@ -1591,14 +1623,14 @@ fn a_doubted_batch_prepared_nowhere_is_replaced_at_the_view_change() {
     assert_eq!(partly_authenticated_trace(false, false), None);
 }
 
-/// KNOWN LIVENESS GAP (ADR 0002, item 7), ignored until the client-signature fallback:
-/// replica 1 prepared the batch, nobody committed it, and the primary fell silent. The
-/// VIEW-CHANGEs of 1, 2 and 3 hold one P entry (blocking the null rule B) and one Q claim
-/// (A2 needs f+1), so no view is ever installed (at 4034692: view 10 after two minutes,
-/// nothing executed). `cargo test -p redoubt-core --test regressions -- --ignored` shows it.
+/// The former liveness gap of ADR 0002, item 7 (review finding 2): replica 1 prepared the
+/// batch with the primary counted as its second voucher, nobody committed it, and the
+/// primary fell silent. The VIEW-CHANGEs of 1, 2 and 3 held one P entry (blocking the null
+/// rule B) and one Q claim (A2 needs f+1), so no view was ever installed (at d38d06b: view 10
+/// after two minutes, nothing executed). Now a slot prepares only with f+1 backup vouchers,
+/// replica 1 does not prepare, and the view change decides null.
 #[test]
-#[ignore]
-fn known_gap_a_partly_authenticated_request_prepared_at_one_replica_blocks_every_view_change() {
+fn a_partly_authenticated_request_vouched_by_one_backup_no_longer_blocks_the_view_change() {
     assert_eq!(partly_authenticated_trace(true, false), None);
 }
 

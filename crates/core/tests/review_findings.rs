@@ -33,23 +33,25 @@ fn fresh_state() -> state::PagedState {
 }
 
 const N: u32 = 4;
+const CLIENT: u64 = 9;
 
 fn principals() -> Vec<Principal> {
     (0..N).map(Principal::Replica).collect()
 }
 
 fn secrets(p: Principal) -> HolderSecrets {
-    let Principal::Replica(i) = p else {
-        unreachable!()
-    };
-    HolderSecrets::from_seed(&[i as u8 + 1; 32])
+    match p {
+        Principal::Replica(i) => HolderSecrets::from_seed(&[i as u8 + 1; 32]),
+        Principal::Client(c) => HolderSecrets::from_seed(&[c as u8 + 100; 32]),
+    }
 }
 
 fn directory() -> Arc<Directory> {
     Arc::new(Directory {
         keys: principals()
-            .iter()
-            .map(|p| (*p, secrets(*p).public()))
+            .into_iter()
+            .chain([Principal::Client(CLIENT)])
+            .map(|p| (p, secrets(p).public()))
             .collect(),
     })
 }
@@ -84,6 +86,7 @@ fn msgs(effs: &[Effect]) -> Vec<Message> {
 struct Bench {
     r0: Replica<Svc, Keys>,
     peers: Vec<SessionKeys>,
+    client: SessionKeys,
     now: u64,
 }
 
@@ -104,7 +107,13 @@ impl Bench {
         let peers = (0..N)
             .map(|i| session(&dir, Principal::Replica(i), 100 + i as u8))
             .collect();
-        let mut b = Bench { r0, peers, now: 0 };
+        let client = session(&dir, Principal::Client(CLIENT), 50);
+        let mut b = Bench {
+            r0,
+            peers,
+            client,
+            now: 0,
+        };
         // Replica 0 sends its NEW-KEY on its first tick.
         let effs = b.r0.handle(env(1), Input::Tick);
         for m in msgs(&effs) {
@@ -117,7 +126,46 @@ impl Bench {
         for j in 1..N {
             b.rekey(j);
         }
+        // The client's keys, for replica 0 only.
+        let nk = b.client.refresh(&[Principal::Replica(0)]).unwrap();
+        b.from_client(&Message::NewKey(nk));
         b
+    }
+
+    fn from_client(&mut self, m: &Message) -> Vec<Effect> {
+        self.now += 1;
+        let bytes = seal(&self.client, m, Some(Principal::Replica(0)), N);
+        self.r0.handle(env(self.now), Input::Receive(&bytes))
+    }
+
+    /// A request of the client whose authenticator verifies at replica 0 only (`mac_ok`) or
+    /// nowhere, optionally signed by the client's key holder.
+    fn request(&self, ts: u64, mac_ok: bool, signed: bool) -> SignedRequest {
+        let request = Request {
+            client: CLIENT,
+            timestamp: ts,
+            read_only: false,
+            op: b"op".to_vec().into(),
+        };
+        let d = request.digest();
+        let mut auth = redoubt_core::auth::request_authenticator(&self.client, &d, N);
+        for (i, m) in auth.iter_mut().enumerate() {
+            if i != 0 || !mac_ok {
+                *m = redoubt_crypto::Mac::default();
+            }
+        }
+        let sig = signed.then(|| {
+            let (counter, sig) = self
+                .client
+                .with_holder(|h| h.sign(redoubt_core::keys::Purpose::Request, &d))
+                .unwrap();
+            RequestSig { counter, sig }
+        });
+        SignedRequest {
+            request,
+            auth: auth.into(),
+            sig,
+        }
     }
 
     /// Replica `j` draws new keys and replica 0 accepts its NEW-KEY.
@@ -242,4 +290,78 @@ fn views_at_the_top_of_the_range_are_rejected_and_never_wedge_the_view_change() 
     b.deliver(1, &lying_vc(1, 1, ck));
     b.deliver(2, &lying_vc(1, 2, ck));
     assert_eq!(b.r0.view(), 1);
+}
+
+fn pre_prepare(effs: &[Effect]) -> Option<PrePrepare> {
+    msgs(effs).into_iter().find_map(|m| match m {
+        Message::PrePrepare(pp) => Some(pp),
+        _ => None,
+    })
+}
+
+fn commits(effs: &[Effect]) -> bool {
+    msgs(effs).iter().any(|m| matches!(m, Message::Commit(_)))
+}
+
+/// Review finding 2: a correct primary (replica 0), a faulty client whose authenticator
+/// verifies at the primary only, and a faulty backup (1) that sends its PREPARE, without
+/// doubts, to the primary alone. Replicas 2 and 3 doubt the request. Until the fix the
+/// primary prepared (itself and replica 1 as the f+1 vouchers), nobody committed, and in the
+/// view change its P entry blocked rule B while A2 lacked a second Q claim: no view change
+/// could ever decide the sequence number. Now the primary does not count as a voucher, it
+/// does not prepare, and its VIEW-CHANGE claims nothing there (so rule B picks null); the
+/// client comes under suspicion.
+#[test]
+fn a_request_only_the_primary_can_authenticate_cannot_halt_the_service() {
+    let mut b = Bench::new();
+    let ck = b.ck0();
+    let effs = b.from_client(&Message::Request(b.request(1, true, false)));
+    let pp = pre_prepare(&effs).expect("the primary orders it");
+    let prepare = |r: u32, doubts: Vec<u16>| {
+        Message::Prepare(Prepare {
+            view: 0,
+            seq: pp.seq,
+            digest: pp.digest,
+            replica: r,
+            doubts,
+        })
+    };
+    let e1 = b.deliver(1, &prepare(1, vec![]));
+    let e2 = b.deliver(2, &prepare(2, vec![0]));
+    let e3 = b.deliver(3, &prepare(3, vec![0]));
+    assert!(
+        !commits(&e1) && !commits(&e2) && !commits(&e3),
+        "prepared on one faulty backup's vouch"
+    );
+    // The view change: replica 0's VIEW-CHANGE has no P entry for the slot.
+    b.deliver(2, &lying_vc(1, 2, ck));
+    let effs = b.deliver(3, &lying_vc(1, 3, ck));
+    let mine = msgs(&effs)
+        .into_iter()
+        .find_map(|m| match m {
+            Message::ViewChange(vc) if vc.replica == 0 => Some(vc),
+            _ => None,
+        })
+        .expect("replica 0 joined view 1");
+    assert!(mine.p.is_empty(), "P entry {:?}", mine.p);
+    assert_eq!(b.r0.stats.clients_suspected, 1);
+}
+
+/// The client-signature fallback: a request whose authenticator entry does not verify is
+/// accepted with a valid signature of its client, and refused with a forged one.
+#[test]
+fn a_signed_request_is_accepted_where_its_mac_does_not_verify() {
+    let mut b = Bench::new();
+    let effs = b.from_client(&Message::Request(b.request(1, false, false)));
+    assert!(pre_prepare(&effs).is_none());
+    let mut forged = b.request(2, false, true);
+    forged.request.op = b"other".to_vec().into();
+    let effs = b.from_client(&Message::Request(forged));
+    assert!(
+        pre_prepare(&effs).is_none(),
+        "a signature of another request"
+    );
+    let effs = b.from_client(&Message::Request(b.request(3, false, true)));
+    assert!(pre_prepare(&effs).is_some(), "the signature verifies");
+    assert_eq!(b.r0.stats.requests_signed, 1);
 }

@@ -589,6 +589,7 @@ struct ProtocolSection {
     transfer_items_max: usize,
     key_refresh_ms: u64,
     client_key_lifetime_ms: u64,
+    suspect_client_ms: u64,
     recovery_interval_min_ms: u64,
     clock_skew_max_ms: u64,
     request_bytes_max: usize,
@@ -622,6 +623,7 @@ impl Default for ProtocolSection {
             transfer_items_max: c.transfer_items_max,
             key_refresh_ms: c.key_refresh_ms,
             client_key_lifetime_ms: c.client_key_lifetime_ms,
+            suspect_client_ms: c.suspect_client_ms,
             recovery_interval_min_ms: c.recovery_interval_min_ms,
             clock_skew_max_ms: c.clock_skew_max_ms,
             request_bytes_max: c.request_bytes_max,
@@ -655,6 +657,7 @@ impl ProtocolSection {
         c.transfer_items_max = self.transfer_items_max;
         c.key_refresh_ms = self.key_refresh_ms;
         c.client_key_lifetime_ms = self.client_key_lifetime_ms;
+        c.suspect_client_ms = self.suspect_client_ms;
         c.recovery_interval_min_ms = self.recovery_interval_min_ms;
         c.clock_skew_max_ms = self.clock_skew_max_ms;
         c.request_bytes_max = self.request_bytes_max;
@@ -1330,6 +1333,10 @@ key_refresh_ms = {krm}
 # Replicas discard a client's key when it was not refreshed for this long (ms); at least
 # twice key_refresh_ms. Default: {d_cklm}.
 client_key_lifetime_ms = {cklm}
+# A client stays under suspicion this long (ms) after a request of it was doubted in a batch
+# that did not commit before a view change: its requests are then ordered only when signed
+# (clients sign retransmissions). Default: {d_scm}.
+suspect_client_ms = {scm}
 # A replica's recovery request is refused when its previous recovery was accepted less than
 # this long before (ms, agreed time): repeated recoveries cannot deny service. Keep it at
 # most half the watchdog period. Default: {d_rimm}.
@@ -1435,6 +1442,8 @@ stagger_wait_max_s = {rsw}
             d_krm = d.key_refresh_ms,
             cklm = p.client_key_lifetime_ms,
             d_cklm = d.client_key_lifetime_ms,
+            scm = p.suspect_client_ms,
+            d_scm = d.suspect_client_ms,
             rimm = p.recovery_interval_min_ms,
             d_rimm = d.recovery_interval_min_ms,
             km = quote(&self.keys.mode),

@@ -23,6 +23,9 @@ pub struct Metrics {
     pub primary_stalls: IntCounter,
     pub beside_from_replaced: IntCounter,
     pub requests_doubted: IntCounter,
+    pub clients_suspected: IntCounter,
+    pub requests_signed: IntCounter,
+    pub view_changes_forgotten: IntCounter,
     pub batches_executed: IntCounter,
     pub batch_size: Histogram,
     pub view: IntGauge,
@@ -317,6 +320,21 @@ impl Metrics {
                 r,
                 "redoubt_requests_doubted_total",
                 "Requests in accepted pre-prepares whose client authenticator this replica could not verify (named in its PREPARE's doubts)",
+            ),
+            clients_suspected: counter(
+                r,
+                "redoubt_clients_suspected_total",
+                "Times a client came under suspicion (a request of it doubted in a batch that did not commit before a view change): its requests are then ordered only when signed",
+            ),
+            requests_signed: counter(
+                r,
+                "redoubt_requests_signed_total",
+                "Requests that arrived with a valid signature of their client (clients sign retransmissions)",
+            ),
+            view_changes_forgotten: counter(
+                r,
+                "redoubt_view_changes_forgotten_total",
+                "View-change protocol messages dropped because their sender or this replica re-keyed after they arrived",
             ),
             recoveries: counter(
                 r,

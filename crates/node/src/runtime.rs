@@ -223,6 +223,9 @@ impl Node {
             } => {
                 error!(replica = self.id, seq, executed = %executed, chosen = %chosen, "NEW-VIEW contradicts an executed batch: more than f replicas are faulty");
             }
+            Event::ClientSuspected { client } => {
+                warn!(replica = self.id, client, "client under suspicion: a request of it was doubted in a batch that did not commit before a view change; its requests are ordered only when signed for a while");
+            }
             Event::Executed { requests, .. } => {
                 self.metrics.batch_size.observe(requests.len() as f64);
             }
@@ -450,6 +453,12 @@ impl Node {
             .inc_by(s.requests_doubted - self.last_stats.requests_doubted);
         m.beside_from_replaced
             .inc_by(s.beside_from_replaced - self.last_stats.beside_from_replaced);
+        m.clients_suspected
+            .inc_by(s.clients_suspected - self.last_stats.clients_suspected);
+        m.requests_signed
+            .inc_by(s.requests_signed - self.last_stats.requests_signed);
+        m.view_changes_forgotten
+            .inc_by(s.view_changes_forgotten - self.last_stats.view_changes_forgotten);
         m.view_changes
             .inc_by(s.view_changes - self.last_stats.view_changes);
         m.state_transfers

@@ -486,6 +486,7 @@ fn forge_into(rng: &mut ChaCha8Rng, pp: &mut PrePrepare, n: usize) -> PrePrepare
     pp.batch.requests.push(SignedRequest {
         request,
         auth: auth.into(),
+        sig: None,
     });
     pp.digest = Batch::digest_of(&pp.batch.nondet, &digests);
     pp.clone()

@@ -994,6 +994,7 @@ impl World {
             SignedRequest {
                 request,
                 auth: auth.into(),
+                sig: None,
             }
         };
         if self.now >= self.byz_clients[i].next_rekey_ms {
