@@ -55,6 +55,8 @@ pub(super) struct Recovery {
     h_m: Seq,
     request: Option<SignedRequest>,
     replies: BTreeMap<ReplicaId, Vec<u8>>,
+    /// The view each reply to the recovery request reported (for the view estimate).
+    reply_views: BTreeMap<ReplicaId, View>,
     h: Seq,
     n_r: Seq,
     next_retry_ms: u64,
@@ -513,6 +515,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             h_m: 0,
             request: None,
             replies: BTreeMap::new(),
+            reply_views: BTreeMap::new(),
             h: 0,
             n_r: 0,
             next_retry_ms: now,
@@ -601,6 +604,84 @@ impl<S: Service, A: Auth> Replica<S, A> {
         })
     }
 
+    /// Forgets what the log, P, Q and the doubted slots hold above the recovery estimate
+    /// H_M (a tampered journal may have put claims there), and rebuilds our VIEW-CHANGE
+    /// without them if it had any.
+    fn drop_above(&mut self, h_m: Seq) {
+        self.log.retain(|n, _| *n <= h_m);
+        self.pset.retain(|n, _| *n <= h_m);
+        self.qset.retain(|n, _| *n <= h_m);
+        self.doubted.retain(|n, _| *n <= h_m);
+        let above =
+            |vc: &ViewChange| vc.p.iter().any(|e| e.seq > h_m) || vc.q.iter().any(|e| e.seq > h_m);
+        if let Some((vc, _)) = self.my_vc.as_ref().filter(|(vc, _)| above(vc)) {
+            let mut vc = vc.clone();
+            vc.p.retain(|e| e.seq <= h_m);
+            vc.q.retain(|e| e.seq <= h_m);
+            let d = vc.digest();
+            self.my_vc = Some((vc, d));
+        }
+    }
+
+    /// BFT-PR's view estimate, from the views reported by the 2f+1 matching replies to our
+    /// recovery request: keep the current view if f+1 of them are at it or above, otherwise
+    /// adopt their median (at least f+1 correct replicas report a view at or above it, and f+1
+    /// at or below). A journal tampered with while the replica was compromised may hold a
+    /// view no correct replica will reach; without this the replica reported itself recovered
+    /// and never took part again.
+    fn estimate_view(&mut self, mut views: Vec<View>) {
+        let f = self.cfg.f as usize;
+        if views.is_empty() || views.iter().filter(|v| **v >= self.view).count() > f {
+            return;
+        }
+        views.sort_unstable();
+        let median = views[views.len() / 2];
+        if median >= self.view {
+            return;
+        }
+        self.stats.views_estimated += 1;
+        self.reset_to_view(median);
+    }
+
+    /// Moves back to view `v` (not yet active) with nothing of later views: no VIEW-CHANGE of
+    /// our own (peers relay it to us if a NEW-VIEW names it), and no P or Q claims from views
+    /// at or above `v`.
+    fn reset_to_view(&mut self, v: View) {
+        self.undo_tentative();
+        self.view = v;
+        self.normal = false;
+        self.my_vc = None;
+        self.prev_vc = None;
+        self.vcs.clear();
+        self.beyond.clear();
+        self.relayed.clear();
+        self.acks.clear();
+        self.pending_nv = None;
+        self.new_view = None;
+        self.decision_missing.clear();
+        self.log.clear();
+        self.pending_pp.clear();
+        self.inflight.clear();
+        self.req_timer = None;
+        self.vc_deadline_ms = None;
+        self.pset.retain(|_, e| e.view < v);
+        for pairs in self.qset.values_mut() {
+            pairs.retain(|(_, pv)| *pv < v);
+        }
+        self.qset.retain(|_, pairs| !pairs.is_empty());
+        let (pset, qset) = viewchange::to_wire(&self.pset, &self.qset);
+        let batches = self.pset_batches();
+        self.persist(Record::View {
+            view: v,
+            normal: false,
+            vc: None,
+            pset,
+            qset,
+            batches,
+        });
+        self.event(Event::ViewChangeStarted { view: v });
+    }
+
     /// Advances the recovery: retransmissions, phase changes, completion.
     pub(super) fn drive_recovery(&mut self) {
         let Some(mut rec) = self.recovery.take() else {
@@ -615,7 +696,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     // Nothing above H_M survives from before; nothing above it is sent until a
                     // stable checkpoint reaches it.
                     let keep = rec.h_m;
-                    self.log.retain(|n, _| *n <= keep);
+                    self.drop_above(keep);
                     self.send_cap = Some(rec.h_m);
                     self.event(Event::RecoveryEstimated { h_m: rec.h_m });
                     rec.phase = Phase::Requesting;
@@ -725,7 +806,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     /// A reply to our recovery request (from a peer, or from our own execution).
     pub(super) fn on_recovery_reply(&mut self, from: ReplicaId, r: Reply) -> Result<(), Reject> {
-        if r.replica != from || r.client != recovery_client(self.id) || r.digest_only {
+        if r.replica != from
+            || r.client != recovery_client(self.id)
+            || r.digest_only
+            || r.view > crate::types::VIEW_LIMIT
+        {
             return Err(Reject::Inconsistent);
         }
         let Some(mut rec) = self.recovery.take() else {
@@ -740,6 +825,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return Err(Reject::Stale);
         }
         rec.replies.insert(from, r.result.clone());
+        rec.reply_views.insert(from, r.view);
         let matching = rec.replies.values().filter(|v| **v == r.result).count();
         if matching >= self.cfg.quorum() {
             let Ok(result) = postcard::from_bytes::<RecoveryResult>(&r.result) else {
@@ -752,6 +838,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 self.event(Event::RecoveryRefused);
                 rec.request = None;
                 rec.replies.clear();
+                rec.reply_views.clear();
                 rec.next_retry_ms = self.now() + self.cfg.recovery_interval_min_ms;
                 self.recovery = Some(rec);
                 return Ok(());
@@ -761,6 +848,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
             rec.h = rec.h_m.max(h_r);
             rec.n_r = result.seq;
             rec.replied_ms = self.now();
+            let views: Vec<View> = rec
+                .replies
+                .iter()
+                .filter(|(_, v)| **v == r.result)
+                .filter_map(|(j, _)| rec.reply_views.get(j).copied())
+                .collect();
+            self.estimate_view(views);
             rec.phase = Phase::Fetching;
             // Check every page; corrupt ones are fetched at the next vouched checkpoint.
             rec.corrupt_pages = self.check_state().len() as u64;

@@ -210,6 +210,9 @@ pub struct Stats {
     /// View-change protocol messages dropped because their sender (or this replica) re-keyed
     /// after they arrived (see `Replica::forget_view_changes_of`).
     pub view_changes_forgotten: u64,
+    /// Recoveries whose view estimate moved this replica back to a lower view (its journal
+    /// named a view the others did not report).
+    pub views_estimated: u64,
     /// Times a client came under suspicion (see `suspects.rs`).
     pub clients_suspected: u64,
     /// Requests arriving with a valid signature of their client.
@@ -2689,7 +2692,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
             .rev()
             .find(|x| matches!(x, Record::View { .. }))
         {
-            r.view = *view;
+            // A journal is not trusted beyond the view limit; a recovery's view estimate
+            // corrects any other view a tampered journal names.
+            r.view = (*view).min(crate::types::VIEW_LIMIT);
             r.normal = *normal;
             for b in batches {
                 r.batches.insert(b.digest(), Arc::new(b.clone()));
@@ -3008,7 +3013,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if ack.view > self.view.saturating_add(1) {
             return Err(Reject::OutOfWindow);
         }
-        if ack.sender == self.id || ack.sender >= self.cfg.n() {
+        // Acks for our own VIEW-CHANGE are kept only when we hold none (after a recovery's
+        // view estimate): then it comes relayed, with them.
+        if (ack.sender == self.id && self.my_vc.is_some()) || ack.sender >= self.cfg.n() {
             return Ok(());
         }
         let key = (ack.view, ack.sender, ack.digest);
@@ -3143,7 +3150,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let mut found = Vec::new();
         let mut missing = Vec::new();
         for (r, d) in &nv.vcs {
-            if *r == self.id {
+            if *r == self.id && self.my_vc.is_some() {
                 match &self.my_vc {
                     Some((m, md)) if md == d => found.push(m.clone()),
                     _ => missing.push((*r, *d)),
@@ -3179,9 +3186,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if self.normal || nv.view != self.view {
             return;
         }
-        // Our own view change must be named with its true digest if it is named at all.
+        // Our own view change must be named with its true digest if it is named at all
+        // (after a recovery's view estimate we hold none: it comes relayed like the others).
         if let Some((_, d)) = nv.vcs.iter().find(|(r, _)| *r == self.id) {
-            if self.my_vc.as_ref().map(|(_, md)| md) != Some(d) {
+            if self.my_vc.as_ref().is_some_and(|(_, md)| md != d) {
                 self.bad_new_view();
                 return;
             }
@@ -3674,7 +3682,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 .find(|(_, md)| *md == d)
                 .cloned()
             {
-                if r != from {
+                // Its own too: a replica whose recovery estimated a lower view holds none.
+                {
                     self.send_replica(from, &Message::RelayViewChange(m.clone()));
                     let ack = ViewChangeAck {
                         view: m.view,
