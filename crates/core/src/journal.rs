@@ -35,6 +35,9 @@ pub enum Record {
         qset: Vec<QEntry>,
         /// Bodies of the batches PSet and QSet name (the view change may need them).
         batches: Vec<Batch>,
+        /// Slots of views left that this replica pre-prepared without vouching for every
+        /// request: (seq, view, digest) (see `Replica::doubted`).
+        doubted: Vec<(Seq, View, Digest)>,
     },
     /// Accepted a pre-prepare for `digest` at `seq` in `view`. `vouched`: this replica sent
     /// PRE-PREPARE or PREPARE for it (false when it could not authenticate a request in it).
@@ -183,6 +186,7 @@ mod tests {
             pset: vec![],
             qset: vec![],
             batches: vec![],
+            doubted: vec![],
         }
     }
 

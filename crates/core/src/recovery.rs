@@ -678,6 +678,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             pset,
             qset,
             batches,
+            doubted: self.doubted_wire(),
         });
         self.event(Event::ViewChangeStarted { view: v });
     }

@@ -706,6 +706,14 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.event(Event::Rejected { from, kind, reason });
     }
 
+    /// The doubted slots as journaled.
+    fn doubted_wire(&self) -> Vec<(Seq, View, Digest)> {
+        self.doubted
+            .iter()
+            .map(|(n, (v, d))| (*n, *v, *d))
+            .collect()
+    }
+
     // ----- receive --------------------------------------------------------------------------
 
     fn receive(&mut self, bytes: &[u8]) {
@@ -2687,6 +2695,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             pset,
             qset,
             batches,
+            doubted,
         }) = records
             .iter()
             .rev()
@@ -2699,6 +2708,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
             for b in batches {
                 r.batches.insert(b.digest(), Arc::new(b.clone()));
             }
+            r.doubted = doubted
+                .iter()
+                .filter(|(n, _, _)| *n > h)
+                .map(|(n, v, d)| (*n, (*v, *d)))
+                .collect();
             r.my_vc = vc.as_ref().map(|m| (m.clone(), m.digest()));
             r.pset = pset
                 .iter()
@@ -2876,6 +2890,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             pset,
             qset,
             batches,
+            doubted: self.doubted_wire(),
         });
         self.event(Event::ViewChangeStarted { view: v });
         self.broadcast(&Message::ViewChange(vc));
@@ -3324,6 +3339,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             pset,
             qset,
             batches,
+            doubted: self.doubted_wire(),
         });
         let installed: Vec<(Seq, Digest)> = self
             .log

@@ -86,6 +86,11 @@ pub fn add_q(pairs: &mut Vec<(Digest, View)>, d: Digest, v: View, f: u32) {
         pairs[pos].1 = pairs[pos].1.max(v);
     } else {
         if pairs.len() > f as usize + 1 {
+            // A pair older than every pair of a full tuple (a slot of a view left long ago,
+            // vouched for late) would evict a later one: it is the one left out.
+            if pairs.iter().all(|(_, pv)| *pv > v) {
+                return;
+            }
             let lowest = pairs
                 .iter()
                 .enumerate()
@@ -284,6 +289,19 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Review finding 6: vouching late for a slot of an old view must not evict a pair of a
+    /// later view from a full tuple (it did: the lowest-view pair left, the older one came).
+    #[test]
+    fn a_late_old_pair_never_evicts_a_later_one() {
+        let f = 1;
+        let mut pairs = vec![(d(1), 5), (d(2), 6), (d(3), 7)];
+        add_q(&mut pairs, d(4), 2, f);
+        assert_eq!(pairs, vec![(d(1), 5), (d(2), 6), (d(3), 7)]);
+        // A pair of the current view still replaces the lowest.
+        add_q(&mut pairs, d(4), 8, f);
+        assert_eq!(pairs, vec![(d(2), 6), (d(3), 7), (d(4), 8)]);
+    }
 
     fn d(x: u8) -> Digest {
         Digest([x; 32])

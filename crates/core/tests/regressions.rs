@@ -590,6 +590,7 @@ fn an_execution_journaled_without_its_body_replays_from_the_pre_prepare() {
         pset: vec![],
         qset: vec![],
         batches: vec![],
+        doubted: vec![],
     });
     let records = journal::compact(records);
     assert_eq!(bodies(&records), 1);
