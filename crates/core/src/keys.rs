@@ -5,8 +5,11 @@
 //! read-only memory) and a [`KeyHolder`] (the papers' secure co-processor): the only component
 //! that holds its private signing and opening keys and a counter that never goes backwards.
 //! Session keys are drawn by the key holder, sealed to each recipient's public key, and sent in
-//! a NEW-KEY signed by the key holder with its counter; a receiver accepts a NEW-KEY only if its
-//! counter exceeds the last one it accepted from that sender.
+//! a NEW-KEY signed by the key holder with its counter. A receiver's own key holder admits a
+//! NEW-KEY (checks its signature against the directory, its counter against the last one it
+//! admitted from that sender, records the counter in its non-volatile memory and only then
+//! opens the key), so a NEW-KEY recorded by an attacker is refused after any restart or
+//! recovery of the receiver, however its journal was tampered with.
 //!
 //! Keys between replicas are directional: replica `i` chooses the key `k(j→i)` each peer `j`
 //! uses to send to it, so after `i` sends a NEW-KEY nothing authenticated with the old keys
@@ -73,9 +76,81 @@ pub enum HolderError {
     Refused(String),
 }
 
-/// The papers' secure co-processor: holds a principal's private keys and a monotonic counter.
-/// It signs NEW-KEY messages and recovery requests (appending the next counter value), draws
-/// fresh session keys, seals them to public keys and opens keys sealed to its principal.
+/// What a key holder made of a NEW-KEY (see [`KeyHolder::admit`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Admitted {
+    /// Admitted: the key sealed to the holder's principal, released after the counter was
+    /// recorded.
+    Key(MacKey),
+    /// Its counter is not fresh (see [`admits`]): a replay.
+    Stale,
+    /// Its signature does not verify under the sender's public key.
+    BadSignature,
+    /// The sender is not in the directory (or is the holder's own principal).
+    UnknownSender,
+    /// It carries no key for the holder's principal, or that key does not open.
+    NoKey,
+}
+
+/// The freshness rule a key holder admits NEW-KEYs by, given the last counter it admitted from
+/// the sender. A client's counter must exceed it. A replica's may equal it: a replica sends its
+/// latest NEW-KEY again to peers that lost their keys (they restarted), and that NEW-KEY carries
+/// only keys for sending *to* that replica, which it still accepts; an older one is refused.
+pub fn admits(from: Principal, last: Option<u64>, counter: u64) -> bool {
+    match (from, last) {
+        (_, None) => true,
+        (Principal::Client(_), Some(last)) => counter > last,
+        (Principal::Replica(_), Some(last)) => counter >= last,
+    }
+}
+
+/// Admits `nk` for the key holder of `me`: checks the sender, the signature (against
+/// `directory`) and the counter (against `admitted`, the holder's non-volatile record of the
+/// last counter admitted per principal), opens the key sealed to `me`, then has `persist` make
+/// the updated record durable before recording it in `admitted` and releasing the key. Only
+/// principals of the directory enter the record, so it never outgrows the directory.
+pub fn admit_new_key(
+    me: Principal,
+    secrets: &HolderSecrets,
+    directory: &Directory,
+    admitted: &mut BTreeMap<Principal, u64>,
+    nk: &NewKey,
+    persist: impl FnOnce(&BTreeMap<Principal, u64>) -> Result<(), HolderError>,
+) -> Result<Admitted, HolderError> {
+    let Some(pubkeys) = directory.get(nk.from) else {
+        return Ok(Admitted::UnknownSender);
+    };
+    if nk.from == me {
+        return Ok(Admitted::UnknownSender);
+    }
+    let content = NewKey::content_digest(nk.from, &nk.keys);
+    let st = holder_statement(Purpose::NewKey, nk.from, nk.counter, &content);
+    if !pk::verify(&pubkeys.verify, &st.0, &nk.sig) {
+        return Ok(Admitted::BadSignature);
+    }
+    let last = admitted.get(&nk.from).copied();
+    if !admits(nk.from, last, nk.counter) {
+        return Ok(Admitted::Stale);
+    }
+    let Some((_, sealed)) = nk.keys.iter().find(|(p, _)| *p == me) else {
+        return Ok(Admitted::NoKey);
+    };
+    let Some(key) = secrets.open_key(&seal_info(nk.from, me), sealed) else {
+        return Ok(Admitted::NoKey);
+    };
+    if last != Some(nk.counter) {
+        let mut next = admitted.clone();
+        next.insert(nk.from, nk.counter);
+        persist(&next)?;
+        *admitted = next;
+    }
+    Ok(Admitted::Key(MacKey(key)))
+}
+
+/// The papers' secure co-processor: holds a principal's private keys, a monotonic counter and
+/// the last NEW-KEY counter it admitted from each principal. It signs NEW-KEY messages and
+/// recovery requests (appending the next counter value), draws fresh session keys, seals them
+/// to public keys and admits NEW-KEYs (the only way a key sealed to its principal is opened).
 pub trait KeyHolder: Send {
     fn principal(&self) -> Principal;
     /// Signs `content` for `purpose` with the next counter value, returned with the signature.
@@ -90,17 +165,27 @@ pub trait KeyHolder: Send {
         info: &[u8],
         key: &MacKey,
     ) -> Result<Vec<u8>, HolderError>;
-    /// Opens a key sealed to this principal; `None` if it does not open.
-    fn open(&mut self, info: &[u8], sealed: &[u8]) -> Result<Option<MacKey>, HolderError>;
+    /// Admits a NEW-KEY (see [`admit_new_key`]): verifies its signature against the sender's
+    /// public key in the holder's directory and its counter against the last one admitted from
+    /// the sender ([`admits`]), records the counter durably, then opens the key sealed to this
+    /// principal.
+    fn admit(&mut self, nk: &NewKey) -> Result<Admitted, HolderError>;
 }
 
+/// The last NEW-KEY counter a key holder admitted from each principal: part of the
+/// co-processor's non-volatile memory, shared with whoever keeps it across restarts.
+pub type AdmittedCounters = Arc<Mutex<BTreeMap<Principal, u64>>>;
+
 /// An in-process key holder: secrets in memory, randomness from a ChaCha generator seeded by
-/// the host, and a counter shared with whoever keeps it across restarts (the simulator keeps
-/// one per replica, standing in for the co-processor's non-volatile counter).
+/// the host, and a counter and admitted NEW-KEY counters shared with whoever keeps them across
+/// restarts (the simulator keeps one of each per principal, standing in for the co-processor's
+/// non-volatile memory).
 pub struct LocalHolder {
     who: Principal,
     secrets: HolderSecrets,
+    directory: Arc<Directory>,
     counter: Arc<AtomicU64>,
+    admitted: AdmittedCounters,
     rng: blake3::OutputReader,
 }
 
@@ -108,7 +193,9 @@ impl LocalHolder {
     pub fn new(
         who: Principal,
         secrets: HolderSecrets,
+        directory: Arc<Directory>,
         counter: Arc<AtomicU64>,
+        admitted: AdmittedCounters,
         seed: [u8; 32],
     ) -> Self {
         let mut h = blake3::Hasher::new_derive_key("redoubt 2026 local holder rng v1");
@@ -116,7 +203,9 @@ impl LocalHolder {
         LocalHolder {
             who,
             secrets,
+            directory,
             counter,
+            admitted,
             rng: h.finalize_xof(),
         }
     }
@@ -153,8 +242,17 @@ impl KeyHolder for LocalHolder {
         let seed = self.random();
         Ok(pk::seal_key(to, info, &key.0, seed))
     }
-    fn open(&mut self, info: &[u8], sealed: &[u8]) -> Result<Option<MacKey>, HolderError> {
-        Ok(self.secrets.open_key(info, sealed).map(MacKey))
+    fn admit(&mut self, nk: &NewKey) -> Result<Admitted, HolderError> {
+        // The shared map is the non-volatile memory itself: nothing more to persist.
+        let mut admitted = self.admitted.lock().unwrap_or_else(|e| e.into_inner());
+        admit_new_key(
+            self.who,
+            &self.secrets,
+            &self.directory,
+            &mut admitted,
+            nk,
+            |_| Ok(()),
+        )
     }
 }
 
@@ -207,7 +305,7 @@ fn seal_info(from: Principal, to: Principal) -> Vec<u8> {
 pub enum NewKeyError {
     UnknownSender,
     BadSignature,
-    /// The counter does not exceed the last accepted one (a replay).
+    /// The counter is not fresh for our key holder (a replay; see [`admits`]).
     Stale,
     /// No key for us in it, or ours does not open.
     NoKey,
@@ -234,8 +332,6 @@ pub struct SessionKeys {
     inbound: BTreeMap<Principal, MacKey>,
     /// Key `me → peer` (chosen by the peer).
     outbound: BTreeMap<Principal, MacKey>,
-    /// Counter of the last NEW-KEY accepted from each principal.
-    last_counter: BTreeMap<Principal, u64>,
     /// When each client last refreshed its key (host clock, ms).
     client_refreshed: BTreeMap<ClientId, u64>,
     /// Our latest NEW-KEY, resent to peers that cannot authenticate us.
@@ -272,7 +368,6 @@ impl SessionKeys {
             directory,
             inbound: BTreeMap::new(),
             outbound: BTreeMap::new(),
-            last_counter: BTreeMap::new(),
             client_refreshed: BTreeMap::new(),
             latest: None,
             refreshes: 0,
@@ -344,32 +439,19 @@ impl SessionKeys {
         Ok(nk)
     }
 
-    /// Checks and installs a NEW-KEY. `now_ms` dates a client's refresh.
+    /// Checks and installs a NEW-KEY. `now_ms` dates a client's refresh. The checks are the
+    /// key holder's ([`KeyHolder::admit`]): its record of admitted counters survives restarts
+    /// and recoveries, so a NEW-KEY recorded earlier (by an attacker) is refused here even
+    /// when this incarnation never saw a newer one.
     pub fn accept(&mut self, nk: &NewKey, now_ms: u64) -> Result<Accepted, NewKeyError> {
-        let Some(pubkeys) = self.directory.get(nk.from).copied() else {
-            return Err(NewKeyError::UnknownSender);
-        };
-        if nk.from == self.me {
-            return Err(NewKeyError::UnknownSender);
-        }
-        let content = NewKey::content_digest(nk.from, &nk.keys);
-        let st = holder_statement(Purpose::NewKey, nk.from, nk.counter, &content);
-        if !pk::verify(&pubkeys.verify, &st.0, &nk.sig) {
-            return Err(NewKeyError::BadSignature);
-        }
-        if nk.counter <= self.last_counter.get(&nk.from).copied().unwrap_or(0) {
-            return Err(NewKeyError::Stale);
-        }
-        let Some((_, sealed)) = nk.keys.iter().find(|(p, _)| *p == self.me) else {
-            return Err(NewKeyError::NoKey);
-        };
-        let info = seal_info(nk.from, self.me);
-        let key = match self.with_holder(|h| h.open(&info, sealed)) {
-            Ok(Some(k)) => k,
-            Ok(None) => return Err(NewKeyError::NoKey),
+        let key = match self.with_holder(|h| h.admit(nk)) {
+            Ok(Admitted::Key(k)) => k,
+            Ok(Admitted::Stale) => return Err(NewKeyError::Stale),
+            Ok(Admitted::BadSignature) => return Err(NewKeyError::BadSignature),
+            Ok(Admitted::UnknownSender) => return Err(NewKeyError::UnknownSender),
+            Ok(Admitted::NoKey) => return Err(NewKeyError::NoKey),
             Err(_) => return Err(NewKeyError::Holder),
         };
-        self.last_counter.insert(nk.from, nk.counter);
         self.generation += 1;
         match nk.from {
             Principal::Replica(r) => {
@@ -542,34 +624,56 @@ impl Auth for Forger {
 mod tests {
     use super::*;
 
-    fn setup(ps: &[Principal]) -> (Arc<Directory>, Vec<SessionKeys>) {
-        let secrets: Vec<HolderSecrets> = ps
+    /// A principal's key holder's non-volatile memory: what survives its restarts.
+    #[derive(Clone)]
+    struct Nv {
+        p: Principal,
+        seed: [u8; 32],
+        counter: Arc<AtomicU64>,
+        admitted: AdmittedCounters,
+    }
+
+    /// Session keys of `nv`'s principal with a new key holder over `nv` (a new incarnation).
+    fn incarnate(dir: &Arc<Directory>, nv: &Nv, incarnation: u8) -> SessionKeys {
+        SessionKeys::new(
+            Box::new(LocalHolder::new(
+                nv.p,
+                HolderSecrets::from_seed(&nv.seed),
+                dir.clone(),
+                nv.counter.clone(),
+                nv.admitted.clone(),
+                [incarnation; 32],
+            )),
+            dir.clone(),
+        )
+    }
+
+    fn setup_nv(ps: &[Principal]) -> (Arc<Directory>, Vec<Nv>) {
+        let nvs: Vec<Nv> = ps
             .iter()
             .enumerate()
-            .map(|(i, _)| HolderSecrets::from_seed(&[i as u8 + 1; 32]))
+            .map(|(i, p)| Nv {
+                p: *p,
+                seed: [i as u8 + 1; 32],
+                counter: Arc::new(AtomicU64::new(0)),
+                admitted: AdmittedCounters::default(),
+            })
             .collect();
         let dir = Arc::new(Directory {
-            keys: ps
+            keys: nvs
                 .iter()
-                .zip(&secrets)
-                .map(|(p, s)| (*p, s.public()))
+                .map(|nv| (nv.p, HolderSecrets::from_seed(&nv.seed).public()))
                 .collect(),
         });
-        let keys = ps
+        (dir, nvs)
+    }
+
+    fn setup(ps: &[Principal]) -> (Arc<Directory>, Vec<SessionKeys>) {
+        let (dir, nvs) = setup_nv(ps);
+        let keys = nvs
             .iter()
-            .zip(secrets)
             .enumerate()
-            .map(|(i, (p, s))| {
-                SessionKeys::new(
-                    Box::new(LocalHolder::new(
-                        *p,
-                        s,
-                        Arc::new(AtomicU64::new(0)),
-                        [i as u8; 32],
-                    )),
-                    dir.clone(),
-                )
-            })
+            .map(|(i, nv)| incarnate(&dir, nv, i as u8))
             .collect();
         (dir, keys)
     }
@@ -588,8 +692,8 @@ mod tests {
         let d = Digest::of(b"m");
         let mac = ks[1].mac_to(ps[0], &d).unwrap();
         assert!(ks[0].verify_from(ps[1], 0, &d, &mac));
-        // Replay refused.
-        assert_eq!(ks[1].accept(&nk0, 0), Err(NewKeyError::Stale));
+        // A replica's latest NEW-KEY sent again is accepted (it reinstalls 0's current key).
+        assert_eq!(ks[1].accept(&nk0, 0), Ok(Accepted::Replica(0)));
         // A tampered key list fails the signature.
         let mut bad = nk0.clone();
         bad.keys[0].1[5] ^= 1;
@@ -606,9 +710,14 @@ mod tests {
         ks[1].accept(&nk0b, 0).unwrap();
         let mac = ks[1].mac_to(ps[0], &d).unwrap();
         assert!(ks[0].verify_from(ps[1], 0, &d, &mac));
+        // An older one is a replay: refused.
+        assert_eq!(ks[1].accept(&nk0, 0), Err(NewKeyError::Stale));
+        assert_eq!(ks[1].mac_to(ps[0], &d).unwrap(), mac);
         // A client's key serves both directions and expires.
         let nkc = ks[2].refresh(&ps[..2]).unwrap();
         assert_eq!(ks[0].accept(&nkc, 100), Ok(Accepted::Client(5)));
+        // A client's NEW-KEY is never accepted twice.
+        assert_eq!(ks[0].accept(&nkc, 100), Err(NewKeyError::Stale));
         let mac = ks[2].mac_to(ps[0], &d).unwrap();
         assert!(ks[0].verify_from(ps[2], 0, &d, &mac));
         let back = ks[0].mac_to(ps[2], &d).unwrap();
@@ -620,5 +729,60 @@ mod tests {
         let mut spoof = nkc.clone();
         spoof.from = ps[1];
         assert_eq!(ks[0].accept(&spoof, 0), Err(NewKeyError::BadSignature));
+    }
+
+    /// Review finding 3: the last accepted counters were volatile, so after a restart or a
+    /// recovery a NEW-KEY recorded earlier was accepted again and reinstated a stolen key.
+    #[test]
+    fn replayed_new_keys_are_refused_after_a_restart_and_a_recovery() {
+        let ps = [
+            Principal::Replica(0),
+            Principal::Replica(1),
+            Principal::Client(5),
+        ];
+        let (dir, nvs) = setup_nv(&ps);
+        let mut r0 = incarnate(&dir, &nvs[0], 10);
+        let mut r1 = incarnate(&dir, &nvs[1], 11);
+        let mut c5 = incarnate(&dir, &nvs[2], 12);
+        let client_old = c5.refresh(&ps[..2]).unwrap();
+        assert_eq!(r0.accept(&client_old, 0), Ok(Accepted::Client(5)));
+        let client_latest = c5.refresh(&ps[..2]).unwrap();
+        assert_eq!(r0.accept(&client_latest, 0), Ok(Accepted::Client(5)));
+        let replica_old = r1.refresh(&ps[..1]).unwrap();
+        assert_eq!(r0.accept(&replica_old, 0), Ok(Accepted::Replica(1)));
+        let replica_latest = r1.refresh(&ps[..1]).unwrap();
+        assert_eq!(r0.accept(&replica_latest, 0), Ok(Accepted::Replica(1)));
+
+        // Replica 0 restarts (a new key holder over the same non-volatile memory) and
+        // recovers: it holds no key of anyone.
+        let mut r0 = incarnate(&dir, &nvs[0], 20);
+        r0.discard_client_keys();
+        assert!(!r0.can_send(ps[2]));
+        for replay in [&client_old, &client_latest] {
+            assert_eq!(r0.accept(replay, 0), Err(NewKeyError::Stale));
+            assert!(!r0.can_send(ps[2]), "a replayed key is not reinstated");
+        }
+        let client_fresh = c5.refresh(&ps[..1]).unwrap();
+        assert_eq!(r0.accept(&client_fresh, 0), Ok(Accepted::Client(5)));
+        let d = Digest::of(b"request");
+        let mac = c5.mac_to(ps[0], &d).unwrap();
+        assert!(r0.verify_from(ps[2], 0, &d, &mac));
+        // A replica's latest NEW-KEY is accepted again (it is what that replica resends to a
+        // peer that lost its keys); an older one is not.
+        assert_eq!(r0.accept(&replica_old, 0), Err(NewKeyError::Stale));
+        assert_eq!(r0.accept(&replica_latest, 0), Ok(Accepted::Replica(1)));
+        let mac = r0.mac_to(ps[1], &d).unwrap();
+        assert!(r1.verify_from(ps[0], 0, &d, &mac));
+
+        // A forged NEW-KEY with a huge counter does not move the holder's record.
+        let mut forged = c5.refresh(&ps[..1]).unwrap();
+        forged.counter = u64::MAX;
+        assert_eq!(r0.accept(&forged, 0), Err(NewKeyError::BadSignature));
+        assert_eq!(
+            nvs[0].admitted.lock().unwrap().get(&ps[2]),
+            Some(&client_fresh.counter)
+        );
+        forged.counter = client_fresh.counter + 1;
+        assert_eq!(r0.accept(&forged, 0), Ok(Accepted::Client(5)));
     }
 }

@@ -24,7 +24,7 @@ pub use auth::{Auth, StaticKeys};
 pub use client::{Client, ClientTiming, Completion, InvokeError};
 pub use effect::{Bytes, Effect, Env, Event};
 pub use journal::Record;
-pub use keys::{Directory, KeyHolder, Keys, LocalHolder, NewKey, SessionKeys};
+pub use keys::{Admitted, Directory, KeyHolder, Keys, LocalHolder, NewKey, SessionKeys};
 pub use message::{Message, Reject};
 pub use redoubt_state as state;
 pub use replica::{open_state, Footprint, Input, RecoveryReport, Replica, Stats};

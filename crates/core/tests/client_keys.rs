@@ -1,10 +1,12 @@
 //! A replica that lost a client's session key (it recovered, or the key expired) asks the
 //! client for it by sending its own NEW-KEY; the client answers with a NEW-KEY for that
 //! replica alone, at most once a second per replica, so the other replicas' keys (and the
-//! authenticators of requests in flight) stay as they were.
+//! authenticators of requests in flight) stay as they were. A replica's key holder remembers
+//! the client NEW-KEYs it admitted across restarts, so a replayed one is refused.
 
 use redoubt_core::auth::seal;
 use redoubt_core::keys::Accepted;
+use redoubt_core::keys::{AdmittedCounters, LocalHolder};
 use redoubt_core::message::{decode_body, decode_frame};
 use redoubt_core::*;
 use redoubt_crypto::pk::HolderSecrets;
@@ -21,14 +23,35 @@ fn principals() -> Vec<Principal> {
         .collect()
 }
 
-fn session(dir: &Arc<Directory>, i: usize, p: Principal) -> SessionKeys {
+/// A key holder's non-volatile memory (its counter and the NEW-KEY counters it admitted),
+/// which survives restarts of its principal.
+#[derive(Clone, Default)]
+struct HolderMemory {
+    counter: Arc<AtomicU64>,
+    admitted: AdmittedCounters,
+}
+
+/// Session keys of principal `i` over the key holder memory `nv`, the `incarnation`-th time.
+fn session_over(
+    dir: &Arc<Directory>,
+    i: usize,
+    p: Principal,
+    nv: &HolderMemory,
+    incarnation: u8,
+) -> SessionKeys {
     let holder = LocalHolder::new(
         p,
         HolderSecrets::from_seed(&[i as u8 + 1; 32]),
-        Arc::new(AtomicU64::new(0)),
-        [i as u8 + 100; 32],
+        dir.clone(),
+        nv.counter.clone(),
+        nv.admitted.clone(),
+        [i as u8 + 100 + incarnation; 32],
     );
     SessionKeys::new(Box::new(holder), dir.clone())
+}
+
+fn session(dir: &Arc<Directory>, i: usize, p: Principal) -> SessionKeys {
+    session_over(dir, i, p, &HolderMemory::default(), 0)
 }
 
 /// Every principal's public key, as the deployment's key directory.
@@ -178,4 +201,106 @@ fn a_stalled_client_resends_its_current_key_between_rekeys() {
             w[1] - w[0]
         );
     }
+}
+
+/// A service that does nothing (the test is about keys).
+struct Nop;
+impl Service for Nop {
+    fn execute(&mut self, _: &mut dyn state::StateWrite, op: &[u8], _: &ExecContext) -> Vec<u8> {
+        op.to_vec()
+    }
+    fn execute_read_only(&self, _: &dyn state::StateRead, _: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+    fn load(&mut self, _: &dyn state::StateRead) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+fn fresh_state() -> state::PagedState {
+    open_state(Box::new(state::MemStore::new(
+        state::Geometry::new(256, 16, 4).unwrap(),
+    )))
+    .unwrap()
+}
+
+/// The frames `effects` send to `to`.
+fn frames_to(effects: &[Effect], to: Principal) -> Vec<Vec<u8>> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Send { to: t, bytes } if *t == to => Some(bytes.to_vec()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Review finding 3: a replica restarted from its journal accepted again a client NEW-KEY
+/// recorded before the restart (its record of accepted counters was volatile), reinstating a
+/// key an attacker may know and no longer asking the client for a fresh one.
+#[test]
+fn a_restarted_replica_refuses_a_client_new_key_recorded_before_the_restart() {
+    let ps = principals();
+    let dir = directory(&ps);
+    let r0 = Principal::Replica(0);
+    let nv = HolderMemory::default();
+    let mut replica = Replica::new(
+        Config::new(1),
+        0,
+        Keys::Session(session_over(&dir, 0, r0, &nv, 0)),
+        Nop,
+        fresh_state(),
+    );
+    let mut journal: Vec<Record> = Vec::new();
+    let mut run = |replica: &mut Replica<Nop, Keys>, t: u64, input: Input<'_>| {
+        let effects = replica.handle(env(t), input);
+        journal.extend(effects.iter().filter_map(|e| match e {
+            Effect::Persist(r) => Some(r.clone()),
+            _ => None,
+        }));
+        effects
+    };
+    let holds_key = |r: &Replica<Nop, Keys>| r.auth().session_ref().unwrap().can_send(ps[4]);
+
+    let mut client = session_client(&dir, ps[4]);
+    let recorded = frames_to(&client.tick(env(0)), r0);
+    assert_eq!(recorded.len(), 1);
+    run(&mut replica, 1, Input::Receive(&recorded[0]));
+    assert!(holds_key(&replica));
+    assert_eq!(replica.stats.new_keys_accepted, 1);
+    let journal = std::mem::take(&mut journal);
+
+    // The replica restarts from its journal with a new key holder over the same memory.
+    let mut replica = Replica::restore(
+        Config::new(1),
+        0,
+        Keys::Session(session_over(&dir, 0, r0, &nv, 1)),
+        Nop,
+        fresh_state(),
+        &journal,
+        true,
+    )
+    .unwrap();
+    assert!(!holds_key(&replica));
+    let effects = replica.handle(env(2_000), Input::Receive(&recorded[0]));
+    assert!(
+        effects.iter().any(|e| matches!(
+            e,
+            Effect::Event(Event::Rejected {
+                reason: Reject::Stale,
+                ..
+            })
+        )),
+        "the replay is refused as stale: {effects:?}"
+    );
+    assert!(!holds_key(&replica), "the recorded key is not reinstated");
+    assert_eq!(replica.stats.new_keys_accepted, 0);
+
+    // The client's next key for it is accepted.
+    client.refresh_keys_soon(0);
+    let fresh = frames_to(&client.tick(env(3_000)), r0);
+    assert_eq!(fresh.len(), 1);
+    replica.handle(env(3_001), Input::Receive(&fresh[0]));
+    assert!(holds_key(&replica));
+    assert_eq!(replica.stats.new_keys_accepted, 1);
 }

@@ -127,7 +127,7 @@ pub fn load_keys(cfg: &ClusterConfig, me: Principal) -> Result<Keys, ConfigError
         Principal::Client(_) => {
             let file = crate::holder::read_holder_file(&cfg.key_file_of(me)?, me)?;
             check_holder_cluster(cfg, &file)?;
-            Box::new(crate::holder::FileHolder::open(file)?)
+            Box::new(crate::holder::FileHolder::open(file, directory.clone())?)
         }
     };
     Ok(Keys::Session(SessionKeys::new(holder, directory)))

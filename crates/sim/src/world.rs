@@ -9,7 +9,7 @@ use crate::scenario::{Behavior, ClientAttack, Scenario};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use redoubt_core::auth::{request_authenticator, seal};
-use redoubt_core::keys::{Directory, Forger, LocalHolder, SessionKeys};
+use redoubt_core::keys::{AdmittedCounters, Directory, Forger, LocalHolder, SessionKeys};
 use redoubt_core::message::{
     decode_body, decode_frame, encode_frame, Message, Request, SignedRequest,
 };
@@ -169,6 +169,8 @@ pub struct World {
     directory: Arc<Directory>,
     /// Each principal's key-holder counter, which survives restarts.
     holder_counters: BTreeMap<Principal, Arc<AtomicU64>>,
+    /// The NEW-KEY counters each principal's key holder admitted, which survive restarts.
+    holder_admitted: BTreeMap<Principal, AdmittedCounters>,
     /// How many key holders were built per principal (seeds each one's generator).
     incarnations: BTreeMap<Principal, u64>,
     /// Key-table generation of each controlled replica the adversary last copied.
@@ -227,12 +229,14 @@ impl World {
                 .collect(),
         });
         let mut holder_counters = BTreeMap::new();
+        let mut holder_admitted = BTreeMap::new();
         let mut incarnations = BTreeMap::new();
         let mut keys = |p: Principal| {
             new_session_keys(
                 &master,
                 &directory,
                 &mut holder_counters,
+                &mut holder_admitted,
                 &mut incarnations,
                 p,
             )
@@ -296,6 +300,7 @@ impl World {
             master,
             directory,
             holder_counters,
+            holder_admitted,
             incarnations,
             adversary_key_gen: BTreeMap::new(),
             replicas,
@@ -564,6 +569,7 @@ impl World {
             &self.master,
             &self.directory,
             &mut self.holder_counters,
+            &mut self.holder_admitted,
             &mut self.incarnations,
             p,
         )
@@ -1315,12 +1321,14 @@ fn holder_secrets(master: &[u8], p: Principal) -> HolderSecrets {
     HolderSecrets::from_seed(&blake3::derive_key("redoubt sim holder secrets", &material))
 }
 
-/// Session keys of `p` with a fresh in-process key holder: the same secrets and counter as
-/// before (they survive restarts), a generator seeded per incarnation.
+/// Session keys of `p` with a fresh in-process key holder: the same secrets, counter and
+/// admitted NEW-KEY counters as before (they survive restarts), a generator seeded per
+/// incarnation.
 fn new_session_keys(
     master: &[u8],
     directory: &Arc<Directory>,
     counters: &mut BTreeMap<Principal, Arc<AtomicU64>>,
+    admitted: &mut BTreeMap<Principal, AdmittedCounters>,
     incarnations: &mut BTreeMap<Principal, u64>,
     p: Principal,
 ) -> SessionKeys {
@@ -1328,12 +1336,20 @@ fn new_session_keys(
         .entry(p)
         .or_insert_with(|| Arc::new(AtomicU64::new(0)))
         .clone();
+    let admitted = admitted.entry(p).or_default().clone();
     let inc = incarnations.entry(p).or_insert(0);
     *inc += 1;
     let mut material = master.to_vec();
     material.extend_from_slice(format!("{p:?}/{inc}").as_bytes());
     let seed = blake3::derive_key("redoubt sim holder rng", &material);
-    let holder = LocalHolder::new(p, holder_secrets(master, p), counter, seed);
+    let holder = LocalHolder::new(
+        p,
+        holder_secrets(master, p),
+        directory.clone(),
+        counter,
+        admitted,
+        seed,
+    );
     SessionKeys::new(Box::new(holder), directory.clone())
 }
 
