@@ -57,7 +57,14 @@ fn directory() -> Arc<Directory> {
 }
 
 fn session(dir: &Arc<Directory>, p: Principal, seed: u8) -> SessionKeys {
-    let holder = LocalHolder::new(p, secrets(p), Arc::new(AtomicU64::new(0)), [seed; 32]);
+    let holder = LocalHolder::new(
+        p,
+        secrets(p),
+        dir.clone(),
+        Arc::new(AtomicU64::new(0)),
+        Default::default(),
+        [seed; 32],
+    );
     SessionKeys::new(Box::new(holder), dir.clone())
 }
 
