@@ -187,6 +187,11 @@ pub struct LocalHolder {
     counter: Arc<AtomicU64>,
     admitted: AdmittedCounters,
     rng: blake3::OutputReader,
+    /// Mutant `no-freshness`: the admitted counters live only as long as this holder.
+    #[cfg(feature = "mutants")]
+    pub forgetful: bool,
+    #[cfg(feature = "mutants")]
+    own: BTreeMap<Principal, u64>,
 }
 
 impl LocalHolder {
@@ -207,6 +212,10 @@ impl LocalHolder {
             counter,
             admitted,
             rng: h.finalize_xof(),
+            #[cfg(feature = "mutants")]
+            forgetful: false,
+            #[cfg(feature = "mutants")]
+            own: BTreeMap::new(),
         }
     }
 
@@ -245,6 +254,21 @@ impl KeyHolder for LocalHolder {
     fn admit(&mut self, nk: &NewKey) -> Result<Admitted, HolderError> {
         // The shared map is the non-volatile memory itself: nothing more to persist.
         let mut admitted = self.admitted.lock().unwrap_or_else(|e| e.into_inner());
+        #[cfg(feature = "mutants")]
+        if self.forgetful {
+            // Mutant no-freshness: only this incarnation's counters count.
+            let mut own = self.own.clone();
+            let r = admit_new_key(
+                self.who,
+                &self.secrets,
+                &self.directory,
+                &mut own,
+                nk,
+                |_| Ok(()),
+            );
+            self.own = own;
+            return r;
+        }
         admit_new_key(
             self.who,
             &self.secrets,

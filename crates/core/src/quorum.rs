@@ -43,7 +43,8 @@ pub fn prepared(
             *doubted.entry(*i).or_default() += 1;
         }
     }
-    doubted.values().all(|c| c + f as usize + 1 <= m)
+    // Backup vouchers m - c must be at least f+1.
+    doubted.values().all(|c| m - c > f as usize)
 }
 
 /// committed-local(m, v, n, i): prepared and 2f+1 matching COMMITs from distinct replicas

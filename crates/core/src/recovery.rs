@@ -168,6 +168,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// replica's, put more than f lies into a NEW-VIEW's set. What is still needed comes
     /// again under the new keys (status-driven retransmission).
     pub(super) fn forget_view_changes_of(&mut self, r: Option<ReplicaId>) {
+        if self.mutant("keep-view-changes-across-rekey") {
+            return;
+        }
         let me = self.id;
         let gone = |x: ReplicaId| x != me && r.is_none_or(|r| r == x);
         let before = self.vcs.len() + self.relayed.len() + self.beyond.len();
@@ -597,6 +600,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         p.insert(self.id, self.last_prepared_seq());
         let mut candidates: Vec<(ReplicaId, Seq)> = c.iter().map(|(r, s)| (*r, *s)).collect();
         candidates.sort_by_key(|(_, s)| *s);
+        if self.mutant("estimate-untested") {
+            return candidates.first().map(|(_, c)| *c);
+        }
         candidates.into_iter().find_map(|(j, cj)| {
             let le = c.iter().filter(|(k, ck)| **k != j && **ck <= cj).count();
             let ge = p.iter().filter(|(k, pk)| **k != j && **pk >= cj).count();

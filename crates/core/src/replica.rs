@@ -2993,7 +2993,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
             let e = others.entry(*r).or_insert(*v);
             *e = (*e).max(*v);
         }
-        if let Some(v) = quorum::join_view(self.cfg.f, self.view, &others) {
+        let join_f = if self.mutant("join-at-f") {
+            self.cfg.f.saturating_sub(1)
+        } else {
+            self.cfg.f
+        };
+        if let Some(v) = quorum::join_view(join_f, self.view, &others) {
             if v > self.view {
                 self.start_view_change(v);
                 return;
@@ -3074,7 +3079,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let Some((mine, my_digest)) = self.my_vc.clone() else {
             return;
         };
-        let need_acks = 2 * self.cfg.f as usize - 1;
+        let need_acks = if self.mutant("acks-at-zero") {
+            0
+        } else {
+            2 * self.cfg.f as usize - 1
+        };
         let mut s: Vec<(ReplicaId, Digest, ViewChange)> = vec![(self.id, my_digest, mine)];
         for ((r, _), (m, d)) in &self.vcs {
             if m.view == self.view && self.ack_count(*r, d, None) >= need_acks {
@@ -3091,7 +3100,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             self.cfg.log_size,
             &refs,
             |d| batches.contains_key(d),
-            self.any_prepared_mutant(),
+            self.broken_decision(),
         );
         match outcome {
             Ok(dec) => {
@@ -3111,9 +3120,30 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
     }
 
-    fn any_prepared_mutant(&self) -> bool {
+    /// The decision procedure's deliberately broken variants, under the simulator's mutants.
+    fn broken_decision(&self) -> viewchange::Broken {
         #[cfg(feature = "mutants")]
-        return self.cfg.mutant == crate::types::Mutant::ViewChangeAnyPrepared;
+        {
+            use crate::types::Mutant;
+            let m = self.cfg.mutant;
+            viewchange::Broken {
+                any_prepared: m == Mutant::ViewChangeAnyPrepared,
+                no_a2: m == Mutant::NoA2,
+                null_at_2f: m == Mutant::NullAt2f,
+                checkpoint_at_f: m == Mutant::CheckpointAtF,
+            }
+        }
+        #[cfg(not(feature = "mutants"))]
+        viewchange::Broken::default()
+    }
+
+    /// Whether the simulator's mutant `m` is on.
+    #[allow(unused_variables)]
+    pub(super) fn mutant(&self, m: &str) -> bool {
+        #[cfg(feature = "mutants")]
+        return crate::types::Mutant::ALL
+            .iter()
+            .any(|(name, x)| *name == m && *x == self.cfg.mutant);
         #[cfg(not(feature = "mutants"))]
         false
     }
@@ -3178,8 +3208,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     // f acks from replicas other than the sender and the new primary (whose
                     // NEW-VIEW is already its vouch): with the primary's, f+1 vouchers.
                     Some(m)
-                        if self.ack_count(*r, d, Some(self.cfg.primary(nv.view)))
-                            >= self.cfg.f as usize =>
+                        if self.mutant("acks-at-zero")
+                            || self.ack_count(*r, d, Some(self.cfg.primary(nv.view)))
+                                >= self.cfg.f as usize =>
                     {
                         found.push(m.clone())
                     }
@@ -3233,7 +3264,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             self.cfg.log_size,
             &refs,
             |_| true,
-            self.any_prepared_mutant(),
+            self.broken_decision(),
         );
         match outcome {
             Ok(dec) if dec.checkpoint == nv.checkpoint && dec.chosen == nv.chosen => {

@@ -64,11 +64,27 @@ pub enum Mutant {
     /// A slot prepares on 2f matching PREPAREs whatever requests they doubt: a faulty primary
     /// can order a request no client sent.
     IgnoreDoubts,
+    /// The decision procedure selects a prepared request without condition A2 (f+1 Q claims).
+    NoA2,
+    /// Rule B selects null with 2f messages without a P entry (2f+1 are needed).
+    NullAt2f,
+    /// The decision's checkpoint needs f reports instead of f+1.
+    CheckpointAtF,
+    /// No acks needed: the new primary puts any VIEW-CHANGE in S, backups take any relayed one.
+    AcksAtZero,
+    /// The join rule moves a replica to a later view on f VIEW-CHANGEs instead of f+1.
+    JoinAtF,
+    /// Key holders forget the NEW-KEY counters they admitted (no freshness across restarts).
+    NoFreshness,
+    /// Recovery's estimate takes the lowest reported checkpoint, without the 2f/f test.
+    EstimateUntested,
+    /// View-change messages are kept when their sender or the receiver re-keys.
+    KeepViewChangesAcrossRekey,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 8] = [
+    pub const ALL: [(&'static str, Mutant); 16] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -77,6 +93,17 @@ impl Mutant {
         ("accept-retired-keys", Mutant::AcceptRetiredKeys),
         ("tentative-weak-quorum", Mutant::TentativeWeakQuorum),
         ("ignore-doubts", Mutant::IgnoreDoubts),
+        ("no-a2", Mutant::NoA2),
+        ("null-at-2f", Mutant::NullAt2f),
+        ("checkpoint-at-f", Mutant::CheckpointAtF),
+        ("acks-at-zero", Mutant::AcksAtZero),
+        ("join-at-f", Mutant::JoinAtF),
+        ("no-freshness", Mutant::NoFreshness),
+        ("estimate-untested", Mutant::EstimateUntested),
+        (
+            "keep-view-changes-across-rekey",
+            Mutant::KeepViewChangesAcrossRekey,
+        ),
     ];
 }
 

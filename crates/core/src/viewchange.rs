@@ -163,6 +163,20 @@ pub fn validate(vc: &ViewChange, f: u32, k: Seq, log_size: Seq) -> Result<(), &'
     Ok(())
 }
 
+/// Deliberately broken variants of the decision procedure (the simulator's mutants); all
+/// false in a correct replica.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Broken {
+    /// The lowest-view prepared claim wins, A1 and A2 ignored.
+    pub any_prepared: bool,
+    /// A2 ignored.
+    pub no_a2: bool,
+    /// Rule B with 2f messages.
+    pub null_at_2f: bool,
+    /// The checkpoint with f reports.
+    pub checkpoint_at_f: bool,
+}
+
 /// The outcome of a complete decision.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
@@ -190,10 +204,21 @@ pub fn decide(
     log_size: Seq,
     s: &[&ViewChange],
     has_batch: impl Fn(&Digest) -> bool,
-    any_prepared: bool,
+    broken: Broken,
 ) -> Result<Decision, Pending> {
+    let any_prepared = broken.any_prepared;
     let weak = f as usize + 1;
     let strong = 2 * f as usize + 1;
+    let ckpt_weak = if broken.checkpoint_at_f {
+        weak - 1
+    } else {
+        weak
+    };
+    let null_strong = if broken.null_at_2f {
+        strong - 1
+    } else {
+        strong
+    };
     // The checkpoint: highest (n, d) reported in C by f+1 and at or above the stable
     // checkpoint of 2f+1.
     let mut best: Option<(Seq, Digest)> = None;
@@ -204,7 +229,7 @@ pub fn decide(
         }
     }
     for ((n, d), count) in &reported {
-        if *count >= weak && s.iter().filter(|m| m.ls <= *n).count() >= strong {
+        if *count >= ckpt_weak && s.iter().filter(|m| m.ls <= *n).count() >= strong {
             match best {
                 Some((bn, _)) if bn >= *n => {}
                 _ => best = Some((*n, *d)),
@@ -259,7 +284,7 @@ pub fn decide(
         };
         let selected = candidates
             .iter()
-            .find(|e| any_prepared || (a1(e) && a2(e)))
+            .find(|e| any_prepared || (a1(e) && (broken.no_a2 || a2(e))))
             .copied();
         if let Some(e) = selected {
             if e.digest != NULL_DIGEST && !has_batch(&e.digest) {
@@ -270,7 +295,7 @@ pub fn decide(
             .iter()
             .filter(|m| m.ls < n && p_of(m, n).is_none())
             .count()
-            >= strong
+            >= null_strong
         {
             chosen.push(NULL_DIGEST);
         } else {
@@ -340,7 +365,7 @@ mod tests {
 
     fn run(s: &[ViewChange]) -> Result<Decision, Pending> {
         let refs: Vec<&ViewChange> = s.iter().collect();
-        decide(1, 256, &refs, |_| true, false)
+        decide(1, 256, &refs, |_| true, Broken::default())
     }
 
     #[test]
@@ -450,7 +475,7 @@ mod tests {
         ];
         let refs: Vec<&ViewChange> = s.iter().collect();
         assert_eq!(
-            decide(1, 256, &refs, |_| false, false),
+            decide(1, 256, &refs, |_| false, Broken::default()),
             Err(Pending::NeedBatches(vec![d(7)]))
         );
     }
@@ -464,7 +489,18 @@ mod tests {
         ];
         let refs: Vec<&ViewChange> = s.iter().collect();
         assert_eq!(
-            decide(1, 256, &refs, |_| true, true).unwrap().chosen,
+            decide(
+                1,
+                256,
+                &refs,
+                |_| true,
+                Broken {
+                    any_prepared: true,
+                    ..Broken::default()
+                }
+            )
+            .unwrap()
+            .chosen,
             vec![d(7)]
         );
     }

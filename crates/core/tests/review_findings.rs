@@ -135,11 +135,11 @@ impl Bench {
         }
         // The client's keys, for replica 0 only.
         let nk = b.client.refresh(&[Principal::Replica(0)]).unwrap();
-        b.from_client(&Message::NewKey(nk));
+        b.client_sends(&Message::NewKey(nk));
         b
     }
 
-    fn from_client(&mut self, m: &Message) -> Vec<Effect> {
+    fn client_sends(&mut self, m: &Message) -> Vec<Effect> {
         self.now += 1;
         let bytes = seal(&self.client, m, Some(Principal::Replica(0)), N);
         self.r0.handle(env(self.now), Input::Receive(&bytes))
@@ -322,7 +322,7 @@ fn commits(effs: &[Effect]) -> bool {
 fn a_request_only_the_primary_can_authenticate_cannot_halt_the_service() {
     let mut b = Bench::new();
     let ck = b.ck0();
-    let effs = b.from_client(&Message::Request(b.request(1, true, false)));
+    let effs = b.client_sends(&Message::Request(b.request(1, true, false)));
     let pp = pre_prepare(&effs).expect("the primary orders it");
     let prepare = |r: u32, doubts: Vec<u16>| {
         Message::Prepare(Prepare {
@@ -359,16 +359,16 @@ fn a_request_only_the_primary_can_authenticate_cannot_halt_the_service() {
 #[test]
 fn a_signed_request_is_accepted_where_its_mac_does_not_verify() {
     let mut b = Bench::new();
-    let effs = b.from_client(&Message::Request(b.request(1, false, false)));
+    let effs = b.client_sends(&Message::Request(b.request(1, false, false)));
     assert!(pre_prepare(&effs).is_none());
     let mut forged = b.request(2, false, true);
     forged.request.op = b"other".to_vec().into();
-    let effs = b.from_client(&Message::Request(forged));
+    let effs = b.client_sends(&Message::Request(forged));
     assert!(
         pre_prepare(&effs).is_none(),
         "a signature of another request"
     );
-    let effs = b.from_client(&Message::Request(b.request(3, false, true)));
+    let effs = b.client_sends(&Message::Request(b.request(3, false, true)));
     assert!(pre_prepare(&effs).is_some(), "the signature verifies");
     assert_eq!(b.r0.stats.requests_signed, 1);
 }

@@ -238,6 +238,7 @@ impl World {
                 &mut holder_counters,
                 &mut holder_admitted,
                 &mut incarnations,
+                sc.core.mutant == redoubt_core::Mutant::NoFreshness,
                 p,
             )
         };
@@ -571,6 +572,7 @@ impl World {
             &mut self.holder_counters,
             &mut self.holder_admitted,
             &mut self.incarnations,
+            self.sc.core.mutant == redoubt_core::Mutant::NoFreshness,
             p,
         )
     }
@@ -1330,6 +1332,7 @@ fn new_session_keys(
     counters: &mut BTreeMap<Principal, Arc<AtomicU64>>,
     admitted: &mut BTreeMap<Principal, AdmittedCounters>,
     incarnations: &mut BTreeMap<Principal, u64>,
+    forgetful: bool,
     p: Principal,
 ) -> SessionKeys {
     let counter = counters
@@ -1342,7 +1345,7 @@ fn new_session_keys(
     let mut material = master.to_vec();
     material.extend_from_slice(format!("{p:?}/{inc}").as_bytes());
     let seed = blake3::derive_key("redoubt sim holder rng", &material);
-    let holder = LocalHolder::new(
+    let mut holder = LocalHolder::new(
         p,
         holder_secrets(master, p),
         directory.clone(),
@@ -1350,6 +1353,7 @@ fn new_session_keys(
         admitted,
         seed,
     );
+    holder.forgetful = forgetful;
     SessionKeys::new(Box::new(holder), directory.clone())
 }
 
