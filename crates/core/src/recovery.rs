@@ -649,13 +649,15 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.reset_to_view(median);
     }
 
-    /// Moves back to view `v` (not yet active) with nothing of later views: no VIEW-CHANGE of
+    /// Moves back to view `v` (not yet active, unless it is view 0) with nothing of later views: no VIEW-CHANGE of
     /// our own (peers relay it to us if a NEW-VIEW names it), and no P or Q claims from views
     /// at or above `v`.
     fn reset_to_view(&mut self, v: View) {
         self.undo_tentative();
         self.view = v;
-        self.normal = false;
+        // View 0 needs no NEW-VIEW; a later one comes from its primary, in answer to our
+        // status.
+        self.normal = v == 0;
         self.my_vc = None;
         self.prev_vc = None;
         self.vcs.clear();
@@ -679,7 +681,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let batches = self.pset_batches();
         self.persist(Record::View {
             view: v,
-            normal: false,
+            normal: v == 0,
             vc: None,
             pset,
             qset,

@@ -4,6 +4,7 @@
 //! authenticate halting the service, and recovery trusting a tampered journal's view.
 
 use redoubt_core::auth::seal;
+use redoubt_core::keys;
 use redoubt_core::message::*;
 use redoubt_core::*;
 use redoubt_crypto::pk::HolderSecrets;
@@ -371,4 +372,155 @@ fn a_signed_request_is_accepted_where_its_mac_does_not_verify() {
     let effs = b.client_sends(&Message::Request(b.request(3, false, true)));
     assert!(pre_prepare(&effs).is_some(), "the signature verifies");
     assert_eq!(b.r0.stats.requests_signed, 1);
+}
+
+/// Four replicas with session keys, exchanging every message (no faults), replica 3 restored
+/// from a journal and recovering. Holder counters and admitted counters survive restarts.
+struct Cluster {
+    reps: Vec<Replica<Svc, Keys>>,
+    journals: Vec<Vec<Record>>,
+    holders: Vec<(Arc<AtomicU64>, keys::AdmittedCounters)>,
+    dir: Arc<Directory>,
+    now: u64,
+    recovered: bool,
+    incarnation: u8,
+}
+
+impl Cluster {
+    fn keys(&mut self, i: u32) -> Keys {
+        self.incarnation += 1;
+        let p = Principal::Replica(i);
+        let (counter, admitted) = self.holders[i as usize].clone();
+        let holder = LocalHolder::new(
+            p,
+            secrets(p),
+            self.dir.clone(),
+            counter,
+            admitted,
+            [self.incarnation; 32],
+        );
+        Keys::Session(SessionKeys::new(Box::new(holder), self.dir.clone()))
+    }
+
+    fn new() -> Cluster {
+        let dir = directory();
+        let mut c = Cluster {
+            reps: Vec::new(),
+            journals: vec![Vec::new(); N as usize],
+            holders: (0..N)
+                .map(|_| (Arc::new(AtomicU64::new(0)), Default::default()))
+                .collect(),
+            dir,
+            now: 0,
+            recovered: false,
+            incarnation: 0,
+        };
+        for i in 0..N {
+            let k = c.keys(i);
+            c.reps
+                .push(Replica::new(Config::new(1), i, k, Svc, fresh_state()));
+        }
+        c
+    }
+
+    /// Runs `ms` of time in 10 ms ticks, delivering every message at once.
+    fn run(&mut self, ms: u64) {
+        let end = self.now + ms;
+        while self.now < end {
+            self.now += 10;
+            let mut pending: Vec<(u32, Effect)> = Vec::new();
+            for i in 0..N {
+                let effs = self.reps[i as usize].handle(env(self.now), Input::Tick);
+                pending.extend(effs.into_iter().map(|e| (i, e)));
+            }
+            let mut steps = 0;
+            while let Some((from, e)) = pending.pop() {
+                steps += 1;
+                assert!(steps < 1_000_000, "message storm");
+                let (targets, bytes): (Vec<u32>, _) = match e {
+                    Effect::Send {
+                        to: Principal::Replica(r),
+                        bytes,
+                    } => (vec![r], bytes),
+                    Effect::Broadcast { bytes } => ((0..N).filter(|r| *r != from).collect(), bytes),
+                    Effect::Persist(r) => {
+                        self.journals[from as usize].push(r);
+                        continue;
+                    }
+                    Effect::Event(Event::Recovered(_)) if from == 3 => {
+                        self.recovered = true;
+                        continue;
+                    }
+                    _ => continue,
+                };
+                for to in targets {
+                    let effs = self.reps[to as usize].handle(env(self.now), Input::Receive(&bytes));
+                    pending.extend(effs.into_iter().map(|e| (to, e)));
+                }
+            }
+        }
+    }
+}
+
+/// Review finding 4: a journal tampered with while replica 3 was compromised names view
+/// 2^40. Until the fix the restarted replica adopted it unchecked, ignored the views the
+/// replies to its recovery request reported, finished its recovery, and never took part
+/// again (stuck in a view no correct replica would reach). Now the 2f+1 replies' median
+/// view brings it back and it enters the others' view.
+#[test]
+fn a_recovering_replica_estimates_its_view_instead_of_trusting_its_journal() {
+    for hand_overs in [0u64, 2] {
+        recover_from_a_tampered_view(hand_overs);
+    }
+}
+
+fn recover_from_a_tampered_view(hand_overs: u64) {
+    let mut c = Cluster::new();
+    c.run(2_000);
+    for _ in 0..hand_overs {
+        let p = c.reps[0].primary();
+        let now = c.now;
+        let effs = c.reps[p as usize].handle(env(now), Input::StepDown);
+        for e in effs {
+            if let Effect::Broadcast { bytes } = e {
+                for to in (0..N).filter(|r| *r != p) {
+                    c.reps[to as usize].handle(env(now), Input::Receive(&bytes));
+                }
+            }
+        }
+        c.run(3_000);
+    }
+    assert!(c
+        .reps
+        .iter()
+        .all(|r| r.view() == hand_overs && r.is_normal()));
+    // The attacker rewrites replica 3's journal: a view far ahead, entered and normal.
+    let mut journal = c.journals[3].clone();
+    journal.push(Record::View {
+        view: 1 << 40,
+        normal: true,
+        vc: None,
+        pset: vec![],
+        qset: vec![],
+        batches: vec![],
+        doubted: vec![],
+    });
+    let k = c.keys(3);
+    c.reps[3] = Replica::restore(Config::new(1), 3, k, Svc, fresh_state(), &journal, true)
+        .expect("restores");
+    let now = c.now;
+    let effs = c.reps[3].handle(env(now), Input::Recover);
+    for e in effs {
+        if let Effect::Persist(r) = e {
+            c.journals[3].push(r);
+        }
+    }
+    c.run(30_000);
+    assert!(c.recovered, "replica 3 completed its recovery");
+    let v3 = c.reps[3].view();
+    let v0 = c.reps[0].view();
+    assert!(v3 < 1 << 40, "replica 3 still in view {v3}");
+    assert_eq!(v3, v0, "replica 3 in view {v3}, replica 0 in {v0}");
+    assert!(c.reps[3].is_normal());
+    assert_eq!(c.reps[3].stats.views_estimated, 1);
 }
