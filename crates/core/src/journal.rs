@@ -33,7 +33,8 @@ pub enum Record {
         vc: Option<ViewChange>,
         pset: Vec<PEntry>,
         qset: Vec<QEntry>,
-        /// Bodies of the batches PSet and QSet name (the view change may need them).
+        /// Bodies of the batches PSet, QSet and the doubted slots name (the view change may
+        /// need them).
         batches: Vec<Batch>,
         /// Slots of views left that this replica pre-prepared without vouching for every
         /// request: (seq, view, digest) (see `Replica::doubted`).

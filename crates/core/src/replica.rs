@@ -2059,6 +2059,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         let mut ds: BTreeSet<Digest> = self.pset.values().map(|e| e.digest).collect();
         ds.extend(self.qset.values().flat_map(|v| v.iter().map(|(d, _)| *d)));
+        // And those of the doubted slots, which join Q once their requests verify.
+        ds.extend(self.doubted.values().map(|(_, d)| *d));
         ds.iter()
             .filter_map(|d| self.batches.get(d).map(|b| (**b).clone()))
             .collect()

@@ -1644,3 +1644,47 @@ fn a_partly_authenticated_request_vouched_by_one_backup_no_longer_blocks_the_vie
 fn a_doubted_slot_joins_q_when_its_request_arrives_during_the_view_change() {
     assert_eq!(partly_authenticated_trace(true, true), None);
 }
+
+/// Review finding 6: the slots of a view left that a backup pre-prepared with doubts are
+/// journaled, so the rescue for a correct client's request (the slot joins Q once the request
+/// verifies) survives a reboot. Before, `doubted` was volatile: after a restart the request's
+/// arrival added nothing to Q.
+#[test]
+fn doubted_slots_survive_a_restart() {
+    let ck = ck0();
+    let (pp, d) = pre_prepare_of(vec![request_bad_for(7, b"seven", Some(3))]);
+    let mut r3 = rep(3);
+    let mut journal = Vec::new();
+    let e = r3.handle(
+        env(0),
+        Input::Receive(&frame(0, 3, &Message::PrePrepare(pp))),
+    );
+    journal_of(&e, &mut journal);
+    assert_eq!(sent_prepare(&e).unwrap().doubts, vec![0]);
+    // The view changes before anything prepares: the slot is doubted in view 0.
+    let mine = r3_joins(
+        &mut r3,
+        1,
+        [(1, empty_vc(1, 1, ck)), (2, empty_vc(1, 2, ck))],
+        &mut journal,
+    );
+    assert!(mine.q.is_empty());
+    // Power loss; replica 3 restarts from its journal.
+    let mut r3 = restore_r3(&journal);
+    // The client sends its request again, now verifiable at replica 3.
+    let good = request_bad_for(7, b"seven", None);
+    r3.handle(env(2), Input::Receive(&request_frame(&good, 3)));
+    let mine = r3_joins(
+        &mut r3,
+        3,
+        [(1, empty_vc(2, 1, ck)), (2, empty_vc(2, 2, ck))],
+        &mut journal,
+    );
+    assert!(
+        mine.q
+            .iter()
+            .any(|e| e.seq == 1 && e.pairs.contains(&(d, 0))),
+        "the slot of view 0 claimed in Q after the restart: {:?}",
+        mine.q
+    );
+}
