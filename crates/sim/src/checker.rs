@@ -3,7 +3,9 @@
 //!   (digests recomputed from what was actually executed, not what was claimed);
 //! - state agreement: correct replicas have the same state digest at every checkpoint;
 //! - order: each correct replica executes sequence numbers one by one, without gaps, except
-//!   across a state transfer.
+//!   across a state transfer;
+//! - NEW-VIEW contradiction: a correct replica reports ([`Event::Contradiction`]) that it
+//!   accepted a NEW-VIEW selecting, at a sequence number it executed, a different batch.
 //!
 //! Linearizability of the clients' history and liveness are checked by the world at the end.
 
@@ -77,6 +79,14 @@ impl Checker {
             Event::StateDivergence { seq } => Some(format!(
                 "r{r} found its own state diverged at checkpoint n{seq}"
             )),
+            Event::Contradiction {
+                seq,
+                executed,
+                chosen,
+            } => Some(format!(
+                "NEW-VIEW contradiction: r{r} executed {executed:?} at n{seq} but accepted a \
+                 NEW-VIEW that chose {chosen:?} there"
+            )),
             _ => None,
         }
     }
@@ -122,5 +132,25 @@ mod tests {
         };
         assert!(c.observe(0, &ck(8, 1)).is_none());
         assert!(c.observe(1, &ck(8, 2)).unwrap().contains("state"));
+    }
+
+    #[test]
+    fn a_contradiction_at_a_correct_replica_is_a_violation() {
+        let mut c = Checker::new(4, vec![3]);
+        let ev = Event::Contradiction {
+            seq: 5,
+            executed: Digest([1; 32]),
+            chosen: Digest::ZERO,
+        };
+        assert!(c
+            .observe(0, &ev)
+            .unwrap()
+            .contains("NEW-VIEW contradiction: r0"));
+        assert!(c.observe(3, &ev).is_none(), "faulty replicas are ignored");
+        // A compromised replica is faulty until it recovered, then checked again.
+        c.set_faulty(1, true, 0);
+        assert!(c.observe(1, &ev).is_none());
+        c.set_faulty(1, false, 0);
+        assert!(c.observe(1, &ev).is_some());
     }
 }

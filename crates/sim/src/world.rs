@@ -658,6 +658,8 @@ impl World {
                 self.log(|| s);
             }
         }
+        // Safety checks on the event (agreement, state, order, NEW-VIEW contradiction); the
+        // checker skips replicas that are faulty or held by the adversary.
         if let Some(v) = self.checker.observe(r, &ev) {
             self.violation(v);
         }
@@ -1529,5 +1531,33 @@ impl World {
             self.stats.forged_before_rekey += 1;
         }
         self.replica_effects(to, eff);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The world fails a run when a correct replica reports a NEW-VIEW contradiction, and not
+    /// when a faulty one does.
+    #[test]
+    fn a_contradiction_fails_the_run() {
+        let contradiction = Event::Contradiction {
+            seq: 3,
+            executed: redoubt_crypto::Digest([7; 32]),
+            chosen: redoubt_core::message::NULL_DIGEST,
+        };
+        let mut sc = Scenario::calm(1);
+        sc.byzantine.push((3, Behavior::Silent));
+        let mut w = World::new(sc, false);
+        w.observe(3, contradiction.clone());
+        assert!(w.violations.is_empty(), "{:?}", w.violations);
+        w.observe(1, contradiction);
+        assert_eq!(w.violations.len(), 1);
+        assert!(
+            w.violations[0].contains("NEW-VIEW contradiction: r1"),
+            "{:?}",
+            w.violations
+        );
     }
 }

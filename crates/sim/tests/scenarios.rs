@@ -314,3 +314,19 @@ fn proactive_recovery_survives_more_than_3f_plus_1_compromises() {
         );
     }
 }
+
+/// The NEW-VIEW contradiction check fails a run: with the decision procedure broken on
+/// purpose (`view-change-any-prepared`), a correct replica accepts a NEW-VIEW that replaces a
+/// batch it executed by null (seed 4 at the time of writing).
+#[test]
+fn a_new_view_contradiction_fails_the_run() {
+    let found = (0..40).any(|seed| {
+        let mut s = redoubt_sim::runner::scenario_for(seed, Mutant::None, Optimizations::PerSeed);
+        s.mutant = Mutant::ViewChangeAnyPrepared;
+        run(s, false)
+            .violations
+            .iter()
+            .any(|v| v.contains("NEW-VIEW contradiction"))
+    });
+    assert!(found, "no contradiction reported within 40 seeds");
+}
