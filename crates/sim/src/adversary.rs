@@ -381,7 +381,7 @@ impl Adversary {
                 }
                 _ => honest,
             },
-            Behavior::Mixed => honest,
+            Behavior::Mixed | Behavior::Honest => honest,
         }
     }
 

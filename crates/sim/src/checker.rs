@@ -43,6 +43,16 @@ impl Checker {
         }
     }
 
+    /// Whether `r` is faulty (or held by the adversary) now.
+    pub fn is_faulty(&self, r: ReplicaId) -> bool {
+        self.faulty.contains(&r)
+    }
+
+    /// The highest checkpoint a correct replica took or fetched (0 before any).
+    pub fn max_checkpoint(&self) -> Seq {
+        self.checkpoints.keys().next_back().copied().unwrap_or(0)
+    }
+
     /// The digest correct replicas agree on at checkpoint `seq`, if one was seen.
     pub fn checkpoint_digest(&self, seq: Seq) -> Option<Digest> {
         self.checkpoints.get(&seq).map(|(d, _)| *d)

@@ -39,6 +39,10 @@ pub enum Behavior {
     ForgeRequest,
     /// Picks one of the above per message.
     Mixed,
+    /// Sends what the core sends: the adversary acts through the world instead (planting
+    /// and the coordinated attacks of proactive-recovery runs). Not in [`Behavior::ALL`],
+    /// which random draws index.
+    Honest,
 }
 
 impl Behavior {
@@ -154,6 +158,18 @@ pub struct Proactive {
     pub first_ms: u64,
 }
 
+/// Messages the adversary makes while it holds a replica, sealed with that replica's keys
+/// of the moment, that are meant to outlive the compromise (proactive-recovery runs).
+#[derive(Clone, Debug)]
+pub struct Plant {
+    /// The coordinated attack on top of the random planting: the first f compromises plant
+    /// VIEW-CHANGEs for one later view V at every replica; compromise f+1 cuts f correct
+    /// replicas (the primary of V among them) off the others for a while, then sends its own
+    /// VIEW-CHANGE for V, so that the correct replicas join V on f+1 and the new primary's
+    /// set S can hold f+1 lies.
+    pub join: bool,
+}
+
 /// A timed event against one replica.
 #[derive(Clone, Debug)]
 pub struct Window {
@@ -211,6 +227,14 @@ pub struct Scenario {
     pub liveness_bound_ms: u64,
     /// Compromises in turn with proactive recovery (off when `None`).
     pub proactive: Option<Proactive>,
+    /// Planting by compromised replicas (proactive-recovery runs only).
+    pub plant: Option<Plant>,
+    /// At each compromise the adversary also tampers with the replica's journal and page
+    /// store, which the watchdog reboots it from (proactive-recovery runs only).
+    pub tamper_disk: bool,
+    /// NEW-KEY frames are captured as they pass and old ones replayed to each replica right
+    /// after it reboots (power loss or watchdog).
+    pub replay_new_keys: bool,
     pub mutant: Mutant,
 }
 
@@ -287,6 +311,9 @@ impl Scenario {
             clock_offsets_ms: vec![],
             liveness_bound_ms: 60_000,
             proactive: None,
+            plant: None,
+            tamper_disk: false,
+            replay_new_keys: false,
             mutant: Mutant::None,
         }
     }
@@ -497,6 +524,25 @@ impl Scenario {
         if s.core.tentative_execution && rng.random_bool(1.0 / 3.0) {
             s.core.tentative_batch_max = rng.random_range(1..=4);
             s.core.primary_replies = false;
+        }
+        // The stronger adversary (2026-12), drawn after everything above so that a seed that
+        // draws none of it plays exactly as before. Compromised replicas plant messages for
+        // later (half of the proactive-recovery seeds) and tamper with their disks (a third).
+        if s.proactive.is_some() {
+            if rng.random_bool(0.5) {
+                s.plant = Some(Plant { join: false });
+            }
+            s.tamper_disk = rng.random_bool(1.0 / 3.0);
+        }
+        // Old NEW-KEYs replayed to replicas that just rebooted, in half of the seeds with
+        // reboots (power losses or watchdogs).
+        if (!s.reboots.is_empty() || s.proactive.is_some()) && rng.random_bool(0.5) {
+            s.replay_new_keys = true;
+        }
+        // Template: VIEW-CHANGEs planted for a later view by the first f compromised
+        // replicas, joined by the next one (with f as drawn: 1 or 2).
+        if rng.random_bool(0.04) {
+            planted_join(&mut s);
         }
         s
     }
@@ -715,6 +761,14 @@ impl Scenario {
                 s.step_downs = vec![400, 900, 1400];
                 s.ops_per_client = 30;
             }
+            "planted-view-change" | "planted-view-change-f2" => {
+                // Compromised replicas plant VIEW-CHANGEs for a later view; long after they
+                // recovered, another compromised replica joins that view (Plant::join).
+                if name.ends_with("f2") {
+                    s.core.f = 2;
+                }
+                planted_join(&mut s);
+            }
             "stale-claims" => {
                 // Frequent hand-overs while a Byzantine replica lies in its view changes.
                 s.byzantine.push((3, Behavior::BogusViewChange));
@@ -726,8 +780,10 @@ impl Scenario {
         Some(s)
     }
 
-    pub const NAMED: [&'static str; 22] = [
+    pub const NAMED: [&'static str; 24] = [
         "proactive-recovery",
+        "planted-view-change",
+        "planted-view-change-f2",
         "stale-reads",
         "page-corruption-scrub",
         "page-corruption-reboot",
@@ -750,6 +806,22 @@ impl Scenario {
         "forging-primary",
         "partial-authenticators",
     ];
+}
+
+/// The planted-VIEW-CHANGE template: proactive recovery with no other faulty replica, each
+/// compromised replica running the core unchanged (so that batches commit with it while
+/// correct replicas are cut off) while the adversary plants random messages with its keys,
+/// and the coordinated attack of [`Plant::join`]. Holds are long enough for the
+/// attacker to cut replicas off and send its view change before the watchdog fires.
+pub fn planted_join(s: &mut Scenario) {
+    s.byzantine.clear();
+    s.amnesia.clear();
+    s.corruptions.clear();
+    proactive_recovery(s, Behavior::Honest);
+    if let Some(p) = s.proactive.as_mut() {
+        p.hold_ms = (2000, 3000);
+    }
+    s.plant = Some(Plant { join: true });
 }
 
 /// Configures proactive recovery with short periods (virtual time): T_k 1.5 s, 3f+2

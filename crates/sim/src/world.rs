@@ -25,6 +25,8 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+mod plant;
+
 const TICK_MS: u64 = 10;
 const BYZ_CLIENT_BASE: ClientId = 1000;
 /// Replay buffer of captured frames.
@@ -65,6 +67,18 @@ enum Ev {
         to: ReplicaId,
         bytes: Vec<u8>,
         stolen_at: u64,
+    },
+    /// The adversary plants messages as the replica it holds (`plant`).
+    Plant(ReplicaId),
+    /// Frames kept back from a compromise of the replica go out (`plant`).
+    ReleaseHeld(ReplicaId),
+    /// A step of the coordinated planted-view-change attack (`Plant::join`).
+    JoinAttack {
+        step: u8,
+    },
+    /// Its follow-up: the attacker's view change again, and acks to the new primary.
+    JoinAcks {
+        tries: u32,
     },
 }
 
@@ -132,6 +146,12 @@ pub struct RunStats {
     pub recovery_max_ms: u64,
     /// Running correct replicas still holding known-corrupt pages at the end.
     pub unrepaired_at_end: u64,
+    /// Planting: frames sealed by compromised replicas sent at once, kept back, and released
+    /// after their sender recovered; coordinated planted-view-change attacks carried out.
+    pub planted_sent: u64,
+    pub planted_held: u64,
+    pub planted_released: u64,
+    pub join_attacks: u64,
 }
 
 /// The result of a run.
@@ -205,6 +225,10 @@ pub struct World {
     stolen: Vec<Stolen>,
     last_rekey: BTreeMap<ReplicaId, u64>,
     awaiting_recovery: Option<(ReplicaId, u64)>,
+    /// What the adversary planted and keeps (`plant`).
+    planting: plant::Planting,
+    /// Replicas already reported for a fabricated low watermark.
+    watermark_reported: BTreeSet<ReplicaId>,
 }
 
 impl World {
@@ -322,6 +346,8 @@ impl World {
             stolen: Vec::new(),
             last_rekey: BTreeMap::new(),
             awaiting_recovery: None,
+            planting: plant::Planting::default(),
+            watermark_reported: BTreeSet::new(),
             sc,
         };
         w.schedule_initial();
@@ -440,6 +466,11 @@ impl World {
     fn transmit(&mut self, from: Principal, to: Principal, mut bytes: Vec<u8>, extra_ms: u64) {
         self.stats.messages += 1;
         if self.partitioned(from, to) {
+            return;
+        }
+        // The adversary's cut lets NEW-KEYs through, so that a replica cut off while it
+        // re-keyed is heard as soon as the cut ends.
+        if self.cut_off(from, to) && !is_new_key(&bytes) {
             return;
         }
         let faults = if self.healed() {
@@ -570,6 +601,9 @@ impl World {
     }
 
     fn replica_send(&mut self, r: ReplicaId, to: Principal, bytes: Vec<u8>) {
+        if self.sc.plant.is_some() && self.join_drops(r, &bytes) {
+            return;
+        }
         if self.adversary.controls(r) {
             self.adversary_copy_keys(r);
             for (t, b, extra) in self.adversary.outgoing(&mut self.rng, r, to, &bytes) {
@@ -907,6 +941,10 @@ impl World {
                 bytes,
                 stolen_at,
             } => self.deliver_forged(to, bytes, stolen_at),
+            Ev::Plant(r) => self.plant_tick(r),
+            Ev::ReleaseHeld(r) => self.release_held(r),
+            Ev::JoinAttack { step } => self.join_attack(step),
+            Ev::JoinAcks { tries } => self.join_acks(tries),
             Ev::StepDown => {
                 // The replica that believes it is primary hands over.
                 for r in 0..self.sc.core.n() {
@@ -937,6 +975,9 @@ impl World {
                     self.adversary_copy_keys(r);
                 }
                 let extra = self.adversary.on_delivery(&mut self.rng, r, &bytes);
+                if self.sc.plant.is_some() {
+                    self.join_on_delivery(r, &bytes);
+                }
                 let env = self.replica_env(r);
                 let eff = self.replicas[r as usize].handle(env, Input::Receive(&bytes));
                 self.replica_effects(r, eff);
@@ -1128,6 +1169,26 @@ impl World {
         }
     }
 
+    /// A correct replica's low watermark is a checkpoint some correct replica took (2f+1
+    /// vouched for it, or f+1 named it in a NEW-VIEW's view changes): one above every
+    /// checkpoint correct replicas took means it adopted a fabricated one (and waits forever
+    /// to fetch it).
+    fn check_watermarks(&mut self) {
+        let max = self.checker.max_checkpoint();
+        for r in 0..self.sc.core.n() {
+            if self.up[r as usize] != Up::Running || self.checker.is_faulty(r) {
+                continue;
+            }
+            let h = self.replicas[r as usize].stable_checkpoint();
+            if h > max && self.watermark_reported.insert(r) {
+                self.violation(format!(
+                    "r{r} moved its low watermark to n{h}, above every checkpoint a correct \
+                     replica took (n{max}): a fabricated checkpoint"
+                ));
+            }
+        }
+    }
+
     /// Runs to completion: all correct clients finished, or the liveness deadline passed.
     pub fn run(mut self) -> Outcome {
         let deadline = self.sc.heal_ms + self.sc.liveness_bound_ms;
@@ -1143,6 +1204,7 @@ impl World {
             self.processed += 1;
             if self.processed.is_multiple_of(FOOTPRINT_EVERY) {
                 self.check_footprints();
+                self.check_watermarks();
             }
             if !self.violations.is_empty() && !self.trace_on {
                 break;
@@ -1157,15 +1219,7 @@ impl World {
         }
         self.stats.sim_time_ms = self.now;
         self.check_footprints();
-        if let Some(p) = &self.sc.proactive {
-            if self.violations.is_empty() && !self.proactive_done() {
-                let (c, rec) = (self.stats.compromises, self.stats.recoveries);
-                let want = p.compromises;
-                self.violation(format!(
-                    "proactive recovery: {c} of {want} compromises, {rec} recoveries completed"
-                ));
-            }
-        }
+        self.check_watermarks();
         if self.violations.is_empty() && !self.all_clients_done() {
             let stuck: Vec<String> = self
                 .clients
@@ -1188,6 +1242,15 @@ impl World {
                 self.sc.heal_ms,
                 stuck.join(", ")
             ));
+        }
+        if let Some(p) = &self.sc.proactive {
+            if self.violations.is_empty() && !self.proactive_done() {
+                let (c, rec) = (self.stats.compromises, self.stats.recoveries);
+                let want = p.compromises;
+                self.violation(format!(
+                    "proactive recovery: {c} of {want} compromises, {rec} recoveries completed"
+                ));
+            }
         }
         if self.violations.is_empty() || self.trace_on {
             if let Err(v) = linearizability::check(&self.history) {
@@ -1252,6 +1315,14 @@ impl World {
             trace: self.trace,
         }
     }
+}
+
+/// Whether a frame carries a NEW-KEY (looked up without decoding the body: its first byte is
+/// the message's variant index).
+fn is_new_key(bytes: &[u8]) -> bool {
+    const NEW_KEY_VARIANT: u8 = 14;
+    redoubt_core::message::decode_frame_ref(bytes, usize::MAX)
+        .is_ok_and(|f| f.body.first() == Some(&NEW_KEY_VARIANT))
 }
 
 /// A one-line description of a frame for traces.
@@ -1381,6 +1452,7 @@ impl World {
         self.unscrubbed.insert(r);
         let hold = self.rng.random_range(p.hold_ms.0..=p.hold_ms.1);
         self.schedule(self.now + hold, Ev::Watchdog(r));
+        self.plant_on_compromise(r);
     }
 
     /// The watchdog: the replica is rebooted from its disk with trusted code and recovers.
@@ -1396,6 +1468,7 @@ impl World {
         self.adversary.release(r);
         self.compromised = None;
         self.log(|| format!("r{r} WATCHDOG: reboot and recover"));
+        self.plant_on_watchdog(r);
         self.handle(Ev::Reboot(r));
         if self.up[r as usize] != Up::Running {
             return;
@@ -1540,6 +1613,22 @@ mod tests {
 
     /// The world fails a run when a correct replica reports a NEW-VIEW contradiction, and not
     /// when a faulty one does.
+    #[test]
+    fn new_key_frames_are_recognised_without_decoding_them() {
+        let sc = Scenario::calm(1);
+        let mut w = World::new(sc, false);
+        let mut keys = w.session_keys(Principal::Client(1));
+        let nk = keys
+            .refresh(&[Principal::Replica(0)])
+            .expect("local key holder");
+        assert!(is_new_key(&seal(&keys, &Message::NewKey(nk), None, 4)));
+        let other = Message::QueryStable(redoubt_core::message::QueryStable {
+            replica: 0,
+            nonce: 1,
+        });
+        assert!(!is_new_key(&seal(&keys, &other, None, 4)));
+    }
+
     #[test]
     fn a_contradiction_fails_the_run() {
         let contradiction = Event::Contradiction {

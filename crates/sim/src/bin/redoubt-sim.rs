@@ -153,6 +153,16 @@ fn main() -> ExitCode {
                 out.stats.forged_before_rekey
             );
         }
+        if out.stats.planted_sent + out.stats.planted_held > 0 {
+            let _ = writeln!(
+                w,
+                "  planting: {} frames planted, {} kept back ({} released after their sender recovered), {} coordinated planted-view-change attacks",
+                out.stats.planted_sent,
+                out.stats.planted_held,
+                out.stats.planted_released,
+                out.stats.join_attacks
+            );
+        }
         for v in &out.violations {
             let _ = writeln!(w, "VIOLATION: {v}");
         }
