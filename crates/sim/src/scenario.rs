@@ -541,7 +541,7 @@ impl Scenario {
         }
         // Template: VIEW-CHANGEs planted for a later view by the first f compromised
         // replicas, joined by the next one (with f as drawn: 1 or 2).
-        if rng.random_bool(0.04) {
+        if rng.random_bool(0.02) {
             planted_join(&mut s);
         }
         s
@@ -769,6 +769,12 @@ impl Scenario {
                 }
                 planted_join(&mut s);
             }
+            "tampered-disk" => {
+                // Proactive recovery where the adversary rewrites each compromised replica's
+                // journal or page store before the watchdog reboots it from them.
+                proactive_recovery(&mut s, Behavior::Mixed);
+                s.tamper_disk = true;
+            }
             "stale-claims" => {
                 // Frequent hand-overs while a Byzantine replica lies in its view changes.
                 s.byzantine.push((3, Behavior::BogusViewChange));
@@ -780,8 +786,9 @@ impl Scenario {
         Some(s)
     }
 
-    pub const NAMED: [&'static str; 24] = [
+    pub const NAMED: [&'static str; 25] = [
         "proactive-recovery",
+        "tampered-disk",
         "planted-view-change",
         "planted-view-change-f2",
         "stale-reads",

@@ -26,6 +26,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 mod plant;
+mod tamper;
 
 const TICK_MS: u64 = 10;
 const BYZ_CLIENT_BASE: ClientId = 1000;
@@ -79,6 +80,13 @@ enum Ev {
     /// Its follow-up: the attacker's view change again, and acks to the new primary.
     JoinAcks {
         tries: u32,
+    },
+    /// A replica that recovered (at `recovered_at`, when the correct replicas had executed
+    /// up to `target`) must be taking part again.
+    RecoveredCheck {
+        r: ReplicaId,
+        recovered_at: u64,
+        target: u64,
     },
 }
 
@@ -152,6 +160,8 @@ pub struct RunStats {
     pub planted_held: u64,
     pub planted_released: u64,
     pub join_attacks: u64,
+    /// Journals or page stores the adversary rewrote before a watchdog reboot.
+    pub disk_tampered: u64,
 }
 
 /// The result of a run.
@@ -648,6 +658,7 @@ impl World {
                         if report.h < report.h_m {
                             self.violation(format!("r{r} recovery point below H_M: {report:?}"));
                         }
+                        self.schedule_recovered_check(r);
                         if let Some(p) = self.sc.proactive.clone() {
                             if self.stats.compromises < p.compromises as u64 {
                                 let next = (r + 1) % self.sc.core.n();
@@ -945,6 +956,11 @@ impl World {
             Ev::ReleaseHeld(r) => self.release_held(r),
             Ev::JoinAttack { step } => self.join_attack(step),
             Ev::JoinAcks { tries } => self.join_acks(tries),
+            Ev::RecoveredCheck {
+                r,
+                recovered_at,
+                target,
+            } => self.recovered_check(r, recovered_at, target),
             Ev::StepDown => {
                 // The replica that believes it is primary hands over.
                 for r in 0..self.sc.core.n() {
@@ -1247,8 +1263,13 @@ impl World {
             if self.violations.is_empty() && !self.proactive_done() {
                 let (c, rec) = (self.stats.compromises, self.stats.recoveries);
                 let want = p.compromises;
+                let waiting = match self.awaiting_recovery {
+                    Some((r, at)) => format!(" (r{r}'s, started at {at}ms, never completed)"),
+                    None => String::new(),
+                };
                 self.violation(format!(
-                    "proactive recovery: {c} of {want} compromises, {rec} recoveries completed"
+                    "proactive recovery: {c} of {want} compromises, {rec} recoveries \
+                     completed{waiting}"
                 ));
             }
         }
@@ -1467,6 +1488,7 @@ impl World {
         }
         self.adversary.release(r);
         self.compromised = None;
+        self.tamper_disk(r);
         self.log(|| format!("r{r} WATCHDOG: reboot and recover"));
         self.plant_on_watchdog(r);
         self.handle(Ev::Reboot(r));

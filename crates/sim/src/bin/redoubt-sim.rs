@@ -163,6 +163,13 @@ fn main() -> ExitCode {
                 out.stats.join_attacks
             );
         }
+        if out.stats.disk_tampered > 0 {
+            let _ = writeln!(
+                w,
+                "  disk tampering: {} journals or page stores rewritten before a watchdog reboot",
+                out.stats.disk_tampered
+            );
+        }
         for v in &out.violations {
             let _ = writeln!(w, "VIOLATION: {v}");
         }
