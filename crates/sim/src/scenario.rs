@@ -534,9 +534,9 @@ impl Scenario {
             }
             s.tamper_disk = rng.random_bool(1.0 / 3.0);
         }
-        // Old NEW-KEYs replayed to replicas that just rebooted, in half of the seeds with
+        // Old NEW-KEYs replayed to replicas that just rebooted, in a tenth of the seeds with
         // reboots (power losses or watchdogs).
-        if (!s.reboots.is_empty() || s.proactive.is_some()) && rng.random_bool(0.5) {
+        if (!s.reboots.is_empty() || s.proactive.is_some()) && rng.random_bool(0.1) {
             s.replay_new_keys = true;
         }
         // Template: VIEW-CHANGEs planted for a later view by the first f compromised
@@ -769,6 +769,28 @@ impl Scenario {
                 }
                 planted_join(&mut s);
             }
+            "new-key-replay" => {
+                // Keys refreshed every second; replicas lose power one after the other, then
+                // all at once, and right after each reboot old NEW-KEYs are replayed to them.
+                s.core.key_refresh_ms = 1000;
+                s.core.client_key_lifetime_ms = 4000;
+                s.ops_per_client = 150;
+                s.replay_new_keys = true;
+                for (r, start, end) in [(1, 800, 1000), (2, 2000, 2300), (3, 3500, 3600)] {
+                    s.reboots.push(Window {
+                        replica: r,
+                        start_ms: start,
+                        end_ms: end,
+                    });
+                }
+                for r in 0..4 {
+                    s.reboots.push(Window {
+                        replica: r,
+                        start_ms: 5000,
+                        end_ms: 5300,
+                    });
+                }
+            }
             "tampered-disk" => {
                 // Proactive recovery where the adversary rewrites each compromised replica's
                 // journal or page store before the watchdog reboots it from them.
@@ -786,8 +808,9 @@ impl Scenario {
         Some(s)
     }
 
-    pub const NAMED: [&'static str; 25] = [
+    pub const NAMED: [&'static str; 26] = [
         "proactive-recovery",
+        "new-key-replay",
         "tampered-disk",
         "planted-view-change",
         "planted-view-change-f2",

@@ -26,6 +26,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 mod plant;
+mod replay;
 mod tamper;
 
 const TICK_MS: u64 = 10;
@@ -162,6 +163,8 @@ pub struct RunStats {
     pub join_attacks: u64,
     /// Journals or page stores the adversary rewrote before a watchdog reboot.
     pub disk_tampered: u64,
+    /// Old NEW-KEY frames replayed to replicas right after they rebooted.
+    pub new_keys_replayed: u64,
 }
 
 /// The result of a run.
@@ -239,6 +242,8 @@ pub struct World {
     planting: plant::Planting,
     /// Replicas already reported for a fabricated low watermark.
     watermark_reported: BTreeSet<ReplicaId>,
+    /// NEW-KEY frames captured for replays, and the counters replicas accepted.
+    new_keys: replay::NewKeys,
 }
 
 impl World {
@@ -358,6 +363,7 @@ impl World {
             awaiting_recovery: None,
             planting: plant::Planting::default(),
             watermark_reported: BTreeSet::new(),
+            new_keys: replay::NewKeys::default(),
             sc,
         };
         w.schedule_initial();
@@ -475,6 +481,7 @@ impl World {
     /// Puts a frame on the network, applying the fault model.
     fn transmit(&mut self, from: Principal, to: Principal, mut bytes: Vec<u8>, extra_ms: u64) {
         self.stats.messages += 1;
+        self.capture_new_key(from, &bytes);
         if self.partitioned(from, to) {
             return;
         }
@@ -918,6 +925,7 @@ impl World {
                     Ok(rep) => {
                         self.replicas[r as usize] = rep;
                         self.up[r as usize] = Up::Running;
+                        self.replay_new_keys_to(r);
                         if self.awaiting_recovery.is_some_and(|(w, _)| w == r) {
                             // Power failed mid-recovery: the recovery monitor starts it again.
                             let env = self.replica_env(r);
@@ -995,7 +1003,11 @@ impl World {
                     self.join_on_delivery(r, &bytes);
                 }
                 let env = self.replica_env(r);
+                let keys_before = self.replicas[r as usize].stats.new_keys_accepted;
                 let eff = self.replicas[r as usize].handle(env, Input::Receive(&bytes));
+                if self.replicas[r as usize].stats.new_keys_accepted > keys_before {
+                    self.new_key_accepted(r, &bytes);
+                }
                 self.replica_effects(r, eff);
                 for (t, b, d) in extra {
                     self.transmit(Principal::Replica(r), t, b, d);

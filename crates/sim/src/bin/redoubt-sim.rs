@@ -163,6 +163,13 @@ fn main() -> ExitCode {
                 out.stats.join_attacks
             );
         }
+        if out.stats.new_keys_replayed > 0 {
+            let _ = writeln!(
+                w,
+                "  {} old NEW-KEYs replayed to replicas right after they rebooted",
+                out.stats.new_keys_replayed
+            );
+        }
         if out.stats.disk_tampered > 0 {
             let _ = writeln!(
                 w,
