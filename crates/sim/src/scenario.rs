@@ -43,6 +43,16 @@ pub enum Behavior {
     /// and the coordinated attacks of proactive-recovery runs). Not in [`Behavior::ALL`],
     /// which random draws index.
     Honest,
+    /// Colludes with the faulty clients of [`ClientAttack::ColludePrimary`]: for a
+    /// pre-prepare holding one of their requests (which verify at the primary only), its
+    /// PREPARE goes without doubts to the primary only, nothing to the others; it sends no
+    /// VIEW-CHANGE. Not in [`Behavior::ALL`].
+    PrepareToPrimary,
+    /// As primary, colludes with the faulty clients of [`ClientAttack::ColludeCut`]: the
+    /// first pre-prepare holding one of their requests (which verify at this primary and the
+    /// f replicas after it only) reaches the 2f replicas after it only, then it stops sending
+    /// for good (a crash in the middle of a broadcast). Not in [`Behavior::ALL`].
+    CutBroadcast,
 }
 
 impl Behavior {
@@ -90,6 +100,12 @@ pub enum ClientAttack {
     Garbage,
     /// Re-sends old requests.
     Replay,
+    /// Colludes with a [`Behavior::PrepareToPrimary`] replica: its requests' authenticators
+    /// verify at the current primary only. Not in [`ClientAttack::ALL`].
+    ColludePrimary,
+    /// Colludes with a [`Behavior::CutBroadcast`] replica: its requests' authenticators verify
+    /// at the current primary and the f replicas after it only. Not in [`ClientAttack::ALL`].
+    ColludeCut,
 }
 
 impl ClientAttack {
@@ -235,6 +251,9 @@ pub struct Scenario {
     /// NEW-KEY frames are captured as they pass and old ones replayed to each replica right
     /// after it reboots (power loss or watchdog).
     pub replay_new_keys: bool,
+    /// The run stops here (ms), with no liveness check: a measurement window (the named
+    /// scenario `colluding-client`).
+    pub stop_ms: Option<u64>,
     pub mutant: Mutant,
 }
 
@@ -314,6 +333,7 @@ impl Scenario {
             plant: None,
             tamper_disk: false,
             replay_new_keys: false,
+            stop_ms: None,
             mutant: Mutant::None,
         }
     }
@@ -544,6 +564,28 @@ impl Scenario {
         if rng.random_bool(0.02) {
             planted_join(&mut s);
         }
+        // A faulty client colluding with faulty replicas (5% of the seeds without proactive
+        // recovery, when there is room for them): requests that verify at the primary only,
+        // vouched for to the primary alone by f faulty backups; or requests that verify at the
+        // primary and the f replicas after it, in a pre-prepare whose broadcast one faulty
+        // primary cuts after the 2f replicas after it.
+        let (f, n) = (s.core.f, s.core.n());
+        let room = f as usize - s.faulty().len().min(f as usize);
+        if s.proactive.is_none() && room > 0 && rng.random_bool(0.05) {
+            let mut free: Vec<ReplicaId> = (0..n).filter(|r| !s.faulty().contains(r)).collect();
+            shuffle(&mut rng, &mut free);
+            if room < f as usize || rng.random_bool(0.5) {
+                // The primary of view 0 if it is free (the attack needs it to be primary).
+                let r = if free.contains(&0) { 0 } else { free[0] };
+                s.byzantine.push((r, Behavior::CutBroadcast));
+                s.byz_clients.push(ClientAttack::ColludeCut);
+            } else {
+                for r in &free[..f as usize] {
+                    s.byzantine.push((*r, Behavior::PrepareToPrimary));
+                }
+                s.byz_clients.push(ClientAttack::ColludePrimary);
+            }
+        }
         s
     }
 
@@ -769,6 +811,17 @@ impl Scenario {
                 }
                 planted_join(&mut s);
             }
+            "colluding-client" => {
+                // A faulty backup and a faulty client run the collusion of
+                // Behavior::PrepareToPrimary for 60 s while three correct clients run; the run
+                // stops at 60 s (see `runner::colluding_client`, which also runs it without
+                // the attack for comparison).
+                s.byzantine.push((1, Behavior::PrepareToPrimary));
+                s.byz_clients.push(ClientAttack::ColludePrimary);
+                s.ops_per_client = 1_000_000;
+                s.heal_ms = 60_000;
+                s.stop_ms = Some(60_000);
+            }
             "new-key-replay" => {
                 // Keys refreshed every second; replicas lose power one after the other, then
                 // all at once, and right after each reboot old NEW-KEYs are replayed to them.
@@ -808,8 +861,9 @@ impl Scenario {
         Some(s)
     }
 
-    pub const NAMED: [&'static str; 26] = [
+    pub const NAMED: [&'static str; 27] = [
         "proactive-recovery",
+        "colluding-client",
         "new-key-replay",
         "tampered-disk",
         "planted-view-change",

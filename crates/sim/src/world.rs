@@ -289,7 +289,17 @@ impl World {
             })
             .collect();
         let behaviors: BTreeMap<ReplicaId, Behavior> = sc.byzantine.iter().copied().collect();
-        let adversary = Adversary::new(sc.core.clone(), behaviors);
+        let mut adversary = Adversary::new(sc.core.clone(), behaviors);
+        adversary.set_colluders(
+            sc.byz_clients
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| {
+                    matches!(a, ClientAttack::ColludePrimary | ClientAttack::ColludeCut)
+                })
+                .map(|(i, _)| BYZ_CLIENT_BASE + i as ClientId)
+                .collect(),
+        );
         let clients = (1..=sc.clients as ClientId)
             .map(|c| SimClient {
                 core: Client::new(
@@ -1136,6 +1146,33 @@ impl World {
                     self.transmit(from, Principal::Replica(r), encode_frame(&fr), 0);
                 }
             }
+            ClientAttack::ColludePrimary | ClientAttack::ColludeCut => {
+                // The primary as the correct replicas see it (the highest view among them).
+                let view = (0..n)
+                    .filter(|r| !self.faulty.contains(r) && self.up[*r as usize] == Up::Running)
+                    .map(|r| self.replicas[r as usize].view())
+                    .max()
+                    .unwrap_or(0);
+                let p = self.sc.core.primary(view);
+                let mut sr = make(self, KvOp::Put { key, value }, ts);
+                let auth = std::sync::Arc::make_mut(&mut sr.auth);
+                // Valid at the primary, and for ColludeCut at the f replicas after it.
+                let vouchers = if attack == ClientAttack::ColludeCut {
+                    f
+                } else {
+                    0
+                };
+                for (j, mac) in auth.iter_mut().enumerate() {
+                    let after = (j as ReplicaId + n - p) % n;
+                    if after > vouchers {
+                        mac.0[0] ^= 0xff;
+                    }
+                }
+                let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
+                for r in 0..n {
+                    self.transmit(from, Principal::Replica(r), bytes.clone(), 0);
+                }
+            }
             ClientAttack::Replay => {
                 let sr = make(self, KvOp::Put { key, value }, ts);
                 let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
@@ -1221,10 +1258,15 @@ impl World {
     pub fn run(mut self) -> Outcome {
         let deadline = self.sc.heal_ms + self.sc.liveness_bound_ms;
         let mut finished_at = None;
+        let mut stopped = false;
         while let Some(Reverse((Key(at, _), slot))) = self.queue.pop() {
             let ev = self.events[slot].take().expect("scheduled event present");
             self.free.push(slot);
             self.now = at;
+            if self.sc.stop_ms.is_some_and(|t| self.now > t) {
+                stopped = true;
+                break;
+            }
             if self.now > deadline {
                 break;
             }
@@ -1248,7 +1290,7 @@ impl World {
         self.stats.sim_time_ms = self.now;
         self.check_footprints();
         self.check_watermarks();
-        if self.violations.is_empty() && !self.all_clients_done() {
+        if self.violations.is_empty() && !self.all_clients_done() && !stopped {
             let stuck: Vec<String> = self
                 .clients
                 .iter()
@@ -1272,7 +1314,7 @@ impl World {
             ));
         }
         if let Some(p) = &self.sc.proactive {
-            if self.violations.is_empty() && !self.proactive_done() {
+            if self.violations.is_empty() && !self.proactive_done() && !stopped {
                 let (c, rec) = (self.stats.compromises, self.stats.recoveries);
                 let want = p.compromises;
                 let waiting = match self.awaiting_recovery {
@@ -1376,7 +1418,13 @@ pub fn describe(bytes: &[u8]) -> String {
             p.batch.requests.len(),
             p.beside.len()
         ),
-        Message::Prepare(p) => format!("PREPARE v{} n{} {:?}", p.view, p.seq, p.digest),
+        Message::Prepare(p) if p.doubts.is_empty() => {
+            format!("PREPARE v{} n{} {:?}", p.view, p.seq, p.digest)
+        }
+        Message::Prepare(p) => format!(
+            "PREPARE v{} n{} {:?} doubts{:?}",
+            p.view, p.seq, p.digest, p.doubts
+        ),
         Message::Commit(c) => format!("COMMIT v{} n{} {:?}", c.view, c.seq, c.digest),
         Message::Reply(r) => format!("REPLY v{} c{} t{}", r.view, r.client, r.timestamp),
         Message::Checkpoint(c) => format!("CHECKPOINT n{} {:?}", c.seq, c.digest),
