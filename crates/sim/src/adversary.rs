@@ -407,6 +407,142 @@ impl Adversary {
                 _ => honest,
             },
             Behavior::Mixed | Behavior::Honest => honest,
+            Behavior::ExtremeNumbers => {
+                if !rng.random_bool(1.0 / 3.0) {
+                    return honest;
+                }
+                let mut big = || u64::MAX - rng.random_range(0..3u64);
+                let lie = match msg {
+                    Message::PrePrepare(mut m) => {
+                        m.seq = big();
+                        Message::PrePrepare(m)
+                    }
+                    Message::Prepare(mut m) => {
+                        m.view = big();
+                        m.seq = big();
+                        Message::Prepare(m)
+                    }
+                    Message::Commit(mut m) => {
+                        m.seq = big();
+                        Message::Commit(m)
+                    }
+                    Message::Checkpoint(mut m) => {
+                        m.seq = (u64::MAX / self.cfg.checkpoint_interval)
+                            * self.cfg.checkpoint_interval;
+                        Message::Checkpoint(m)
+                    }
+                    Message::ViewChange(mut m) => {
+                        m.view = big();
+                        Message::ViewChange(m)
+                    }
+                    Message::ViewChangeAck(mut m) => {
+                        m.view = big();
+                        Message::ViewChangeAck(m)
+                    }
+                    Message::NewView(mut m) => {
+                        m.view = big();
+                        m.checkpoint.0 = (u64::MAX / self.cfg.checkpoint_interval)
+                            * self.cfg.checkpoint_interval;
+                        Message::NewView(m)
+                    }
+                    Message::Status(mut m) => {
+                        m.view = big();
+                        m.last_executed = big();
+                        m.stable = big();
+                        m.prepared = vec![big()];
+                        m.committed = vec![big()];
+                        Message::Status(m)
+                    }
+                    Message::Fetch(mut m) => {
+                        m.seq = big();
+                        Message::Fetch(m)
+                    }
+                    Message::StateData(mut m) => {
+                        m.seq = big();
+                        m.stable = big();
+                        Message::StateData(m)
+                    }
+                    Message::Reply(mut m) => {
+                        m.view = big();
+                        m.timestamp = big();
+                        Message::Reply(m)
+                    }
+                    Message::ReplyStable(mut m) => {
+                        m.c = big();
+                        m.p = big();
+                        Message::ReplyStable(m)
+                    }
+                    Message::RelayViewChange(mut m) => {
+                        m.view = big();
+                        m.ls = 0;
+                        Message::RelayViewChange(m)
+                    }
+                    _ => return honest,
+                };
+                vec![(to, self.seal(from, &lie, to), 0)]
+            }
+            Behavior::LieStatus => {
+                let k = self.cfg.checkpoint_interval;
+                let lie = match msg {
+                    Message::Status(mut m) => {
+                        match rng.random_range(0..4) {
+                            0 => {
+                                m.view = m.view.saturating_add(1);
+                                m.normal = true;
+                            }
+                            1 => {
+                                m.last_executed = m.last_executed.saturating_add(1000);
+                                m.stable = m.stable.saturating_add(10 * k);
+                            }
+                            2 => {
+                                m.prepared = (1..=self.cfg.log_size.min(8))
+                                    .map(|i| m.last_executed.saturating_add(i))
+                                    .collect();
+                                m.committed = m.prepared.clone();
+                            }
+                            _ => {
+                                m.missing_batches = vec![random_digest(rng)];
+                                m.missing_vcs =
+                                    vec![(rng.random_range(0..self.cfg.n()), random_digest(rng))];
+                            }
+                        }
+                        Message::Status(m)
+                    }
+                    Message::ReplyStable(mut m) => {
+                        match rng.random_range(0..3) {
+                            0 => {
+                                m.c = m.c.saturating_add(1000 * k);
+                                m.p = m.p.saturating_add(1000 * k);
+                            }
+                            1 => {
+                                m.c = 0;
+                                m.p = 0;
+                            }
+                            _ => m.p = m.p.saturating_add(10 * k),
+                        }
+                        Message::ReplyStable(m)
+                    }
+                    _ => return honest,
+                };
+                vec![(to, self.seal(from, &lie, to), 0)]
+            }
+            Behavior::EquivocateViewChange => {
+                let Principal::Replica(r) = to else {
+                    return honest;
+                };
+                if r % 2 == 0 {
+                    return honest;
+                }
+                match msg {
+                    Message::ViewChange(mut vc) => {
+                        vc.p.clear();
+                        vc.q.clear();
+                        vec![(to, self.seal(from, &Message::ViewChange(vc), to), 0)]
+                    }
+                    Message::NewView(_) => vec![],
+                    _ => honest,
+                }
+            }
             Behavior::PrepareToPrimary => match msg {
                 Message::Prepare(mut p)
                     if self.colluded.contains(&(from, p.view, p.seq, p.digest)) =>

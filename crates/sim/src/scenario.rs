@@ -53,6 +53,21 @@ pub enum Behavior {
     /// f replicas after it only) reaches the 2f replicas after it only, then it stops sending
     /// for good (a crash in the middle of a broadcast). Not in [`Behavior::ALL`].
     CutBroadcast,
+    /// Rewrites views and sequence numbers of every message kind (pre-prepares, votes,
+    /// checkpoints, view changes, acks, NEW-VIEWs, STATUS, FETCH, state data, replies,
+    /// REPLY-STABLE, relayed view changes) to values near `u64::MAX`, in a third of its
+    /// messages. Not in [`Behavior::ALL`].
+    ExtremeNumbers,
+    /// Lies in STATUS (a later view, far more executed, stable and prepared than it has,
+    /// batches and view changes it does not miss) and in REPLY-STABLE (checkpoints and
+    /// prepared sequence numbers far ahead, or 0). Not in [`Behavior::ALL`].
+    LieStatus,
+    /// Equivocates with valid alternatives: its VIEW-CHANGE is honest for receivers with an
+    /// even id and, for the others, a well-formed one that claims nothing prepared (each
+    /// consistent on its own); as new primary, its NEW-VIEW goes to the even receivers only.
+    /// Faulty replicas that share it split the receivers alike (f = 2: coordinated). Not in
+    /// [`Behavior::ALL`].
+    EquivocateViewChange,
 }
 
 impl Behavior {
@@ -586,6 +601,21 @@ impl Scenario {
                 s.byz_clients.push(ClientAttack::ColludePrimary);
             }
         }
+        // Lies about numbers and state (7% of the seeds without proactive recovery, when
+        // there is room): every faulty replica added shares one of the three behaviours.
+        let room = f as usize - s.faulty().len().min(f as usize);
+        if s.proactive.is_none() && room > 0 && rng.random_bool(0.07) {
+            let b = [
+                Behavior::ExtremeNumbers,
+                Behavior::LieStatus,
+                Behavior::EquivocateViewChange,
+            ][rng.random_range(0..3)];
+            let mut free: Vec<ReplicaId> = (0..n).filter(|r| !s.faulty().contains(r)).collect();
+            shuffle(&mut rng, &mut free);
+            for r in &free[..rng.random_range(1..=room)] {
+                s.byzantine.push((*r, b));
+            }
+        }
         s
     }
 
@@ -844,6 +874,32 @@ impl Scenario {
                     });
                 }
             }
+            "valid-equivocation" => {
+                // f = 2 faulty replicas split the receivers alike: honest VIEW-CHANGEs to the
+                // even ones, well-formed ones claiming nothing prepared to the odd ones, and
+                // NEW-VIEWs to the even ones only, under frequent hand-overs.
+                s.core.f = 2;
+                s.byzantine = vec![
+                    (1, Behavior::EquivocateViewChange),
+                    (4, Behavior::EquivocateViewChange),
+                ];
+                s.ops_per_client = 40;
+                s.step_downs = (1..12).map(|i| i * 300).collect();
+            }
+            "extreme-numbers" => {
+                // A faulty replica puts views and sequence numbers near u64::MAX in every kind
+                // of message, another lies in STATUS and REPLY-STABLE, under hand-overs and a
+                // reboot of a correct replica.
+                s.core.f = 2;
+                s.byzantine = vec![(2, Behavior::ExtremeNumbers), (5, Behavior::LieStatus)];
+                s.ops_per_client = 40;
+                s.step_downs = vec![300, 900, 1500];
+                s.reboots.push(Window {
+                    replica: 3,
+                    start_ms: 600,
+                    end_ms: 900,
+                });
+            }
             "tampered-disk" => {
                 // Proactive recovery where the adversary rewrites each compromised replica's
                 // journal or page store before the watchdog reboots it from them.
@@ -861,8 +917,10 @@ impl Scenario {
         Some(s)
     }
 
-    pub const NAMED: [&'static str; 27] = [
+    pub const NAMED: [&'static str; 29] = [
         "proactive-recovery",
+        "valid-equivocation",
+        "extreme-numbers",
         "colluding-client",
         "new-key-replay",
         "tampered-disk",

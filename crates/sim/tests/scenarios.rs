@@ -427,3 +427,14 @@ fn colluding_client_and_replica_do_not_halt_the_service() {
     );
     assert!(report.ratio > 0.5, "{report:?}");
 }
+
+/// f = 2 faulty replicas equivocate in view changes with valid alternatives (each receiver
+/// group gets a well-formed, self-consistent VIEW-CHANGE) under frequent hand-overs; another
+/// run puts numbers near u64::MAX in every message kind and lies in STATUS and REPLY-STABLE.
+#[test]
+fn valid_equivocation_and_extreme_numbers_are_survived() {
+    for out in named("valid-equivocation", 0..4) {
+        assert!(out.stats.max_view >= 2, "{:?}", out.stats);
+    }
+    named("extreme-numbers", 0..4);
+}
