@@ -14,7 +14,7 @@ use redoubt_core::message::{
 };
 use redoubt_core::{Config, Principal, ReplicaId};
 use redoubt_crypto::Digest;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One frame to put on the network: receiver, bytes, extra delay (ms).
 pub type Out = (ReplicaOrClient, Vec<u8>, u64);
@@ -40,6 +40,14 @@ pub struct Adversary {
     read_ops: BTreeMap<(u64, u64), Vec<u8>>,
     /// The last result a stale-reads replica computed for each operation.
     read_results: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Faulty clients the faulty replicas collude with.
+    colluders: BTreeSet<u64>,
+    /// Pre-prepares holding a colluding client's request that a `PrepareToPrimary` replica
+    /// received: (replica, view, seq, digest).
+    colluded: BTreeSet<(ReplicaId, u64, u64, Digest)>,
+    /// `CutBroadcast` replicas that cut a pre-prepare's broadcast (its seq and digest) and
+    /// stopped sending.
+    cut: BTreeMap<ReplicaId, (u64, Digest)>,
 }
 
 impl Adversary {
@@ -53,7 +61,24 @@ impl Adversary {
             vc_lies: BTreeMap::new(),
             read_ops: BTreeMap::new(),
             read_results: BTreeMap::new(),
+            colluders: BTreeSet::new(),
+            colluded: BTreeSet::new(),
+            cut: BTreeMap::new(),
         }
+    }
+
+    /// The faulty clients the faulty replicas collude with.
+    pub fn set_colluders(&mut self, clients: BTreeSet<u64>) {
+        self.colluders = clients;
+    }
+
+    /// Whether a pre-prepare holds a request (inline or named beside it) of a colluder.
+    fn holds_colluder(&self, pp: &PrePrepare) -> bool {
+        pp.batch
+            .requests
+            .iter()
+            .any(|r| self.colluders.contains(&r.request.client))
+            || pp.beside.iter().any(|b| self.colluders.contains(&b.client))
     }
 
     /// The current keys of controlled replica `r` (the adversary reads them from its memory).
@@ -381,13 +406,203 @@ impl Adversary {
                 }
                 _ => honest,
             },
-            Behavior::Mixed => honest,
+            Behavior::Mixed | Behavior::Honest => honest,
+            Behavior::ExtremeNumbers => {
+                if !rng.random_bool(1.0 / 3.0) {
+                    return honest;
+                }
+                let mut big = || u64::MAX - rng.random_range(0..3u64);
+                let lie = match msg {
+                    Message::PrePrepare(mut m) => {
+                        m.seq = big();
+                        Message::PrePrepare(m)
+                    }
+                    Message::Prepare(mut m) => {
+                        m.view = big();
+                        m.seq = big();
+                        Message::Prepare(m)
+                    }
+                    Message::Commit(mut m) => {
+                        m.seq = big();
+                        Message::Commit(m)
+                    }
+                    Message::Checkpoint(mut m) => {
+                        m.seq = (u64::MAX / self.cfg.checkpoint_interval)
+                            * self.cfg.checkpoint_interval;
+                        Message::Checkpoint(m)
+                    }
+                    Message::ViewChange(mut m) => {
+                        m.view = big();
+                        Message::ViewChange(m)
+                    }
+                    Message::ViewChangeAck(mut m) => {
+                        m.view = big();
+                        Message::ViewChangeAck(m)
+                    }
+                    Message::NewView(mut m) => {
+                        m.view = big();
+                        m.checkpoint.0 = (u64::MAX / self.cfg.checkpoint_interval)
+                            * self.cfg.checkpoint_interval;
+                        Message::NewView(m)
+                    }
+                    Message::Status(mut m) => {
+                        m.view = big();
+                        m.last_executed = big();
+                        m.stable = big();
+                        m.prepared = vec![big()];
+                        m.committed = vec![big()];
+                        Message::Status(m)
+                    }
+                    Message::Fetch(mut m) => {
+                        m.seq = big();
+                        Message::Fetch(m)
+                    }
+                    Message::StateData(mut m) => {
+                        m.seq = big();
+                        m.stable = big();
+                        Message::StateData(m)
+                    }
+                    Message::Reply(mut m) => {
+                        m.view = big();
+                        m.timestamp = big();
+                        Message::Reply(m)
+                    }
+                    Message::ReplyStable(mut m) => {
+                        m.c = big();
+                        m.p = big();
+                        Message::ReplyStable(m)
+                    }
+                    Message::RelayViewChange(mut m) => {
+                        m.view = big();
+                        m.ls = 0;
+                        Message::RelayViewChange(m)
+                    }
+                    _ => return honest,
+                };
+                vec![(to, self.seal(from, &lie, to), 0)]
+            }
+            Behavior::LieStatus => {
+                let k = self.cfg.checkpoint_interval;
+                let lie = match msg {
+                    Message::Status(mut m) => {
+                        match rng.random_range(0..4) {
+                            0 => {
+                                m.view = m.view.saturating_add(1);
+                                m.normal = true;
+                            }
+                            1 => {
+                                m.last_executed = m.last_executed.saturating_add(1000);
+                                m.stable = m.stable.saturating_add(10 * k);
+                            }
+                            2 => {
+                                m.prepared = (1..=self.cfg.log_size.min(8))
+                                    .map(|i| m.last_executed.saturating_add(i))
+                                    .collect();
+                                m.committed = m.prepared.clone();
+                            }
+                            _ => {
+                                m.missing_batches = vec![random_digest(rng)];
+                                m.missing_vcs =
+                                    vec![(rng.random_range(0..self.cfg.n()), random_digest(rng))];
+                            }
+                        }
+                        Message::Status(m)
+                    }
+                    Message::ReplyStable(mut m) => {
+                        match rng.random_range(0..3) {
+                            0 => {
+                                m.c = m.c.saturating_add(1000 * k);
+                                m.p = m.p.saturating_add(1000 * k);
+                            }
+                            1 => {
+                                m.c = 0;
+                                m.p = 0;
+                            }
+                            _ => m.p = m.p.saturating_add(10 * k),
+                        }
+                        Message::ReplyStable(m)
+                    }
+                    _ => return honest,
+                };
+                vec![(to, self.seal(from, &lie, to), 0)]
+            }
+            Behavior::EquivocateViewChange => {
+                let Principal::Replica(r) = to else {
+                    return honest;
+                };
+                if r % 2 == 0 {
+                    return honest;
+                }
+                match msg {
+                    Message::ViewChange(mut vc) => {
+                        vc.p.clear();
+                        vc.q.clear();
+                        vec![(to, self.seal(from, &Message::ViewChange(vc), to), 0)]
+                    }
+                    Message::NewView(_) => vec![],
+                    _ => honest,
+                }
+            }
+            Behavior::PrepareToPrimary => match msg {
+                Message::Prepare(mut p)
+                    if self.colluded.contains(&(from, p.view, p.seq, p.digest)) =>
+                {
+                    if to != Principal::Replica(self.cfg.primary(p.view)) {
+                        return vec![];
+                    }
+                    p.doubts.clear();
+                    vec![(to, self.seal(from, &Message::Prepare(p), to), 0)]
+                }
+                Message::ViewChange(_) => vec![],
+                _ => honest,
+            },
+            Behavior::CutBroadcast => {
+                let n = self.cfg.n();
+                let receivers: Vec<Principal> = (1..=2 * self.cfg.f)
+                    .map(|i| Principal::Replica((from + i) % n))
+                    .collect();
+                match (self.cut.get(&from).copied(), msg) {
+                    (Some((seq, d)), Message::PrePrepare(pp))
+                        if pp.seq == seq && pp.digest == d =>
+                    {
+                        if receivers.contains(&to) {
+                            honest
+                        } else {
+                            vec![]
+                        }
+                    }
+                    (Some(_), _) => vec![],
+                    (None, Message::PrePrepare(pp)) if self.holds_colluder(&pp) => {
+                        self.cut.insert(from, (pp.seq, pp.digest));
+                        if receivers.contains(&to) {
+                            honest
+                        } else {
+                            vec![]
+                        }
+                    }
+                    (None, _) => honest,
+                }
+            }
         }
     }
 
     /// Called when a frame is delivered to Byzantine replica `at`: vote-stuffing replicas
     /// answer every pre-prepare with PREPARE and COMMIT to everyone, whatever the protocol says.
     pub fn on_delivery(&mut self, rng: &mut ChaCha8Rng, at: ReplicaId, bytes: &[u8]) -> Vec<Out> {
+        if self.behaviors.get(&at) == Some(&Behavior::PrepareToPrimary) {
+            // Remember the pre-prepares holding a colluder's request.
+            if let Ok(frame) = decode_frame(bytes, usize::MAX) {
+                if let Ok(Message::PrePrepare(pp)) = decode_body(&frame.body) {
+                    if self.holds_colluder(&pp) {
+                        self.colluded.insert((at, pp.view, pp.seq, pp.digest));
+                        while self.colluded.len() > 1024 {
+                            self.colluded.pop_first();
+                        }
+                    }
+                }
+            }
+            return vec![];
+        }
         if self.behaviors.get(&at) == Some(&Behavior::StaleReads) {
             // Remember which operation each read-only request asked for.
             if let Ok(frame) = decode_frame(bytes, usize::MAX) {

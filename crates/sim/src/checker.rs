@@ -3,7 +3,9 @@
 //!   (digests recomputed from what was actually executed, not what was claimed);
 //! - state agreement: correct replicas have the same state digest at every checkpoint;
 //! - order: each correct replica executes sequence numbers one by one, without gaps, except
-//!   across a state transfer.
+//!   across a state transfer;
+//! - NEW-VIEW contradiction: a correct replica reports ([`Event::Contradiction`]) that it
+//!   accepted a NEW-VIEW selecting, at a sequence number it executed, a different batch.
 //!
 //! Linearizability of the clients' history and liveness are checked by the world at the end.
 
@@ -41,6 +43,16 @@ impl Checker {
         }
     }
 
+    /// Whether `r` is faulty (or held by the adversary) now.
+    pub fn is_faulty(&self, r: ReplicaId) -> bool {
+        self.faulty.contains(&r)
+    }
+
+    /// The highest checkpoint a correct replica took or fetched (0 before any).
+    pub fn max_checkpoint(&self) -> Seq {
+        self.checkpoints.keys().next_back().copied().unwrap_or(0)
+    }
+
     /// The digest correct replicas agree on at checkpoint `seq`, if one was seen.
     pub fn checkpoint_digest(&self, seq: Seq) -> Option<Digest> {
         self.checkpoints.get(&seq).map(|(d, _)| *d)
@@ -76,6 +88,14 @@ impl Checker {
             }
             Event::StateDivergence { seq } => Some(format!(
                 "r{r} found its own state diverged at checkpoint n{seq}"
+            )),
+            Event::Contradiction {
+                seq,
+                executed,
+                chosen,
+            } => Some(format!(
+                "NEW-VIEW contradiction: r{r} executed {executed:?} at n{seq} but accepted a \
+                 NEW-VIEW that chose {chosen:?} there"
             )),
             _ => None,
         }
@@ -122,5 +142,25 @@ mod tests {
         };
         assert!(c.observe(0, &ck(8, 1)).is_none());
         assert!(c.observe(1, &ck(8, 2)).unwrap().contains("state"));
+    }
+
+    #[test]
+    fn a_contradiction_at_a_correct_replica_is_a_violation() {
+        let mut c = Checker::new(4, vec![3]);
+        let ev = Event::Contradiction {
+            seq: 5,
+            executed: Digest([1; 32]),
+            chosen: Digest::ZERO,
+        };
+        assert!(c
+            .observe(0, &ev)
+            .unwrap()
+            .contains("NEW-VIEW contradiction: r0"));
+        assert!(c.observe(3, &ev).is_none(), "faulty replicas are ignored");
+        // A compromised replica is faulty until it recovered, then checked again.
+        c.set_faulty(1, true, 0);
+        assert!(c.observe(1, &ev).is_none());
+        c.set_faulty(1, false, 0);
+        assert!(c.observe(1, &ev).is_some());
     }
 }

@@ -65,13 +65,53 @@ pub fn run(s: Scenario, trace: bool) -> Outcome {
     }
 }
 
+/// The holes of the core (found by the stronger adversary of 2026-12) that a failing seed
+/// may be failing on, by the attacks its scenario draws and its first violation; `None` when
+/// the failure is none of them. Tests and sweeps tell these failures apart from the others, so
+/// that the known holes do not hide new failures. Remove an entry once the core fix for it
+/// has landed: failures of that kind then count as any other.
+pub fn open_hole(sc: &Scenario, violation: &str) -> Option<&'static str> {
+    use crate::scenario::{Behavior, ClientAttack};
+    if violation.contains("a retired client key is back") {
+        return Some("NEW-KEY counters forgotten at a restart");
+    }
+    if sc.plant.as_ref().is_some_and(|p| p.join) {
+        return Some("planted view changes joined later");
+    }
+    if sc.tamper_disk {
+        return Some("tampered journals and page stores");
+    }
+    if sc.plant.is_some() {
+        return Some("planted messages (far views, future checkpoints)");
+    }
+    if sc.replay_new_keys {
+        return Some("NEW-KEY replays after a restart");
+    }
+    if sc
+        .byzantine
+        .iter()
+        .any(|(_, b)| matches!(b, Behavior::PrepareToPrimary | Behavior::CutBroadcast))
+        && sc
+            .byz_clients
+            .iter()
+            .any(|a| matches!(a, ClientAttack::ColludePrimary | ClientAttack::ColludeCut))
+    {
+        return Some("faulty clients colluding with a faulty replica");
+    }
+    None
+}
+
 /// Aggregate of a multi-seed run.
 #[derive(Debug, Default)]
 pub struct Summary {
     pub passed: u64,
     pub failed: u64,
+    /// Failures that are none of the open holes of [`open_hole`].
+    pub unexplained: u64,
     /// (seed, first violation) of each failure, in seed order.
     pub failures: Vec<(u64, String)>,
+    /// (seed, open hole) of each failure [`open_hole`] attributes to one.
+    pub holes: Vec<(u64, &'static str)>,
     pub ops: u64,
     pub view_changes: u64,
     pub state_transfers: u64,
@@ -79,6 +119,7 @@ pub struct Summary {
 }
 
 /// Runs `count` seeds from `start` on `jobs` threads. `progress` is called after each seed.
+/// `stop_after_failures` counts the failures no open hole explains.
 #[allow(clippy::too_many_arguments)]
 pub fn run_seeds(
     start: u64,
@@ -96,7 +137,7 @@ pub fn run_seeds(
         for _ in 0..jobs.max(1) {
             scope.spawn(|| loop {
                 if let Some(limit) = stop_after_failures {
-                    if summary.lock().expect("lock").failed >= limit {
+                    if summary.lock().expect("lock").unexplained >= limit {
                         return;
                     }
                 }
@@ -104,7 +145,9 @@ pub fn run_seeds(
                 if seed >= end {
                     return;
                 }
-                let out = run(scenario_for(seed, mutant, opts), false);
+                let sc = scenario_for(seed, mutant, opts);
+                let hole = |v: &str| open_hole(&sc, v);
+                let out = run(sc.clone(), false);
                 progress(&out);
                 let mut s = summary.lock().expect("lock");
                 s.ops += out.stats.ops_completed;
@@ -116,6 +159,10 @@ pub fn run_seeds(
                 } else {
                     s.failed += 1;
                     s.failures.push((seed, out.violations[0].clone()));
+                    match hole(&out.violations[0]) {
+                        Some(h) => s.holes.push((seed, h)),
+                        None => s.unexplained += 1,
+                    }
                 }
             });
         }
@@ -125,5 +172,41 @@ pub fn run_seeds(
         .into_inner()
         .expect("lock");
     s.failures.sort();
+    s.holes.sort();
     s
+}
+
+/// What the named scenario `colluding-client` measures: the correct clients' completed
+/// operations in its 60 s window under the attack and in a fault-free run of the same seed
+/// (the faulty replica and the faulty client taken out), their ratio, and the view changes
+/// under the attack.
+#[derive(Debug)]
+pub struct CollusionReport {
+    pub attack: Outcome,
+    pub control: Outcome,
+    pub attack_ops: u64,
+    pub control_ops: u64,
+    /// `attack_ops / control_ops`.
+    pub ratio: f64,
+    pub view_changes: u64,
+}
+
+/// Runs `colluding-client` with seed `seed`, and its fault-free control.
+pub fn colluding_client(seed: u64, trace: bool) -> CollusionReport {
+    let sc = Scenario::named("colluding-client", seed).expect("named scenario exists");
+    let mut control = sc.clone();
+    control.name = "colluding-client (attack off)".into();
+    control.byzantine.clear();
+    control.byz_clients.clear();
+    let attack = run(sc, trace);
+    let control = run(control, false);
+    let (attack_ops, control_ops) = (attack.stats.ops_completed, control.stats.ops_completed);
+    CollusionReport {
+        ratio: attack_ops as f64 / control_ops.max(1) as f64,
+        view_changes: attack.stats.view_changes,
+        attack_ops,
+        control_ops,
+        attack,
+        control,
+    }
 }

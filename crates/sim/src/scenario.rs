@@ -39,6 +39,35 @@ pub enum Behavior {
     ForgeRequest,
     /// Picks one of the above per message.
     Mixed,
+    /// Sends what the core sends: the adversary acts through the world instead (planting
+    /// and the coordinated attacks of proactive-recovery runs). Not in [`Behavior::ALL`],
+    /// which random draws index.
+    Honest,
+    /// Colludes with the faulty clients of [`ClientAttack::ColludePrimary`]: for a
+    /// pre-prepare holding one of their requests (which verify at the primary only), its
+    /// PREPARE goes without doubts to the primary only, nothing to the others; it sends no
+    /// VIEW-CHANGE. Not in [`Behavior::ALL`].
+    PrepareToPrimary,
+    /// As primary, colludes with the faulty clients of [`ClientAttack::ColludeCut`]: the
+    /// first pre-prepare holding one of their requests (which verify at this primary and the
+    /// f replicas after it only) reaches the 2f replicas after it only, then it stops sending
+    /// for good (a crash in the middle of a broadcast). Not in [`Behavior::ALL`].
+    CutBroadcast,
+    /// Rewrites views and sequence numbers of every message kind (pre-prepares, votes,
+    /// checkpoints, view changes, acks, NEW-VIEWs, STATUS, FETCH, state data, replies,
+    /// REPLY-STABLE, relayed view changes) to values near `u64::MAX`, in a third of its
+    /// messages. Not in [`Behavior::ALL`].
+    ExtremeNumbers,
+    /// Lies in STATUS (a later view, far more executed, stable and prepared than it has,
+    /// batches and view changes it does not miss) and in REPLY-STABLE (checkpoints and
+    /// prepared sequence numbers far ahead, or 0). Not in [`Behavior::ALL`].
+    LieStatus,
+    /// Equivocates with valid alternatives: its VIEW-CHANGE is honest for receivers with an
+    /// even id and, for the others, a well-formed one that claims nothing prepared (each
+    /// consistent on its own); as new primary, its NEW-VIEW goes to the even receivers only.
+    /// Faulty replicas that share it split the receivers alike (f = 2: coordinated). Not in
+    /// [`Behavior::ALL`].
+    EquivocateViewChange,
 }
 
 impl Behavior {
@@ -86,6 +115,12 @@ pub enum ClientAttack {
     Garbage,
     /// Re-sends old requests.
     Replay,
+    /// Colludes with a [`Behavior::PrepareToPrimary`] replica: its requests' authenticators
+    /// verify at the current primary only. Not in [`ClientAttack::ALL`].
+    ColludePrimary,
+    /// Colludes with a [`Behavior::CutBroadcast`] replica: its requests' authenticators verify
+    /// at the current primary and the f replicas after it only. Not in [`ClientAttack::ALL`].
+    ColludeCut,
 }
 
 impl ClientAttack {
@@ -154,6 +189,18 @@ pub struct Proactive {
     pub first_ms: u64,
 }
 
+/// Messages the adversary makes while it holds a replica, sealed with that replica's keys
+/// of the moment, that are meant to outlive the compromise (proactive-recovery runs).
+#[derive(Clone, Debug)]
+pub struct Plant {
+    /// The coordinated attack on top of the random planting: the first f compromises plant
+    /// VIEW-CHANGEs for one later view V at every replica; compromise f+1 cuts f correct
+    /// replicas (the primary of V among them) off the others for a while, then sends its own
+    /// VIEW-CHANGE for V, so that the correct replicas join V on f+1 and the new primary's
+    /// set S can hold f+1 lies.
+    pub join: bool,
+}
+
 /// A timed event against one replica.
 #[derive(Clone, Debug)]
 pub struct Window {
@@ -211,6 +258,17 @@ pub struct Scenario {
     pub liveness_bound_ms: u64,
     /// Compromises in turn with proactive recovery (off when `None`).
     pub proactive: Option<Proactive>,
+    /// Planting by compromised replicas (proactive-recovery runs only).
+    pub plant: Option<Plant>,
+    /// At each compromise the adversary also tampers with the replica's journal and page
+    /// store, which the watchdog reboots it from (proactive-recovery runs only).
+    pub tamper_disk: bool,
+    /// NEW-KEY frames are captured as they pass and old ones replayed to each replica right
+    /// after it reboots (power loss or watchdog).
+    pub replay_new_keys: bool,
+    /// The run stops here (ms), with no liveness check: a measurement window (the named
+    /// scenario `colluding-client`).
+    pub stop_ms: Option<u64>,
     pub mutant: Mutant,
 }
 
@@ -287,6 +345,10 @@ impl Scenario {
             clock_offsets_ms: vec![],
             liveness_bound_ms: 60_000,
             proactive: None,
+            plant: None,
+            tamper_disk: false,
+            replay_new_keys: false,
+            stop_ms: None,
             mutant: Mutant::None,
         }
     }
@@ -497,6 +559,62 @@ impl Scenario {
         if s.core.tentative_execution && rng.random_bool(1.0 / 3.0) {
             s.core.tentative_batch_max = rng.random_range(1..=4);
             s.core.primary_replies = false;
+        }
+        // The stronger adversary (2026-12), drawn after everything above so that a seed that
+        // draws none of it plays exactly as before. Compromised replicas plant messages for
+        // later (half of the proactive-recovery seeds) and tamper with their disks (a third).
+        if s.proactive.is_some() {
+            if rng.random_bool(0.5) {
+                s.plant = Some(Plant { join: false });
+            }
+            s.tamper_disk = rng.random_bool(1.0 / 3.0);
+        }
+        // Old NEW-KEYs replayed to replicas that just rebooted, in a tenth of the seeds with
+        // reboots (power losses or watchdogs).
+        if (!s.reboots.is_empty() || s.proactive.is_some()) && rng.random_bool(0.1) {
+            s.replay_new_keys = true;
+        }
+        // Template: VIEW-CHANGEs planted for a later view by the first f compromised
+        // replicas, joined by the next one (with f as drawn: 1 or 2).
+        if rng.random_bool(0.02) {
+            planted_join(&mut s);
+        }
+        // A faulty client colluding with faulty replicas (5% of the seeds without proactive
+        // recovery, when there is room for them): requests that verify at the primary only,
+        // vouched for to the primary alone by f faulty backups; or requests that verify at the
+        // primary and the f replicas after it, in a pre-prepare whose broadcast one faulty
+        // primary cuts after the 2f replicas after it.
+        let (f, n) = (s.core.f, s.core.n());
+        let room = f as usize - s.faulty().len().min(f as usize);
+        if s.proactive.is_none() && room > 0 && rng.random_bool(0.05) {
+            let mut free: Vec<ReplicaId> = (0..n).filter(|r| !s.faulty().contains(r)).collect();
+            shuffle(&mut rng, &mut free);
+            if room < f as usize || rng.random_bool(0.5) {
+                // The primary of view 0 if it is free (the attack needs it to be primary).
+                let r = if free.contains(&0) { 0 } else { free[0] };
+                s.byzantine.push((r, Behavior::CutBroadcast));
+                s.byz_clients.push(ClientAttack::ColludeCut);
+            } else {
+                for r in &free[..f as usize] {
+                    s.byzantine.push((*r, Behavior::PrepareToPrimary));
+                }
+                s.byz_clients.push(ClientAttack::ColludePrimary);
+            }
+        }
+        // Lies about numbers and state (7% of the seeds without proactive recovery, when
+        // there is room): every faulty replica added shares one of the three behaviours.
+        let room = f as usize - s.faulty().len().min(f as usize);
+        if s.proactive.is_none() && room > 0 && rng.random_bool(0.07) {
+            let b = [
+                Behavior::ExtremeNumbers,
+                Behavior::LieStatus,
+                Behavior::EquivocateViewChange,
+            ][rng.random_range(0..3)];
+            let mut free: Vec<ReplicaId> = (0..n).filter(|r| !s.faulty().contains(r)).collect();
+            shuffle(&mut rng, &mut free);
+            for r in &free[..rng.random_range(1..=room)] {
+                s.byzantine.push((*r, b));
+            }
         }
         s
     }
@@ -715,6 +833,79 @@ impl Scenario {
                 s.step_downs = vec![400, 900, 1400];
                 s.ops_per_client = 30;
             }
+            "planted-view-change" | "planted-view-change-f2" => {
+                // Compromised replicas plant VIEW-CHANGEs for a later view; long after they
+                // recovered, another compromised replica joins that view (Plant::join).
+                if name.ends_with("f2") {
+                    s.core.f = 2;
+                }
+                planted_join(&mut s);
+            }
+            "colluding-client" => {
+                // A faulty backup and a faulty client run the collusion of
+                // Behavior::PrepareToPrimary for 60 s while three correct clients run; the run
+                // stops at 60 s (see `runner::colluding_client`, which also runs it without
+                // the attack for comparison).
+                s.byzantine.push((1, Behavior::PrepareToPrimary));
+                s.byz_clients.push(ClientAttack::ColludePrimary);
+                s.ops_per_client = 1_000_000;
+                s.heal_ms = 60_000;
+                s.stop_ms = Some(60_000);
+            }
+            "new-key-replay" => {
+                // Keys refreshed every second; replicas lose power one after the other, then
+                // all at once, and right after each reboot old NEW-KEYs are replayed to them.
+                s.core.key_refresh_ms = 1000;
+                s.core.client_key_lifetime_ms = 4000;
+                s.ops_per_client = 150;
+                s.replay_new_keys = true;
+                for (r, start, end) in [(1, 800, 1000), (2, 2000, 2300), (3, 3500, 3600)] {
+                    s.reboots.push(Window {
+                        replica: r,
+                        start_ms: start,
+                        end_ms: end,
+                    });
+                }
+                for r in 0..4 {
+                    s.reboots.push(Window {
+                        replica: r,
+                        start_ms: 5000,
+                        end_ms: 5300,
+                    });
+                }
+            }
+            "valid-equivocation" => {
+                // f = 2 faulty replicas split the receivers alike: honest VIEW-CHANGEs to the
+                // even ones, well-formed ones claiming nothing prepared to the odd ones, and
+                // NEW-VIEWs to the even ones only, under frequent hand-overs.
+                s.core.f = 2;
+                s.byzantine = vec![
+                    (1, Behavior::EquivocateViewChange),
+                    (4, Behavior::EquivocateViewChange),
+                ];
+                s.ops_per_client = 40;
+                s.step_downs = (1..12).map(|i| i * 300).collect();
+            }
+            "extreme-numbers" => {
+                // A faulty replica puts views and sequence numbers near u64::MAX in every kind
+                // of message, another lies in STATUS and REPLY-STABLE, under hand-overs and a
+                // reboot of a correct replica.
+                s.core.f = 2;
+                s.byzantine = vec![(2, Behavior::ExtremeNumbers), (5, Behavior::LieStatus)];
+                s.ops_per_client = 40;
+                s.step_downs = vec![300, 900, 1500];
+                s.reboots.push(Window {
+                    replica: 3,
+                    start_ms: 600,
+                    end_ms: 900,
+                });
+            }
+            "tampered-disk" => {
+                // Proactive recovery where the adversary rewrites each compromised replica's
+                // journal or page store before the watchdog reboots it from them.
+                proactive_recovery(&mut s, Behavior::Mixed);
+                s.tamper_disk = true;
+            }
             "stale-claims" => {
                 // Frequent hand-overs while a Byzantine replica lies in its view changes.
                 s.byzantine.push((3, Behavior::BogusViewChange));
@@ -726,8 +917,15 @@ impl Scenario {
         Some(s)
     }
 
-    pub const NAMED: [&'static str; 22] = [
+    pub const NAMED: [&'static str; 29] = [
         "proactive-recovery",
+        "valid-equivocation",
+        "extreme-numbers",
+        "colluding-client",
+        "new-key-replay",
+        "tampered-disk",
+        "planted-view-change",
+        "planted-view-change-f2",
         "stale-reads",
         "page-corruption-scrub",
         "page-corruption-reboot",
@@ -750,6 +948,22 @@ impl Scenario {
         "forging-primary",
         "partial-authenticators",
     ];
+}
+
+/// The planted-VIEW-CHANGE template: proactive recovery with no other faulty replica, each
+/// compromised replica running the core unchanged (so that batches commit with it while
+/// correct replicas are cut off) while the adversary plants random messages with its keys,
+/// and the coordinated attack of [`Plant::join`]. Holds are long enough for the
+/// attacker to cut replicas off and send its view change before the watchdog fires.
+pub fn planted_join(s: &mut Scenario) {
+    s.byzantine.clear();
+    s.amnesia.clear();
+    s.corruptions.clear();
+    proactive_recovery(s, Behavior::Honest);
+    if let Some(p) = s.proactive.as_mut() {
+        p.hold_ms = (2000, 3000);
+    }
+    s.plant = Some(Plant { join: true });
 }
 
 /// Configures proactive recovery with short periods (virtual time): T_k 1.5 s, 3f+2

@@ -25,6 +25,10 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+mod plant;
+mod replay;
+mod tamper;
+
 const TICK_MS: u64 = 10;
 const BYZ_CLIENT_BASE: ClientId = 1000;
 /// Replay buffer of captured frames.
@@ -65,6 +69,25 @@ enum Ev {
         to: ReplicaId,
         bytes: Vec<u8>,
         stolen_at: u64,
+    },
+    /// The adversary plants messages as the replica it holds (`plant`).
+    Plant(ReplicaId),
+    /// Frames kept back from a compromise of the replica go out (`plant`).
+    ReleaseHeld(ReplicaId),
+    /// A step of the coordinated planted-view-change attack (`Plant::join`).
+    JoinAttack {
+        step: u8,
+    },
+    /// Its follow-up: the attacker's view change again, and acks to the new primary.
+    JoinAcks {
+        tries: u32,
+    },
+    /// A replica that recovered (at `recovered_at`, when the correct replicas had executed
+    /// up to `target`) must be taking part again.
+    RecoveredCheck {
+        r: ReplicaId,
+        recovered_at: u64,
+        target: u64,
     },
 }
 
@@ -132,6 +155,16 @@ pub struct RunStats {
     pub recovery_max_ms: u64,
     /// Running correct replicas still holding known-corrupt pages at the end.
     pub unrepaired_at_end: u64,
+    /// Planting: frames sealed by compromised replicas sent at once, kept back, and released
+    /// after their sender recovered; coordinated planted-view-change attacks carried out.
+    pub planted_sent: u64,
+    pub planted_held: u64,
+    pub planted_released: u64,
+    pub join_attacks: u64,
+    /// Journals or page stores the adversary rewrote before a watchdog reboot.
+    pub disk_tampered: u64,
+    /// Old NEW-KEY frames replayed to replicas right after they rebooted.
+    pub new_keys_replayed: u64,
 }
 
 /// The result of a run.
@@ -207,6 +240,12 @@ pub struct World {
     stolen: Vec<Stolen>,
     last_rekey: BTreeMap<ReplicaId, u64>,
     awaiting_recovery: Option<(ReplicaId, u64)>,
+    /// What the adversary planted and keeps (`plant`).
+    planting: plant::Planting,
+    /// Replicas already reported for a fabricated low watermark.
+    watermark_reported: BTreeSet<ReplicaId>,
+    /// NEW-KEY frames captured for replays, and the counters replicas accepted.
+    new_keys: replay::NewKeys,
 }
 
 impl World {
@@ -255,7 +294,17 @@ impl World {
             })
             .collect();
         let behaviors: BTreeMap<ReplicaId, Behavior> = sc.byzantine.iter().copied().collect();
-        let adversary = Adversary::new(sc.core.clone(), behaviors);
+        let mut adversary = Adversary::new(sc.core.clone(), behaviors);
+        adversary.set_colluders(
+            sc.byz_clients
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| {
+                    matches!(a, ClientAttack::ColludePrimary | ClientAttack::ColludeCut)
+                })
+                .map(|(i, _)| BYZ_CLIENT_BASE + i as ClientId)
+                .collect(),
+        );
         let clients = (1..=sc.clients as ClientId)
             .map(|c| SimClient {
                 core: Client::new(
@@ -328,6 +377,9 @@ impl World {
             stolen: Vec::new(),
             last_rekey: BTreeMap::new(),
             awaiting_recovery: None,
+            planting: plant::Planting::default(),
+            watermark_reported: BTreeSet::new(),
+            new_keys: replay::NewKeys::default(),
             sc,
         };
         w.schedule_initial();
@@ -445,7 +497,13 @@ impl World {
     /// Puts a frame on the network, applying the fault model.
     fn transmit(&mut self, from: Principal, to: Principal, mut bytes: Vec<u8>, extra_ms: u64) {
         self.stats.messages += 1;
+        self.capture_new_key(from, &bytes);
         if self.partitioned(from, to) {
+            return;
+        }
+        // The adversary's cut lets NEW-KEYs through, so that a replica cut off while it
+        // re-keyed is heard as soon as the cut ends.
+        if self.cut_off(from, to) && !is_new_key(&bytes) {
             return;
         }
         let faults = if self.healed() {
@@ -578,6 +636,9 @@ impl World {
     }
 
     fn replica_send(&mut self, r: ReplicaId, to: Principal, bytes: Vec<u8>) {
+        if self.sc.plant.is_some() && self.join_drops(r, &bytes) {
+            return;
+        }
         if self.adversary.controls(r) {
             self.adversary_copy_keys(r);
             for (t, b, extra) in self.adversary.outgoing(&mut self.rng, r, to, &bytes) {
@@ -622,6 +683,7 @@ impl World {
                         if report.h < report.h_m {
                             self.violation(format!("r{r} recovery point below H_M: {report:?}"));
                         }
+                        self.schedule_recovered_check(r);
                         if let Some(p) = self.sc.proactive.clone() {
                             if self.stats.compromises < p.compromises as u64 {
                                 let next = (r + 1) % self.sc.core.n();
@@ -666,6 +728,8 @@ impl World {
                 self.log(|| s);
             }
         }
+        // Safety checks on the event (agreement, state, order, NEW-VIEW contradiction); the
+        // checker skips replicas that are faulty or held by the adversary.
         if let Some(v) = self.checker.observe(r, &ev) {
             self.violation(v);
         }
@@ -879,6 +943,7 @@ impl World {
                     Ok(rep) => {
                         self.replicas[r as usize] = rep;
                         self.up[r as usize] = Up::Running;
+                        self.replay_new_keys_to(r);
                         if self.awaiting_recovery.is_some_and(|(w, _)| w == r) {
                             // Power failed mid-recovery: the recovery monitor starts it again.
                             let env = self.replica_env(r);
@@ -913,6 +978,15 @@ impl World {
                 bytes,
                 stolen_at,
             } => self.deliver_forged(to, bytes, stolen_at),
+            Ev::Plant(r) => self.plant_tick(r),
+            Ev::ReleaseHeld(r) => self.release_held(r),
+            Ev::JoinAttack { step } => self.join_attack(step),
+            Ev::JoinAcks { tries } => self.join_acks(tries),
+            Ev::RecoveredCheck {
+                r,
+                recovered_at,
+                target,
+            } => self.recovered_check(r, recovered_at, target),
             Ev::StepDown => {
                 // The replica that believes it is primary hands over.
                 for r in 0..self.sc.core.n() {
@@ -943,8 +1017,15 @@ impl World {
                     self.adversary_copy_keys(r);
                 }
                 let extra = self.adversary.on_delivery(&mut self.rng, r, &bytes);
+                if self.sc.plant.is_some() {
+                    self.join_on_delivery(r, &bytes);
+                }
                 let env = self.replica_env(r);
+                let keys_before = self.replicas[r as usize].stats.new_keys_accepted;
                 let eff = self.replicas[r as usize].handle(env, Input::Receive(&bytes));
+                if self.replicas[r as usize].stats.new_keys_accepted > keys_before {
+                    self.new_key_accepted(r, &bytes);
+                }
                 self.replica_effects(r, eff);
                 for (t, b, d) in extra {
                     self.transmit(Principal::Replica(r), t, b, d);
@@ -1074,6 +1155,33 @@ impl World {
                     self.transmit(from, Principal::Replica(r), encode_frame(&fr), 0);
                 }
             }
+            ClientAttack::ColludePrimary | ClientAttack::ColludeCut => {
+                // The primary as the correct replicas see it (the highest view among them).
+                let view = (0..n)
+                    .filter(|r| !self.faulty.contains(r) && self.up[*r as usize] == Up::Running)
+                    .map(|r| self.replicas[r as usize].view())
+                    .max()
+                    .unwrap_or(0);
+                let p = self.sc.core.primary(view);
+                let mut sr = make(self, KvOp::Put { key, value }, ts);
+                let auth = std::sync::Arc::make_mut(&mut sr.auth);
+                // Valid at the primary, and for ColludeCut at the f replicas after it.
+                let vouchers = if attack == ClientAttack::ColludeCut {
+                    f
+                } else {
+                    0
+                };
+                for (j, mac) in auth.iter_mut().enumerate() {
+                    let after = (j as ReplicaId + n - p) % n;
+                    if after > vouchers {
+                        mac.0[0] ^= 0xff;
+                    }
+                }
+                let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
+                for r in 0..n {
+                    self.transmit(from, Principal::Replica(r), bytes.clone(), 0);
+                }
+            }
             ClientAttack::Replay => {
                 let sr = make(self, KvOp::Put { key, value }, ts);
                 let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
@@ -1135,14 +1243,39 @@ impl World {
         }
     }
 
+    /// A correct replica's low watermark is a checkpoint some correct replica took (2f+1
+    /// vouched for it, or f+1 named it in a NEW-VIEW's view changes): one above every
+    /// checkpoint correct replicas took means it adopted a fabricated one (and waits forever
+    /// to fetch it).
+    fn check_watermarks(&mut self) {
+        let max = self.checker.max_checkpoint();
+        for r in 0..self.sc.core.n() {
+            if self.up[r as usize] != Up::Running || self.checker.is_faulty(r) {
+                continue;
+            }
+            let h = self.replicas[r as usize].stable_checkpoint();
+            if h > max && self.watermark_reported.insert(r) {
+                self.violation(format!(
+                    "r{r} moved its low watermark to n{h}, above every checkpoint a correct \
+                     replica took (n{max}): a fabricated checkpoint"
+                ));
+            }
+        }
+    }
+
     /// Runs to completion: all correct clients finished, or the liveness deadline passed.
     pub fn run(mut self) -> Outcome {
         let deadline = self.sc.heal_ms + self.sc.liveness_bound_ms;
         let mut finished_at = None;
+        let mut stopped = false;
         while let Some(Reverse((Key(at, _), slot))) = self.queue.pop() {
             let ev = self.events[slot].take().expect("scheduled event present");
             self.free.push(slot);
             self.now = at;
+            if self.sc.stop_ms.is_some_and(|t| self.now > t) {
+                stopped = true;
+                break;
+            }
             if self.now > deadline {
                 break;
             }
@@ -1150,6 +1283,7 @@ impl World {
             self.processed += 1;
             if self.processed.is_multiple_of(FOOTPRINT_EVERY) {
                 self.check_footprints();
+                self.check_watermarks();
             }
             if !self.violations.is_empty() && !self.trace_on {
                 break;
@@ -1164,16 +1298,8 @@ impl World {
         }
         self.stats.sim_time_ms = self.now;
         self.check_footprints();
-        if let Some(p) = &self.sc.proactive {
-            if self.violations.is_empty() && !self.proactive_done() {
-                let (c, rec) = (self.stats.compromises, self.stats.recoveries);
-                let want = p.compromises;
-                self.violation(format!(
-                    "proactive recovery: {c} of {want} compromises, {rec} recoveries completed"
-                ));
-            }
-        }
-        if self.violations.is_empty() && !self.all_clients_done() {
+        self.check_watermarks();
+        if self.violations.is_empty() && !self.all_clients_done() && !stopped {
             let stuck: Vec<String> = self
                 .clients
                 .iter()
@@ -1195,6 +1321,20 @@ impl World {
                 self.sc.heal_ms,
                 stuck.join(", ")
             ));
+        }
+        if let Some(p) = &self.sc.proactive {
+            if self.violations.is_empty() && !self.proactive_done() && !stopped {
+                let (c, rec) = (self.stats.compromises, self.stats.recoveries);
+                let want = p.compromises;
+                let waiting = match self.awaiting_recovery {
+                    Some((r, at)) => format!(" (r{r}'s, started at {at}ms, never completed)"),
+                    None => String::new(),
+                };
+                self.violation(format!(
+                    "proactive recovery: {c} of {want} compromises, {rec} recoveries \
+                     completed{waiting}"
+                ));
+            }
         }
         if self.violations.is_empty() || self.trace_on {
             if let Err(v) = linearizability::check(&self.history) {
@@ -1261,6 +1401,14 @@ impl World {
     }
 }
 
+/// Whether a frame carries a NEW-KEY (looked up without decoding the body: its first byte is
+/// the message's variant index).
+fn is_new_key(bytes: &[u8]) -> bool {
+    const NEW_KEY_VARIANT: u8 = 14;
+    redoubt_core::message::decode_frame_ref(bytes, usize::MAX)
+        .is_ok_and(|f| f.body.first() == Some(&NEW_KEY_VARIANT))
+}
+
 /// A one-line description of a frame for traces.
 pub fn describe(bytes: &[u8]) -> String {
     let Ok(f) = decode_frame(bytes, usize::MAX) else {
@@ -1279,7 +1427,13 @@ pub fn describe(bytes: &[u8]) -> String {
             p.batch.requests.len(),
             p.beside.len()
         ),
-        Message::Prepare(p) => format!("PREPARE v{} n{} {:?}", p.view, p.seq, p.digest),
+        Message::Prepare(p) if p.doubts.is_empty() => {
+            format!("PREPARE v{} n{} {:?}", p.view, p.seq, p.digest)
+        }
+        Message::Prepare(p) => format!(
+            "PREPARE v{} n{} {:?} doubts{:?}",
+            p.view, p.seq, p.digest, p.doubts
+        ),
         Message::Commit(c) => format!("COMMIT v{} n{} {:?}", c.view, c.seq, c.digest),
         Message::Reply(r) => format!("REPLY v{} c{} t{}", r.view, r.client, r.timestamp),
         Message::Checkpoint(c) => format!("CHECKPOINT n{} {:?}", c.seq, c.digest),
@@ -1400,6 +1554,7 @@ impl World {
         self.unscrubbed.insert(r);
         let hold = self.rng.random_range(p.hold_ms.0..=p.hold_ms.1);
         self.schedule(self.now + hold, Ev::Watchdog(r));
+        self.plant_on_compromise(r);
     }
 
     /// The watchdog: the replica is rebooted from its disk with trusted code and recovers.
@@ -1414,7 +1569,9 @@ impl World {
         }
         self.adversary.release(r);
         self.compromised = None;
+        self.tamper_disk(r);
         self.log(|| format!("r{r} WATCHDOG: reboot and recover"));
+        self.plant_on_watchdog(r);
         self.handle(Ev::Reboot(r));
         if self.up[r as usize] != Up::Running {
             return;
@@ -1550,5 +1707,49 @@ impl World {
             self.stats.forged_before_rekey += 1;
         }
         self.replica_effects(to, eff);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The world fails a run when a correct replica reports a NEW-VIEW contradiction, and not
+    /// when a faulty one does.
+    #[test]
+    fn new_key_frames_are_recognised_without_decoding_them() {
+        let sc = Scenario::calm(1);
+        let mut w = World::new(sc, false);
+        let mut keys = w.session_keys(Principal::Client(1));
+        let nk = keys
+            .refresh(&[Principal::Replica(0)])
+            .expect("local key holder");
+        assert!(is_new_key(&seal(&keys, &Message::NewKey(nk), None, 4)));
+        let other = Message::QueryStable(redoubt_core::message::QueryStable {
+            replica: 0,
+            nonce: 1,
+        });
+        assert!(!is_new_key(&seal(&keys, &other, None, 4)));
+    }
+
+    #[test]
+    fn a_contradiction_fails_the_run() {
+        let contradiction = Event::Contradiction {
+            seq: 3,
+            executed: redoubt_crypto::Digest([7; 32]),
+            chosen: redoubt_core::message::NULL_DIGEST,
+        };
+        let mut sc = Scenario::calm(1);
+        sc.byzantine.push((3, Behavior::Silent));
+        let mut w = World::new(sc, false);
+        w.observe(3, contradiction.clone());
+        assert!(w.violations.is_empty(), "{:?}", w.violations);
+        w.observe(1, contradiction);
+        assert_eq!(w.violations.len(), 1);
+        assert!(
+            w.violations[0].contains("NEW-VIEW contradiction: r1"),
+            "{:?}",
+            w.violations
+        );
     }
 }

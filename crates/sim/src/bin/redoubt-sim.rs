@@ -58,6 +58,9 @@ struct Args {
     /// List the named scenarios and mutants.
     #[arg(long)]
     list: bool,
+    /// Print the scenario of --seed or --scenario and exit without running it.
+    #[arg(long)]
+    show_scenario: bool,
     /// Worker threads (default: available cores).
     #[arg(long)]
     jobs: Option<usize>,
@@ -118,10 +121,29 @@ fn main() -> ExitCode {
             },
             None => scenario_for(seed, mutant, args.optimizations()),
         };
-        if args.trace {
+        if args.trace || args.show_scenario {
             println!("scenario: {sc:#?}");
         }
-        let out = run(sc, args.trace);
+        if args.show_scenario {
+            return ExitCode::SUCCESS;
+        }
+        let mut collusion = None;
+        let out = if args.scenario.as_deref() == Some("colluding-client") {
+            let report = redoubt_sim::runner::colluding_client(seed, args.trace);
+            let line = format!(
+                "  correct clients' operations in the 60 s window: {} under attack, {} without \
+                 it (same seed), ratio {:.3}; {} view changes under attack (max view {})",
+                report.attack_ops,
+                report.control_ops,
+                report.ratio,
+                report.view_changes,
+                report.attack.stats.max_view
+            );
+            collusion = Some(line);
+            report.attack
+        } else {
+            run(sc, args.trace)
+        };
         let stdout = std::io::stdout();
         let mut w = stdout.lock();
         for line in &out.trace {
@@ -142,6 +164,9 @@ fn main() -> ExitCode {
             out.stats.rejected,
             out.stats.sim_time_ms
         );
+        if let Some(line) = collusion {
+            let _ = writeln!(w, "{line}");
+        }
         if out.stats.compromises > 0 {
             let _ = writeln!(
                 w,
@@ -151,6 +176,30 @@ fn main() -> ExitCode {
                 out.stats.recovery_max_ms,
                 out.stats.forged_after_rekey,
                 out.stats.forged_before_rekey
+            );
+        }
+        if out.stats.planted_sent + out.stats.planted_held > 0 {
+            let _ = writeln!(
+                w,
+                "  planting: {} frames planted, {} kept back ({} released after their sender recovered), {} coordinated planted-view-change attacks",
+                out.stats.planted_sent,
+                out.stats.planted_held,
+                out.stats.planted_released,
+                out.stats.join_attacks
+            );
+        }
+        if out.stats.new_keys_replayed > 0 {
+            let _ = writeln!(
+                w,
+                "  {} old NEW-KEYs replayed to replicas right after they rebooted",
+                out.stats.new_keys_replayed
+            );
+        }
+        if out.stats.disk_tampered > 0 {
+            let _ = writeln!(
+                w,
+                "  disk tampering: {} journals or page stores rewritten before a watchdog reboot",
+                out.stats.disk_tampered
             );
         }
         for v in &out.violations {
@@ -196,8 +245,19 @@ fn main() -> ExitCode {
     );
     if !summary.failures.is_empty() {
         println!("failing seeds (replay with `redoubt-sim --seed S --trace`):");
-        for (seed, v) in summary.failures.iter().take(20) {
-            println!("  {seed}: {v}");
+        let holes: std::collections::BTreeMap<u64, &str> = summary.holes.iter().copied().collect();
+        for (seed, v) in summary.failures.iter().take(40) {
+            match holes.get(seed) {
+                Some(h) => println!("  {seed} [open hole: {h}]: {v}"),
+                None => println!("  {seed}: {v}"),
+            }
+        }
+        let mut by_hole: std::collections::BTreeMap<&str, u64> = Default::default();
+        for (_, h) in &summary.holes {
+            *by_hole.entry(h).or_default() += 1;
+        }
+        for (h, n) in by_hole {
+            println!("  {n} failing seeds draw an attack on an open hole of the core: {h}");
         }
     }
     println!(
@@ -208,7 +268,10 @@ fn main() -> ExitCode {
         summary.tentative_undone,
         started.elapsed().as_secs_f64()
     );
-    println!("{} passed, {} failed", summary.passed, summary.failed);
+    println!(
+        "{} passed, {} failed ({} not explained by an open hole)",
+        summary.passed, summary.failed, summary.unexplained
+    );
     if summary.failed > 0 {
         ExitCode::FAILURE
     } else {
