@@ -629,6 +629,32 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
     }
 
+    /// A low watermark above the recovery estimate H_M came from a journal record no correct
+    /// replica could have written (H_M bounds every stable checkpoint): go back to the
+    /// checkpoint the state itself holds, and stop fetching the made-up one.
+    fn distrust_watermark_above(&mut self, h_m: Seq) {
+        let base = self.state.base_seq();
+        if self.stable_seq <= h_m || base > h_m {
+            return;
+        }
+        let Some((root, aux)) = self.state.held(base) else {
+            return;
+        };
+        self.stats.watermarks_distrusted += 1;
+        self.stable_seq = base;
+        self.stable_digest = crate::transfer::checkpoint_digest(base, &root, &aux);
+        self.checkpoints.entry(base).or_insert(StoredCheckpoint {
+            digest: self.stable_digest,
+        });
+        if self.transfer.as_ref().is_some_and(|t| t.seq > h_m) {
+            self.transfer = None;
+        }
+        self.persist(Record::Watermark {
+            seq: base,
+            digest: self.stable_digest,
+        });
+    }
+
     /// BFT-PR's view estimate, from the views reported by the 2f+1 matching replies to our
     /// recovery request: keep the current view if f+1 of them are at it or above, otherwise
     /// adopt their median (at least f+1 correct replicas report a view at or above it, and f+1
@@ -706,6 +732,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     // stable checkpoint reaches it.
                     let keep = rec.h_m;
                     self.drop_above(keep);
+                    self.distrust_watermark_above(keep);
                     self.send_cap = Some(rec.h_m);
                     self.event(Event::RecoveryEstimated { h_m: rec.h_m });
                     rec.phase = Phase::Requesting;

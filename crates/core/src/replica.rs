@@ -213,6 +213,9 @@ pub struct Stats {
     /// Recoveries whose view estimate moved this replica back to a lower view (its journal
     /// named a view the others did not report).
     pub views_estimated: u64,
+    /// Recoveries that found the journal's low watermark above the estimate H_M and went
+    /// back to the checkpoint the state holds.
+    pub watermarks_distrusted: u64,
     /// Times a client came under suspicion (see `suspects.rs`).
     pub clients_suspected: u64,
     /// Requests arriving with a valid signature of their client.

@@ -68,6 +68,7 @@ impl World {
                 pset,
                 qset,
                 batches,
+                ..
             } => Some((
                 *view,
                 *normal,
@@ -90,6 +91,7 @@ impl World {
                     pset: vec![],
                     qset: vec![],
                     batches: vec![],
+                    doubted: vec![],
                 });
                 format!("journal: view record for view {v}")
             }
@@ -121,6 +123,7 @@ impl World {
                     pset,
                     qset,
                     batches,
+                    doubted: vec![],
                 });
                 format!("journal: PSet/QSet entry at n{seq}, above the window")
             }
@@ -162,6 +165,7 @@ impl World {
                             op: op.encode().into(),
                         },
                         auth: Vec::new().into(),
+                        sig: None,
                     }],
                 };
                 let digest = batch.digest();
