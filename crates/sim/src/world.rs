@@ -163,6 +163,9 @@ pub struct RunStats {
     pub join_attacks: u64,
     /// Journals or page stores the adversary rewrote before a watchdog reboot.
     pub disk_tampered: u64,
+    /// Of those, page stores whose base checkpoint was moved ahead or given unreadable
+    /// auxiliary bytes (an open hole of the core, see `runner::open_hole`).
+    pub store_base_tampered: u64,
     /// Old NEW-KEY frames replayed to replicas right after they rebooted.
     pub new_keys_replayed: u64,
 }

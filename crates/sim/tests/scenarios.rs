@@ -375,9 +375,9 @@ fn planted_frames_released_after_recovery_are_rejected() {
 /// picks null where a batch committed; seeds 9 and 18 of `planted-view-change`, 0, 3, 6, 9 and
 /// 11 of `planted-view-change-f2`) or liveness (a
 /// fabricated checkpoint reported by f+1 becomes the NEW-VIEW's and correct replicas wait
-/// forever to fetch it: seeds 2, 4, 5, 7, 8, ...). Needs the core fix.
+/// forever to fetch it: seeds 2, 4, 5, 7, 8, ...) at d38d06b; fixed by dropping view-change
+/// messages across re-keys (review finding 1).
 #[test]
-#[ignore = "needs the core fix for planted view changes"]
 fn planted_view_changes_do_not_break_the_view_change() {
     named("planted-view-change", 0..20);
     named("planted-view-change-f2", 0..10);
@@ -388,19 +388,34 @@ fn planted_view_changes_do_not_break_the_view_change() {
 /// 2026-12 a journaled view near 2^60 is adopted unchecked (the replica reports recovered and
 /// stays in that view: seed 0 of `tampered-disk` with that tampering), and a journaled
 /// watermark far ahead or a page store whose base was moved far ahead keep the recovery from
-/// ever completing. Needs the core fix.
+/// ever completing. Fixed since (review finding 4): the view estimate and the watermark
+/// checked against H_M. Still open: a page store whose base was moved far ahead or made
+/// unreadable (`runner::open_hole`); seeds failing that way are tolerated and printed, any
+/// other failure fails the test.
 #[test]
-#[ignore = "needs the core fix for tampered journals and page stores"]
 fn a_tampered_disk_does_not_keep_a_recovered_replica_out() {
-    named("tampered-disk", 0..10);
+    let mut open = Vec::new();
+    for seed in 0..10 {
+        let out = run(
+            Scenario::named("tampered-disk", seed).expect("scenario exists"),
+            false,
+        );
+        assert!(out.stats.disk_tampered > 0, "{:?}", out.stats);
+        match redoubt_sim::runner::open_hole(&out) {
+            Some(h) if !out.passed() => open.push((seed, h)),
+            _ => assert_passes(&out),
+        }
+    }
+    eprintln!("tampered-disk seeds failing on an open hole: {open:?}");
+    assert!(open.len() < 10, "every seed hit the open hole: {open:?}");
 }
 
 /// Old NEW-KEYs replayed to a replica right after it rebooted must not bring a retired client
 /// key back. On the core of 2026-12 a rebooted replica has forgotten the counters it accepted
 /// and takes them (every seed of `new-key-replay`; the random network replays of older seeds
-/// find it too, e.g. seed 133 after a watchdog reboot). Needs the core fix.
+/// find it too, e.g. seed 133 after a watchdog reboot) at d38d06b; fixed by the key holder
+/// keeping admitted counters (review finding 3).
 #[test]
-#[ignore = "needs the core fix for NEW-KEY counters across restarts"]
 fn replayed_new_keys_after_a_restart_are_refused() {
     for out in named("new-key-replay", 0..5) {
         assert!(out.stats.new_keys_replayed > 0, "{:?}", out.stats);
@@ -413,10 +428,10 @@ fn replayed_new_keys_after_a_restart_are_refused() {
 /// seconds the three correct clients must still complete more than half the operations they
 /// complete without the attack. On the core of 2026-12 they complete almost none: seed 0
 /// prints 3 operations under attack against 6029 without it (ratio 0.000) and 52 view
-/// changes. Needs the core fix (the client-signature fallback); the core engineer un-ignores
-/// it.
+/// changes, at d38d06b. Since the fix of review finding 2 (f+1 backup vouchers, signed
+/// retransmissions, suspected clients) seed 0 completes 5935 against 6070 (ratio 0.978), with
+/// 12 view changes.
 #[test]
-#[ignore = "needs the core fix for faulty clients colluding with a faulty replica"]
 fn colluding_client_and_replica_do_not_halt_the_service() {
     let report = redoubt_sim::runner::colluding_client(0, false);
     assert_passes(&report.attack);

@@ -188,6 +188,7 @@ impl World {
                         if store.commit(seq, &aux, &[]).is_err() {
                             return;
                         }
+                        self.stats.store_base_tampered += 1;
                         format!("page store: base moved from n{} to n{seq}", base.seq)
                     }
                     6 => {
@@ -196,6 +197,7 @@ impl World {
                         if store.commit(base.seq, &aux, &[]).is_err() {
                             return;
                         }
+                        self.stats.store_base_tampered += 1;
                         format!("page store: garbage auxiliary bytes at n{}", base.seq)
                     }
                     _ => {
