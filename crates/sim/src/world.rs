@@ -280,7 +280,7 @@ impl World {
                 &mut holder_counters,
                 &mut holder_admitted,
                 &mut incarnations,
-                sc.core.mutant == redoubt_core::Mutant::NoFreshness,
+                sc.mutant == redoubt_core::Mutant::NoFreshness,
                 p,
             )
         };
@@ -633,7 +633,7 @@ impl World {
             &mut self.holder_counters,
             &mut self.holder_admitted,
             &mut self.incarnations,
-            self.sc.core.mutant == redoubt_core::Mutant::NoFreshness,
+            self.sc.mutant == redoubt_core::Mutant::NoFreshness,
             p,
         )
     }
