@@ -97,4 +97,10 @@ pub enum Event {
     /// A client came under suspicion: a request of it was doubted in a batch that did not
     /// commit before a view change; its unsigned requests are not ordered for a while.
     ClientSuspected { client: ClientId },
+    /// The stored checkpoint `seq` did not load at start-up (`reason`): the replica stays
+    /// diverged and fetches a checkpoint f+1 replicas vouch for.
+    StateUnreadable { seq: Seq, reason: String },
+    /// During a recovery, the state's own checkpoint `seq` lay above the estimate `h_m`, so no
+    /// correct replica can have it: the state is relabelled as checkpoint 0 and fetched anew.
+    StateDistrusted { seq: Seq, h_m: Seq },
 }

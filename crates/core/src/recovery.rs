@@ -655,6 +655,38 @@ impl<S: Service, A: Auth> Replica<S, A> {
         });
     }
 
+    /// The state itself claims a checkpoint above H_M (its page store's base was rewritten):
+    /// no correct replica can have executed that far, so its label is a lie. The live pages
+    /// become checkpoint 0 (with the initial execution variables), execution stops, and the
+    /// replica fetches a checkpoint f+1 replicas vouch for, like one that lost its disk.
+    fn distrust_state_above(&mut self, h_m: Seq) {
+        let claimed = self.last_executed.max(self.state.latest());
+        if claimed <= h_m {
+            return;
+        }
+        self.stats.states_distrusted += 1;
+        self.event(Event::StateDistrusted { seq: claimed, h_m });
+        self.undo_tentative();
+        let aux = initial_aux();
+        let root = self.state.relabel(0, aux.clone());
+        let digest = crate::transfer::checkpoint_digest(0, &root, &aux);
+        if self.load_aux(0, &aux).is_err() {
+            self.last_executed = 0;
+        }
+        self.last_executed = 0;
+        self.executed.clear();
+        self.stable_seq = 0;
+        self.stable_digest = digest;
+        self.checkpoints.clear();
+        self.checkpoints.insert(0, StoredCheckpoint { digest });
+        self.log.clear();
+        self.pending_pp.clear();
+        self.transfer = None;
+        self.next_seq = 1;
+        self.diverged = true;
+        self.persist(Record::Checkpoint { seq: 0, digest });
+    }
+
     /// BFT-PR's view estimate, from the views reported by the 2f+1 matching replies to our
     /// recovery request: keep the current view if f+1 of them are at it or above, otherwise
     /// adopt their median (at least f+1 correct replicas report a view at or above it, and f+1
@@ -733,6 +765,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     let keep = rec.h_m;
                     self.drop_above(keep);
                     self.distrust_watermark_above(keep);
+                    self.distrust_state_above(keep);
                     self.send_cap = Some(rec.h_m);
                     self.event(Event::RecoveryEstimated { h_m: rec.h_m });
                     rec.phase = Phase::Requesting;

@@ -216,6 +216,12 @@ pub struct Stats {
     /// Recoveries that found the journal's low watermark above the estimate H_M and went
     /// back to the checkpoint the state holds.
     pub watermarks_distrusted: u64,
+    /// Restarts whose stored checkpoint did not load (its auxiliary bytes or the service's
+    /// pages): the replica fetched a vouched checkpoint instead.
+    pub state_unreadable: u64,
+    /// Recoveries that found the state's own checkpoint above the estimate H_M (a page store
+    /// rewritten while compromised) and fetched the whole state again.
+    pub states_distrusted: u64,
     /// Times a client came under suspicion (see `suspects.rs`).
     pub clients_suspected: u64,
     /// Requests arriving with a valid signature of their client.
@@ -340,6 +346,8 @@ pub struct Replica<S: Service, A: Auth> {
     recovery: Option<recovery::Recovery>,
     /// While recovering: nothing with a sequence number above H_M is sent.
     send_cap: Option<Seq>,
+    /// Why the stored checkpoint did not load at start-up (reported once restored).
+    unreadable: Option<String>,
 }
 
 impl<S: Service, A: Auth> Replica<S, A> {
@@ -428,16 +436,17 @@ impl<S: Service, A: Auth> Replica<S, A> {
             client_key_asked: BTreeMap::new(),
             recovery: None,
             send_cap: None,
+            unreadable: None,
         };
         let seq = r.state.latest();
         let (root, aux) = r.state.held(seq).expect("the latest checkpoint is held");
         let digest = checkpoint_digest(seq, &root, &aux);
         if let Err(e) = r.load_aux(seq, &aux) {
-            if !r.state.needs_repair() {
-                return Err(format!("checkpoint {seq}: {e}"));
-            }
-            // Corrupt pages (found by the check at start-up) may not load: stay diverged and
-            // fetch them before executing.
+            // Corrupt pages (found by the check at start-up) may not load, and a page store
+            // rewritten while the replica was compromised may hold auxiliary bytes that do not
+            // decode: stay diverged and fetch a vouched checkpoint before executing.
+            r.stats.state_unreadable += 1;
+            r.unreadable = Some(format!("checkpoint {seq}: {e}"));
             r.diverged = true;
             r.last_executed = seq;
         }
@@ -2689,6 +2698,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         r.replaying = false;
         r.effects.clear();
+        if let Some(reason) = r.unreadable.take() {
+            let seq = r.state.base_seq();
+            r.event(Event::StateUnreadable { seq, reason });
+        }
         if corrupt > 0 {
             r.event(Event::StateCorrupt { pages: corrupt });
         }

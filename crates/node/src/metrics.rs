@@ -26,6 +26,10 @@ pub struct Metrics {
     pub clients_suspected: IntCounter,
     pub requests_signed: IntCounter,
     pub view_changes_forgotten: IntCounter,
+    pub views_estimated: IntCounter,
+    pub watermarks_distrusted: IntCounter,
+    pub states_distrusted: IntCounter,
+    pub state_unreadable: IntCounter,
     pub batches_executed: IntCounter,
     pub batch_size: Histogram,
     pub view: IntGauge,
@@ -335,6 +339,26 @@ impl Metrics {
                 r,
                 "redoubt_view_changes_forgotten_total",
                 "View-change protocol messages dropped because their sender or this replica re-keyed after they arrived",
+            ),
+            views_estimated: counter(
+                r,
+                "redoubt_recovery_views_estimated_total",
+                "Recoveries whose view estimate moved this replica back to the view the others reported (its journal named another)",
+            ),
+            watermarks_distrusted: counter(
+                r,
+                "redoubt_recovery_watermarks_distrusted_total",
+                "Recoveries that found a journaled low watermark above the recovery estimate H_M and went back to the checkpoint the state holds",
+            ),
+            states_distrusted: counter(
+                r,
+                "redoubt_recovery_states_distrusted_total",
+                "Recoveries that found the state's own checkpoint above the recovery estimate H_M and fetched the whole state again",
+            ),
+            state_unreadable: counter(
+                r,
+                "redoubt_state_unreadable_total",
+                "Restarts whose stored checkpoint did not load; the replica fetched a vouched checkpoint before executing",
             ),
             recoveries: counter(
                 r,

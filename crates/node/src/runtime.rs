@@ -223,6 +223,12 @@ impl Node {
             } => {
                 error!(replica = self.id, seq, executed = %executed, chosen = %chosen, "NEW-VIEW contradicts an executed batch: more than f replicas are faulty");
             }
+            Event::StateUnreadable { seq, reason } => {
+                error!(replica = self.id, seq, reason = %reason, "the stored checkpoint does not load; fetching a checkpoint f+1 replicas vouch for before executing");
+            }
+            Event::StateDistrusted { seq, h_m } => {
+                error!(replica = self.id, seq, h_m, "recovery: the state claims a checkpoint above the recovery estimate; fetching the whole state again");
+            }
             Event::ClientSuspected { client } => {
                 warn!(replica = self.id, client, "client under suspicion: a request of it was doubted in a batch that did not commit before a view change; its requests are ordered only when signed for a while");
             }
@@ -459,6 +465,14 @@ impl Node {
             .inc_by(s.requests_signed - self.last_stats.requests_signed);
         m.view_changes_forgotten
             .inc_by(s.view_changes_forgotten - self.last_stats.view_changes_forgotten);
+        m.views_estimated
+            .inc_by(s.views_estimated - self.last_stats.views_estimated);
+        m.watermarks_distrusted
+            .inc_by(s.watermarks_distrusted - self.last_stats.watermarks_distrusted);
+        m.states_distrusted
+            .inc_by(s.states_distrusted - self.last_stats.states_distrusted);
+        m.state_unreadable
+            .inc_by(s.state_unreadable - self.last_stats.state_unreadable);
         m.view_changes
             .inc_by(s.view_changes - self.last_stats.view_changes);
         m.state_transfers

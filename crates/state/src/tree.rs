@@ -743,6 +743,18 @@ impl PagedState {
         self.root()
     }
 
+    /// Forgets which checkpoint the live state is, when its label cannot be trusted (a page
+    /// store whose base was rewritten): the live pages (after undoing uncheckpointed writes)
+    /// become checkpoint `seq` with `aux`, the only one held and the durable base. Pages known
+    /// invalid stay invalid. The caller fetches a vouched checkpoint over it before executing.
+    pub fn relabel(&mut self, seq: u64, aux: Vec<u8>) -> Digest {
+        self.revert_to_latest();
+        let invalid = std::mem::take(&mut self.invalid);
+        let root = self.adopt_installed(seq, aux);
+        self.invalid = invalid;
+        root
+    }
+
     /// Ends a transfer: the live pages form checkpoint `seq` (the caller checked the root).
     /// It becomes the only checkpoint held and the durable base; every page modified since
     /// the old base is written to the store.
