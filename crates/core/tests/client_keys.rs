@@ -14,6 +14,9 @@ use redoubt_crypto::Digest;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+mod common;
+use common::{fresh_state, Svc};
+
 const CLIENT: u64 = 9;
 
 fn principals() -> Vec<Principal> {
@@ -203,27 +206,6 @@ fn a_stalled_client_resends_its_current_key_between_rekeys() {
     }
 }
 
-/// A service that does nothing (the test is about keys).
-struct Nop;
-impl Service for Nop {
-    fn execute(&mut self, _: &mut dyn state::StateWrite, op: &[u8], _: &ExecContext) -> Vec<u8> {
-        op.to_vec()
-    }
-    fn execute_read_only(&self, _: &dyn state::StateRead, _: &[u8]) -> Option<Vec<u8>> {
-        None
-    }
-    fn load(&mut self, _: &dyn state::StateRead) -> Result<(), String> {
-        Ok(())
-    }
-}
-
-fn fresh_state() -> state::PagedState {
-    open_state(Box::new(state::MemStore::new(
-        state::Geometry::new(256, 16, 4).unwrap(),
-    )))
-    .unwrap()
-}
-
 /// The frames `effects` send to `to`.
 fn frames_to(effects: &[Effect], to: Principal) -> Vec<Vec<u8>> {
     effects
@@ -248,11 +230,11 @@ fn a_restarted_replica_refuses_a_client_new_key_recorded_before_the_restart() {
         Config::new(1),
         0,
         Keys::Session(session_over(&dir, 0, r0, &nv, 0)),
-        Nop,
+        Svc,
         fresh_state(),
     );
     let mut journal: Vec<Record> = Vec::new();
-    let mut run = |replica: &mut Replica<Nop, Keys>, t: u64, input: Input<'_>| {
+    let mut run = |replica: &mut Replica<Svc, Keys>, t: u64, input: Input<'_>| {
         let effects = replica.handle(env(t), input);
         journal.extend(effects.iter().filter_map(|e| match e {
             Effect::Persist(r) => Some(r.clone()),
@@ -260,7 +242,7 @@ fn a_restarted_replica_refuses_a_client_new_key_recorded_before_the_restart() {
         }));
         effects
     };
-    let holds_key = |r: &Replica<Nop, Keys>| r.auth().session_ref().unwrap().can_send(ps[4]);
+    let holds_key = |r: &Replica<Svc, Keys>| r.auth().session_ref().unwrap().can_send(ps[4]);
 
     let mut client = session_client(&dir, ps[4]);
     let recorded = frames_to(&client.tick(env(0)), r0);
@@ -275,7 +257,7 @@ fn a_restarted_replica_refuses_a_client_new_key_recorded_before_the_restart() {
         Config::new(1),
         0,
         Keys::Session(session_over(&dir, 0, r0, &nv, 1)),
-        Nop,
+        Svc,
         fresh_state(),
         &journal,
         true,

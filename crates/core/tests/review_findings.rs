@@ -12,26 +12,8 @@ use redoubt_crypto::Digest;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-struct Svc;
-impl Service for Svc {
-    fn execute(&mut self, st: &mut dyn state::StateWrite, op: &[u8], _c: &ExecContext) -> Vec<u8> {
-        st.write(0, &op[..op.len().min(8)]);
-        op.to_vec()
-    }
-    fn execute_read_only(&self, _st: &dyn state::StateRead, _op: &[u8]) -> Option<Vec<u8>> {
-        None
-    }
-    fn load(&mut self, _st: &dyn state::StateRead) -> Result<(), String> {
-        Ok(())
-    }
-}
-
-fn fresh_state() -> state::PagedState {
-    open_state(Box::new(state::MemStore::new(
-        state::Geometry::new(256, 16, 4).unwrap(),
-    )))
-    .unwrap()
-}
+mod common;
+use common::{fresh_state, Svc};
 
 const N: u32 = 4;
 const CLIENT: u64 = 9;
