@@ -526,6 +526,20 @@ impl Adversary {
                 };
                 vec![(to, self.seal(from, &lie, to), 0)]
             }
+            Behavior::PushView => match msg {
+                Message::Status(st) => {
+                    let vc = Message::ViewChange(redoubt_core::message::ViewChange {
+                        view: st.view.saturating_add(1),
+                        replica: from,
+                        ls: st.stable,
+                        checkpoints: Vec::new(),
+                        p: Vec::new(),
+                        q: Vec::new(),
+                    });
+                    vec![(to, bytes.to_vec(), 0), (to, self.seal(from, &vc, to), 0)]
+                }
+                _ => honest,
+            },
             Behavior::EquivocateViewChange => {
                 let Principal::Replica(r) = to else {
                     return honest;

@@ -68,6 +68,10 @@ pub enum Behavior {
     /// Faulty replicas that share it split the receivers alike (f = 2: coordinated). Not in
     /// [`Behavior::ALL`].
     EquivocateViewChange,
+    /// With each STATUS it sends, also sends a well-formed VIEW-CHANGE for the view after the
+    /// one it reports: one replica alone trying to drag the others into view changes (the f+1
+    /// join rule ignores it). Not in [`Behavior::ALL`].
+    PushView,
 }
 
 impl Behavior {
@@ -256,6 +260,9 @@ pub struct Scenario {
     pub clock_offsets_ms: Vec<i64>,
     /// Every correct client's operations must complete within this long after `heal_ms`.
     pub liveness_bound_ms: u64,
+    /// The highest view a correct replica may reach in the run (named scenarios in which
+    /// nothing but a lone faulty replica asks for view changes).
+    pub view_bound: Option<u64>,
     /// Compromises in turn with proactive recovery (off when `None`).
     pub proactive: Option<Proactive>,
     /// Planting by compromised replicas (proactive-recovery runs only).
@@ -344,6 +351,7 @@ impl Scenario {
             step_downs: vec![],
             clock_offsets_ms: vec![],
             liveness_bound_ms: 60_000,
+            view_bound: None,
             proactive: None,
             plant: None,
             tamper_disk: false,
@@ -874,6 +882,12 @@ impl Scenario {
                     });
                 }
             }
+            "view-pusher" => {
+                // One faulty replica sends a VIEW-CHANGE for the next view with every status.
+                s.byzantine = vec![(3, Behavior::PushView)];
+                s.ops_per_client = 40;
+                s.view_bound = Some(0);
+            }
             "valid-equivocation" => {
                 // f = 2 faulty replicas split the receivers alike: honest VIEW-CHANGEs to the
                 // even ones, well-formed ones claiming nothing prepared to the odd ones, and
@@ -917,9 +931,10 @@ impl Scenario {
         Some(s)
     }
 
-    pub const NAMED: [&'static str; 29] = [
+    pub const NAMED: [&'static str; 30] = [
         "proactive-recovery",
         "valid-equivocation",
+        "view-pusher",
         "extreme-numbers",
         "colluding-client",
         "new-key-replay",

@@ -1352,6 +1352,19 @@ impl World {
             self.stats.max_view = self.stats.max_view.max(r.view());
             self.stats.requests_doubted += r.stats.requests_doubted;
         }
+        if let Some(bound) = self.sc.view_bound {
+            let correct_max = (0..self.sc.core.n())
+                .filter(|r| !self.adversary.controls(*r))
+                .map(|r| self.replicas[r as usize].view())
+                .max()
+                .unwrap_or(0);
+            if correct_max > bound {
+                self.violation(format!(
+                    "a correct replica reached view {correct_max}, above the scenario's bound \
+                     {bound}: a lone faulty replica moved it"
+                ));
+            }
+        }
         // A state check finds every corrupt page, and a replica that knows of corrupt pages
         // repairs them (given time after the heal to fetch them).
         for r in 0..self.sc.core.n() {
