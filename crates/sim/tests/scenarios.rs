@@ -479,14 +479,10 @@ fn valid_equivocation_in_view_changes_is_survived() {
 }
 
 /// Numbers near u64::MAX in every message kind, and lies in STATUS and REPLY-STABLE. With
-/// overflow checks (a build without --release) the core of 2026-12 panics on them
-/// (`*view + 1 >= v` in `start_view_change`, replica.rs:2813, once a VIEW-CHANGE for view
-/// u64::MAX is stored): ignored there until the core fix.
+/// overflow checks (a build without --release) the core of d38d06b panicked on them
+/// (`*view + 1 >= v` in `start_view_change`, once a VIEW-CHANGE for view u64::MAX was
+/// stored); since VIEW_LIMIT and the view window it passes in both builds.
 #[test]
-#[cfg_attr(
-    debug_assertions,
-    ignore = "needs the core fix for overflow on views near u64::MAX"
-)]
 fn numbers_near_u64_max_and_status_lies_are_survived() {
     named("extreme-numbers", 0..4);
 }
