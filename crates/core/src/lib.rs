@@ -27,7 +27,7 @@ pub use journal::Record;
 pub use keys::{Admitted, Directory, KeyHolder, Keys, LocalHolder, NewKey, SessionKeys};
 pub use message::{Message, Reject};
 pub use redoubt_state as state;
-pub use replica::{open_state, Footprint, Input, RecoveryReport, Replica, Stats};
+pub use replica::{open_state, Footprint, Input, RecoveryReport, Replica, Stats, VC_VIEWS_AHEAD};
 pub use service::{ExecContext, Service};
 #[cfg(feature = "mutants")]
 pub use types::Mutant;

@@ -1022,6 +1022,33 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
     }
 
+    /// Whether client `c`'s request `ts` (or a later one) waits on this replica alone: it is
+    /// in a batch committed here and nothing the primary owes us stands before it (every slot
+    /// between what we executed and it is committed too, or a state transfer we run will
+    /// jump past them). A request behind a slot that does not commit still blames the primary.
+    fn committed_here(&self, c: ClientId, ts: u64) -> bool {
+        let skip_to = self.transfer.as_ref().map_or(self.last_executed, |t| t.seq);
+        let holds = |s: &Slot| {
+            s.pp.and_then(|d| self.batches.get(&d)).is_some_and(|b| {
+                b.requests
+                    .iter()
+                    .any(|r| r.request.client == c && r.request.timestamp >= ts)
+            })
+        };
+        for n in self.last_executed + 1.. {
+            let Some(s) = self.log.get(&n) else {
+                return false;
+            };
+            if !s.committed && n > skip_to {
+                return false;
+            }
+            if s.committed && holds(s) {
+                return true;
+            }
+        }
+        false
+    }
+
     fn request_done(&mut self, c: ClientId, ts: u64) {
         if let Some(w) = self.waiting.get(&c) {
             if w.req.request.timestamp <= ts {
@@ -3495,7 +3522,15 @@ impl<S: Service, A: Auth> Replica<S, A> {
                         .get(&c)
                         .is_some_and(|w| w.req.request.timestamp == ts);
                     self.req_timer = None;
-                    if still && !self.is_primary() {
+                    // A request committed here but not yet executed, with nothing the
+                    // primary owes us before it, waits on us (a state transfer, a missing
+                    // batch body) and not on the primary: a lone view change would only
+                    // leave us behind in a view the others never join (simulator seed 10998
+                    // with --hybrid: a replica fetching state after its recovery sat 5 s in
+                    // such a view while the others went on without it).
+                    if still && self.committed_here(c, ts) {
+                        self.req_timer = Some((now + self.vc_timeout_ms, c, ts));
+                    } else if still && !self.is_primary() {
                         self.vc_timeout_ms =
                             (self.vc_timeout_ms * 2).min(self.cfg.view_change_timeout_max_ms);
                         self.start_view_change(self.view.saturating_add(1));
@@ -3772,7 +3807,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
 /// Bound on view-change acknowledgement entries kept per acknowledging replica.
 const ACKS_PER_ACKER_MAX: usize = 64;
 /// VIEW-CHANGE messages are kept only for views up to this far beyond ours.
-pub(crate) const VC_VIEWS_AHEAD: View = 4;
+pub const VC_VIEWS_AHEAD: View = 4;
 /// Bound on digests named as missing in one status message.
 const MISSING_MAX: usize = 32;
 

@@ -253,17 +253,53 @@ fn a_replica_re_keying_forgets_the_view_changes_it_received_under_its_old_keys()
     assert_eq!(b.r0.view(), 0);
 }
 
+fn ack(view: u64, acker: u32, sender: u32, vc: &Message) -> Message {
+    let Message::ViewChange(m) = vc else {
+        unreachable!("a view change")
+    };
+    Message::ViewChangeAck(ViewChangeAck {
+        view,
+        acker,
+        sender,
+        digest: m.digest(),
+    })
+}
+
+fn sends_new_view(effs: &[Effect]) -> bool {
+    msgs(effs).iter().any(|m| matches!(m, Message::NewView(_)))
+}
+
 #[test]
 fn view_changes_far_ahead_count_for_the_join_rule_but_are_not_stored() {
     let mut b = Bench::new();
     let ck = b.ck0();
-    b.deliver(1, &lying_vc(1_000, 1, ck));
-    assert_eq!(b.r0.footprint().view_changes, 1, "only the claim is kept");
+    // Replica 1 claims view 8 (replica 0 leads it) while replica 0 is in view 0: beyond
+    // VC_VIEWS_AHEAD, so only the claim is kept.
+    let far = lying_vc(8, 1, ck);
+    b.deliver(1, &far);
+    assert_eq!(b.r0.footprint().view_changes, 1);
     assert_eq!(b.r0.view(), 0);
-    b.deliver(2, &lying_vc(900, 2, ck));
-    // f+1 replicas are at 900 or beyond: replica 0 joins 900 (and then gets their messages
-    // for it again through status).
-    assert_eq!(b.r0.view(), 900);
+    // With replica 2's, f+1 replicas are at view 8 or beyond: replica 0 joins it.
+    let v2 = lying_vc(8, 2, ck);
+    b.deliver(2, &v2);
+    assert_eq!(b.r0.view(), 8);
+    // As the primary of view 8 it now has its own VIEW-CHANGE, replica 3's (acked by 2) and
+    // an ack for replica 1's: had it stored replica 1's message from before, S would be
+    // complete and the NEW-VIEW would go out here.
+    let v3 = lying_vc(8, 3, ck);
+    b.deliver(3, &v3);
+    b.deliver(2, &ack(8, 2, 3, &v3));
+    let effs = b.deliver(2, &ack(8, 2, 1, &far));
+    assert!(
+        !sends_new_view(&effs),
+        "a VIEW-CHANGE received far ahead of the view entered S"
+    );
+    // Sent again now that replica 0 is in view 8, it is stored and completes S.
+    let effs = b.deliver(1, &far);
+    assert!(
+        sends_new_view(&effs),
+        "S complete once replica 1's message came again"
+    );
 }
 
 #[test]

@@ -9,9 +9,10 @@ use rand_chacha::ChaCha8Rng;
 use redoubt_core::auth::seal;
 use redoubt_core::keys::Forger;
 use redoubt_core::message::{
-    decode_body, decode_frame, Batch, Commit, Message, PEntry, PrePrepare, Prepare, QEntry,
-    Request, SignedRequest, StateItem,
+    decode_body, decode_frame, Batch, Commit, Message, NewView, PEntry, PrePrepare, Prepare,
+    QEntry, Request, SignedRequest, StateItem, ViewChange, NULL_DIGEST,
 };
+use redoubt_core::viewchange::{self, Broken};
 use redoubt_core::{Config, Principal, ReplicaId};
 use redoubt_crypto::Digest;
 use std::collections::{BTreeMap, BTreeSet};
@@ -48,6 +49,8 @@ pub struct Adversary {
     /// `CutBroadcast` replicas that cut a pre-prepare's broadcast (its seq and digest) and
     /// stopped sending.
     cut: BTreeMap<ReplicaId, (u64, Digest)>,
+    /// The VIEW-CHANGE each `ForgeNewView` replica sent per view, the model of its forgeries.
+    own_vcs: BTreeMap<(ReplicaId, u64), ViewChange>,
 }
 
 impl Adversary {
@@ -64,6 +67,7 @@ impl Adversary {
             colluders: BTreeSet::new(),
             colluded: BTreeSet::new(),
             cut: BTreeMap::new(),
+            own_vcs: BTreeMap::new(),
         }
     }
 
@@ -557,6 +561,33 @@ impl Adversary {
                     _ => honest,
                 }
             }
+            Behavior::LaterNull => match msg {
+                Message::ViewChange(vc) => {
+                    let lie = Message::ViewChange(null_claims(vc, false));
+                    vec![(to, self.seal(from, &lie, to), 0)]
+                }
+                Message::NewView(_) => vec![],
+                _ => honest,
+            },
+            Behavior::ForgeNewView => match msg {
+                Message::ViewChange(vc) => {
+                    self.own_vcs.insert((from, vc.view), vc);
+                    while self.own_vcs.len() > 64 {
+                        self.own_vcs.pop_first();
+                    }
+                    honest
+                }
+                Message::NewView(nv) => {
+                    let Principal::Replica(r) = to else {
+                        return honest;
+                    };
+                    match self.own_vcs.get(&(from, nv.view)) {
+                        Some(own) => self.forge_new_view(from, r, own.clone()),
+                        None => honest,
+                    }
+                }
+                _ => honest,
+            },
             Behavior::PrepareToPrimary => match msg {
                 Message::Prepare(mut p)
                     if self.colluded.contains(&(from, p.view, p.seq, p.digest)) =>
@@ -598,6 +629,52 @@ impl Adversary {
                 }
             }
         }
+    }
+
+    /// `ForgeNewView`: a NEW-VIEW for receiver `r` whose set S is made of view changes in the
+    /// names of the new primary `from` and the first 2f other replicas but `r` (so `r`'s own,
+    /// which it would check, is not among them), each a copy of `own` claiming null where
+    /// `own` claims anything, followed by the made-up messages relayed.
+    fn forge_new_view(&self, from: ReplicaId, r: ReplicaId, own: ViewChange) -> Vec<Out> {
+        let to = Principal::Replica(r);
+        let own = null_claims(own, true);
+        let names = std::iter::once(from).chain(
+            (0..self.cfg.n())
+                .filter(|x| *x != from && *x != r)
+                .take(2 * self.cfg.f as usize),
+        );
+        let made_up: Vec<ViewChange> = names
+            .map(|x| ViewChange {
+                replica: x,
+                ..own.clone()
+            })
+            .collect();
+        let refs: Vec<&ViewChange> = made_up.iter().collect();
+        let Ok(dec) = viewchange::decide(
+            self.cfg.f,
+            self.cfg.log_size,
+            &refs,
+            |_| true,
+            Broken::default(),
+        ) else {
+            return vec![];
+        };
+        let nv = Message::NewView(NewView {
+            view: own.view,
+            vcs: made_up.iter().map(|m| (m.replica, m.digest())).collect(),
+            checkpoint: dec.checkpoint,
+            chosen: dec.chosen,
+            batches: Vec::new(),
+        });
+        let mut out = vec![(to, self.seal(from, &nv, to), 0)];
+        for m in made_up {
+            let relay = Message::RelayViewChange(m);
+            // Relayed just after the NEW-VIEW (a relayed message is kept only for a NEW-VIEW
+            // that names it), and again later in case the first copy was lost.
+            out.push((to, self.seal(from, &relay, to), 1));
+            out.push((to, self.seal(from, &relay, to), 40));
+        }
+        out
     }
 
     /// Called when a frame is delivered to Byzantine replica `at`: vote-stuffing replicas
@@ -719,6 +796,33 @@ fn forge_into(rng: &mut ChaCha8Rng, pp: &mut PrePrepare, n: usize) -> PrePrepare
     });
     pp.digest = Batch::digest_of(&pp.batch.nondet, &digests);
     pp.clone()
+}
+
+/// `vc` with every request it claims prepared in a view before the one it leaves (`all`: in
+/// any view) claimed instead as the null request prepared in the view it leaves (P and Q
+/// alike).
+fn null_claims(mut vc: ViewChange, all: bool) -> ViewChange {
+    let Some(left) = vc.view.checked_sub(1) else {
+        return vc;
+    };
+    for e in vc.p.iter_mut() {
+        if e.view < left || all {
+            *e = PEntry {
+                seq: e.seq,
+                digest: NULL_DIGEST,
+                view: left,
+            };
+            match vc.q.iter_mut().find(|q| q.seq == e.seq) {
+                Some(q) => q.pairs = vec![(NULL_DIGEST, left)],
+                None => vc.q.push(QEntry {
+                    seq: e.seq,
+                    pairs: vec![(NULL_DIGEST, left)],
+                }),
+            }
+        }
+    }
+    vc.q.sort();
+    vc
 }
 
 pub fn random_digest(rng: &mut ChaCha8Rng) -> Digest {

@@ -37,6 +37,17 @@ pub enum Behavior {
     /// As primary, adds to every batch a write no client sent, in the name of a correct
     /// client, under an authenticator of random MACs.
     ForgeRequest,
+    /// Rewrites history in its VIEW-CHANGEs: every request it reports prepared in a view
+    /// before the one being left it claims (P and Q alike, the same to every receiver) as the
+    /// null request prepared in the view being left, a claim that passes A1 and that only A2
+    /// (f+1 replicas vouching in Q) stops; as a new primary it sends no NEW-VIEW, so the next
+    /// view change finds such older entries.
+    LaterNull,
+    /// As a new primary, sends each backup a NEW-VIEW built on view changes it made up in the
+    /// names of 2f others and itself (all claiming null where it had requests prepared),
+    /// relaying the made-up messages itself: only the acks of the replicas that received the
+    /// real ones stop it.
+    ForgeNewView,
     /// Picks one of the above per message.
     Mixed,
     /// Sends what the core sends: the adversary acts through the world instead (planting
@@ -75,7 +86,7 @@ pub enum Behavior {
 }
 
 impl Behavior {
-    pub const ALL: [Behavior; 13] = [
+    pub const ALL: [Behavior; 15] = [
         Behavior::Silent,
         Behavior::Withhold,
         Behavior::Equivocate,
@@ -88,6 +99,8 @@ impl Behavior {
         Behavior::LieState,
         Behavior::StaleReads,
         Behavior::ForgeRequest,
+        Behavior::LaterNull,
+        Behavior::ForgeNewView,
         Behavior::Mixed,
     ];
 }

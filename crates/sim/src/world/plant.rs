@@ -18,7 +18,7 @@
 
 use super::*;
 use redoubt_core::message::{Checkpoint, NewView, ViewChange, ViewChangeAck};
-use redoubt_core::{Seq, View};
+use redoubt_core::{Seq, View, VC_VIEWS_AHEAD};
 use redoubt_crypto::Digest;
 
 /// Frames kept back for after a recovery, at most.
@@ -139,17 +139,29 @@ impl World {
         }
     }
 
-    /// Compromises go round from the first one: the first f plant, the next attacks, and the
-    /// f after it are cut off, the primary of the target view first.
+    /// Compromises go round from the first one: the first f plant and the next attacks. The
+    /// target is a view close enough that correct replicas store VIEW-CHANGEs for it
+    /// (`VC_VIEWS_AHEAD`; farther ones count only as claims and never enter S), led by a
+    /// replica that is neither; the f cut off are its primary first, then the next others.
     fn choose_join_target(&mut self, first: ReplicaId) {
         let (n, f) = (self.sc.core.n(), self.sc.core.f);
         let planters: Vec<ReplicaId> = (0..f).map(|i| (first + i) % n).collect();
         let attacker = (first + f) % n;
-        let victims: Vec<ReplicaId> = (1..=f).map(|i| (first + f + i) % n).collect();
-        let mut view = self.max_view(None) + 8 + self.rng.random_range(0..16);
-        while self.sc.core.primary(view) != victims[0] {
-            view += 1;
-        }
+        let cur = self.max_view(None);
+        let bystander = |r: ReplicaId| !planters.contains(&r) && r != attacker;
+        let views: Vec<View> = (cur + 1..=cur + VC_VIEWS_AHEAD)
+            .filter(|v| bystander(self.sc.core.primary(*v)))
+            .collect();
+        let view = views[self.rng.random_range(0..views.len())];
+        let lead = self.sc.core.primary(view);
+        let victims: Vec<ReplicaId> = std::iter::once(lead)
+            .chain(
+                (1..n)
+                    .map(|i| (lead + i) % n)
+                    .filter(|r| bystander(*r))
+                    .take(f as usize - 1),
+            )
+            .collect();
         let k = self.sc.core.checkpoint_interval;
         let stable = (0..n)
             .map(|r| self.replicas[r as usize].stable_checkpoint())
