@@ -10,6 +10,7 @@
 pub mod auth;
 pub mod client;
 pub mod effect;
+mod execution;
 pub mod journal;
 pub mod keys;
 pub mod message;
@@ -23,11 +24,12 @@ pub mod viewchange;
 pub use auth::{Auth, StaticKeys};
 pub use client::{Client, ClientTiming, Completion, InvokeError};
 pub use effect::{Bytes, Effect, Env, Event};
+pub use execution::open_state;
 pub use journal::Record;
 pub use keys::{Admitted, Directory, KeyHolder, Keys, LocalHolder, NewKey, SessionKeys};
 pub use message::{Message, Reject};
 pub use redoubt_state as state;
-pub use replica::{open_state, Footprint, Input, RecoveryReport, Replica, Stats, VC_VIEWS_AHEAD};
+pub use replica::{Footprint, Input, RecoveryReport, Replica, Stats, VC_VIEWS_AHEAD};
 pub use service::{ExecContext, Service};
 #[cfg(feature = "mutants")]
 pub use types::Mutant;

@@ -18,6 +18,7 @@
 //! The replica keeps taking part in the protocol throughout.
 
 use super::*;
+use crate::execution::initial_aux;
 use crate::keys::{Accepted, NewKeyError, Purpose};
 use crate::message::{
     recovery_client, recovery_replica, QueryStable, RecoveryOp, RecoveryResult, ReplyStable,
@@ -303,7 +304,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let me = self.id;
         let candidates: Vec<(Seq, Digest)> = self
             .log
-            .range(self.last_executed + 1..)
+            .range(self.exec.last_executed() + 1..)
             .filter(|(_, s)| !s.vouched_by(me) && !s.prepared)
             .filter_map(|(n, s)| s.pp.filter(|d| *d != NULL_DIGEST).map(|d| (*n, d)))
             .collect();
@@ -442,8 +443,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         time_ms: u64,
     ) -> Vec<u8> {
         let previous = self
-            .clients
-            .get(&recovery_client(r))
+            .exec
+            .last_reply(recovery_client(r))
             .and_then(|l| postcard::from_bytes::<RecoveryResult>(&l.result).ok())
             .and_then(|p| p.last_accepted_ms);
         let accepted =
@@ -476,7 +477,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// After a state transfer: if the fetched state executed a recovery request we did not,
     /// refresh our keys as if we had executed it.
     pub(super) fn rekey_if_recoveries_changed(&mut self, before: &BTreeMap<ClientId, u64>) {
-        let changed = self.clients.iter().any(|(c, l)| {
+        let changed = self.exec.replies().any(|(c, l)| {
             recovery_replica(*c).is_some_and(|r| r != self.id)
                 && before.get(c).is_none_or(|t| *t < l.timestamp)
         });
@@ -486,8 +487,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     pub(super) fn recovery_timestamps(&self) -> BTreeMap<ClientId, u64> {
-        self.clients
-            .iter()
+        self.exec
+            .replies()
             .filter(|(c, _)| recovery_replica(**c).is_some())
             .map(|(c, l)| (*c, l.timestamp))
             .collect()
@@ -547,7 +548,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             .find(|(_, s)| s.prepared)
             .map(|(n, _)| *n)
             .unwrap_or(0)
-            .max(self.last_executed)
+            .max(self.exec.last_executed())
     }
 
     pub(super) fn on_query_stable(
@@ -633,11 +634,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// replica could have written (H_M bounds every stable checkpoint): go back to the
     /// checkpoint the state itself holds, and stop fetching the made-up one.
     fn distrust_watermark_above(&mut self, h_m: Seq) {
-        let base = self.state.base_seq();
+        let base = self.exec.state().base_seq();
         if self.stable_seq <= h_m || base > h_m {
             return;
         }
-        let Some((root, aux)) = self.state.held(base) else {
+        let Some((root, aux)) = self.exec.state().held(base) else {
             return;
         };
         self.stats.watermarks_distrusted += 1;
@@ -660,7 +661,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// become checkpoint 0 (with the initial execution variables), execution stops, and the
     /// replica fetches a checkpoint f+1 replicas vouch for, like one that lost its disk.
     fn distrust_state_above(&mut self, h_m: Seq) {
-        let claimed = self.last_executed.max(self.state.latest());
+        let claimed = self.exec.last_executed().max(self.exec.state().latest());
         if claimed <= h_m {
             return;
         }
@@ -668,13 +669,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.event(Event::StateDistrusted { seq: claimed, h_m });
         self.undo_tentative();
         let aux = initial_aux();
-        let root = self.state.relabel(0, aux.clone());
+        let root = self.exec.state_mut().relabel(0, aux.clone());
         let digest = crate::transfer::checkpoint_digest(0, &root, &aux);
         // The initial auxiliary bytes always decode; the service may not load over pages
         // that are not genesis pages, which is why execution stops until the fetch.
-        let _ = self.load_aux(0, &aux);
-        self.last_executed = 0;
-        self.executed.clear();
+        self.exec.restart_at_genesis();
         self.stable_seq = 0;
         self.stable_digest = digest;
         self.checkpoints.clear();
@@ -809,8 +808,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 let settled = self.stable_seq >= rec.h
                     && self.transfer.is_none()
                     && !self.diverged
-                    && !self.state.needs_repair()
-                    && self.last_executed >= rec.h;
+                    && !self.exec.state().needs_repair()
+                    && self.exec.last_executed() >= rec.h;
                 if settled {
                     let report = RecoveryReport {
                         h_m: rec.h_m,
@@ -937,8 +936,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// the replicated results of recovery requests, so every replica agrees): an idle primary
     /// then proposes empty batches.
     pub(super) fn recovery_progress_target(&self) -> Option<Seq> {
-        self.clients
-            .iter()
+        self.exec
+            .replies()
             .filter(|(c, _)| recovery_replica(**c).is_some())
             .filter_map(|(_, l)| postcard::from_bytes::<RecoveryResult>(&l.result).ok())
             .map(|res| res.target)

@@ -11,6 +11,7 @@
 
 use crate::auth::{open, seal, verify_request, Auth};
 use crate::effect::{Bytes, Effect, Env, Event};
+use crate::execution::{Execution, LastReply, Undone};
 use crate::journal::Record;
 use crate::keys::NewKey;
 use crate::message::*;
@@ -20,9 +21,8 @@ use crate::transfer::{checkpoint_digest, rebuild_meta, Walk};
 use crate::types::{ClientId, Config, Principal, ReplicaId, Seq, View};
 use crate::viewchange::{self, Pending, SlotSummary};
 use redoubt_crypto::Digest;
-use redoubt_state::{PageStore, PagedState, StateFootprint};
+use redoubt_state::{PagedState, StateFootprint};
 use rustc_hash::FxHashMap;
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
@@ -45,51 +45,6 @@ pub enum Input<'a> {
     /// with trusted code; discard client keys, refresh keys, estimate, send the recovery
     /// request, check and fetch state. Needs session keys.
     Recover,
-}
-
-/// The replicated part of a checkpoint besides the service's pages: the per-client last
-/// replies (so exactly-once execution survives state transfer) and the agreed clock. Its
-/// canonical encoding is the checkpoint's auxiliary bytes, covered by the checkpoint digest.
-#[derive(Serialize, Deserialize)]
-struct CheckpointAux {
-    seq: Seq,
-    last_time_ms: u64,
-    clients: Vec<(ClientId, u64, Vec<u8>)>,
-}
-
-fn initial_aux() -> Vec<u8> {
-    postcard::to_stdvec(&CheckpointAux {
-        seq: 0,
-        last_time_ms: 0,
-        clients: Vec::new(),
-    })
-    .expect("aux encodes")
-}
-
-/// Opens the service state held by `store` (a fresh store starts as checkpoint 0 of an
-/// all-zero state), ready for [`Replica::new`] or [`Replica::restore`].
-pub fn open_state(store: Box<dyn PageStore>) -> std::io::Result<PagedState> {
-    PagedState::open(store, &initial_aux())
-}
-
-#[derive(Clone, Debug)]
-struct LastReply {
-    timestamp: u64,
-    result: Vec<u8>,
-}
-
-/// A batch executed before it committed (PBFT §5.1): every batch before it committed, and
-/// its effects can be undone until it commits too.
-#[derive(Clone, Debug)]
-struct Tentative {
-    seq: Seq,
-    digest: Digest,
-    batch: Arc<Batch>,
-    /// The exactly-once entries it replaced (in execution order), restored if it is undone.
-    clients_before: Vec<(ClientId, Option<LastReply>)>,
-    last_time_before: u64,
-    /// Requests it executed.
-    executed: Vec<(ClientId, u64)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -233,21 +188,11 @@ pub struct Replica<S: Service, A: Auth> {
     cfg: Config,
     id: ReplicaId,
     auth: A,
-    service: S,
-    state: PagedState,
+    /// The execution component: service, paged state, reply table, what ran where.
+    exec: Execution<S>,
     env: Env,
     effects: Vec<Effect>,
     pub stats: Stats,
-
-    // Execution state (reflected in checkpoints).
-    clients: BTreeMap<ClientId, LastReply>,
-    last_time_ms: u64,
-    last_executed: Seq,
-    /// Digest executed at each sequence number above the stable checkpoint (at most L).
-    executed: BTreeMap<Seq, Digest>,
-    /// The batch at `last_executed + 1` executed tentatively, if any (its effects are in the
-    /// state and the exactly-once table; it is not in `executed`).
-    tentative: Option<Tentative>,
 
     // Views.
     view: View,
@@ -376,16 +321,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
             cfg,
             id,
             auth,
-            service,
-            state,
+            exec: Execution::new(service, state),
             env: Env::default(),
             effects: Vec::new(),
             stats: Stats::default(),
-            clients: BTreeMap::new(),
-            last_time_ms: 0,
-            last_executed: 0,
-            executed: BTreeMap::new(),
-            tentative: None,
             view: 0,
             normal: true,
             vc_deadline_ms: None,
@@ -438,45 +377,27 @@ impl<S: Service, A: Auth> Replica<S, A> {
             send_cap: None,
             unreadable: None,
         };
-        let seq = r.state.latest();
-        let (root, aux) = r.state.held(seq).expect("the latest checkpoint is held");
+        let seq = r.exec.state().latest();
+        let (root, aux) = r
+            .exec
+            .state()
+            .held(seq)
+            .expect("the latest checkpoint is held");
         let digest = checkpoint_digest(seq, &root, &aux);
-        if let Err(e) = r.load_aux(seq, &aux) {
+        if let Err(e) = r.exec.load_aux(seq, &aux) {
             // Corrupt pages (found by the check at start-up) may not load, and a page store
             // rewritten while the replica was compromised may hold auxiliary bytes that do not
             // decode: stay diverged and fetch a vouched checkpoint before executing.
             r.stats.state_unreadable += 1;
             r.unreadable = Some(format!("checkpoint {seq}: {e}"));
             r.diverged = true;
-            r.last_executed = seq;
+            r.exec.stand_at(seq);
         }
         r.stable_seq = seq;
         r.stable_digest = digest;
         r.next_seq = seq + 1;
         r.checkpoints.insert(seq, StoredCheckpoint { digest });
         Ok(r)
-    }
-
-    /// Sets the execution variables from a checkpoint's auxiliary bytes and lets the service
-    /// rebuild its in-memory structures from the pages.
-    fn load_aux(&mut self, seq: Seq, aux: &[u8]) -> Result<(), String> {
-        let st: CheckpointAux =
-            postcard::from_bytes(aux).map_err(|e| format!("auxiliary bytes: {e}"))?;
-        if st.seq != seq {
-            return Err(format!("auxiliary bytes are for checkpoint {}", st.seq));
-        }
-        self.service
-            .load(&self.state)
-            .map_err(|e| format!("service state: {e}"))?;
-        self.clients = st
-            .clients
-            .into_iter()
-            .map(|(c, timestamp, result)| (c, LastReply { timestamp, result }))
-            .collect();
-        self.last_time_ms = st.last_time_ms;
-        self.last_executed = seq;
-        self.executed.clear();
-        Ok(())
     }
 
     // ----- accessors -------------------------------------------------------------------
@@ -500,25 +421,25 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.primary() == self.id
     }
     pub fn last_executed(&self) -> Seq {
-        self.last_executed
+        self.exec.last_executed()
     }
     pub fn stable_checkpoint(&self) -> Seq {
         self.stable_seq
     }
     pub fn service(&self) -> &S {
-        &self.service
+        self.exec.service()
     }
     /// Mutable access for hosts and fault injection (the simulator corrupts state with it).
     /// The service state (pages, tree, checkpoints).
     pub fn state(&self) -> &PagedState {
-        &self.state
+        self.exec.state()
     }
 
     /// Checks every page against the digests of the latest checkpoint (on demand, e.g. from
     /// an admin command). Corrupt pages are marked; the replica stops executing and fetches
     /// them at the next checkpoint f+1 replicas vouch for. Returns the corrupt page indices.
     pub fn check_state(&mut self) -> Vec<u64> {
-        let report = self.state.check();
+        let report = self.exec.state_mut().check();
         if !report.corrupt.is_empty() {
             self.stats.corrupt_pages_found += report.corrupt.len() as u64;
             self.diverged = true;
@@ -534,14 +455,29 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// execution went wrong). Simulator only.
     #[cfg(feature = "mutants")]
     pub fn tamper(&mut self, f: impl FnOnce(&mut S, &mut PagedState)) {
-        f(&mut self.service, &mut self.state)
+        self.exec.tamper(f)
     }
 
     pub fn service_mut(&mut self) -> &mut S {
-        &mut self.service
+        self.exec.service_mut()
     }
     pub fn auth(&self) -> &A {
         &self.auth
+    }
+
+    /// Checks the invariants of every component (the simulator calls it after every step);
+    /// `Err` names the first that fails.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.exec
+            .check_invariants()
+            .map_err(|e| format!("execution: {e}"))?;
+        let (lo, hi) = (self.stable_seq, self.stable_seq + self.cfg.log_size);
+        if let Some((n, _)) = self.log.iter().find(|(n, _)| **n <= lo || **n > hi) {
+            return Err(format!(
+                "agreement: log slot n{n} outside the window ({lo}, {hi}]"
+            ));
+        }
+        Ok(())
     }
 
     /// Sizes of every bounded structure, for tests and metrics.
@@ -549,13 +485,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
         Footprint {
             log_slots: self.log.len(),
             pending_pre_prepares: self.pending_pp.len(),
-            executed: self.executed.len(),
+            executed: self.exec.executed_len(),
             batches: self.batches.len(),
             checkpoints: self.checkpoints.len(),
             checkpoint_votes: self.ckpt_votes.values().map(|m| m.len()).sum(),
             pset: self.pset.len(),
             qset_pairs: self.qset.values().map(|v| v.len()).sum(),
-            clients: self.clients.len(),
+            clients: self.exec.clients_len(),
             waiting: self.waiting.len(),
             replaced: {
                 debug_assert_eq!(self.replaced.len(), self.replaced_order.len());
@@ -567,7 +503,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             view_changes: self.vcs.len() + self.relayed.len() + self.beyond.len(),
             acks: self.acks.len(),
             bodies_journaled: self.bodies_journaled.len(),
-            state: self.state.footprint(),
+            state: self.exec.state().footprint(),
         }
     }
 
@@ -598,12 +534,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
             state: StateFootprint {
                 // Pages modified since the stable checkpoint are bounded by what the log's
                 // requests can write; the simulator's small states make this the page count.
-                overlay_pages: self.state.geometry().pages() as usize,
+                overlay_pages: self.exec.state().geometry().pages() as usize,
                 checkpoints: ckpts + 1,
-                copied_pages: self.state.geometry().pages() as usize * (ckpts + 1),
-                copied_nodes: 2 * self.state.geometry().pages() as usize * (ckpts + 1),
-                dirty_pages: self.state.geometry().pages() as usize,
-                invalid_pages: self.state.geometry().pages() as usize,
+                copied_pages: self.exec.state().geometry().pages() as usize * (ckpts + 1),
+                copied_nodes: 2 * self.exec.state().geometry().pages() as usize * (ckpts + 1),
+                dirty_pages: self.exec.state().geometry().pages() as usize,
+                invalid_pages: self.exec.state().geometry().pages() as usize,
             },
         }
     }
@@ -824,26 +760,22 @@ impl<S: Service, A: Auth> Replica<S, A> {
             if !matches!(from, Principal::Client(_)) {
                 return Err(Reject::Unexpected); // read-only requests are never relayed
             }
-            if self
-                .service
-                .execute_read_only(&self.state, &req.op)
-                .is_none()
-            {
+            if self.exec.read_only(&req.op).is_none() {
                 return Err(Reject::Inconsistent); // flagged read-only but it is not
             }
             self.reads.insert(req.client, sr.request);
             self.answer_reads();
             return Ok(());
         }
-        if let Some(last) = self.clients.get(&req.client) {
+        if let Some(last) = self.exec.last_reply(req.client) {
             if req.timestamp < last.timestamp {
                 return Err(Reject::Stale);
             }
             if req.timestamp == last.timestamp {
                 // Already executed: resend the cached reply.
                 let tentative = self
-                    .tentative
-                    .as_ref()
+                    .exec
+                    .tentative()
                     .is_some_and(|t| t.executed.iter().any(|(c, _)| *c == req.client));
                 let reply = Message::Reply(Reply {
                     view: self.view,
@@ -944,19 +876,23 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if self.reads.is_empty()
             || !self.normal
             || self.diverged
-            || self.tentative.is_some()
+            || self.exec.tentative().is_some()
             || self.transfer.as_ref().is_some_and(|t| t.walk.is_some())
             || self
                 .log
-                .range(self.last_executed + 1..)
+                .range(self.exec.last_executed() + 1..)
                 .any(|(_, s)| s.prepared || s.pp.is_some_and(|d| d != NULL_DIGEST))
-            || self.pset.range(self.last_executed + 1..).next().is_some()
+            || self
+                .pset
+                .range(self.exec.last_executed() + 1..)
+                .next()
+                .is_some()
         {
             return;
         }
         let reads = std::mem::take(&mut self.reads);
         for (c, req) in reads {
-            let Some(result) = self.service.execute_read_only(&self.state, &req.op) else {
+            let Some(result) = self.exec.read_only(&req.op) else {
                 continue;
             };
             // Marked tentative: an answer from one replica's executed state is never a
@@ -1027,7 +963,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// between what we executed and it is committed too, or a state transfer we run will
     /// jump past them). A request behind a slot that does not commit still blames the primary.
     fn committed_here(&self, c: ClientId, ts: u64) -> bool {
-        let skip_to = self.transfer.as_ref().map_or(self.last_executed, |t| t.seq);
+        let skip_to = self
+            .transfer
+            .as_ref()
+            .map_or(self.exec.last_executed(), |t| t.seq);
         let holds = |s: &Slot| {
             s.pp.and_then(|d| self.batches.get(&d)).is_some_and(|b| {
                 b.requests
@@ -1035,7 +974,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     .any(|r| r.request.client == c && r.request.timestamp >= ts)
             })
         };
-        for n in self.last_executed + 1.. {
+        for n in self.exec.last_executed() + 1.. {
             let Some(s) = self.log.get(&n) else {
                 return false;
             };
@@ -1074,7 +1013,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return;
         }
         loop {
-            let in_flight = self.next_seq.saturating_sub(self.last_executed + 1);
+            let in_flight = self.next_seq.saturating_sub(self.exec.last_executed() + 1);
             if in_flight == 0 {
                 // Nothing of ours waits to execute: a stall is measured from here (the
                 // first tick may come after the first proposal).
@@ -1209,12 +1148,15 @@ impl<S: Service, A: Auth> Replica<S, A> {
     fn doubts_request_of(&self, c: ClientId) -> bool {
         let me = self.id;
         !self.is_primary()
-            && self.log.range(self.last_executed + 1..).any(|(_, s)| {
-                s.doubts.contains_key(&me)
-                    && s.pp
-                        .and_then(|d| self.batches.get(&d))
-                        .is_some_and(|b| b.requests.iter().any(|r| r.request.client == c))
-            })
+            && self
+                .log
+                .range(self.exec.last_executed() + 1..)
+                .any(|(_, s)| {
+                    s.doubts.contains_key(&me)
+                        && s.pp
+                            .and_then(|d| self.batches.get(&d))
+                            .is_some_and(|b| b.requests.iter().any(|r| r.request.client == c))
+                })
     }
 
     /// Whether this replica vouches for request `r` (digest `d`) in a pre-prepare: within the
@@ -1708,12 +1650,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if self
             .transfer
             .as_ref()
-            .is_some_and(|t| t.seq > self.last_executed)
-            && !self.log.contains_key(&(self.last_executed + 1))
+            .is_some_and(|t| t.seq > self.exec.last_executed())
+            && !self.log.contains_key(&(self.exec.last_executed() + 1))
         {
             return;
         }
-        if let Some(t) = &self.tentative {
+        if let Some(t) = self.exec.tentative() {
             // Within a view the slot keeps its digest (a view change undoes the batch first);
             // should it ever differ, the batch is undone rather than kept or waited for.
             match self.log.get(&t.seq) {
@@ -1722,9 +1664,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 _ => {}
             }
         }
-        if self.tentative.is_none() {
+        if self.exec.tentative().is_none() {
             loop {
-                let n = self.last_executed + 1;
+                let n = self.exec.last_executed() + 1;
                 let Some(slot) = self.log.get(&n) else { break };
                 if !slot.committed {
                     break;
@@ -1751,7 +1693,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// while replaying, recovering or off the normal case.
     fn try_tentative(&mut self) {
         if !self.cfg.tentative_execution
-            || self.tentative.is_some()
+            || self.exec.tentative().is_some()
             || self.replaying
             || !self.normal
             || self.recovery.is_some()
@@ -1759,7 +1701,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         {
             return;
         }
-        let n = self.last_executed + 1;
+        let n = self.exec.last_executed() + 1;
         let Some(slot) = self.log.get(&n) else {
             return;
         };
@@ -1783,26 +1725,17 @@ impl<S: Service, A: Auth> Replica<S, A> {
         {
             return;
         }
-        let last_time_before = self.last_time_ms;
-        self.state.begin_tentative();
-        let (executed, clients_before) = self.apply(n, &batch, true);
+        self.exec.begin_tentative();
+        let executed = self.apply(n, &batch, true);
         self.stats.tentative_batches += 1;
-        self.tentative = Some(Tentative {
-            seq: n,
-            digest: d,
-            batch,
-            clients_before,
-            last_time_before,
-            executed,
-        });
+        self.exec.hold_tentative(n, d, batch, executed);
     }
 
     /// The tentative batch committed: its effects stay, and it completes like any batch.
     fn keep_tentative(&mut self) {
-        let Some(t) = self.tentative.take() else {
+        let Some(t) = self.exec.keep_tentative() else {
             return;
         };
-        self.state.keep_tentative();
         self.persist_executed(t.seq, t.digest, Some(&t.batch));
         self.finish_execution(t.seq, t.digest, Some(&*t.batch), t.executed);
     }
@@ -1811,67 +1744,42 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// Its clients learn the outcome from the batch's re-execution in a later view, or
     /// retransmit.
     fn undo_tentative(&mut self) {
-        let Some(t) = self.tentative.take() else {
-            return;
-        };
-        self.state.undo_tentative();
-        // The service rebuilds its in-memory structures from the restored pages (a scan of
-        // the state; undoing is rare: a view change that drops a tentative batch).
-        if self.service.load(&self.state).is_err() {
-            // The pages were consistent before the batch: our state must be corrupt.
-            self.event(Event::StateCorrupt { pages: 0 });
-            self.on_divergence();
-        }
-        for (c, before) in t.clients_before.into_iter().rev() {
-            match before {
-                Some(l) => {
-                    self.clients.insert(c, l);
-                }
-                None => {
-                    self.clients.remove(&c);
-                }
+        let seq = match self.exec.undo_tentative() {
+            None => return,
+            Some(Undone::Clean { seq }) => seq,
+            Some(Undone::Corrupt { seq }) => {
+                // The pages were consistent before the batch: our state must be corrupt.
+                self.event(Event::StateCorrupt { pages: 0 });
+                self.on_divergence();
+                seq
             }
-        }
-        self.last_time_ms = t.last_time_before;
+        };
         self.stats.tentative_undone += 1;
-        self.event(Event::TentativeUndone { seq: t.seq });
+        self.event(Event::TentativeUndone { seq });
     }
 
     /// Executes batch `digest` (`None`: the null request) at `seq`, the next in order.
     fn execute(&mut self, seq: Seq, digest: Digest, batch: Option<Arc<Batch>>) {
-        debug_assert_eq!(seq, self.last_executed + 1);
+        debug_assert_eq!(seq, self.exec.last_executed() + 1);
         debug_assert_eq!(digest, batch.as_ref().map_or(NULL_DIGEST, |b| b.digest()));
         self.persist_executed(seq, digest, batch.as_ref());
         let executed = match &batch {
-            Some(b) => self.apply(seq, b, false).0,
+            Some(b) => self.apply(seq, b, false),
             None => Vec::new(),
         };
         self.finish_execution(seq, digest, batch.as_deref(), executed);
     }
 
     /// Runs a batch's requests against the service (exactly once per client timestamp) and
-    /// replies to their clients. Returns the requests executed and, if `tentative`, the
-    /// exactly-once entries they replaced.
-    #[allow(clippy::type_complexity)]
-    fn apply(
-        &mut self,
-        seq: Seq,
-        b: &Batch,
-        tentative: bool,
-    ) -> (Vec<(ClientId, u64)>, Vec<(ClientId, Option<LastReply>)>) {
+    /// replies to their clients. Returns the requests executed.
+    fn apply(&mut self, seq: Seq, b: &Batch, tentative: bool) -> Vec<(ClientId, u64)> {
         let mut executed = Vec::new();
-        let mut before = Vec::new();
         let quiet = self.quiet_for(b.requests.len());
-        let time_ms = b.nondet.time_ms.max(self.last_time_ms + 1);
-        self.last_time_ms = time_ms;
+        let time_ms = self.exec.start_batch(b.nondet.time_ms);
         for (i, r) in b.requests.iter().enumerate() {
             let req = &r.request;
             let c = req.client;
-            if self
-                .clients
-                .get(&c)
-                .is_some_and(|l| l.timestamp >= req.timestamp)
-            {
+            if self.exec.ran(c, req.timestamp) {
                 continue; // exactly once
             }
             let ctx = ExecContext {
@@ -1886,7 +1794,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     let h_m = postcard::from_bytes::<RecoveryOp>(&req.op).map_or(0, |op| op.h_m);
                     self.execute_recovery(r, h_m, seq, time_ms)
                 }
-                None => self.service.execute(&mut self.state, &req.op, &ctx),
+                None => self.exec.run(&req.op, &ctx),
             };
             executed.push((c, req.timestamp));
             let last = LastReply {
@@ -1894,16 +1802,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 result,
             };
             if self.replaying {
-                self.clients.insert(c, last);
+                self.exec.record(c, last);
                 continue;
             }
             let to = self.requester(c);
             let reply = (!(quiet && matches!(to, Principal::Client(_))))
                 .then(|| self.reply(c, req.timestamp, &last.result, tentative));
-            let old = self.clients.insert(c, last);
-            if tentative {
-                before.push((c, old));
-            }
+            self.exec.record(c, last);
             match (to, reply) {
                 (_, None) => {} // a quiet primary: the backups answer
                 (Principal::Replica(r), Some(Message::Reply(m))) if r == self.id => {
@@ -1912,7 +1817,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 (to, Some(reply)) => self.send(to, &reply),
             }
         }
-        (executed, before)
+        executed
     }
 
     /// Completes the execution of batch `seq` (its requests ran, committed): it settles its
@@ -1928,13 +1833,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
             // Every request of the batch is settled (executed now or before).
             for r in &b.requests {
                 let (c, ts) = (r.request.client, r.request.timestamp);
-                let done = self.clients.get(&c).map_or(ts, |l| l.timestamp.max(ts));
+                let done = self.exec.settled(c, ts);
                 self.request_done(c, done);
             }
         }
-        self.last_executed = seq;
+        self.exec.complete(seq, digest);
         self.primary_progress_ms = self.now();
-        self.executed.insert(seq, digest);
         self.stats.batches_executed += 1;
         self.stats.requests_executed += executed.len() as u64;
         if !executed.is_empty() && !self.executed_in_view {
@@ -1956,21 +1860,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
     // ----- checkpoints ------------------------------------------------------------------------
 
     fn take_checkpoint(&mut self, seq: Seq) {
-        let aux = postcard::to_stdvec(&CheckpointAux {
-            seq,
-            last_time_ms: self.last_time_ms,
-            clients: self
-                .clients
-                .iter()
-                .map(|(c, l)| (*c, l.timestamp, l.result.clone()))
-                .collect(),
-        })
-        .expect("checkpoint encodes");
-        debug_assert!(seq > self.state.latest(), "checkpoints advance");
-        if seq <= self.state.latest() {
+        let aux = self.exec.checkpoint_aux(seq);
+        debug_assert!(seq > self.exec.state().latest(), "checkpoints advance");
+        if seq <= self.exec.state().latest() {
             return;
         }
-        let root = self.state.checkpoint(seq, aux.clone());
+        let root = self.exec.state_mut().checkpoint(seq, aux.clone());
         let digest = checkpoint_digest(seq, &root, &aux);
         self.checkpoints.insert(seq, StoredCheckpoint { digest });
         self.event(Event::CheckpointTaken { seq, digest });
@@ -2006,7 +1901,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if c.replica != from || !c.seq.is_multiple_of(self.cfg.checkpoint_interval) {
             return Err(Reject::Inconsistent);
         }
-        let repairing = self.diverged || self.state.needs_repair();
+        let repairing = self.diverged || self.exec.state().needs_repair();
         if c.seq < self.stable_seq || (c.seq == self.stable_seq && !repairing) {
             return Ok(()); // old news
         }
@@ -2018,7 +1913,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     fn check_checkpoint(&mut self, seq: Seq) {
-        let repairing = self.diverged || self.state.needs_repair();
+        let repairing = self.diverged || self.exec.state().needs_repair();
         if seq < self.stable_seq || (seq == self.stable_seq && !repairing) {
             return;
         }
@@ -2035,7 +1930,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if count < self.cfg.weak_quorum() {
             return;
         }
-        if (self.diverged || self.state.needs_repair()) && seq >= self.state.latest() {
+        if (self.diverged || self.exec.state().needs_repair()) && seq >= self.exec.state().latest()
+        {
             // Our state is known bad: fetch the vouched checkpoint, even our own seq.
             self.start_transfer(seq, digest, true);
             return;
@@ -2052,9 +1948,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 self.on_divergence();
                 self.start_transfer(seq, digest, true);
             }
-            None if seq > self.last_executed => {
+            None if seq > self.exec.last_executed() => {
                 let urgent = seq > self.stable_seq.saturating_add(self.cfg.log_size)
-                    || seq >= self.last_executed.saturating_add(self.cfg.log_size);
+                    || seq >= self.exec.last_executed().saturating_add(self.cfg.log_size);
                 self.start_transfer(seq, digest, urgent);
             }
             None => {}
@@ -2066,9 +1962,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if seq <= self.stable_seq {
             return;
         }
-        if self.checkpoints.contains_key(&seq) && self.state.held(seq).is_some() {
+        if self.checkpoints.contains_key(&seq) && self.exec.state().held(seq).is_some() {
             // The state's durable base moves first; the journal may then forget older records.
-            self.state.commit_base(seq);
+            self.exec.state_mut().commit_base(seq);
             self.persist(Record::Checkpoint { seq, digest });
         } else {
             self.persist(Record::Watermark { seq, digest });
@@ -2077,7 +1973,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.stable_digest = digest;
         self.log = self.log.split_off(&(seq + 1));
         self.pending_pp = self.pending_pp.split_off(&(seq + 1));
-        self.executed = self.executed.split_off(&(seq + 1));
+        self.exec.forget_executed_through(seq);
         self.checkpoints = self.checkpoints.split_off(&seq);
         for v in self.ckpt_votes.values_mut() {
             *v = v.split_off(&(seq + 1));
@@ -2174,7 +2070,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if self.transfer.as_ref().is_some_and(|t| t.walk.is_none()) {
             self.transfer = None;
         }
-        let report = self.state.check();
+        let report = self.exec.state_mut().check();
         if !report.corrupt.is_empty() {
             self.stats.corrupt_pages_found += report.corrupt.len() as u64;
             self.event(Event::StateCorrupt {
@@ -2184,7 +2080,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     fn start_transfer(&mut self, seq: Seq, digest: Digest, urgent: bool) {
-        if seq < self.state.base_seq() {
+        if seq < self.exec.state().base_seq() {
             // Our durable base is already a later verified checkpoint; moving it backwards
             // would leave the journal naming a checkpoint the page file no longer holds.
             return;
@@ -2221,10 +2117,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// The `lc` to ask partitions with: our latest checkpoint if we trust our copy of it, 0
     /// (everything) if our state diverged or has corrupt pages.
     fn fetch_lc(&self) -> Seq {
-        if self.diverged || self.state.needs_repair() {
+        if self.diverged || self.exec.state().needs_repair() {
             0
         } else {
-            self.state.latest()
+            self.exec.state().latest()
         }
     }
 
@@ -2234,7 +2130,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return;
         };
         if t.walk.is_none() {
-            if self.last_executed >= t.seq && !self.diverged && !self.state.needs_repair() {
+            if self.exec.last_executed() >= t.seq
+                && !self.diverged
+                && !self.exec.state().needs_repair()
+            {
                 self.transfer = None;
                 return;
             }
@@ -2245,7 +2144,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             // keep is described by our tree, and stop executing until the transfer ends. A
             // tentative batch is undone first (its entries in the exactly-once table too).
             self.undo_tentative();
-            self.state.revert_to_latest();
+            self.exec.state_mut().revert_to_latest();
             let lc = self.fetch_lc();
             if let Some(t) = self.transfer.as_mut() {
                 t.walk = Some(Walk::new(t.seq, t.digest, lc));
@@ -2311,7 +2210,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// With a known-bad state and no checkpoint to fetch, ask every replica for the root of
     /// its latest stable checkpoint; f+1 matching answers give a digest to fetch.
     fn probe_for_checkpoint(&mut self) {
-        if !(self.diverged || self.state.needs_repair()) || self.now() < self.next_probe_ms {
+        if !(self.diverged || self.exec.state().needs_repair()) || self.now() < self.next_probe_ms {
             return;
         }
         self.next_probe_ms = self.now() + self.cfg.state_transfer_retry_ms;
@@ -2333,7 +2232,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if f.items.len() > self.cfg.transfer_items_max {
             return Err(Reject::TooLarge);
         }
-        if self.state.needs_repair() {
+        if self.exec.state().needs_repair() {
             return Err(Reject::Stale); // we cannot vouch for our pages until repaired
         }
         // Token bucket per asking replica, in bytes.
@@ -2354,7 +2253,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         } else {
             (f.seq, false)
         };
-        let Some((_, aux)) = self.state.held(seq) else {
+        let Some((_, aux)) = self.exec.state().held(seq) else {
             let msg = Message::StateData(StateData {
                 seq: f.seq,
                 stable: self.stable_seq,
@@ -2364,7 +2263,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             self.send_replica(from, &msg);
             return Ok(());
         };
-        let geo = self.state.geometry();
+        let geo = self.exec.state().geometry();
         let budget = self.cfg.transfer_reply_bytes_max;
         let mut used = 0usize;
         let mut items = Vec::new();
@@ -2383,7 +2282,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             if it.level < geo.depth() {
                 let lc = if probe { 0 } else { it.lc };
                 let children = self
-                    .state
+                    .exec
+                    .state()
                     .children_at(seq, (it.level, it.index), lc)
                     .expect("held checkpoint, valid partition");
                 used += 24 + children.len() * 52;
@@ -2404,7 +2304,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                         .collect(),
                 });
             } else {
-                match self.state.verified_page_at(seq, it.index) {
+                match self.exec.state_mut().verified_page_at(seq, it.index) {
                     Some((e, bytes)) => {
                         used += 24 + bytes.len();
                         items.push(StateItem::Page {
@@ -2458,11 +2358,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return Ok(());
         }
         let lc = self.fetch_lc();
-        if self.state.is_dirty() {
+        if self.exec.state().is_dirty() {
             // Only a test's tampering writes during a walk. The rollback may undo installed
             // pages too, so the walk starts again from the root.
             self.undo_tentative();
-            self.state.revert_to_latest();
+            self.exec.state_mut().revert_to_latest();
             if let Some(t) = self.transfer.as_mut() {
                 let stats = t.walk.as_ref().map(|w| w.stats).unwrap_or_default();
                 let mut fresh = Walk::new(t.seq, t.digest, 0);
@@ -2478,7 +2378,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let check_pages = self.cfg.mutant != crate::types::Mutant::TrustReplier;
         #[cfg(not(feature = "mutants"))]
         let check_pages = true;
-        let result = w.accept(&mut self.state, &d, lc, check_pages);
+        let result = w.accept(self.exec.state_mut(), &d, lc, check_pages);
         if t.replier == Some(from) && matches!(result, Ok(n) if n > 0) {
             // The designated replier answered; whatever it left out (over its answer budget)
             // is asked again at once rather than after the retry timer.
@@ -2527,7 +2427,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// An answer to a probe (`Fetch` for seq 0): the root of the sender's stable checkpoint.
     /// It counts as that replica's CHECKPOINT vote; f+1 matching ones start a transfer.
     fn on_probe_answer(&mut self, from: ReplicaId, d: StateData) -> Result<(), Reject> {
-        if !(self.diverged || self.state.needs_repair()) {
+        if !(self.diverged || self.exec.state().needs_repair()) {
             return Err(Reject::Stale);
         }
         let (
@@ -2544,7 +2444,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if !d.seq.is_multiple_of(self.cfg.checkpoint_interval) {
             return Err(Reject::Inconsistent);
         }
-        let Some((root, _)) = rebuild_meta(&mut self.state, (0, 0), 0, children) else {
+        let Some((root, _)) = rebuild_meta(self.exec.state_mut(), (0, 0), 0, children) else {
             return Err(Reject::BadState);
         };
         let digest = checkpoint_digest(d.seq, &root.digest, aux);
@@ -2559,17 +2459,17 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let mut t = self.transfer.take().expect("transfer in progress");
         let w = t.walk.take().expect("walking");
         let aux = w.aux().expect("complete walks have the root").to_vec();
-        let root = self.state.installed_root();
+        let root = self.exec.state_mut().installed_root();
         #[cfg(feature = "mutants")]
         let recheck = self.cfg.mutant != crate::types::Mutant::TrustReplier;
         #[cfg(not(feature = "mutants"))]
         let recheck = true;
         let rechecked = if recheck {
-            self.state.check_changed()
+            self.exec.state_mut().check_changed()
         } else {
             0
         };
-        let unrepaired = rechecked + self.state.revalidate();
+        let unrepaired = rechecked + self.exec.state_mut().revalidate();
         if unrepaired > 0 || checkpoint_digest(t.seq, &root, &aux) != t.digest {
             // Cannot happen when every answer checked out, unless our own pages changed under
             // us; walk again from the root asking for everything.
@@ -2579,13 +2479,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return;
         }
         let (seq, digest) = (t.seq, t.digest);
-        self.state.adopt_installed(seq, aux.clone());
+        self.exec.state_mut().adopt_installed(seq, aux.clone());
         let recoveries_before = self.recovery_timestamps();
-        if self.load_aux(seq, &aux).is_err() {
+        if self.exec.load_aux(seq, &aux).is_err() {
             // f+1 replicas vouch for this state, so a page we kept must be corrupt in a way our
             // entries did not show. Check every page, stay diverged, fetch again.
             self.diverged = true;
-            let report = self.state.check();
+            let report = self.exec.state_mut().check();
             self.stats.corrupt_pages_found += report.corrupt.len() as u64;
             self.event(Event::StateCorrupt {
                 pages: report.corrupt.len() as u64,
@@ -2613,8 +2513,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }));
         // Requests settled by the transferred state are no longer waited for.
         let settled: Vec<(ClientId, u64)> = self
-            .clients
-            .iter()
+            .exec
+            .replies()
             .map(|(c, l)| (*c, l.timestamp))
             .collect();
         for (c, ts) in settled {
@@ -2716,7 +2616,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             if r.diverged {
                 break;
             }
-            if seq != r.last_executed + 1 {
+            if seq != r.exec.last_executed() + 1 {
                 break;
             }
             // The digest is recomputed: the journal's checksums catch torn writes, not lies.
@@ -2726,7 +2626,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         r.replaying = false;
         r.effects.clear();
         if let Some(reason) = r.unreadable.take() {
-            let seq = r.state.base_seq();
+            let seq = r.exec.state().base_seq();
             r.event(Event::StateUnreadable { seq, reason });
         }
         if corrupt > 0 {
@@ -2807,14 +2707,14 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
         }
         for (n, slot) in r.log.iter_mut() {
-            if *n <= r.last_executed && slot.prepared {
+            if *n <= r.exec.last_executed() && slot.prepared {
                 slot.committed = true;
             }
         }
         if let Some(last) = r.log.keys().next_back() {
             r.next_seq = r.next_seq.max(last + 1);
         }
-        r.next_seq = r.next_seq.max(r.last_executed + 1);
+        r.next_seq = r.next_seq.max(r.exec.last_executed() + 1);
         // A watermark above the checkpoint the state holds: report it, and fetch it, again.
         if let Some(Record::Watermark { seq, digest }) = records
             .iter()
@@ -3344,7 +3244,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         self.stable_seq = h;
         self.stable_digest = hd;
-        self.executed = self.executed.split_off(&(h + 1));
+        self.exec.forget_executed_through(h);
         self.checkpoints = self.checkpoints.split_off(&h);
         for v in self.ckpt_votes.values_mut() {
             *v = v.split_off(&(h + 1));
@@ -3355,7 +3255,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if self.next_seq <= h {
             self.next_seq = h + 1;
         }
-        if self.last_executed < h || self.diverged {
+        if self.exec.last_executed() < h || self.diverged {
             self.start_transfer(h, hd, true);
         }
     }
@@ -3380,11 +3280,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
         // more than f faults (or a protocol bug). Report it loudly; the simulator fails on it.
         for (i, d) in nv.chosen.iter().enumerate() {
             let n = h + 1 + i as u64;
-            if let Some(done) = self.executed.get(&n) {
-                if done != d {
+            if let Some(done) = self.exec.executed_at(n) {
+                if done != *d {
                     self.event(Event::Contradiction {
                         seq: n,
-                        executed: *done,
+                        executed: done,
                         chosen: *d,
                     });
                 }
@@ -3433,7 +3333,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             });
         }
         let last = h + nv.chosen.len() as u64;
-        self.next_seq = (last + 1).max(self.last_executed + 1).max(h + 1);
+        self.next_seq = (last + 1).max(self.exec.last_executed() + 1).max(h + 1);
         self.new_view = Some(nv);
         self.gc_batches();
         self.event(Event::NewViewInstalled { view: self.view });
@@ -3545,7 +3445,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             // them gone nobody else may ever time out (every request already executed
             // somewhere, or none waiting). A view change is always safe.
             if self.is_primary() && self.transfer.is_none() && self.recovery.is_none() {
-                if self.next_seq <= self.last_executed.saturating_add(1) {
+                if self.next_seq <= self.exec.last_executed().saturating_add(1) {
                     self.primary_progress_ms = now;
                 } else if now >= self.primary_progress_ms.saturating_add(self.vc_timeout_ms) {
                     self.stats.primary_stalls += 1;
@@ -3585,7 +3485,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let mut m: Vec<Digest> = self
             .log
             .iter()
-            .filter(|(n, s)| **n > self.last_executed && s.prepared)
+            .filter(|(n, s)| **n > self.exec.last_executed() && s.prepared)
             .filter_map(|(_, s)| s.pp)
             .filter(|d| *d != NULL_DIGEST && !self.batches.contains_key(d))
             .collect();
@@ -3600,13 +3500,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let prepared: Vec<Seq> = self
             .log
             .iter()
-            .filter(|(n, s)| **n > self.last_executed && window(s) && s.prepared)
+            .filter(|(n, s)| **n > self.exec.last_executed() && window(s) && s.prepared)
             .map(|(n, _)| *n)
             .collect();
         let committed: Vec<Seq> = self
             .log
             .iter()
-            .filter(|(n, s)| **n > self.last_executed && s.committed)
+            .filter(|(n, s)| **n > self.exec.last_executed() && s.committed)
             .map(|(n, _)| *n)
             .collect();
         let missing_vcs = match &self.pending_nv {
@@ -3617,7 +3517,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             replica: self.id,
             view: self.view,
             normal: self.normal,
-            last_executed: self.last_executed,
+            last_executed: self.exec.last_executed(),
             stable: self.stable_seq,
             prepared,
             committed,
@@ -3739,7 +3639,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
         }
         // Checkpoints: votes for what it lacks, so it can advance or fetch state.
-        if st.stable < self.stable_seq || st.last_executed < self.last_executed {
+        if st.stable < self.stable_seq || st.last_executed < self.exec.last_executed() {
             let mine: Vec<(Seq, Digest)> = self
                 .checkpoints
                 .range(

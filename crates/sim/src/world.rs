@@ -586,6 +586,10 @@ impl World {
 
     /// Routes the effects of a replica.
     fn replica_effects(&mut self, r: ReplicaId, effects: Vec<Effect>) {
+        // After every step, each component of the replica's core checks its invariants.
+        if let Err(e) = self.replicas[r as usize].check_invariants() {
+            self.violation(format!("r{r} broke an invariant of its core: {e}"));
+        }
         let n = self.sc.core.n();
         for e in effects {
             match e {

@@ -1,0 +1,546 @@
+//! The execution component: the replicated service, its paged state, the exactly-once reply
+//! table and the agreed clock (PBFT §4.2 "execution", §5.1 tentative execution).
+//!
+//! It owns what a checkpoint covers and nothing of the order: batches come down to it with the
+//! sequence number agreement assigned them, and what it reports back up is values, never
+//! references into agreement's state — how far it executed (`last_executed`), the digest it
+//! executed at each sequence number still in the window, and checkpoint digests. A batch may
+//! run tentatively (before it committed) and be undone until it commits.
+//!
+//! Bounds: `executed` holds at most one digest per sequence number above the stable checkpoint
+//! (at most L, trimmed by [`Execution::forget_executed_through`]); the reply table holds one
+//! entry per client that ever had a request executed (client ids are configured); at most one
+//! batch is tentative.
+
+use crate::message::Batch;
+use crate::service::{ExecContext, Service};
+use crate::types::{ClientId, Seq};
+use redoubt_crypto::Digest;
+use redoubt_state::{PageStore, PagedState};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The replicated part of a checkpoint besides the service's pages: the per-client last
+/// replies (so exactly-once execution survives state transfer) and the agreed clock. Its
+/// canonical encoding is the checkpoint's auxiliary bytes, covered by the checkpoint digest.
+#[derive(Serialize, Deserialize)]
+struct CheckpointAux {
+    seq: Seq,
+    last_time_ms: u64,
+    clients: Vec<(ClientId, u64, Vec<u8>)>,
+}
+
+/// The auxiliary bytes of checkpoint 0 (no client executed anything yet, clock at 0).
+pub(crate) fn initial_aux() -> Vec<u8> {
+    postcard::to_stdvec(&CheckpointAux {
+        seq: 0,
+        last_time_ms: 0,
+        clients: Vec::new(),
+    })
+    .expect("aux encodes")
+}
+
+/// Opens the service state held by `store` (a fresh store starts as checkpoint 0 of an
+/// all-zero state), ready for [`crate::Replica::new`] or [`crate::Replica::restore`].
+pub fn open_state(store: Box<dyn PageStore>) -> std::io::Result<PagedState> {
+    PagedState::open(store, &initial_aux())
+}
+
+/// A client's last executed request and its result (the exactly-once table's entry).
+#[derive(Clone, Debug)]
+pub(crate) struct LastReply {
+    pub(crate) timestamp: u64,
+    pub(crate) result: Vec<u8>,
+}
+
+/// A batch executed before it committed (PBFT §5.1): every batch before it committed, and
+/// its effects can be undone until it commits too.
+#[derive(Clone, Debug)]
+pub(crate) struct Tentative {
+    pub(crate) seq: Seq,
+    pub(crate) digest: Digest,
+    pub(crate) batch: Arc<Batch>,
+    /// Requests it executed.
+    pub(crate) executed: Vec<(ClientId, u64)>,
+    undo: Undo,
+}
+
+/// What a tentative batch changed besides its pages, restored if it is undone.
+#[derive(Clone, Debug)]
+struct Undo {
+    /// The agreed clock before it.
+    last_time_before: u64,
+    /// The exactly-once entries it replaced, in execution order.
+    clients_before: Vec<(ClientId, Option<LastReply>)>,
+}
+
+/// What undoing a tentative batch found.
+pub(crate) enum Undone {
+    /// The batch at `seq` is undone.
+    Clean { seq: Seq },
+    /// The batch at `seq` is undone, but the service did not load from the restored pages:
+    /// the state must be corrupt.
+    Corrupt { seq: Seq },
+}
+
+/// The execution component (see the module documentation).
+pub(crate) struct Execution<S: Service> {
+    service: S,
+    state: PagedState,
+    /// The exactly-once table: per client, its last executed request and result.
+    clients: BTreeMap<ClientId, LastReply>,
+    /// The agreed clock: the time the last executed batch ran at.
+    last_time_ms: u64,
+    last_executed: Seq,
+    /// Digest executed at each sequence number above the stable checkpoint (at most L).
+    executed: BTreeMap<Seq, Digest>,
+    /// The batch at `last_executed + 1` executed tentatively, if any (its effects are in the
+    /// state and the exactly-once table; it is not in `executed`).
+    tentative: Option<Tentative>,
+    /// Set between [`Execution::begin_tentative`] and [`Execution::hold_tentative`]: what the
+    /// tentative batch replaces, recorded as it runs.
+    opening: Option<Undo>,
+}
+
+impl<S: Service> Execution<S> {
+    pub(crate) fn new(service: S, state: PagedState) -> Self {
+        Execution {
+            service,
+            state,
+            clients: BTreeMap::new(),
+            last_time_ms: 0,
+            last_executed: 0,
+            executed: BTreeMap::new(),
+            tentative: None,
+            opening: None,
+        }
+    }
+
+    // ----- the service and its state ---------------------------------------------------------
+
+    pub(crate) fn service(&self) -> &S {
+        &self.service
+    }
+
+    pub(crate) fn service_mut(&mut self) -> &mut S {
+        &mut self.service
+    }
+
+    pub(crate) fn state(&self) -> &PagedState {
+        &self.state
+    }
+
+    /// The paged state, for state transfer and checks (which fetch, install and verify pages
+    /// underneath the service; they reload it with [`Execution::load_aux`] afterwards).
+    pub(crate) fn state_mut(&mut self) -> &mut PagedState {
+        &mut self.state
+    }
+
+    /// Test hook: run `f` on the service and its state.
+    #[cfg(feature = "mutants")]
+    pub(crate) fn tamper(&mut self, f: impl FnOnce(&mut S, &mut PagedState)) {
+        f(&mut self.service, &mut self.state)
+    }
+
+    /// A read-only request's answer from the executed state (`None`: not read-only).
+    pub(crate) fn read_only(&self, op: &[u8]) -> Option<Vec<u8>> {
+        self.service.execute_read_only(&self.state, op)
+    }
+
+    // ----- how far it executed ---------------------------------------------------------------
+
+    pub(crate) fn last_executed(&self) -> Seq {
+        self.last_executed
+    }
+
+    /// Execution stands at checkpoint `seq` without having loaded it (its state is known bad
+    /// and will be fetched).
+    pub(crate) fn stand_at(&mut self, seq: Seq) {
+        self.last_executed = seq;
+    }
+
+    pub(crate) fn executed_at(&self, seq: Seq) -> Option<Digest> {
+        self.executed.get(&seq).copied()
+    }
+
+    /// Forgets the digests executed at or below `seq` (a checkpoint there became stable).
+    pub(crate) fn forget_executed_through(&mut self, seq: Seq) {
+        self.executed = self.executed.split_off(&(seq + 1));
+    }
+
+    pub(crate) fn executed_len(&self) -> usize {
+        self.executed.len()
+    }
+
+    // ----- the exactly-once table -------------------------------------------------------------
+
+    pub(crate) fn last_reply(&self, c: ClientId) -> Option<&LastReply> {
+        self.clients.get(&c)
+    }
+
+    pub(crate) fn replies(&self) -> impl Iterator<Item = (&ClientId, &LastReply)> {
+        self.clients.iter()
+    }
+
+    pub(crate) fn clients_len(&self) -> usize {
+        self.clients.len()
+    }
+
+    /// The timestamp up to which client `c`'s requests are settled, given that its request
+    /// `ts` was in an executed batch.
+    pub(crate) fn settled(&self, c: ClientId, ts: u64) -> u64 {
+        self.clients.get(&c).map_or(ts, |l| l.timestamp.max(ts))
+    }
+
+    // ----- running batches ------------------------------------------------------------------
+
+    /// Starts running a batch proposed at `proposed_ms`: returns the agreed clock for it
+    /// (strictly after the previous batch's).
+    pub(crate) fn start_batch(&mut self, proposed_ms: u64) -> u64 {
+        let time_ms = proposed_ms.max(self.last_time_ms + 1);
+        self.last_time_ms = time_ms;
+        time_ms
+    }
+
+    /// Whether client `c`'s request `ts` ran already (exactly once).
+    pub(crate) fn ran(&self, c: ClientId, ts: u64) -> bool {
+        self.clients.get(&c).is_some_and(|l| l.timestamp >= ts)
+    }
+
+    /// Runs one operation against the service.
+    pub(crate) fn run(&mut self, op: &[u8], ctx: &ExecContext) -> Vec<u8> {
+        self.service.execute(&mut self.state, op, ctx)
+    }
+
+    /// Records client `c`'s executed request (and, while a tentative batch runs, what it
+    /// replaced, for undoing).
+    pub(crate) fn record(&mut self, c: ClientId, last: LastReply) {
+        let old = self.clients.insert(c, last);
+        if let Some(undo) = self.opening.as_mut() {
+            undo.clients_before.push((c, old));
+        }
+    }
+
+    /// Batch `seq` (`digest`) executed and committed.
+    pub(crate) fn complete(&mut self, seq: Seq, digest: Digest) {
+        debug_assert_eq!(seq, self.last_executed + 1);
+        self.last_executed = seq;
+        self.executed.insert(seq, digest);
+    }
+
+    // ----- tentative execution --------------------------------------------------------------
+
+    pub(crate) fn tentative(&self) -> Option<&Tentative> {
+        self.tentative.as_ref()
+    }
+
+    /// A batch is about to run tentatively: its writes and its exactly-once entries are
+    /// recorded so they can be undone.
+    pub(crate) fn begin_tentative(&mut self) {
+        debug_assert!(self.tentative.is_none() && self.opening.is_none());
+        self.state.begin_tentative();
+        self.opening = Some(Undo {
+            last_time_before: self.last_time_ms,
+            clients_before: Vec::new(),
+        });
+    }
+
+    /// The tentative batch begun last ran: hold it until it commits or is undone.
+    pub(crate) fn hold_tentative(
+        &mut self,
+        seq: Seq,
+        digest: Digest,
+        batch: Arc<Batch>,
+        executed: Vec<(ClientId, u64)>,
+    ) {
+        let undo = self.opening.take().expect("a tentative batch began");
+        self.tentative = Some(Tentative {
+            seq,
+            digest,
+            batch,
+            executed,
+            undo,
+        });
+    }
+
+    /// The tentative batch committed: its effects stay. Returns it (to complete like any
+    /// batch).
+    pub(crate) fn keep_tentative(&mut self) -> Option<Tentative> {
+        let t = self.tentative.take()?;
+        self.state.keep_tentative();
+        Some(t)
+    }
+
+    /// Undoes the tentative batch, if any. The service rebuilds its in-memory structures from
+    /// the restored pages (a scan of the state; undoing is rare).
+    pub(crate) fn undo_tentative(&mut self) -> Option<Undone> {
+        let t = self.tentative.take()?;
+        self.state.undo_tentative();
+        let loaded = self.service.load(&self.state).is_ok();
+        for (c, before) in t.undo.clients_before.into_iter().rev() {
+            match before {
+                Some(l) => {
+                    self.clients.insert(c, l);
+                }
+                None => {
+                    self.clients.remove(&c);
+                }
+            }
+        }
+        self.last_time_ms = t.undo.last_time_before;
+        Some(if loaded {
+            Undone::Clean { seq: t.seq }
+        } else {
+            Undone::Corrupt { seq: t.seq }
+        })
+    }
+
+    // ----- checkpoints ---------------------------------------------------------------------
+
+    /// The auxiliary bytes of a checkpoint at `seq` of the current execution state.
+    pub(crate) fn checkpoint_aux(&self, seq: Seq) -> Vec<u8> {
+        postcard::to_stdvec(&CheckpointAux {
+            seq,
+            last_time_ms: self.last_time_ms,
+            clients: self
+                .clients
+                .iter()
+                .map(|(c, l)| (*c, l.timestamp, l.result.clone()))
+                .collect(),
+        })
+        .expect("checkpoint encodes")
+    }
+
+    /// Sets the execution variables from checkpoint `seq`'s auxiliary bytes and lets the
+    /// service rebuild its in-memory structures from the pages.
+    pub(crate) fn load_aux(&mut self, seq: Seq, aux: &[u8]) -> Result<(), String> {
+        let st: CheckpointAux =
+            postcard::from_bytes(aux).map_err(|e| format!("auxiliary bytes: {e}"))?;
+        if st.seq != seq {
+            return Err(format!("auxiliary bytes are for checkpoint {}", st.seq));
+        }
+        self.service
+            .load(&self.state)
+            .map_err(|e| format!("service state: {e}"))?;
+        self.clients = st
+            .clients
+            .into_iter()
+            .map(|(c, timestamp, result)| (c, LastReply { timestamp, result }))
+            .collect();
+        self.last_time_ms = st.last_time_ms;
+        self.last_executed = seq;
+        self.executed.clear();
+        Ok(())
+    }
+
+    /// Execution starts over at checkpoint 0 (a recovery that distrusts its own state): the
+    /// reply table and clock of checkpoint 0, nothing executed.
+    pub(crate) fn restart_at_genesis(&mut self) {
+        let _ = self.load_aux(0, &initial_aux());
+        self.last_executed = 0;
+        self.executed.clear();
+    }
+
+    /// Checks the component's invariants; `Err` names the first that fails.
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
+        if let Some((&top, _)) = self.executed.last_key_value() {
+            if top > self.last_executed {
+                return Err(format!(
+                    "executed digest recorded at n{top} beyond last executed n{}",
+                    self.last_executed
+                ));
+            }
+        }
+        if let Some(t) = &self.tentative {
+            if t.seq != self.last_executed + 1 {
+                return Err(format!(
+                    "tentative batch at n{} with last executed n{}",
+                    t.seq, self.last_executed
+                ));
+            }
+            if t.batch.digest() != t.digest {
+                return Err(format!(
+                    "tentative batch at n{} under a wrong digest",
+                    t.seq
+                ));
+            }
+        }
+        if self.opening.is_some() {
+            return Err("a tentative batch began and was never held".into());
+        }
+        if self.state.latest() > self.last_executed {
+            // A checkpoint is only taken of executed state (a fetched one sets last_executed).
+            return Err(format!(
+                "state checkpoint n{} beyond last executed n{}",
+                self.state.latest(),
+                self.last_executed
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::NonDet;
+    use redoubt_state::{Geometry, MemStore, StateRead, StateWrite};
+
+    /// Adds each operation's first byte to a counter at offset 0 and returns the new value.
+    struct Counter;
+    impl Service for Counter {
+        fn execute(&mut self, st: &mut dyn StateWrite, op: &[u8], _: &ExecContext) -> Vec<u8> {
+            let mut b = [0u8; 8];
+            st.read(0, &mut b);
+            let v = u64::from_le_bytes(b) + op.first().copied().unwrap_or(0) as u64;
+            st.write(0, &v.to_le_bytes());
+            v.to_le_bytes().to_vec()
+        }
+        fn execute_read_only(&self, st: &dyn StateRead, _: &[u8]) -> Option<Vec<u8>> {
+            let mut b = [0u8; 8];
+            st.read(0, &mut b);
+            Some(b.to_vec())
+        }
+        fn load(&mut self, _: &dyn StateRead) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    fn exec() -> Execution<Counter> {
+        let state =
+            open_state(Box::new(MemStore::new(Geometry::new(256, 16, 4).unwrap()))).unwrap();
+        Execution::new(Counter, state)
+    }
+
+    fn ctx(seq: Seq, client: ClientId) -> ExecContext {
+        ExecContext {
+            seq,
+            client,
+            time_ms: 0,
+            batch_seed: 0,
+            index: 0,
+        }
+    }
+
+    fn batch() -> Arc<Batch> {
+        Arc::new(Batch {
+            nondet: NonDet {
+                time_ms: 5,
+                seed: 0,
+            },
+            requests: Vec::new(),
+        })
+    }
+
+    /// Runs `add` for `client`'s request `ts` as batch `seq`, committed.
+    fn run_committed(e: &mut Execution<Counter>, seq: Seq, client: ClientId, ts: u64, add: u8) {
+        e.start_batch(seq * 10);
+        let result = e.run(&[add], &ctx(seq, client));
+        e.record(
+            client,
+            LastReply {
+                timestamp: ts,
+                result,
+            },
+        );
+        e.complete(seq, Digest::ZERO);
+    }
+
+    fn value(e: &Execution<Counter>) -> u64 {
+        u64::from_le_bytes(e.read_only(&[]).unwrap().try_into().unwrap())
+    }
+
+    #[test]
+    fn requests_run_once_and_the_clock_only_moves_forward() {
+        let mut e = exec();
+        run_committed(&mut e, 1, 7, 100, 3);
+        assert!(e.ran(7, 100) && e.ran(7, 99) && !e.ran(7, 101) && !e.ran(8, 1));
+        assert_eq!(e.settled(7, 90), 100);
+        assert_eq!(
+            e.start_batch(0),
+            11,
+            "a proposal from the past runs after the last"
+        );
+        assert_eq!(e.last_executed(), 1);
+        assert_eq!(e.executed_at(1), Some(Digest::ZERO));
+        e.forget_executed_through(1);
+        assert_eq!(e.executed_at(1), None);
+        assert_eq!(e.check_invariants(), Ok(()));
+    }
+
+    #[test]
+    fn an_undone_tentative_batch_leaves_no_trace_and_a_kept_one_stays() {
+        let mut e = exec();
+        run_committed(&mut e, 1, 7, 100, 3);
+        let clock = e.start_batch(0);
+        // Undone: pages, the reply table and the clock are as before.
+        e.begin_tentative();
+        e.start_batch(500);
+        let r = e.run(&[4], &ctx(2, 7));
+        e.record(
+            7,
+            LastReply {
+                timestamp: 101,
+                result: r,
+            },
+        );
+        e.hold_tentative(2, batch().digest(), batch(), vec![(7, 101)]);
+        assert_eq!(value(&e), 7);
+        assert_eq!(e.check_invariants(), Ok(()));
+        assert!(matches!(e.undo_tentative(), Some(Undone::Clean { seq: 2 })));
+        assert_eq!(value(&e), 3);
+        assert!(!e.ran(7, 101) && e.ran(7, 100));
+        assert_eq!(e.start_batch(0), clock + 1);
+        // Kept: everything stays.
+        e.begin_tentative();
+        let r = e.run(&[4], &ctx(2, 7));
+        e.record(
+            7,
+            LastReply {
+                timestamp: 101,
+                result: r,
+            },
+        );
+        e.hold_tentative(2, batch().digest(), batch(), vec![(7, 101)]);
+        let t = e.keep_tentative().expect("held");
+        e.complete(t.seq, t.digest);
+        assert_eq!(value(&e), 7);
+        assert!(e.ran(7, 101));
+        assert!(e.undo_tentative().is_none());
+    }
+
+    #[test]
+    fn checkpoint_bytes_restore_the_reply_table_and_clock() {
+        let mut e = exec();
+        run_committed(&mut e, 1, 7, 100, 3);
+        let aux = e.checkpoint_aux(1);
+        let mut f = exec();
+        assert!(f.load_aux(2, &aux).is_err(), "bytes of another checkpoint");
+        f.load_aux(1, &aux).unwrap();
+        assert!(f.ran(7, 100) && !f.ran(7, 101));
+        assert_eq!(f.last_executed(), 1);
+        assert_eq!(f.start_batch(0), e.start_batch(0));
+        assert!(f.load_aux(1, b"garbage").is_err());
+    }
+
+    #[test]
+    fn the_invariant_check_finds_a_tentative_batch_out_of_place() {
+        let mut e = exec();
+        e.begin_tentative();
+        assert!(e.check_invariants().is_err(), "begun but never held");
+        e.hold_tentative(5, batch().digest(), batch(), Vec::new());
+        let err = e.check_invariants().unwrap_err();
+        assert!(err.contains("tentative batch at n5"), "{err}");
+        e.undo_tentative();
+        e.hold_wrong_digest_for_test();
+        assert!(e.check_invariants().unwrap_err().contains("wrong digest"));
+    }
+
+    impl Execution<Counter> {
+        fn hold_wrong_digest_for_test(&mut self) {
+            self.begin_tentative();
+            self.hold_tentative(1, Digest::ZERO, batch(), Vec::new());
+        }
+    }
+}
