@@ -147,7 +147,7 @@ pub struct Config {
     /// per request, sends the result; the others send its digest. A client that gets matching
     /// digests but no result retransmits, and replicas answer retransmissions in full. On by
     /// default: with a batch's replies sharing connections it lifted 0/4 throughput by about
-    /// 60% (docs/bench/knobs.md).
+    /// 60% (docs/benchmarks.md, "Settings behind the defaults").
     pub digest_replies: bool,
     /// Tentative execution (PBFT §5.1): a replica executes a batch as soon as it is prepared
     /// and every batch before it committed, and replies at once marking the reply tentative;
@@ -162,7 +162,7 @@ pub struct Config {
     /// client waits for; large ones a loaded one, where the busiest replica's CPU per request
     /// sets the throughput and a quiet primary saves it a reply per request. Default 1: a
     /// lone request executes tentatively, batches of two or more commit first (capped
-    /// micro-benchmark, docs/bench/micro-notes.md).
+    /// micro-benchmark, docs/benchmarks.md).
     pub tentative_batch_max: usize,
     /// Whether the primary sends the first reply to each request of a batch it ordered that
     /// executes once committed (not tentatively), as every other replica does. A client then
