@@ -8,6 +8,7 @@
 //! Byzantine behaviour exhaustively.
 
 pub mod auth;
+mod certificates;
 pub mod client;
 pub mod effect;
 mod execution;

@@ -146,11 +146,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 slot.commits.retain(|r, _| *r == me);
             }
         }
-        for (r, votes) in self.ckpt_votes.iter_mut() {
-            if *r != me {
-                votes.retain(|s, _| *s <= stable);
-            }
-        }
+        self.ckpt_votes.forget_others_above(me, stable);
         self.forget_view_changes_of(None);
         // Ours were never received under any key: send them again under the new ones.
         if !self.normal {

@@ -10,6 +10,7 @@
 //! view-change bookkeeping holds at most one message per replica.
 
 use crate::auth::{open, seal, verify_request, Auth};
+use crate::certificates::CheckpointVotes;
 use crate::effect::{Bytes, Effect, Env, Event};
 use crate::execution::{Execution, LastReply, Undone};
 use crate::journal::Record;
@@ -238,7 +239,8 @@ pub struct Replica<S: Service, A: Auth> {
     stable_seq: Seq,
     stable_digest: Digest,
     checkpoints: BTreeMap<Seq, StoredCheckpoint>,
-    ckpt_votes: BTreeMap<ReplicaId, BTreeMap<Seq, Digest>>,
+    /// CHECKPOINT votes: which checkpoints are known correct or stable.
+    ckpt_votes: CheckpointVotes,
     transfer: Option<Transfer>,
     /// Per asking replica: state-transfer byte allowance and when it was last refilled.
     serve_budget: BTreeMap<ReplicaId, (i64, u64)>,
@@ -316,6 +318,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             cfg.validate()
         );
         assert!(id < cfg.n());
+        let ckpt_votes = CheckpointVotes::new(cfg.log_size, cfg.checkpoint_interval);
         let mut r = Replica {
             vc_timeout_ms: cfg.view_change_timeout_ms,
             cfg,
@@ -350,7 +353,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             stable_seq: 0,
             stable_digest: Digest::ZERO,
             checkpoints: BTreeMap::new(),
-            ckpt_votes: BTreeMap::new(),
+            ckpt_votes,
             transfer: None,
             serve_budget: BTreeMap::new(),
             next_probe_ms: 0,
@@ -471,6 +474,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.exec
             .check_invariants()
             .map_err(|e| format!("execution: {e}"))?;
+        self.ckpt_votes
+            .check_invariants()
+            .map_err(|e| format!("checkpoint votes: {e}"))?;
         let (lo, hi) = (self.stable_seq, self.stable_seq + self.cfg.log_size);
         if let Some((n, _)) = self.log.iter().find(|(n, _)| **n <= lo || **n > hi) {
             return Err(format!(
@@ -488,7 +494,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             executed: self.exec.executed_len(),
             batches: self.batches.len(),
             checkpoints: self.checkpoints.len(),
-            checkpoint_votes: self.ckpt_votes.values().map(|m| m.len()).sum(),
+            checkpoint_votes: self.ckpt_votes.len(),
             pset: self.pset.len(),
             qset_pairs: self.qset.values().map(|v| v.len()).sum(),
             clients: self.exec.clients_len(),
@@ -1875,26 +1881,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             digest,
             replica: id,
         }));
-        self.record_vote(self.id, seq, digest);
+        self.ckpt_votes.record(self.id, seq, digest);
         self.check_checkpoint(seq);
-    }
-
-    fn record_vote(&mut self, from: ReplicaId, seq: Seq, digest: Digest) {
-        let cap = (self.cfg.log_size / self.cfg.checkpoint_interval) as usize + 2;
-        let votes = self.ckpt_votes.entry(from).or_default();
-        votes.insert(seq, digest);
-        while votes.len() > cap {
-            let lowest = *votes.keys().next().expect("non-empty");
-            votes.remove(&lowest);
-        }
-    }
-
-    fn votes_for(&self, seq: Seq, digest: &Digest) -> Vec<ReplicaId> {
-        self.ckpt_votes
-            .iter()
-            .filter(|(_, v)| v.get(&seq) == Some(digest))
-            .map(|(r, _)| *r)
-            .collect()
     }
 
     fn on_checkpoint(&mut self, from: ReplicaId, c: Checkpoint) -> Result<(), Reject> {
@@ -1905,7 +1893,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if c.seq < self.stable_seq || (c.seq == self.stable_seq && !repairing) {
             return Ok(()); // old news
         }
-        self.record_vote(from, c.seq, c.digest);
+        self.ckpt_votes.record(from, c.seq, c.digest);
         self.check_checkpoint(c.seq);
         // A new stable checkpoint may open the window for more proposals.
         self.try_propose();
@@ -1918,13 +1906,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return;
         }
         // Which digest, if any, is vouched for by f+1 (known correct) or 2f+1 (stable)?
-        let mut tally: BTreeMap<Digest, usize> = BTreeMap::new();
-        for v in self.ckpt_votes.values() {
-            if let Some(d) = v.get(&seq) {
-                *tally.entry(*d).or_default() += 1;
-            }
-        }
-        let Some((digest, count)) = tally.into_iter().max_by_key(|(_, c)| *c) else {
+        let Some((digest, count)) = self.ckpt_votes.leading(seq) else {
             return;
         };
         if count < self.cfg.weak_quorum() {
@@ -1975,9 +1957,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.pending_pp = self.pending_pp.split_off(&(seq + 1));
         self.exec.forget_executed_through(seq);
         self.checkpoints = self.checkpoints.split_off(&seq);
-        for v in self.ckpt_votes.values_mut() {
-            *v = v.split_off(&(seq + 1));
-        }
+        self.ckpt_votes.forget_through(seq);
         self.pset = self.pset.split_off(&(seq + 1));
         self.qset = self.qset.split_off(&(seq + 1));
         if self.next_seq <= seq {
@@ -2168,7 +2148,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return;
         };
         let mut candidates: Vec<ReplicaId> = self
-            .votes_for(t.seq, &t.digest)
+            .ckpt_votes
+            .voters(t.seq, &t.digest)
             .into_iter()
             .filter(|r| *r != self.id && !t.bad.contains(r))
             .collect();
@@ -2448,7 +2429,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             return Err(Reject::BadState);
         };
         let digest = checkpoint_digest(d.seq, &root.digest, aux);
-        self.record_vote(from, d.seq, digest);
+        self.ckpt_votes.record(from, d.seq, digest);
         self.check_checkpoint(d.seq);
         Ok(())
     }
@@ -2505,7 +2486,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         // executed up to it vouch for may never become stable when another replica is silent,
         // and a recovering replica waits for exactly that (seed 1224 of --all-optimizations).
         let id = self.id;
-        self.record_vote(id, seq, digest);
+        self.ckpt_votes.record(id, seq, digest);
         self.broadcast(&Message::Checkpoint(Checkpoint {
             seq,
             digest,
@@ -2530,7 +2511,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if self.next_seq <= seq {
             self.next_seq = seq + 1;
         }
-        if self.stable_seq < seq && self.votes_for(seq, &digest).len() >= self.cfg.quorum() {
+        if self.stable_seq < seq && self.ckpt_votes.voters(seq, &digest).len() >= self.cfg.quorum()
+        {
             self.make_stable(seq, digest);
         }
         self.arm_request_timer();
@@ -3246,9 +3228,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.stable_digest = hd;
         self.exec.forget_executed_through(h);
         self.checkpoints = self.checkpoints.split_off(&h);
-        for v in self.ckpt_votes.values_mut() {
-            *v = v.split_off(&(h + 1));
-        }
+        self.ckpt_votes.forget_through(h);
         self.log = self.log.split_off(&(h + 1));
         self.pset = self.pset.split_off(&(h + 1));
         self.qset = self.qset.split_off(&(h + 1));
