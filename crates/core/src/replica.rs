@@ -12,7 +12,7 @@
 use crate::auth::{open, seal, verify_request, Auth};
 use crate::certificates::CheckpointVotes;
 use crate::effect::{Bytes, Effect, Env, Event};
-use crate::execution::{Execution, LastReply, Undone};
+use crate::execution::{Execution, LastReply, Refused, ServeLimits, Undone};
 use crate::journal::Record;
 use crate::keys::NewKey;
 use crate::message::*;
@@ -242,8 +242,6 @@ pub struct Replica<S: Service, A: Auth> {
     /// CHECKPOINT votes: which checkpoints are known correct or stable.
     ckpt_votes: CheckpointVotes,
     transfer: Option<Transfer>,
-    /// Per asking replica: state-transfer byte allowance and when it was last refilled.
-    serve_budget: BTreeMap<ReplicaId, (i64, u64)>,
     next_probe_ms: u64,
 
     // Requests.
@@ -355,7 +353,6 @@ impl<S: Service, A: Auth> Replica<S, A> {
             checkpoints: BTreeMap::new(),
             ckpt_votes,
             transfer: None,
-            serve_budget: BTreeMap::new(),
             next_probe_ms: 0,
             reads: BTreeMap::new(),
             waiting: FxHashMap::default(),
@@ -2210,112 +2207,30 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     /// Serves a FETCH from the checkpoint copies, within the asker's rate allowance.
     fn on_fetch(&mut self, from: ReplicaId, f: Fetch) -> Result<(), Reject> {
-        if f.items.len() > self.cfg.transfer_items_max {
-            return Err(Reject::TooLarge);
-        }
-        if self.exec.state().needs_repair() {
-            return Err(Reject::Stale); // we cannot vouch for our pages until repaired
-        }
-        // Token bucket per asking replica, in bytes.
-        let now = self.now();
-        let rate = self.cfg.transfer_rate_bytes_per_sec;
-        let cap = (self.cfg.transfer_reply_bytes_max as i64).saturating_mul(4);
-        let (tokens, last) = self.serve_budget.entry(from).or_insert((cap, now));
-        let refill = (now.saturating_sub(*last)).saturating_mul(rate) / 1000;
-        *tokens = tokens
-            .saturating_add(refill.min(i64::MAX as u64) as i64)
-            .min(cap);
-        *last = now;
-        if *tokens <= 0 {
-            return Err(Reject::RateLimited);
-        }
-        let (seq, probe) = if f.seq == 0 {
-            (self.stable_seq, true)
-        } else {
-            (f.seq, false)
+        let limits = ServeLimits {
+            items_max: self.cfg.transfer_items_max,
+            reply_bytes_max: self.cfg.transfer_reply_bytes_max,
+            rate_bytes_per_sec: self.cfg.transfer_rate_bytes_per_sec,
         };
-        let Some((_, aux)) = self.exec.state().held(seq) else {
-            let msg = Message::StateData(StateData {
-                seq: f.seq,
-                stable: self.stable_seq,
-                aux: None,
-                items: Vec::new(),
-            });
-            self.send_replica(from, &msg);
-            return Ok(());
-        };
-        let geo = self.exec.state().geometry();
-        let budget = self.cfg.transfer_reply_bytes_max;
-        let mut used = 0usize;
-        let mut items = Vec::new();
-        let mut with_aux = None;
-        for it in if probe {
-            &f.items[..1.min(f.items.len())]
-        } else {
-            &f.items[..]
-        } {
-            if !geo.contains(it.level, it.index) {
-                return Err(Reject::Inconsistent);
+        let served_before = self.exec.served_bytes();
+        match self
+            .exec
+            .serve(from, &f, self.stable_seq, self.now(), limits)
+        {
+            Ok(data) => {
+                self.stats.transfer_bytes_out += self.exec.served_bytes() - served_before;
+                self.send_replica(from, &Message::StateData(data));
+                Ok(())
             }
-            if used >= budget {
-                break;
-            }
-            if it.level < geo.depth() {
-                let lc = if probe { 0 } else { it.lc };
-                let children = self
-                    .exec
-                    .state()
-                    .children_at(seq, (it.level, it.index), lc)
-                    .expect("held checkpoint, valid partition");
-                used += 24 + children.len() * 52;
-                if (it.level, it.index) == (0, 0) {
-                    used += aux.len();
-                    with_aux = Some(aux.to_vec());
-                }
-                items.push(StateItem::Meta {
-                    level: it.level,
-                    index: it.index,
-                    children: children
-                        .into_iter()
-                        .map(|(index, e)| ChildEntry {
-                            index,
-                            lm: e.lm,
-                            digest: e.digest,
-                        })
-                        .collect(),
-                });
-            } else {
-                match self.exec.state_mut().verified_page_at(seq, it.index) {
-                    Some((e, bytes)) => {
-                        used += 24 + bytes.len();
-                        items.push(StateItem::Page {
-                            index: it.index,
-                            lm: e.lm,
-                            bytes,
-                        });
-                    }
-                    None => {
-                        // Our own page is corrupt: stop serving and repair ourselves.
-                        self.stats.corrupt_pages_found += 1;
-                        self.event(Event::StateCorrupt { pages: 1 });
-                        self.diverged = true;
-                        return Err(Reject::Stale);
-                    }
-                }
+            Err(Refused::Rejected(r)) => Err(r),
+            Err(Refused::CorruptPage) => {
+                // Our own page is corrupt: stop serving and repair ourselves.
+                self.stats.corrupt_pages_found += 1;
+                self.event(Event::StateCorrupt { pages: 1 });
+                self.diverged = true;
+                Err(Reject::Stale)
             }
         }
-        if let Some((tokens, _)) = self.serve_budget.get_mut(&from) {
-            *tokens = tokens.saturating_sub(used as i64);
-        }
-        self.stats.transfer_bytes_out += used as u64;
-        let msg = Message::StateData(StateData {
-            seq,
-            stable: self.stable_seq,
-            aux: with_aux,
-            items,
-        });
-        self.send_replica(from, &msg);
-        Ok(())
     }
 
     fn on_state_data(&mut self, from: ReplicaId, d: StateData, len: usize) -> Result<(), Reject> {

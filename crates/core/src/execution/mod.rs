@@ -12,9 +12,12 @@
 //! entry per client that ever had a request executed (client ids are configured); at most one
 //! batch is tentative.
 
+mod serve;
+pub(crate) use serve::{Refused, ServeLimits};
+
 use crate::message::Batch;
 use crate::service::{ExecContext, Service};
-use crate::types::{ClientId, Seq};
+use crate::types::{ClientId, ReplicaId, Seq};
 use redoubt_crypto::Digest;
 use redoubt_state::{PageStore, PagedState};
 use serde::{Deserialize, Serialize};
@@ -101,6 +104,11 @@ pub(crate) struct Execution<S: Service> {
     /// Set between [`Execution::begin_tentative`] and [`Execution::hold_tentative`]: what the
     /// tentative batch replaces, recorded as it runs.
     opening: Option<Undo>,
+    /// Per asking replica: state-transfer byte allowance and when it was last refilled (at
+    /// most one entry per replica id that asked).
+    serve_budget: BTreeMap<ReplicaId, (i64, u64)>,
+    /// Bytes of state served, in all.
+    served_bytes: u64,
 }
 
 impl<S: Service> Execution<S> {
@@ -114,6 +122,8 @@ impl<S: Service> Execution<S> {
             executed: BTreeMap::new(),
             tentative: None,
             opening: None,
+            serve_budget: BTreeMap::new(),
+            served_bytes: 0,
         }
     }
 
@@ -342,6 +352,11 @@ impl<S: Service> Execution<S> {
         self.executed.clear();
     }
 
+    /// Bytes of state served to fetching replicas, in all.
+    pub(crate) fn served_bytes(&self) -> u64 {
+        self.served_bytes
+    }
+
     /// Checks the component's invariants; `Err` names the first that fails.
     pub(crate) fn check_invariants(&self) -> Result<(), String> {
         if let Some((&top, _)) = self.executed.last_key_value() {
@@ -535,6 +550,51 @@ mod tests {
         e.undo_tentative();
         e.hold_wrong_digest_for_test();
         assert!(e.check_invariants().unwrap_err().contains("wrong digest"));
+    }
+
+    #[test]
+    fn serving_state_answers_within_limits_and_budget() {
+        use crate::message::{Fetch, FetchItem, Reject, StateItem};
+        let mut e = exec();
+        let root = |seq| Fetch {
+            seq,
+            items: vec![FetchItem {
+                level: 0,
+                index: 0,
+                lc: 0,
+            }],
+        };
+        let limits = ServeLimits {
+            items_max: 4,
+            reply_bytes_max: 64,
+            rate_bytes_per_sec: 0,
+        };
+        // A probe (seq 0) gets the root of the stable checkpoint, with the auxiliary bytes.
+        let d = e.serve(1, &root(0), 0, 0, limits).unwrap();
+        assert_eq!((d.seq, d.stable), (0, 0));
+        assert!(d.aux.is_some());
+        assert!(matches!(d.items[..], [StateItem::Meta { level: 0, .. }]));
+        assert!(e.served_bytes() > 0);
+        // A checkpoint we do not hold: an empty answer.
+        assert!(e
+            .serve(1, &root(32), 0, 0, limits)
+            .unwrap()
+            .items
+            .is_empty());
+        // Too many items.
+        let mut big = root(0);
+        big.items = vec![big.items[0]; 5];
+        assert_eq!(
+            e.serve(1, &big, 0, 0, limits),
+            Err(Refused::Rejected(Reject::TooLarge))
+        );
+        // The asker's budget (4 answers' worth, no refill) runs out; another asker's does not.
+        let refused = (0..8)
+            .map(|_| e.serve(1, &root(0), 0, 0, limits))
+            .filter(|r| *r == Err(Refused::Rejected(Reject::RateLimited)))
+            .count();
+        assert!(refused > 0, "the budget ran out");
+        assert!(e.serve(2, &root(0), 0, 0, limits).is_ok());
     }
 
     impl Execution<Counter> {
