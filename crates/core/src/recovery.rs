@@ -643,9 +643,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.checkpoints.entry(base).or_insert(StoredCheckpoint {
             digest: self.stable_digest,
         });
-        if self.transfer.as_ref().is_some_and(|t| t.seq > h_m) {
-            self.transfer = None;
-        }
+        self.exec.drop_transfer_above(h_m);
         self.persist(Record::Watermark {
             seq: base,
             digest: self.stable_digest,
@@ -676,9 +674,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.checkpoints.insert(0, StoredCheckpoint { digest });
         self.log.clear();
         self.pending_pp.clear();
-        self.transfer = None;
+        self.exec.drop_transfer();
         self.next_seq = 1;
-        self.diverged = true;
+        self.exec.set_diverged(true);
         self.persist(Record::Checkpoint { seq: 0, digest });
     }
 
@@ -802,8 +800,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
             Phase::Fetching => {
                 let settled = self.stable_seq >= rec.h
-                    && self.transfer.is_none()
-                    && !self.diverged
+                    && self.exec.transfer_target().is_none()
+                    && !self.exec.diverged()
                     && !self.exec.state().needs_repair()
                     && self.exec.last_executed() >= rec.h;
                 if settled {

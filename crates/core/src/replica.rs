@@ -12,13 +12,15 @@
 use crate::auth::{open, seal, verify_request, Auth};
 use crate::certificates::CheckpointVotes;
 use crate::effect::{Bytes, Effect, Env, Event};
-use crate::execution::{Execution, LastReply, Refused, ServeLimits, Undone};
+use crate::execution::{
+    Answered, Due, Execution, Finished, LastReply, Refused, ServeLimits, Undone,
+};
 use crate::journal::Record;
 use crate::keys::NewKey;
 use crate::message::*;
 use crate::quorum;
 use crate::service::{ExecContext, Service};
-use crate::transfer::{checkpoint_digest, rebuild_meta, Walk};
+use crate::transfer::checkpoint_digest;
 use crate::types::{ClientId, Config, Principal, ReplicaId, Seq, View};
 use crate::viewchange::{self, Pending, SlotSummary};
 use redoubt_crypto::Digest;
@@ -103,20 +105,6 @@ impl PendingPp {
     fn first_missing(&self) -> Option<&Beside> {
         self.pp.beside.get(self.present)
     }
-}
-
-#[derive(Clone, Debug)]
-struct Transfer {
-    seq: Seq,
-    digest: Digest,
-    next_try_ms: u64,
-    attempt: u64,
-    /// The walk, once fetching began (the service's writes since the latest checkpoint were
-    /// rolled back then; execution waits until the transfer ends).
-    walk: Option<Walk>,
-    /// Repliers that sent answers failing their digests during this transfer.
-    bad: BTreeSet<ReplicaId>,
-    replier: Option<ReplicaId>,
 }
 
 /// Counters a host can export as metrics.
@@ -241,8 +229,6 @@ pub struct Replica<S: Service, A: Auth> {
     checkpoints: BTreeMap<Seq, StoredCheckpoint>,
     /// CHECKPOINT votes: which checkpoints are known correct or stable.
     ckpt_votes: CheckpointVotes,
-    transfer: Option<Transfer>,
-    next_probe_ms: u64,
 
     // Requests.
     /// Read-only requests waiting for everything this replica prepared to execute (one per
@@ -277,9 +263,6 @@ pub struct Replica<S: Service, A: Auth> {
     next_status_ms: u64,
     /// True while re-executing journaled batches after a restart: no sends, no records.
     replaying: bool,
-    /// Our state was found to differ from a checkpoint f+1 replicas vouch for: execution
-    /// stops until the vouched state is fetched.
-    diverged: bool,
 
     // Session keys and recovery (see recovery.rs).
     rekey_due: bool,
@@ -352,8 +335,6 @@ impl<S: Service, A: Auth> Replica<S, A> {
             stable_digest: Digest::ZERO,
             checkpoints: BTreeMap::new(),
             ckpt_votes,
-            transfer: None,
-            next_probe_ms: 0,
             reads: BTreeMap::new(),
             waiting: FxHashMap::default(),
             arrivals: BTreeMap::new(),
@@ -367,7 +348,6 @@ impl<S: Service, A: Auth> Replica<S, A> {
             primary_progress_ms: 0,
             next_status_ms: 0,
             replaying: false,
-            diverged: false,
             rekey_due: false,
             next_rekey_ms: 0,
             next_key_expiry_ms: 0,
@@ -390,7 +370,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             // decode: stay diverged and fetch a vouched checkpoint before executing.
             r.stats.state_unreadable += 1;
             r.unreadable = Some(format!("checkpoint {seq}: {e}"));
-            r.diverged = true;
+            r.exec.set_diverged(true);
             r.exec.stand_at(seq);
         }
         r.stable_seq = seq;
@@ -442,7 +422,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let report = self.exec.state_mut().check();
         if !report.corrupt.is_empty() {
             self.stats.corrupt_pages_found += report.corrupt.len() as u64;
-            self.diverged = true;
+            self.exec.set_diverged(true);
             // Reported with the effects of the next input.
             self.event(Event::StateCorrupt {
                 pages: report.corrupt.len() as u64,
@@ -878,9 +858,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
     fn answer_reads(&mut self) {
         if self.reads.is_empty()
             || !self.normal
-            || self.diverged
+            || self.exec.diverged()
             || self.exec.tentative().is_some()
-            || self.transfer.as_ref().is_some_and(|t| t.walk.is_some())
+            || self.exec.walking()
             || self
                 .log
                 .range(self.exec.last_executed() + 1..)
@@ -967,9 +947,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// jump past them). A request behind a slot that does not commit still blames the primary.
     fn committed_here(&self, c: ClientId, ts: u64) -> bool {
         let skip_to = self
-            .transfer
-            .as_ref()
-            .map_or(self.exec.last_executed(), |t| t.seq);
+            .exec
+            .transfer_target()
+            .map_or(self.exec.last_executed(), |(seq, _)| seq);
         let holds = |s: &Slot| {
             s.pp.and_then(|d| self.batches.get(&d)).is_some_and(|b| {
                 b.requests
@@ -1012,7 +992,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     // ----- primary: proposing -----------------------------------------------------------
 
     fn try_propose(&mut self) {
-        if !self.normal || !self.is_primary() || self.transfer.is_some() {
+        if !self.normal || !self.is_primary() || self.exec.transfer_target().is_some() {
             return;
         }
         loop {
@@ -1647,13 +1627,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
     // ----- execution --------------------------------------------------------------------------
 
     fn try_execute(&mut self) {
-        if self.diverged || self.transfer.as_ref().is_some_and(|t| t.walk.is_some()) {
+        if self.exec.diverged() || self.exec.walking() {
             return;
         }
         if self
-            .transfer
-            .as_ref()
-            .is_some_and(|t| t.seq > self.exec.last_executed())
+            .exec
+            .transfer_target()
+            .is_some_and(|(seq, _)| seq > self.exec.last_executed())
             && !self.log.contains_key(&(self.exec.last_executed() + 1))
         {
             return;
@@ -1700,7 +1680,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             || self.replaying
             || !self.normal
             || self.recovery.is_some()
-            || self.transfer.is_some()
+            || self.exec.transfer_target().is_some()
         {
             return;
         }
@@ -1863,13 +1843,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
     // ----- checkpoints ------------------------------------------------------------------------
 
     fn take_checkpoint(&mut self, seq: Seq) {
-        let aux = self.exec.checkpoint_aux(seq);
         debug_assert!(seq > self.exec.state().latest(), "checkpoints advance");
-        if seq <= self.exec.state().latest() {
+        let Some(digest) = self.exec.checkpoint(seq) else {
             return;
-        }
-        let root = self.exec.state_mut().checkpoint(seq, aux.clone());
-        let digest = checkpoint_digest(seq, &root, &aux);
+        };
         self.checkpoints.insert(seq, StoredCheckpoint { digest });
         self.event(Event::CheckpointTaken { seq, digest });
         let id = self.id;
@@ -1886,7 +1863,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if c.replica != from || !c.seq.is_multiple_of(self.cfg.checkpoint_interval) {
             return Err(Reject::Inconsistent);
         }
-        let repairing = self.diverged || self.exec.state().needs_repair();
+        let repairing = self.exec.repairing();
         if c.seq < self.stable_seq || (c.seq == self.stable_seq && !repairing) {
             return Ok(()); // old news
         }
@@ -1898,7 +1875,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     fn check_checkpoint(&mut self, seq: Seq) {
-        let repairing = self.diverged || self.exec.state().needs_repair();
+        let repairing = self.exec.repairing();
         if seq < self.stable_seq || (seq == self.stable_seq && !repairing) {
             return;
         }
@@ -1909,8 +1886,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if count < self.cfg.weak_quorum() {
             return;
         }
-        if (self.diverged || self.exec.state().needs_repair()) && seq >= self.exec.state().latest()
-        {
+        if self.exec.repairing() && seq >= self.exec.state().latest() {
             // Our state is known bad: fetch the vouched checkpoint, even our own seq.
             self.start_transfer(seq, digest, true);
             return;
@@ -2041,12 +2017,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
     // ----- state transfer ---------------------------------------------------------------------
 
     /// Our state disagrees with what f+1 replicas vouch for: stop executing, check every page
-    /// (so corrupt pages whose digests still look right are fetched too) and fetch.
+    /// (corrupt ones are marked and counted) and fetch a vouched checkpoint.
     fn on_divergence(&mut self) {
-        self.diverged = true;
-        if self.transfer.as_ref().is_some_and(|t| t.walk.is_none()) {
-            self.transfer = None;
-        }
+        self.exec.set_diverged(true);
+        self.exec.drop_unbegun_transfer();
         let report = self.exec.state_mut().check();
         if !report.corrupt.is_empty() {
             self.stats.corrupt_pages_found += report.corrupt.len() as u64;
@@ -2057,155 +2031,68 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     fn start_transfer(&mut self, seq: Seq, digest: Digest, urgent: bool) {
-        if seq < self.exec.state().base_seq() {
-            // Our durable base is already a later verified checkpoint; moving it backwards
-            // would leave the journal naming a checkpoint the page file no longer holds.
-            return;
-        }
-        if let Some(t) = &self.transfer {
-            if t.seq > seq || (t.seq == seq && t.digest == digest) {
-                return;
-            }
-        }
         let delay = if urgent {
             0
         } else {
             self.cfg.state_transfer_delay_ms
         };
-        // A walk in progress moves to the newer checkpoint: installed pages stay, the walk
-        // restarts at the root (the old checkpoint may be collected by now).
-        let walk = self.transfer.take().and_then(|t| t.walk);
-        let moving = walk.is_some();
-        self.transfer = Some(Transfer {
-            seq,
-            digest,
-            next_try_ms: if moving { 0 } else { self.now() + delay },
-            attempt: self.env.entropy % self.cfg.n() as u64,
-            walk: walk.map(|w| {
-                let mut fresh = Walk::new(seq, digest, 0);
-                fresh.stats = w.stats;
-                fresh
-            }),
-            bad: BTreeSet::new(),
-            replier: None,
-        });
-    }
-
-    /// The `lc` to ask partitions with: our latest checkpoint if we trust our copy of it, 0
-    /// (everything) if our state diverged or has corrupt pages.
-    fn fetch_lc(&self) -> Seq {
-        if self.diverged || self.exec.state().needs_repair() {
-            0
-        } else {
-            self.exec.state().latest()
-        }
+        let first = self.env.entropy % self.cfg.n() as u64;
+        self.exec
+            .start_transfer(seq, digest, self.now(), delay, first);
     }
 
     fn drive_transfer(&mut self) {
-        let Some(t) = self.transfer.as_ref() else {
+        if self.exec.transfer_target().is_none() {
             self.probe_for_checkpoint();
             return;
-        };
-        if t.walk.is_none() {
-            if self.exec.last_executed() >= t.seq
-                && !self.diverged
-                && !self.exec.state().needs_repair()
-            {
-                self.transfer = None;
-                return;
+        }
+        match self.exec.transfer_due(self.now()) {
+            Due::Nothing => return,
+            Due::Begin => {
+                // Fetching begins: undo the writes since our latest checkpoint so every page
+                // we keep is described by our tree, and stop executing until the transfer
+                // ends. A tentative batch is undone first (its entries in the exactly-once
+                // table too).
+                self.undo_tentative();
+                self.exec.begin_walk();
             }
-            if self.now() < t.next_try_ms {
-                return;
-            }
-            // Fetching begins: undo the writes since our latest checkpoint so every page we
-            // keep is described by our tree, and stop executing until the transfer ends. A
-            // tentative batch is undone first (its entries in the exactly-once table too).
-            self.undo_tentative();
-            self.exec.state_mut().revert_to_latest();
-            let lc = self.fetch_lc();
-            if let Some(t) = self.transfer.as_mut() {
-                t.walk = Some(Walk::new(t.seq, t.digest, lc));
-            }
-        } else if self.now() < t.next_try_ms {
-            return;
+            Due::Ask => {}
         }
         // First ask, or a retry: whatever was asked and not answered is asked again, of
         // another replier.
-        if let Some(w) = self.transfer.as_mut().and_then(|t| t.walk.as_mut()) {
-            w.requeue();
-        }
-        self.pick_replier();
+        let voters = self
+            .exec
+            .transfer_target()
+            .map(|(seq, digest)| self.ckpt_votes.voters(seq, &digest))
+            .unwrap_or_default();
+        self.exec
+            .retry_with_next_replier(voters, self.id, self.cfg.n());
         self.send_fetch();
-    }
-
-    /// Chooses the next designated replier: in turn among those that vouched for the
-    /// checkpoint (all others if none did), skipping any that sent a wrong answer.
-    fn pick_replier(&mut self) {
-        let Some(t) = self.transfer.as_ref() else {
-            return;
-        };
-        let mut candidates: Vec<ReplicaId> = self
-            .ckpt_votes
-            .voters(t.seq, &t.digest)
-            .into_iter()
-            .filter(|r| *r != self.id && !t.bad.contains(r))
-            .collect();
-        if candidates.is_empty() {
-            candidates = (0..self.cfg.n())
-                .filter(|r| *r != self.id && !t.bad.contains(r))
-                .collect();
-        }
-        if candidates.is_empty() {
-            candidates = (0..self.cfg.n()).filter(|r| *r != self.id).collect();
-        }
-        let target = candidates[(t.attempt % candidates.len() as u64) as usize];
-        if let Some(t) = self.transfer.as_mut() {
-            t.attempt += 1;
-            t.replier = Some(target);
-        }
     }
 
     /// Asks the designated replier for the next partitions and arms the retry timer.
     fn send_fetch(&mut self) {
-        let max = self.cfg.transfer_items_max;
-        let retry = self.cfg.state_transfer_retry_ms;
-        let now = self.now();
-        let Some(t) = self.transfer.as_mut() else {
-            return;
-        };
-        let (Some(w), Some(to)) = (t.walk.as_mut(), t.replier) else {
-            return;
-        };
-        let items = w.next_items(max);
-        t.next_try_ms = now + retry;
-        if items.is_empty() {
-            return;
+        let (max, retry) = (
+            self.cfg.transfer_items_max,
+            self.cfg.state_transfer_retry_ms,
+        );
+        if let Some((to, fetch)) = self.exec.next_fetch(self.now(), max, retry) {
+            self.send_replica(to, &Message::Fetch(fetch));
         }
-        let msg = Message::Fetch(Fetch { seq: t.seq, items });
-        self.send_replica(to, &msg);
     }
 
     /// With a known-bad state and no checkpoint to fetch, ask every replica for the root of
     /// its latest stable checkpoint; f+1 matching answers give a digest to fetch.
     fn probe_for_checkpoint(&mut self) {
-        if !(self.diverged || self.exec.state().needs_repair()) || self.now() < self.next_probe_ms {
-            return;
-        }
-        self.next_probe_ms = self.now() + self.cfg.state_transfer_retry_ms;
-        let msg = Message::Fetch(Fetch {
-            seq: 0,
-            items: vec![FetchItem {
-                level: 0,
-                index: 0,
-                lc: 0,
-            }],
-        });
-        for r in 0..self.cfg.n() {
-            self.send_replica(r, &msg);
+        let retry = self.cfg.state_transfer_retry_ms;
+        if let Some(fetch) = self.exec.probe_due(self.now(), retry) {
+            let msg = Message::Fetch(fetch);
+            for r in 0..self.cfg.n() {
+                self.send_replica(r, &msg);
+            }
         }
     }
 
-    /// Serves a FETCH from the checkpoint copies, within the asker's rate allowance.
     fn on_fetch(&mut self, from: ReplicaId, f: Fetch) -> Result<(), Reject> {
         let limits = ServeLimits {
             items_max: self.cfg.transfer_items_max,
@@ -2227,7 +2114,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 // Our own page is corrupt: stop serving and repair ourselves.
                 self.stats.corrupt_pages_found += 1;
                 self.event(Event::StateCorrupt { pages: 1 });
-                self.diverged = true;
+                self.exec.set_diverged(true);
                 Err(Reject::Stale)
             }
         }
@@ -2235,152 +2122,73 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     fn on_state_data(&mut self, from: ReplicaId, d: StateData, len: usize) -> Result<(), Reject> {
         self.stats.transfer_bytes_in += len as u64;
-        let walking = self.transfer.as_ref().is_some_and(|t| t.walk.is_some());
-        if !walking {
+        if !self.exec.walking() {
             return self.on_probe_answer(from, d);
         }
-        let t = self.transfer.as_ref().expect("walking");
-        if d.seq != t.seq || t.bad.contains(&from) {
-            return Err(Reject::Stale);
-        }
-        if d.items.is_empty() {
-            // The replier no longer holds the checkpoint (or has nothing to give): ask another
-            // now; a newer vouched checkpoint moves the walk when its votes arrive.
-            if t.replier == Some(from) {
-                if let Some(t) = self.transfer.as_mut() {
-                    t.next_try_ms = 0;
-                }
-            }
-            return Ok(());
-        }
-        let lc = self.fetch_lc();
-        if self.exec.state().is_dirty() {
-            // Only a test's tampering writes during a walk. The rollback may undo installed
-            // pages too, so the walk starts again from the root.
-            self.undo_tentative();
-            self.exec.state_mut().revert_to_latest();
-            if let Some(t) = self.transfer.as_mut() {
-                let stats = t.walk.as_ref().map(|w| w.stats).unwrap_or_default();
-                let mut fresh = Walk::new(t.seq, t.digest, 0);
-                fresh.stats = stats;
-                t.walk = Some(fresh);
-                t.next_try_ms = 0;
-            }
-            return Ok(());
-        }
-        let mut t = self.transfer.take().expect("walking");
-        let mut w = t.walk.take().expect("walking");
         #[cfg(feature = "mutants")]
         let check_pages = self.cfg.mutant != crate::types::Mutant::TrustReplier;
         #[cfg(not(feature = "mutants"))]
         let check_pages = true;
-        let result = w.accept(self.exec.state_mut(), &d, lc, check_pages);
-        if t.replier == Some(from) && matches!(result, Ok(n) if n > 0) {
-            // The designated replier answered; whatever it left out (over its answer budget)
-            // is asked again at once rather than after the retry timer.
-            w.requeue();
-        }
-        t.walk = Some(w);
-        self.transfer = Some(t);
-        let applied = match result {
-            Ok(n) => n,
+        match self.exec.answer(from, &d, check_pages) {
             Err(e) => {
                 if e == Reject::BadState {
                     self.stats.transfer_bad_answers += 1;
-                    if let Some(t) = self.transfer.as_mut() {
-                        t.bad.insert(from);
-                        t.next_try_ms = 0; // ask another replier at the next tick
-                    }
                 }
-                return Err(e);
+                Err(e)
             }
-        };
-        let done = self
-            .transfer
-            .as_ref()
-            .and_then(|t| t.walk.as_ref())
-            .is_some_and(|w| w.is_complete());
-        if done {
-            self.finish_transfer();
-        } else if applied > 0
-            && self
-                .transfer
-                .as_ref()
-                .and_then(|t| t.walk.as_ref())
-                .is_some_and(|w| w.has_todo())
-        {
-            // Keep the designated replier busy: ask for the next partitions right away.
-            if let Some(t) = self.transfer.as_mut() {
-                if t.replier.is_none() {
-                    t.replier = Some(from);
-                }
+            Ok(Answered::Nothing) => Ok(()),
+            Ok(Answered::Dirty) => {
+                // Only a test's tampering writes during a walk. The rollback may undo
+                // installed pages too, so the walk starts again from the root.
+                self.undo_tentative();
+                self.exec.restart_walk();
+                Ok(())
             }
-            self.send_fetch();
+            Ok(Answered::Complete) => {
+                self.finish_transfer();
+                Ok(())
+            }
+            Ok(Answered::Ask) => {
+                // Keep the designated replier busy: ask for the next partitions right away.
+                self.send_fetch();
+                Ok(())
+            }
         }
-        Ok(())
     }
 
     /// An answer to a probe (`Fetch` for seq 0): the root of the sender's stable checkpoint.
     /// It counts as that replica's CHECKPOINT vote; f+1 matching ones start a transfer.
     fn on_probe_answer(&mut self, from: ReplicaId, d: StateData) -> Result<(), Reject> {
-        if !(self.diverged || self.exec.state().needs_repair()) {
-            return Err(Reject::Stale);
-        }
-        let (
-            Some(aux),
-            Some(StateItem::Meta {
-                level: 0,
-                index: 0,
-                children,
-            }),
-        ) = (d.aux.as_ref(), d.items.first())
-        else {
-            return Err(Reject::Inconsistent);
-        };
-        if !d.seq.is_multiple_of(self.cfg.checkpoint_interval) {
-            return Err(Reject::Inconsistent);
-        }
-        let Some((root, _)) = rebuild_meta(self.exec.state_mut(), (0, 0), 0, children) else {
-            return Err(Reject::BadState);
-        };
-        let digest = checkpoint_digest(d.seq, &root.digest, aux);
-        self.ckpt_votes.record(from, d.seq, digest);
-        self.check_checkpoint(d.seq);
+        let (seq, digest) = self.exec.probe_answer(&d, self.cfg.checkpoint_interval)?;
+        self.ckpt_votes.record(from, seq, digest);
+        self.check_checkpoint(seq);
         Ok(())
     }
 
     /// The walk installed everything that differed: check the whole state against the
     /// checkpoint digest and adopt it.
     fn finish_transfer(&mut self) {
-        let mut t = self.transfer.take().expect("transfer in progress");
-        let w = t.walk.take().expect("walking");
-        let aux = w.aux().expect("complete walks have the root").to_vec();
-        let root = self.exec.state_mut().installed_root();
         #[cfg(feature = "mutants")]
         let recheck = self.cfg.mutant != crate::types::Mutant::TrustReplier;
         #[cfg(not(feature = "mutants"))]
         let recheck = true;
-        let rechecked = if recheck {
-            self.exec.state_mut().check_changed()
-        } else {
-            0
-        };
-        let unrepaired = rechecked + self.exec.state_mut().revalidate();
-        if unrepaired > 0 || checkpoint_digest(t.seq, &root, &aux) != t.digest {
-            // Cannot happen when every answer checked out, unless our own pages changed under
-            // us; walk again from the root asking for everything.
-            t.walk = Some(Walk::new(t.seq, t.digest, 0));
-            t.next_try_ms = 0;
-            self.transfer = Some(t);
+        let Finished::Adopted {
+            seq,
+            digest,
+            aux,
+            pages,
+            metas,
+        } = self.exec.finish_walk(recheck)
+        else {
+            // Cannot happen when every answer checked out, unless our own pages changed
+            // under us: the walk starts again from the root asking for everything.
             return;
-        }
-        let (seq, digest) = (t.seq, t.digest);
-        self.exec.state_mut().adopt_installed(seq, aux.clone());
+        };
         let recoveries_before = self.recovery_timestamps();
         if self.exec.load_aux(seq, &aux).is_err() {
             // f+1 replicas vouch for this state, so a page we kept must be corrupt in a way our
             // entries did not show. Check every page, stay diverged, fetch again.
-            self.diverged = true;
+            self.exec.set_diverged(true);
             let report = self.exec.state_mut().check();
             self.stats.corrupt_pages_found += report.corrupt.len() as u64;
             self.event(Event::StateCorrupt {
@@ -2388,11 +2196,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
             });
             return;
         }
-        self.diverged = false;
+        self.exec.set_diverged(false);
         self.rekey_if_recoveries_changed(&recoveries_before);
         self.stats.state_transfers += 1;
-        self.stats.transfer_pages += w.stats.pages;
-        self.stats.transfer_metas += w.stats.metas;
+        self.stats.transfer_pages += pages;
+        self.stats.transfer_metas += metas;
         let stable = self.stable_seq;
         self.checkpoints.retain(|n, _| *n == stable || *n > seq);
         self.checkpoints.insert(seq, StoredCheckpoint { digest });
@@ -2420,8 +2228,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.event(Event::StateTransferred {
             seq,
             digest,
-            pages: w.stats.pages,
-            metas: w.stats.metas,
+            pages,
+            metas,
         });
         if self.next_seq <= seq {
             self.next_seq = seq + 1;
@@ -2459,7 +2267,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let mut r = Self::from_state(cfg, id, auth, service, state)?;
         if corrupt > 0 {
             r.stats.corrupt_pages_found += corrupt;
-            r.diverged = true;
+            r.exec.set_diverged(true);
         }
         if let Some(Record::Checkpoint { seq, digest }) = records
             .iter()
@@ -2472,9 +2280,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     r.stable_seq
                 ));
             }
-            if *seq == r.stable_seq && *digest != r.stable_digest && !r.diverged {
+            if *seq == r.stable_seq && *digest != r.stable_digest && !r.exec.diverged() {
                 // The tree file does not describe the checkpoint the journal recorded.
-                r.diverged = true;
+                r.exec.set_diverged(true);
             }
         }
         let h = r.stable_seq;
@@ -2510,7 +2318,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         r.replaying = true;
         for (seq, batch) in executed {
-            if r.diverged {
+            if r.exec.diverged() {
                 break;
             }
             if seq != r.exec.last_executed() + 1 {
@@ -3150,7 +2958,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if self.next_seq <= h {
             self.next_seq = h + 1;
         }
-        if self.exec.last_executed() < h || self.diverged {
+        if self.exec.last_executed() < h || self.exec.diverged() {
             self.start_transfer(h, hd, true);
         }
     }
@@ -3339,7 +3147,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             // have left the view (their timers fired while messages were lost), and with
             // them gone nobody else may ever time out (every request already executed
             // somewhere, or none waiting). A view change is always safe.
-            if self.is_primary() && self.transfer.is_none() && self.recovery.is_none() {
+            if self.is_primary() && self.exec.transfer_target().is_none() && self.recovery.is_none()
+            {
                 if self.next_seq <= self.exec.last_executed().saturating_add(1) {
                     self.primary_progress_ms = now;
                 } else if now >= self.primary_progress_ms.saturating_add(self.vc_timeout_ms) {

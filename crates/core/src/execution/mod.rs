@@ -12,7 +12,9 @@
 //! entry per client that ever had a request executed (client ids are configured); at most one
 //! batch is tentative.
 
+mod fetch;
 mod serve;
+pub(crate) use fetch::{Answered, Due, Finished};
 pub(crate) use serve::{Refused, ServeLimits};
 
 use crate::message::Batch;
@@ -109,6 +111,13 @@ pub(crate) struct Execution<S: Service> {
     serve_budget: BTreeMap<ReplicaId, (i64, u64)>,
     /// Bytes of state served, in all.
     served_bytes: u64,
+    /// The checkpoint being fetched (see `fetch.rs`).
+    transfer: Option<fetch::Transfer>,
+    /// When a known-bad state may next probe for a checkpoint to fetch.
+    next_probe_ms: u64,
+    /// Our state was found to differ from a checkpoint f+1 replicas vouch for: execution
+    /// stops until the vouched state is fetched.
+    diverged: bool,
 }
 
 impl<S: Service> Execution<S> {
@@ -124,6 +133,9 @@ impl<S: Service> Execution<S> {
             opening: None,
             serve_budget: BTreeMap::new(),
             served_bytes: 0,
+            transfer: None,
+            next_probe_ms: 0,
+            diverged: false,
         }
     }
 
@@ -320,6 +332,17 @@ impl<S: Service> Execution<S> {
                 .collect(),
         })
         .expect("checkpoint encodes")
+    }
+
+    /// Takes checkpoint `seq` of the executed state (pages and auxiliary bytes) and returns
+    /// its digest; `None` if the state already holds a checkpoint at or after `seq`.
+    pub(crate) fn checkpoint(&mut self, seq: Seq) -> Option<Digest> {
+        if seq <= self.state.latest() {
+            return None;
+        }
+        let aux = self.checkpoint_aux(seq);
+        let root = self.state.checkpoint(seq, aux.clone());
+        Some(crate::transfer::checkpoint_digest(seq, &root, &aux))
     }
 
     /// Sets the execution variables from checkpoint `seq`'s auxiliary bytes and lets the
@@ -595,6 +618,49 @@ mod tests {
             .count();
         assert!(refused > 0, "the budget ran out");
         assert!(e.serve(2, &root(0), 0, 0, limits).is_ok());
+    }
+
+    /// Two components talking through values only: one executes and checkpoints, the other
+    /// fetches that checkpoint from it partition by partition and ends in the same state.
+    #[test]
+    fn a_checkpoint_is_fetched_from_another_execution() {
+        let limits = ServeLimits {
+            items_max: 256,
+            reply_bytes_max: 1 << 20,
+            rate_bytes_per_sec: 1 << 30,
+        };
+        let mut a = exec();
+        for seq in 1..=16 {
+            run_committed(&mut a, seq, 7, 100 + seq, seq as u8);
+        }
+        let digest = a.checkpoint(16).expect("a new checkpoint");
+        assert_eq!(a.checkpoint(16), None, "taken already");
+        let mut b = exec();
+        b.start_transfer(16, digest, 0, 0, 0);
+        assert!(matches!(b.transfer_due(0), Due::Begin));
+        b.begin_walk();
+        b.retry_with_next_replier(vec![0], 1, 4);
+        let mut rounds = 0;
+        let finished = loop {
+            rounds += 1;
+            assert!(rounds < 20, "the walk ends");
+            let (to, fetch) = b.next_fetch(0, limits.items_max, 100).expect("asks");
+            assert_eq!(to, 0);
+            let data = a.serve(1, &fetch, 16, 0, limits).expect("served");
+            match b.answer(0, &data, true).expect("checks out") {
+                Answered::Complete => break b.finish_walk(true),
+                Answered::Ask => {}
+                _ => panic!("an answer with data moves the walk"),
+            }
+        };
+        let Finished::Adopted { seq, aux, .. } = finished else {
+            panic!("the fetched state checks out")
+        };
+        b.load_aux(seq, &aux).unwrap();
+        assert_eq!(value(&b), value(&a));
+        assert!(b.ran(7, 116) && !b.ran(7, 117));
+        assert_eq!(b.last_executed(), 16);
+        assert_eq!(b.transfer_target(), None);
     }
 
     impl Execution<Counter> {
