@@ -534,7 +534,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     fn last_checkpoint_seq(&self) -> Seq {
-        self.checkpoints.keys().next_back().copied().unwrap_or(0)
+        self.exec.latest_own_checkpoint().unwrap_or(0)
     }
 
     fn last_prepared_seq(&self) -> Seq {
@@ -640,9 +640,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.stats.watermarks_distrusted += 1;
         self.stable_seq = base;
         self.stable_digest = crate::transfer::checkpoint_digest(base, &root, &aux);
-        self.checkpoints.entry(base).or_insert(StoredCheckpoint {
-            digest: self.stable_digest,
-        });
+        if self.exec.own_checkpoint(base).is_none() {
+            self.exec.note_checkpoint(base, self.stable_digest);
+        }
         self.exec.drop_transfer_above(h_m);
         self.persist(Record::Watermark {
             seq: base,
@@ -670,8 +670,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.exec.restart_at_genesis();
         self.stable_seq = 0;
         self.stable_digest = digest;
-        self.checkpoints.clear();
-        self.checkpoints.insert(0, StoredCheckpoint { digest });
+        self.exec.forget_checkpoints();
+        self.exec.note_checkpoint(0, digest);
         self.log.clear();
         self.pending_pp.clear();
         self.exec.drop_transfer();

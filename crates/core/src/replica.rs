@@ -78,11 +78,6 @@ impl Slot {
 }
 
 #[derive(Clone, Debug)]
-struct StoredCheckpoint {
-    digest: Digest,
-}
-
-#[derive(Clone, Debug)]
 struct Waiting {
     req: SignedRequest,
     /// Digest of `req.request`.
@@ -226,7 +221,6 @@ pub struct Replica<S: Service, A: Auth> {
     // Checkpoints.
     stable_seq: Seq,
     stable_digest: Digest,
-    checkpoints: BTreeMap<Seq, StoredCheckpoint>,
     /// CHECKPOINT votes: which checkpoints are known correct or stable.
     ckpt_votes: CheckpointVotes,
 
@@ -333,7 +327,6 @@ impl<S: Service, A: Auth> Replica<S, A> {
             last_proposed_time_ms: 0,
             stable_seq: 0,
             stable_digest: Digest::ZERO,
-            checkpoints: BTreeMap::new(),
             ckpt_votes,
             reads: BTreeMap::new(),
             waiting: FxHashMap::default(),
@@ -376,7 +369,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         r.stable_seq = seq;
         r.stable_digest = digest;
         r.next_seq = seq + 1;
-        r.checkpoints.insert(seq, StoredCheckpoint { digest });
+        r.exec.note_checkpoint(seq, digest);
         Ok(r)
     }
 
@@ -470,7 +463,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             pending_pre_prepares: self.pending_pp.len(),
             executed: self.exec.executed_len(),
             batches: self.batches.len(),
-            checkpoints: self.checkpoints.len(),
+            checkpoints: self.exec.checkpoints_len(),
             checkpoint_votes: self.ckpt_votes.len(),
             pset: self.pset.len(),
             qset_pairs: self.qset.values().map(|v| v.len()).sum(),
@@ -1847,7 +1840,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let Some(digest) = self.exec.checkpoint(seq) else {
             return;
         };
-        self.checkpoints.insert(seq, StoredCheckpoint { digest });
+        self.exec.note_checkpoint(seq, digest);
         self.event(Event::CheckpointTaken { seq, digest });
         let id = self.id;
         self.broadcast(&Message::Checkpoint(Checkpoint {
@@ -1891,15 +1884,15 @@ impl<S: Service, A: Auth> Replica<S, A> {
             self.start_transfer(seq, digest, true);
             return;
         }
-        match self.checkpoints.get(&seq) {
-            Some(own) if own.digest == digest && count >= self.cfg.quorum() => {
+        match self.exec.own_checkpoint(seq) {
+            Some(own) if own == digest && count >= self.cfg.quorum() => {
                 self.make_stable(seq, digest);
             }
-            Some(own) if own.digest == digest => {}
+            Some(own) if own == digest => {}
             Some(_) => {
                 // f+1 replicas vouch for another digest: our state is wrong. Fetch theirs.
                 self.event(Event::StateDivergence { seq });
-                self.checkpoints.remove(&seq);
+                self.exec.forget_checkpoint(seq);
                 self.on_divergence();
                 self.start_transfer(seq, digest, true);
             }
@@ -1917,7 +1910,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if seq <= self.stable_seq {
             return;
         }
-        if self.checkpoints.contains_key(&seq) && self.exec.state().held(seq).is_some() {
+        if self.exec.own_checkpoint(seq).is_some() && self.exec.state().held(seq).is_some() {
             // The state's durable base moves first; the journal may then forget older records.
             self.exec.state_mut().commit_base(seq);
             self.persist(Record::Checkpoint { seq, digest });
@@ -1929,7 +1922,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.log = self.log.split_off(&(seq + 1));
         self.pending_pp = self.pending_pp.split_off(&(seq + 1));
         self.exec.forget_executed_through(seq);
-        self.checkpoints = self.checkpoints.split_off(&seq);
+        self.exec.forget_checkpoints_below(seq);
         self.ckpt_votes.forget_through(seq);
         self.pset = self.pset.split_off(&(seq + 1));
         self.qset = self.qset.split_off(&(seq + 1));
@@ -2202,8 +2195,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.stats.transfer_pages += pages;
         self.stats.transfer_metas += metas;
         let stable = self.stable_seq;
-        self.checkpoints.retain(|n, _| *n == stable || *n > seq);
-        self.checkpoints.insert(seq, StoredCheckpoint { digest });
+        self.exec.forget_checkpoints_but(stable, seq);
+        self.exec.note_checkpoint(seq, digest);
         // Our state now is that checkpoint, every page checked against its digest: vouch for
         // it like for one we took. Without our vote a checkpoint that only the replicas which
         // executed up to it vouch for may never become stable when another replica is silent,
@@ -2503,12 +2496,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             view: v,
             replica: self.id,
             ls: self.stable_seq,
-            checkpoints: self
-                .checkpoints
-                .iter()
-                .filter(|(n, _)| **n >= self.stable_seq)
-                .map(|(n, c)| (*n, c.digest))
-                .collect(),
+            checkpoints: self.exec.own_checkpoints_from(self.stable_seq),
             p: pw,
             q: qw,
         };
@@ -2940,17 +2928,17 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// what lies at or below it is forgotten, and the checkpoint is fetched if our state is
     /// behind it (or diverged).
     fn adopt_watermark(&mut self, h: Seq, hd: Digest) {
-        if self.checkpoints.get(&h).is_some_and(|c| c.digest != hd) {
+        if self.exec.own_checkpoint(h).is_some_and(|d| d != hd) {
             // Our checkpoint at h differs from the one f+1 replicas reported (found by a
             // NEW-VIEW, or again after a restart that re-executed up to it).
             self.event(Event::StateDivergence { seq: h });
-            self.checkpoints.remove(&h);
+            self.exec.forget_checkpoint(h);
             self.on_divergence();
         }
         self.stable_seq = h;
         self.stable_digest = hd;
         self.exec.forget_executed_through(h);
-        self.checkpoints = self.checkpoints.split_off(&h);
+        self.exec.forget_checkpoints_below(h);
         self.ckpt_votes.forget_through(h);
         self.log = self.log.split_off(&(h + 1));
         self.pset = self.pset.split_off(&(h + 1));
@@ -2971,8 +2959,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.pending_nv = None;
         self.decision_missing.clear();
         if h > self.stable_seq {
-            match self.checkpoints.get(&h) {
-                Some(c) if c.digest == hd => self.make_stable(h, hd),
+            match self.exec.own_checkpoint(h) {
+                Some(d) if d == hd => self.make_stable(h, hd),
                 _ => {
                     self.persist(Record::Watermark { seq: h, digest: hd });
                     self.adopt_watermark(h, hd);
@@ -3344,15 +3332,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         // Checkpoints: votes for what it lacks, so it can advance or fetch state.
         if st.stable < self.stable_seq || st.last_executed < self.exec.last_executed() {
-            let mine: Vec<(Seq, Digest)> = self
-                .checkpoints
-                .range(
-                    st.stable
-                        .max(st.last_executed.min(self.stable_seq))
-                        .saturating_add(1)..,
-                )
-                .map(|(n, c)| (*n, c.digest))
-                .collect();
+            let mine = self.exec.own_checkpoints_from(
+                st.stable
+                    .max(st.last_executed.min(self.stable_seq))
+                    .saturating_add(1),
+            );
             let own_stable = (self.stable_seq, self.stable_digest);
             let mut send: Vec<(Seq, Digest)> = mine;
             if st.stable < self.stable_seq && !send.iter().any(|(n, _)| *n == own_stable.0) {

@@ -111,6 +111,9 @@ pub(crate) struct Execution<S: Service> {
     serve_budget: BTreeMap<ReplicaId, (i64, u64)>,
     /// Bytes of state served, in all.
     served_bytes: u64,
+    /// Digests of the checkpoints of this state (taken here or fetched) within the window:
+    /// at most one per checkpoint interval above the stable checkpoint, and that one.
+    checkpoints: BTreeMap<Seq, Digest>,
     /// The checkpoint being fetched (see `fetch.rs`).
     transfer: Option<fetch::Transfer>,
     /// When a known-bad state may next probe for a checkpoint to fetch.
@@ -133,6 +136,7 @@ impl<S: Service> Execution<S> {
             opening: None,
             serve_budget: BTreeMap::new(),
             served_bytes: 0,
+            checkpoints: BTreeMap::new(),
             transfer: None,
             next_probe_ms: 0,
             diverged: false,
@@ -343,6 +347,54 @@ impl<S: Service> Execution<S> {
         let aux = self.checkpoint_aux(seq);
         let root = self.state.checkpoint(seq, aux.clone());
         Some(crate::transfer::checkpoint_digest(seq, &root, &aux))
+    }
+
+    /// The digest of our own checkpoint at `seq`, if we hold one.
+    pub(crate) fn own_checkpoint(&self, seq: Seq) -> Option<Digest> {
+        self.checkpoints.get(&seq).copied()
+    }
+
+    /// The latest of our own checkpoints.
+    pub(crate) fn latest_own_checkpoint(&self) -> Option<Seq> {
+        self.checkpoints.keys().next_back().copied()
+    }
+
+    /// Our state is checkpoint `seq` with `digest` (taken, fetched or restored).
+    pub(crate) fn note_checkpoint(&mut self, seq: Seq, digest: Digest) {
+        self.checkpoints.insert(seq, digest);
+    }
+
+    /// Our checkpoint at `seq` is not what f+1 replicas computed: forget it.
+    pub(crate) fn forget_checkpoint(&mut self, seq: Seq) {
+        self.checkpoints.remove(&seq);
+    }
+
+    /// Our checkpoints at `seq` and after, in order.
+    pub(crate) fn own_checkpoints_from(&self, seq: Seq) -> Vec<(Seq, Digest)> {
+        self.checkpoints
+            .range(seq..)
+            .map(|(n, d)| (*n, *d))
+            .collect()
+    }
+
+    /// Forgets every checkpoint of ours (the state starts over).
+    pub(crate) fn forget_checkpoints(&mut self) {
+        self.checkpoints.clear();
+    }
+
+    /// Forgets our checkpoints below `seq` (the new low watermark).
+    pub(crate) fn forget_checkpoints_below(&mut self, seq: Seq) {
+        self.checkpoints = self.checkpoints.split_off(&seq);
+    }
+
+    /// Forgets our checkpoints but the stable one and those after `seq` (a fetched checkpoint
+    /// at `seq` replaces what we had computed up to it).
+    pub(crate) fn forget_checkpoints_but(&mut self, stable: Seq, seq: Seq) {
+        self.checkpoints.retain(|n, _| *n == stable || *n > seq);
+    }
+
+    pub(crate) fn checkpoints_len(&self) -> usize {
+        self.checkpoints.len()
     }
 
     /// Sets the execution variables from checkpoint `seq`'s auxiliary bytes and lets the
