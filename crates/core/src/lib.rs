@@ -15,6 +15,7 @@ mod execution;
 pub mod journal;
 pub mod keys;
 pub mod message;
+mod pool;
 pub mod quorum;
 pub mod replica;
 pub mod service;

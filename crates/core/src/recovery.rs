@@ -720,7 +720,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.decision_missing.clear();
         self.log.clear();
         self.pending_pp.clear();
-        self.inflight.clear();
+        self.pool.clear_inflight();
         self.req_timer = None;
         self.vc_deadline_ms = None;
         self.pset.retain(|_, e| e.view < v);

@@ -18,6 +18,7 @@ use crate::execution::{
 use crate::journal::Record;
 use crate::keys::NewKey;
 use crate::message::*;
+use crate::pool::{RequestPool, Waiting};
 use crate::quorum;
 use crate::service::{ExecContext, Service};
 use crate::transfer::checkpoint_digest;
@@ -25,8 +26,7 @@ use crate::types::{ClientId, Config, Principal, ReplicaId, Seq, View};
 use crate::viewchange::{self, Pending, SlotSummary};
 use redoubt_crypto::Digest;
 use redoubt_state::{PagedState, StateFootprint};
-use rustc_hash::FxHashMap;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 #[path = "recovery.rs"]
@@ -75,16 +75,6 @@ impl Slot {
     fn vouched_by(&self, me: ReplicaId) -> bool {
         self.sent_prepare && !self.doubts.contains_key(&me)
     }
-}
-
-#[derive(Clone, Debug)]
-struct Waiting {
-    req: SignedRequest,
-    /// Digest of `req.request`.
-    digest: Digest,
-    order: u64,
-    /// `req` carries a valid signature of its client.
-    signed: bool,
 }
 
 /// A pre-prepare waiting for requests that travel beside it.
@@ -228,23 +218,8 @@ pub struct Replica<S: Service, A: Auth> {
     /// Read-only requests waiting for everything this replica prepared to execute (one per
     /// client, the latest).
     reads: BTreeMap<ClientId, Request>,
-    /// Requests waiting to be ordered, one per client (looked up by key only: a hash map,
-    /// with a fixed hasher so that runs stay reproducible; client ids are configured, not
-    /// chosen by a sender). `arrivals` keeps their order.
-    waiting: FxHashMap<ClientId, Waiting>,
-    arrivals: BTreeMap<u64, ClientId>,
-    next_order: u64,
-    /// Per client, the timestamp of its request in a proposed batch not yet executed.
-    inflight: FxHashMap<ClientId, u64>,
-    /// Requests that travel beside pre-prepares, replaced in `waiting` by a newer request of
-    /// their client before executing here: a lagging backup receives a client's next request
-    /// (its client completed on the other replicas' replies) before the pre-prepare naming
-    /// the one before. Kept by (client, digest), oldest dropped first, within
-    /// [`Replica::replaced_bounds`], so that such a pre-prepare resolves from this replica's
-    /// own copies instead of waiting for the whole batch through status messages.
-    replaced: FxHashMap<(ClientId, Digest), SignedRequest>,
-    replaced_order: VecDeque<(ClientId, Digest)>,
-    replaced_bytes: usize,
+    /// Requests waiting to be ordered, in flight, and replaced (see `pool.rs`).
+    pool: RequestPool,
     /// Pre-prepares of the current view waiting for requests that travel beside them (at
     /// most one per sequence number in the log window).
     pending_pp: BTreeMap<Seq, PendingPp>,
@@ -294,6 +269,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         );
         assert!(id < cfg.n());
         let ckpt_votes = CheckpointVotes::new(cfg.log_size, cfg.checkpoint_interval);
+        let pool = RequestPool::new(&cfg);
         let mut r = Replica {
             vc_timeout_ms: cfg.view_change_timeout_ms,
             cfg,
@@ -329,13 +305,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             stable_digest: Digest::ZERO,
             ckpt_votes,
             reads: BTreeMap::new(),
-            waiting: FxHashMap::default(),
-            arrivals: BTreeMap::new(),
-            next_order: 0,
-            inflight: FxHashMap::default(),
-            replaced: FxHashMap::default(),
-            replaced_order: VecDeque::new(),
-            replaced_bytes: 0,
+            pool,
             pending_pp: BTreeMap::new(),
             req_timer: None,
             primary_progress_ms: 0,
@@ -444,6 +414,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.exec
             .check_invariants()
             .map_err(|e| format!("execution: {e}"))?;
+        self.pool
+            .check_invariants()
+            .map_err(|e| format!("request pool: {e}"))?;
         self.ckpt_votes
             .check_invariants()
             .map_err(|e| format!("checkpoint votes: {e}"))?;
@@ -468,13 +441,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
             pset: self.pset.len(),
             qset_pairs: self.qset.values().map(|v| v.len()).sum(),
             clients: self.exec.clients_len(),
-            waiting: self.waiting.len(),
-            replaced: {
-                debug_assert_eq!(self.replaced.len(), self.replaced_order.len());
-                self.replaced.len()
-            },
-            replaced_bytes: self.replaced_bytes,
-            arrivals: self.arrivals.len(),
+            waiting: self.pool.len(),
+            replaced: self.pool.replaced_len(),
+            replaced_bytes: self.pool.replaced_bytes(),
+            arrivals: self.pool.arrivals_len(),
             reads: self.reads.len(),
             view_changes: self.vcs.len() + self.relayed.len() + self.beyond.len(),
             acks: self.acks.len(),
@@ -500,8 +470,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             qset_pairs: l * (f + 2),
             clients,
             waiting: clients,
-            replaced: self.replaced_bounds().0,
-            replaced_bytes: self.replaced_bounds().1,
+            replaced: RequestPool::replaced_bounds(&self.cfg).0,
+            replaced_bytes: RequestPool::replaced_bounds(&self.cfg).1,
             arrivals: clients,
             reads: clients,
             view_changes: 5 * n,
@@ -773,12 +743,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         let c = req.client;
         let ts = req.timestamp;
-        match self.waiting.get(&c) {
+        match self.pool.get(c) {
             Some(w) if w.req.request.timestamp > ts => {
                 // Older than the client's waiting one (reordered, or lost and sent again),
                 // yet not executed here: a pre-prepare may still name it beside itself.
                 if self.cfg.travels_beside(req.op.len()) {
-                    self.keep_replaced(sr.clone(), digest);
+                    self.pool.keep_replaced(sr.clone(), digest);
                     self.retry_pending_if_first_missing(c, digest);
                 }
                 return Err(Reject::Stale);
@@ -791,34 +761,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 // The same request straight from its client: keep the client's authenticator,
                 // so a copy relayed with damaged entries for other replicas cannot stick; and
                 // a signature, once one arrives.
-                if let Some(w) = self.waiting.get_mut(&c) {
-                    if matches!(from, Principal::Client(_)) {
-                        w.req.auth = sr.auth.clone();
-                    }
-                    if signed && !w.signed {
-                        w.req.sig = sr.sig;
-                        w.signed = true;
-                    }
-                }
+                let from_client = matches!(from, Principal::Client(_));
+                self.pool.refresh(c, from_client, &sr, signed);
             }
-            _ => {
-                if let Some(old) = self.waiting.remove(&c) {
-                    self.arrivals.remove(&old.order);
-                    self.keep_replaced(old.req, old.digest);
-                }
-                let order = self.next_order;
-                self.next_order += 1;
-                self.arrivals.insert(order, c);
-                self.waiting.insert(
-                    c,
-                    Waiting {
-                        req: sr.clone(),
-                        digest,
-                        order,
-                        signed,
-                    },
-                );
-            }
+            _ => self.pool.admit(sr.clone(), digest, signed),
         }
         self.retry_pending_if_first_missing(c, digest);
         if self.doubts_request_of(c) {
@@ -925,12 +871,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
         // Not for an unsigned request of a client under suspicion: the primary holds those
         // back until they come signed.
         let oldest = self
-            .arrivals
-            .values()
-            .find(|c| self.orderable(&self.waiting[*c]));
-        if let Some(c) = oldest {
-            let ts = self.waiting[c].req.request.timestamp;
-            self.req_timer = Some((self.now() + self.vc_timeout_ms, *c, ts));
+            .pool
+            .in_order()
+            .find(|(_, w)| self.orderable(w))
+            .map(|(c, w)| (c, w.req.request.timestamp));
+        if let Some((c, ts)) = oldest {
+            self.req_timer = Some((self.now() + self.vc_timeout_ms, c, ts));
         }
     }
 
@@ -965,16 +911,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     }
 
     fn request_done(&mut self, c: ClientId, ts: u64) {
-        if let Some(w) = self.waiting.get(&c) {
-            if w.req.request.timestamp <= ts {
-                let order = w.order;
-                self.waiting.remove(&c);
-                self.arrivals.remove(&order);
-            }
-        }
-        if self.inflight.get(&c).is_some_and(|t| *t <= ts) {
-            self.inflight.remove(&c);
-        }
+        self.pool.done(c, ts);
         if let Some((_, tc, tts)) = self.req_timer {
             if tc == c && tts <= ts {
                 self.req_timer = None;
@@ -1001,7 +938,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             {
                 return;
             }
-            let most = self.arrivals.len().min(self.cfg.batch_requests_max);
+            let most = self.pool.arrivals_len().min(self.cfg.batch_requests_max);
             let mut requests = Vec::with_capacity(most);
             let mut digests = Vec::with_capacity(most);
             let mut bytes = 0usize;
@@ -1010,20 +947,19 @@ impl<S: Service, A: Auth> Replica<S, A> {
             // retransmits under its new keys.
             let recheck = self.uses_session_keys();
             let mut stale = Vec::new();
-            for c in self.arrivals.values() {
+            for (c, w) in self.pool.in_order() {
                 if requests.len() >= self.cfg.batch_requests_max {
                     break;
                 }
-                let w = &self.waiting[c];
                 let ts = w.req.request.timestamp;
-                if self.inflight.get(c).is_some_and(|t| *t >= ts) || !self.orderable(w) {
+                if self.pool.inflight_covers(c, ts) || !self.orderable(w) {
                     continue;
                 }
                 if recheck
                     && !w.signed
                     && !self.request_authentic(&w.req.request, &w.digest, &w.req.auth)
                 {
-                    stale.push(*c);
+                    stale.push(c);
                     continue;
                 }
                 let len = w.req.request.op.len();
@@ -1035,9 +971,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 digests.push(w.digest);
             }
             for c in stale {
-                if let Some(w) = self.waiting.remove(&c) {
-                    self.arrivals.remove(&w.order);
-                }
+                self.pool.remove(c);
             }
             if requests.is_empty()
                 && self
@@ -1047,7 +981,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 return;
             }
             for r in &requests {
-                self.inflight.insert(r.request.client, r.request.timestamp);
+                self.pool
+                    .mark_inflight(r.request.client, r.request.timestamp);
             }
             let time_ms = self.now().max(self.last_proposed_time_ms);
             self.last_proposed_time_ms = time_ms;
@@ -1144,12 +1079,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
     fn can_vouch_for(&self, r: &SignedRequest, d: &Digest) -> bool {
         r.request.op.len() <= self.cfg.request_bytes_max
             && (self
-                .waiting
-                .get(&r.request.client)
+                .pool
+                .get(r.request.client)
                 .is_some_and(|w| w.req.request == r.request)
                 || self
-                    .replaced
-                    .get(&(r.request.client, *d))
+                    .pool
+                    .replaced(r.request.client, d)
                     .is_some_and(|h| h.request == r.request)
                 || self.signed_request_authentic(r, d))
     }
@@ -1157,49 +1092,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// This replica's own copy of the request named by `b` (beside a pre-prepare): the
     /// client's waiting request, or one it replaced (then `true`).
     fn held_beside(&self, b: &Beside) -> Option<(&SignedRequest, bool)> {
-        match self.waiting.get(&b.client) {
-            Some(w) if w.digest == b.digest => Some((&w.req, false)),
-            _ => self.replaced.get(&(b.client, b.digest)).map(|r| (r, true)),
-        }
-    }
-
-    /// Keeps request `req` (digest `digest`), not executed here but no longer its client's
-    /// waiting one, if it is of the kind that travels beside pre-prepares (smaller ones
-    /// travel inside them).
-    fn keep_replaced(&mut self, req: SignedRequest, digest: Digest) {
-        let len = req.request.op.len();
-        if !self.cfg.travels_beside(len) {
-            return;
-        }
-        let key = (req.request.client, digest);
-        if self.replaced.insert(key, req).is_none() {
-            self.replaced_order.push_back(key);
-            self.replaced_bytes += len;
-        }
-        let (most, bytes_most) = self.replaced_bounds();
-        while self.replaced_order.len() > most || self.replaced_bytes > bytes_most {
-            let Some(k) = self.replaced_order.pop_front() else {
-                break;
-            };
-            if let Some(r) = self.replaced.remove(&k) {
-                self.replaced_bytes -= r.request.op.len();
-            }
-        }
-    }
-
-    /// Most requests, and most operation bytes, kept in `replaced`: four batches' worth of
-    /// requests, two of bytes.
-    fn replaced_bounds(&self) -> (usize, usize) {
-        (
-            4 * self.cfg.batch_requests_max,
-            2 * self.cfg.batch_bytes_max,
-        )
+        self.pool.held_beside(b)
     }
 
     /// The digest of `r`: from the copy this replica holds if it is the same request (a
     /// comparison is cheaper than hashing a large operation again), else computed.
     fn request_digest(&self, r: &SignedRequest) -> Digest {
-        match self.waiting.get(&r.request.client) {
+        match self.pool.get(r.request.client) {
             Some(w) if w.req.request == r.request => w.digest,
             _ => r.request.digest(),
         }
@@ -2506,7 +2405,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.stats.view_changes += 1;
         self.vc_deadline_ms = None;
         self.req_timer = None;
-        self.inflight.clear();
+        self.pool.clear_inflight();
         self.pending_pp.clear();
         self.relayed.clear();
         self.acks.retain(|(view, _, _), _| *view >= v);
@@ -3049,10 +2948,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
         } else {
             let p = self.primary();
             let reqs: Vec<SignedRequest> = self
-                .arrivals
-                .values()
+                .pool
+                .in_order()
                 .take(self.cfg.batch_requests_max)
-                .map(|c| self.waiting[c].req.clone())
+                .map(|(_, w)| w.req.clone())
                 .collect();
             for r in reqs {
                 self.send_replica(p, &Message::Request(r));
@@ -3109,8 +3008,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             if let Some((deadline, c, ts)) = self.req_timer {
                 if now >= deadline {
                     let still = self
-                        .waiting
-                        .get(&c)
+                        .pool
+                        .get(c)
                         .is_some_and(|w| w.req.request.timestamp == ts);
                     self.req_timer = None;
                     // A request committed here but not yet executed, with nothing the
@@ -3160,8 +3059,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         // includes holding only unsigned requests of suspected clients, which it does not
         // order (until the fix the recovery of simulator seed 1983 with --all-optimizations
         // waited forever behind one).
-        if self.is_primary()
-            && (self.arrivals.is_empty() || self.recovery_progress_target().is_some())
+        if self.is_primary() && (self.pool.is_empty() || self.recovery_progress_target().is_some())
         {
             self.try_propose();
         }
