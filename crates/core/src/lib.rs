@@ -21,6 +21,7 @@ pub mod replica;
 pub mod service;
 pub mod transfer;
 pub mod types;
+mod vcstore;
 pub mod viewchange;
 
 pub use auth::{Auth, StaticKeys};

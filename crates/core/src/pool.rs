@@ -316,7 +316,10 @@ mod tests {
         let small = admit(&mut p, req(1, 1, 10));
         let large = admit(&mut p, req(1, 2, 200));
         admit(&mut p, req(1, 3, 200));
-        assert!(p.replaced(1, &small).is_none(), "small requests travel inside");
+        assert!(
+            p.replaced(1, &small).is_none(),
+            "small requests travel inside"
+        );
         let b = Beside {
             index: 0,
             client: 1,

@@ -170,15 +170,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         let me = self.id;
         let gone = |x: ReplicaId| x != me && r.is_none_or(|r| r == x);
-        let before = self.vcs.len() + self.relayed.len() + self.beyond.len();
-        self.vcs.retain(|(s, _), _| !gone(*s));
-        self.relayed.retain(|(s, _), _| !gone(*s));
-        self.beyond.retain(|s, _| !gone(*s));
-        self.acks.retain(|(_, s, _), ackers| {
-            ackers.retain(|a| !gone(*a));
-            !gone(*s) && !ackers.is_empty()
-        });
-        let dropped = before - (self.vcs.len() + self.relayed.len() + self.beyond.len());
+        let dropped = self.vcstore.forget(gone);
         self.stats.view_changes_forgotten += dropped as u64;
         if self
             .pending_nv
@@ -711,10 +703,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.normal = v == 0;
         self.my_vc = None;
         self.prev_vc = None;
-        self.vcs.clear();
-        self.beyond.clear();
-        self.relayed.clear();
-        self.acks.clear();
+        self.vcstore.clear();
         self.pending_nv = None;
         self.new_view = None;
         self.decision_missing.clear();

@@ -23,6 +23,7 @@ use crate::quorum;
 use crate::service::{ExecContext, Service};
 use crate::transfer::checkpoint_digest;
 use crate::types::{ClientId, Config, Principal, ReplicaId, Seq, View};
+use crate::vcstore::{Stored, ViewChangeStore, ACKS_PER_ACKER_MAX};
 use crate::viewchange::{self, Pending, SlotSummary};
 use redoubt_crypto::Digest;
 use redoubt_state::{PagedState, StateFootprint};
@@ -176,14 +177,8 @@ pub struct Replica<S: Service, A: Auth> {
     my_vc: Option<(ViewChange, Digest)>,
     /// Our VIEW-CHANGE for the previous view, still needed by replicas checking its NEW-VIEW.
     prev_vc: Option<(ViewChange, Digest)>,
-    /// VIEW-CHANGE messages per (sender, view): at most the one for our view and the sender's
-    /// latest, so a later message cannot displace one a NEW-VIEW names.
-    vcs: BTreeMap<(ReplicaId, View), (ViewChange, Digest)>,
-    /// Per replica, the highest view of a VIEW-CHANGE it sent us for a view more than
-    /// `VC_VIEWS_AHEAD` beyond ours (not stored; it counts for the join rule only).
-    beyond: BTreeMap<ReplicaId, View>,
-    relayed: BTreeMap<(ReplicaId, Digest), ViewChange>,
-    acks: BTreeMap<(View, ReplicaId, Digest), BTreeSet<ReplicaId>>,
+    /// Other replicas' VIEW-CHANGEs, claims, relayed copies and acks (see `vcstore.rs`).
+    vcstore: ViewChangeStore,
     /// Batches whose body this replica journaled in a `PrePrepared` record since its last
     /// view record, above its last checkpoint record: their `Executed` records omit the body
     /// (journal compaction keeps the pre-prepare record for them). At most one per slot.
@@ -284,10 +279,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             vc_deadline_ms: None,
             my_vc: None,
             prev_vc: None,
-            vcs: BTreeMap::new(),
-            beyond: BTreeMap::new(),
-            relayed: BTreeMap::new(),
-            acks: BTreeMap::new(),
+            vcstore: ViewChangeStore::default(),
             bodies_journaled: BTreeSet::new(),
             pset: BTreeMap::new(),
             qset: BTreeMap::new(),
@@ -417,6 +409,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.pool
             .check_invariants()
             .map_err(|e| format!("request pool: {e}"))?;
+        self.vcstore
+            .check_invariants()
+            .map_err(|e| format!("view-change messages: {e}"))?;
         self.ckpt_votes
             .check_invariants()
             .map_err(|e| format!("checkpoint votes: {e}"))?;
@@ -446,8 +441,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             replaced_bytes: self.pool.replaced_bytes(),
             arrivals: self.pool.arrivals_len(),
             reads: self.reads.len(),
-            view_changes: self.vcs.len() + self.relayed.len() + self.beyond.len(),
-            acks: self.acks.len(),
+            view_changes: self.vcstore.messages(),
+            acks: self.vcstore.acks_len(),
             bodies_journaled: self.bodies_journaled.len(),
             state: self.exec.state().footprint(),
         }
@@ -2407,15 +2402,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.req_timer = None;
         self.pool.clear_inflight();
         self.pending_pp.clear();
-        self.relayed.clear();
-        self.acks.retain(|(view, _, _), _| *view >= v);
         self.pending_nv = None;
         self.new_view = None;
         self.decision_missing.clear();
         self.executed_in_view = false;
         // Keep the previous view's messages too: lagging replicas may still need them relayed.
-        self.vcs.retain(|(_, view), _| *view + 1 >= v);
-        self.beyond.retain(|_, view| *view > v);
+        self.vcstore.enter(v);
         self.prev_vc = self.my_vc.take();
         self.my_vc = Some((vc.clone(), digest));
         let (pset, qset) = viewchange::to_wire(&self.pset, &self.qset);
@@ -2435,14 +2427,14 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let p = self.cfg.primary(v);
         if p != self.id {
             let acks: Vec<ViewChangeAck> = self
-                .vcs
-                .iter()
-                .filter(|((r, view), _)| *view == v && *r != p)
-                .map(|((r, _), (_, d))| ViewChangeAck {
+                .vcstore
+                .for_view(v)
+                .filter(|(r, _, _)| *r != p)
+                .map(|(r, _, d)| ViewChangeAck {
                     view: v,
                     acker: self.id,
-                    sender: *r,
-                    digest: *d,
+                    sender: r,
+                    digest: d,
                 })
                 .collect();
             for a in acks {
@@ -2471,36 +2463,21 @@ impl<S: Service, A: Auth> Replica<S, A> {
             // Too far ahead to keep the message (a faulty replica could plant messages for
             // views we may reach much later): only the sender's claim to be at that view
             // counts, for the f+1 join rule. Once we join, its VIEW-CHANGE comes again.
-            let claim = self.beyond.entry(from).or_insert(vc.view);
-            *claim = (*claim).max(vc.view);
+            self.vcstore.claim(from, vc.view);
             self.after_vc_update();
             return Err(Reject::OutOfWindow);
         }
         let digest = vc.digest();
-        match self.vcs.get(&(from, vc.view)) {
-            Some((_, od)) if *od != digest => return Err(Reject::Conflict), // the first stands
-            Some(_) => {}
-            None => {
-                self.vcs.insert((from, vc.view), (vc.clone(), digest));
-                // Keep, per sender, the message for our view and the latest one only.
-                let prev = self.view.saturating_sub(1);
-                let mine = self.view;
-                let latest = self
-                    .vcs
-                    .range((from, 0)..=(from, View::MAX))
-                    .map(|((_, v), _)| *v)
-                    .max()
-                    .unwrap_or(vc.view);
-                self.vcs
-                    .retain(|(r, v), _| *r != from || *v == mine || *v == prev || *v == latest);
-            }
+        let view = vc.view;
+        if self.vcstore.store(vc, digest, self.view) == Stored::Conflict {
+            return Err(Reject::Conflict); // the first stands
         }
         // Vouch for it to the primary of its view, but only for the next view at most: acks
         // for views we may never enter would only fill the primary's bounded ack store.
-        let p = self.cfg.primary(vc.view);
-        if p != from && p != self.id && vc.view <= self.view.saturating_add(1) {
+        let p = self.cfg.primary(view);
+        if p != from && p != self.id && view <= self.view.saturating_add(1) {
             let ack = Message::ViewChangeAck(ViewChangeAck {
-                view: vc.view,
+                view,
                 acker: self.id,
                 sender: from,
                 digest,
@@ -2508,8 +2485,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             self.send_replica(p, &ack);
         }
         // A primary stepping down hands over at once.
-        if self.normal && from == self.primary() && vc.view == self.view.saturating_add(1) {
-            self.start_view_change(vc.view);
+        if self.normal && from == self.primary() && view == self.view.saturating_add(1) {
+            self.start_view_change(view);
             return Ok(());
         }
         self.after_vc_update();
@@ -2519,17 +2496,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// Re-evaluates the join rule, the view-change timer and pending decisions after the set of
     /// view-change messages changed.
     fn after_vc_update(&mut self) {
-        let mut others: BTreeMap<ReplicaId, View> = BTreeMap::new();
-        for (r, v) in self
-            .vcs
-            .keys()
-            .copied()
-            .chain(self.beyond.iter().map(|(r, v)| (*r, *v)))
-        {
-            let (r, v) = (&r, &v);
-            let e = others.entry(*r).or_insert(*v);
-            *e = (*e).max(*v);
-        }
+        let others = self.vcstore.highest_views();
         let join_f = if self.mutant("join-at-f") {
             self.cfg.f.saturating_sub(1)
         } else {
@@ -2575,14 +2542,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if (ack.sender == self.id && self.my_vc.is_some()) || ack.sender >= self.cfg.n() {
             return Ok(());
         }
-        let key = (ack.view, ack.sender, ack.digest);
         // Each acker may hold a bounded number of entries, so a faulty one cannot crowd out
         // the acks of correct replicas.
-        let per_acker = self.acks.values().filter(|s| s.contains(&from)).count();
-        if per_acker >= ACKS_PER_ACKER_MAX {
+        if !self.vcstore.ack(ack.view, ack.sender, ack.digest, from) {
             return Err(Reject::TooLarge);
         }
-        self.acks.entry(key).or_default().insert(from);
         if ack.view == self.view {
             if self.is_primary() {
                 self.try_new_view();
@@ -2601,11 +2565,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
         digest: &Digest,
         also_excluded: Option<ReplicaId>,
     ) -> usize {
-        self.acks.get(&(self.view, sender, *digest)).map_or(0, |s| {
-            s.iter()
-                .filter(|a| **a != self.id && **a != sender && Some(**a) != also_excluded)
-                .count()
-        })
+        self.vcstore
+            .ackers(self.view, sender, digest)
+            .into_iter()
+            .filter(|a| *a != self.id && *a != sender && Some(*a) != also_excluded)
+            .count()
     }
 
     /// The new primary: S, then the decision procedure, then NEW-VIEW.
@@ -2622,9 +2586,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
             2 * self.cfg.f as usize - 1
         };
         let mut s: Vec<(ReplicaId, Digest, ViewChange)> = vec![(self.id, my_digest, mine)];
-        for ((r, _), (m, d)) in &self.vcs {
-            if m.view == self.view && self.ack_count(*r, d, None) >= need_acks {
-                s.push((*r, *d, m.clone()));
+        for (r, m, d) in self.vcstore.for_view(self.view) {
+            if self.ack_count(r, &d, None) >= need_acks {
+                s.push((r, d, m.clone()));
             }
         }
         if s.len() < self.cfg.quorum() {
@@ -2739,9 +2703,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 }
                 continue;
             }
-            match self.vcs.get(&(*r, nv.view)) {
+            match self.vcstore.get(*r, nv.view) {
                 Some((m, md)) if md == d => found.push(m.clone()),
-                _ => match self.relayed.get(&(*r, *d)) {
+                _ => match self.vcstore.relayed(*r, d) {
                     // f acks from replicas other than the sender and the new primary (whose
                     // NEW-VIEW is already its vouch): with the primary's, f+1 vouchers.
                     Some(m)
@@ -2969,7 +2933,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if !wanted {
             return Err(Reject::Unexpected);
         }
-        self.relayed.insert((vc.replica, digest), vc);
+        self.vcstore.relay(vc, digest);
         self.try_accept_new_view();
         Ok(())
     }
@@ -3148,14 +3112,14 @@ impl<S: Service, A: Auth> Replica<S, A> {
             if st.view == self.view && !self.normal && from == self.primary() {
                 // The new primary may have lost our acks.
                 let acks: Vec<ViewChangeAck> = self
-                    .vcs
-                    .iter()
-                    .filter(|((r, v), _)| *v == self.view && *r != from)
-                    .map(|((r, _), (_, d))| ViewChangeAck {
+                    .vcstore
+                    .for_view(self.view)
+                    .filter(|(r, _, _)| *r != from)
+                    .map(|(r, _, d)| ViewChangeAck {
                         view: self.view,
                         acker: self.id,
-                        sender: *r,
-                        digest: *d,
+                        sender: r,
+                        digest: d,
                     })
                     .collect();
                 for a in acks {
@@ -3266,13 +3230,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 if let Some((m, _)) = mine.into_iter().flatten().find(|(_, md)| *md == d) {
                     self.send_replica(from, &Message::ViewChange(m));
                 }
-            } else if let Some((m, _)) = self
-                .vcs
-                .range((r, 0)..=(r, View::MAX))
-                .map(|(_, x)| x)
-                .find(|(_, md)| *md == d)
-                .cloned()
-            {
+            } else if let Some(m) = self.vcstore.of_sender_with(r, &d) {
                 // Its own too: a replica whose recovery estimated a lower view holds none.
                 {
                     self.send_replica(from, &Message::RelayViewChange(m.clone()));
@@ -3291,7 +3249,6 @@ impl<S: Service, A: Auth> Replica<S, A> {
 }
 
 /// Bound on view-change acknowledgement entries kept per acknowledging replica.
-const ACKS_PER_ACKER_MAX: usize = 64;
 /// VIEW-CHANGE messages are kept only for views up to this far beyond ours.
 pub const VC_VIEWS_AHEAD: View = 4;
 /// Bound on digests named as missing in one status message.
