@@ -7,21 +7,19 @@
 //! same code runs in the node runtime and in the seeded simulator, which is what lets us test
 //! Byzantine behaviour exhaustively.
 
+mod agreement;
 pub mod auth;
-mod certificates;
 pub mod client;
 pub mod effect;
 mod execution;
 pub mod journal;
 pub mod keys;
 pub mod message;
-mod pool;
 pub mod quorum;
 pub mod replica;
 pub mod service;
 pub mod transfer;
 pub mod types;
-mod vcstore;
 pub mod viewchange;
 
 pub use auth::{Auth, StaticKeys};

@@ -9,8 +9,10 @@
 //! limited to the window, the request pool holds at most one request per known client, and
 //! view-change bookkeeping holds at most one message per replica.
 
+use crate::agreement::certificates::CheckpointVotes;
+use crate::agreement::pool::{RequestPool, Waiting};
+use crate::agreement::vcstore::{Stored, ViewChangeStore, ACKS_PER_ACKER_MAX};
 use crate::auth::{open, seal, verify_request, Auth};
-use crate::certificates::CheckpointVotes;
 use crate::effect::{Bytes, Effect, Env, Event};
 use crate::execution::{
     Answered, Due, Execution, Finished, LastReply, Refused, ServeLimits, Undone,
@@ -18,12 +20,10 @@ use crate::execution::{
 use crate::journal::Record;
 use crate::keys::NewKey;
 use crate::message::*;
-use crate::pool::{RequestPool, Waiting};
 use crate::quorum;
 use crate::service::{ExecContext, Service};
 use crate::transfer::checkpoint_digest;
 use crate::types::{ClientId, Config, Principal, ReplicaId, Seq, View};
-use crate::vcstore::{Stored, ViewChangeStore, ACKS_PER_ACKER_MAX};
 use crate::viewchange::{self, Pending, SlotSummary};
 use redoubt_crypto::Digest;
 use redoubt_state::{PagedState, StateFootprint};
