@@ -1,0 +1,234 @@
+//! Receiver-driven retransmission (BFT-PR §4.6.1): the STATUS a replica sends
+//! periodically, and what a peer's STATUS makes it send back, by job: help into a view, log
+//! entries, checkpoint votes, batch bodies and view changes.
+
+use super::*;
+
+impl<S: Service, A: Auth> Replica<S, A> {
+    pub(super) fn missing_batches(&self) -> Vec<Digest> {
+        let mut m: Vec<Digest> = self
+            .log
+            .iter()
+            .filter(|(n, s)| **n > self.exec.last_executed() && s.prepared)
+            .filter_map(|(_, s)| s.pp)
+            .filter(|d| *d != NULL_DIGEST && !self.batches.contains_key(d))
+            .collect();
+        m.extend(self.decision_missing.iter().copied());
+        m.extend(self.pending_pp.values().map(|p| p.pp.digest));
+        m.truncate(MISSING_MAX);
+        m
+    }
+
+    pub(super) fn send_status(&mut self) {
+        let window = |s: &Slot| s.pp.is_some();
+        let prepared: Vec<Seq> = self
+            .log
+            .iter()
+            .filter(|(n, s)| **n > self.exec.last_executed() && window(s) && s.prepared)
+            .map(|(n, _)| *n)
+            .collect();
+        let committed: Vec<Seq> = self
+            .log
+            .iter()
+            .filter(|(n, s)| **n > self.exec.last_executed() && s.committed)
+            .map(|(n, _)| *n)
+            .collect();
+        let missing_vcs = match &self.pending_nv {
+            Some(nv) => self.gather_nv_vcs(nv).err().unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let st = Status {
+            replica: self.id,
+            view: self.view,
+            normal: self.normal,
+            last_executed: self.exec.last_executed(),
+            stable: self.stable_seq,
+            prepared,
+            committed,
+            missing_batches: self.missing_batches(),
+            missing_vcs,
+        };
+        self.stats.bodies_asked += st.missing_batches.len() as u64;
+        self.broadcast(&Message::Status(st));
+    }
+
+    pub(super) fn on_status(&mut self, from: ReplicaId, st: Status) -> Result<(), Reject> {
+        if st.replica != from || from == self.id {
+            return Err(Reject::Inconsistent);
+        }
+        let l = self.cfg.log_size as usize;
+        if st.prepared.len() > l
+            || st.committed.len() > l
+            || st.missing_batches.len() > MISSING_MAX
+            || st.missing_vcs.len() > self.cfg.n() as usize
+        {
+            return Err(Reject::TooLarge);
+        }
+        if st.view < self.view || (st.view == self.view && !st.normal) {
+            self.help_into_view(from, &st);
+        }
+        if st.view == self.view && st.normal && self.normal {
+            self.retransmit_log(from, &st);
+        }
+        if st.stable < self.stable_seq || st.last_executed < self.exec.last_executed() {
+            self.send_checkpoints(from, &st);
+        }
+        // Batch bodies, from one replica at a time (see `answers_bodies_to`).
+        if self.answers_bodies_to(from) {
+            let bodies = self.bodies_within_budget(&st.missing_batches, self.status_body_budget());
+            if !bodies.is_empty() {
+                self.send_replica(from, &Message::Batches(bodies));
+            }
+        }
+        self.send_view_changes(from, &st.missing_vcs);
+        Ok(())
+    }
+
+    /// Helps a replica that is behind in views or stuck in a view change: the NEW-VIEW of this
+    /// view (from its primary), our VIEW-CHANGE, and, to a new primary, our acks again.
+    fn help_into_view(&mut self, from: ReplicaId, st: &Status) {
+        if self.normal && self.is_primary() {
+            if let Some(nv) = self.new_view.clone() {
+                let mut nv = nv;
+                nv.batches = self.bodies_within_budget(&nv.chosen, self.cfg.message_bytes_max / 2);
+                self.send_replica(from, &Message::NewView(nv));
+            }
+        }
+        if let Some((vc, _)) = self.my_vc.clone() {
+            if vc.view == self.view {
+                self.send_replica(from, &Message::ViewChange(vc));
+            }
+        }
+        if st.view == self.view && !self.normal && from == self.primary() {
+            // The new primary may have lost our acks.
+            let acks: Vec<ViewChangeAck> = self
+                .vcstore
+                .for_view(self.view)
+                .filter(|(r, _, _)| *r != from)
+                .map(|(r, _, d)| ViewChangeAck {
+                    view: self.view,
+                    acker: self.id,
+                    sender: r,
+                    digest: d,
+                })
+                .collect();
+            for a in acks {
+                self.send_replica(from, &Message::ViewChangeAck(a));
+            }
+        }
+    }
+
+    /// Retransmits, to a replica in our view, the log entries it lacks (within the budgets).
+    fn retransmit_log(&mut self, from: ReplicaId, st: &Status) {
+        let prepared: BTreeSet<Seq> = st.prepared.iter().copied().collect();
+        let committed: BTreeSet<Seq> = st.committed.iter().copied().collect();
+        let mut budget = self.cfg.retransmit_entries_max;
+        // Pre-prepares carry bodies: bound the bytes one status can make us resend.
+        let mut body_bytes_left = self.status_body_budget();
+        let entries: Vec<(Seq, Slot)> = self
+            .log
+            .range(st.last_executed.saturating_add(1)..)
+            .filter(|(_, s)| s.pp.is_some())
+            .map(|(n, s)| (*n, s.clone()))
+            .collect();
+        for (n, s) in entries {
+            if budget == 0 {
+                break;
+            }
+            let d = s.pp.expect("filtered");
+            let mut sent = false;
+            if !prepared.contains(&n) && !committed.contains(&n) {
+                if s.proposed_here {
+                    let pp = self.batches.get(&d).map(|b| match &s.beside {
+                        Some(beside) => self.lean_again(n, d, b, beside),
+                        None => PrePrepare {
+                            view: self.view,
+                            seq: n,
+                            digest: d,
+                            batch: (**b).clone(),
+                            beside: Vec::new(),
+                        },
+                    });
+                    if let Some(pp) = pp.filter(|pp| pp.batch.op_bytes() <= body_bytes_left) {
+                        body_bytes_left -= pp.batch.op_bytes();
+                        self.send_replica(from, &Message::PrePrepare(pp));
+                        sent = true;
+                    }
+                }
+                if s.sent_prepare {
+                    let p = Prepare {
+                        view: self.view,
+                        seq: n,
+                        digest: d,
+                        replica: self.id,
+                        doubts: s.doubts.get(&self.id).cloned().unwrap_or_default(),
+                    };
+                    self.send_replica(from, &Message::Prepare(p));
+                    sent = true;
+                }
+            }
+            if !committed.contains(&n) && s.sent_commit {
+                let c = Commit {
+                    view: self.view,
+                    seq: n,
+                    digest: d,
+                    replica: self.id,
+                };
+                self.send_replica(from, &Message::Commit(c));
+                sent = true;
+            }
+            if sent {
+                budget -= 1;
+                self.stats.entries_retransmitted += 1;
+            }
+        }
+    }
+
+    /// Checkpoint votes for what a lagging replica lacks, so it can advance or fetch state.
+    fn send_checkpoints(&mut self, from: ReplicaId, st: &Status) {
+        let mine = self.exec.own_checkpoints_from(
+            st.stable
+                .max(st.last_executed.min(self.stable_seq))
+                .saturating_add(1),
+        );
+        let own_stable = (self.stable_seq, self.stable_digest);
+        let mut send: Vec<(Seq, Digest)> = mine;
+        if st.stable < self.stable_seq && !send.iter().any(|(n, _)| *n == own_stable.0) {
+            send.push(own_stable);
+        }
+        for (seq, digest) in send {
+            if seq == 0 {
+                continue;
+            }
+            let c = Checkpoint {
+                seq,
+                digest,
+                replica: self.id,
+            };
+            self.send_replica(from, &Message::Checkpoint(c));
+        }
+    }
+
+    /// The view changes named by a NEW-VIEW the asker holds: ours, or relayed with our ack.
+    fn send_view_changes(&mut self, from: ReplicaId, missing: &[(ReplicaId, Digest)]) {
+        for (r, d) in missing.iter().copied() {
+            if r == self.id {
+                let mine = [self.my_vc.clone(), self.prev_vc.clone()];
+                if let Some((m, _)) = mine.into_iter().flatten().find(|(_, md)| *md == d) {
+                    self.send_replica(from, &Message::ViewChange(m));
+                }
+            } else if let Some(m) = self.vcstore.of_sender_with(r, &d) {
+                // Relayed with our ack (the asker's own too: a replica whose recovery
+                // estimated a lower view holds none).
+                let ack = ViewChangeAck {
+                    view: m.view,
+                    acker: self.id,
+                    sender: r,
+                    digest: d,
+                };
+                self.send_replica(from, &Message::RelayViewChange(m));
+                self.send_replica(from, &Message::ViewChangeAck(ack));
+            }
+        }
+    }
+}
