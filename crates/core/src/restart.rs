@@ -1,0 +1,211 @@
+//! Restart from the journal: a replica rebuilt from the records its host made durable (see
+//! [`crate::journal`]) never contradicts what it said before the crash.
+
+use super::*;
+
+impl<S: Service, A: Auth> Replica<S, A> {
+    /// Rebuilds a replica after a crash from the records its host made durable (see
+    /// [`crate::journal`]): the last checkpoint, the batches executed after it (re-executed
+    /// silently), the last view entered with its PSet/QSet and view change, and the log of
+    /// that view. The result never contradicts what the replica said before the crash.
+    ///
+    /// The service state comes from `state` (its durable base, at or after the journal's last
+    /// checkpoint record). With `check`, every page is first checked against its digest;
+    /// corrupt pages make the replica skip re-execution, stop executing and fetch them.
+    pub fn restore(
+        cfg: Config,
+        id: ReplicaId,
+        auth: A,
+        service: S,
+        mut state: PagedState,
+        records: &[Record],
+        check: bool,
+    ) -> Result<Self, String> {
+        let corrupt = if check {
+            state.check().corrupt.len() as u64
+        } else {
+            0
+        };
+        let mut r = Self::from_state(cfg, id, auth, service, state)?;
+        if corrupt > 0 {
+            r.stats.corrupt_pages_found += corrupt;
+            r.exec.set_diverged(true);
+        }
+        if let Some(Record::Checkpoint { seq, digest }) = records
+            .iter()
+            .rev()
+            .find(|x| matches!(x, Record::Checkpoint { .. }))
+        {
+            if *seq > r.stable_seq {
+                return Err(format!(
+                    "the journal names checkpoint {seq} but the state's base is {}",
+                    r.stable_seq
+                ));
+            }
+            if *seq == r.stable_seq && *digest != r.stable_digest && !r.exec.diverged() {
+                // The tree file does not describe the checkpoint the journal recorded.
+                r.exec.set_diverged(true);
+            }
+        }
+        let h = r.stable_seq;
+        r.replaying = true;
+        r.replay_executed(records, h);
+        r.replaying = false;
+        r.effects.clear();
+        if let Some(reason) = r.unreadable.take() {
+            let seq = r.exec.state().base_seq();
+            r.event(Event::StateUnreadable { seq, reason });
+        }
+        if corrupt > 0 {
+            r.event(Event::StateCorrupt { pages: corrupt });
+        }
+        r.restore_view(records, h);
+        r.restore_log(records, h);
+        // A watermark above the checkpoint the state holds: report it, and fetch it, again.
+        if let Some(Record::Watermark { seq, digest }) = records
+            .iter()
+            .rev()
+            .find(|x| matches!(x, Record::Watermark { .. }))
+        {
+            if *seq > r.stable_seq {
+                r.adopt_watermark(*seq, *digest);
+            }
+        }
+        r.gc_batches();
+        Ok(r)
+    }
+
+    /// Re-executes, silently, the batches the journal says were executed after checkpoint `h`.
+    fn replay_executed(&mut self, records: &[Record], h: Seq) {
+        // Re-execute what was executed after the checkpoint, in order, without side effects;
+        // a body not in the execution record is in a pre-prepare record.
+        let bodies: BTreeMap<(Seq, Digest), &Arc<Batch>> = records
+            .iter()
+            .filter_map(|x| match x {
+                Record::PrePrepared {
+                    seq,
+                    digest,
+                    batch: Some(b),
+                    ..
+                } if *seq > h => Some(((*seq, *digest), b)),
+                _ => None,
+            })
+            .collect();
+        let mut executed: BTreeMap<Seq, Option<Arc<Batch>>> = BTreeMap::new();
+        for x in records {
+            if let Record::Executed { seq, digest, batch } = x {
+                if *seq > h {
+                    let body = batch
+                        .clone()
+                        .or_else(|| bodies.get(&(*seq, *digest)).map(|b| (*b).clone()));
+                    if body.is_none() && *digest != NULL_DIGEST {
+                        // Cannot happen with a journal compacted by `journal::compact`:
+                        // stop here, the state transfer fetches the rest.
+                        break;
+                    }
+                    executed.insert(*seq, body);
+                }
+            }
+        }
+        for (seq, batch) in executed {
+            if self.exec.diverged() {
+                break;
+            }
+            if seq != self.exec.last_executed() + 1 {
+                break;
+            }
+            // The digest is recomputed: the journal's checksums catch torn writes, not lies.
+            let digest = batch.as_ref().map_or(NULL_DIGEST, |b| b.digest());
+            self.execute(seq, digest, batch);
+        }
+    }
+
+    /// The last view entered, with its PSet, QSet, doubted slots and our VIEW-CHANGE.
+    fn restore_view(&mut self, records: &[Record], h: Seq) {
+        if let Some(Record::View {
+            view,
+            normal,
+            vc,
+            pset,
+            qset,
+            batches,
+            doubted,
+        }) = records
+            .iter()
+            .rev()
+            .find(|x| matches!(x, Record::View { .. }))
+        {
+            // A journal is not trusted beyond the view limit; a recovery's view estimate
+            // corrects any other view a tampered journal names.
+            self.view = (*view).min(crate::types::VIEW_LIMIT);
+            self.normal = *normal;
+            for b in batches {
+                self.batches.insert(b.digest(), Arc::new(b.clone()));
+            }
+            self.doubted = doubted
+                .iter()
+                .filter(|(n, _, _)| *n > h)
+                .map(|(n, v, d)| (*n, (*v, *d)))
+                .collect();
+            self.my_vc = vc.as_ref().map(|m| (m.clone(), m.digest()));
+            self.pset = pset
+                .iter()
+                .filter(|e| e.seq > h)
+                .map(|e| (e.seq, *e))
+                .collect();
+            self.qset = qset
+                .iter()
+                .filter(|e| e.seq > h)
+                .map(|e| (e.seq, e.pairs.clone()))
+                .collect();
+        }
+    }
+
+    /// The log of the view entered last: pre-prepares, prepared slots, what committed.
+    fn restore_log(&mut self, records: &[Record], h: Seq) {
+        let primary = self.is_primary();
+        for x in records {
+            match x {
+                Record::PrePrepared {
+                    view,
+                    seq,
+                    digest,
+                    batch,
+                    vouched,
+                } if *view == self.view && *seq > h => {
+                    if let Some(b) = batch {
+                        self.batches.insert(*digest, b.clone());
+                        // Kept by compaction until the next view or checkpoint record.
+                        self.bodies_journaled.insert((*seq, *digest));
+                    }
+                    let slot = self.log.entry(*seq).or_default();
+                    slot.pp = Some(*digest);
+                    if primary {
+                        slot.proposed_here = batch.is_some();
+                    } else if *vouched {
+                        slot.sent_prepare = true;
+                        slot.prepares.insert(self.id, *digest);
+                    }
+                }
+                Record::Prepared { view, seq, digest } if *view == self.view && *seq > h => {
+                    let slot = self.log.entry(*seq).or_default();
+                    if slot.pp == Some(*digest) {
+                        slot.prepared = true;
+                        slot.sent_commit = true;
+                        slot.commits.insert(self.id, *digest);
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (n, slot) in self.log.iter_mut() {
+            if *n <= self.exec.last_executed() && slot.prepared {
+                slot.committed = true;
+            }
+        }
+        if let Some(last) = self.log.keys().next_back() {
+            self.next_seq = self.next_seq.max(last + 1);
+        }
+        self.next_seq = self.next_seq.max(self.exec.last_executed() + 1);
+    }
+}
