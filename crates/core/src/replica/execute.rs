@@ -1,0 +1,397 @@
+//! Execution glue and checkpoints: committed (or prepared, tentatively) batches go down to
+//! the execution component in order, replies go out, and checkpoints become stable (PBFT
+//! §4.3).
+
+use super::*;
+
+impl<S: Service, A: Auth> Replica<S, A> {
+    // ----- execution --------------------------------------------------------------------------
+
+    pub(super) fn try_execute(&mut self) {
+        if self.exec.diverged() || self.exec.walking() {
+            return;
+        }
+        if self
+            .exec
+            .transfer_target()
+            .is_some_and(|(seq, _)| seq > self.exec.last_executed())
+            && !self.log.contains_key(&(self.exec.last_executed() + 1))
+        {
+            return;
+        }
+        if let Some(t) = self.exec.tentative() {
+            // Within a view the slot keeps its digest (a view change undoes the batch first);
+            // should it ever differ, the batch is undone rather than kept or waited for.
+            match self.log.get(&t.seq) {
+                Some(s) if s.pp != Some(t.digest) => self.undo_tentative(),
+                Some(s) if s.committed => self.keep_tentative(),
+                _ => {}
+            }
+        }
+        if self.exec.tentative().is_none() {
+            loop {
+                let n = self.exec.last_executed() + 1;
+                let Some(slot) = self.log.get(&n) else { break };
+                if !slot.committed {
+                    break;
+                }
+                let d = slot.pp.expect("committed implies pre-prepared");
+                if d == NULL_DIGEST {
+                    self.execute(n, NULL_DIGEST, None);
+                } else if let Some(b) = self.batches.get(&d).cloned() {
+                    self.execute(n, d, Some(b));
+                } else {
+                    break; // the body is fetched through status messages
+                }
+            }
+            self.try_tentative();
+        }
+        self.answer_reads();
+        if self.is_primary() {
+            self.try_propose();
+        }
+    }
+
+    /// Executes the next batch tentatively if it is prepared (everything before it executed
+    /// and committed). Never a recovery request (its effects on keys are not undone), never
+    /// while replaying, recovering or off the normal case.
+    pub(super) fn try_tentative(&mut self) {
+        if !self.cfg.tentative_execution
+            || self.exec.tentative().is_some()
+            || self.replaying
+            || !self.normal
+            || self.recovery.is_some()
+            || self.exec.transfer_target().is_some()
+        {
+            return;
+        }
+        let n = self.exec.last_executed() + 1;
+        let Some(slot) = self.log.get(&n) else {
+            return;
+        };
+        if !slot.prepared || slot.committed {
+            return;
+        }
+        let Some(d) = slot.pp.filter(|d| *d != NULL_DIGEST) else {
+            return;
+        };
+        let Some(batch) = self.batches.get(&d).cloned() else {
+            return;
+        };
+        if !self.cfg.tentative_for(batch.requests.len()) {
+            return;
+        }
+        let nn = self.cfg.n();
+        if batch
+            .requests
+            .iter()
+            .any(|r| recovery::recovery_of(r.request.client, nn).is_some())
+        {
+            return;
+        }
+        self.exec.begin_tentative();
+        let executed = self.apply(n, &batch, true);
+        self.stats.tentative_batches += 1;
+        self.exec.hold_tentative(n, d, batch, executed);
+    }
+
+    /// The tentative batch committed: its effects stay, and it completes like any batch.
+    pub(super) fn keep_tentative(&mut self) {
+        let Some(t) = self.exec.keep_tentative() else {
+            return;
+        };
+        self.persist_executed(t.seq, t.digest, Some(&t.batch));
+        self.finish_execution(t.seq, t.digest, Some(&*t.batch), t.executed);
+    }
+
+    /// Undoes the tentative batch, if any (a view change, or state about to be replaced).
+    /// Its clients learn the outcome from the batch's re-execution in a later view, or
+    /// retransmit.
+    pub(super) fn undo_tentative(&mut self) {
+        let seq = match self.exec.undo_tentative() {
+            None => return,
+            Some(Undone::Clean { seq }) => seq,
+            Some(Undone::Corrupt { seq }) => {
+                // The pages were consistent before the batch: our state must be corrupt.
+                self.event(Event::StateCorrupt { pages: 0 });
+                self.on_divergence();
+                seq
+            }
+        };
+        self.stats.tentative_undone += 1;
+        self.event(Event::TentativeUndone { seq });
+    }
+
+    /// Executes batch `digest` (`None`: the null request) at `seq`, the next in order.
+    pub(super) fn execute(&mut self, seq: Seq, digest: Digest, batch: Option<Arc<Batch>>) {
+        debug_assert_eq!(seq, self.exec.last_executed() + 1);
+        debug_assert_eq!(digest, batch.as_ref().map_or(NULL_DIGEST, |b| b.digest()));
+        self.persist_executed(seq, digest, batch.as_ref());
+        let executed = match &batch {
+            Some(b) => self.apply(seq, b, false),
+            None => Vec::new(),
+        };
+        self.finish_execution(seq, digest, batch.as_deref(), executed);
+    }
+
+    /// Runs a batch's requests against the service (exactly once per client timestamp) and
+    /// replies to their clients. Returns the requests executed.
+    pub(super) fn apply(&mut self, seq: Seq, b: &Batch, tentative: bool) -> Vec<(ClientId, u64)> {
+        let mut executed = Vec::new();
+        let quiet = self.quiet_for(b.requests.len());
+        let time_ms = self.exec.start_batch(b.nondet.time_ms);
+        for (i, r) in b.requests.iter().enumerate() {
+            let req = &r.request;
+            let c = req.client;
+            if self.exec.ran(c, req.timestamp) {
+                continue; // exactly once
+            }
+            let ctx = ExecContext {
+                seq,
+                client: c,
+                time_ms,
+                batch_seed: b.nondet.seed,
+                index: i as u64,
+            };
+            let result = match recovery::recovery_of(req.client, self.cfg.n()) {
+                Some(r) => {
+                    let h_m = postcard::from_bytes::<RecoveryOp>(&req.op).map_or(0, |op| op.h_m);
+                    self.execute_recovery(r, h_m, seq, time_ms)
+                }
+                None => self.exec.run(&req.op, &ctx),
+            };
+            executed.push((c, req.timestamp));
+            let last = LastReply {
+                timestamp: req.timestamp,
+                result,
+            };
+            if self.replaying {
+                self.exec.record(c, last);
+                continue;
+            }
+            let to = self.requester(c);
+            let reply = (!(quiet && matches!(to, Principal::Client(_))))
+                .then(|| self.reply(c, req.timestamp, &last.result, tentative));
+            self.exec.record(c, last);
+            match (to, reply) {
+                (_, None) => {} // a quiet primary: the backups answer
+                (Principal::Replica(r), Some(Message::Reply(m))) if r == self.id => {
+                    let _ = self.on_recovery_reply(r, m);
+                }
+                (to, Some(reply)) => self.send(to, &reply),
+            }
+        }
+        executed
+    }
+
+    /// Completes the execution of batch `seq` (its requests ran, committed): it settles its
+    /// requests, advances `last_executed`, and takes a checkpoint when one is due.
+    pub(super) fn finish_execution(
+        &mut self,
+        seq: Seq,
+        digest: Digest,
+        batch: Option<&Batch>,
+        executed: Vec<(ClientId, u64)>,
+    ) {
+        if let Some(b) = batch {
+            // Every request of the batch is settled (executed now or before).
+            for r in &b.requests {
+                let (c, ts) = (r.request.client, r.request.timestamp);
+                let done = self.exec.settled(c, ts);
+                self.request_done(c, done);
+            }
+        }
+        self.exec.complete(seq, digest);
+        self.primary_progress_ms = self.now();
+        self.stats.batches_executed += 1;
+        self.stats.requests_executed += executed.len() as u64;
+        if !executed.is_empty() && !self.executed_in_view {
+            self.executed_in_view = true;
+            self.vc_timeout_ms = self.cfg.view_change_timeout_ms;
+        }
+        self.event(Event::Executed {
+            seq,
+            view: self.view,
+            digest,
+            requests: executed,
+        });
+        self.arm_request_timer();
+        if seq.is_multiple_of(self.cfg.checkpoint_interval) {
+            self.take_checkpoint(seq);
+        }
+    }
+
+    // ----- checkpoints ------------------------------------------------------------------------
+
+    pub(super) fn take_checkpoint(&mut self, seq: Seq) {
+        debug_assert!(seq > self.exec.state().latest(), "checkpoints advance");
+        let Some(digest) = self.exec.checkpoint(seq) else {
+            return;
+        };
+        self.exec.note_checkpoint(seq, digest);
+        self.event(Event::CheckpointTaken { seq, digest });
+        let id = self.id;
+        self.broadcast(&Message::Checkpoint(Checkpoint {
+            seq,
+            digest,
+            replica: id,
+        }));
+        self.ckpt_votes.record(self.id, seq, digest);
+        self.check_checkpoint(seq);
+    }
+
+    pub(super) fn on_checkpoint(&mut self, from: ReplicaId, c: Checkpoint) -> Result<(), Reject> {
+        if c.replica != from || !c.seq.is_multiple_of(self.cfg.checkpoint_interval) {
+            return Err(Reject::Inconsistent);
+        }
+        let repairing = self.exec.repairing();
+        if c.seq < self.stable_seq || (c.seq == self.stable_seq && !repairing) {
+            return Ok(()); // old news
+        }
+        self.ckpt_votes.record(from, c.seq, c.digest);
+        self.check_checkpoint(c.seq);
+        // A new stable checkpoint may open the window for more proposals.
+        self.try_propose();
+        Ok(())
+    }
+
+    pub(super) fn check_checkpoint(&mut self, seq: Seq) {
+        let repairing = self.exec.repairing();
+        if seq < self.stable_seq || (seq == self.stable_seq && !repairing) {
+            return;
+        }
+        // Which digest, if any, is vouched for by f+1 (known correct) or 2f+1 (stable)?
+        let Some((digest, count)) = self.ckpt_votes.leading(seq) else {
+            return;
+        };
+        if count < self.cfg.weak_quorum() {
+            return;
+        }
+        if self.exec.repairing() && seq >= self.exec.state().latest() {
+            // Our state is known bad: fetch the vouched checkpoint, even our own seq.
+            self.start_transfer(seq, digest, true);
+            return;
+        }
+        match self.exec.own_checkpoint(seq) {
+            Some(own) if own == digest && count >= self.cfg.quorum() => {
+                self.make_stable(seq, digest);
+            }
+            Some(own) if own == digest => {}
+            Some(_) => {
+                // f+1 replicas vouch for another digest: our state is wrong. Fetch theirs.
+                self.event(Event::StateDivergence { seq });
+                self.exec.forget_checkpoint(seq);
+                self.on_divergence();
+                self.start_transfer(seq, digest, true);
+            }
+            None if seq > self.exec.last_executed() => {
+                let urgent = seq > self.stable_seq.saturating_add(self.cfg.log_size)
+                    || seq >= self.exec.last_executed().saturating_add(self.cfg.log_size);
+                self.start_transfer(seq, digest, urgent);
+            }
+            None => {}
+        }
+    }
+
+    pub(super) fn make_stable(&mut self, seq: Seq, digest: Digest) {
+        self.release_send_cap_after(seq);
+        if seq <= self.stable_seq {
+            return;
+        }
+        if self.exec.own_checkpoint(seq).is_some() && self.exec.state().held(seq).is_some() {
+            // The state's durable base moves first; the journal may then forget older records.
+            self.exec.state_mut().commit_base(seq);
+            self.persist(Record::Checkpoint { seq, digest });
+        } else {
+            self.persist(Record::Watermark { seq, digest });
+        }
+        self.stable_seq = seq;
+        self.stable_digest = digest;
+        self.log = self.log.split_off(&(seq + 1));
+        self.pending_pp = self.pending_pp.split_off(&(seq + 1));
+        self.exec.forget_executed_through(seq);
+        self.exec.forget_checkpoints_below(seq);
+        self.ckpt_votes.forget_through(seq);
+        self.pset = self.pset.split_off(&(seq + 1));
+        self.qset = self.qset.split_off(&(seq + 1));
+        if self.next_seq <= seq {
+            self.next_seq = seq + 1;
+        }
+        self.gc_batches();
+        self.event(Event::Stable { seq });
+    }
+
+    /// Bodies of the batches PSet and QSet name, for the journal.
+    pub(super) fn pset_batches(&self) -> Vec<Batch> {
+        if self.replaying {
+            return Vec::new();
+        }
+        let mut ds: BTreeSet<Digest> = self.pset.values().map(|e| e.digest).collect();
+        ds.extend(self.qset.values().flat_map(|v| v.iter().map(|(d, _)| *d)));
+        // And those of the doubted slots, which join Q once their requests verify.
+        ds.extend(self.doubted.values().map(|(_, d)| *d));
+        ds.iter()
+            .filter_map(|d| self.batches.get(d).map(|b| (**b).clone()))
+            .collect()
+    }
+
+    /// The bodies we hold of `digests`, in order, up to half the message size limit: a message
+    /// carrying them always fits; receivers ask for the rest through status messages.
+    pub(super) fn bodies_within_budget(&self, digests: &[Digest], budget: usize) -> Vec<Batch> {
+        let per_request = 64 + 16 * self.cfg.n() as usize;
+        let mut used = 0usize;
+        let mut out = Vec::new();
+        for d in digests.iter().filter(|d| **d != NULL_DIGEST) {
+            let Some(b) = self.batches.get(d) else {
+                continue;
+            };
+            let size = b.op_bytes() + per_request * b.requests.len() + 64;
+            if used + size > budget {
+                break;
+            }
+            used += size;
+            out.push((**b).clone());
+        }
+        out
+    }
+
+    /// Most bytes of request operations one answer to a status message carries, in
+    /// retransmitted pre-prepares and in batch bodies each: two full batches. A replica that
+    /// fell behind under load asks at every status interval; answering each status with up to
+    /// half the largest message (16 MiB by default) from every replica kept the others
+    /// busy sending it what it could not process in time (4 KiB writes on capped replicas:
+    /// about 40% of every replica's CPU), so it fell further behind.
+    pub(super) fn status_body_budget(&self) -> usize {
+        (2 * self.cfg.batch_bytes_max).min(self.cfg.message_bytes_max / 2)
+    }
+
+    /// Whether this replica sends batch bodies asked for in `from`'s status messages now. One
+    /// replica at a time does, in turns of one status interval by its own clock over the
+    /// replicas other than `from`: every status asks everyone, and n-1 copies of each body
+    /// were all but one wasted. A faulty replica's turn answers nothing; the asker asks
+    /// again at its next status and a correct replica's turn comes within f+1 turns. Clocks
+    /// out of step only make two replicas answer, or none, for part of a turn.
+    pub(super) fn answers_bodies_to(&self, from: ReplicaId) -> bool {
+        let n = self.cfg.n() as u64;
+        if n < 2 {
+            return true;
+        }
+        let turn = (self.now() / self.cfg.status_interval_ms.max(1)) % (n - 1);
+        // The replicas other than `from`, in id order; the turn picks one of them.
+        let pick = if turn < from as u64 { turn } else { turn + 1 };
+        pick == self.id as u64
+    }
+
+    /// Keeps only batch bodies something still refers to.
+    pub(super) fn gc_batches(&mut self) {
+        let mut keep: BTreeSet<Digest> = BTreeSet::new();
+        keep.extend(self.log.values().filter_map(|s| s.pp));
+        keep.extend(self.pset.values().map(|e| e.digest));
+        keep.extend(self.qset.values().flat_map(|v| v.iter().map(|(d, _)| *d)));
+        keep.extend(self.doubted.values().map(|(_, d)| *d));
+        for nv in self.pending_nv.iter() {
+            keep.extend(nv.chosen.iter().copied());
+        }
+        self.batches.retain(|d, _| keep.contains(d));
+    }
+}

@@ -1,0 +1,835 @@
+//! The PBFT replica as a deterministic state machine (Input -> Effects).
+//!
+//! A replica composes the execution component (`crate::execution`: service, paged state,
+//! reply table, tentative execution, its own checkpoints, state transfer fetch and serve) with
+//! agreement's components (`crate::agreement`: request pool, checkpoint certificates,
+//! view-change messages) and the protocol that ties them together, one file per job:
+//!
+//! - `mod.rs`: the struct, accessors, the entry point `handle`, sending, receiving, timers;
+//! - `requests.rs`: client requests, replies, the request timer, the primary's proposals;
+//! - `normal.rs`: pre-prepare, prepare (with doubts), commit (PBFT §4.2);
+//! - `execute.rs`: batches down to execution in order, checkpoints and watermarks (§4.3);
+//! - `state_transfer.rs`: when to fetch and adopting a fetched checkpoint (BFT-PR §4.6.2);
+//! - `view_change.rs`: the MAC-only view change (BFT-PR §4.3);
+//! - `status.rs`: receiver-driven retransmission (BFT-PR §4.6.1);
+//! - `restart.rs`: restart from the journal; `recovery.rs`: session keys and proactive
+//!   recovery (BFT-PR §4.4–4.5); `suspects.rs`: clients under suspicion.
+//!
+//! Everything it sends leaves as [`Effect`]s. Every bound is explicit: the log holds at most L
+//! slots, checkpoints and checkpoint votes are limited to the window, the request pool holds at
+//! most one request per known client, and view-change bookkeeping is bounded per replica.
+
+use crate::agreement::certificates::CheckpointVotes;
+use crate::agreement::pool::{RequestPool, Waiting};
+use crate::agreement::vcstore::{Stored, ViewChangeStore, ACKS_PER_ACKER_MAX};
+use crate::auth::{open, seal, verify_request, Auth};
+use crate::effect::{Bytes, Effect, Env, Event};
+use crate::execution::{
+    Answered, Due, Execution, Finished, LastReply, Refused, ServeLimits, Undone,
+};
+use crate::journal::Record;
+use crate::keys::NewKey;
+use crate::message::*;
+use crate::quorum;
+use crate::service::{ExecContext, Service};
+use crate::transfer::checkpoint_digest;
+use crate::types::{ClientId, Config, Principal, ReplicaId, Seq, View};
+use crate::viewchange::{self, Pending, SlotSummary};
+use redoubt_crypto::Digest;
+use redoubt_state::{PagedState, StateFootprint};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+mod execute;
+mod normal;
+mod recovery;
+mod requests;
+mod restart;
+mod state_transfer;
+mod status;
+mod suspects;
+mod view_change;
+pub use recovery::RecoveryReport;
+
+/// Admin and transport inputs.
+#[derive(Clone, Copy, Debug)]
+pub enum Input<'a> {
+    /// A frame arrived from the network.
+    Receive(&'a [u8]),
+    /// Time passed; fire due timers. Hosts call this every few milliseconds.
+    Tick,
+    /// The primary is about to stop (for recovery or shutdown): hand over to the next view.
+    StepDown,
+    /// Proactive recovery (BFT-PR §4.4): the host restarted this replica from its saved state
+    /// with trusted code; discard client keys, refresh keys, estimate, send the recovery
+    /// request, check and fetch state. Needs session keys.
+    Recover,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Slot {
+    /// Digest of the accepted pre-prepare (or the NEW-VIEW selection) in the current view.
+    pp: Option<Digest>,
+    /// True if this replica proposed the slot itself as primary in normal operation.
+    proposed_here: bool,
+    /// The requests its pre-prepare named beside it (set when proposed here, and only if
+    /// there were any), so a retransmission is as lean as the original.
+    beside: Option<Arc<Vec<Beside>>>,
+    prepares: BTreeMap<ReplicaId, Digest>,
+    /// Per backup whose PREPARE doubts some of the batch's requests, their positions (ours
+    /// included; see `Prepare::doubts`).
+    doubts: BTreeMap<ReplicaId, Vec<u16>>,
+    commits: BTreeMap<ReplicaId, Digest>,
+    sent_prepare: bool,
+    sent_commit: bool,
+    prepared: bool,
+    committed: bool,
+}
+
+impl Slot {
+    /// Whether replica `me` vouched for every request of the slot's batch in its PREPARE.
+    fn vouched_by(&self, me: ReplicaId) -> bool {
+        self.sent_prepare && !self.doubts.contains_key(&me)
+    }
+}
+
+/// A pre-prepare waiting for requests that travel beside it.
+#[derive(Clone, Debug)]
+struct PendingPp {
+    pp: PrePrepare,
+    /// How many of its requests beside it, from the first, were present when last looked at:
+    /// the next arrival that matters is the one after them.
+    present: usize,
+}
+
+impl PendingPp {
+    fn first_missing(&self) -> Option<&Beside> {
+        self.pp.beside.get(self.present)
+    }
+}
+
+/// Counters a host can export as metrics.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub requests_executed: u64,
+    pub batches_executed: u64,
+    pub view_changes: u64,
+    pub state_transfers: u64,
+    pub rejected: u64,
+    /// Bytes of state-transfer answers received (META-DATA and DATA frames).
+    pub transfer_bytes_in: u64,
+    /// Bytes of state-transfer answers served.
+    pub transfer_bytes_out: u64,
+    /// Pages and meta-data partitions installed by transfers.
+    pub transfer_pages: u64,
+    pub transfer_metas: u64,
+    /// Answers that failed their digests.
+    pub transfer_bad_answers: u64,
+    /// Pages found corrupt by state checks.
+    pub corrupt_pages_found: u64,
+    /// NEW-KEYs sent and accepted.
+    pub key_refreshes: u64,
+    pub new_keys_accepted: u64,
+    /// Clients sent our NEW-KEY because we held no key of theirs (they re-key on it).
+    pub client_keys_asked: u64,
+    /// Recoveries completed here, and recovery requests (of any replica) executed.
+    pub recoveries: u64,
+    pub recovery_requests_executed: u64,
+    /// Batches executed tentatively, and those of them undone by a view change (or a state
+    /// transfer) before they committed.
+    pub tentative_batches: u64,
+    pub tentative_undone: u64,
+    /// Log entries retransmitted in answer to peers' statuses, and batch bodies our statuses
+    /// asked for.
+    pub entries_retransmitted: u64,
+    pub bodies_asked: u64,
+    /// View changes this replica started as primary because its own proposals did not
+    /// execute within the view-change timeout.
+    pub primary_stalls: u64,
+    /// Requests in accepted pre-prepares this replica could not authenticate (named in its
+    /// PREPARE's doubts; see `Prepare::doubts`).
+    pub requests_doubted: u64,
+    /// Requests beside arriving pre-prepares found among the requests their clients had
+    /// since replaced here (see `Replica::replaced`).
+    pub beside_from_replaced: u64,
+    /// View-change protocol messages dropped because their sender (or this replica) re-keyed
+    /// after they arrived (see `Replica::forget_view_changes_of`).
+    pub view_changes_forgotten: u64,
+    /// Recoveries whose view estimate moved this replica back to a lower view (its journal
+    /// named a view the others did not report).
+    pub views_estimated: u64,
+    /// Recoveries that found the journal's low watermark above the estimate H_M and went
+    /// back to the checkpoint the state holds.
+    pub watermarks_distrusted: u64,
+    /// Restarts whose stored checkpoint did not load (its auxiliary bytes or the service's
+    /// pages): the replica fetched a vouched checkpoint instead.
+    pub state_unreadable: u64,
+    /// Recoveries that found the state's own checkpoint above the estimate H_M (a page store
+    /// rewritten while compromised) and fetched the whole state again.
+    pub states_distrusted: u64,
+    /// Times a client came under suspicion (see `suspects.rs`).
+    pub clients_suspected: u64,
+    /// Requests arriving with a valid signature of their client.
+    pub requests_signed: u64,
+}
+
+/// A replica.
+pub struct Replica<S: Service, A: Auth> {
+    cfg: Config,
+    id: ReplicaId,
+    auth: A,
+    /// The execution component: service, paged state, reply table, what ran where.
+    exec: Execution<S>,
+    env: Env,
+    effects: Vec<Effect>,
+    pub stats: Stats,
+
+    // Views.
+    view: View,
+    normal: bool,
+    vc_timeout_ms: u64,
+    vc_deadline_ms: Option<u64>,
+    my_vc: Option<(ViewChange, Digest)>,
+    /// Our VIEW-CHANGE for the previous view, still needed by replicas checking its NEW-VIEW.
+    prev_vc: Option<(ViewChange, Digest)>,
+    /// Other replicas' VIEW-CHANGEs, claims, relayed copies and acks (see `vcstore.rs`).
+    vcstore: ViewChangeStore,
+    /// Batches whose body this replica journaled in a `PrePrepared` record since its last
+    /// view record, above its last checkpoint record: their `Executed` records omit the body
+    /// (journal compaction keeps the pre-prepare record for them). At most one per slot.
+    bodies_journaled: BTreeSet<(Seq, Digest)>,
+    pset: BTreeMap<Seq, PEntry>,
+    qset: BTreeMap<Seq, Vec<(Digest, View)>>,
+    /// Slots of views we left that we pre-prepared but did not vouch for in full (a request
+    /// we could not authenticate): (view, digest) by sequence number, within the window. Once
+    /// the requests verify (the client retransmitted, or its key arrived) the slot joins Q,
+    /// so our next VIEW-CHANGE can help decide it (ADR 0002, item 7).
+    doubted: BTreeMap<Seq, (View, Digest)>,
+    /// Clients under suspicion, and until when (ms; bounded, see `suspects.rs`).
+    suspects: BTreeMap<ClientId, u64>,
+    new_view: Option<NewView>,
+    pending_nv: Option<NewView>,
+    decision_missing: Vec<Digest>,
+    executed_in_view: bool,
+
+    // Log.
+    log: BTreeMap<Seq, Slot>,
+    batches: BTreeMap<Digest, Arc<Batch>>,
+    next_seq: Seq,
+    last_proposed_time_ms: u64,
+
+    // Checkpoints.
+    stable_seq: Seq,
+    stable_digest: Digest,
+    /// CHECKPOINT votes: which checkpoints are known correct or stable.
+    ckpt_votes: CheckpointVotes,
+
+    // Requests.
+    /// Read-only requests waiting for everything this replica prepared to execute (one per
+    /// client, the latest).
+    reads: BTreeMap<ClientId, Request>,
+    /// Requests waiting to be ordered, in flight, and replaced (see `pool.rs`).
+    pool: RequestPool,
+    /// Pre-prepares of the current view waiting for requests that travel beside them (at
+    /// most one per sequence number in the log window).
+    pending_pp: BTreeMap<Seq, PendingPp>,
+    req_timer: Option<(u64, ClientId, u64)>,
+    /// While primary: the last time it executed a batch or had none in flight. A primary
+    /// whose own proposals do not execute within the view-change timeout suspects itself
+    /// (see `tick`).
+    primary_progress_ms: u64,
+
+    next_status_ms: u64,
+    /// True while re-executing journaled batches after a restart: no sends, no records.
+    replaying: bool,
+
+    // Session keys and recovery (see recovery.rs).
+    rekey_due: bool,
+    next_rekey_ms: u64,
+    next_key_expiry_ms: u64,
+    new_key_resent: BTreeMap<ReplicaId, u64>,
+    /// Clients asked for their keys (our NEW-KEY sent to them) and when; bounded.
+    client_key_asked: BTreeMap<ClientId, u64>,
+    recovery: Option<recovery::Recovery>,
+    /// While recovering: nothing with a sequence number above H_M is sent.
+    send_cap: Option<Seq>,
+    /// Why the stored checkpoint did not load at start-up (reported once restored).
+    unreadable: Option<String>,
+}
+
+impl<S: Service, A: Auth> Replica<S, A> {
+    /// A replica in view 0 whose state is `state` (see [`crate::open_state`]) at its latest
+    /// checkpoint. Panics if the state's checkpoint does not decode (use
+    /// [`Replica::restore`] for stored state).
+    pub fn new(cfg: Config, id: ReplicaId, auth: A, service: S, state: PagedState) -> Self {
+        Self::from_state(cfg, id, auth, service, state).expect("state opens")
+    }
+
+    fn from_state(
+        cfg: Config,
+        id: ReplicaId,
+        auth: A,
+        service: S,
+        state: PagedState,
+    ) -> Result<Self, String> {
+        assert!(
+            cfg.validate().is_ok(),
+            "invalid config: {:?}",
+            cfg.validate()
+        );
+        assert!(id < cfg.n());
+        let ckpt_votes = CheckpointVotes::new(cfg.log_size, cfg.checkpoint_interval);
+        let pool = RequestPool::new(&cfg);
+        let mut r = Replica {
+            vc_timeout_ms: cfg.view_change_timeout_ms,
+            cfg,
+            id,
+            auth,
+            exec: Execution::new(service, state),
+            env: Env::default(),
+            effects: Vec::new(),
+            stats: Stats::default(),
+            view: 0,
+            normal: true,
+            vc_deadline_ms: None,
+            my_vc: None,
+            prev_vc: None,
+            vcstore: ViewChangeStore::default(),
+            bodies_journaled: BTreeSet::new(),
+            pset: BTreeMap::new(),
+            qset: BTreeMap::new(),
+            doubted: BTreeMap::new(),
+            suspects: BTreeMap::new(),
+            new_view: None,
+            pending_nv: None,
+            decision_missing: Vec::new(),
+            executed_in_view: false,
+            log: BTreeMap::new(),
+            batches: BTreeMap::new(),
+            next_seq: 1,
+            last_proposed_time_ms: 0,
+            stable_seq: 0,
+            stable_digest: Digest::ZERO,
+            ckpt_votes,
+            reads: BTreeMap::new(),
+            pool,
+            pending_pp: BTreeMap::new(),
+            req_timer: None,
+            primary_progress_ms: 0,
+            next_status_ms: 0,
+            replaying: false,
+            rekey_due: false,
+            next_rekey_ms: 0,
+            next_key_expiry_ms: 0,
+            new_key_resent: BTreeMap::new(),
+            client_key_asked: BTreeMap::new(),
+            recovery: None,
+            send_cap: None,
+            unreadable: None,
+        };
+        let seq = r.exec.state().latest();
+        let (root, aux) = r
+            .exec
+            .state()
+            .held(seq)
+            .expect("the latest checkpoint is held");
+        let digest = checkpoint_digest(seq, &root, &aux);
+        if let Err(e) = r.exec.load_aux(seq, &aux) {
+            // Corrupt pages (found by the check at start-up) may not load, and a page store
+            // rewritten while the replica was compromised may hold auxiliary bytes that do not
+            // decode: stay diverged and fetch a vouched checkpoint before executing.
+            r.stats.state_unreadable += 1;
+            r.unreadable = Some(format!("checkpoint {seq}: {e}"));
+            r.exec.set_diverged(true);
+            r.exec.stand_at(seq);
+        }
+        r.stable_seq = seq;
+        r.stable_digest = digest;
+        r.next_seq = seq + 1;
+        r.exec.note_checkpoint(seq, digest);
+        Ok(r)
+    }
+
+    // ----- accessors -------------------------------------------------------------------
+
+    pub fn id(&self) -> ReplicaId {
+        self.id
+    }
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    pub fn view(&self) -> View {
+        self.view
+    }
+    pub fn is_normal(&self) -> bool {
+        self.normal
+    }
+    pub fn primary(&self) -> ReplicaId {
+        self.cfg.primary(self.view)
+    }
+    pub fn is_primary(&self) -> bool {
+        self.primary() == self.id
+    }
+    pub fn last_executed(&self) -> Seq {
+        self.exec.last_executed()
+    }
+    pub fn stable_checkpoint(&self) -> Seq {
+        self.stable_seq
+    }
+    pub fn service(&self) -> &S {
+        self.exec.service()
+    }
+    /// Mutable access for hosts and fault injection (the simulator corrupts state with it).
+    /// The service state (pages, tree, checkpoints).
+    pub fn state(&self) -> &PagedState {
+        self.exec.state()
+    }
+
+    /// Checks every page against the digests of the latest checkpoint (on demand, e.g. from
+    /// an admin command). Corrupt pages are marked; the replica stops executing and fetches
+    /// them at the next checkpoint f+1 replicas vouch for. Returns the corrupt page indices.
+    pub fn check_state(&mut self) -> Vec<u64> {
+        let report = self.exec.state_mut().check();
+        if !report.corrupt.is_empty() {
+            self.stats.corrupt_pages_found += report.corrupt.len() as u64;
+            self.exec.set_diverged(true);
+            // Reported with the effects of the next input.
+            self.event(Event::StateCorrupt {
+                pages: report.corrupt.len() as u64,
+            });
+        }
+        report.corrupt
+    }
+
+    /// Lets a test change the service state behind the protocol's back (a replica whose
+    /// execution went wrong). Simulator only.
+    #[cfg(feature = "mutants")]
+    pub fn tamper(&mut self, f: impl FnOnce(&mut S, &mut PagedState)) {
+        self.exec.tamper(f)
+    }
+
+    pub fn service_mut(&mut self) -> &mut S {
+        self.exec.service_mut()
+    }
+    pub fn auth(&self) -> &A {
+        &self.auth
+    }
+
+    /// Checks the invariants of every component (the simulator calls it after every step);
+    /// `Err` names the first that fails.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.exec
+            .check_invariants()
+            .map_err(|e| format!("execution: {e}"))?;
+        self.pool
+            .check_invariants()
+            .map_err(|e| format!("request pool: {e}"))?;
+        self.vcstore
+            .check_invariants()
+            .map_err(|e| format!("view-change messages: {e}"))?;
+        self.ckpt_votes
+            .check_invariants()
+            .map_err(|e| format!("checkpoint votes: {e}"))?;
+        let (lo, hi) = (self.stable_seq, self.stable_seq + self.cfg.log_size);
+        if let Some((n, _)) = self.log.iter().find(|(n, _)| **n <= lo || **n > hi) {
+            return Err(format!(
+                "agreement: log slot n{n} outside the window ({lo}, {hi}]"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Sizes of every bounded structure, for tests and metrics.
+    pub fn footprint(&self) -> Footprint {
+        Footprint {
+            log_slots: self.log.len(),
+            pending_pre_prepares: self.pending_pp.len(),
+            executed: self.exec.executed_len(),
+            batches: self.batches.len(),
+            checkpoints: self.exec.checkpoints_len(),
+            checkpoint_votes: self.ckpt_votes.len(),
+            pset: self.pset.len(),
+            qset_pairs: self.qset.values().map(|v| v.len()).sum(),
+            clients: self.exec.clients_len(),
+            waiting: self.pool.len(),
+            replaced: self.pool.replaced_len(),
+            replaced_bytes: self.pool.replaced_bytes(),
+            arrivals: self.pool.arrivals_len(),
+            reads: self.reads.len(),
+            view_changes: self.vcstore.messages(),
+            acks: self.vcstore.acks_len(),
+            bodies_journaled: self.bodies_journaled.len(),
+            state: self.exec.state().footprint(),
+        }
+    }
+
+    /// The bounds [`Replica::footprint`] must stay within, given the number of known clients.
+    pub fn footprint_bounds(&self, clients: usize) -> Footprint {
+        let n = self.cfg.n() as usize;
+        let l = self.cfg.log_size as usize;
+        let f = self.cfg.f as usize;
+        let ckpts = (self.cfg.log_size / self.cfg.checkpoint_interval) as usize + 2;
+        Footprint {
+            log_slots: l,
+            pending_pre_prepares: l,
+            executed: l,
+            batches: l * (f + 4),
+            checkpoints: ckpts,
+            checkpoint_votes: n * ckpts,
+            pset: l,
+            qset_pairs: l * (f + 2),
+            clients,
+            waiting: clients,
+            replaced: RequestPool::replaced_bounds(&self.cfg).0,
+            replaced_bytes: RequestPool::replaced_bounds(&self.cfg).1,
+            arrivals: clients,
+            reads: clients,
+            view_changes: 5 * n,
+            acks: n * ACKS_PER_ACKER_MAX,
+            bodies_journaled: l,
+            state: StateFootprint {
+                // Pages modified since the stable checkpoint are bounded by what the log's
+                // requests can write; the simulator's small states make this the page count.
+                overlay_pages: self.exec.state().geometry().pages() as usize,
+                checkpoints: ckpts + 1,
+                copied_pages: self.exec.state().geometry().pages() as usize * (ckpts + 1),
+                copied_nodes: 2 * self.exec.state().geometry().pages() as usize * (ckpts + 1),
+                dirty_pages: self.exec.state().geometry().pages() as usize,
+                invalid_pages: self.exec.state().geometry().pages() as usize,
+            },
+        }
+    }
+
+    // ----- entry point ----------------------------------------------------------------------
+
+    /// Processes one input and returns the effects it produced.
+    pub fn handle(&mut self, env: Env, input: Input<'_>) -> Vec<Effect> {
+        let mut out = Vec::new();
+        self.handle_into(env, input, &mut out);
+        out
+    }
+
+    /// Like [`handle`](Self::handle), appending the effects to `out`. A caller that drains
+    /// `out` and passes it again keeps both vectors' capacity: on a busy replica one input
+    /// produces dozens of effects (a batch's replies), which would otherwise grow a fresh
+    /// vector at every input.
+    pub fn handle_into(&mut self, env: Env, input: Input<'_>, out: &mut Vec<Effect>) {
+        self.env = env;
+        match input {
+            Input::Receive(bytes) => self.receive(bytes),
+            Input::Tick => self.tick(),
+            Input::StepDown => {
+                if self.normal && self.is_primary() {
+                    self.start_view_change(self.view.saturating_add(1));
+                }
+            }
+            Input::Recover => self.start_recovery(),
+        }
+        if out.is_empty() {
+            std::mem::swap(&mut self.effects, out);
+        } else {
+            out.append(&mut self.effects);
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.env.now_ms
+    }
+
+    // ----- sending --------------------------------------------------------------------------
+
+    fn seal(&self, msg: &Message, to: Option<Principal>) -> Bytes {
+        Arc::new(seal(&self.auth, msg, to, self.cfg.n()))
+    }
+
+    fn send(&mut self, to: Principal, msg: &Message) {
+        if self.above_cap(msg) {
+            return;
+        }
+        let bytes = self.seal(msg, Some(to));
+        self.effects.push(Effect::Send { to, bytes });
+    }
+
+    fn send_replica(&mut self, to: ReplicaId, msg: &Message) {
+        if to != self.id {
+            self.send(Principal::Replica(to), msg);
+        }
+    }
+
+    fn broadcast(&mut self, msg: &Message) {
+        if self.above_cap(msg) {
+            return;
+        }
+        let bytes = self.seal(msg, None);
+        self.effects.push(Effect::Broadcast { bytes });
+    }
+
+    fn persist(&mut self, r: Record) {
+        if self.replaying {
+            return;
+        }
+        // Which bodies the journal holds in pre-prepare records that compaction keeps (see
+        // `bodies_journaled`): a view record may drop those of earlier views, a checkpoint
+        // record those at or below it.
+        match &r {
+            Record::View { .. } => self.bodies_journaled.clear(),
+            Record::Checkpoint { seq, .. } => {
+                self.bodies_journaled =
+                    self.bodies_journaled.split_off(&(seq + 1, Digest([0; 32])));
+            }
+            Record::PrePrepared {
+                seq,
+                digest,
+                batch: Some(_),
+                ..
+            } => {
+                self.bodies_journaled.insert((*seq, *digest));
+            }
+            _ => {}
+        }
+        self.effects.push(Effect::Persist(r));
+    }
+
+    /// Records the execution of batch `digest` at `seq`, with its body unless the journal
+    /// holds it already.
+    fn persist_executed(&mut self, seq: Seq, digest: Digest, batch: Option<&Arc<Batch>>) {
+        let batch = batch.filter(|_| !self.bodies_journaled.contains(&(seq, digest)));
+        self.persist(Record::Executed {
+            seq,
+            digest,
+            batch: batch.cloned(),
+        });
+    }
+
+    fn event(&mut self, e: Event) {
+        self.effects.push(Effect::Event(e));
+    }
+
+    fn reject(&mut self, from: Principal, kind: &'static str, reason: Reject) {
+        self.stats.rejected += 1;
+        self.event(Event::Rejected { from, kind, reason });
+    }
+
+    /// The doubted slots as journaled.
+    fn doubted_wire(&self) -> Vec<(Seq, View, Digest)> {
+        self.doubted
+            .iter()
+            .map(|(n, (v, d))| (*n, *v, *d))
+            .collect()
+    }
+
+    // ----- receive --------------------------------------------------------------------------
+
+    fn receive(&mut self, bytes: &[u8]) {
+        let frame = match decode_frame_ref(bytes, self.cfg.message_bytes_max) {
+            Ok(f) => f,
+            Err(r) => {
+                // The claimed sender is unknown when the frame does not decode.
+                self.reject(Principal::Client(u64::MAX), "frame", r);
+                return;
+            }
+        };
+        let from = frame.from;
+        let msg = match open(&self.auth, &frame) {
+            Ok(m) => m,
+            Err(r) => {
+                if let (Reject::BadMac, Principal::Replica(peer)) = (r, from) {
+                    if peer < self.cfg.n() && peer != self.id {
+                        self.resend_new_key(peer);
+                    }
+                }
+                self.reject(from, "frame", r);
+                return;
+            }
+        };
+        let kind = msg.kind();
+        if let Err(r) = self.dispatch(from, msg, bytes.len()) {
+            self.reject(from, kind, r);
+        }
+    }
+
+    fn dispatch(&mut self, from: Principal, msg: Message, len: usize) -> Result<(), Reject> {
+        let sender = match from {
+            Principal::Replica(r) => Some(r),
+            Principal::Client(_) => None,
+        };
+        match (msg, sender) {
+            (Message::Request(r), _) => self.on_request(from, r),
+            (Message::PrePrepare(m), Some(s)) => self.on_pre_prepare(s, m),
+            (Message::Prepare(m), Some(s)) => self.on_prepare(s, m),
+            (Message::Commit(m), Some(s)) => self.on_commit(s, m),
+            (Message::Checkpoint(m), Some(s)) => self.on_checkpoint(s, m),
+            (Message::ViewChange(m), Some(s)) => self.on_view_change(s, m),
+            (Message::ViewChangeAck(m), Some(s)) => self.on_ack(s, m),
+            (Message::NewView(m), Some(s)) => self.on_new_view(s, m),
+            (Message::Status(m), Some(s)) => self.on_status(s, m),
+            (Message::Fetch(m), Some(s)) => self.on_fetch(s, m),
+            (Message::StateData(m), Some(s)) => self.on_state_data(s, m, len),
+            (Message::Batches(m), Some(_)) => self.on_batches(m),
+            (Message::RelayViewChange(m), Some(s)) => self.on_relayed_vc(s, m),
+            (Message::NewKey(m), _) => self.on_new_key(from, m),
+            (Message::QueryStable(m), Some(s)) => self.on_query_stable(s, m),
+            (Message::ReplyStable(m), Some(s)) => self.on_reply_stable(s, m),
+            (Message::Reply(m), Some(s)) => self.on_recovery_reply(s, m),
+            _ => Err(Reject::Unexpected),
+        }
+    }
+
+    fn in_window(&self, n: Seq) -> bool {
+        n > self.stable_seq && n <= self.stable_seq + self.cfg.log_size
+    }
+
+    // ----- timers -------------------------------------------------------------------------
+
+    fn tick(&mut self) {
+        let now = self.now();
+        if self.normal {
+            if let Some((deadline, c, ts)) = self.req_timer {
+                if now >= deadline {
+                    let still = self
+                        .pool
+                        .get(c)
+                        .is_some_and(|w| w.req.request.timestamp == ts);
+                    self.req_timer = None;
+                    // A request committed here but not yet executed, with nothing the
+                    // primary owes us before it, waits on us (a state transfer, a missing
+                    // batch body) and not on the primary: a lone view change would only
+                    // leave us behind in a view the others never join (simulator seed 10998
+                    // with --hybrid: a replica fetching state after its recovery sat 5 s in
+                    // such a view while the others went on without it).
+                    if still && self.committed_here(c, ts) {
+                        self.req_timer = Some((now + self.vc_timeout_ms, c, ts));
+                    } else if still && !self.is_primary() {
+                        self.vc_timeout_ms =
+                            (self.vc_timeout_ms * 2).min(self.cfg.view_change_timeout_max_ms);
+                        self.start_view_change(self.view.saturating_add(1));
+                    } else {
+                        self.arm_request_timer();
+                    }
+                }
+            }
+            // Backups suspect a primary whose requests do not execute; a primary suspects
+            // itself when its own proposals do not: the replicas that would commit them may
+            // have left the view (their timers fired while messages were lost), and with
+            // them gone nobody else may ever time out (every request already executed
+            // somewhere, or none waiting). A view change is always safe.
+            if self.is_primary() && self.exec.transfer_target().is_none() && self.recovery.is_none()
+            {
+                if self.next_seq <= self.exec.last_executed().saturating_add(1) {
+                    self.primary_progress_ms = now;
+                } else if now >= self.primary_progress_ms.saturating_add(self.vc_timeout_ms) {
+                    self.stats.primary_stalls += 1;
+                    self.vc_timeout_ms =
+                        (self.vc_timeout_ms * 2).min(self.cfg.view_change_timeout_max_ms);
+                    self.start_view_change(self.view.saturating_add(1));
+                }
+            }
+        } else if let Some(deadline) = self.vc_deadline_ms {
+            if now >= deadline {
+                self.vc_timeout_ms =
+                    (self.vc_timeout_ms * 2).min(self.cfg.view_change_timeout_max_ms);
+                self.start_view_change(self.view.saturating_add(1));
+            }
+        }
+        self.drive_transfer();
+        self.tick_keys();
+        self.drive_recovery();
+        // An idle primary still drives a recovering replica to its recovery point; "idle"
+        // includes holding only unsigned requests of suspected clients, which it does not
+        // order (until the fix the recovery of simulator seed 1983 with --all-optimizations
+        // waited forever behind one).
+        if self.is_primary() && (self.pool.is_empty() || self.recovery_progress_target().is_some())
+        {
+            self.try_propose();
+        }
+        if now >= self.next_status_ms {
+            self.next_status_ms = now + self.cfg.status_interval_ms;
+            self.send_status();
+        }
+    }
+}
+
+/// VIEW-CHANGE messages are kept only for views up to this far beyond ours.
+pub const VC_VIEWS_AHEAD: View = 4;
+/// Bound on digests named as missing in one status message.
+const MISSING_MAX: usize = 32;
+
+/// Sizes of a replica's bounded structures.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Footprint {
+    pub log_slots: usize,
+    pub pending_pre_prepares: usize,
+    pub executed: usize,
+    pub batches: usize,
+    pub checkpoints: usize,
+    pub checkpoint_votes: usize,
+    pub pset: usize,
+    pub qset_pairs: usize,
+    pub clients: usize,
+    pub waiting: usize,
+    pub replaced: usize,
+    pub replaced_bytes: usize,
+    pub arrivals: usize,
+    pub reads: usize,
+    pub view_changes: usize,
+    pub acks: usize,
+    pub bodies_journaled: usize,
+    pub state: StateFootprint,
+}
+
+impl Footprint {
+    /// Names of the fields of `self` that exceed `bound`.
+    pub fn exceeds(&self, bound: &Footprint) -> Vec<&'static str> {
+        let pairs = [
+            ("log_slots", self.log_slots, bound.log_slots),
+            (
+                "pending_pre_prepares",
+                self.pending_pre_prepares,
+                bound.pending_pre_prepares,
+            ),
+            ("executed", self.executed, bound.executed),
+            ("batches", self.batches, bound.batches),
+            ("checkpoints", self.checkpoints, bound.checkpoints),
+            (
+                "checkpoint_votes",
+                self.checkpoint_votes,
+                bound.checkpoint_votes,
+            ),
+            ("pset", self.pset, bound.pset),
+            ("qset_pairs", self.qset_pairs, bound.qset_pairs),
+            ("clients", self.clients, bound.clients),
+            ("waiting", self.waiting, bound.waiting),
+            ("replaced", self.replaced, bound.replaced),
+            ("replaced_bytes", self.replaced_bytes, bound.replaced_bytes),
+            ("arrivals", self.arrivals, bound.arrivals),
+            ("reads", self.reads, bound.reads),
+            ("view_changes", self.view_changes, bound.view_changes),
+            ("acks", self.acks, bound.acks),
+            (
+                "bodies_journaled",
+                self.bodies_journaled,
+                bound.bodies_journaled,
+            ),
+            (
+                "state_checkpoints",
+                self.state.checkpoints,
+                bound.state.checkpoints,
+            ),
+            (
+                "state_copied_pages",
+                self.state.copied_pages,
+                bound.state.copied_pages,
+            ),
+            (
+                "state_copied_nodes",
+                self.state.copied_nodes,
+                bound.state.copied_nodes,
+            ),
+        ];
+        pairs
+            .iter()
+            .filter(|(_, v, b)| v > b)
+            .map(|(n, _, _)| *n)
+            .collect()
+    }
+}

@@ -1,0 +1,509 @@
+//! The normal case (PBFT §4.2): pre-prepares (with requests beside them), prepares with
+//! doubts, commits, and when a slot is prepared and committed.
+
+use super::*;
+
+impl<S: Service, A: Auth> Replica<S, A> {
+    // ----- normal case ------------------------------------------------------------------------
+
+    /// Adds to Q the slots of views we left whose every request we can now authenticate;
+    /// with `client`, only slots holding a request of that client (the one that just
+    /// arrived). Slots at or below the stable checkpoint are forgotten.
+    pub(super) fn vouch_after_leaving(&mut self, client: Option<ClientId>) {
+        let stable = self.stable_seq;
+        self.doubted.retain(|n, _| *n > stable);
+        let mut vouched = Vec::new();
+        for (n, (v, d)) in &self.doubted {
+            let Some(b) = self.batches.get(d) else {
+                continue;
+            };
+            if client.is_some_and(|c| b.requests.iter().all(|r| r.request.client != c)) {
+                continue;
+            }
+            if b.requests
+                .iter()
+                .all(|r| self.can_vouch_for(r, &self.request_digest(r)))
+            {
+                vouched.push((*n, *v, *d));
+            }
+        }
+        for (n, v, d) in vouched {
+            self.doubted.remove(&n);
+            viewchange::add_q(self.qset.entry(n).or_default(), d, v, self.cfg.f);
+        }
+    }
+
+    /// Whether a pre-prepared slot in our window holds a request of client `c` and a doubt
+    /// of ours (cheap when we doubt nothing, the usual case).
+    pub(super) fn doubts_request_of(&self, c: ClientId) -> bool {
+        let me = self.id;
+        !self.is_primary()
+            && self
+                .log
+                .range(self.exec.last_executed() + 1..)
+                .any(|(_, s)| {
+                    s.doubts.contains_key(&me)
+                        && s.pp
+                            .and_then(|d| self.batches.get(&d))
+                            .is_some_and(|b| b.requests.iter().any(|r| r.request.client == c))
+                })
+    }
+
+    /// Whether this replica vouches for request `r` (digest `d`) in a pre-prepare: within the
+    /// size limit, and authentic: its authenticator entry verifies, or it equals a request
+    /// this replica holds (waiting, or replaced by its client's next one), which was
+    /// authenticated when it arrived (its client may have
+    /// refreshed its keys since, so the entry no longer verifies, but the request is no less
+    /// the client's; requests beside the pre-prepare are always of this kind).
+    pub(super) fn can_vouch_for(&self, r: &SignedRequest, d: &Digest) -> bool {
+        r.request.op.len() <= self.cfg.request_bytes_max
+            && (self
+                .pool
+                .get(r.request.client)
+                .is_some_and(|w| w.req.request == r.request)
+                || self
+                    .pool
+                    .replaced(r.request.client, d)
+                    .is_some_and(|h| h.request == r.request)
+                || self.signed_request_authentic(r, d))
+    }
+
+    /// This replica's own copy of the request named by `b` (beside a pre-prepare): the
+    /// client's waiting request, or one it replaced (then `true`).
+    pub(super) fn held_beside(&self, b: &Beside) -> Option<(&SignedRequest, bool)> {
+        self.pool.held_beside(b)
+    }
+
+    /// The digest of `r`: from the copy this replica holds if it is the same request (a
+    /// comparison is cheaper than hashing a large operation again), else computed.
+    pub(super) fn request_digest(&self, r: &SignedRequest) -> Digest {
+        match self.pool.get(r.request.client) {
+            Some(w) if w.req.request == r.request => w.digest,
+            _ => r.request.digest(),
+        }
+    }
+
+    /// The pre-prepare this primary sends for `batch` (digest `digest`) at `seq`: large client
+    /// requests named beside it, the others copied into it.
+    pub(super) fn lean(
+        &self,
+        seq: Seq,
+        digest: Digest,
+        batch: &Batch,
+        digests: &[Digest],
+    ) -> PrePrepare {
+        let n = self.cfg.n();
+        let mut pp = PrePrepare {
+            view: self.view,
+            seq,
+            digest,
+            batch: Batch {
+                nondet: batch.nondet,
+                requests: Vec::new(),
+            },
+            beside: Vec::new(),
+        };
+        for (i, r) in batch.requests.iter().enumerate() {
+            if self.cfg.travels_beside(r.request.op.len())
+                && recovery::recovery_of(r.request.client, n).is_none()
+            {
+                pp.beside.push(Beside {
+                    index: i as u32,
+                    client: r.request.client,
+                    digest: digests[i],
+                });
+            } else {
+                pp.batch.requests.push(r.clone());
+            }
+        }
+        pp
+    }
+
+    /// The pre-prepare of slot `seq` (digest `digest`) proposed here, as it was sent: the
+    /// requests named beside it again named only (its receiver holds them, or asks for the
+    /// batch in its status messages), so that helping a slow backup costs digests, not the
+    /// bodies of large requests it most likely holds already.
+    pub(super) fn lean_again(
+        &self,
+        seq: Seq,
+        digest: Digest,
+        batch: &Batch,
+        beside: &[Beside],
+    ) -> PrePrepare {
+        let mut named = beside.iter().map(|b| b.index as usize).peekable();
+        let mut inline = Vec::with_capacity(batch.requests.len().saturating_sub(beside.len()));
+        for (i, r) in batch.requests.iter().enumerate() {
+            if named.peek() == Some(&i) {
+                named.next();
+            } else {
+                inline.push(r.clone());
+            }
+        }
+        PrePrepare {
+            view: self.view,
+            seq,
+            digest,
+            batch: Batch {
+                nondet: batch.nondet,
+                requests: inline,
+            },
+            beside: beside.to_vec(),
+        }
+    }
+
+    /// The pre-prepare with its whole batch, from the requests this replica holds (or the
+    /// batch itself, if known); `Err` gives it back when a request beside it is missing.
+    pub(super) fn resolve(&self, pp: PrePrepare) -> Result<(PrePrepare, u64), PrePrepare> {
+        if pp.beside.is_empty() {
+            return Ok((pp, 0));
+        }
+        let mut from_replaced = 0;
+        let whole = match self.batches.get(&pp.digest) {
+            Some(b) => Some((**b).clone()),
+            None => pp.whole_batch(|b| {
+                let (r, replaced) = self.held_beside(b)?;
+                from_replaced += u64::from(replaced);
+                Some(r.clone())
+            }),
+        };
+        match whole {
+            Some(batch) => Ok((
+                PrePrepare {
+                    batch,
+                    beside: Vec::new(),
+                    ..pp
+                },
+                from_replaced,
+            )),
+            None => Err(pp),
+        }
+    }
+
+    /// Pre-prepares still waiting for requests beside them get another try (a batch body
+    /// arrived, or a tick): each is resolved in full.
+    pub(super) fn retry_pending(&mut self) {
+        let seqs: Vec<Seq> = self.pending_pp.keys().copied().collect();
+        for seq in seqs {
+            if let Some(p) = self.pending_pp.get_mut(&seq) {
+                p.present = 0;
+            }
+            self.retry_pending_at(seq);
+        }
+    }
+
+    /// Request (`c`, `digest`) arrived, or was kept: if some pending pre-prepare lacked it
+    /// first, the pending pre-prepares get another try.
+    pub(super) fn retry_pending_if_first_missing(&mut self, c: ClientId, digest: Digest) {
+        if self.pending_pp.values().any(|p| {
+            p.first_missing()
+                .is_some_and(|b| b.client == c && b.digest == digest)
+        }) {
+            self.retry_pending_scan();
+        }
+    }
+
+    /// After a request arrived that some pending pre-prepare lacked first: each pending
+    /// pre-prepare advances over the requests now present, and is resolved once all are.
+    /// Requests mostly arrive in the order of their batch, so this costs O(1) per arrival
+    /// where resolving every pending pre-prepare at every arrival cost O(batch) (and built
+    /// the batch each time: an allocation per request in it).
+    pub(super) fn retry_pending_scan(&mut self) {
+        let seqs: Vec<Seq> = self.pending_pp.keys().copied().collect();
+        for seq in seqs {
+            self.retry_pending_at(seq);
+        }
+    }
+
+    pub(super) fn retry_pending_at(&mut self, seq: Seq) {
+        let Some(p) = self.pending_pp.get(&seq) else {
+            return;
+        };
+        let present = self.present_beside(&p.pp, p.present);
+        if present < p.pp.beside.len() {
+            if let Some(p) = self.pending_pp.get_mut(&seq) {
+                p.present = present;
+            }
+            return;
+        }
+        let Some(p) = self.pending_pp.remove(&seq) else {
+            return;
+        };
+        // Resolved and checked there; should a request counted present have been replaced
+        // or settled meanwhile, it waits again, counted from the start.
+        let primary = self.primary();
+        let _ = self.on_pre_prepare(primary, p.pp);
+    }
+
+    /// How many of `pp`'s requests beside it, from the first, this replica holds (counting
+    /// from `from`, the ones before known present).
+    pub(super) fn present_beside(&self, pp: &PrePrepare, from: usize) -> usize {
+        from + pp.beside[from.min(pp.beside.len())..]
+            .iter()
+            .take_while(|b| self.held_beside(b).is_some())
+            .count()
+    }
+
+    pub(super) fn on_pre_prepare(&mut self, from: ReplicaId, pp: PrePrepare) -> Result<(), Reject> {
+        if pp.view != self.view || !self.normal {
+            return Err(Reject::OutOfWindow);
+        }
+        if from != self.primary() || self.is_primary() {
+            return Err(Reject::Inconsistent);
+        }
+        if !self.in_window(pp.seq) {
+            return Err(Reject::OutOfWindow);
+        }
+        if pp.beside.len() > self.cfg.batch_requests_max {
+            return Err(Reject::TooLarge);
+        }
+        let (pp, from_replaced) = match self.resolve(pp) {
+            Ok(resolved) => resolved,
+            Err(pp) => {
+                // Wait for the requests (their clients multicast them); status messages ask
+                // the other replicas for the whole batch meanwhile. The first pre-prepare
+                // for a sequence number stands.
+                if let Some(d) = self.log.get(&pp.seq).and_then(|s| s.pp) {
+                    return if d == pp.digest {
+                        Ok(())
+                    } else {
+                        Err(Reject::Conflict)
+                    };
+                }
+                return match self.pending_pp.get(&pp.seq) {
+                    Some(p) if p.pp.digest != pp.digest => Err(Reject::Conflict),
+                    Some(_) => Ok(()),
+                    None => {
+                        let present = self.present_beside(&pp, 0);
+                        self.pending_pp.insert(pp.seq, PendingPp { pp, present });
+                        Ok(())
+                    }
+                };
+            }
+        };
+        if self
+            .pending_pp
+            .get(&pp.seq)
+            .is_some_and(|p| p.pp.digest != pp.digest)
+        {
+            return Err(Reject::Conflict);
+        }
+        self.pending_pp.remove(&pp.seq);
+        #[cfg(feature = "mutants")]
+        let check_digest = !matches!(self.cfg.mutant, crate::types::Mutant::SkipDigestCheck);
+        #[cfg(not(feature = "mutants"))]
+        let check_digest = true;
+        let request_digests: Vec<Digest> = pp
+            .batch
+            .requests
+            .iter()
+            .map(|r| self.request_digest(r))
+            .collect();
+        if pp.digest == NULL_DIGEST
+            || (check_digest && pp.batch.digest_with(&request_digests) != pp.digest)
+        {
+            return Err(Reject::BadDigest);
+        }
+        // Empty batches move an idle system to a recovering replica's recovery point.
+        if pp.batch.requests.len() > self.cfg.batch_requests_max
+            || pp.batch.op_bytes() > self.cfg.batch_bytes_max
+        {
+            return Err(Reject::TooLarge);
+        }
+        if let Some(slot) = self.log.get(&pp.seq) {
+            if let Some(d) = slot.pp {
+                let vouched = slot.vouched_by(self.id);
+                return if d == pp.digest {
+                    if let std::collections::btree_map::Entry::Vacant(e) = self.batches.entry(d) {
+                        e.insert(Arc::new(pp.batch));
+                        self.try_execute();
+                    }
+                    if !vouched {
+                        self.vouch_late();
+                    }
+                    Ok(())
+                } else {
+                    Err(Reject::Conflict)
+                };
+            }
+        }
+        if self.now().abs_diff(pp.batch.nondet.time_ms) > self.cfg.clock_skew_max_ms {
+            return Err(Reject::BadNonDet);
+        }
+        // Client authentication of every request. A request this replica cannot authenticate
+        // (a faulty client's authenticator may verify at some replicas only, or its key here
+        // may be older or newer than the one it used) is named in our PREPARE's doubts: the
+        // vote still counts for the order, and the slot prepares only if f+1 replicas of the
+        // certificate vouch for each request, so that a correct one authenticated it.
+        let mut doubts = Vec::new();
+        for (i, (r, d)) in pp.batch.requests.iter().zip(&request_digests).enumerate() {
+            if !self.can_vouch_for(r, d) {
+                doubts.push(i as u16);
+                self.ask_for_client_key(r.request.client);
+            }
+        }
+        self.stats.requests_doubted += doubts.len() as u64;
+        self.stats.beside_from_replaced += from_replaced;
+        let (view, seq, digest) = (pp.view, pp.seq, pp.digest);
+        let batch = Arc::new(pp.batch);
+        self.persist(Record::PrePrepared {
+            view,
+            seq,
+            digest,
+            batch: Some(batch.clone()),
+            vouched: doubts.is_empty(),
+        });
+        self.batches.insert(digest, batch);
+        let slot = self.log.entry(seq).or_default();
+        slot.pp = Some(digest);
+        slot.sent_prepare = true;
+        slot.prepares.insert(self.id, digest);
+        if !doubts.is_empty() {
+            slot.doubts.insert(self.id, doubts.clone());
+        }
+        let id = self.id;
+        self.broadcast(&Message::Prepare(Prepare {
+            view,
+            seq,
+            digest,
+            replica: id,
+            doubts,
+        }));
+        self.check_slot(seq);
+        Ok(())
+    }
+
+    pub(super) fn on_prepare(&mut self, from: ReplicaId, p: Prepare) -> Result<(), Reject> {
+        // The primary's pre-prepare is its vote; a PREPARE from it is never counted.
+        if p.replica != from || from == self.cfg.primary(p.view) {
+            return Err(Reject::Inconsistent);
+        }
+        if !doubts_well_formed(&p.doubts, self.cfg.batch_requests_max) {
+            return Err(Reject::Inconsistent);
+        }
+        if p.view != self.view || !self.normal || !self.in_window(p.seq) {
+            return Err(Reject::OutOfWindow);
+        }
+        let slot = self.log.entry(p.seq).or_default();
+        match slot.prepares.get(&from) {
+            Some(d) if *d != p.digest => return Err(Reject::Conflict),
+            Some(_) => {
+                // Again for the same batch: it vouches for what either PREPARE vouched for
+                // (a replica doubts less once it holds the request or the client's key).
+                let Some(old) = slot.doubts.get_mut(&from) else {
+                    return Ok(());
+                };
+                let before = old.len();
+                old.retain(|i| p.doubts.binary_search(i).is_ok());
+                if old.len() == before {
+                    return Ok(());
+                }
+                if old.is_empty() {
+                    slot.doubts.remove(&from);
+                }
+            }
+            None => {
+                slot.prepares.insert(from, p.digest);
+                if !p.doubts.is_empty() {
+                    slot.doubts.insert(from, p.doubts);
+                }
+            }
+        }
+        self.check_slot(p.seq);
+        Ok(())
+    }
+
+    pub(super) fn on_commit(&mut self, from: ReplicaId, c: Commit) -> Result<(), Reject> {
+        if c.replica != from {
+            return Err(Reject::Inconsistent);
+        }
+        self.on_vote(from, c.view, c.seq, c.digest, |s| &mut s.commits)
+    }
+
+    /// Records one PREPARE or COMMIT vote (the first per sender and slot stands; votes are
+    /// keyed by view through the log, which holds only the current view) and advances the slot.
+    pub(super) fn on_vote(
+        &mut self,
+        from: ReplicaId,
+        view: View,
+        seq: Seq,
+        digest: Digest,
+        votes: impl FnOnce(&mut Slot) -> &mut BTreeMap<ReplicaId, Digest>,
+    ) -> Result<(), Reject> {
+        if view != self.view || !self.normal || !self.in_window(seq) {
+            return Err(Reject::OutOfWindow);
+        }
+        let votes = votes(self.log.entry(seq).or_default());
+        match votes.get(&from) {
+            Some(d) if *d != digest => return Err(Reject::Conflict),
+            Some(_) => return Ok(()),
+            None => {
+                votes.insert(from, digest);
+            }
+        }
+        self.check_slot(seq);
+        Ok(())
+    }
+
+    pub(super) fn commit_quorum(&self) -> usize {
+        #[cfg(feature = "mutants")]
+        if self.cfg.mutant == crate::types::Mutant::CommitQuorum {
+            return 2 * self.cfg.f as usize;
+        }
+        self.cfg.quorum()
+    }
+
+    /// Advances a slot through prepared and committed, sending COMMIT when it prepares.
+    pub(super) fn check_slot(&mut self, seq: Seq) {
+        let primary = self.primary();
+        let quorum = self.commit_quorum();
+        let f = self.cfg.f;
+        let Some(slot) = self.log.get_mut(&seq) else {
+            return;
+        };
+        #[cfg(feature = "mutants")]
+        let no_doubts = BTreeMap::new();
+        #[cfg(feature = "mutants")]
+        let doubts = if self.cfg.mutant == crate::types::Mutant::IgnoreDoubts {
+            &no_doubts
+        } else {
+            &slot.doubts
+        };
+        #[cfg(not(feature = "mutants"))]
+        let doubts = &slot.doubts;
+        if !slot.prepared && quorum::prepared(f, primary, slot.pp.as_ref(), &slot.prepares, doubts)
+        {
+            slot.prepared = true;
+        }
+        let mut send_commit = None;
+        if slot.prepared && !slot.sent_commit {
+            slot.sent_commit = true;
+            let d = slot.pp.expect("prepared implies pre-prepared");
+            slot.commits.insert(self.id, d);
+            send_commit = Some(d);
+        }
+        if !slot.committed
+            && quorum::committed_local(quorum, slot.prepared, slot.pp.as_ref(), &slot.commits)
+        {
+            slot.committed = true;
+        }
+        let committed = slot.committed;
+        let prepared = slot.prepared;
+        if let Some(digest) = send_commit {
+            self.persist(Record::Prepared {
+                view: self.view,
+                seq,
+                digest,
+            });
+            let c = Commit {
+                view: self.view,
+                seq,
+                digest,
+                replica: self.id,
+            };
+            self.broadcast(&Message::Commit(c));
+        }
+        if committed || (prepared && self.cfg.tentative_execution) {
+            self.try_execute();
+        }
+    }
+}

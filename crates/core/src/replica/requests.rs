@@ -1,0 +1,368 @@
+//! Requests: client requests arriving (authenticated, pooled, answered from the reply
+//! table or the read-only path), replies, the request timer, and the primary's proposals.
+
+use super::*;
+
+impl<S: Service, A: Auth> Replica<S, A> {
+    // ----- requests ---------------------------------------------------------------------------
+
+    pub(super) fn on_request(&mut self, from: Principal, sr: SignedRequest) -> Result<(), Reject> {
+        let req = &sr.request;
+        let client = self.requester(req.client);
+        if let Principal::Client(c) = from {
+            if c != req.client {
+                return Err(Reject::Inconsistent);
+            }
+        }
+        if matches!(client, Principal::Client(_)) && !self.auth.knows(client) {
+            return Err(Reject::UnknownSender);
+        }
+        if req.op.len() > self.cfg.request_bytes_max {
+            return Err(Reject::TooLarge);
+        }
+        let digest = req.digest();
+        let mac_ok = self.request_authentic(req, &digest, &sr.auth);
+        if !mac_ok {
+            self.ask_for_client_key(req.client);
+        }
+        // Signatures are checked only when the MAC does not verify, or when the client is
+        // under suspicion (its unsigned requests are not ordered).
+        let signed = (!mac_ok || self.suspected(req.client))
+            && sr
+                .sig
+                .is_some_and(|s| self.request_signature_valid(req, &digest, &s));
+        if !mac_ok && !signed {
+            return Err(Reject::BadRequestAuth);
+        }
+        if signed {
+            self.stats.requests_signed += 1;
+        }
+        if req.read_only && self.cfg.read_only_fast_path {
+            if !matches!(from, Principal::Client(_)) {
+                return Err(Reject::Unexpected); // read-only requests are never relayed
+            }
+            if self.exec.read_only(&req.op).is_none() {
+                return Err(Reject::Inconsistent); // flagged read-only but it is not
+            }
+            self.reads.insert(req.client, sr.request);
+            self.answer_reads();
+            return Ok(());
+        }
+        if let Some(last) = self.exec.last_reply(req.client) {
+            if req.timestamp < last.timestamp {
+                return Err(Reject::Stale);
+            }
+            if req.timestamp == last.timestamp {
+                // Already executed: resend the cached reply.
+                let tentative = self
+                    .exec
+                    .tentative()
+                    .is_some_and(|t| t.executed.iter().any(|(c, _)| *c == req.client));
+                let reply = Message::Reply(Reply {
+                    view: self.view,
+                    timestamp: last.timestamp,
+                    client: req.client,
+                    replica: self.id,
+                    digest_only: false,
+                    tentative,
+                    result: last.result.clone(),
+                });
+                self.send(client, &reply);
+                if !tentative {
+                    return Ok(());
+                }
+                // Executed only tentatively and the client is still asking: its batch may
+                // be stuck short of committing. Wait for it like for any request, so the
+                // view-change timer runs.
+            }
+        }
+        let c = req.client;
+        let ts = req.timestamp;
+        match self.pool.get(c) {
+            Some(w) if w.req.request.timestamp > ts => {
+                // Older than the client's waiting one (reordered, or lost and sent again),
+                // yet not executed here: a pre-prepare may still name it beside itself.
+                if self.cfg.travels_beside(req.op.len()) {
+                    self.pool.keep_replaced(sr.clone(), digest);
+                    self.retry_pending_if_first_missing(c, digest);
+                }
+                return Err(Reject::Stale);
+            }
+            Some(w) if w.req.request.timestamp == ts => {
+                if w.req.request != sr.request {
+                    // A client reusing a timestamp for a different operation: keep the first.
+                    return Err(Reject::Conflict);
+                }
+                // The same request straight from its client: keep the client's authenticator,
+                // so a copy relayed with damaged entries for other replicas cannot stick; and
+                // a signature, once one arrives.
+                let from_client = matches!(from, Principal::Client(_));
+                self.pool.refresh(c, from_client, &sr, signed);
+            }
+            _ => self.pool.admit(sr.clone(), digest, signed),
+        }
+        self.retry_pending_if_first_missing(c, digest);
+        if self.doubts_request_of(c) {
+            // The request we could not authenticate in a pre-prepare may be this one.
+            self.vouch_late();
+        }
+        if !self.doubted.is_empty() {
+            self.vouch_after_leaving(Some(c));
+        }
+        let multicast = self.cfg.travels_beside(sr.request.op.len());
+        if self.is_primary() {
+            self.try_propose();
+        } else if matches!(from, Principal::Client(_)) && self.normal && !multicast {
+            // Relay to the primary, which may not have received it (a large request its
+            // client multicast went to the primary too).
+            let p = self.primary();
+            self.send_replica(p, &Message::Request(sr));
+        }
+        self.arm_request_timer();
+        Ok(())
+    }
+
+    /// Answers the waiting read-only requests from the executed state, once this replica has
+    /// executed and committed everything it prepared: a write whose client saw it complete
+    /// was prepared by f+1 correct replicas, so 2f+1 matching answers cannot all predate it.
+    /// "Everything it prepared" includes what it prepared in earlier views (its P set) and
+    /// what a NEW-VIEW carried over (pre-prepared slots): a view change clears the prepared
+    /// marks of the log, and undoes a tentative batch, without the write being any less
+    /// complete.
+    pub(super) fn answer_reads(&mut self) {
+        if self.reads.is_empty()
+            || !self.normal
+            || self.exec.diverged()
+            || self.exec.tentative().is_some()
+            || self.exec.walking()
+            || self
+                .log
+                .range(self.exec.last_executed() + 1..)
+                .any(|(_, s)| s.prepared || s.pp.is_some_and(|d| d != NULL_DIGEST))
+            || self
+                .pset
+                .range(self.exec.last_executed() + 1..)
+                .next()
+                .is_some()
+        {
+            return;
+        }
+        let reads = std::mem::take(&mut self.reads);
+        for (c, req) in reads {
+            let Some(result) = self.exec.read_only(&req.op) else {
+                continue;
+            };
+            // Marked tentative: an answer from one replica's executed state is never a
+            // committed reply, so even a client that took it for an ordered request (its
+            // read-only fast path off) needs 2f+1 matching answers.
+            let reply = self.reply(c, req.timestamp, &result, true);
+            self.send(Principal::Client(c), &reply);
+        }
+    }
+
+    /// Whether this replica leaves the first replies to the requests of a batch of
+    /// `requests` requests to the backups (see `Config::quiet_primary_for`).
+    pub(super) fn quiet_for(&self, requests: usize) -> bool {
+        self.is_primary() && self.cfg.quiet_primary_for(requests)
+    }
+
+    /// The first reply to a request: in full from its designated replier (or for short
+    /// results, or without digest replies), as a digest from the others. With a quiet
+    /// primary the designated replier is a backup.
+    pub(super) fn reply(
+        &self,
+        client: ClientId,
+        timestamp: u64,
+        result: &[u8],
+        tentative: bool,
+    ) -> Message {
+        let digest_only = self.cfg.digest_replies
+            && result.len() >= DIGEST_REPLY_MIN_BYTES
+            && self.designated(client, timestamp) != self.id;
+        let result = if digest_only {
+            Digest::of(result).0.to_vec()
+        } else {
+            result.to_vec()
+        };
+        Message::Reply(Reply {
+            view: self.view,
+            timestamp,
+            client,
+            replica: self.id,
+            digest_only,
+            tentative,
+            result,
+        })
+    }
+
+    /// The replica that sends the full result of a long reply (digest replies).
+    pub(super) fn designated(&self, client: ClientId, timestamp: u64) -> ReplicaId {
+        if !self.cfg.primary_replies {
+            designated_replier_except(client, timestamp, self.cfg.n(), self.primary())
+        } else {
+            designated_replier(client, timestamp, self.cfg.n())
+        }
+    }
+
+    /// Starts the view-change timer for the oldest waiting request if none is running.
+    pub(super) fn arm_request_timer(&mut self) {
+        if self.req_timer.is_some() || !self.normal || self.is_primary() {
+            return;
+        }
+        // Not for an unsigned request of a client under suspicion: the primary holds those
+        // back until they come signed.
+        let oldest = self
+            .pool
+            .in_order()
+            .find(|(_, w)| self.orderable(w))
+            .map(|(c, w)| (c, w.req.request.timestamp));
+        if let Some((c, ts)) = oldest {
+            self.req_timer = Some((self.now() + self.vc_timeout_ms, c, ts));
+        }
+    }
+
+    /// Whether client `c`'s request `ts` (or a later one) waits on this replica alone: it is
+    /// in a batch committed here and nothing the primary owes us stands before it (every slot
+    /// between what we executed and it is committed too, or a state transfer we run will
+    /// jump past them). A request behind a slot that does not commit still blames the primary.
+    pub(super) fn committed_here(&self, c: ClientId, ts: u64) -> bool {
+        let skip_to = self
+            .exec
+            .transfer_target()
+            .map_or(self.exec.last_executed(), |(seq, _)| seq);
+        let holds = |s: &Slot| {
+            s.pp.and_then(|d| self.batches.get(&d)).is_some_and(|b| {
+                b.requests
+                    .iter()
+                    .any(|r| r.request.client == c && r.request.timestamp >= ts)
+            })
+        };
+        for n in self.exec.last_executed() + 1.. {
+            let Some(s) = self.log.get(&n) else {
+                return false;
+            };
+            if !s.committed && n > skip_to {
+                return false;
+            }
+            if s.committed && holds(s) {
+                return true;
+            }
+        }
+        false
+    }
+
+    pub(super) fn request_done(&mut self, c: ClientId, ts: u64) {
+        self.pool.done(c, ts);
+        if let Some((_, tc, tts)) = self.req_timer {
+            if tc == c && tts <= ts {
+                self.req_timer = None;
+            }
+        }
+    }
+
+    // ----- primary: proposing -----------------------------------------------------------
+
+    pub(super) fn try_propose(&mut self) {
+        if !self.normal || !self.is_primary() || self.exec.transfer_target().is_some() {
+            return;
+        }
+        loop {
+            let in_flight = self.next_seq.saturating_sub(self.exec.last_executed() + 1);
+            if in_flight == 0 {
+                // Nothing of ours waits to execute: a stall is measured from here (the
+                // first tick may come after the first proposal).
+                self.primary_progress_ms = self.now();
+            }
+            if in_flight >= self.cfg.inflight_batches_max
+                || self.next_seq > self.stable_seq + self.cfg.log_size
+                || self.next_seq <= self.stable_seq
+            {
+                return;
+            }
+            let most = self.pool.arrivals_len().min(self.cfg.batch_requests_max);
+            let mut requests = Vec::with_capacity(most);
+            let mut digests = Vec::with_capacity(most);
+            let mut bytes = 0usize;
+            // With session keys a pooled request's authenticator goes stale when its client
+            // refreshes its keys; backups could not vouch for it. Drop it: the client
+            // retransmits under its new keys.
+            let recheck = self.uses_session_keys();
+            let mut stale = Vec::new();
+            for (c, w) in self.pool.in_order() {
+                if requests.len() >= self.cfg.batch_requests_max {
+                    break;
+                }
+                let ts = w.req.request.timestamp;
+                if self.pool.inflight_covers(c, ts) || !self.orderable(w) {
+                    continue;
+                }
+                if recheck
+                    && !w.signed
+                    && !self.request_authentic(&w.req.request, &w.digest, &w.req.auth)
+                {
+                    stale.push(c);
+                    continue;
+                }
+                let len = w.req.request.op.len();
+                if !requests.is_empty() && bytes + len > self.cfg.batch_bytes_max {
+                    break;
+                }
+                bytes += len;
+                requests.push(w.req.clone());
+                digests.push(w.digest);
+            }
+            for c in stale {
+                self.pool.remove(c);
+            }
+            if requests.is_empty()
+                && self
+                    .recovery_progress_target()
+                    .is_none_or(|t| self.next_seq > t)
+            {
+                return;
+            }
+            for r in &requests {
+                self.pool
+                    .mark_inflight(r.request.client, r.request.timestamp);
+            }
+            let time_ms = self.now().max(self.last_proposed_time_ms);
+            self.last_proposed_time_ms = time_ms;
+            let batch = Batch {
+                nondet: NonDet {
+                    time_ms,
+                    seed: self.env.entropy ^ self.next_seq.rotate_left(32),
+                },
+                requests,
+            };
+            // The requests were hashed when they arrived.
+            let digest = batch.digest_with(&digests);
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            let batch = Arc::new(batch);
+            let pp = self.lean(seq, digest, &batch, &digests);
+            self.batches.insert(digest, batch.clone());
+            let slot = self.log.entry(seq).or_default();
+            // A correct primary never assigns a sequence number twice in a view.
+            assert!(
+                slot.pp.is_none(),
+                "r{} proposing n{seq} twice in v{}",
+                self.id,
+                self.view
+            );
+            slot.pp = Some(digest);
+            slot.proposed_here = true;
+            if !pp.beside.is_empty() {
+                slot.beside = Some(Arc::new(pp.beside.clone()));
+            }
+            self.persist(Record::PrePrepared {
+                view: pp.view,
+                seq,
+                digest,
+                batch: Some(batch),
+                vouched: true,
+            });
+            self.broadcast(&Message::PrePrepare(pp));
+            self.check_slot(seq);
+        }
+    }
+}

@@ -1,0 +1,652 @@
+//! The view change of BFT-PR (§4.3): leaving a view, VIEW-CHANGE and acks, the new
+//! primary's decision (`crate::viewchange`), checking and installing a NEW-VIEW.
+
+use super::*;
+
+impl<S: Service, A: Auth> Replica<S, A> {
+    // ----- view change ------------------------------------------------------------------------
+
+    pub(super) fn slot_summaries(&self) -> BTreeMap<Seq, SlotSummary> {
+        let primary = self.is_primary();
+        self.log
+            .iter()
+            .filter(|(_, s)| s.pp.is_some())
+            .map(|(n, s)| {
+                // Pre-prepared for the view change only if we vouched for every request.
+                let pre = s.vouched_by(self.id) || (primary && s.pp.is_some());
+                (
+                    *n,
+                    SlotSummary {
+                        prepared: if s.prepared { s.pp } else { None },
+                        preprepared: if pre { s.pp } else { None },
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Sends VIEW-CHANGE for `v` and enters it (not yet active).
+    pub(super) fn start_view_change(&mut self, v: View) {
+        debug_assert!(v > self.view || (v == self.view && self.normal));
+        if v <= self.view && !self.normal {
+            return;
+        }
+        // A batch executed tentatively may not survive into the new view: undo it now; if
+        // the new view keeps it, it executes again when it commits there.
+        self.undo_tentative();
+        // P and Q from the log of the view we leave (only meaningful if we were active in it).
+        let slots = if self.normal {
+            self.slot_summaries()
+        } else {
+            BTreeMap::new()
+        };
+        if self.normal {
+            self.suspect_doubted_clients();
+        }
+        if self.normal && !self.is_primary() {
+            let me = self.id;
+            let left = self.view;
+            for (n, s) in &self.log {
+                if let Some(d) = s.pp.filter(|d| *d != NULL_DIGEST) {
+                    if s.sent_prepare && s.doubts.contains_key(&me) {
+                        self.doubted.insert(*n, (left, d));
+                    }
+                }
+            }
+        }
+        let (lo, hi) = (self.stable_seq, self.stable_seq + self.cfg.log_size);
+        self.doubted.retain(|n, _| *n > lo && *n <= hi);
+        let (p, q) = viewchange::compute_pq(
+            self.cfg.f,
+            self.stable_seq,
+            self.cfg.log_size,
+            self.view,
+            &slots,
+            &self.pset,
+            &self.qset,
+        );
+        self.pset = p;
+        self.qset = q;
+        self.log.clear();
+        let (pw, qw) = viewchange::to_wire(&self.pset, &self.qset);
+        let vc = ViewChange {
+            view: v,
+            replica: self.id,
+            ls: self.stable_seq,
+            checkpoints: self.exec.own_checkpoints_from(self.stable_seq),
+            p: pw,
+            q: qw,
+        };
+        let digest = vc.digest();
+        self.view = v;
+        self.normal = false;
+        self.stats.view_changes += 1;
+        self.vc_deadline_ms = None;
+        self.req_timer = None;
+        self.pool.clear_inflight();
+        self.pending_pp.clear();
+        self.pending_nv = None;
+        self.new_view = None;
+        self.decision_missing.clear();
+        self.executed_in_view = false;
+        // Keep the previous view's messages too: lagging replicas may still need them relayed.
+        self.vcstore.enter(v);
+        self.prev_vc = self.my_vc.take();
+        self.my_vc = Some((vc.clone(), digest));
+        let (pset, qset) = viewchange::to_wire(&self.pset, &self.qset);
+        let batches = self.pset_batches();
+        self.persist(Record::View {
+            view: v,
+            normal: false,
+            vc: Some(vc.clone()),
+            pset,
+            qset,
+            batches,
+            doubted: self.doubted_wire(),
+        });
+        self.event(Event::ViewChangeStarted { view: v });
+        self.broadcast(&Message::ViewChange(vc));
+        // Vouch now for the view changes of this view we stored before entering it.
+        let p = self.cfg.primary(v);
+        if p != self.id {
+            let acks: Vec<ViewChangeAck> = self
+                .vcstore
+                .for_view(v)
+                .filter(|(r, _, _)| *r != p)
+                .map(|(r, _, d)| ViewChangeAck {
+                    view: v,
+                    acker: self.id,
+                    sender: r,
+                    digest: d,
+                })
+                .collect();
+            for a in acks {
+                self.send_replica(p, &Message::ViewChangeAck(a));
+            }
+        }
+        self.gc_batches();
+        self.after_vc_update();
+    }
+
+    pub(super) fn on_view_change(&mut self, from: ReplicaId, vc: ViewChange) -> Result<(), Reject> {
+        if vc.replica != from || from == self.id {
+            return Err(Reject::Inconsistent);
+        }
+        viewchange::validate(
+            &vc,
+            self.cfg.f,
+            self.cfg.checkpoint_interval,
+            self.cfg.log_size,
+        )
+        .map_err(|_| Reject::Inconsistent)?;
+        if vc.view < self.view || (vc.view == self.view && self.normal) {
+            return Err(Reject::Stale);
+        }
+        if vc.view > self.view + VC_VIEWS_AHEAD {
+            // Too far ahead to keep the message (a faulty replica could plant messages for
+            // views we may reach much later): only the sender's claim to be at that view
+            // counts, for the f+1 join rule. Once we join, its VIEW-CHANGE comes again.
+            self.vcstore.claim(from, vc.view);
+            self.after_vc_update();
+            return Err(Reject::OutOfWindow);
+        }
+        let digest = vc.digest();
+        let view = vc.view;
+        if self.vcstore.store(vc, digest, self.view) == Stored::Conflict {
+            return Err(Reject::Conflict); // the first stands
+        }
+        // Vouch for it to the primary of its view, but only for the next view at most: acks
+        // for views we may never enter would only fill the primary's bounded ack store.
+        let p = self.cfg.primary(view);
+        if p != from && p != self.id && view <= self.view.saturating_add(1) {
+            let ack = Message::ViewChangeAck(ViewChangeAck {
+                view,
+                acker: self.id,
+                sender: from,
+                digest,
+            });
+            self.send_replica(p, &ack);
+        }
+        // A primary stepping down hands over at once.
+        if self.normal && from == self.primary() && view == self.view.saturating_add(1) {
+            self.start_view_change(view);
+            return Ok(());
+        }
+        self.after_vc_update();
+        Ok(())
+    }
+
+    /// Re-evaluates the join rule, the view-change timer and pending decisions after the set of
+    /// view-change messages changed.
+    pub(super) fn after_vc_update(&mut self) {
+        let others = self.vcstore.highest_views();
+        let join_f = if self.mutant("join-at-f") {
+            self.cfg.f.saturating_sub(1)
+        } else {
+            self.cfg.f
+        };
+        if let Some(v) = quorum::join_view(join_f, self.view, &others) {
+            if v > self.view {
+                self.start_view_change(v);
+                return;
+            }
+        }
+        if !self.normal {
+            // Replicas that left this view's predecessors: a VIEW-CHANGE for this view, or for
+            // a later one (a replica whose timer for this view expired already, and who no
+            // longer retransmits its VIEW-CHANGE for it). Counting only this view's left two
+            // correct replicas waiting for a third that had moved on (simulator seed 10294
+            // with --quiet-primary: a silent replica, one VIEW-CHANGE lost).
+            let count = 1 + others.values().filter(|v| **v >= self.view).count();
+            if count >= self.cfg.quorum() && self.vc_deadline_ms.is_none() {
+                self.vc_deadline_ms = Some(self.now() + self.vc_timeout_ms);
+            }
+            if self.is_primary() {
+                self.try_new_view();
+            } else {
+                self.try_accept_new_view();
+            }
+        }
+    }
+
+    pub(super) fn on_ack(&mut self, from: ReplicaId, ack: ViewChangeAck) -> Result<(), Reject> {
+        if ack.acker != from || ack.sender == from {
+            return Err(Reject::Inconsistent);
+        }
+        // Acks may arrive before this replica enters their view; keep them (bounded).
+        if ack.view < self.view || (ack.view == self.view && self.normal) {
+            return Err(Reject::Stale);
+        }
+        if ack.view > self.view.saturating_add(1) {
+            return Err(Reject::OutOfWindow);
+        }
+        // Acks for our own VIEW-CHANGE are kept only when we hold none (after a recovery's
+        // view estimate): then it comes relayed, with them.
+        if (ack.sender == self.id && self.my_vc.is_some()) || ack.sender >= self.cfg.n() {
+            return Ok(());
+        }
+        // Each acker may hold a bounded number of entries, so a faulty one cannot crowd out
+        // the acks of correct replicas.
+        if !self.vcstore.ack(ack.view, ack.sender, ack.digest, from) {
+            return Err(Reject::TooLarge);
+        }
+        if ack.view == self.view {
+            if self.is_primary() {
+                self.try_new_view();
+            } else {
+                self.try_accept_new_view();
+            }
+        }
+        Ok(())
+    }
+
+    /// Acks for `sender`'s VIEW-CHANGE with `digest` in our view, from replicas other than
+    /// ourselves, the sender, and `also_excluded`.
+    pub(super) fn ack_count(
+        &self,
+        sender: ReplicaId,
+        digest: &Digest,
+        also_excluded: Option<ReplicaId>,
+    ) -> usize {
+        self.vcstore
+            .ackers(self.view, sender, digest)
+            .into_iter()
+            .filter(|a| *a != self.id && *a != sender && Some(*a) != also_excluded)
+            .count()
+    }
+
+    /// The new primary: S, then the decision procedure, then NEW-VIEW.
+    pub(super) fn try_new_view(&mut self) {
+        if self.normal || !self.is_primary() {
+            return;
+        }
+        let Some((mine, my_digest)) = self.my_vc.clone() else {
+            return;
+        };
+        let need_acks = if self.mutant("acks-at-zero") {
+            0
+        } else {
+            2 * self.cfg.f as usize - 1
+        };
+        let mut s: Vec<(ReplicaId, Digest, ViewChange)> = vec![(self.id, my_digest, mine)];
+        for (r, m, d) in self.vcstore.for_view(self.view) {
+            if self.ack_count(r, &d, None) >= need_acks {
+                s.push((r, d, m.clone()));
+            }
+        }
+        if s.len() < self.cfg.quorum() {
+            return;
+        }
+        let refs: Vec<&ViewChange> = s.iter().map(|(_, _, m)| m).collect();
+        let batches = &self.batches;
+        let outcome = viewchange::decide(
+            self.cfg.f,
+            self.cfg.log_size,
+            &refs,
+            |d| batches.contains_key(d),
+            self.broken_decision(),
+        );
+        match outcome {
+            Ok(dec) => {
+                let bodies = self.bodies_within_budget(&dec.chosen, self.cfg.message_bytes_max / 2);
+                let nv = NewView {
+                    view: self.view,
+                    vcs: s.iter().map(|(r, d, _)| (*r, *d)).collect(),
+                    checkpoint: dec.checkpoint,
+                    chosen: dec.chosen,
+                    batches: bodies,
+                };
+                self.broadcast(&Message::NewView(nv.clone()));
+                self.install_new_view(nv);
+            }
+            Err(Pending::NeedBatches(ds)) => self.decision_missing = ds,
+            Err(_) => {}
+        }
+    }
+
+    /// The decision procedure's deliberately broken variants, under the simulator's mutants.
+    pub(super) fn broken_decision(&self) -> viewchange::Broken {
+        #[cfg(feature = "mutants")]
+        {
+            use crate::types::Mutant;
+            let m = self.cfg.mutant;
+            viewchange::Broken {
+                any_prepared: m == Mutant::ViewChangeAnyPrepared,
+                no_a2: m == Mutant::NoA2,
+                null_at_2f: m == Mutant::NullAt2f,
+                checkpoint_at_f: m == Mutant::CheckpointAtF,
+            }
+        }
+        #[cfg(not(feature = "mutants"))]
+        viewchange::Broken::default()
+    }
+
+    /// Whether the simulator's mutant `m` is on.
+    #[allow(unused_variables)]
+    pub(super) fn mutant(&self, m: &str) -> bool {
+        #[cfg(feature = "mutants")]
+        return crate::types::Mutant::ALL
+            .iter()
+            .any(|(name, x)| *name == m && *x == self.cfg.mutant);
+        #[cfg(not(feature = "mutants"))]
+        false
+    }
+
+    pub(super) fn on_new_view(&mut self, from: ReplicaId, nv: NewView) -> Result<(), Reject> {
+        if from != self.cfg.primary(nv.view) || from == self.id {
+            return Err(Reject::Inconsistent);
+        }
+        if nv.view < self.view || (nv.view == self.view && self.normal) {
+            return Err(Reject::Stale);
+        }
+        let mut ids: Vec<ReplicaId> = nv.vcs.iter().map(|(r, _)| *r).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() != nv.vcs.len()
+            || nv.vcs.len() < self.cfg.quorum()
+            || ids.iter().any(|r| *r >= self.cfg.n())
+            || nv.chosen.len() as u64 > self.cfg.log_size
+            || !nv.checkpoint.0.is_multiple_of(self.cfg.checkpoint_interval)
+            || nv.batches.len() > nv.chosen.len()
+        {
+            return Err(Reject::Inconsistent);
+        }
+        if nv.view > self.view {
+            // A NEW-VIEW alone never moves us: a faulty primary of any future view could send
+            // one. We enter a view by our timer or the f+1 rule; its primary then retransmits
+            // the NEW-VIEW in answer to our status.
+            return Err(Reject::OutOfWindow);
+        }
+        if self.pending_nv.is_some() {
+            return Ok(()); // the first NEW-VIEW for a view is the one we check
+        }
+        let chosen: BTreeSet<Digest> = nv.chosen.iter().copied().collect();
+        for b in &nv.batches {
+            let d = b.digest();
+            if chosen.contains(&d) {
+                self.batches.insert(d, Arc::new(b.clone()));
+            }
+        }
+        let mut nv = nv;
+        nv.batches.clear();
+        self.pending_nv = Some(nv);
+        self.try_accept_new_view();
+        Ok(())
+    }
+
+    /// The view-change messages a pending NEW-VIEW names, or the pairs still missing.
+    pub(super) fn gather_nv_vcs(
+        &self,
+        nv: &NewView,
+    ) -> Result<Vec<ViewChange>, Vec<(ReplicaId, Digest)>> {
+        let mut found = Vec::new();
+        let mut missing = Vec::new();
+        for (r, d) in &nv.vcs {
+            if *r == self.id && self.my_vc.is_some() {
+                match &self.my_vc {
+                    Some((m, md)) if md == d => found.push(m.clone()),
+                    _ => missing.push((*r, *d)),
+                }
+                continue;
+            }
+            match self.vcstore.get(*r, nv.view) {
+                Some((m, md)) if md == d => found.push(m.clone()),
+                _ => match self.vcstore.relayed(*r, d) {
+                    // f acks from replicas other than the sender and the new primary (whose
+                    // NEW-VIEW is already its vouch): with the primary's, f+1 vouchers.
+                    Some(m)
+                        if self.mutant("acks-at-zero")
+                            || self.ack_count(*r, d, Some(self.cfg.primary(nv.view)))
+                                >= self.cfg.f as usize =>
+                    {
+                        found.push(m.clone())
+                    }
+                    _ => missing.push((*r, *d)),
+                },
+            }
+        }
+        if missing.is_empty() {
+            Ok(found)
+        } else {
+            Err(missing)
+        }
+    }
+
+    pub(super) fn try_accept_new_view(&mut self) {
+        let Some(nv) = self.pending_nv.clone() else {
+            return;
+        };
+        if self.normal || nv.view != self.view {
+            return;
+        }
+        // Our own view change must be named with its true digest if it is named at all
+        // (after a recovery's view estimate we hold none: it comes relayed like the others).
+        if let Some((_, d)) = nv.vcs.iter().find(|(r, _)| *r == self.id) {
+            if self.my_vc.as_ref().is_some_and(|(_, md)| md != d) {
+                self.bad_new_view();
+                return;
+            }
+        }
+        let vcs = match self.gather_nv_vcs(&nv) {
+            Ok(v) => v,
+            Err(_) => return, // fetched through status messages
+        };
+        for m in &vcs {
+            if m.view != nv.view
+                || viewchange::validate(
+                    m,
+                    self.cfg.f,
+                    self.cfg.checkpoint_interval,
+                    self.cfg.log_size,
+                )
+                .is_err()
+            {
+                self.bad_new_view();
+                return;
+            }
+        }
+        let refs: Vec<&ViewChange> = vcs.iter().collect();
+        let outcome = viewchange::decide(
+            self.cfg.f,
+            self.cfg.log_size,
+            &refs,
+            |_| true,
+            self.broken_decision(),
+        );
+        match outcome {
+            Ok(dec) if dec.checkpoint == nv.checkpoint && dec.chosen == nv.chosen => {
+                self.install_new_view(nv);
+            }
+            _ => self.bad_new_view(),
+        }
+    }
+
+    /// The NEW-VIEW does not follow from its view changes: the primary is faulty.
+    pub(super) fn bad_new_view(&mut self) {
+        self.pending_nv = None;
+        self.event(Event::Rejected {
+            from: Principal::Replica(self.primary()),
+            kind: "new-view",
+            reason: Reject::Inconsistent,
+        });
+        self.vc_timeout_ms = (self.vc_timeout_ms * 2).min(self.cfg.view_change_timeout_max_ms);
+        self.start_view_change(self.view.saturating_add(1));
+    }
+
+    /// Moves the low watermark to checkpoint `h` (`hd`), which this replica does not hold:
+    /// what lies at or below it is forgotten, and the checkpoint is fetched if our state is
+    /// behind it (or diverged).
+    pub(super) fn adopt_watermark(&mut self, h: Seq, hd: Digest) {
+        if self.exec.own_checkpoint(h).is_some_and(|d| d != hd) {
+            // Our checkpoint at h differs from the one f+1 replicas reported (found by a
+            // NEW-VIEW, or again after a restart that re-executed up to it).
+            self.event(Event::StateDivergence { seq: h });
+            self.exec.forget_checkpoint(h);
+            self.on_divergence();
+        }
+        self.stable_seq = h;
+        self.stable_digest = hd;
+        self.exec.forget_executed_through(h);
+        self.exec.forget_checkpoints_below(h);
+        self.ckpt_votes.forget_through(h);
+        self.log = self.log.split_off(&(h + 1));
+        self.pset = self.pset.split_off(&(h + 1));
+        self.qset = self.qset.split_off(&(h + 1));
+        if self.next_seq <= h {
+            self.next_seq = h + 1;
+        }
+        if self.exec.last_executed() < h || self.exec.diverged() {
+            self.start_transfer(h, hd, true);
+        }
+    }
+
+    pub(super) fn install_new_view(&mut self, nv: NewView) {
+        let (h, hd) = nv.checkpoint;
+        self.normal = true;
+        self.primary_progress_ms = self.now();
+        self.vc_deadline_ms = None;
+        self.pending_nv = None;
+        self.decision_missing.clear();
+        if h > self.stable_seq {
+            match self.exec.own_checkpoint(h) {
+                Some(d) if d == hd => self.make_stable(h, hd),
+                _ => {
+                    self.persist(Record::Watermark { seq: h, digest: hd });
+                    self.adopt_watermark(h, hd);
+                }
+            }
+        }
+        // A correct NEW-VIEW never contradicts what this replica executed: that would mean
+        // more than f faults (or a protocol bug). Report it loudly; the simulator fails on it.
+        for (i, d) in nv.chosen.iter().enumerate() {
+            let n = h + 1 + i as u64;
+            if let Some(done) = self.exec.executed_at(n) {
+                if done != *d {
+                    self.event(Event::Contradiction {
+                        seq: n,
+                        executed: done,
+                        chosen: *d,
+                    });
+                }
+            }
+        }
+        self.log.clear();
+        let primary = self.is_primary();
+        let mut prepares = Vec::new();
+        for (i, d) in nv.chosen.iter().enumerate() {
+            let n = h + 1 + i as u64;
+            if n <= self.stable_seq {
+                continue; // already below our low watermark (we fetched a later checkpoint)
+            }
+            let slot = self.log.entry(n).or_default();
+            slot.pp = Some(*d);
+            if !primary {
+                slot.sent_prepare = true;
+                slot.prepares.insert(self.id, *d);
+                prepares.push((n, *d));
+            }
+        }
+        let (pset, qset) = viewchange::to_wire(&self.pset, &self.qset);
+        let batches = self.pset_batches();
+        self.persist(Record::View {
+            view: self.view,
+            normal: true,
+            vc: self.my_vc.as_ref().map(|(m, _)| m.clone()),
+            pset,
+            qset,
+            batches,
+            doubted: self.doubted_wire(),
+        });
+        let installed: Vec<(Seq, Digest)> = self
+            .log
+            .iter()
+            .filter_map(|(n, slot)| slot.pp.map(|d| (*n, d)))
+            .collect();
+        for (n, d) in installed {
+            let batch = self.batches.get(&d).cloned();
+            self.persist(Record::PrePrepared {
+                view: self.view,
+                seq: n,
+                digest: d,
+                batch,
+                vouched: true,
+            });
+        }
+        let last = h + nv.chosen.len() as u64;
+        self.next_seq = (last + 1).max(self.exec.last_executed() + 1).max(h + 1);
+        self.new_view = Some(nv);
+        self.gc_batches();
+        self.event(Event::NewViewInstalled { view: self.view });
+        for (n, d) in prepares {
+            let id = self.id;
+            let view = self.view;
+            self.broadcast(&Message::Prepare(Prepare {
+                view,
+                seq: n,
+                digest: d,
+                replica: id,
+                doubts: Vec::new(),
+            }));
+        }
+        let seqs: Vec<Seq> = self.log.keys().copied().collect();
+        for n in seqs {
+            self.check_slot(n);
+        }
+        // Requests still waiting go to the new primary; the timer restarts for them.
+        if primary {
+            self.try_propose();
+        } else {
+            let p = self.primary();
+            let reqs: Vec<SignedRequest> = self
+                .pool
+                .in_order()
+                .take(self.cfg.batch_requests_max)
+                .map(|(_, w)| w.req.clone())
+                .collect();
+            for r in reqs {
+                self.send_replica(p, &Message::Request(r));
+            }
+            self.arm_request_timer();
+        }
+    }
+
+    pub(super) fn on_relayed_vc(&mut self, _from: ReplicaId, vc: ViewChange) -> Result<(), Reject> {
+        let digest = vc.digest();
+        let wanted = self
+            .pending_nv
+            .as_ref()
+            .is_some_and(|nv| nv.vcs.contains(&(vc.replica, digest)));
+        if !wanted {
+            return Err(Reject::Unexpected);
+        }
+        self.vcstore.relay(vc, digest);
+        self.try_accept_new_view();
+        Ok(())
+    }
+
+    pub(super) fn on_batches(&mut self, bodies: Vec<Batch>) -> Result<(), Reject> {
+        let mut wanted: BTreeSet<Digest> = self.log.values().filter_map(|s| s.pp).collect();
+        wanted.extend(self.decision_missing.iter().copied());
+        wanted.extend(self.pending_pp.values().map(|p| p.pp.digest));
+        wanted.extend(self.pset.values().map(|e| e.digest));
+        let mut useful = false;
+        for b in bodies {
+            let d = b.digest();
+            if wanted.contains(&d) && !self.batches.contains_key(&d) {
+                self.batches.insert(d, Arc::new(b));
+                useful = true;
+            }
+        }
+        if !useful {
+            return Err(Reject::Unexpected);
+        }
+        if !self.pending_pp.is_empty() {
+            self.retry_pending();
+        }
+        self.try_execute();
+        if !self.normal && self.is_primary() {
+            self.try_new_view();
+        }
+        Ok(())
+    }
+}
