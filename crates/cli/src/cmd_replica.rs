@@ -2,7 +2,7 @@
 
 use crate::EXIT_FAILURE;
 use clap::{Args, ValueEnum};
-use redoubt_node::config::ClusterConfig;
+use redoubt_config::ClusterConfig;
 use redoubt_node::logging::LogFormat;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -5,7 +5,6 @@
 //! Narrative lines go to stdout, the live progress line to stderr (redrawn in place on a
 //! terminal), replica logs to files in the cluster directory.
 
-use crate::cmd_kv::client_setup;
 use crate::cmd_status::{agreement, fetch_all, Agreement, Probe};
 use crate::ports::free_base_port;
 use crate::procs::{log_tail, ReplicaProcs, Stopped};
@@ -13,7 +12,7 @@ use crate::show_bytes;
 use anyhow::Context as _;
 use clap::Args;
 use redoubt_client::{KvClient, KvError};
-use redoubt_node::config::ClusterConfig;
+use redoubt_config::ClusterConfig;
 use redoubt_node::init::{init_cluster, InitOptions, METRICS_PORT_OFFSET};
 use std::collections::BTreeMap;
 use std::io::{IsTerminal as _, Write as _};
@@ -379,7 +378,7 @@ async fn scenario(
     });
     let mut kvs = Vec::new();
     for c in 1..=u64::from(args.clients) {
-        let setup = client_setup(cfg, c)?;
+        let setup = redoubt_client::ClientSetup::from_cluster(cfg, c)?;
         kvs.push(
             KvClient::connect(setup)
                 .await

@@ -89,7 +89,7 @@ struct BaselineArgs {
 
 fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
     redoubt_node::logging::init(redoubt_node::logging::LogFormat::Human);
-    let cfg = redoubt_node::config::ClusterConfig::load(&args.config)?;
+    let cfg = redoubt_config::ClusterConfig::load(&args.config)?;
     let addr = match args.addr {
         Some(a) => a,
         None => cfg.replica(0)?.addr,

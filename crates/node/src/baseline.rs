@@ -5,9 +5,8 @@
 //! service on the same paged state (in memory, no journal), the same per-client exactly-once
 //! table. Clients talk to it with the ordinary client library configured with f = 0.
 
-use crate::config::ClusterConfig;
-use crate::keys::load_keys;
 use crate::runtime::NodeError;
+use redoubt_config::{load_keys, ClusterConfig};
 use redoubt_core::auth::{open, seal, verify_request};
 use redoubt_core::message::{decode_frame_ref, Message, Reply};
 use redoubt_core::state::MemStore;

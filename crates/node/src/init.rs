@@ -13,12 +13,12 @@
 //! principal's file receives only its own directional keys, so a compromised replica learns
 //! nothing about the keys between other principals.
 
-use crate::config::{
+use rand::Rng as _;
+use redoubt_config::keys::{write_directory, write_key_file};
+use redoubt_config::{
     ClientEntry, ClientSection, ClusterConfig, ClusterSection, ConfigError, KeysSection,
     NodeSection, RecoverySection, ReplicaEntry, StateSection, StorageSection,
 };
-use crate::keys::write_key_file;
-use rand::Rng as _;
 use redoubt_core::auth::pairwise_key;
 use redoubt_core::Config;
 use std::fs::DirBuilder;
@@ -198,7 +198,7 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
         },
     };
     cfg.validate()?;
-    let text = cfg.to_toml();
+    let text = cfg.to_toml()?;
     // Check the template before writing anything: what init writes must load.
     ClusterConfig::parse(&config_path, &text)?;
 
@@ -262,10 +262,10 @@ fn write_holder_files(cfg: &ClusterConfig, rng: &mut impl rand::Rng) -> Result<(
         let mut seed = [0u8; 32];
         rng.fill_bytes(&mut seed);
         let path = cfg.key_file_of(me)?;
-        let keys = crate::holder::write_holder_file(&path, &cfg.cluster.id, me, &seed)
+        let keys = redoubt_keyholder::write_holder_file(&path, &cfg.cluster.id, me, &seed)
             .map_err(|e| ConfigError::InitInvalid(e.to_string()))?;
         seed.fill(0);
         public.push((me, keys));
     }
-    crate::keys::write_directory(&cfg.directory_path(), &cfg.cluster.id, &public)
+    write_directory(&cfg.directory_path(), &cfg.cluster.id, &public)
 }

@@ -6,11 +6,10 @@
 //! journal once for the whole batch, and only then performs the sends: a message never leaves
 //! before the state it depends on is durable (group commit).
 
-use crate::config::{ClusterConfig, ConfigError};
-use crate::keys::load_keys;
 use crate::metrics::{self, Metrics};
 use crate::status::{RecoveryBreakdown, StatusReport};
 use crate::storage::{Journal, StorageError};
+use redoubt_config::{load_keys, ClusterConfig, ConfigError};
 use redoubt_core::auth::verify_request;
 use redoubt_core::message::{decode_body, decode_frame, frame_sender, Message, Reject};
 use redoubt_core::open_state;

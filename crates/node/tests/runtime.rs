@@ -2,10 +2,8 @@
 //! client doing key-value work, one replica's journal surviving a restart.
 
 use redoubt_client::{ClientSetup, KvClient};
-use redoubt_core::Principal;
-use redoubt_node::config::ClusterConfig;
+use redoubt_config::ClusterConfig;
 use redoubt_node::init::{init_cluster, InitOptions};
-use redoubt_node::keys::load_keys;
 use std::net::TcpListener;
 use std::time::Duration;
 
@@ -51,12 +49,7 @@ async fn four_replicas_serve_kv_and_survive_a_restart() {
             }))
         })
         .collect();
-    let mut setup = ClientSetup::new(
-        1,
-        cfg.replicas.iter().map(|r| r.addr).collect(),
-        cfg.protocol.clone(),
-        load_keys(&cfg, Principal::Client(1)).unwrap(),
-    );
+    let mut setup = ClientSetup::from_config(&path, 1).unwrap();
     setup.deadline = Duration::from_secs(20);
     let kv = KvClient::connect(setup).await.unwrap();
     for i in 0..50 {

@@ -4,9 +4,7 @@
 #![allow(dead_code)] // each test file uses a different part
 
 use redoubt_client::ClientSetup;
-use redoubt_core::Principal;
-use redoubt_node::config::ClusterConfig;
-use redoubt_node::keys::load_keys;
+use redoubt_config::ClusterConfig;
 use std::fs::OpenOptions;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -368,15 +366,9 @@ impl Cluster {
 
     /// A client setup for client `c`, with a short deadline.
     pub fn client_setup(&self, c: u64, deadline: Duration) -> ClientSetup {
-        let keys = load_keys(&self.cfg, Principal::Client(c)).expect("client keys");
         ClientSetup {
-            id: c,
-            replicas: self.cfg.replicas.iter().map(|r| r.addr).collect(),
-            core: self.cfg.protocol.clone(),
-            timing: self.cfg.client_timing(),
-            keys,
             deadline,
-            frame_bytes_max: self.cfg.protocol.message_bytes_max,
+            ..ClientSetup::from_cluster(&self.cfg, c).expect("client setup")
         }
     }
 
