@@ -7,9 +7,10 @@
 use crate::{show_bytes, EXIT_NEGATIVE};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use redoubt_client::{ClientSetup, KvClient, KvError};
+use redoubt_client::ClientSetup;
 use redoubt_config::ClusterConfig;
 use redoubt_core::ClientId;
+use redoubt_services::kv::{KvClient, KvClientError};
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::os::unix::ffi::OsStringExt;
@@ -96,8 +97,8 @@ async fn operate(config: &Path, setup: ClientSetup, op: KvCommand) -> anyhow::Re
     let failed = |what: &str| {
         let what = what.to_string();
         let config = config.display().to_string();
-        move |e: KvError| match e {
-            KvError::Client(_) => anyhow::anyhow!(
+        move |e: KvClientError| match e {
+            KvClientError::Client(_) => anyhow::anyhow!(
                 "{what}: {e}; check the replicas with `redoubt status --config {config}`"
             ),
             _ => anyhow::anyhow!("{what}: {e}"),

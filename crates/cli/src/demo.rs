@@ -11,9 +11,9 @@ use crate::procs::{log_tail, ReplicaProcs, Stopped};
 use crate::show_bytes;
 use anyhow::Context as _;
 use clap::Args;
-use redoubt_client::{KvClient, KvError};
 use redoubt_config::ClusterConfig;
 use redoubt_node::init::{init_cluster, InitOptions, METRICS_PORT_OFFSET};
+use redoubt_services::kv::{KvClient, KvClientError};
 use std::collections::BTreeMap;
 use std::io::{IsTerminal as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr};
@@ -222,10 +222,10 @@ async fn client_loop(w: Arc<Workload>, idx: usize, kv: KvClient) {
     }
 }
 
-fn fail(w: &Workload, record: &Mutex<ClientRecord>, e: KvError) {
+fn fail(w: &Workload, record: &Mutex<ClientRecord>, e: KvClientError) {
     w.failed.fetch_add(1, Relaxed);
     let mut r = lock(record);
-    if !matches!(e, KvError::Client(_)) {
+    if !matches!(e, KvClientError::Client(_)) {
         r.anomalies.push(format!("unexpected answer: {e}"));
     }
     r.last_error = Some(e.to_string());

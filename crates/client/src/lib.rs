@@ -24,11 +24,8 @@
 //! replicas then send the replies of a whole batch to that process in a few writes instead
 //! of one per client, and its requests leave in a few writes too.
 //!
-//! [`KvClient`] wraps a client with the typed operations of the replicated key-value store.
-
-mod kv;
-
-pub use kv::{KvClient, KvError};
+//! The client knows no service: operations and results are bytes. A service's typed client
+//! wraps [`Client`] (the key-value store's is `redoubt_services::kv::KvClient`).
 
 use redoubt_config::{ClusterConfig, ConfigError};
 use redoubt_core::message::reply_header;

@@ -1,10 +1,28 @@
-//! Building a client's setup from a cluster file, with the client crate alone.
+//! A client's setup (from a cluster file, with the client crate alone, or given in code) and
+//! a client that no replica answers. The client against a running cluster is tested with a
+//! service: `crates/services/tests/kv_cluster.rs`, `examples/counter/tests/cluster.rs`.
 
-use redoubt_client::{Client, ClientSetup};
+use redoubt_client::{Client, ClientError, ClientSetup};
 use redoubt_core::auth::pairwise_key;
-use redoubt_core::{Auth, ClientTiming, Config, Principal};
+use redoubt_core::{Auth, ClientId, ClientTiming, Config, Keys, Principal, StaticKeys};
+use std::net::SocketAddr;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+const F: u32 = 1;
+const N: u32 = 3 * F + 1;
+
+/// Static keys of `client` with every replica.
+fn client_keys(client: ClientId) -> Keys {
+    let me = Principal::Client(client);
+    Keys::Static(StaticKeys::derive(b"m", me, (0..N).map(Principal::Replica)))
+}
+
+/// A free loopback address with nothing listening on it (a replica that is down).
+fn dead_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
 
 /// A cluster file for four replicas and clients 7 and 8 with static keys, and client 7's key
 /// file; nothing else (no node crate, no `redoubt init`).
@@ -90,4 +108,55 @@ async fn a_setup_from_the_cluster_file() {
         .unwrap_err()
         .to_string();
     assert!(msg.contains("cannot read config file"), "{msg}");
+}
+
+#[tokio::test]
+async fn unreachable_when_no_replica_runs() {
+    let addrs: Vec<SocketAddr> = (0..N).map(|_| dead_addr()).collect();
+    let deadline = Duration::from_millis(400);
+    let setup = ClientSetup {
+        deadline,
+        timing: ClientTiming::default(),
+        ..ClientSetup::new(1, addrs, Config::new(F), client_keys(1))
+    };
+    let client = Client::connect(setup).await.unwrap();
+    let start = Instant::now();
+    let err = client.invoke(b"op".to_vec()).await.unwrap_err();
+    let took = start.elapsed();
+    match err {
+        ClientError::Unreachable {
+            deadline: d,
+            connected,
+            replicas,
+        } => assert_eq!((d, connected, replicas), (deadline, 0, N as usize)),
+        other => panic!("{other}"),
+    }
+    assert!(took >= deadline, "gave up early: {took:?}");
+    assert!(
+        took < deadline + Duration::from_secs(1),
+        "gave up late: {took:?}"
+    );
+    // The client is still usable (and still fails the same way).
+    let err = client.invoke(b"op".to_vec()).await.unwrap_err();
+    assert!(matches!(err, ClientError::Unreachable { .. }));
+    assert_eq!(client.stats().unreachable, 2);
+    assert!(
+        err.to_string().contains("0 of 4 replicas connected"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn setup_is_checked() {
+    let addrs: Vec<SocketAddr> = (0..N).map(|_| dead_addr()).collect();
+    let wrong_keys = ClientSetup::new(1, addrs.clone(), Config::new(F), client_keys(2));
+    assert!(matches!(
+        Client::connect(wrong_keys).await,
+        Err(ClientError::InvalidSetup(_))
+    ));
+    let too_few = ClientSetup::new(1, addrs[..3].to_vec(), Config::new(F), client_keys(1));
+    assert!(matches!(
+        Client::connect(too_few).await,
+        Err(ClientError::InvalidSetup(_))
+    ));
 }

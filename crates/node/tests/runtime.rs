@@ -1,9 +1,10 @@
 //! The replica runtime end to end inside one process: four `run_replica` tasks on loopback, a
 //! client doing key-value work, one replica's journal surviving a restart.
 
-use redoubt_client::{ClientSetup, KvClient};
+use redoubt_client::ClientSetup;
 use redoubt_config::ClusterConfig;
 use redoubt_node::init::{init_cluster, InitOptions};
+use redoubt_services::kv::KvClient;
 use std::net::TcpListener;
 use std::time::Duration;
 
