@@ -56,7 +56,7 @@ struct Cli {
 enum Command {
     /// Write a cluster configuration and one key file per replica and client
     Init(cmd_init::InitArgs),
-    /// Run one replica of a cluster until SIGTERM or SIGINT
+    /// Run one replica of a cluster (the key-value store) until SIGTERM or SIGINT
     Replica(cmd_replica::ReplicaArgs),
     /// Run a replica's recovery monitor: its key holder, the replica, proactive recovery
     Monitor(cmd_monitor::MonitorArgs),
@@ -95,7 +95,12 @@ fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
         None => cfg.replica(0)?.addr,
     };
     let threads = args.worker_threads.unwrap_or(cfg.node.worker_threads);
-    runtime_with(threads)?.block_on(redoubt_node::baseline::run_baseline(&args.config, addr))?;
+    let service = redoubt_services::kv::KvService::new();
+    runtime_with(threads)?.block_on(redoubt_node::baseline::run_baseline(
+        &args.config,
+        addr,
+        service,
+    ))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -4,7 +4,7 @@
 use redoubt_client::ClientSetup;
 use redoubt_config::ClusterConfig;
 use redoubt_node::init::{init_cluster, InitOptions};
-use redoubt_services::kv::KvClient;
+use redoubt_services::kv::{KvClient, KvService};
 use std::net::TcpListener;
 use std::time::Duration;
 
@@ -46,7 +46,7 @@ async fn four_replicas_serve_kv_and_survive_a_restart() {
         .map(|i| {
             let p = path.clone();
             Some(tokio::spawn(async move {
-                redoubt_node::run_replica(&p, i, Default::default()).await
+                redoubt_node::run_replica(&p, i, Default::default(), KvService::new()).await
             }))
         })
         .collect();
@@ -65,7 +65,7 @@ async fn four_replicas_serve_kv_and_survive_a_restart() {
     }
     let p = path.clone();
     tasks[3] = Some(tokio::spawn(async move {
-        redoubt_node::run_replica(&p, 3, Default::default()).await
+        redoubt_node::run_replica(&p, 3, Default::default(), KvService::new()).await
     }));
     for i in 80..100 {
         kv.put(format!("k{i}"), format!("v{i}")).await.unwrap();
