@@ -9,12 +9,12 @@
 //! restart until it had caught up.
 
 use crate::cmd_status::{agreement, fetch, fetch_all, Probe};
-use crate::ports::free_base_port;
 use crate::procs::{log_tail, ReplicaProcs};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use redoubt_config::ClusterConfig;
 use redoubt_crypto::DigestBuilder;
+use redoubt_node::init::free_base_port;
 use redoubt_node::init::{init_cluster, InitOptions};
 use redoubt_node::status::StatusReport;
 use redoubt_services::kv::KvClient;

@@ -16,11 +16,11 @@
 
 use crate::bench::{put_all, record_bytes, wait_for, STATUS_TIMEOUT};
 use crate::cmd_status::{agreement, fetch};
-use crate::ports::free_base_port;
 use crate::procs::{log_tail, ReplicaProcs};
 use anyhow::Context as _;
 use clap::Args;
 use redoubt_config::ClusterConfig;
+use redoubt_node::init::free_base_port;
 use redoubt_node::init::{init_cluster, InitOptions};
 use redoubt_node::status::RecoveryBreakdown;
 use redoubt_services::kv::KvClient;

@@ -6,12 +6,12 @@
 //! terminal), replica logs to files in the cluster directory.
 
 use crate::cmd_status::{agreement, fetch_all, Agreement, Probe};
-use crate::ports::free_base_port;
 use crate::procs::{log_tail, ReplicaProcs, Stopped};
 use crate::show_bytes;
 use anyhow::Context as _;
 use clap::Args;
 use redoubt_config::ClusterConfig;
+use redoubt_node::init::free_base_port;
 use redoubt_node::init::{init_cluster, InitOptions, METRICS_PORT_OFFSET};
 use redoubt_services::kv::{KvClient, KvClientError};
 use std::collections::BTreeMap;

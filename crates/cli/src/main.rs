@@ -23,7 +23,6 @@ mod cpucap;
 mod demo;
 mod http;
 mod micro;
-mod ports;
 mod procs;
 
 use clap::{Parser, Subcommand};

@@ -9,12 +9,12 @@
 
 use crate::cmd_status::{agreement, fetch_all};
 use crate::cpucap::{CpuCaps, PERIOD_US};
-use crate::ports::free_base_port;
 use crate::procs::{log_tail, ReplicaProcs};
 use anyhow::Context as _;
 use clap::Args;
 use redoubt_client::{Client, Connections};
 use redoubt_config::ClusterConfig;
+use redoubt_node::init::free_base_port;
 use redoubt_node::init::{init_cluster, InitOptions};
 use redoubt_services::kv::{KvOp, KvResult};
 use std::fmt::Write as _;

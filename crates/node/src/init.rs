@@ -235,6 +235,47 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
     Ok(config_path)
 }
 
+/// A base port for a local cluster of `n` replicas (`InitOptions::base_port`): one whose `n`
+/// protocol ports and `n` metrics ports are all free on 127.0.0.1 now. Candidates are drawn at
+/// random below the kernel's ephemeral range (which outgoing connections take their local
+/// ports from), so that concurrent clusters, and the connections of this one, are unlikely to
+/// collide.
+pub fn free_base_port(n: u16) -> Result<u16, ConfigError> {
+    use rand::RngExt as _;
+    let (ephemeral_low, _) = ephemeral_range();
+    let lowest: u32 = 10_000;
+    let span = u32::from(METRICS_PORT_OFFSET) + u32::from(n);
+    let highest = u32::from(ephemeral_low)
+        .saturating_sub(span + 1)
+        .max(lowest + 1000);
+    let mut rng = rand::rng();
+    for _ in 0..200 {
+        let base = rng.random_range(lowest..highest) as u16;
+        let all_free = (0..n)
+            .flat_map(|i| [base + i, base + METRICS_PORT_OFFSET + i])
+            .all(|p| std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, p)).is_ok());
+        if all_free {
+            return Ok(base);
+        }
+    }
+    Err(ConfigError::InitInvalid(format!(
+        "cannot find {} free ports on 127.0.0.1 (tried 200 ranges between {lowest} and \
+         {highest}); is this machine out of ports?",
+        2 * u32::from(n)
+    )))
+}
+
+/// The kernel's ephemeral port range (Linux), or the IANA one.
+fn ephemeral_range() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|p| p.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((49152, 65535))
+}
+
 fn write_all_keys(cfg: &ClusterConfig, master: &[u8]) -> Result<(), ConfigError> {
     for me in cfg.principals() {
         let keys: Vec<_> = cfg

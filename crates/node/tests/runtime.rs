@@ -5,26 +5,7 @@ use redoubt_client::ClientSetup;
 use redoubt_config::ClusterConfig;
 use redoubt_node::init::{init_cluster, InitOptions};
 use redoubt_services::kv::{KvClient, KvService};
-use std::net::TcpListener;
 use std::time::Duration;
-
-fn free_base_port() -> u16 {
-    // Find a base where base..base+4 and base+100..base+104 are all free.
-    loop {
-        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-        let base = probe.local_addr().unwrap().port();
-        drop(probe);
-        if base > 60_000 {
-            continue;
-        }
-        let ok = (0..4)
-            .chain(100..104)
-            .all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok());
-        if ok {
-            return base;
-        }
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_replicas_serve_kv_and_survive_a_restart() {
@@ -33,7 +14,7 @@ async fn four_replicas_serve_kv_and_survive_a_restart() {
         replicas: 4,
         clients: 1,
         out: dir.path().join("c"),
-        base_port: free_base_port(),
+        base_port: redoubt_node::init::free_base_port(4).unwrap(),
         ..InitOptions::default()
     };
     let path = init_cluster(&opts).unwrap();
