@@ -589,6 +589,17 @@ impl<S: Service> Node<S> {
     }
 }
 
+/// Stops a spawned task when dropped: the metrics endpoint stops with its replica, whether
+/// `run_replica` returns or its task is aborted (a replica restarted inside one process, as
+/// tests do, must be able to bind the endpoint again).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Runs replica `id` of the cluster described by `config_path`, hosting `service`, until
 /// SIGTERM or SIGINT. Every replica of a cluster must host the same service (the same code,
 /// with the same parameters): the replicas' states and replies must agree byte for byte.
@@ -669,6 +680,7 @@ pub async fn run_replica<S: Service + Send + 'static>(
     let status = Arc::new(Mutex::new(StatusReport::default()));
     let _http = metrics::serve(entry.metrics_addr, metrics.clone(), status.clone())
         .await
+        .map(AbortOnDrop)
         .map_err(|e| bind_err("metrics", "metrics_addr", entry.metrics_addr, e))?;
     let (link_tx, mut link_rx) = mpsc::channel::<Vec<u8>>(INBOUND_FRAMES_MAX);
     let link_cfg = LinkConfig {

@@ -53,6 +53,11 @@ async fn four_replicas_serve_kv_and_survive_a_restart() {
     }
     assert_eq!(kv.get("k99").await.unwrap(), Some(b"v99".to_vec()));
     assert_eq!(kv.get("k55").await.unwrap(), Some(b"v55".to_vec()));
+    // Every replica is still running, the restarted one included (one that could not bind its
+    // addresses, for instance, would have returned an error).
+    for (i, t) in tasks.iter().enumerate() {
+        assert!(!t.as_ref().unwrap().is_finished(), "replica {i} stopped");
+    }
     for t in tasks.into_iter().flatten() {
         t.abort();
     }
