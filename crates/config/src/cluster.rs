@@ -69,7 +69,8 @@ pub struct ClusterConfig {
     pub replicas: Vec<ReplicaEntry>,
     /// `[[client]]`, sorted by id.
     pub clients: Vec<ClientEntry>,
-    /// `[protocol]`.
+    /// `[protocol]`: the core's own configuration; options left out of the file have the
+    /// values of [`crate::protocol::defaults`].
     pub protocol: Config,
     /// `[client_timing]`.
     pub client: ClientSection,
