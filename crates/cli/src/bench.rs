@@ -8,17 +8,16 @@
 //! state-transfer answers it received, their ratio to the state size, and the time from the
 //! restart until it had caught up.
 
-use crate::cmd_kv::client_setup;
 use crate::cmd_status::{agreement, fetch, fetch_all, Probe};
-use crate::ports::free_base_port;
 use crate::procs::{log_tail, ReplicaProcs};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use redoubt_client::KvClient;
+use redoubt_config::ClusterConfig;
 use redoubt_crypto::DigestBuilder;
-use redoubt_node::config::ClusterConfig;
+use redoubt_node::init::free_base_port;
 use redoubt_node::init::{init_cluster, InitOptions};
 use redoubt_node::status::StatusReport;
+use redoubt_services::kv::KvClient;
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
@@ -150,7 +149,7 @@ async fn state_transfer(args: StateTransferArgs) -> anyhow::Result<ExitCode> {
     // from those queued protocol messages instead of fetching state. A short queue keeps only
     // the latest frames, so the benchmark measures the transfer.
     cfg.node.peer_queue_frames_max = 64;
-    std::fs::write(&config_path, cfg.to_toml())?;
+    std::fs::write(&config_path, cfg.to_toml()?)?;
     let cfg = ClusterConfig::load(&config_path)?;
     let geo = cfg.state.geometry().map_err(anyhow::Error::msg)?;
     let state_bytes = geo.size();
@@ -255,7 +254,7 @@ async fn bench_body(
     .await?;
     let mut kvs = Vec::new();
     for c in 1..=u64::from(args.clients) {
-        kvs.push(KvClient::connect(client_setup(cfg, c)?).await?);
+        kvs.push(KvClient::connect(redoubt_client::ClientSetup::from_cluster(cfg, c)?).await?);
     }
 
     // Fill.

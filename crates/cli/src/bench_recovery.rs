@@ -15,16 +15,15 @@
 //! vulnerability is T_v = 2 T_k + T_r with T_r = T_w + the longest recovery measured.
 
 use crate::bench::{put_all, record_bytes, wait_for, STATUS_TIMEOUT};
-use crate::cmd_kv::client_setup;
 use crate::cmd_status::{agreement, fetch};
-use crate::ports::free_base_port;
 use crate::procs::{log_tail, ReplicaProcs};
 use anyhow::Context as _;
 use clap::Args;
-use redoubt_client::KvClient;
-use redoubt_node::config::ClusterConfig;
+use redoubt_config::ClusterConfig;
+use redoubt_node::init::free_base_port;
 use redoubt_node::init::{init_cluster, InitOptions};
 use redoubt_node::status::RecoveryBreakdown;
+use redoubt_services::kv::KvClient;
 use std::io::{IsTerminal as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
@@ -212,7 +211,7 @@ async fn one_size(
         // Recoveries come every 5 s: the rate limit must let each replica's through.
         cfg.protocol.recovery_interval_min_ms = 2_000;
     }
-    std::fs::write(&config_path, cfg.to_toml())?;
+    std::fs::write(&config_path, cfg.to_toml()?)?;
     let cfg = ClusterConfig::load(&config_path)?;
     println!();
     println!("[{mib} MiB] starting 4 monitors (key holder + replica each)");
@@ -243,7 +242,7 @@ async fn size_body(
     .await?;
     let mut kvs = Vec::new();
     for c in 1..=u64::from(args.clients) {
-        kvs.push(KvClient::connect(client_setup(cfg, c)?).await?);
+        kvs.push(KvClient::connect(redoubt_client::ClientSetup::from_cluster(cfg, c)?).await?);
     }
     let state_bytes = cfg.state.geometry().map_err(anyhow::Error::msg)?.size();
     let records = state_bytes * 80 / 100 / record_bytes();

@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use clap::Args;
-use redoubt_node::config::ClusterConfig;
+use redoubt_config::ClusterConfig;
 use redoubt_node::init::{init_cluster, InitOptions, DEFAULT_BASE_PORT};
 use std::net::IpAddr;
 use std::path::PathBuf;

@@ -3,7 +3,7 @@
 //! replicas some other way).
 
 use clap::Args;
-use redoubt_node::config::ClusterConfig;
+use redoubt_config::ClusterConfig;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -7,10 +7,10 @@
 use crate::{show_bytes, EXIT_NEGATIVE};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use redoubt_client::{ClientSetup, KvClient, KvError};
-use redoubt_core::{ClientId, Principal};
-use redoubt_node::config::ClusterConfig;
-use redoubt_node::keys::load_keys;
+use redoubt_client::ClientSetup;
+use redoubt_config::ClusterConfig;
+use redoubt_core::ClientId;
+use redoubt_services::kv::{KvClient, KvClientError};
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::os::unix::ffi::OsStringExt;
@@ -73,25 +73,9 @@ enum KvCommand {
     },
 }
 
-/// Everything a client needs, from the configuration file: replica addresses, protocol,
-/// timing, the client's keys, deadline and frame size limit.
-pub fn client_setup(cfg: &ClusterConfig, client: ClientId) -> anyhow::Result<ClientSetup> {
-    cfg.client_entry(client)?;
-    let keys = load_keys(cfg, Principal::Client(client))?;
-    Ok(ClientSetup {
-        id: client,
-        replicas: cfg.replicas.iter().map(|r| r.addr).collect(),
-        core: cfg.protocol.clone(),
-        timing: cfg.client_timing(),
-        keys,
-        deadline: Duration::from_millis(cfg.client.deadline_ms),
-        frame_bytes_max: cfg.protocol.message_bytes_max,
-    })
-}
-
 pub fn run(args: KvArgs) -> anyhow::Result<ExitCode> {
     let cfg = ClusterConfig::load(&args.config)?;
-    let mut setup = client_setup(&cfg, args.client)?;
+    let mut setup = ClientSetup::from_cluster(&cfg, args.client)?;
     if let Some(secs) = args.timeout {
         anyhow::ensure!(
             secs.is_finite() && secs > 0.0,
@@ -113,8 +97,8 @@ async fn operate(config: &Path, setup: ClientSetup, op: KvCommand) -> anyhow::Re
     let failed = |what: &str| {
         let what = what.to_string();
         let config = config.display().to_string();
-        move |e: KvError| match e {
-            KvError::Client(_) => anyhow::anyhow!(
+        move |e: KvClientError| match e {
+            KvClientError::Client(_) => anyhow::anyhow!(
                 "{what}: {e}; check the replicas with `redoubt status --config {config}`"
             ),
             _ => anyhow::anyhow!("{what}: {e}"),

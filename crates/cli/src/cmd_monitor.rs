@@ -17,7 +17,7 @@ use crate::cmd_keyholder::start_key_holder;
 use crate::cmd_status::fetch;
 use anyhow::Context as _;
 use clap::Args;
-use redoubt_node::config::ClusterConfig;
+use redoubt_config::ClusterConfig;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

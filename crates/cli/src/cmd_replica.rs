@@ -1,8 +1,8 @@
-//! `redoubt replica`: runs one replica until SIGTERM or SIGINT.
+//! `redoubt replica`: runs one replica of the key-value store until SIGTERM or SIGINT.
 
 use crate::EXIT_FAILURE;
 use clap::{Args, ValueEnum};
-use redoubt_node::config::ClusterConfig;
+use redoubt_config::ClusterConfig;
 use redoubt_node::logging::LogFormat;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -67,7 +67,15 @@ pub fn run(args: ReplicaArgs) -> ExitCode {
         save_ms: args.save_ms,
         watchdog_period_ms: args.watchdog_period_ms,
     };
-    match rt.block_on(redoubt_node::run_replica(&args.config, args.id, opts)) {
+    // `redoubt replica` hosts the key-value store; another service is hosted by its own
+    // binary calling `redoubt_node::run_replica` (see examples/counter).
+    let service = redoubt_services::kv::KvService::new();
+    match rt.block_on(redoubt_node::run_replica(
+        &args.config,
+        args.id,
+        opts,
+        service,
+    )) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: replica {}: {e}", args.id);

@@ -3,7 +3,7 @@
 
 use crate::http;
 use clap::Args;
-use redoubt_node::config::ClusterConfig;
+use redoubt_config::ClusterConfig;
 pub use redoubt_node::status::StatusReport;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -5,16 +5,15 @@
 //! Narrative lines go to stdout, the live progress line to stderr (redrawn in place on a
 //! terminal), replica logs to files in the cluster directory.
 
-use crate::cmd_kv::client_setup;
 use crate::cmd_status::{agreement, fetch_all, Agreement, Probe};
-use crate::ports::free_base_port;
 use crate::procs::{log_tail, ReplicaProcs, Stopped};
 use crate::show_bytes;
 use anyhow::Context as _;
 use clap::Args;
-use redoubt_client::{KvClient, KvError};
-use redoubt_node::config::ClusterConfig;
+use redoubt_config::ClusterConfig;
+use redoubt_node::init::free_base_port;
 use redoubt_node::init::{init_cluster, InitOptions, METRICS_PORT_OFFSET};
+use redoubt_services::kv::{KvClient, KvClientError};
 use std::collections::BTreeMap;
 use std::io::{IsTerminal as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr};
@@ -223,10 +222,10 @@ async fn client_loop(w: Arc<Workload>, idx: usize, kv: KvClient) {
     }
 }
 
-fn fail(w: &Workload, record: &Mutex<ClientRecord>, e: KvError) {
+fn fail(w: &Workload, record: &Mutex<ClientRecord>, e: KvClientError) {
     w.failed.fetch_add(1, Relaxed);
     let mut r = lock(record);
-    if !matches!(e, KvError::Client(_)) {
+    if !matches!(e, KvClientError::Client(_)) {
         r.anomalies.push(format!("unexpected answer: {e}"));
     }
     r.last_error = Some(e.to_string());
@@ -379,7 +378,7 @@ async fn scenario(
     });
     let mut kvs = Vec::new();
     for c in 1..=u64::from(args.clients) {
-        let setup = client_setup(cfg, c)?;
+        let setup = redoubt_client::ClientSetup::from_cluster(cfg, c)?;
         kvs.push(
             KvClient::connect(setup)
                 .await

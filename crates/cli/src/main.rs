@@ -23,7 +23,6 @@ mod cpucap;
 mod demo;
 mod http;
 mod micro;
-mod ports;
 mod procs;
 
 use clap::{Parser, Subcommand};
@@ -56,7 +55,7 @@ struct Cli {
 enum Command {
     /// Write a cluster configuration and one key file per replica and client
     Init(cmd_init::InitArgs),
-    /// Run one replica of a cluster until SIGTERM or SIGINT
+    /// Run one replica of a cluster (the key-value store) until SIGTERM or SIGINT
     Replica(cmd_replica::ReplicaArgs),
     /// Run a replica's recovery monitor: its key holder, the replica, proactive recovery
     Monitor(cmd_monitor::MonitorArgs),
@@ -89,13 +88,18 @@ struct BaselineArgs {
 
 fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
     redoubt_node::logging::init(redoubt_node::logging::LogFormat::Human);
-    let cfg = redoubt_node::config::ClusterConfig::load(&args.config)?;
+    let cfg = redoubt_config::ClusterConfig::load(&args.config)?;
     let addr = match args.addr {
         Some(a) => a,
         None => cfg.replica(0)?.addr,
     };
     let threads = args.worker_threads.unwrap_or(cfg.node.worker_threads);
-    runtime_with(threads)?.block_on(redoubt_node::baseline::run_baseline(&args.config, addr))?;
+    let service = redoubt_services::kv::KvService::new();
+    runtime_with(threads)?.block_on(redoubt_node::baseline::run_baseline(
+        &args.config,
+        addr,
+        service,
+    ))?;
     Ok(ExitCode::SUCCESS)
 }
 

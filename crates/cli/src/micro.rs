@@ -7,15 +7,14 @@
 //! latency with one client (p50, p99), then throughput and median latency as the number of
 //! closed-loop clients grows.
 
-use crate::cmd_kv::client_setup;
 use crate::cmd_status::{agreement, fetch_all};
 use crate::cpucap::{CpuCaps, PERIOD_US};
-use crate::ports::free_base_port;
 use crate::procs::{log_tail, ReplicaProcs};
 use anyhow::Context as _;
 use clap::Args;
 use redoubt_client::{Client, Connections};
-use redoubt_node::config::ClusterConfig;
+use redoubt_config::ClusterConfig;
+use redoubt_node::init::free_base_port;
 use redoubt_node::init::{init_cluster, InitOptions};
 use redoubt_services::kv::{KvOp, KvResult};
 use std::fmt::Write as _;
@@ -275,7 +274,7 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         .node
         .client_connections_max
         .max(max_clients as usize * 2 + 64);
-    let text = redoubt_node::config::override_toml(&cfg.to_toml(), &args.sets)
+    let text = redoubt_config::override_toml(&cfg.to_toml()?, &args.sets)
         .map_err(|e| anyhow::anyhow!("--set: {e}"))?;
     std::fs::write(&config_path, text)?;
     let cfg = ClusterConfig::load(&config_path)?;
@@ -597,7 +596,7 @@ async fn run_system(
         }
     }
     let setup = |c: u64| -> anyhow::Result<redoubt_client::ClientSetup> {
-        let mut s = client_setup(cfg, c)?;
+        let mut s = redoubt_client::ClientSetup::from_cluster(cfg, c)?;
         s.deadline = Duration::from_secs(30);
         if system == System::Baseline {
             s.core.f = 0;

@@ -32,7 +32,7 @@ pub enum Stopped {
 
 impl ReplicaProcs {
     pub fn new(exe: PathBuf, config: PathBuf, log_dir: PathBuf, n: usize) -> ReplicaProcs {
-        let holder_sockets = match redoubt_node::config::ClusterConfig::load(&config) {
+        let holder_sockets = match redoubt_config::ClusterConfig::load(&config) {
             Ok(cfg) if cfg.keys.session() => (0..n as u32)
                 .filter_map(|i| cfg.holder_socket_of(i).ok())
                 .collect(),

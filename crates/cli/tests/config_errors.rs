@@ -124,7 +124,7 @@ fn replica_count_must_be_3f_plus_1() {
 #[test]
 fn duplicate_addresses() {
     let (_dir, config) = fresh();
-    let cfg = redoubt_node::config::ClusterConfig::load(&config).unwrap();
+    let cfg = redoubt_config::ClusterConfig::load(&config).unwrap();
     let (a0, a1) = (cfg.replicas[0].addr, cfg.replicas[1].addr);
     edit(&config, |t| {
         t.replace(&format!("addr = \"{a1}\""), &format!("addr = \"{a0}\""))
@@ -184,7 +184,7 @@ fn key_file_readable_by_others() {
 #[test]
 fn protocol_port_in_use() {
     let (_dir, config) = fresh();
-    let cfg = redoubt_node::config::ClusterConfig::load(&config).unwrap();
+    let cfg = redoubt_config::ClusterConfig::load(&config).unwrap();
     let addr = cfg.replicas[0].addr;
     let _squatter = TcpListener::bind(addr).expect("bind the replica's port first");
     assert_fails(
@@ -196,7 +196,7 @@ fn protocol_port_in_use() {
 #[test]
 fn metrics_port_in_use() {
     let (_dir, config) = fresh();
-    let cfg = redoubt_node::config::ClusterConfig::load(&config).unwrap();
+    let cfg = redoubt_config::ClusterConfig::load(&config).unwrap();
     let addr = cfg.replicas[0].metrics_addr;
     let _squatter = TcpListener::bind(addr).expect("bind the replica's metrics port first");
     assert_fails(

@@ -5,7 +5,7 @@
 mod common;
 
 use common::Cluster;
-use redoubt_client::KvClient;
+use redoubt_services::kv::KvClient;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

@@ -14,18 +14,20 @@
 //! is abandoned and [`ClientError::Unreachable`] returned; its outcome is then unknown (it may
 //! still execute).
 //!
+//! A client of a cluster made by `redoubt init` gets everything it needs from the cluster file
+//! ([`ClientSetup::from_config`]): the replicas' addresses, the protocol parameters, its timing
+//! and its keys.
+//!
 //! Each client opens its own connections by default ([`Client::connect`]). A process that
 //! runs many clients (an application server acting for many users, a load generator) can
 //! share one connection per replica among them ([`Connections`], [`Client::connect_over`]):
 //! replicas then send the replies of a whole batch to that process in a few writes instead
 //! of one per client, and its requests leave in a few writes too.
 //!
-//! [`KvClient`] wraps a client with the typed operations of the replicated key-value store.
+//! The client knows no service: operations and results are bytes. A service's typed client
+//! wraps [`Client`] (the key-value store's is `redoubt_services::kv::KvClient`).
 
-mod kv;
-
-pub use kv::{KvClient, KvError};
-
+use redoubt_config::{ClusterConfig, ConfigError};
 use redoubt_core::message::reply_header;
 use redoubt_core::ClientId as Id;
 use redoubt_core::{
@@ -35,6 +37,7 @@ use redoubt_core::{
 use redoubt_transport::{Inbound, Link, LinkConfig, LinkError};
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::{
     AtomicU64,
     Ordering::{Acquire, Relaxed, Release},
@@ -219,6 +222,29 @@ impl ClientSetup {
             deadline: Duration::from_secs(10),
             frame_bytes_max,
         }
+    }
+
+    /// The setup of client `id` of the cluster file at `path` (written by `redoubt init`):
+    /// every replica's address, the protocol, `[client_timing]` (retransmissions and the
+    /// deadline) and the client's own keys, from the key file the cluster file names.
+    pub fn from_config(path: &Path, id: ClientId) -> Result<Self, ConfigError> {
+        Self::from_cluster(&ClusterConfig::load(path)?, id)
+    }
+
+    /// Like [`ClientSetup::from_config`], for a cluster file already loaded.
+    pub fn from_cluster(cfg: &ClusterConfig, id: ClientId) -> Result<Self, ConfigError> {
+        cfg.client_entry(id)?;
+        let keys = redoubt_config::load_keys(cfg, Principal::Client(id))?;
+        Ok(ClientSetup {
+            timing: cfg.client_timing(),
+            deadline: Duration::from_millis(cfg.client.deadline_ms),
+            ..ClientSetup::new(
+                id,
+                cfg.replicas.iter().map(|r| r.addr).collect(),
+                cfg.protocol.clone(),
+                keys,
+            )
+        })
     }
 
     fn check(&self) -> Result<(), String> {

@@ -1,18 +1,16 @@
 //! The unreplicated baseline of the benchmarks: one server, no agreement.
 //!
 //! It is the replica's stack minus the protocol: the same transport (listener, frames), the
-//! same authentication (client authenticators checked, replies MAC'd), the same key-value
-//! service on the same paged state (in memory, no journal), the same per-client exactly-once
-//! table. Clients talk to it with the ordinary client library configured with f = 0.
+//! same authentication (client authenticators checked, replies MAC'd), the same service on the
+//! same paged state (in memory, no journal), the same per-client exactly-once table. Clients
+//! talk to it with the ordinary client library configured with f = 0.
 
-use crate::config::ClusterConfig;
-use crate::keys::load_keys;
 use crate::runtime::NodeError;
+use redoubt_config::{load_keys, ClusterConfig};
 use redoubt_core::auth::{open, seal, verify_request};
 use redoubt_core::message::{decode_frame_ref, Message, Reply};
 use redoubt_core::state::MemStore;
 use redoubt_core::{open_state, ExecContext, Principal, Service};
-use redoubt_services::kv::KvService;
 use redoubt_transport::{ConnId, Listener, ListenerConfig};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -23,9 +21,13 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-/// Runs the baseline server on `addr` with the keys of replica 0 of the cluster in
-/// `config_path`, until SIGTERM or SIGINT.
-pub async fn run_baseline(config_path: &Path, addr: SocketAddr) -> Result<(), NodeError> {
+/// Runs the baseline server of `service` on `addr` with the keys of replica 0 of the cluster
+/// in `config_path`, until SIGTERM or SIGINT.
+pub async fn run_baseline<S: Service>(
+    config_path: &Path,
+    addr: SocketAddr,
+    mut service: S,
+) -> Result<(), NodeError> {
     let cfg = ClusterConfig::load(config_path)?;
     let keys = load_keys(&cfg, Principal::Replica(0))?;
     let geometry = cfg.state.geometry().map_err(|reason| NodeError::Restore {
@@ -37,7 +39,6 @@ pub async fn run_baseline(config_path: &Path, addr: SocketAddr) -> Result<(), No
             home: "(baseline, in memory)".into(),
             reason: e.to_string(),
         })?;
-    let mut service = KvService::new();
     service.load(&state).map_err(|reason| NodeError::Restore {
         home: "(baseline, in memory)".into(),
         reason,

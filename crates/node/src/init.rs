@@ -13,12 +13,12 @@
 //! principal's file receives only its own directional keys, so a compromised replica learns
 //! nothing about the keys between other principals.
 
-use crate::config::{
+use rand::Rng as _;
+use redoubt_config::keys::{write_directory, write_key_file};
+use redoubt_config::{
     ClientEntry, ClientSection, ClusterConfig, ClusterSection, ConfigError, KeysSection,
     NodeSection, RecoverySection, ReplicaEntry, StateSection, StorageSection,
 };
-use crate::keys::write_key_file;
-use rand::Rng as _;
 use redoubt_core::auth::pairwise_key;
 use redoubt_core::Config;
 use std::fs::DirBuilder;
@@ -198,7 +198,7 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
         },
     };
     cfg.validate()?;
-    let text = cfg.to_toml();
+    let text = cfg.to_toml()?;
     // Check the template before writing anything: what init writes must load.
     ClusterConfig::parse(&config_path, &text)?;
 
@@ -235,6 +235,47 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
     Ok(config_path)
 }
 
+/// A base port for a local cluster of `n` replicas (`InitOptions::base_port`): one whose `n`
+/// protocol ports and `n` metrics ports are all free on 127.0.0.1 now. Candidates are drawn at
+/// random below the kernel's ephemeral range (which outgoing connections take their local
+/// ports from), so that concurrent clusters, and the connections of this one, are unlikely to
+/// collide.
+pub fn free_base_port(n: u16) -> Result<u16, ConfigError> {
+    use rand::RngExt as _;
+    let (ephemeral_low, _) = ephemeral_range();
+    let lowest: u32 = 10_000;
+    let span = u32::from(METRICS_PORT_OFFSET) + u32::from(n);
+    let highest = u32::from(ephemeral_low)
+        .saturating_sub(span + 1)
+        .max(lowest + 1000);
+    let mut rng = rand::rng();
+    for _ in 0..200 {
+        let base = rng.random_range(lowest..highest) as u16;
+        let all_free = (0..n)
+            .flat_map(|i| [base + i, base + METRICS_PORT_OFFSET + i])
+            .all(|p| std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, p)).is_ok());
+        if all_free {
+            return Ok(base);
+        }
+    }
+    Err(ConfigError::InitInvalid(format!(
+        "cannot find {} free ports on 127.0.0.1 (tried 200 ranges between {lowest} and \
+         {highest}); is this machine out of ports?",
+        2 * u32::from(n)
+    )))
+}
+
+/// The kernel's ephemeral port range (Linux), or the IANA one.
+fn ephemeral_range() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|p| p.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((49152, 65535))
+}
+
 fn write_all_keys(cfg: &ClusterConfig, master: &[u8]) -> Result<(), ConfigError> {
     for me in cfg.principals() {
         let keys: Vec<_> = cfg
@@ -262,10 +303,10 @@ fn write_holder_files(cfg: &ClusterConfig, rng: &mut impl rand::Rng) -> Result<(
         let mut seed = [0u8; 32];
         rng.fill_bytes(&mut seed);
         let path = cfg.key_file_of(me)?;
-        let keys = crate::holder::write_holder_file(&path, &cfg.cluster.id, me, &seed)
+        let keys = redoubt_keyholder::write_holder_file(&path, &cfg.cluster.id, me, &seed)
             .map_err(|e| ConfigError::InitInvalid(e.to_string()))?;
         seed.fill(0);
         public.push((me, keys));
     }
-    crate::keys::write_directory(&cfg.directory_path(), &cfg.cluster.id, &public)
+    write_directory(&cfg.directory_path(), &cfg.cluster.id, &public)
 }

@@ -1,8 +1,8 @@
 //! The redoubt node: everything a replica process needs around the pure protocol core.
 //!
-//! - [`config`]: the cluster config file (TOML) and its validation;
-//! - [`keys`]: per-principal key files;
-//! - [`init`]: generating a cluster (`redoubt init`);
+//! - [`init`]: generating a cluster (`redoubt init`); the cluster file itself is
+//!   `redoubt-config`;
+//! - [`holder`]: serving a replica's key holder (`redoubt-keyholder`) from this process;
 //! - [`storage`]: the durable journal (group-committed before sends);
 //! - [`runtime`]: the replica event loop on tokio (`redoubt replica`);
 //! - [`metrics`] and [`status`]: Prometheus metrics and the JSON status over HTTP;
@@ -12,10 +12,8 @@
 //! protocol decides, only carry bytes, time and durability to and from it.
 
 pub mod baseline;
-pub mod config;
 pub mod holder;
 pub mod init;
-pub mod keys;
 pub mod logging;
 pub mod metrics;
 pub mod runtime;

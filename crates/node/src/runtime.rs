@@ -1,4 +1,4 @@
-//! The replica process: hosts the pure core on tokio.
+//! The replica process: hosts the pure core, and the service it replicates, on tokio.
 //!
 //! One task owns the [`Replica`]; everything else talks to it through bounded channels. Each
 //! turn of the loop takes a batch of inputs (frames from the listener and from peer links, or a
@@ -6,19 +6,17 @@
 //! journal once for the whole batch, and only then performs the sends: a message never leaves
 //! before the state it depends on is durable (group commit).
 
-use crate::config::{ClusterConfig, ConfigError};
-use crate::keys::load_keys;
 use crate::metrics::{self, Metrics};
 use crate::status::{RecoveryBreakdown, StatusReport};
 use crate::storage::{Journal, StorageError};
+use redoubt_config::{load_keys, ClusterConfig, ConfigError};
 use redoubt_core::auth::verify_request;
 use redoubt_core::message::{decode_body, decode_frame, frame_sender, Message, Reject};
 use redoubt_core::open_state;
 use redoubt_core::state::FileStore;
 use redoubt_core::{
-    Bytes, ClientId, Effect, Env, Event, Input, Keys, Principal, Replica, ReplicaId,
+    Bytes, ClientId, Effect, Env, Event, Input, Keys, Principal, Replica, ReplicaId, Service,
 };
-use redoubt_services::kv::KvService;
 use redoubt_transport::{ConnId, Link, LinkConfig, Listener, ListenerConfig};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -93,11 +91,11 @@ fn penalised(reason: Reject, session_keys: bool) -> bool {
     }
 }
 
-struct Node {
+struct Node<S: Service> {
     id: ReplicaId,
     /// Bytes of every frame received (peers and clients).
     bytes_received: u64,
-    replica: Replica<KvService, Keys>,
+    replica: Replica<S, Keys>,
     session_keys: bool,
     opts: RunOptions,
     /// Process start, restore duration and the time spent handling Input::Recover (new key).
@@ -129,7 +127,7 @@ struct Node {
     last_status_update: Option<Instant>,
 }
 
-impl Node {
+impl<S: Service> Node<S> {
     fn env(&self) -> Env {
         Env {
             now_ms: now_ms(),
@@ -591,11 +589,28 @@ impl Node {
     }
 }
 
-/// Runs replica `id` of the cluster described by `config_path` until SIGTERM or SIGINT.
-pub async fn run_replica(
+/// Stops a spawned task when dropped: the metrics endpoint stops with its replica, whether
+/// `run_replica` returns or its task is aborted (a replica restarted inside one process, as
+/// tests do, must be able to bind the endpoint again).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs replica `id` of the cluster described by `config_path`, hosting `service`, until
+/// SIGTERM or SIGINT. Every replica of a cluster must host the same service (the same code,
+/// with the same parameters): the replicas' states and replies must agree byte for byte.
+///
+/// `service` is fresh: the runtime restores the replica from its journal and page store (or
+/// starts it empty) and has the service [`load`](Service::load) that state.
+pub async fn run_replica<S: Service + Send + 'static>(
     config_path: &Path,
     id: ReplicaId,
     opts: RunOptions,
+    service: S,
 ) -> Result<(), NodeError> {
     let process_started_ms = now_ms();
     let cfg = ClusterConfig::load(config_path)?;
@@ -627,7 +642,7 @@ pub async fn run_replica(
         cfg.protocol.clone(),
         id,
         keys,
-        KvService::new(),
+        service,
         state,
         &records,
         cfg.state.check_on_start,
@@ -665,6 +680,7 @@ pub async fn run_replica(
     let status = Arc::new(Mutex::new(StatusReport::default()));
     let _http = metrics::serve(entry.metrics_addr, metrics.clone(), status.clone())
         .await
+        .map(AbortOnDrop)
         .map_err(|e| bind_err("metrics", "metrics_addr", entry.metrics_addr, e))?;
     let (link_tx, mut link_rx) = mpsc::channel::<Vec<u8>>(INBOUND_FRAMES_MAX);
     let link_cfg = LinkConfig {

@@ -1,11 +1,12 @@
 //! Every configuration, key file and `init` error names the file and says what to do; the
 //! happy path round-trips through `redoubt init`.
 
+use redoubt_config::keys::write_key_file;
+use redoubt_config::load_keys;
+use redoubt_config::{ClusterConfig, ConfigError};
 use redoubt_core::{Auth, Principal};
 use redoubt_crypto::Digest;
-use redoubt_node::config::{ClusterConfig, ConfigError};
 use redoubt_node::init::{init_cluster, InitOptions};
-use redoubt_node::keys::{load_keys, write_key_file};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -164,6 +165,56 @@ fn unknown_field_has_line() {
             "docs/configuration.md",
         ],
     );
+}
+
+/// `[protocol]` deserializes straight into `redoubt_core::Config`, laid over its defaults:
+/// its errors are as precise as those of the other sections.
+#[test]
+fn protocol_options_are_checked_like_the_others() {
+    let text = format!(
+        "{CLUSTER}{}[protocol]\nf = 1\nlog_sise = 512\n",
+        replicas(4)
+    );
+    let line = text.lines().position(|l| l == "log_sise = 512").unwrap() + 1;
+    let (msg, path) = load_err(&text);
+    assert_contains(
+        &msg,
+        &[
+            &path.display().to_string(),
+            "unknown option `log_sise`",
+            "`log_size`",
+            &format!("line {line}, column 1"),
+            "docs/configuration.md",
+        ],
+    );
+    let text = format!("{CLUSTER}{}[protocol]\ndigest_replies = 1\n", replicas(4));
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("digest_replies"))
+        .unwrap()
+        + 1;
+    let (msg, _) = load_err(&text);
+    assert_contains(
+        &msg,
+        &[
+            "invalid type",
+            "bool",
+            &format!("line {line}"),
+            "fix the value",
+        ],
+    );
+    // Options left out keep their defaults.
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &format!(
+            "{CLUSTER}{}[protocol]\ndigest_replies = false\n",
+            replicas(4)
+        ),
+    );
+    let mut expected = redoubt_core::Config::new(1);
+    expected.digest_replies = false;
+    assert_eq!(ClusterConfig::load(&path).unwrap().protocol, expected);
 }
 
 #[test]
@@ -764,7 +815,7 @@ fn session_init_writes_holder_files_and_directory() {
     for p in cfg.principals() {
         assert_eq!(mode(&cfg.key_file_of(p).unwrap()), 0o600);
     }
-    let directory = redoubt_node::keys::load_directory(&cfg).unwrap();
+    let directory = redoubt_config::keys::load_directory(&cfg).unwrap();
     assert_eq!(directory.keys.len(), cfg.principals().len());
     // A client keeps its key holder in its own process.
     assert!(matches!(

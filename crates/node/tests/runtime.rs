@@ -1,31 +1,11 @@
 //! The replica runtime end to end inside one process: four `run_replica` tasks on loopback, a
 //! client doing key-value work, one replica's journal surviving a restart.
 
-use redoubt_client::{ClientSetup, KvClient};
-use redoubt_core::Principal;
-use redoubt_node::config::ClusterConfig;
+use redoubt_client::ClientSetup;
+use redoubt_config::ClusterConfig;
 use redoubt_node::init::{init_cluster, InitOptions};
-use redoubt_node::keys::load_keys;
-use std::net::TcpListener;
+use redoubt_services::kv::{KvClient, KvService};
 use std::time::Duration;
-
-fn free_base_port() -> u16 {
-    // Find a base where base..base+4 and base+100..base+104 are all free.
-    loop {
-        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-        let base = probe.local_addr().unwrap().port();
-        drop(probe);
-        if base > 60_000 {
-            continue;
-        }
-        let ok = (0..4)
-            .chain(100..104)
-            .all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok());
-        if ok {
-            return base;
-        }
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_replicas_serve_kv_and_survive_a_restart() {
@@ -34,7 +14,7 @@ async fn four_replicas_serve_kv_and_survive_a_restart() {
         replicas: 4,
         clients: 1,
         out: dir.path().join("c"),
-        base_port: free_base_port(),
+        base_port: redoubt_node::init::free_base_port(4).unwrap(),
         ..InitOptions::default()
     };
     let path = init_cluster(&opts).unwrap();
@@ -47,16 +27,11 @@ async fn four_replicas_serve_kv_and_survive_a_restart() {
         .map(|i| {
             let p = path.clone();
             Some(tokio::spawn(async move {
-                redoubt_node::run_replica(&p, i, Default::default()).await
+                redoubt_node::run_replica(&p, i, Default::default(), KvService::new()).await
             }))
         })
         .collect();
-    let mut setup = ClientSetup::new(
-        1,
-        cfg.replicas.iter().map(|r| r.addr).collect(),
-        cfg.protocol.clone(),
-        load_keys(&cfg, Principal::Client(1)).unwrap(),
-    );
+    let mut setup = ClientSetup::from_config(&path, 1).unwrap();
     setup.deadline = Duration::from_secs(20);
     let kv = KvClient::connect(setup).await.unwrap();
     for i in 0..50 {
@@ -71,13 +46,18 @@ async fn four_replicas_serve_kv_and_survive_a_restart() {
     }
     let p = path.clone();
     tasks[3] = Some(tokio::spawn(async move {
-        redoubt_node::run_replica(&p, 3, Default::default()).await
+        redoubt_node::run_replica(&p, 3, Default::default(), KvService::new()).await
     }));
     for i in 80..100 {
         kv.put(format!("k{i}"), format!("v{i}")).await.unwrap();
     }
     assert_eq!(kv.get("k99").await.unwrap(), Some(b"v99".to_vec()));
     assert_eq!(kv.get("k55").await.unwrap(), Some(b"v55".to_vec()));
+    // Every replica is still running, the restarted one included (one that could not bind its
+    // addresses, for instance, would have returned an error).
+    for (i, t) in tasks.iter().enumerate() {
+        assert!(!t.as_ref().unwrap().is_finished(), "replica {i} stopped");
+    }
     for t in tasks.into_iter().flatten() {
         t.abort();
     }

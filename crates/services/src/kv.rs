@@ -4,6 +4,12 @@
 //! [`KvService`] keeps every pair in the replicated, paged state through [`crate::pagedkv`], so
 //! checkpoints, digests and state transfer cover it page by page, and a state larger than RAM
 //! works (only keys and free space are indexed in memory).
+//!
+//! [`KvClient`] is the client side: the typed operations over `redoubt_client::Client`.
+
+mod client;
+
+pub use client::{KvClient, KvClientError};
 
 use crate::pagedkv::{PagedKv, PagedKvError};
 use redoubt_core::{ExecContext, Service};

@@ -9,6 +9,10 @@
 //! can submit arbitrary bytes): malformed operations yield an error *result*, malformed
 //! snapshots an `Err`. Encodings (results and snapshots) are canonical, so correct replicas
 //! produce byte-identical replies and checkpoint digests.
+//!
+//! Each service also has its client here ([`kv::KvClient`]), the typed operations an
+//! application calls over `redoubt_client::Client`. A client runs in the application's process,
+//! not on the replicas; the rules above are for the services.
 
 pub mod kv;
 pub mod pagedkv;

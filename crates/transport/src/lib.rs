@@ -29,9 +29,14 @@ mod listener;
 pub use frame::{read_buffered_frame, read_frame, write_frame, FrameError, LEN_PREFIX_BYTES};
 pub use link::{Inbound, Link, LinkConfig, LinkStats};
 pub use listener::{ConnId, ConnSender, Listener, ListenerConfig, ListenerStats};
-pub use redoubt_core::Bytes;
 
 use std::time::Duration;
+
+/// The bytes of one frame, shared by the queues that carry it (a broadcast queues one frame
+/// for every peer without copying it). The transport depends on no other crate of redoubt;
+/// this is the same type as `redoubt_core::Bytes`, so the protocol core's frames go to links
+/// and listeners as they are.
+pub type Bytes = std::sync::Arc<Vec<u8>>;
 
 /// Why a frame was not queued. The frame is dropped in every case.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

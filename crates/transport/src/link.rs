@@ -1,8 +1,8 @@
 //! The dialing side: a connection to one address that reconnects forever.
 
 use crate::frame::{read_buffered_frame, write_frame, FrameError, READ_BUFFER_BYTES};
+use crate::Bytes;
 use crate::{jittered, LinkError};
-use redoubt_core::Bytes;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;

@@ -1,8 +1,8 @@
 //! The accepting side: one reader and one writer task per connection, all bounded.
 
 use crate::frame::{read_buffered_frame, write_frame, FrameError, READ_BUFFER_BYTES};
+use crate::Bytes;
 use crate::LinkError;
-use redoubt_core::Bytes;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

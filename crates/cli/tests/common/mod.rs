@@ -4,39 +4,17 @@
 #![allow(dead_code)] // each test file uses a different part
 
 use redoubt_client::ClientSetup;
-use redoubt_core::Principal;
-use redoubt_node::config::ClusterConfig;
-use redoubt_node::keys::load_keys;
+use redoubt_config::ClusterConfig;
 use std::fs::OpenOptions;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Offset of a replica's metrics port from its protocol port (`redoubt init`).
-const METRICS_OFFSET: u16 = 100;
-
 /// The `redoubt` binary built for these tests.
 pub fn redoubt() -> Command {
     Command::new(env!("CARGO_BIN_EXE_redoubt"))
-}
-
-/// A base port whose `n` protocol and `n` metrics ports are free now. Candidates are random
-/// and below the ephemeral range, so that tests running in parallel do not collide.
-pub fn free_base_port(n: u16) -> u16 {
-    use rand::RngExt as _;
-    let mut rng = rand::rng();
-    for _ in 0..500 {
-        let base: u16 = rng.random_range(10_000..32_000);
-        let free = (0..n)
-            .flat_map(|i| [base + i, base + METRICS_OFFSET + i])
-            .all(|p| TcpListener::bind((Ipv4Addr::LOCALHOST, p)).is_ok());
-        if free {
-            return base;
-        }
-    }
-    panic!("no free port range on 127.0.0.1");
 }
 
 /// Runs `redoubt init` into `dir` with free ports; returns the config path.
@@ -46,7 +24,7 @@ pub fn init(dir: &Path, replicas: u32, clients: u32) -> PathBuf {
 
 /// [`init`] with extra `redoubt init` arguments (e.g. `--static-keys`).
 pub fn init_with(dir: &Path, replicas: u32, clients: u32, extra: &[&str]) -> PathBuf {
-    let base = free_base_port(replicas as u16);
+    let base = redoubt_node::init::free_base_port(replicas as u16).expect("free ports");
     let out = redoubt()
         .args(["init", "--replicas", &replicas.to_string()])
         .args(extra)
@@ -368,15 +346,9 @@ impl Cluster {
 
     /// A client setup for client `c`, with a short deadline.
     pub fn client_setup(&self, c: u64, deadline: Duration) -> ClientSetup {
-        let keys = load_keys(&self.cfg, Principal::Client(c)).expect("client keys");
         ClientSetup {
-            id: c,
-            replicas: self.cfg.replicas.iter().map(|r| r.addr).collect(),
-            core: self.cfg.protocol.clone(),
-            timing: self.cfg.client_timing(),
-            keys,
             deadline,
-            frame_bytes_max: self.cfg.protocol.message_bytes_max,
+            ..ClientSetup::from_cluster(&self.cfg, c).expect("client setup")
         }
     }
 

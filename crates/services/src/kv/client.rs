@@ -1,11 +1,12 @@
-//! The typed key-value API over [`Client`].
+//! The client side of the key-value store: its typed operations over the library's
+//! [`Client`].
 
-use crate::{Client, ClientError, ClientSetup};
-use redoubt_services::kv::{KvOp, KvResult};
+use super::{KvOp, KvResult};
+use redoubt_client::{Client, ClientError, ClientSetup};
 
 /// Why a key-value operation failed.
 #[derive(Debug, thiserror::Error)]
-pub enum KvError {
+pub enum KvClientError {
     /// The cluster did not answer (see [`ClientError`]).
     #[error(transparent)]
     Client(#[from] ClientError),
@@ -19,7 +20,7 @@ pub enum KvError {
     UnexpectedReply { op: &'static str, reply: String },
 }
 
-/// A client of the replicated key-value store ([`redoubt_services::kv`]).
+/// A client of the replicated key-value store ([`super::KvService`]).
 #[derive(Clone, Debug)]
 pub struct KvClient {
     client: Client,
@@ -42,7 +43,7 @@ impl KvClient {
     }
 
     /// The value under `key`, if any.
-    pub async fn get(&self, key: impl Into<Vec<u8>>) -> Result<Option<Vec<u8>>, KvError> {
+    pub async fn get(&self, key: impl Into<Vec<u8>>) -> Result<Option<Vec<u8>>, KvClientError> {
         let op = KvOp::Get { key: key.into() };
         match self.run(op, "get").await? {
             KvResult::Value(v) => Ok(v),
@@ -55,7 +56,7 @@ impl KvClient {
         &self,
         key: impl Into<Vec<u8>>,
         value: impl Into<Vec<u8>>,
-    ) -> Result<Option<Vec<u8>>, KvError> {
+    ) -> Result<Option<Vec<u8>>, KvClientError> {
         let op = KvOp::Put {
             key: key.into(),
             value: value.into(),
@@ -71,7 +72,7 @@ impl KvClient {
         &self,
         key: impl Into<Vec<u8>>,
         value: impl Into<Vec<u8>>,
-    ) -> Result<(), KvError> {
+    ) -> Result<(), KvClientError> {
         let op = KvOp::Set {
             key: key.into(),
             value: value.into(),
@@ -83,7 +84,7 @@ impl KvClient {
     }
 
     /// Removes `key`; returns the previous value.
-    pub async fn delete(&self, key: impl Into<Vec<u8>>) -> Result<Option<Vec<u8>>, KvError> {
+    pub async fn delete(&self, key: impl Into<Vec<u8>>) -> Result<Option<Vec<u8>>, KvClientError> {
         let op = KvOp::Delete { key: key.into() };
         match self.run(op, "delete").await? {
             KvResult::Written { previous } => Ok(previous),
@@ -98,7 +99,7 @@ impl KvClient {
         key: impl Into<Vec<u8>>,
         expected: Option<Vec<u8>>,
         new: impl Into<Vec<u8>>,
-    ) -> Result<(bool, Option<Vec<u8>>), KvError> {
+    ) -> Result<(bool, Option<Vec<u8>>), KvClientError> {
         let op = KvOp::Cas {
             key: key.into(),
             expected,
@@ -116,7 +117,7 @@ impl KvClient {
         start: impl Into<Vec<u8>>,
         end: Option<Vec<u8>>,
         limit: u32,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, KvError> {
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, KvClientError> {
         let op = KvOp::Scan {
             start: start.into(),
             end,
@@ -128,7 +129,7 @@ impl KvClient {
         }
     }
 
-    async fn run(&self, op: KvOp, name: &'static str) -> Result<KvResult, KvError> {
+    async fn run(&self, op: KvOp, name: &'static str) -> Result<KvResult, KvClientError> {
         let bytes = op.encode();
         let reply = if op.is_read_only() {
             self.client.invoke_read_only(bytes).await?
@@ -136,9 +137,9 @@ impl KvClient {
             self.client.invoke(bytes).await?
         };
         match KvResult::decode(&reply) {
-            Ok(KvResult::Error(msg)) => Err(KvError::Refused(msg)),
+            Ok(KvResult::Error(msg)) => Err(KvClientError::Refused(msg)),
             Ok(result) => Ok(result),
-            Err(e) => Err(KvError::UnexpectedReply {
+            Err(e) => Err(KvClientError::UnexpectedReply {
                 op: name,
                 reply: format!("undecodable result ({e})"),
             }),
@@ -146,8 +147,8 @@ impl KvClient {
     }
 }
 
-fn unexpected(op: &'static str, result: KvResult) -> KvError {
-    KvError::UnexpectedReply {
+fn unexpected(op: &'static str, result: KvResult) -> KvClientError {
+    KvClientError::UnexpectedReply {
         op,
         reply: format!("{result:?}"),
     }

@@ -1,5 +1,13 @@
-//! Key files: one per principal, mode 0600, holding only that principal's directional MAC keys
-//! with each of its peers (a replica with every other principal, a client with every replica).
+//! A principal's keys as the cluster file names them ([`load_keys`]), and the files they are
+//! kept in.
+//!
+//! With session keys (`[keys] mode = "session"`) every principal has a key-holder file (see
+//! `redoubt-keyholder`) and the cluster a public-key directory ([`load_directory`]): a client
+//! runs its key holder in its own process, a replica reaches its own over a Unix socket.
+//!
+//! With static keys, key files: one per principal, mode 0600, holding only that principal's
+//! directional MAC keys with each of its peers (a replica with every other principal, a client
+//! with every replica).
 //!
 //! ```toml
 //! principal = "replica:0"
@@ -11,11 +19,12 @@
 //! recv = "<64 hex digits>"   # key replica:1 → replica:0
 //! ```
 
-use crate::config::{parse_principal, principal_name, ClusterConfig, ConfigError, Location};
+use crate::{ClusterConfig, ConfigError, Location};
 use redoubt_core::keys::{Directory, Keys, SessionKeys};
 use redoubt_core::{Principal, StaticKeys};
 use redoubt_crypto::pk::{PublicKeys, SealPublicKey, VerifyKey};
 use redoubt_crypto::{MacKey, KEY_LEN};
+use redoubt_keyholder::{hex, parse_principal, principal_name, unhex32, HolderFile};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -113,7 +122,7 @@ pub fn load_keys(cfg: &ClusterConfig, me: Principal) -> Result<Keys, ConfigError
     let holder: Box<dyn redoubt_core::KeyHolder> = match me {
         Principal::Replica(id) => {
             let socket = cfg.holder_socket_of(id)?;
-            let h = crate::holder::SocketHolder::connect(&socket, me).map_err(|e| {
+            let h = redoubt_keyholder::SocketHolder::connect(&socket, me).map_err(|e| {
                 ConfigError::KeyHolder {
                     principal: principal_name(me),
                     socket: socket.clone(),
@@ -125,19 +134,19 @@ pub fn load_keys(cfg: &ClusterConfig, me: Principal) -> Result<Keys, ConfigError
             Box::new(h)
         }
         Principal::Client(_) => {
-            let file = crate::holder::read_holder_file(&cfg.key_file_of(me)?, me)?;
+            let file = redoubt_keyholder::read_holder_file(&cfg.key_file_of(me)?, me)?;
             check_holder_cluster(cfg, &file)?;
-            Box::new(crate::holder::FileHolder::open(file, directory.clone())?)
+            Box::new(redoubt_keyholder::FileHolder::open(
+                file,
+                directory.clone(),
+            )?)
         }
     };
     Ok(Keys::Session(SessionKeys::new(holder, directory)))
 }
 
 /// Refuses a key-holder file of another cluster.
-pub fn check_holder_cluster(
-    cfg: &ClusterConfig,
-    file: &crate::holder::HolderFile,
-) -> Result<(), ConfigError> {
+pub fn check_holder_cluster(cfg: &ClusterConfig, file: &HolderFile) -> Result<(), ConfigError> {
     if file.cluster_id != cfg.cluster.id {
         return Err(ConfigError::KeyCluster {
             path: file.path.clone(),
@@ -226,10 +235,8 @@ pub fn load_directory(cfg: &ClusterConfig) -> Result<Directory, ConfigError> {
                 e.name
             ))
         })?;
-        let verify = crate::holder::unhex32(&e.verify)
-            .map_err(|m| err(format!("{}: verify key {m}", e.name)))?;
-        let seal = crate::holder::unhex32(&e.seal)
-            .map_err(|m| err(format!("{}: seal key {m}", e.name)))?;
+        let verify = unhex32(&e.verify).map_err(|m| err(format!("{}: verify key {m}", e.name)))?;
+        let seal = unhex32(&e.seal).map_err(|m| err(format!("{}: seal key {m}", e.name)))?;
         if keys
             .insert(
                 p,
@@ -371,14 +378,6 @@ fn locate(src: &str, span: Option<std::ops::Range<usize>>) -> Location {
         }
     }
     at
-}
-
-fn hex(bytes: &[u8]) -> String {
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
 }
 
 fn decode_key(s: &str) -> Result<MacKey, String> {

@@ -1,0 +1,32 @@
+//! The cluster file of redoubt (TOML): one file describes the whole cluster — its replicas,
+//! its clients, the protocol parameters and the node runtime settings — and the key files it
+//! names. Replicas (`redoubt-node`) and clients (`redoubt-client`) read the same file through
+//! this crate.
+//!
+//! - [`ClusterConfig`]: the file, read ([`ClusterConfig::load`]), validated and written
+//!   ([`ClusterConfig::to_toml`], what `redoubt init` writes);
+//! - [`protocol`]: `[protocol]`, which is [`redoubt_core::Config`] itself;
+//! - [`sections`]: the other sections and the replica and client entries;
+//! - [`keys`]: key files, the public-key directory, and a principal's keys as the file names
+//!   them ([`keys::load_keys`]);
+//! - [`ConfigError`]: every error names the file concerned and says what to do about it.
+//!
+//! Every option, its default and its unit is documented in `docs/configuration.md`; the file
+//! that `redoubt init` writes lists every option with a comment. Unknown keys are errors, so a
+//! misspelt option never silently falls back to its default.
+
+mod cluster;
+mod error;
+pub mod keys;
+pub mod protocol;
+pub mod sections;
+mod template;
+
+pub use cluster::{override_toml, ClusterConfig};
+pub use error::{ConfigError, Location};
+pub use keys::load_keys;
+pub use redoubt_keyholder::{parse_principal, principal_name};
+pub use sections::{
+    ClientEntry, ClientSection, ClusterSection, KeysSection, NodeSection, RecoverySection,
+    ReplicaEntry, StateSection, StorageSection, KEY_MODES, LOG_FORMATS,
+};

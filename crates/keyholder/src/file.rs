@@ -1,0 +1,318 @@
+//! The key-holder file and the key holder that keeps its secrets in memory ([`FileHolder`]):
+//! in a client's own process, or behind a replica's socket ([`crate::serve`]).
+
+use crate::{hex, parse_principal, principal_name, unhex32, HolderFileError};
+use redoubt_core::keys::{Admitted, Directory, HolderError, KeyHolder, NewKey, Purpose};
+use redoubt_core::Principal;
+use redoubt_crypto::pk::{self, HolderSecrets, SealPublicKey, Signature};
+use redoubt_crypto::{Digest, MacKey};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHolderFile {
+    principal: String,
+    cluster_id: String,
+    seed: String,
+}
+
+/// A key-holder file, read.
+pub struct HolderFile {
+    pub principal: Principal,
+    pub cluster_id: String,
+    pub secrets: HolderSecrets,
+    pub path: PathBuf,
+}
+
+/// Writes a new key-holder file (mode 0600, never overwriting) with a seed from the operating
+/// system's generator; returns the principal's public keys.
+pub fn write_holder_file(
+    path: &Path,
+    cluster_id: &str,
+    me: Principal,
+    seed: &[u8; 32],
+) -> Result<pk::PublicKeys, HolderFileError> {
+    let text = format!(
+        "# redoubt key-holder file of {who}: the seed of its long-term signing and opening keys.\n\
+         # Readable only by the key holder (mode 0600); never copy it to another host.\n\
+         principal = \"{who}\"\ncluster_id = \"{cluster_id}\"\nseed = \"{seed}\"\n",
+        who = principal_name(me),
+        seed = hex(seed),
+    );
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|source| HolderFileError::Write {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    f.write_all(text.as_bytes())
+        .and_then(|_| f.sync_all())
+        .map_err(|source| HolderFileError::Write {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Ok(HolderSecrets::from_seed(seed).public())
+}
+
+/// Reads and checks a key-holder file: mode 0600 or stricter, the expected principal.
+pub fn read_holder_file(path: &Path, me: Principal) -> Result<HolderFile, HolderFileError> {
+    let read = |source| HolderFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(path).map_err(read)?;
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(HolderFileError::Permissions {
+            path: path.to_path_buf(),
+            mode,
+        });
+    }
+    let src = std::fs::read_to_string(path).map_err(read)?;
+    let malformed = |message: String| HolderFileError::Malformed {
+        path: path.to_path_buf(),
+        message,
+    };
+    let raw: RawHolderFile =
+        toml::from_str(&src).map_err(|e| malformed(e.message().trim().to_string()))?;
+    let principal = parse_principal(&raw.principal).ok_or_else(|| {
+        malformed(format!(
+            "principal {:?} is not replica:N or client:N",
+            raw.principal
+        ))
+    })?;
+    if principal != me {
+        return Err(malformed(format!(
+            "it belongs to {}, not to {}",
+            principal_name(principal),
+            principal_name(me)
+        )));
+    }
+    let seed = unhex32(&raw.seed).map_err(|e| malformed(format!("seed: {e}")))?;
+    Ok(HolderFile {
+        principal,
+        cluster_id: raw.cluster_id,
+        secrets: HolderSecrets::from_seed(&seed),
+        path: path.to_path_buf(),
+    })
+}
+
+/// A key holder over a key-holder file: secrets in memory, randomness from the operating
+/// system, the counter persisted in `<file>.counter` before each signature is released, and
+/// the last NEW-KEY counter admitted from each principal persisted in `<file>.admitted` before
+/// the key it carries is released.
+pub struct FileHolder {
+    who: Principal,
+    secrets: HolderSecrets,
+    directory: Arc<Directory>,
+    counter: u64,
+    counter_path: PathBuf,
+    admitted: BTreeMap<Principal, u64>,
+    admitted_path: PathBuf,
+}
+
+/// `path` with `suffix` appended to its file name.
+pub(crate) fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut p = path.as_os_str().to_os_string();
+    p.push(suffix);
+    PathBuf::from(p)
+}
+
+/// Reads a file the key holder keeps; `None` if it does not exist.
+fn read_optional(path: &Path) -> Result<Option<String>, HolderFileError> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(HolderFileError::Read {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Parses `<file>.admitted`: one `<principal> <counter>` per line (`#` comments and blank
+/// lines ignored). Principals not in `directory` are dropped: they cannot be admitted, and
+/// the record stays bounded by the directory.
+fn parse_admitted(
+    path: &Path,
+    text: &str,
+    directory: &Directory,
+) -> Result<BTreeMap<Principal, u64>, HolderFileError> {
+    let mut out = BTreeMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let malformed = |message: String| HolderFileError::Malformed {
+            path: path.to_path_buf(),
+            message: format!("line {}: {message}", i + 1),
+        };
+        let mut words = line.split_whitespace();
+        let (Some(who), Some(counter), None) = (words.next(), words.next(), words.next()) else {
+            return Err(malformed(format!(
+                "expected `<principal> <counter>`, found {line:?}"
+            )));
+        };
+        let p = parse_principal(who)
+            .ok_or_else(|| malformed(format!("{who:?} is not replica:N or client:N")))?;
+        let counter = counter
+            .parse::<u64>()
+            .map_err(|e| malformed(format!("counter {counter:?}: {e}")))?;
+        if out.insert(p, counter).is_some() {
+            return Err(malformed(format!("{who} is listed twice")));
+        }
+    }
+    out.retain(|p, _| directory.get(*p).is_some());
+    Ok(out)
+}
+
+fn format_admitted(admitted: &BTreeMap<Principal, u64>) -> String {
+    let mut text = String::from(
+        "# redoubt key holder: the counter of the last NEW-KEY admitted from each principal.\n\
+         # Written by the key holder before it releases a key; never edit or delete it.\n",
+    );
+    for (p, c) in admitted {
+        let _ = writeln!(text, "{} {c}", principal_name(*p));
+    }
+    text
+}
+
+/// Replaces `path` by `text` durably: a synced temporary file renamed over it, then the
+/// directory synced.
+fn write_synced(path: &Path, text: &str) -> std::io::Result<()> {
+    let tmp = beside(path, ".tmp");
+    {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+impl FileHolder {
+    /// Opens the key holder of `file`, which admits NEW-KEYs from the principals of
+    /// `directory`, with its counter and admitted counters as persisted beside the file.
+    pub fn open(
+        file: HolderFile,
+        directory: Arc<Directory>,
+    ) -> Result<FileHolder, HolderFileError> {
+        let counter_path = beside(&file.path, ".counter");
+        let counter = match read_optional(&counter_path)? {
+            Some(s) => s
+                .trim()
+                .parse::<u64>()
+                .map_err(|e| HolderFileError::Malformed {
+                    path: counter_path.clone(),
+                    message: format!("counter: {e}"),
+                })?,
+            None => 0,
+        };
+        let admitted_path = beside(&file.path, ".admitted");
+        let admitted = match read_optional(&admitted_path)? {
+            Some(s) => parse_admitted(&admitted_path, &s, &directory)?,
+            None => BTreeMap::new(),
+        };
+        Ok(FileHolder {
+            who: file.principal,
+            secrets: file.secrets,
+            directory,
+            counter,
+            counter_path,
+            admitted,
+            admitted_path,
+        })
+    }
+
+    /// The current counter value.
+    pub fn counter(&self) -> u64 {
+        self.counter
+    }
+
+    /// The counter of the last NEW-KEY admitted from `p`.
+    pub fn admitted(&self, p: Principal) -> Option<u64> {
+        self.admitted.get(&p).copied()
+    }
+
+    pub fn public(&self) -> pk::PublicKeys {
+        self.secrets.public()
+    }
+
+    fn persist_counter(&self, value: u64) -> std::io::Result<()> {
+        write_synced(&self.counter_path, &format!("{value}\n"))
+    }
+}
+
+fn random32() -> [u8; 32] {
+    use rand::Rng as _;
+    let mut out = [0u8; 32];
+    rand::rng().fill_bytes(&mut out);
+    out
+}
+
+impl KeyHolder for FileHolder {
+    fn principal(&self) -> Principal {
+        self.who
+    }
+    fn sign(
+        &mut self,
+        purpose: Purpose,
+        content: &Digest,
+    ) -> Result<(u64, Signature), HolderError> {
+        let next = self.counter + 1;
+        self.persist_counter(next)
+            .map_err(|e| HolderError::Refused(format!("cannot persist the counter: {e}")))?;
+        self.counter = next;
+        let st = redoubt_core::keys::holder_statement(purpose, self.who, next, content);
+        Ok((next, self.secrets.sign(&st.0)))
+    }
+    fn fresh_key(&mut self) -> Result<MacKey, HolderError> {
+        Ok(MacKey(random32()))
+    }
+    fn seal(
+        &mut self,
+        to: &SealPublicKey,
+        info: &[u8],
+        key: &MacKey,
+    ) -> Result<Vec<u8>, HolderError> {
+        Ok(pk::seal_key(to, info, &key.0, random32()))
+    }
+    fn admit(&mut self, nk: &NewKey) -> Result<Admitted, HolderError> {
+        let path = &self.admitted_path;
+        redoubt_core::keys::admit_new_key(
+            self.who,
+            &self.secrets,
+            &self.directory,
+            &mut self.admitted,
+            nk,
+            |next| {
+                write_synced(path, &format_admitted(next)).map_err(|e| {
+                    HolderError::Refused(format!(
+                        "cannot persist the admitted counters in {}: {e}",
+                        path.display()
+                    ))
+                })
+            },
+        )
+    }
+}

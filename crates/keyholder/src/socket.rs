@@ -1,0 +1,236 @@
+//! A replica's key holder in another process: [`serve`] answers on a Unix socket, and
+//! [`SocketHolder`] is the replica's side of it.
+
+use crate::{principal_name, FileHolder};
+use redoubt_core::keys::{Admitted, HolderError, KeyHolder, NewKey, Purpose};
+use redoubt_core::Principal;
+use redoubt_crypto::pk::{SealPublicKey, Signature};
+use redoubt_crypto::{Digest, MacKey};
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Largest request or answer on the key-holder socket (bytes).
+const FRAME_MAX: usize = 64 << 10;
+/// How long the replica waits for its key holder before reporting it unreachable.
+const SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the replica asks its key holder.
+#[derive(Debug, Serialize, Deserialize)]
+enum Request {
+    Principal,
+    Sign {
+        purpose: Purpose,
+        content: Digest,
+    },
+    FreshKey,
+    Seal {
+        to: SealPublicKey,
+        info: Vec<u8>,
+        key: MacKey,
+    },
+    Admit(NewKey),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Answer {
+    Principal(Principal),
+    Signed(u64, Signature),
+    Key(MacKey),
+    Sealed(Vec<u8>),
+    Admitted(Admitted),
+    Error(String),
+}
+
+fn write_frame(s: &mut UnixStream, body: &[u8]) -> std::io::Result<()> {
+    s.write_all(&(body.len() as u32).to_le_bytes())?;
+    s.write_all(body)
+}
+
+fn read_frame(s: &mut UnixStream) -> std::io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > FRAME_MAX {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes exceeds {FRAME_MAX}"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body)?;
+    Ok(body)
+}
+
+/// Serves `holder` on a Unix socket at `path` (replacing a stale socket; mode 0600) until the
+/// process ends. One connection at a time is enough: the replica holds one.
+pub fn serve(path: &Path, holder: FileHolder) -> std::io::Result<std::thread::JoinHandle<()>> {
+    if path.exists() {
+        std::fs::remove_file(path)?;
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    let holder = std::sync::Arc::new(std::sync::Mutex::new(holder));
+    let handle = std::thread::Builder::new()
+        .name("keyholder".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let holder = holder.clone();
+                let _ = std::thread::Builder::new()
+                    .name("keyholder-conn".into())
+                    .spawn(move || {
+                        while let Ok(body) = read_frame(&mut conn) {
+                            let answer = match postcard::from_bytes::<Request>(&body) {
+                                Ok(req) => {
+                                    let mut h = holder.lock().unwrap_or_else(|e| e.into_inner());
+                                    answer(&mut h, req)
+                                }
+                                Err(e) => Answer::Error(format!("malformed request: {e}")),
+                            };
+                            let out = postcard::to_stdvec(&answer).expect("answers encode");
+                            if write_frame(&mut conn, &out).is_err() {
+                                break;
+                            }
+                        }
+                    });
+            }
+        })?;
+    Ok(handle)
+}
+
+fn answer(h: &mut FileHolder, req: Request) -> Answer {
+    let err = |e: HolderError| Answer::Error(e.to_string());
+    match req {
+        Request::Principal => Answer::Principal(h.principal()),
+        Request::Sign { purpose, content } => match h.sign(purpose, &content) {
+            Ok((c, s)) => Answer::Signed(c, s),
+            Err(e) => err(e),
+        },
+        Request::FreshKey => h.fresh_key().map_or_else(err, Answer::Key),
+        Request::Seal { to, info, key } => {
+            h.seal(&to, &info, &key).map_or_else(err, Answer::Sealed)
+        }
+        Request::Admit(nk) => h.admit(&nk).map_or_else(err, Answer::Admitted),
+    }
+}
+
+/// The replica's side of the key-holder socket. Calls block (briefly) the caller; a broken
+/// connection is re-opened on the next call.
+pub struct SocketHolder {
+    who: Principal,
+    path: PathBuf,
+    conn: Option<UnixStream>,
+}
+
+impl SocketHolder {
+    /// Connects and checks that the key holder serves `who`.
+    pub fn connect(path: &Path, who: Principal) -> Result<SocketHolder, HolderError> {
+        let mut h = SocketHolder {
+            who,
+            path: path.to_path_buf(),
+            conn: None,
+        };
+        match h.call(Request::Principal)? {
+            Answer::Principal(p) if p == who => Ok(h),
+            Answer::Principal(p) => Err(HolderError::Refused(format!(
+                "the key holder at {} serves {}, not {}",
+                path.display(),
+                principal_name(p),
+                principal_name(who)
+            ))),
+            other => Err(HolderError::Refused(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    fn call(&mut self, req: Request) -> Result<Answer, HolderError> {
+        let body = postcard::to_stdvec(&req).expect("requests encode");
+        if body.len() > FRAME_MAX {
+            // The key holder would drop the connection; a NEW-KEY this large is not one a
+            // principal of the cluster sends.
+            return Err(HolderError::Refused(format!(
+                "a request of {} bytes exceeds the key holder's {FRAME_MAX}",
+                body.len()
+            )));
+        }
+        for attempt in 0..2 {
+            if self.conn.is_none() {
+                let c = UnixStream::connect(&self.path).map_err(|e| {
+                    HolderError::Unreachable(format!("{}: {e}", self.path.display()))
+                })?;
+                let _ = c.set_read_timeout(Some(SOCKET_TIMEOUT));
+                let _ = c.set_write_timeout(Some(SOCKET_TIMEOUT));
+                self.conn = Some(c);
+            }
+            let conn = self.conn.as_mut().expect("connected");
+            match write_frame(conn, &body).and_then(|_| read_frame(conn)) {
+                Ok(out) => {
+                    return match postcard::from_bytes::<Answer>(&out) {
+                        Ok(Answer::Error(e)) => Err(HolderError::Refused(e)),
+                        Ok(a) => Ok(a),
+                        Err(e) => Err(HolderError::Refused(format!("malformed answer: {e}"))),
+                    }
+                }
+                Err(e) => {
+                    self.conn = None;
+                    if attempt == 1 {
+                        return Err(HolderError::Unreachable(format!(
+                            "{}: {e}",
+                            self.path.display()
+                        )));
+                    }
+                }
+            }
+        }
+        unreachable!("the loop returns")
+    }
+}
+
+impl KeyHolder for SocketHolder {
+    fn principal(&self) -> Principal {
+        self.who
+    }
+    fn sign(
+        &mut self,
+        purpose: Purpose,
+        content: &Digest,
+    ) -> Result<(u64, Signature), HolderError> {
+        match self.call(Request::Sign {
+            purpose,
+            content: *content,
+        })? {
+            Answer::Signed(c, s) => Ok((c, s)),
+            other => Err(HolderError::Refused(format!("unexpected answer {other:?}"))),
+        }
+    }
+    fn fresh_key(&mut self) -> Result<MacKey, HolderError> {
+        match self.call(Request::FreshKey)? {
+            Answer::Key(k) => Ok(k),
+            other => Err(HolderError::Refused(format!("unexpected answer {other:?}"))),
+        }
+    }
+    fn seal(
+        &mut self,
+        to: &SealPublicKey,
+        info: &[u8],
+        key: &MacKey,
+    ) -> Result<Vec<u8>, HolderError> {
+        match self.call(Request::Seal {
+            to: *to,
+            info: info.to_vec(),
+            key: key.clone(),
+        })? {
+            Answer::Sealed(s) => Ok(s),
+            other => Err(HolderError::Refused(format!("unexpected answer {other:?}"))),
+        }
+    }
+    fn admit(&mut self, nk: &NewKey) -> Result<Admitted, HolderError> {
+        match self.call(Request::Admit(nk.clone()))? {
+            Answer::Admitted(a) => Ok(a),
+            other => Err(HolderError::Refused(format!("unexpected answer {other:?}"))),
+        }
+    }
+}
