@@ -230,7 +230,7 @@ fn a_restarted_replica_refuses_a_client_new_key_recorded_before_the_restart() {
         Config::new(1),
         0,
         Keys::Session(session_over(&dir, 0, r0, &nv, 0)),
-        Svc,
+        Svc::default(),
         fresh_state(),
     );
     let mut journal: Vec<Record> = Vec::new();
@@ -257,7 +257,7 @@ fn a_restarted_replica_refuses_a_client_new_key_recorded_before_the_restart() {
         Config::new(1),
         0,
         Keys::Session(session_over(&dir, 0, r0, &nv, 1)),
-        Svc,
+        Svc::default(),
         fresh_state(),
         &journal,
         true,

@@ -25,7 +25,7 @@ fn rep(id: u32) -> Replica<Svc, StaticKeys> {
         Config::new(1),
         id,
         keys(Principal::Replica(id)),
-        Svc,
+        Svc::default(),
         fresh_state(),
     )
 }
@@ -35,7 +35,7 @@ fn restore_r3(records: &[Record]) -> Replica<Svc, StaticKeys> {
         Config::new(1),
         3,
         keys(Principal::Replica(3)),
-        Svc,
+        Svc::default(),
         fresh_state(),
         records,
         true,
@@ -405,8 +405,13 @@ fn diverged_state_stops_execution_instead_of_looping() {
         let mut cfg = Config::new(1);
         cfg.checkpoint_interval = 2;
         cfg.log_size = 4;
-        let mut r3: Replica<Svc, StaticKeys> =
-            Replica::new(cfg, 3, keys(Principal::Replica(3)), Svc, fresh_state());
+        let mut r3: Replica<Svc, StaticKeys> = Replica::new(
+            cfg,
+            3,
+            keys(Principal::Replica(3)),
+            Svc::default(),
+            fresh_state(),
+        );
         let x = Digest([9; 32]);
         for s in [1u32, 2] {
             r3.handle(
@@ -789,7 +794,13 @@ fn replaced_requests_are_bounded_and_the_oldest_go_first() {
     let mut cfg = Config::new(1);
     cfg.batch_bytes_max = 8192;
     cfg.request_bytes_max = 4096;
-    let mut r1 = Replica::new(cfg, 1, keys(Principal::Replica(1)), Svc, fresh_state());
+    let mut r1 = Replica::new(
+        cfg,
+        1,
+        keys(Principal::Replica(1)),
+        Svc::default(),
+        fresh_state(),
+    );
     let bound = r1.footprint_bounds(1);
     assert!(bound.replaced > 8, "the count is not what binds here");
     for t in 1..=20 {
@@ -905,7 +916,7 @@ fn replies_to_one_request(op: &[u8], tune: impl Fn(&mut Config)) -> Vec<(u32, Re
                 cfg.clone(),
                 id,
                 keys(Principal::Replica(id)),
-                Svc,
+                Svc::default(),
                 fresh_state(),
             )
         })
@@ -1396,12 +1407,18 @@ fn a_restart_finds_again_that_its_checkpoint_differs_from_the_new_views() {
         c
     };
     let mk = |records: Option<&[Record]>| match records {
-        None => Replica::new(cfg(), 3, keys(Principal::Replica(3)), Svc, fresh_state()),
+        None => Replica::new(
+            cfg(),
+            3,
+            keys(Principal::Replica(3)),
+            Svc::default(),
+            fresh_state(),
+        ),
         Some(recs) => Replica::restore(
             cfg(),
             3,
             keys(Principal::Replica(3)),
-            Svc,
+            Svc::default(),
             fresh_state(),
             recs,
             true,

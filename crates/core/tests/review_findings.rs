@@ -91,7 +91,7 @@ impl Bench {
             Config::new(1),
             0,
             Keys::Session(session(&dir, Principal::Replica(0), 100)),
-            Svc,
+            Svc::default(),
             fresh_state(),
         );
         let peers = (0..N)
@@ -435,8 +435,13 @@ impl Cluster {
         };
         for i in 0..N {
             let k = c.keys(i);
-            c.reps
-                .push(Replica::new(Config::new(1), i, k, Svc, fresh_state()));
+            c.reps.push(Replica::new(
+                Config::new(1),
+                i,
+                k,
+                Svc::default(),
+                fresh_state(),
+            ));
         }
         c
     }
@@ -524,8 +529,16 @@ fn recover_from_a_tampered_view(hand_overs: u64) {
         doubted: vec![],
     });
     let k = c.keys(3);
-    c.reps[3] = Replica::restore(Config::new(1), 3, k, Svc, fresh_state(), &journal, true)
-        .expect("restores");
+    c.reps[3] = Replica::restore(
+        Config::new(1),
+        3,
+        k,
+        Svc::default(),
+        fresh_state(),
+        &journal,
+        true,
+    )
+    .expect("restores");
     let now = c.now;
     let effs = c.reps[3].handle(env(now), Input::Recover);
     for e in effs {
