@@ -1,8 +1,8 @@
-//! The view change: forged and relayed VIEW-CHANGEs, NEW-VIEWs for far views, ack spam, and
-//! the timers that start a view change.
+//! The view change: forged and relayed VIEW-CHANGEs, NEW-VIEWs for far views, ack spam, the
+//! timers that start a view change, and a view change at n = 7 that needs its 2f+1.
 //!
-//! Moved from `regressions.rs` (names unchanged): each scenario reproduced a bug found in
-//! review before its fix.
+//! The first five tests come from `regressions.rs` (names unchanged): each scenario
+//! reproduced a bug found in review before its fix.
 
 use redoubt_core::message::*;
 use redoubt_core::*;
@@ -156,4 +156,71 @@ fn a_view_change_for_a_later_view_counts_toward_the_view_change_timer() {
         2,
         "the timer ran and the replica moved on to view 2"
     );
+}
+
+/// n = 7 (f = 2). The primary (0) is faulty: it pre-prepares a client's request at backups 1
+/// and 2 only, then falls silent. Backups 5 and 6 lag (cut off from everyone). The other four
+/// time out and ask for a new view, but four are 2f: no NEW-VIEW, nothing executes. Once
+/// backup 5 is back, 2f+1 replicas change view and the request executes; once backup 6 is
+/// back, it catches up with the view and the execution.
+#[test]
+fn at_n_7_a_faulty_primary_is_replaced_once_2f_plus_1_replicas_change_view() {
+    let mut c = Cluster::builder(2).scripted([0]).live_client(7).build();
+    let lagging_5 = c.isolate(5);
+    let lagging_6 = c.isolate(6);
+    c.invoke(7, b"op");
+    c.deliver_all();
+    let sr = c
+        .sent()
+        .iter()
+        .find_map(|e| match &e.msg {
+            Message::Request(sr) if e.to == replica(0) => Some(sr.clone()),
+            _ => None,
+        })
+        .expect("the client sends its request to the primary");
+    let pp = pre_prepare(0, 1, vec![sr]);
+    for to in [1, 2] {
+        c.send(replica(0), replica(to), pp.clone());
+    }
+    let changed = |c: &Cluster, who: &[ReplicaId]| {
+        who.iter()
+            .all(|i| c.replica(*i).view() > 0 && c.replica(*i).is_normal())
+    };
+    let four = [1, 2, 3, 4];
+    assert!(
+        !c.run_until(30_000, |c| four.iter().any(|i| changed(c, &[*i]))),
+        "a view installed on 2f VIEW-CHANGEs"
+    );
+    assert!(four.iter().all(|i| c.replica(*i).view() > 0), "they asked");
+    assert!(c.live().all(|r| r.last_executed() == 0));
+    assert!(c.completions(7).is_empty());
+
+    c.unblock(lagging_5);
+    let five = [1, 2, 3, 4, 5];
+    assert!(
+        c.run_until(120_000, |c| !c.completions(7).is_empty()),
+        "2f+1 replicas replace the primary"
+    );
+    assert_eq!(c.completions(7)[0].result, b"op");
+    c.run(1_000);
+    assert!(changed(&c, &five));
+    let view = c.replica(1).view();
+    let executed = c.replica(1).last_executed();
+    for i in five {
+        assert_eq!(c.replica(i).view(), view, "replica {i}");
+        assert_eq!(c.replica(i).last_executed(), executed, "replica {i}");
+        assert_eq!(appended(c.replica(i).state()), 2, "replica {i} ran it once");
+    }
+    assert_eq!(c.replica(6).last_executed(), 0);
+
+    c.unblock(lagging_6);
+    let caught_up = |c: &Cluster| {
+        let r6 = c.replica(6);
+        r6.view() == view && r6.is_normal() && r6.last_executed() == executed
+    };
+    assert!(
+        c.run_until(30_000, caught_up),
+        "the lagging backup catches up"
+    );
+    assert_eq!(appended(c.replica(6).state()), 2);
 }
