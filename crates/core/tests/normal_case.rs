@@ -154,7 +154,7 @@ fn at_n_7_a_request_commits_at_2f_plus_1_replicas_and_not_at_2f() {
     let ts = c.invoke(7, b"op2");
     let executed = |c: &Cluster| c.live().any(|r| r.last_executed() > 1);
     assert!(!c.run_until(30_000, executed), "executed by 2f replicas");
-    assert!(!done_at(&c, ts));
+    assert!(!c.completed(7, ts));
     assert!(
         c.sent()
             .iter()
@@ -171,11 +171,6 @@ fn at_n_7_a_request_commits_at_2f_plus_1_replicas_and_not_at_2f() {
     completes_once_lifted(&mut c, cut, ts, 5);
 }
 
-/// Whether client 7 completed its request at timestamp `ts`.
-fn done_at(c: &Cluster, ts: u64) -> bool {
-    c.completions(7).iter().any(|d| d.timestamp == ts)
-}
-
 /// n = 7 (f = 2): replicas 5 and 6 silent, client 7 live, no tentative execution.
 fn seven_with_two_silent() -> Cluster {
     Cluster::builder(2)
@@ -189,7 +184,7 @@ fn seven_with_two_silent() -> Cluster {
 /// holding `bytes` bytes of operations.
 fn completes_once_lifted(c: &mut Cluster, rule: Rule, ts: u64, bytes: u64) {
     c.unblock(rule);
-    assert!(c.run_until(120_000, |c| done_at(c, ts)), "2f+1 again");
+    assert!(c.run_until(120_000, |c| c.completed(7, ts)), "2f+1 again");
     c.run(100);
     for i in 0..5 {
         assert_eq!(appended(c.replica(i).state()), bytes, "replica {i}");
@@ -205,7 +200,7 @@ fn at_n_7_2f_commits_do_not_commit_a_request() {
     let mut c = seven_with_two_silent();
     let lost = c.block(|e| e.from == replica(4) && e.kind() == "commit");
     let ts = c.invoke(7, b"op");
-    assert!(!c.run_until(30_000, |c| done_at(c, ts)), "completed");
+    assert!(!c.run_until(30_000, |c| c.completed(7, ts)), "completed");
     for i in 0..4 {
         assert_eq!(c.replica(i).last_executed(), 0, "replica {i} executed");
         let committed = c

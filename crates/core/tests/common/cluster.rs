@@ -300,6 +300,11 @@ impl Cluster {
         of(&self.completions, c)
     }
 
+    /// Whether live client `c` completed its request at timestamp `ts`.
+    pub fn completed(&self, c: ClientId, ts: u64) -> bool {
+        self.completions(c).iter().any(|done| done.timestamp == ts)
+    }
+
     /// The NEW-KEYs scripted node `p` was delivered: (sender, outcome).
     pub fn accepted(&self, p: Principal) -> Vec<KeyOutcome> {
         of(&self.accepted, p)
