@@ -3,330 +3,141 @@
 //! sender's re-keying, views that wedge the view change, a request only the primary can
 //! authenticate halting the service, and recovery trusting a tampered journal's view.
 
-use redoubt_core::auth::seal;
-use redoubt_core::keys;
+use redoubt_core::keys::Accepted;
 use redoubt_core::message::*;
 use redoubt_core::*;
-use redoubt_crypto::pk::HolderSecrets;
-use redoubt_crypto::Digest;
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
 
 mod common;
-use common::{fresh_state, Svc};
+use common::*;
 
-const N: u32 = 4;
 const CLIENT: u64 = 9;
 
-fn principals() -> Vec<Principal> {
-    (0..N).map(Principal::Replica).collect()
+/// Replica 0 under test with session keys, replicas 1 to 3 and the client scripted, replica
+/// keys exchanged both ways and the client's keys given to replica 0 only.
+fn bench() -> Cluster {
+    let mut c = Cluster::builder(1)
+        .session_keys()
+        .live([0])
+        .clients([CLIENT])
+        .build();
+    // Replica 0 sends its NEW-KEY on its first tick.
+    c.advance(1);
+    c.tick(0);
+    c.deliver_all();
+    for j in 1..4 {
+        c.rekey(replica(j), &[0, 1, 2, 3]);
+    }
+    c.rekey(client(CLIENT), &[0]);
+    c
 }
 
-fn secrets(p: Principal) -> HolderSecrets {
-    match p {
-        Principal::Replica(i) => HolderSecrets::from_seed(&[i as u8 + 1; 32]),
-        Principal::Client(c) => HolderSecrets::from_seed(&[c as u8 + 100; 32]),
-    }
-}
-
-fn directory() -> Arc<Directory> {
-    Arc::new(Directory {
-        keys: principals()
-            .into_iter()
-            .chain([Principal::Client(CLIENT)])
-            .map(|p| (p, secrets(p).public()))
-            .collect(),
-    })
-}
-
-fn session(dir: &Arc<Directory>, p: Principal, seed: u8) -> SessionKeys {
-    let holder = LocalHolder::new(
-        p,
-        secrets(p),
-        dir.clone(),
-        Arc::new(AtomicU64::new(0)),
-        Default::default(),
-        [seed; 32],
-    );
-    SessionKeys::new(Box::new(holder), dir.clone())
-}
-
-fn env(t: u64) -> Env {
-    Env {
-        now_ms: t,
-        entropy: t,
-    }
-}
-
-fn msgs(effs: &[Effect]) -> Vec<Message> {
-    effs.iter()
-        .filter_map(|e| match e {
-            Effect::Send { bytes, .. } | Effect::Broadcast { bytes } => Some(bytes),
-            _ => None,
-        })
-        .map(|b| {
-            let f = decode_frame(b, usize::MAX).unwrap();
-            decode_body(&f.body).unwrap()
-        })
-        .collect()
-}
-
-/// Replica 0 (under test, session keys) and the key tables of replicas 1..3, with keys
-/// exchanged both ways.
-struct Bench {
-    r0: Replica<Svc, Keys>,
-    peers: Vec<SessionKeys>,
-    client: SessionKeys,
-    now: u64,
-}
-
-impl Bench {
-    fn new() -> Bench {
-        Bench::new_plain()
-    }
-
-    fn new_plain() -> Bench {
-        let dir = directory();
-        let r0 = Replica::new(
-            Config::new(1),
-            0,
-            Keys::Session(session(&dir, Principal::Replica(0), 100)),
-            Svc,
-            fresh_state(),
-        );
-        let peers = (0..N)
-            .map(|i| session(&dir, Principal::Replica(i), 100 + i as u8))
-            .collect();
-        let client = session(&dir, Principal::Client(CLIENT), 50);
-        let mut b = Bench {
-            r0,
-            peers,
-            client,
-            now: 0,
-        };
-        // Replica 0 sends its NEW-KEY on its first tick.
-        let effs = b.r0.handle(env(1), Input::Tick);
-        for m in msgs(&effs) {
-            if let Message::NewKey(nk) = m {
-                for j in 1..N as usize {
-                    b.peers[j].accept(&nk, 0).unwrap();
-                }
-            }
-        }
-        for j in 1..N {
-            b.rekey(j);
-        }
-        // The client's keys, for replica 0 only.
-        let nk = b.client.refresh(&[Principal::Replica(0)]).unwrap();
-        b.client_sends(&Message::NewKey(nk));
-        b
-    }
-
-    fn client_sends(&mut self, m: &Message) -> Vec<Effect> {
-        self.now += 1;
-        let bytes = seal(&self.client, m, Some(Principal::Replica(0)), N);
-        self.r0.handle(env(self.now), Input::Receive(&bytes))
-    }
-
-    /// A request of the client whose authenticator verifies at replica 0 only (`mac_ok`) or
-    /// nowhere, optionally signed by the client's key holder.
-    fn request(&self, ts: u64, mac_ok: bool, signed: bool) -> SignedRequest {
-        let request = Request {
-            client: CLIENT,
-            timestamp: ts,
-            read_only: false,
-            op: b"op".to_vec().into(),
-        };
-        let d = request.digest();
-        let mut auth = redoubt_core::auth::request_authenticator(&self.client, &d, N);
-        for (i, m) in auth.iter_mut().enumerate() {
-            if i != 0 || !mac_ok {
-                *m = redoubt_crypto::Mac::default();
-            }
-        }
-        let sig = signed.then(|| {
-            let (counter, sig) = self
-                .client
-                .with_holder(|h| h.sign(redoubt_core::keys::Purpose::Request, &d))
-                .unwrap();
-            RequestSig { counter, sig }
-        });
-        SignedRequest {
-            request,
-            auth: auth.into(),
-            sig,
-        }
-    }
-
-    /// Replica `j` draws new keys and replica 0 accepts its NEW-KEY.
-    fn rekey(&mut self, j: u32) -> Vec<Effect> {
-        let nk = self.peers[j as usize].refresh(&principals()).unwrap();
-        self.deliver(j, &Message::NewKey(nk))
-    }
-
-    fn deliver(&mut self, from: u32, m: &Message) -> Vec<Effect> {
-        self.now += 1;
-        let bytes = seal(
-            &self.peers[from as usize],
-            m,
-            Some(Principal::Replica(0)),
-            N,
-        );
-        self.r0.handle(env(self.now), Input::Receive(&bytes))
-    }
-
-    /// The checkpoint digest every replica reports for sequence number 0 (read from a
-    /// throwaway replica's own VIEW-CHANGE).
-    fn ck0(&self) -> Digest {
-        let mut t = Bench::new_plain();
-        t.deliver(1, &lying_vc(1, 1, Digest::ZERO));
-        let effs = t.deliver(2, &lying_vc(1, 2, Digest::ZERO));
-        msgs(&effs)
-            .into_iter()
-            .find_map(|m| match m {
-                Message::ViewChange(vc) if vc.replica == 0 => Some(vc.checkpoints[0].1),
-                _ => None,
-            })
-            .expect("replica 0 joined view 1")
-    }
-}
-
-fn lying_vc(view: u64, r: u32, ck0: Digest) -> Message {
-    Message::ViewChange(ViewChange {
-        view,
-        replica: r,
-        ls: 0,
-        checkpoints: vec![(0, ck0)],
-        p: vec![],
-        q: vec![],
-    })
+/// A VIEW-CHANGE of replica `r` for `view` from checkpoint 0, claiming nothing.
+fn lying_vc(c: &Cluster, view: u64, r: u32) -> ViewChange {
+    view_change(view, r, (0, c.checkpoint_zero()))
 }
 
 #[test]
 fn a_view_change_planted_before_its_sender_re_keyed_no_longer_counts() {
-    let mut b = Bench::new();
-    let ck = b.ck0();
+    let mut c = bench();
     // Replica 1, compromised, plants a VIEW-CHANGE for view 2.
-    b.deliver(1, &lying_vc(2, 1, ck));
-    assert_eq!(b.r0.view(), 0);
+    c.receive(0, 1, lying_vc(&c, 2, 1));
+    assert_eq!(c.replica(0).view(), 0);
     // It recovers: its NEW-KEY retires the keys the planted message was authenticated with.
-    b.rekey(1);
+    c.rekey(replica(1), &[0, 1, 2, 3]);
     // Long after, another faulty replica sends its own VIEW-CHANGE for view 2. With the
     // planted one still counted, replica 0 joined view 2 on the f+1 rule (and would vouch
     // for the planted lie to view 2's primary).
-    let effs = b.deliver(2, &lying_vc(2, 2, ck));
+    let out = c.receive(0, 2, lying_vc(&c, 2, 2));
     assert_eq!(
-        b.r0.view(),
+        c.replica(0).view(),
         0,
         "joined a view on a message from before a re-key"
     );
-    assert!(!msgs(&effs)
-        .iter()
-        .any(|m| matches!(m, Message::ViewChangeAck(a) if a.sender == 1)));
-    assert!(b.r0.stats.view_changes_forgotten >= 1);
+    assert!(!out.any(|m| matches!(m, Message::ViewChangeAck(a) if a.sender == 1)));
+    assert!(c.replica(0).stats.view_changes_forgotten >= 1);
     // A fresh VIEW-CHANGE of replica 1 (under its new keys) counts again.
-    b.deliver(1, &lying_vc(2, 1, ck));
-    assert_eq!(b.r0.view(), 2);
+    c.receive(0, 1, lying_vc(&c, 2, 1));
+    assert_eq!(c.replica(0).view(), 2);
 }
 
 #[test]
 fn a_replica_re_keying_forgets_the_view_changes_it_received_under_its_old_keys() {
-    let mut b = Bench::new();
-    let ck = b.ck0();
-    b.deliver(1, &lying_vc(2, 1, ck));
+    let mut c = bench();
+    c.receive(0, 1, lying_vc(&c, 2, 1));
     // Replica 0's own periodic re-key: whatever it received under its old inbound keys (which
     // an attacker who controlled it would know) is dropped.
-    let later = b.now + Config::new(1).key_refresh_ms + 1;
-    b.now = later;
-    let effs = b.r0.handle(env(later), Input::Tick);
-    let nk = msgs(&effs)
-        .into_iter()
-        .find_map(|m| match m {
-            Message::NewKey(nk) => Some(nk),
-            _ => None,
-        })
-        .expect("replica 0 re-keyed");
-    for j in 1..N as usize {
-        b.peers[j].accept(&nk, later).unwrap();
+    c.advance(c.cfg.key_refresh_ms + 1);
+    let out = c.tick(0);
+    assert!(
+        out.any(|m| matches!(m, Message::NewKey(_))),
+        "replica 0 re-keyed"
+    );
+    c.deliver_all();
+    for j in 1..4 {
+        let taken = c.accepted(replica(j));
+        let last = (replica(0), Ok(Accepted::Replica(0)));
+        assert_eq!(taken.last(), Some(&last), "replica {j} takes the new keys");
     }
-    b.deliver(2, &lying_vc(2, 2, ck));
-    assert_eq!(b.r0.view(), 0);
-}
-
-fn ack(view: u64, acker: u32, sender: u32, vc: &Message) -> Message {
-    let Message::ViewChange(m) = vc else {
-        unreachable!("a view change")
-    };
-    Message::ViewChangeAck(ViewChangeAck {
-        view,
-        acker,
-        sender,
-        digest: m.digest(),
-    })
-}
-
-fn sends_new_view(effs: &[Effect]) -> bool {
-    msgs(effs).iter().any(|m| matches!(m, Message::NewView(_)))
+    c.receive(0, 2, lying_vc(&c, 2, 2));
+    assert_eq!(c.replica(0).view(), 0);
 }
 
 #[test]
 fn view_changes_far_ahead_count_for_the_join_rule_but_are_not_stored() {
-    let mut b = Bench::new();
-    let ck = b.ck0();
+    let mut c = bench();
     // Replica 1 claims view 8 (replica 0 leads it) while replica 0 is in view 0: beyond
     // VC_VIEWS_AHEAD, so only the claim is kept.
-    let far = lying_vc(8, 1, ck);
-    b.deliver(1, &far);
-    assert_eq!(b.r0.footprint().view_changes, 1);
-    assert_eq!(b.r0.view(), 0);
+    let far = lying_vc(&c, 8, 1);
+    c.receive(0, 1, far.clone());
+    assert_eq!(c.replica(0).footprint().view_changes, 1);
+    assert_eq!(c.replica(0).view(), 0);
     // With replica 2's, f+1 replicas are at view 8 or beyond: replica 0 joins it.
-    let v2 = lying_vc(8, 2, ck);
-    b.deliver(2, &v2);
-    assert_eq!(b.r0.view(), 8);
+    c.receive(0, 2, lying_vc(&c, 8, 2));
+    assert_eq!(c.replica(0).view(), 8);
     // As the primary of view 8 it now has its own VIEW-CHANGE, replica 3's (acked by 2) and
     // an ack for replica 1's: had it stored replica 1's message from before, S would be
     // complete and the NEW-VIEW would go out here.
-    let v3 = lying_vc(8, 3, ck);
-    b.deliver(3, &v3);
-    b.deliver(2, &ack(8, 2, 3, &v3));
-    let effs = b.deliver(2, &ack(8, 2, 1, &far));
+    let v3 = lying_vc(&c, 8, 3);
+    c.receive(0, 3, v3.clone());
+    c.receive(0, 2, ack(8, 2, &v3));
+    let out = c.receive(0, 2, ack(8, 2, &far));
     assert!(
-        !sends_new_view(&effs),
+        !out.new_view(),
         "a VIEW-CHANGE received far ahead of the view entered S"
     );
     // Sent again now that replica 0 is in view 8, it is stored and completes S.
-    let effs = b.deliver(1, &far);
+    let out = c.receive(0, 1, far);
     assert!(
-        sends_new_view(&effs),
+        out.new_view(),
         "S complete once replica 1's message came again"
     );
 }
 
 #[test]
 fn views_at_the_top_of_the_range_are_rejected_and_never_wedge_the_view_change() {
-    let mut b = Bench::new();
-    let ck = b.ck0();
+    let mut c = bench();
     for v in [u64::MAX, u64::MAX - 1, VIEW_LIMIT + 1] {
-        b.deliver(1, &lying_vc(v, 1, ck));
-        b.deliver(2, &lying_vc(v, 2, ck));
-        assert_eq!(b.r0.view(), 0, "view {v}");
+        c.receive(0, 1, lying_vc(&c, v, 1));
+        c.receive(0, 2, lying_vc(&c, v, 2));
+        assert_eq!(c.replica(0).view(), 0, "view {v}");
     }
-    assert_eq!(b.r0.footprint().view_changes, 0);
+    assert_eq!(c.replica(0).footprint().view_changes, 0);
     // The view change still works afterwards.
-    b.deliver(1, &lying_vc(1, 1, ck));
-    b.deliver(2, &lying_vc(1, 2, ck));
-    assert_eq!(b.r0.view(), 1);
+    c.receive(0, 1, lying_vc(&c, 1, 1));
+    c.receive(0, 2, lying_vc(&c, 1, 2));
+    assert_eq!(c.replica(0).view(), 1);
 }
 
-fn pre_prepare(effs: &[Effect]) -> Option<PrePrepare> {
-    msgs(effs).into_iter().find_map(|m| match m {
-        Message::PrePrepare(pp) => Some(pp),
-        _ => None,
-    })
-}
-
-fn commits(effs: &[Effect]) -> bool {
-    msgs(effs).iter().any(|m| matches!(m, Message::Commit(_)))
+/// A request of the client whose authenticator verifies at replica 0 only (`mac_ok`) or
+/// nowhere, optionally signed by the client's key holder.
+fn request(c: &Cluster, ts: u64, mac_ok: bool, signed: bool) -> SignedRequest {
+    let bad: Vec<ReplicaId> = (0..4).filter(|r| *r != 0 || !mac_ok).collect();
+    let sr = spoil(c.request(CLIENT, ts, b"op"), &bad);
+    if signed {
+        c.sign(sr)
+    } else {
+        sr
+    }
 }
 
 /// Review finding 2: a correct primary (replica 0), a faulty client whose authenticator
@@ -339,145 +150,44 @@ fn commits(effs: &[Effect]) -> bool {
 /// client comes under suspicion.
 #[test]
 fn a_request_only_the_primary_can_authenticate_cannot_halt_the_service() {
-    let mut b = Bench::new();
-    let ck = b.ck0();
-    let effs = b.client_sends(&Message::Request(b.request(1, true, false)));
-    let pp = pre_prepare(&effs).expect("the primary orders it");
-    let prepare = |r: u32, doubts: Vec<u16>| {
-        Message::Prepare(Prepare {
-            view: 0,
-            seq: pp.seq,
-            digest: pp.digest,
-            replica: r,
-            doubts,
-        })
-    };
-    let e1 = b.deliver(1, &prepare(1, vec![]));
-    let e2 = b.deliver(2, &prepare(2, vec![0]));
-    let e3 = b.deliver(3, &prepare(3, vec![0]));
+    let mut c = bench();
+    let sr = request(&c, 1, true, false);
+    let pp = c.receive_request(0, &sr).pre_prepare();
+    let pp = pp.expect("the primary orders it");
+    let (seq, d) = (pp.seq, pp.digest);
+    let e1 = c.receive(0, 1, prepare(0, seq, d, 1));
+    let e2 = c.receive(0, 2, prepare_doubting(0, seq, d, 2, vec![0]));
+    let e3 = c.receive(0, 3, prepare_doubting(0, seq, d, 3, vec![0]));
     assert!(
-        !commits(&e1) && !commits(&e2) && !commits(&e3),
+        !e1.commits() && !e2.commits() && !e3.commits(),
         "prepared on one faulty backup's vouch"
     );
     // The view change: replica 0's VIEW-CHANGE has no P entry for the slot.
-    b.deliver(2, &lying_vc(1, 2, ck));
-    let effs = b.deliver(3, &lying_vc(1, 3, ck));
-    let mine = msgs(&effs)
-        .into_iter()
-        .find_map(|m| match m {
-            Message::ViewChange(vc) if vc.replica == 0 => Some(vc),
-            _ => None,
-        })
-        .expect("replica 0 joined view 1");
+    let vcs = [lying_vc(&c, 1, 2), lying_vc(&c, 1, 3)];
+    let mine = c.join_view(0, vcs);
     assert!(mine.p.is_empty(), "P entry {:?}", mine.p);
-    assert_eq!(b.r0.stats.clients_suspected, 1);
+    assert_eq!(c.replica(0).stats.clients_suspected, 1);
 }
 
 /// The client-signature fallback: a request whose authenticator entry does not verify is
 /// accepted with a valid signature of its client, and refused with a forged one.
 #[test]
 fn a_signed_request_is_accepted_where_its_mac_does_not_verify() {
-    let mut b = Bench::new();
-    let effs = b.client_sends(&Message::Request(b.request(1, false, false)));
-    assert!(pre_prepare(&effs).is_none());
-    let mut forged = b.request(2, false, true);
+    let mut c = bench();
+    let unsigned = request(&c, 1, false, false);
+    assert!(c.receive_request(0, &unsigned).pre_prepare().is_none());
+    let mut forged = request(&c, 2, false, true);
     forged.request.op = b"other".to_vec().into();
-    let effs = b.client_sends(&Message::Request(forged));
     assert!(
-        pre_prepare(&effs).is_none(),
+        c.receive_request(0, &forged).pre_prepare().is_none(),
         "a signature of another request"
     );
-    let effs = b.client_sends(&Message::Request(b.request(3, false, true)));
-    assert!(pre_prepare(&effs).is_some(), "the signature verifies");
-    assert_eq!(b.r0.stats.requests_signed, 1);
-}
-
-/// Four replicas with session keys, exchanging every message (no faults), replica 3 restored
-/// from a journal and recovering. Holder counters and admitted counters survive restarts.
-struct Cluster {
-    reps: Vec<Replica<Svc, Keys>>,
-    journals: Vec<Vec<Record>>,
-    holders: Vec<(Arc<AtomicU64>, keys::AdmittedCounters)>,
-    dir: Arc<Directory>,
-    now: u64,
-    recovered: bool,
-    incarnation: u8,
-}
-
-impl Cluster {
-    fn keys(&mut self, i: u32) -> Keys {
-        self.incarnation += 1;
-        let p = Principal::Replica(i);
-        let (counter, admitted) = self.holders[i as usize].clone();
-        let holder = LocalHolder::new(
-            p,
-            secrets(p),
-            self.dir.clone(),
-            counter,
-            admitted,
-            [self.incarnation; 32],
-        );
-        Keys::Session(SessionKeys::new(Box::new(holder), self.dir.clone()))
-    }
-
-    fn new() -> Cluster {
-        let dir = directory();
-        let mut c = Cluster {
-            reps: Vec::new(),
-            journals: vec![Vec::new(); N as usize],
-            holders: (0..N)
-                .map(|_| (Arc::new(AtomicU64::new(0)), Default::default()))
-                .collect(),
-            dir,
-            now: 0,
-            recovered: false,
-            incarnation: 0,
-        };
-        for i in 0..N {
-            let k = c.keys(i);
-            c.reps
-                .push(Replica::new(Config::new(1), i, k, Svc, fresh_state()));
-        }
-        c
-    }
-
-    /// Runs `ms` of time in 10 ms ticks, delivering every message at once.
-    fn run(&mut self, ms: u64) {
-        let end = self.now + ms;
-        while self.now < end {
-            self.now += 10;
-            let mut pending: Vec<(u32, Effect)> = Vec::new();
-            for i in 0..N {
-                let effs = self.reps[i as usize].handle(env(self.now), Input::Tick);
-                pending.extend(effs.into_iter().map(|e| (i, e)));
-            }
-            let mut steps = 0;
-            while let Some((from, e)) = pending.pop() {
-                steps += 1;
-                assert!(steps < 1_000_000, "message storm");
-                let (targets, bytes): (Vec<u32>, _) = match e {
-                    Effect::Send {
-                        to: Principal::Replica(r),
-                        bytes,
-                    } => (vec![r], bytes),
-                    Effect::Broadcast { bytes } => ((0..N).filter(|r| *r != from).collect(), bytes),
-                    Effect::Persist(r) => {
-                        self.journals[from as usize].push(r);
-                        continue;
-                    }
-                    Effect::Event(Event::Recovered(_)) if from == 3 => {
-                        self.recovered = true;
-                        continue;
-                    }
-                    _ => continue,
-                };
-                for to in targets {
-                    let effs = self.reps[to as usize].handle(env(self.now), Input::Receive(&bytes));
-                    pending.extend(effs.into_iter().map(|e| (to, e)));
-                }
-            }
-        }
-    }
+    let signed = request(&c, 3, false, true);
+    assert!(
+        c.receive_request(0, &signed).pre_prepare().is_some(),
+        "the signature verifies"
+    );
+    assert_eq!(c.replica(0).stats.requests_signed, 1);
 }
 
 /// Review finding 4: a journal tampered with while replica 3 was compromised names view
@@ -492,28 +202,20 @@ fn a_recovering_replica_estimates_its_view_instead_of_trusting_its_journal() {
     }
 }
 
+/// Four replicas with session keys exchanging every message (no faults) for a while, with
+/// `hand_overs` primaries stepping down; then replica 3 restarts from a tampered journal
+/// (same key holder memory) and recovers.
 fn recover_from_a_tampered_view(hand_overs: u64) {
-    let mut c = Cluster::new();
+    let mut c = Cluster::builder(1).session_keys().build();
     c.run(2_000);
     for _ in 0..hand_overs {
-        let p = c.reps[0].primary();
-        let now = c.now;
-        let effs = c.reps[p as usize].handle(env(now), Input::StepDown);
-        for e in effs {
-            if let Effect::Broadcast { bytes } = e {
-                for to in (0..N).filter(|r| *r != p) {
-                    c.reps[to as usize].handle(env(now), Input::Receive(&bytes));
-                }
-            }
-        }
+        let p = c.replica(0).primary();
+        c.input(p, Input::StepDown);
         c.run(3_000);
     }
-    assert!(c
-        .reps
-        .iter()
-        .all(|r| r.view() == hand_overs && r.is_normal()));
+    assert!(c.live().all(|r| r.view() == hand_overs && r.is_normal()));
     // The attacker rewrites replica 3's journal: a view far ahead, entered and normal.
-    let mut journal = c.journals[3].clone();
+    let mut journal = c.journal(3).to_vec();
     journal.push(Record::View {
         view: 1 << 40,
         normal: true,
@@ -523,22 +225,15 @@ fn recover_from_a_tampered_view(hand_overs: u64) {
         batches: vec![],
         doubted: vec![],
     });
-    let k = c.keys(3);
-    c.reps[3] = Replica::restore(Config::new(1), 3, k, Svc, fresh_state(), &journal, true)
-        .expect("restores");
-    let now = c.now;
-    let effs = c.reps[3].handle(env(now), Input::Recover);
-    for e in effs {
-        if let Effect::Persist(r) = e {
-            c.journals[3].push(r);
-        }
-    }
+    c.restart(3, &journal);
+    c.input(3, Input::Recover);
     c.run(30_000);
-    assert!(c.recovered, "replica 3 completed its recovery");
-    let v3 = c.reps[3].view();
-    let v0 = c.reps[0].view();
+    let recovered = c.events(3).iter().any(|e| matches!(e, Event::Recovered(_)));
+    assert!(recovered, "replica 3 completed its recovery");
+    let v3 = c.replica(3).view();
+    let v0 = c.replica(0).view();
     assert!(v3 < 1 << 40, "replica 3 still in view {v3}");
     assert_eq!(v3, v0, "replica 3 in view {v3}, replica 0 in {v0}");
-    assert!(c.reps[3].is_normal());
-    assert_eq!(c.reps[3].stats.views_estimated, 1);
+    assert!(c.replica(3).is_normal());
+    assert_eq!(c.replica(3).stats.views_estimated, 1);
 }

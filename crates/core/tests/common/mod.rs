@@ -1,15 +1,50 @@
-//! Test scaffolding shared by the core's integration tests: a small deterministic service and
-//! a fresh in-memory state.
+//! The in-memory test harness shared by the core's integration tests.
+//!
+//! - [`Cluster`] (`cluster.rs`): n = 3f+1 replicas, each either live (a [`Replica`] driven
+//!   through `handle`) or scripted (only its keys: the test speaks for it, as a Byzantine or a
+//!   silent replica), and clients, live ([`Client`]) or scripted, with static or session keys.
+//!   An explicit network: every frame sent is logged and queued; the test delivers one, some
+//!   or all of them, drops them by predicate, blocks links, and advances virtual time.
+//! - [`Keyring`] (`keyring.rs`): every principal's key material, kept across restarts.
+//! - [`Out`] (`out.rs`): the effects of one step, decoded for assertions.
+//! - Message builders (`build.rs`): requests, pre-prepares, votes, view changes, acks...
+//! - [`Svc`] and [`fresh_state`]: a small deterministic service over a fresh in-memory state.
+//!
+//! Each test file compiles its own copy, and none uses all of it.
+#![allow(dead_code, unused_imports)]
+
+mod build;
+mod cluster;
+mod keyring;
+mod out;
+
+pub use build::*;
+pub use cluster::*;
+pub use keyring::*;
+pub use out::*;
 
 use redoubt_core::*;
 
-/// Appends every operation to the state (8-byte length, then the bytes, wrapping around).
-pub struct Svc;
+/// Executions after which [`Svc`] panics: far more than any test performs, so a replica that
+/// re-executes in a loop inside one `handle` call fails its test instead of hanging it.
+pub const EXECUTIONS_MAX: u64 = 100_000;
+
+/// Appends every operation to the state (8-byte length, then the bytes, wrapping around) and
+/// answers with the operation itself. Counts its executions.
+#[derive(Default)]
+pub struct Svc {
+    pub executions: u64,
+}
+
 impl Service for Svc {
     fn execute(&mut self, st: &mut dyn state::StateWrite, op: &[u8], _c: &ExecContext) -> Vec<u8> {
-        let mut len = [0u8; 8];
-        st.read(0, &mut len);
-        let at = u64::from_le_bytes(len);
+        self.executions += 1;
+        assert!(
+            self.executions <= EXECUTIONS_MAX,
+            "{} executions: a replica loops",
+            self.executions
+        );
+        let at = appended(&*st);
         for (i, b) in op.iter().enumerate() {
             st.write(8 + (at + i as u64) % (st.size() - 8), &[*b]);
         }
@@ -22,6 +57,13 @@ impl Service for Svc {
     fn load(&mut self, _st: &dyn state::StateRead) -> Result<(), String> {
         Ok(())
     }
+}
+
+/// How many operation bytes [`Svc`] appended to `st`.
+pub fn appended(st: &dyn state::StateRead) -> u64 {
+    let mut len = [0u8; 8];
+    st.read(0, &mut len);
+    u64::from_le_bytes(len)
 }
 
 pub fn fresh_state() -> state::PagedState {

@@ -1,0 +1,109 @@
+//! Key material for every principal of a test cluster: static pairwise keys derived from one
+//! master secret, or session keys over per-principal key holders whose non-volatile memory
+//! (counter, admitted NEW-KEY counters) survives restarts.
+
+use redoubt_core::keys::{AdmittedCounters, LocalHolder};
+use redoubt_core::*;
+use redoubt_crypto::pk::HolderSecrets;
+use redoubt_crypto::Digest;
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+/// The master secret static keys derive from.
+pub const MASTER: &[u8] = b"m";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyMode {
+    /// Static pairwise keys (no NEW-KEY).
+    Static,
+    /// Session keys: nodes exchange NEW-KEYs before they can talk.
+    Session,
+}
+
+/// A key holder's non-volatile memory, which survives restarts of its principal.
+#[derive(Clone, Default)]
+pub struct HolderMemory {
+    pub counter: Arc<AtomicU64>,
+    pub admitted: AdmittedCounters,
+}
+
+pub struct Keyring {
+    pub mode: KeyMode,
+    /// Every principal: replicas `0..n`, then the clients.
+    pub principals: Vec<Principal>,
+    pub directory: Arc<Directory>,
+    memory: BTreeMap<Principal, HolderMemory>,
+    incarnations: BTreeMap<Principal, u32>,
+}
+
+/// The long-term secrets of `p`'s key holder.
+pub fn secrets(p: Principal) -> HolderSecrets {
+    HolderSecrets::from_seed(&Digest::of(format!("secrets of {p:?}").as_bytes()).0)
+}
+
+impl Keyring {
+    pub fn new(mode: KeyMode, n: u32, clients: impl IntoIterator<Item = ClientId>) -> Keyring {
+        let principals: Vec<Principal> = (0..n)
+            .map(Principal::Replica)
+            .chain(clients.into_iter().map(Principal::Client))
+            .collect();
+        let directory = Arc::new(Directory {
+            keys: principals
+                .iter()
+                .map(|p| (*p, secrets(*p).public()))
+                .collect(),
+        });
+        Keyring {
+            mode,
+            principals,
+            directory,
+            memory: BTreeMap::new(),
+            incarnations: BTreeMap::new(),
+        }
+    }
+
+    /// The replicas, as principals.
+    pub fn replicas(&self) -> Vec<Principal> {
+        self.principals
+            .iter()
+            .copied()
+            .filter(|p| matches!(p, Principal::Replica(_)))
+            .collect()
+    }
+
+    /// The key holder memory of `p`.
+    pub fn memory(&mut self, p: Principal) -> HolderMemory {
+        self.memory.entry(p).or_default().clone()
+    }
+
+    /// A fresh key table for `p`: its static keys, or session keys (none exchanged yet) of a
+    /// new incarnation of its key holder over the same memory.
+    pub fn keys(&mut self, p: Principal) -> Keys {
+        match self.mode {
+            KeyMode::Static => Keys::Static(StaticKeys::derive(
+                MASTER,
+                p,
+                self.principals.iter().copied(),
+            )),
+            KeyMode::Session => Keys::Session(self.session(p)),
+        }
+    }
+
+    /// Session keys of a new incarnation of `p`'s key holder (whatever the mode).
+    pub fn session(&mut self, p: Principal) -> SessionKeys {
+        let incarnation = self.incarnations.entry(p).or_insert(0);
+        *incarnation += 1;
+        let seed = Digest::of(format!("holder of {p:?}, incarnation {incarnation}").as_bytes());
+        let nv = self.memory(p);
+        let holder = LocalHolder::new(
+            p,
+            secrets(p),
+            self.directory.clone(),
+            nv.counter,
+            nv.admitted,
+            seed.0,
+        );
+        SessionKeys::new(Box::new(holder), self.directory.clone())
+    }
+}

@@ -1,0 +1,47 @@
+//! Network faults scripted with the harness against the core's receiver-driven
+//! retransmission: a lost frame, frames delivered one at a time, a partition that heals.
+
+mod common;
+use common::*;
+
+/// The pre-prepare for backup 3 is lost: the others complete the request without it, and
+/// backup 3's status messages get it (and the request) sent again.
+#[test]
+fn a_backup_that_lost_a_pre_prepare_catches_up_from_its_status_messages() {
+    let mut c = Cluster::builder(1).live_client(7).build();
+    let ts = c.invoke(7, b"op");
+    let request = c.deliver_next().expect("the request is on the network");
+    assert_eq!((request.from, request.to), (client(7), replica(0)));
+    assert_eq!(request.kind(), "request");
+    let lost = c.drop_where(|e| e.kind() == "pre-prepare" && e.to == replica(3));
+    assert_eq!(lost, 1, "the primary sent its pre-prepare to replica 3");
+    c.deliver_all();
+    assert!(c.completed(7, ts), "2f+1 replicas are enough");
+    assert_eq!(c.replica(3).last_executed(), 0, "without the pre-prepare");
+    assert!(c.run_until(1_000, |c| c.replica(3).last_executed() == 1));
+    assert_eq!(appended(c.replica(3).state()), 2);
+}
+
+/// The primary is cut off from everyone (clients too): the others time out, change view and
+/// execute the request; once the partition heals, the old primary learns the new view and
+/// catches up.
+#[test]
+fn a_partitioned_primary_is_replaced_and_catches_up_once_the_partition_heals() {
+    let mut c = Cluster::builder(1).live_client(7).build();
+    c.partition(&[0]);
+    let ts = c.invoke(7, b"op");
+    assert!(
+        c.run_until(30_000, |c| c.completed(7, ts)),
+        "the others commit"
+    );
+    assert!((1..4).all(|i| c.replica(i).view() > 0 && c.replica(i).is_normal()));
+    assert_eq!((c.replica(0).view(), c.replica(0).last_executed()), (0, 0));
+    assert!(c.dropped().iter().any(|e| e.between(0, 1)));
+    c.heal();
+    let caught_up = |c: &Cluster| {
+        let (r0, r1) = (c.replica(0), c.replica(1));
+        r0.view() == r1.view() && r0.is_normal() && r0.last_executed() == r1.last_executed()
+    };
+    assert!(c.run_until(30_000, caught_up), "the old primary catches up");
+    assert_eq!(appended(c.replica(0).state()), 2);
+}

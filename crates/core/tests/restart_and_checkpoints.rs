@@ -1,0 +1,193 @@
+//! Restarts from the journal and checkpoints: what a restarted replica must still claim
+//! (prepared slots, the watermark a NEW-VIEW moved it to, a checkpoint shown wrong), replaying
+//! executions from their pre-prepares, and a state that diverged from a certified checkpoint.
+//!
+//! Moved from `regressions.rs` (names unchanged); each scenario reproduced a bug before its
+//! fix.
+
+use redoubt_core::message::{NewView, ViewChange};
+use redoubt_core::*;
+use redoubt_crypto::Digest;
+
+mod common;
+use common::*;
+
+/// Replica 3 live, the others scripted, a checkpoint every `interval` and a log of 4.
+fn short_log(interval: Seq) -> Cluster {
+    Cluster::builder(1)
+        .live([3])
+        .config(|c| {
+            c.checkpoint_interval = interval;
+            c.log_size = 4;
+        })
+        .build()
+}
+
+#[test]
+fn restore_keeps_a_prepared_slot_this_replica_could_not_vouch_for() {
+    let mut c = Cluster::builder(1).live([3]).build();
+    let ck = (0, c.checkpoint_zero());
+    // A bad authenticator entry for replica 3 only.
+    let pp = pre_prepare(0, 1, vec![spoil(c.request(7, 1, b"x"), &[3])]);
+    c.agree(3, pp, &[1, 2], &[]);
+    let records = c.journal(3).to_vec();
+    let vcs = || [view_change(1, 1, ck), view_change(1, 2, ck)];
+    let before = c.join_view(3, vcs());
+    c.restart(3, &records);
+    let after = c.join_view(3, vcs());
+    assert_eq!(before.p.len(), 1);
+    assert_eq!(
+        after.p, before.p,
+        "a prepared certificate survives a restart"
+    );
+}
+
+/// Replica 3 executes two batches (checkpoint interval 2) whose checkpoint 2 differs from the
+/// one f+1 replicas vouch for. Before the fix it rolled back to 1 and executed 2 again, inside
+/// one `handle` call, forever (the test ran it on a thread under a wall-clock timeout; now
+/// [`Svc`] panics past [`EXECUTIONS_MAX`] and the executions are counted).
+#[test]
+fn diverged_state_stops_execution_instead_of_looping() {
+    let mut c = short_log(2);
+    let x = Digest([9; 32]);
+    for s in [1u32, 2] {
+        c.receive(3, s, checkpoint(2, x, s));
+    }
+    for n in 1..=2u64 {
+        let pp = pre_prepare(0, n, vec![c.request(7, n, &[n as u8])]);
+        c.agree(3, pp, &[1, 2], &[0, 1]);
+    }
+    assert!(c.events(3).contains(&Event::StateDivergence { seq: 2 }));
+    assert_eq!(
+        c.replica(3).service().executions,
+        2,
+        "a replica whose state diverged must stop executing, not loop"
+    );
+}
+
+#[test]
+fn an_execution_journaled_without_its_body_replays_from_the_pre_prepare() {
+    let mut c = Cluster::builder(1).live([3]).build();
+    let pp = pre_prepare(0, 1, vec![c.request(7, 1, b"hello")]);
+    c.agree(3, pp, &[1, 2], &[0, 1, 2]);
+    assert_eq!(c.replica(3).last_executed(), 1);
+    assert_eq!(appended(c.replica(3).state()), 5, "the operation ran");
+    // The body is journaled once: in the pre-prepare record, not again in the execution.
+    let bodies = |recs: &[Record]| {
+        recs.iter()
+            .filter(|x| {
+                matches!(
+                    x,
+                    Record::PrePrepared { batch: Some(_), .. }
+                        | Record::Executed { batch: Some(_), .. }
+                )
+            })
+            .count()
+    };
+    let mut records = c.journal(3).to_vec();
+    assert_eq!(bodies(&records), 1);
+    assert!(records.iter().any(|x| matches!(
+        x,
+        Record::Executed {
+            seq: 1,
+            batch: None,
+            ..
+        }
+    )));
+    // A view change before the next checkpoint: compaction drops view 0's pre-prepares but
+    // the one carrying the executed body; a restart replays the execution from it.
+    records.push(Record::View {
+        view: 1,
+        normal: false,
+        vc: None,
+        pset: vec![],
+        qset: vec![],
+        batches: vec![],
+        doubted: vec![],
+    });
+    let records = journal::compact(records);
+    assert_eq!(bodies(&records), 1);
+    c.restart(3, &records);
+    assert_eq!(c.replica(3).last_executed(), 1);
+    assert_eq!(
+        appended(c.replica(3).state()),
+        5,
+        "the execution was replayed"
+    );
+}
+
+/// A NEW-VIEW for view 1 (from its primary, replica 1) on the VIEW-CHANGEs of replicas 0 and
+/// 2 from checkpoint `ck`, claiming nothing, and replica 3's own `mine`.
+fn new_view_at_checkpoint(ck: (Seq, Digest), mine: &ViewChange) -> NewView {
+    let named = [
+        (0, view_change(1, 0, ck).digest()),
+        (2, view_change(1, 2, ck).digest()),
+        (3, mine.digest()),
+    ];
+    new_view(1, &named, ck)
+}
+
+/// A NEW-VIEW that moves a replica to a checkpoint it does not hold makes it claim nothing
+/// below that checkpoint from then on; after a restart it must say the same (and fetch the
+/// checkpoint), not fall back to its own older checkpoint and claim less. Without the
+/// watermark record it reported its old checkpoint and no prepared requests, and with the
+/// others restarted alike a NEW-VIEW re-decided committed sequence numbers (simulator seed
+/// 7994 with --quiet-primary: an agreement violation).
+#[test]
+fn a_restart_keeps_the_checkpoint_a_new_view_moved_the_watermark_to() {
+    let mut c = Cluster::builder(1).live([3]).build();
+    let ck = (0, c.checkpoint_zero());
+    // Checkpoint 128, the first of the default interval.
+    let far = (128, Digest([128; 32]));
+    for r in [0u32, 2] {
+        c.receive(3, r, view_change(1, r, far));
+    }
+    assert_eq!(c.replica(3).view(), 1, "joined view 1 on f+1 view changes");
+    let mine = view_change(1, 3, ck);
+    c.advance(1);
+    c.receive(3, 1, new_view_at_checkpoint(far, &mine));
+    assert!(c.replica(3).is_normal(), "the NEW-VIEW was installed");
+    assert!(c
+        .journal(3)
+        .iter()
+        .any(|r| matches!(r, Record::Watermark { seq: 128, .. })));
+
+    let journal = c.journal(3).to_vec();
+    c.restart(3, &journal);
+    c.advance(1);
+    let vc = c.join_view(3, [0, 2].map(|r| view_change(2, r, far)));
+    assert_eq!(
+        vc.ls, 128,
+        "the restarted replica still reports the new view's checkpoint"
+    );
+}
+
+/// A replica whose checkpoint a NEW-VIEW showed wrong journals the new view's watermark and
+/// fetches; restarted before the fetch completes, it re-executes up to the same wrong
+/// checkpoint and must find the disagreement again, not keep reporting its own checkpoint
+/// (review of the watermark change: restore adopted the watermark without comparing).
+#[test]
+fn a_restart_finds_again_that_its_checkpoint_differs_from_the_new_views() {
+    let mut c = short_log(1);
+    let pp = pre_prepare(0, 1, vec![c.request(7, 1, b"seven")]);
+    c.agree(3, pp, &[1, 2], &[0, 1, 2]);
+    assert_eq!(c.replica(3).last_executed(), 1);
+    // Replicas 0 and 2 report another checkpoint at 1 (ours is wrong, say).
+    let theirs = (1, Digest([77; 32]));
+    c.advance(1);
+    let mine = c.join_view(3, [0, 2].map(|r| view_change(1, r, theirs)));
+    c.advance(1);
+    let out = c.receive(3, 1, new_view_at_checkpoint(theirs, &mine));
+    assert!(out.events().contains(&Event::StateDivergence { seq: 1 }));
+
+    let journal = c.journal(3).to_vec();
+    c.restart(3, &journal);
+    c.advance(1);
+    let vc = c.join_view(3, [0, 2].map(|r| view_change(2, r, theirs)));
+    assert_eq!(vc.ls, 1);
+    assert!(
+        vc.checkpoints.iter().all(|(_, dg)| *dg == theirs.1),
+        "the restarted replica no longer claims its own checkpoint at 1: {:?}",
+        vc.checkpoints
+    );
+}
