@@ -12,13 +12,15 @@ use redoubt_crypto::Digest;
 mod common;
 use common::*;
 
-/// Replica 3 live, the others scripted, a checkpoint every `interval` and a log of 4.
-fn short_log(interval: Seq) -> Cluster {
+/// Replica 3 live, the others scripted, a checkpoint every `interval`, a log of 4, and
+/// tentative execution as given.
+fn short_log(interval: Seq, tentative_execution: bool) -> Cluster {
     Cluster::builder(1)
         .live([3])
         .config(|c| {
             c.checkpoint_interval = interval;
             c.log_size = 4;
+            c.tentative_execution = tentative_execution;
         })
         .build()
 }
@@ -45,24 +47,40 @@ fn restore_keeps_a_prepared_slot_this_replica_could_not_vouch_for() {
 /// Replica 3 executes two batches (checkpoint interval 2) whose checkpoint 2 differs from the
 /// one f+1 replicas vouch for. Before the fix it rolled back to 1 and executed 2 again, inside
 /// one `handle` call, forever (the test ran it on a thread under a wall-clock timeout; now
-/// [`Svc`] panics past [`EXECUTIONS_MAX`] and the executions are counted).
+/// [`Svc`] panics past [`EXECUTIONS_MAX`], and the executions are counted: each batch once,
+/// the service once per request). Batch 2 executes once committed, or tentatively when
+/// prepared and then commits: both paths are checked.
 #[test]
 fn diverged_state_stops_execution_instead_of_looping() {
-    let mut c = short_log(2);
-    let x = Digest([9; 32]);
-    for s in [1u32, 2] {
-        c.receive(3, s, checkpoint(2, x, s));
+    for tentative in [true, false] {
+        let mut c = short_log(2, tentative);
+        let x = Digest([9; 32]);
+        for s in [1u32, 2] {
+            c.receive(3, s, checkpoint(2, x, s));
+        }
+        for n in 1..=2u64 {
+            let pp = pre_prepare(0, n, vec![c.request(7, n, &[n as u8])]);
+            c.agree(3, pp, &[1, 2], &[0, 1]);
+        }
+        assert!(
+            c.events(3).contains(&Event::StateDivergence { seq: 2 }),
+            "tentative execution {tentative}"
+        );
+        let executed: Vec<Seq> = c
+            .events(3)
+            .iter()
+            .filter_map(|e| match e {
+                Event::Executed { seq, .. } => Some(*seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            (executed, c.replica(3).service().executions),
+            (vec![1, 2], 2),
+            "a replica whose state diverged must stop executing, not loop (tentative \
+             execution {tentative})"
+        );
     }
-    for n in 1..=2u64 {
-        let pp = pre_prepare(0, n, vec![c.request(7, n, &[n as u8])]);
-        c.agree(3, pp, &[1, 2], &[0, 1]);
-    }
-    assert!(c.events(3).contains(&Event::StateDivergence { seq: 2 }));
-    assert_eq!(
-        c.replica(3).service().executions,
-        2,
-        "a replica whose state diverged must stop executing, not loop"
-    );
 }
 
 #[test]
@@ -168,7 +186,7 @@ fn a_restart_keeps_the_checkpoint_a_new_view_moved_the_watermark_to() {
 /// (review of the watermark change: restore adopted the watermark without comparing).
 #[test]
 fn a_restart_finds_again_that_its_checkpoint_differs_from_the_new_views() {
-    let mut c = short_log(1);
+    let mut c = short_log(1, true);
     let pp = pre_prepare(0, 1, vec![c.request(7, 1, b"seven")]);
     c.agree(3, pp, &[1, 2], &[0, 1, 2]);
     assert_eq!(c.replica(3).last_executed(), 1);
