@@ -109,8 +109,6 @@ pub(crate) struct Execution<S: Service> {
     /// Per asking replica: state-transfer byte allowance and when it was last refilled (at
     /// most one entry per replica id that asked).
     serve_budget: BTreeMap<ReplicaId, (i64, u64)>,
-    /// Bytes of state served, in all.
-    served_bytes: u64,
     /// Digests of the checkpoints of this state (taken here or fetched) within the window:
     /// at most one per checkpoint interval above the stable checkpoint, and that one.
     checkpoints: BTreeMap<Seq, Digest>,
@@ -135,7 +133,6 @@ impl<S: Service> Execution<S> {
             tentative: None,
             opening: None,
             serve_budget: BTreeMap::new(),
-            served_bytes: 0,
             checkpoints: BTreeMap::new(),
             transfer: None,
             next_probe_ms: 0,
@@ -427,11 +424,6 @@ impl<S: Service> Execution<S> {
         self.executed.clear();
     }
 
-    /// Bytes of state served to fetching replicas, in all.
-    pub(crate) fn served_bytes(&self) -> u64 {
-        self.served_bytes
-    }
-
     /// Checks the component's invariants; `Err` names the first that fails.
     pub(crate) fn check_invariants(&self) -> Result<(), String> {
         if let Some((&top, _)) = self.executed.last_key_value() {
@@ -537,6 +529,21 @@ mod tests {
         e.complete(seq, Digest::ZERO);
     }
 
+    /// Client 7's request 101 (adds 4) as batch 2, run tentatively.
+    fn run_tentative(e: &mut Execution<Counter>) {
+        e.begin_tentative();
+        e.start_batch(500);
+        let result = e.run(&[4], &ctx(2, 7));
+        e.record(
+            7,
+            LastReply {
+                timestamp: 101,
+                result,
+            },
+        );
+        e.hold_tentative(2, batch().digest(), batch(), vec![(7, 101)]);
+    }
+
     fn value(e: &Execution<Counter>) -> u64 {
         u64::from_le_bytes(e.read_only(&[]).unwrap().try_into().unwrap())
     }
@@ -565,17 +572,7 @@ mod tests {
         run_committed(&mut e, 1, 7, 100, 3);
         let clock = e.start_batch(0);
         // Undone: pages, the reply table and the clock are as before.
-        e.begin_tentative();
-        e.start_batch(500);
-        let r = e.run(&[4], &ctx(2, 7));
-        e.record(
-            7,
-            LastReply {
-                timestamp: 101,
-                result: r,
-            },
-        );
-        e.hold_tentative(2, batch().digest(), batch(), vec![(7, 101)]);
+        run_tentative(&mut e);
         assert_eq!(value(&e), 7);
         assert_eq!(e.check_invariants(), Ok(()));
         assert!(matches!(e.undo_tentative(), Some(Undone::Clean { seq: 2 })));
@@ -583,16 +580,7 @@ mod tests {
         assert!(!e.ran(7, 101) && e.ran(7, 100));
         assert_eq!(e.start_batch(0), clock + 1);
         // Kept: everything stays.
-        e.begin_tentative();
-        let r = e.run(&[4], &ctx(2, 7));
-        e.record(
-            7,
-            LastReply {
-                timestamp: 101,
-                result: r,
-            },
-        );
-        e.hold_tentative(2, batch().digest(), batch(), vec![(7, 101)]);
+        run_tentative(&mut e);
         let t = e.keep_tentative().expect("held");
         e.complete(t.seq, t.digest);
         assert_eq!(value(&e), 7);
@@ -645,15 +633,16 @@ mod tests {
             rate_bytes_per_sec: 0,
         };
         // A probe (seq 0) gets the root of the stable checkpoint, with the auxiliary bytes.
-        let d = e.serve(1, &root(0), 0, 0, limits).unwrap();
+        let (d, used) = e.serve(1, &root(0), 0, 0, limits).unwrap();
         assert_eq!((d.seq, d.stable), (0, 0));
         assert!(d.aux.is_some());
         assert!(matches!(d.items[..], [StateItem::Meta { level: 0, .. }]));
-        assert!(e.served_bytes() > 0);
+        assert!(used > 0);
         // A checkpoint we do not hold: an empty answer.
         assert!(e
             .serve(1, &root(32), 0, 0, limits)
             .unwrap()
+            .0
             .items
             .is_empty());
         // Too many items.
@@ -698,7 +687,7 @@ mod tests {
             assert!(rounds < 20, "the walk ends");
             let (to, fetch) = b.next_fetch(0, limits.items_max, 100).expect("asks");
             assert_eq!(to, 0);
-            let data = a.serve(1, &fetch, 16, 0, limits).expect("served");
+            let (data, _) = a.serve(1, &fetch, 16, 0, limits).expect("served");
             match b.answer(0, &data, true).expect("checks out") {
                 Answered::Complete => break b.finish_walk(true),
                 Answered::Ask => {}

@@ -34,8 +34,9 @@ impl From<Reject> for Refused {
 }
 
 impl<S: Service> Execution<S> {
-    /// The answer to `from`'s FETCH at time `now`. `stable` is the current stable checkpoint:
-    /// a probe (`seq` 0) asks for its root, and every answer reports it.
+    /// The answer to `from`'s FETCH at time `now`, and the bytes of items it carries.
+    /// `stable` is the current stable checkpoint: a probe (`seq` 0) asks for its root, and
+    /// every answer reports it.
     pub(crate) fn serve(
         &mut self,
         from: ReplicaId,
@@ -43,7 +44,7 @@ impl<S: Service> Execution<S> {
         stable: Seq,
         now: u64,
         limits: ServeLimits,
-    ) -> Result<StateData, Refused> {
+    ) -> Result<(StateData, usize), Refused> {
         if f.items.len() > limits.items_max {
             return Err(Reject::TooLarge.into());
         }
@@ -68,12 +69,13 @@ impl<S: Service> Execution<S> {
             (f.seq, false)
         };
         let Some((_, aux)) = self.state.held(seq) else {
-            return Ok(StateData {
+            let empty = StateData {
                 seq: f.seq,
                 stable,
                 aux: None,
                 items: Vec::new(),
-            });
+            };
+            return Ok((empty, 0));
         };
         let geo = self.state.geometry();
         let budget = limits.reply_bytes_max;
@@ -129,12 +131,12 @@ impl<S: Service> Execution<S> {
         if let Some((tokens, _)) = self.serve_budget.get_mut(&from) {
             *tokens = tokens.saturating_sub(used as i64);
         }
-        self.served_bytes += used as u64;
-        Ok(StateData {
+        let data = StateData {
             seq,
             stable,
             aux: with_aux,
             items,
-        })
+        };
+        Ok((data, used))
     }
 }

@@ -89,13 +89,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
             reply_bytes_max: self.cfg.transfer_reply_bytes_max,
             rate_bytes_per_sec: self.cfg.transfer_rate_bytes_per_sec,
         };
-        let served_before = self.exec.served_bytes();
         match self
             .exec
             .serve(from, &f, self.stable_seq, self.now(), limits)
         {
-            Ok(data) => {
-                self.stats.transfer_bytes_out += self.exec.served_bytes() - served_before;
+            Ok((data, used)) => {
+                self.stats.transfer_bytes_out += used as u64;
                 self.send_replica(from, &Message::StateData(data));
                 Ok(())
             }
