@@ -1,0 +1,169 @@
+//! The workload: the operations correct clients issue, and what Byzantine clients do.
+
+use super::*;
+
+impl World {
+    pub(super) fn byz_client_act(&mut self, i: usize) {
+        let n = self.sc.core.n();
+        let f = self.sc.core.f;
+        let id = self.byz_clients[i].id;
+        let attack = self.byz_clients[i].attack;
+        let from = Principal::Client(id);
+        let make = |w: &mut World, op: KvOp, ts: u64| -> SignedRequest {
+            let request = Request {
+                client: id,
+                timestamp: ts,
+                read_only: false,
+                op: op.encode().into(),
+            };
+            let auth = request_authenticator(&w.byz_clients[i].keys, &request.digest(), n);
+            SignedRequest {
+                request,
+                auth: auth.into(),
+                sig: None,
+            }
+        };
+        if self.now >= self.byz_clients[i].next_rekey_ms {
+            // A faulty client still has to hand replicas its keys for them to listen.
+            let replicas: Vec<Principal> = (0..n).map(Principal::Replica).collect();
+            if let Ok(nk) = self.byz_clients[i].keys.refresh(&replicas) {
+                let bytes = seal(&self.byz_clients[i].keys, &Message::NewKey(nk), None, n);
+                for to in replicas {
+                    self.transmit(from, to, bytes.clone(), 0);
+                }
+            }
+            self.byz_clients[i].next_rekey_ms = self.now + self.sc.core.key_refresh_ms;
+        }
+        let key = format!("b{}", self.rng.random_range(0..3)).into_bytes();
+        let value = format!("evil{}", self.rng.random::<u16>()).into_bytes();
+        self.byz_clients[i].timestamp += 1;
+        let ts = self.byz_clients[i].timestamp;
+        match attack {
+            ClientAttack::ReuseTimestamp => {
+                let a = make(
+                    self,
+                    KvOp::Put {
+                        key: key.clone(),
+                        value,
+                    },
+                    ts,
+                );
+                let b = make(self, KvOp::Delete { key }, ts);
+                for r in 0..n {
+                    let sr = if r % 2 == 0 { a.clone() } else { b.clone() };
+                    let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
+                    self.transmit(from, Principal::Replica(r), bytes, 0);
+                }
+            }
+            ClientAttack::SubsetOnly => {
+                let sr = make(self, KvOp::Put { key, value }, ts);
+                let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
+                let r = self.rng.random_range(0..n);
+                self.transmit(from, Principal::Replica(r), bytes, 0);
+            }
+            ClientAttack::BadAuthenticator => {
+                let mut sr = make(self, KvOp::Put { key, value }, ts);
+                let bad = self.rng.random_range(1..=f);
+                for _ in 0..bad {
+                    let j = self.rng.random_range(0..n as usize);
+                    std::sync::Arc::make_mut(&mut sr.auth)[j].0[0] ^= 0xff;
+                }
+                let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
+                for r in 0..n {
+                    self.transmit(from, Principal::Replica(r), bytes.clone(), 0);
+                }
+            }
+            ClientAttack::Garbage => {
+                let len = self.rng.random_range(0..300);
+                let junk: Vec<u8> = (0..len).map(|_| self.rng.random()).collect();
+                let r = self.rng.random_range(0..n);
+                self.transmit(from, Principal::Replica(r), junk, 0);
+                // A well-formed frame claiming to come from a replica, with a random MAC.
+                let fake = Message::Commit(redoubt_core::message::Commit {
+                    view: 0,
+                    seq: 1,
+                    digest: random_digest(&mut self.rng),
+                    replica: self.rng.random_range(0..n),
+                });
+                let bytes = seal(&self.byz_clients[i].keys, &fake, None, n);
+                if let Ok(mut fr) = decode_frame(&bytes, usize::MAX) {
+                    fr.from = Principal::Replica(self.rng.random_range(0..n));
+                    let r = self.rng.random_range(0..n);
+                    self.transmit(from, Principal::Replica(r), encode_frame(&fr), 0);
+                }
+            }
+            ClientAttack::ColludePrimary | ClientAttack::ColludeCut => {
+                // The primary as the correct replicas see it (the highest view among them).
+                let view = (0..n)
+                    .filter(|r| !self.faulty.contains(r) && self.up[*r as usize] == Up::Running)
+                    .map(|r| self.replicas[r as usize].view())
+                    .max()
+                    .unwrap_or(0);
+                let p = self.sc.core.primary(view);
+                let mut sr = make(self, KvOp::Put { key, value }, ts);
+                let auth = std::sync::Arc::make_mut(&mut sr.auth);
+                // Valid at the primary, and for ColludeCut at the f replicas after it.
+                let vouchers = if attack == ClientAttack::ColludeCut {
+                    f
+                } else {
+                    0
+                };
+                for (j, mac) in auth.iter_mut().enumerate() {
+                    let after = (j as ReplicaId + n - p) % n;
+                    if after > vouchers {
+                        mac.0[0] ^= 0xff;
+                    }
+                }
+                let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
+                for r in 0..n {
+                    self.transmit(from, Principal::Replica(r), bytes.clone(), 0);
+                }
+            }
+            ClientAttack::Replay => {
+                let sr = make(self, KvOp::Put { key, value }, ts);
+                let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
+                self.byz_clients[i].sent.push(bytes.clone());
+                if self.byz_clients[i].sent.len() > 16 {
+                    self.byz_clients[i].sent.remove(0);
+                }
+                let k = self.rng.random_range(0..self.byz_clients[i].sent.len());
+                let old = self.byz_clients[i].sent[k].clone();
+                for r in 0..n {
+                    self.transmit(from, Principal::Replica(r), old.clone(), 0);
+                }
+            }
+        }
+    }
+
+    pub(super) fn next_op(&mut self, c: usize) -> KvOp {
+        let key = self.key_name();
+        let id = self.clients[c].core.id();
+        self.clients[c].counter += 1;
+        let mut value = format!("c{id}-{}", self.clients[c].counter).into_bytes();
+        // Long values make results long enough for digest replies.
+        value.resize(value.len() + self.sc.value_pad, b'.');
+        match self.rng.random_range(0..10) {
+            0..=2 => KvOp::Put { key, value },
+            3 => KvOp::Set { key, value },
+            4..=6 => KvOp::Get { key },
+            7 => KvOp::Delete { key },
+            _ => {
+                let expected = if self.rng.random_bool(0.5) {
+                    None
+                } else {
+                    // Expect the value some client may have written.
+                    let other = self.rng.random_range(1..=self.sc.clients);
+                    let cnt = self.rng.random_range(1..4);
+                    let mut v = format!("c{other}-{cnt}").into_bytes();
+                    v.resize(v.len() + self.sc.value_pad, b'.');
+                    Some(v)
+                };
+                KvOp::Cas {
+                    key,
+                    expected,
+                    new: value,
+                }
+            }
+        }
+    }
+}
