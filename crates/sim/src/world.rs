@@ -27,10 +27,14 @@ use std::sync::Arc;
 
 mod checks;
 mod clients;
+mod frames;
 mod plant;
 mod proactive;
 mod replay;
+mod setup;
 mod tamper;
+pub use frames::describe;
+use frames::{holder_secrets, is_new_key, new_session_keys, replica_keys};
 
 const TICK_MS: u64 = 10;
 const BYZ_CLIENT_BASE: ClientId = 1000;
@@ -255,143 +259,6 @@ pub struct World {
 }
 
 impl World {
-    pub fn new(sc: Scenario, trace: bool) -> World {
-        let mut core = sc.core.clone();
-        core.mutant = sc.mutant;
-        let sc = Scenario { core, ..sc };
-        let n = sc.core.n();
-        let mut rng = ChaCha8Rng::seed_from_u64(sc.seed);
-        let master: Vec<u8> = (0..32).map(|_| rng.random()).collect();
-        let mut principals: Vec<Principal> = (0..n).map(Principal::Replica).collect();
-        principals.extend((1..=sc.clients as ClientId).map(Principal::Client));
-        principals.extend(
-            (0..sc.byz_clients.len() as ClientId).map(|i| Principal::Client(BYZ_CLIENT_BASE + i)),
-        );
-        let directory = Arc::new(Directory {
-            keys: principals
-                .iter()
-                .map(|p| (*p, holder_secrets(&master, *p).public()))
-                .collect(),
-        });
-        let mut holder_counters = BTreeMap::new();
-        let mut holder_admitted = BTreeMap::new();
-        let mut incarnations = BTreeMap::new();
-        let mut keys = |p: Principal| {
-            new_session_keys(
-                &master,
-                &directory,
-                &mut holder_counters,
-                &mut holder_admitted,
-                &mut incarnations,
-                sc.mutant == redoubt_core::Mutant::NoFreshness,
-                p,
-            )
-        };
-        let stores: Vec<MemStore> = (0..n).map(|_| MemStore::new(sim_geometry())).collect();
-        let replicas = (0..n)
-            .map(|r| {
-                Replica::new(
-                    sc.core.clone(),
-                    r,
-                    replica_keys(keys(Principal::Replica(r)), sc.mutant),
-                    KvService::new(),
-                    open_state(Box::new(stores[r as usize].clone())).expect("memory store"),
-                )
-            })
-            .collect();
-        let behaviors: BTreeMap<ReplicaId, Behavior> = sc.byzantine.iter().copied().collect();
-        let mut adversary = Adversary::new(sc.core.clone(), behaviors);
-        adversary.set_colluders(
-            sc.byz_clients
-                .iter()
-                .enumerate()
-                .filter(|(_, a)| {
-                    matches!(a, ClientAttack::ColludePrimary | ClientAttack::ColludeCut)
-                })
-                .map(|(i, _)| BYZ_CLIENT_BASE + i as ClientId)
-                .collect(),
-        );
-        let clients = (1..=sc.clients as ClientId)
-            .map(|c| SimClient {
-                core: Client::new(
-                    sc.core.clone(),
-                    ClientTiming {
-                        retransmit_min_ms: 50,
-                        retransmit_max_ms: 2000,
-                        initial_rtt_ms: 50,
-                    },
-                    c,
-                    keys(Principal::Client(c)),
-                ),
-                done: 0,
-                current: None,
-                counter: 0,
-            })
-            .collect();
-        let byz_clients = sc
-            .byz_clients
-            .iter()
-            .enumerate()
-            .map(|(i, a)| {
-                let id = BYZ_CLIENT_BASE + i as ClientId;
-                ByzClient {
-                    id,
-                    attack: *a,
-                    keys: keys(Principal::Client(id)),
-                    next_rekey_ms: 0,
-                    timestamp: 0,
-                    sent: Vec::new(),
-                }
-            })
-            .collect();
-        let faulty = sc.faulty();
-        let checker = Checker::new(n, faulty.clone());
-        let mut w = World {
-            rng,
-            now: 0,
-            next_id: 0,
-            queue: BinaryHeap::new(),
-            events: Vec::new(),
-            free: Vec::new(),
-            master,
-            directory,
-            holder_counters,
-            holder_admitted,
-            incarnations,
-            adversary_key_gen: BTreeMap::new(),
-            replicas,
-            disks: vec![Vec::new(); n as usize],
-            stores,
-            up: vec![Up::Running; n as usize],
-            adversary,
-            faulty,
-            clients,
-            byz_clients,
-            history: Vec::new(),
-            captured: Vec::new(),
-            checker,
-            trace_on: trace,
-            trace: Vec::new(),
-            stats: RunStats::default(),
-            processed: 0,
-            violations: Vec::new(),
-            corrupted: Vec::new(),
-            unscrubbed: BTreeSet::new(),
-            corrupt_found: BTreeMap::new(),
-            last_checkpoint: BTreeMap::new(),
-            compromised: None,
-            stolen: Vec::new(),
-            last_rekey: BTreeMap::new(),
-            awaiting_recovery: None,
-            planting: plant::Planting::default(),
-            watermark_reported: BTreeSet::new(),
-            new_keys: replay::NewKeys::default(),
-            sc,
-        };
-        w.schedule_initial();
-        w
-    }
-
     fn schedule(&mut self, at: u64, ev: Ev) {
         let id = self.next_id;
         self.next_id += 1;
@@ -1151,123 +1018,6 @@ impl World {
             trace: self.trace,
         }
     }
-}
-
-/// Whether a frame carries a NEW-KEY (looked up without decoding the body: its first byte is
-/// the message's variant index).
-fn is_new_key(bytes: &[u8]) -> bool {
-    const NEW_KEY_VARIANT: u8 = 14;
-    redoubt_core::message::decode_frame_ref(bytes, usize::MAX)
-        .is_ok_and(|f| f.body.first() == Some(&NEW_KEY_VARIANT))
-}
-
-/// A one-line description of a frame for traces.
-pub fn describe(bytes: &[u8]) -> String {
-    let Ok(f) = decode_frame(bytes, usize::MAX) else {
-        return format!("<garbage {}B>", bytes.len());
-    };
-    let Ok(m) = decode_body(&f.body) else {
-        return format!("<bad body {}B>", f.body.len());
-    };
-    match m {
-        Message::Request(r) => format!("REQUEST {:?}", r.request),
-        Message::PrePrepare(p) => format!(
-            "PRE-PREPARE v{} n{} {:?} [{} reqs, {} beside]",
-            p.view,
-            p.seq,
-            p.digest,
-            p.batch.requests.len(),
-            p.beside.len()
-        ),
-        Message::Prepare(p) if p.doubts.is_empty() => {
-            format!("PREPARE v{} n{} {:?}", p.view, p.seq, p.digest)
-        }
-        Message::Prepare(p) => format!(
-            "PREPARE v{} n{} {:?} doubts{:?}",
-            p.view, p.seq, p.digest, p.doubts
-        ),
-        Message::Commit(c) => format!("COMMIT v{} n{} {:?}", c.view, c.seq, c.digest),
-        Message::Reply(r) => format!("REPLY v{} c{} t{}", r.view, r.client, r.timestamp),
-        Message::Checkpoint(c) => format!("CHECKPOINT n{} {:?}", c.seq, c.digest),
-        Message::ViewChange(v) => format!(
-            "VIEW-CHANGE v{} ls{} C{:?} P{:?} Q{:?}",
-            v.view, v.ls, v.checkpoints, v.p, v.q
-        ),
-        Message::ViewChangeAck(a) => format!(
-            "VC-ACK v{} {}->{} {:?}",
-            a.view, a.acker, a.sender, a.digest
-        ),
-        Message::NewView(nv) => format!(
-            "NEW-VIEW v{} V{:?} ckpt{:?} X{:?}",
-            nv.view, nv.vcs, nv.checkpoint, nv.chosen
-        ),
-        Message::Status(s) => format!(
-            "STATUS v{}{} exec{} stable{} P{:?} C{:?} missB{} missVC{}",
-            s.view,
-            if s.normal { "" } else { "(vc)" },
-            s.last_executed,
-            s.stable,
-            s.prepared,
-            s.committed,
-            s.missing_batches.len(),
-            s.missing_vcs.len()
-        ),
-        Message::Fetch(f) => format!("FETCH n{} {} items", f.seq, f.items.len()),
-        Message::StateData(d) => format!("{d:?}"),
-        Message::Batches(b) => format!("BATCHES {}", b.len()),
-        Message::RelayViewChange(v) => format!("RELAY-VC v{} r{}", v.view, v.replica),
-        Message::NewKey(k) => format!("{k:?}"),
-        Message::QueryStable(q) => format!("QUERY-STABLE r{} nonce{}", q.replica, q.nonce),
-        Message::ReplyStable(r) => format!("REPLY-STABLE r{} c{} p{}", r.replica, r.c, r.p),
-    }
-}
-
-/// A principal's long-term secrets, derived from the run's master secret.
-fn holder_secrets(master: &[u8], p: Principal) -> HolderSecrets {
-    let mut material = master.to_vec();
-    material.extend_from_slice(format!("{p:?}").as_bytes());
-    HolderSecrets::from_seed(&blake3::derive_key("redoubt sim holder secrets", &material))
-}
-
-/// Session keys of `p` with a fresh in-process key holder: the same secrets, counter and
-/// admitted NEW-KEY counters as before (they survive restarts), a generator seeded per
-/// incarnation.
-fn new_session_keys(
-    master: &[u8],
-    directory: &Arc<Directory>,
-    counters: &mut BTreeMap<Principal, Arc<AtomicU64>>,
-    admitted: &mut BTreeMap<Principal, AdmittedCounters>,
-    incarnations: &mut BTreeMap<Principal, u64>,
-    forgetful: bool,
-    p: Principal,
-) -> SessionKeys {
-    let counter = counters
-        .entry(p)
-        .or_insert_with(|| Arc::new(AtomicU64::new(0)))
-        .clone();
-    let admitted = admitted.entry(p).or_default().clone();
-    let inc = incarnations.entry(p).or_insert(0);
-    *inc += 1;
-    let mut material = master.to_vec();
-    material.extend_from_slice(format!("{p:?}/{inc}").as_bytes());
-    let seed = blake3::derive_key("redoubt sim holder rng", &material);
-    let mut holder = LocalHolder::new(
-        p,
-        holder_secrets(master, p),
-        directory.clone(),
-        counter,
-        admitted,
-        seed,
-    );
-    holder.forgetful = forgetful;
-    SessionKeys::new(Box::new(holder), directory.clone())
-}
-
-/// Session keys for a replica, with the key mutant applied.
-fn replica_keys(keys: SessionKeys, mutant: redoubt_core::Mutant) -> SessionKeys {
-    let mut keys = keys;
-    keys.accept_retired = mutant == redoubt_core::Mutant::AcceptRetiredKeys;
-    keys
 }
 
 #[cfg(test)]

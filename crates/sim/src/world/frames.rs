@@ -1,0 +1,121 @@
+//! Frames and keys for the world: recognising and describing frames, and the in-process key
+//! holders of simulated principals.
+
+use super::*;
+
+/// Whether a frame carries a NEW-KEY (looked up without decoding the body: its first byte is
+/// the message's variant index).
+pub(super) fn is_new_key(bytes: &[u8]) -> bool {
+    const NEW_KEY_VARIANT: u8 = 14;
+    redoubt_core::message::decode_frame_ref(bytes, usize::MAX)
+        .is_ok_and(|f| f.body.first() == Some(&NEW_KEY_VARIANT))
+}
+
+/// A one-line description of a frame for traces.
+pub fn describe(bytes: &[u8]) -> String {
+    let Ok(f) = decode_frame(bytes, usize::MAX) else {
+        return format!("<garbage {}B>", bytes.len());
+    };
+    let Ok(m) = decode_body(&f.body) else {
+        return format!("<bad body {}B>", f.body.len());
+    };
+    match m {
+        Message::Request(r) => format!("REQUEST {:?}", r.request),
+        Message::PrePrepare(p) => format!(
+            "PRE-PREPARE v{} n{} {:?} [{} reqs, {} beside]",
+            p.view,
+            p.seq,
+            p.digest,
+            p.batch.requests.len(),
+            p.beside.len()
+        ),
+        Message::Prepare(p) if p.doubts.is_empty() => {
+            format!("PREPARE v{} n{} {:?}", p.view, p.seq, p.digest)
+        }
+        Message::Prepare(p) => format!(
+            "PREPARE v{} n{} {:?} doubts{:?}",
+            p.view, p.seq, p.digest, p.doubts
+        ),
+        Message::Commit(c) => format!("COMMIT v{} n{} {:?}", c.view, c.seq, c.digest),
+        Message::Reply(r) => format!("REPLY v{} c{} t{}", r.view, r.client, r.timestamp),
+        Message::Checkpoint(c) => format!("CHECKPOINT n{} {:?}", c.seq, c.digest),
+        Message::ViewChange(v) => format!(
+            "VIEW-CHANGE v{} ls{} C{:?} P{:?} Q{:?}",
+            v.view, v.ls, v.checkpoints, v.p, v.q
+        ),
+        Message::ViewChangeAck(a) => format!(
+            "VC-ACK v{} {}->{} {:?}",
+            a.view, a.acker, a.sender, a.digest
+        ),
+        Message::NewView(nv) => format!(
+            "NEW-VIEW v{} V{:?} ckpt{:?} X{:?}",
+            nv.view, nv.vcs, nv.checkpoint, nv.chosen
+        ),
+        Message::Status(s) => format!(
+            "STATUS v{}{} exec{} stable{} P{:?} C{:?} missB{} missVC{}",
+            s.view,
+            if s.normal { "" } else { "(vc)" },
+            s.last_executed,
+            s.stable,
+            s.prepared,
+            s.committed,
+            s.missing_batches.len(),
+            s.missing_vcs.len()
+        ),
+        Message::Fetch(f) => format!("FETCH n{} {} items", f.seq, f.items.len()),
+        Message::StateData(d) => format!("{d:?}"),
+        Message::Batches(b) => format!("BATCHES {}", b.len()),
+        Message::RelayViewChange(v) => format!("RELAY-VC v{} r{}", v.view, v.replica),
+        Message::NewKey(k) => format!("{k:?}"),
+        Message::QueryStable(q) => format!("QUERY-STABLE r{} nonce{}", q.replica, q.nonce),
+        Message::ReplyStable(r) => format!("REPLY-STABLE r{} c{} p{}", r.replica, r.c, r.p),
+    }
+}
+
+/// A principal's long-term secrets, derived from the run's master secret.
+pub(super) fn holder_secrets(master: &[u8], p: Principal) -> HolderSecrets {
+    let mut material = master.to_vec();
+    material.extend_from_slice(format!("{p:?}").as_bytes());
+    HolderSecrets::from_seed(&blake3::derive_key("redoubt sim holder secrets", &material))
+}
+
+/// Session keys of `p` with a fresh in-process key holder: the same secrets, counter and
+/// admitted NEW-KEY counters as before (they survive restarts), a generator seeded per
+/// incarnation.
+pub(super) fn new_session_keys(
+    master: &[u8],
+    directory: &Arc<Directory>,
+    counters: &mut BTreeMap<Principal, Arc<AtomicU64>>,
+    admitted: &mut BTreeMap<Principal, AdmittedCounters>,
+    incarnations: &mut BTreeMap<Principal, u64>,
+    forgetful: bool,
+    p: Principal,
+) -> SessionKeys {
+    let counter = counters
+        .entry(p)
+        .or_insert_with(|| Arc::new(AtomicU64::new(0)))
+        .clone();
+    let admitted = admitted.entry(p).or_default().clone();
+    let inc = incarnations.entry(p).or_insert(0);
+    *inc += 1;
+    let mut material = master.to_vec();
+    material.extend_from_slice(format!("{p:?}/{inc}").as_bytes());
+    let seed = blake3::derive_key("redoubt sim holder rng", &material);
+    let mut holder = LocalHolder::new(
+        p,
+        holder_secrets(master, p),
+        directory.clone(),
+        counter,
+        admitted,
+        seed,
+    );
+    holder.forgetful = forgetful;
+    SessionKeys::new(Box::new(holder), directory.clone())
+}
+
+/// Session keys for a replica, with the key mutant applied.
+pub(super) fn replica_keys(keys: SessionKeys, mutant: redoubt_core::Mutant) -> SessionKeys {
+    let mut keys = keys;
+    keys.accept_retired = mutant == redoubt_core::Mutant::AcceptRetiredKeys;
+    keys
+}
