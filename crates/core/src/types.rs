@@ -80,11 +80,14 @@ pub enum Mutant {
     EstimateUntested,
     /// View-change messages are kept when their sender or the receiver re-keys.
     KeepViewChangesAcrossRekey,
+    /// A NEW-VIEW the replica cannot check is entered at once, without 2f+1 reports of
+    /// replicas active in its view.
+    AdoptUncheckedNewView,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 16] = [
+    pub const ALL: [(&'static str, Mutant); 17] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -104,6 +107,7 @@ impl Mutant {
             "keep-view-changes-across-rekey",
             Mutant::KeepViewChangesAcrossRekey,
         ),
+        ("adopt-unchecked-new-view", Mutant::AdoptUncheckedNewView),
     ];
 }
 

@@ -6,6 +6,7 @@
 use redoubt_core::keys::Accepted;
 use redoubt_core::message::*;
 use redoubt_core::*;
+use redoubt_crypto::Digest;
 
 mod common;
 use common::*;
@@ -236,4 +237,80 @@ fn recover_from_a_tampered_view(hand_overs: u64) {
     assert_eq!(v3, v0, "replica 3 in view {v3}, replica 0 in {v0}");
     assert!(c.replica(3).is_normal());
     assert_eq!(c.replica(3).stats.views_estimated, 1);
+}
+
+/// Replica `r`'s STATUS: active (normal) in `view`, nothing executed.
+fn active_in(view: u64, r: u32) -> Status {
+    Status {
+        replica: r,
+        view,
+        normal: true,
+        ..Status::default()
+    }
+}
+
+/// Replica 0 changing into view 1 (replica 1 leads it) holds a NEW-VIEW naming a
+/// VIEW-CHANGE of replica 2 that replica 0 never received; replica 2 has since re-keyed, so
+/// nobody can supply it (BFT-PR §4.5 drops it everywhere). Found by the simulator (seeds
+/// 43460 and 47710, and 8169 with every optimisation): a recovered replica whose own
+/// pre-recovery VIEW-CHANGE was named never entered the view the others were in, and lagged
+/// until the next view change.
+fn stuck_on_an_unchecked_new_view(checkpoint: (u64, Digest)) -> Cluster {
+    let mut c = bench();
+    let cz = c.checkpoint_zero();
+    let v3 = view_change(1, 3, (0, cz));
+    let mine = c.join_view(0, [view_change(1, 2, (0, cz)), v3.clone()]);
+    let unseen = view_change(1, 2, (0, Digest::ZERO)).digest();
+    let nv = new_view(
+        1,
+        &[(0, mine.digest()), (2, unseen), (3, v3.digest())],
+        checkpoint,
+    );
+    c.receive(0, 1, nv);
+    c.rekey(replica(2), &[0, 1, 2, 3]);
+    assert!(!c.replica(0).is_normal(), "the NEW-VIEW cannot be checked");
+    c
+}
+
+#[test]
+fn a_new_view_that_cannot_be_checked_is_entered_once_2f_plus_1_others_are_active_in_its_view() {
+    let mut c = stuck_on_an_unchecked_new_view((0, Digest::ZERO));
+    // Three reports at once: replica 0 first gives the missing message two status rounds.
+    for r in 1..4 {
+        c.receive(0, r, active_in(1, r));
+    }
+    assert!(!c.replica(0).is_normal(), "entered before asking twice");
+    c.advance(2 * c.cfg.status_interval_ms);
+    // 2f reports (replica 3 has moved on) are not enough: f of them may lie.
+    let moved_on = Status {
+        replica: 3,
+        view: 2,
+        ..Status::default()
+    };
+    c.receive(0, 3, moved_on);
+    c.receive(0, 1, active_in(1, 1));
+    assert!(!c.replica(0).is_normal(), "entered on 2f reports");
+    c.receive(0, 3, active_in(1, 3));
+    assert!(c.replica(0).is_normal(), "did not enter the view");
+    assert_eq!(c.replica(0).view(), 1);
+    assert_eq!(c.replica(0).stats.new_views_adopted, 1);
+}
+
+#[test]
+fn a_new_view_entered_unchecked_does_not_move_the_low_watermark() {
+    // The NEW-VIEW claims a checkpoint nobody vouched for: replica 0 keeps its own and
+    // fetches nothing (checkpoint certificates from its peers will bring the state).
+    let k = Config::new(1).checkpoint_interval;
+    let mut c = stuck_on_an_unchecked_new_view((k, Digest::ZERO));
+    c.advance(2 * c.cfg.status_interval_ms);
+    let mut out = Out::default();
+    for r in 1..4 {
+        out.extend(c.receive(0, r, active_in(1, r)));
+    }
+    assert!(c.replica(0).is_normal());
+    assert_eq!(c.replica(0).stable_checkpoint(), 0);
+    assert!(
+        !out.any(|m| matches!(m, Message::Fetch(_))),
+        "fetched an unvouched checkpoint"
+    );
 }

@@ -26,6 +26,7 @@ pub struct Metrics {
     pub clients_suspected: IntCounter,
     pub requests_signed: IntCounter,
     pub view_changes_forgotten: IntCounter,
+    pub new_views_adopted: IntCounter,
     pub views_estimated: IntCounter,
     pub watermarks_distrusted: IntCounter,
     pub states_distrusted: IntCounter,
@@ -339,6 +340,11 @@ impl Metrics {
                 r,
                 "redoubt_view_changes_forgotten_total",
                 "View-change protocol messages dropped because their sender or this replica re-keyed after they arrived",
+            ),
+            new_views_adopted: counter(
+                r,
+                "redoubt_new_views_adopted_total",
+                "Views entered on a NEW-VIEW this replica could not check (a view change it names was sent under keys since retired) because 2f+1 other replicas reported being active in the view",
             ),
             views_estimated: counter(
                 r,

@@ -463,6 +463,8 @@ impl<S: Service> Node<S> {
             .inc_by(s.requests_signed - self.last_stats.requests_signed);
         m.view_changes_forgotten
             .inc_by(s.view_changes_forgotten - self.last_stats.view_changes_forgotten);
+        m.new_views_adopted
+            .inc_by(s.new_views_adopted - self.last_stats.new_views_adopted);
         m.views_estimated
             .inc_by(s.views_estimated - self.last_stats.views_estimated);
         m.watermarks_distrusted

@@ -21,6 +21,7 @@
 
 use crate::agreement::certificates::CheckpointVotes;
 use crate::agreement::pool::{RequestPool, Waiting};
+use crate::agreement::reports::ViewReports;
 use crate::agreement::vcstore::{Stored, ViewChangeStore, ACKS_PER_ACKER_MAX};
 use crate::auth::{open, seal, verify_request, Auth};
 use crate::effect::{Bytes, Effect, Env, Event};
@@ -171,6 +172,9 @@ pub struct Stats {
     pub clients_suspected: u64,
     /// Requests arriving with a valid signature of their client.
     pub requests_signed: u64,
+    /// Views entered on a NEW-VIEW this replica could not check, because 2f+1 other
+    /// replicas reported being active in the view (see `reports.rs`).
+    pub new_views_adopted: u64,
 }
 
 /// A replica.
@@ -209,6 +213,10 @@ pub struct Replica<S: Service, A: Auth> {
     suspects: BTreeMap<ClientId, u64>,
     new_view: Option<NewView>,
     pending_nv: Option<NewView>,
+    /// When `pending_nv` arrived (ms).
+    pending_nv_since_ms: u64,
+    /// The views other replicas report being active in (see `reports.rs`).
+    view_reports: ViewReports,
     decision_missing: Vec<Digest>,
     executed_in_view: bool,
 
@@ -280,6 +288,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         assert!(id < cfg.n());
         let ckpt_votes = CheckpointVotes::new(cfg.log_size, cfg.checkpoint_interval);
         let pool = RequestPool::new(&cfg);
+        let view_reports = ViewReports::new(cfg.n(), id);
         let mut r = Replica {
             vc_timeout_ms: cfg.view_change_timeout_ms,
             cfg,
@@ -302,6 +311,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             suspects: BTreeMap::new(),
             new_view: None,
             pending_nv: None,
+            pending_nv_since_ms: 0,
+            view_reports,
             decision_missing: Vec::new(),
             executed_in_view: false,
             log: BTreeMap::new(),
@@ -430,6 +441,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.ckpt_votes
             .check_invariants()
             .map_err(|e| format!("checkpoint votes: {e}"))?;
+        self.view_reports
+            .check_invariants()
+            .map_err(|e| format!("view reports: {e}"))?;
         let (lo, hi) = (self.stable_seq, self.stable_seq + self.cfg.log_size);
         if let Some((n, _)) = self.log.iter().find(|(n, _)| **n <= lo || **n > hi) {
             return Err(format!(

@@ -172,6 +172,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let gone = |x: ReplicaId| x != me && r.is_none_or(|r| r == x);
         let dropped = self.vcstore.forget(gone);
         self.stats.view_changes_forgotten += dropped as u64;
+        self.view_reports.forget(gone);
         if self
             .pending_nv
             .as_ref()

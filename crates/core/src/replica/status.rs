@@ -64,8 +64,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
         {
             return Err(Reject::TooLarge);
         }
+        self.view_reports.record(from, st.view, st.normal);
         if st.view < self.view || (st.view == self.view && !st.normal) {
             self.help_into_view(from, &st);
+        }
+        if st.view == self.view && st.normal && !self.normal {
+            self.try_adopt_new_view();
         }
         if st.view == self.view && st.normal && self.normal {
             self.retransmit_log(from, &st);

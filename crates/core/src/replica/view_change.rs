@@ -297,7 +297,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     batches: bodies,
                 };
                 self.broadcast(&Message::NewView(nv.clone()));
-                self.install_new_view(nv);
+                self.install_new_view(nv, true);
             }
             Err(Pending::NeedBatches(ds)) => self.decision_missing = ds,
             Err(_) => {}
@@ -370,7 +370,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let mut nv = nv;
         nv.batches.clear();
         self.pending_nv = Some(nv);
+        self.pending_nv_since_ms = self.now();
         self.try_accept_new_view();
+        self.try_adopt_new_view();
         Ok(())
     }
 
@@ -455,10 +457,32 @@ impl<S: Service, A: Auth> Replica<S, A> {
         );
         match outcome {
             Ok(dec) if dec.checkpoint == nv.checkpoint && dec.chosen == nv.chosen => {
-                self.install_new_view(nv);
+                self.install_new_view(nv, true);
             }
             _ => self.bad_new_view(),
         }
+    }
+
+    /// Enters the view of a pending NEW-VIEW this replica has not been able to check for two
+    /// status intervals (a view change it names is gone: sent under keys since retired, or
+    /// our own, forgotten in a recovery) once 2f+1 other replicas report being active in the
+    /// view: f+1 correct ones checked a NEW-VIEW for it (see `reports.rs`). The NEW-VIEW's
+    /// checkpoint is not trusted (checkpoint certificates bring the state), its choices only
+    /// as pre-prepares: they count for nothing without 2f+1 replicas' prepares.
+    pub(super) fn try_adopt_new_view(&mut self) {
+        let Some(nv) = self.pending_nv.clone() else {
+            return;
+        };
+        if self.normal || nv.view != self.view {
+            return;
+        }
+        let unchecked = self.mutant("adopt-unchecked-new-view");
+        let waited = self.now() >= self.pending_nv_since_ms + 2 * self.cfg.status_interval_ms;
+        if !unchecked && (!waited || self.view_reports.active_in(nv.view) < self.cfg.quorum()) {
+            return;
+        }
+        self.stats.new_views_adopted += 1;
+        self.install_new_view(nv, false);
     }
 
     /// The NEW-VIEW does not follow from its view changes: the primary is faulty.
@@ -500,14 +524,16 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
     }
 
-    pub(super) fn install_new_view(&mut self, nv: NewView) {
+    /// Installs `nv`, checked against its view changes or (not `checked`) adopted on 2f+1
+    /// reports (see `try_adopt_new_view`).
+    pub(super) fn install_new_view(&mut self, nv: NewView, checked: bool) {
         let (h, hd) = nv.checkpoint;
         self.normal = true;
         self.primary_progress_ms = self.now();
         self.vc_deadline_ms = None;
         self.pending_nv = None;
         self.decision_missing.clear();
-        if h > self.stable_seq {
+        if h > self.stable_seq && checked {
             match self.exec.own_checkpoint(h) {
                 Some(d) if d == hd => self.make_stable(h, hd),
                 _ => {
@@ -518,7 +544,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         // A correct NEW-VIEW never contradicts what this replica executed: that would mean
         // more than f faults (or a protocol bug). Report it loudly; the simulator fails on it.
-        for (i, d) in nv.chosen.iter().enumerate() {
+        for (i, d) in nv.chosen.iter().enumerate().filter(|_| checked) {
             let n = h + 1 + i as u64;
             if let Some(done) = self.exec.executed_at(n) {
                 if done != *d {
@@ -535,8 +561,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let mut prepares = Vec::new();
         for (i, d) in nv.chosen.iter().enumerate() {
             let n = h + 1 + i as u64;
-            if n <= self.stable_seq {
-                continue; // already below our low watermark (we fetched a later checkpoint)
+            if n <= self.stable_seq || n > self.stable_seq + self.cfg.log_size {
+                // Below our low watermark (we fetched a later checkpoint), or, adopted, above
+                // our window: checkpoint certificates bring it.
+                continue;
             }
             let slot = self.log.entry(n).or_default();
             slot.pp = Some(*d);

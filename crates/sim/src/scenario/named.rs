@@ -70,6 +70,15 @@ impl Scenario {
             "step-down" => {
                 s.step_downs = vec![200, 900];
             }
+            "forged-new-view" => {
+                // The primary of view 1 forges its NEW-VIEW from made-up view changes (relayed
+                // only after it) claiming nothing prepared; the correct primary of view 0
+                // steps down mid-load. A NEW-VIEW nobody can check must not be entered
+                // before 2f+1 replicas report being active in its view.
+                s.byzantine.push((1, Behavior::ForgeNewView));
+                s.step_downs = vec![300];
+                s.net.drop = 0.02;
+            }
             "corrupted-replica" => {
                 // A backup executes a write the others did not; it must notice at its next
                 // checkpoint and fetch the state the others vouch for.
@@ -307,7 +316,7 @@ impl Scenario {
         Some(s)
     }
 
-    pub const NAMED: [&'static str; 30] = [
+    pub const NAMED: [&'static str; 31] = [
         "proactive-recovery",
         "valid-equivocation",
         "view-pusher",
@@ -335,6 +344,7 @@ impl Scenario {
         "slow-primary",
         "bogus-new-view",
         "step-down",
+        "forged-new-view",
         "quiet-primary-silent-backup",
         "forging-primary",
         "partial-authenticators",
