@@ -27,6 +27,10 @@ pub enum Effect {
     Broadcast { bytes: Bytes },
     /// Make this record durable before performing any send of the same `handle` call.
     Persist(crate::journal::Record),
+    /// Write this move of the state's durable base to the page store (and sync it) before
+    /// any later effect of the same `handle` call, and before the next call: later journal
+    /// records may rely on it (see [`crate::state::PagedState::take_commits`]).
+    CommitState(Arc<crate::state::StateCommit>),
     /// An observation for metrics, logs and the simulator's checkers.
     Event(Event),
 }

@@ -55,6 +55,7 @@ pub struct Metrics {
     pub frames_dropped: IntCounterVec,
     pub handle_seconds: Histogram,
     pub journal_sync_seconds: Histogram,
+    pub state_commit_seconds: Histogram,
     pub journal_records: IntGauge,
     pub journal_bytes: IntGauge,
     pub peers_connected: IntGauge,
@@ -244,6 +245,12 @@ impl Metrics {
                 r,
                 "redoubt_journal_sync_seconds",
                 "Time to make journal records durable (fsync)",
+                secs.clone(),
+            ),
+            state_commit_seconds: histogram(
+                r,
+                "redoubt_state_commit_seconds",
+                "Time to write one move of the state's durable base to the page store (redo log, pages, sync), once per stable checkpoint",
                 secs,
             ),
             journal_records: gauge(

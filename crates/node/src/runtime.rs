@@ -106,6 +106,8 @@ struct Node<S: Service> {
     key_refresh_ms: u64,
     last_recovery: Option<RecoveryBreakdown>,
     journal: Journal,
+    /// The page store, for the state commits the core hands over (it reads through a clone).
+    state_store: FileStore,
     listener: Listener,
     links: Vec<Option<Link>>,
     known_clients: std::collections::HashSet<ClientId>,
@@ -153,6 +155,17 @@ impl<S: Service> Node<S> {
                         error!(replica = self.id, error = %err, "journal write failed; stopping");
                         std::process::exit(70);
                     }
+                }
+                Effect::CommitState(c) => {
+                    let t = Instant::now();
+                    if let Err(err) = c.apply(&mut self.state_store) {
+                        // The base the journal is about to rely on did not reach the disk.
+                        error!(replica = self.id, seq = c.seq, error = %err, "page store commit failed; stopping");
+                        std::process::exit(70);
+                    }
+                    self.metrics
+                        .state_commit_seconds
+                        .observe(t.elapsed().as_secs_f64());
                 }
                 Effect::Send { to, bytes } => self.pending_sends.push((to, bytes)),
                 Effect::Broadcast { bytes } => {
@@ -637,6 +650,7 @@ pub async fn run_replica<S: Service + Send + 'static>(
     let started = Instant::now();
     let store = FileStore::open(&state_dir, geometry)
         .map_err(|e| restore_err(format!("page store in {}: {e}", state_dir.display())))?;
+    let state_store = store.clone();
     let mut state = open_state(Box::new(store))
         .map_err(|e| restore_err(format!("page store in {}: {e}", state_dir.display())))?;
     state.set_page_cache_bytes((cfg.storage.page_cache_mib as usize).saturating_mul(1 << 20));
@@ -723,6 +737,7 @@ pub async fn run_replica<S: Service + Send + 'static>(
         last_recovery: None,
         opts: opts.clone(),
         journal,
+        state_store,
         listener,
         links,
         known_clients: cfg.clients.iter().map(|c| c.id).collect(),

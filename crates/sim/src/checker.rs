@@ -43,6 +43,12 @@ impl Checker {
         }
     }
 
+    /// Replica `r` restarted from its disk and has executed up to `last_executed`: what it
+    /// executed in memory and never journaled (its power failed mid-step) runs again.
+    pub fn restarted(&mut self, r: ReplicaId, last_executed: Seq) {
+        self.last[r as usize] = last_executed;
+    }
+
     /// Whether `r` is faulty (or held by the adversary) now.
     pub fn is_faulty(&self, r: ReplicaId) -> bool {
         self.faulty.contains(&r)

@@ -175,6 +175,8 @@ pub struct RunStats {
     pub store_base_tampered: u64,
     /// Old NEW-KEY frames replayed to replicas right after they rebooted.
     pub new_keys_replayed: u64,
+    /// Power failures in the middle of a replica's step (part of its writes lost).
+    pub power_cuts_mid_step: u64,
 }
 
 /// The result of a run.
@@ -240,6 +242,9 @@ pub struct World {
     corrupted: Vec<ReplicaId>,
     /// Replicas with silently corrupted pages not yet checked (by a scrub or a reboot).
     unscrubbed: BTreeSet<ReplicaId>,
+    /// Replicas whose power fails in the middle of their next step: a prefix of that step's
+    /// writes (journal records, state commits, in order) reaches the disk, nothing else.
+    cut_mid_step: BTreeSet<ReplicaId>,
     /// When each replica last reported corrupt pages.
     corrupt_found: BTreeMap<ReplicaId, u64>,
     /// Last checkpoint digest each replica reported, by replica.
@@ -460,6 +465,10 @@ impl World {
         if let Err(e) = self.replicas[r as usize].check_invariants() {
             self.violation(format!("r{r} broke an invariant of its core: {e}"));
         }
+        if self.cut_mid_step.remove(&r) {
+            self.power_cut(r, effects);
+            return;
+        }
         let n = self.sc.core.n();
         for e in effects {
             match e {
@@ -472,19 +481,58 @@ impl World {
                     }
                 }
                 Effect::Event(ev) => self.observe(r, ev),
-                Effect::Persist(rec) => {
-                    let checkpoint = matches!(
-                        rec,
-                        redoubt_core::Record::Checkpoint { .. } | redoubt_core::Record::View { .. }
-                    );
-                    self.disks[r as usize].push(rec);
-                    if checkpoint {
-                        let d = std::mem::take(&mut self.disks[r as usize]);
-                        self.disks[r as usize] = redoubt_core::journal::compact(d);
-                    }
-                }
+                e @ (Effect::Persist(_) | Effect::CommitState(_)) => self.write(r, e),
             }
         }
+    }
+
+    /// A write of replica `r` reaches its disk: a journal record, or a move of the state's
+    /// durable base.
+    fn write(&mut self, r: ReplicaId, e: Effect) {
+        match e {
+            Effect::Persist(rec) => {
+                let checkpoint = matches!(
+                    rec,
+                    redoubt_core::Record::Checkpoint { .. } | redoubt_core::Record::View { .. }
+                );
+                self.disks[r as usize].push(rec);
+                if checkpoint {
+                    let d = std::mem::take(&mut self.disks[r as usize]);
+                    self.disks[r as usize] = redoubt_core::journal::compact(d);
+                }
+            }
+            Effect::CommitState(c) => {
+                let mut store = self.stores[r as usize].clone();
+                if let Err(e) = c.apply(&mut store) {
+                    self.violation(format!("r{r} state commit failed in memory: {e}"));
+                }
+            }
+            _ => unreachable!("not a write"),
+        }
+    }
+
+    /// The power of replica `r` fails while it performs the effects of a step: the first k of
+    /// its writes reach the disk (k drawn, in order, as a host syncing the journal before
+    /// sending would leave them); no message leaves. Its events are still observed (what it
+    /// did in memory must agree too; see `Checker::restarted`).
+    fn power_cut(&mut self, r: ReplicaId, effects: Vec<Effect>) {
+        let mut writes = Vec::new();
+        for e in effects {
+            match e {
+                // What it did in memory before the failure is still checked.
+                Effect::Event(ev) => self.observe(r, ev),
+                Effect::Persist(_) | Effect::CommitState(_) => writes.push(e),
+                Effect::Send { .. } | Effect::Broadcast { .. } => {}
+            }
+        }
+        let total = writes.len();
+        let k = self.rng.random_range(0..=total);
+        for e in writes.into_iter().take(k) {
+            self.write(r, e);
+        }
+        self.log(|| format!("r{r} POWER OFF mid-step ({k} of {total} writes reached the disk)"));
+        self.stats.power_cuts_mid_step += 1;
+        self.up[r as usize] = Up::Crashed;
     }
 
     /// Gives the adversary the current keys of a replica it controls.
@@ -760,10 +808,19 @@ impl World {
                 }
             }
             Ev::PowerOff(r) => {
-                self.log(|| format!("r{r} POWER OFF (disk kept)"));
-                self.up[r as usize] = Up::Crashed;
+                if self.up[r as usize] == Up::Running && self.rng.random_bool(0.5) {
+                    // It strikes during the replica's next step.
+                    self.cut_mid_step.insert(r);
+                } else {
+                    self.log(|| format!("r{r} POWER OFF (disk kept)"));
+                    self.up[r as usize] = Up::Crashed;
+                }
             }
             Ev::Reboot(r) => {
+                if self.cut_mid_step.remove(&r) {
+                    // It took no step since: the power failed between steps.
+                    self.up[r as usize] = Up::Crashed;
+                }
                 let keys = replica_keys(self.session_keys(Principal::Replica(r)), self.sc.mutant);
                 let records = self.disks[r as usize].clone();
                 let n = records.len();
@@ -786,6 +843,7 @@ impl World {
                     true,
                 ) {
                     Ok(rep) => {
+                        self.checker.restarted(r, rep.last_executed());
                         self.replicas[r as usize] = rep;
                         self.up[r as usize] = Up::Running;
                         self.replay_new_keys_to(r);

@@ -16,7 +16,7 @@ mod store;
 mod tree;
 
 pub use geometry::{Geometry, DEFAULT_FANOUT, DEFAULT_PAGE_SIZE};
-pub use store::{Base, CommitPage, Entry, FileStore, MemStore, PageStore};
+pub use store::{Base, CommitPage, Entry, FileStore, MemStore, PageStore, StateCommit};
 pub use tree::{
     meta_digest, page_digest, CheckReport, NodeId, PagedState, StateFootprint, INVALID,
 };

@@ -47,6 +47,38 @@ pub struct CommitPage<'a> {
     pub bytes: &'a [u8],
 }
 
+/// A move of the durable base to checkpoint `seq`, made by [`crate::PagedState`] and written
+/// by its host ([`StateCommit::apply`]): the pages that differ from the previous base, with
+/// their entries at `seq`. The state reads these pages from the commit until the host has
+/// applied it (see [`crate::PagedState::take_commits`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct StateCommit {
+    pub seq: u64,
+    pub aux: Vec<u8>,
+    pub pages: BTreeMap<u64, (Entry, Vec<u8>)>,
+}
+
+impl StateCommit {
+    /// Writes the commit to `store` (atomically, as [`PageStore::commit`] does).
+    pub fn apply(&self, store: &mut dyn PageStore) -> io::Result<()> {
+        let pages: Vec<CommitPage<'_>> = self
+            .pages
+            .iter()
+            .map(|(index, (entry, bytes))| CommitPage {
+                index: *index,
+                entry: *entry,
+                bytes,
+            })
+            .collect();
+        store.commit(self.seq, &self.aux, &pages)
+    }
+
+    /// The bytes of page `index` in this commit, if it holds it.
+    pub fn page(&self, index: u64) -> Option<&[u8]> {
+        self.pages.get(&index).map(|(_, b)| b.as_slice())
+    }
+}
+
 /// Durable page storage. Errors are I/O failures of the medium; callers treat them as fatal
 /// (a replica that cannot read or write its state stops and is restarted from its base).
 pub trait PageStore: Send {
@@ -192,11 +224,15 @@ struct RedoHeader {
 /// A commit first writes the new pages, entries and base header to `redo.log` with a BLAKE3
 /// checksum and syncs it, then applies them in place, syncs, replaces `base.meta` atomically
 /// and empties the log. Opening a store replays a complete log and discards a torn one.
+///
+/// Clones share the open files: the state reads pages through one while its host writes
+/// commits through another.
+#[derive(Clone)]
 pub struct FileStore {
     dir: PathBuf,
     geo: Geometry,
-    pages: File,
-    tree: File,
+    pages: Arc<File>,
+    tree: Arc<File>,
 }
 
 fn corrupt(what: impl Into<String>) -> io::Error {
@@ -225,8 +261,8 @@ impl FileStore {
         let mut s = FileStore {
             dir: dir.to_path_buf(),
             geo,
-            pages,
-            tree,
+            pages: Arc::new(pages),
+            tree: Arc::new(tree),
         };
         if let Some(meta) = s.read_meta()? {
             if meta.geometry != geo {

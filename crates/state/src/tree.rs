@@ -14,7 +14,7 @@ use std::sync::Arc;
 use redoubt_crypto::{Digest, DigestBuilder};
 
 use crate::cache::{PageCache, DEFAULT_PAGE_CACHE_BYTES};
-use crate::store::{Base, CommitPage, Entry, PageStore};
+use crate::store::{Base, Entry, PageStore, StateCommit};
 use crate::{Geometry, StateRead, StateWrite};
 
 /// The digest a page entry gets when a check found its bytes do not match: it matches no
@@ -103,6 +103,11 @@ pub struct PagedState {
     undo: Option<Undo>,
     /// Copies of base pages recently read from the store (see [`crate::cache`]).
     cache: RefCell<PageCache>,
+    /// Moves of the base the host has not yet written to the store, oldest first (see
+    /// [`PagedState::take_commits`]); base pages are read from the newest that holds them.
+    unsynced: Vec<Arc<StateCommit>>,
+    /// How many of `unsynced` were handed to the host.
+    handed: usize,
 }
 
 /// Pre-images of the pages written since [`PagedState::begin_tentative`].
@@ -181,6 +186,8 @@ impl PagedState {
             cache: RefCell::new(PageCache::new(
                 DEFAULT_PAGE_CACHE_BYTES / geo.page_size().max(1),
             )),
+            unsynced: Vec::new(),
+            handed: 0,
         };
         let root = s.root();
         s.copies.insert(
@@ -276,8 +283,16 @@ impl PagedState {
         }
     }
 
+    /// The bytes of base page `index` in a commit the host has not written yet.
+    fn unsynced_page(&self, index: u64) -> Option<&[u8]> {
+        self.unsynced.iter().rev().find_map(|c| c.page(index))
+    }
+
     /// Runs `f` on base page `index`, read through the cache.
     fn with_base_page<R>(&self, index: u64, f: impl FnOnce(&[u8]) -> R) -> R {
+        if let Some(bytes) = self.unsynced_page(index) {
+            return f(bytes);
+        }
         let mut cache = self.cache.borrow_mut();
         if let Some(bytes) = cache.get(index) {
             return f(bytes);
@@ -300,21 +315,58 @@ impl PagedState {
         }
     }
 
-    /// The base page `index` as the store holds it (neither overlay nor cache).
+    /// The base page `index` as the store holds it (neither overlay nor cache), or as a commit
+    /// the host is about to write holds it.
     fn read_store(&self, index: u64, buf: &mut [u8]) {
+        if let Some(bytes) = self.unsynced_page(index) {
+            buf.copy_from_slice(bytes);
+            return;
+        }
         if let Err(e) = self.store.read_page(index, buf) {
             io_fatal("read", e)
         }
     }
 
-    /// Moves the durable base to checkpoint `seq` with `pages` (the cache forgets them).
-    fn store_commit(&mut self, seq: u64, aux: &[u8], pages: &[CommitPage<'_>]) {
-        self.cache
-            .get_mut()
-            .forget_all(pages.iter().map(|p| p.index));
-        if let Err(e) = self.store.commit(seq, aux, pages) {
-            io_fatal("commit", e)
+    /// Moves the base to checkpoint `seq` with `pages`: a commit for the host to write (the
+    /// cache forgets the pages; until written they are read from the commit).
+    fn store_commit(&mut self, seq: u64, aux: &[u8], pages: BTreeMap<u64, (Entry, Vec<u8>)>) {
+        self.cache.get_mut().forget_all(pages.keys().copied());
+        self.unsynced.push(Arc::new(StateCommit {
+            seq,
+            aux: aux.to_vec(),
+            pages,
+        }));
+    }
+
+    /// The moves of the durable base made since the last call, oldest first, for the host to
+    /// write to its store in this order ([`StateCommit::apply`]) before it next calls into
+    /// the state's owner. Until [`PagedState::commits_written`] the state reads their pages
+    /// from them. Nothing here writes to the store: the host does.
+    pub fn take_commits(&mut self) -> Vec<Arc<StateCommit>> {
+        let new = self.unsynced[self.handed..].to_vec();
+        self.handed = self.unsynced.len();
+        new
+    }
+
+    /// The host wrote every commit [`PagedState::take_commits`] handed it.
+    pub fn commits_written(&mut self) {
+        self.unsynced.drain(..self.handed);
+        self.handed = 0;
+    }
+
+    /// Commits made and not yet written by the host (handed or not).
+    pub fn unsynced_commits(&self) -> usize {
+        self.unsynced.len()
+    }
+
+    /// Writes the commits not yet handed out to the state's own store, for owners with no
+    /// host loop (start-up replay, tests, the unreplicated baseline).
+    pub fn write_commits(&mut self) -> std::io::Result<()> {
+        for c in self.take_commits() {
+            c.apply(self.store.as_mut())?;
         }
+        self.commits_written();
+        Ok(())
     }
 
     fn live_page(&self, index: u64) -> Vec<u8> {
@@ -458,23 +510,12 @@ impl PagedState {
                 )
             })
             .collect();
-        let pages: Vec<(u64, Entry, Vec<u8>)> = changed
+        let pages: BTreeMap<u64, (Entry, Vec<u8>)> = changed
             .into_iter()
-            .map(|p| {
-                let (e, bytes) = self.page_at(seq, p).expect("held");
-                (p, e, bytes)
-            })
-            .collect();
-        let commit: Vec<CommitPage<'_>> = pages
-            .iter()
-            .map(|(index, entry, bytes)| CommitPage {
-                index: *index,
-                entry: *entry,
-                bytes,
-            })
+            .map(|p| (p, self.page_at(seq, p).expect("held")))
             .collect();
         let aux = self.copies[&seq].aux.clone();
-        self.store_commit(seq, &aux, &commit);
+        self.store_commit(seq, &aux, pages);
         self.base_seq = seq;
         self.discard_below(seq);
     }
@@ -776,19 +817,16 @@ impl PagedState {
                     .chain(c.nodes.keys().filter(|(l, _)| *l == depth).map(|(_, i)| *i))
             })
             .collect();
-        let pages: Vec<(u64, Entry, Vec<u8>)> = changed
+        let pages: BTreeMap<u64, (Entry, Vec<u8>)> = changed
             .into_iter()
-            .map(|p| (p, self.tree[depth as usize][p as usize], self.live_page(p)))
-            .collect();
-        let commit: Vec<CommitPage<'_>> = pages
-            .iter()
-            .map(|(index, entry, bytes)| CommitPage {
-                index: *index,
-                entry: *entry,
-                bytes,
+            .map(|p| {
+                (
+                    p,
+                    (self.tree[depth as usize][p as usize], self.live_page(p)),
+                )
             })
             .collect();
-        self.store_commit(seq, &aux, &commit);
+        self.store_commit(seq, &aux, pages);
         let root = self.root();
         self.base_seq = seq;
         self.copies.clear();

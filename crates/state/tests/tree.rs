@@ -158,6 +158,7 @@ fn run(
                 let held = st.checkpoints();
                 let c = held[rng.random_range(0..held.len())];
                 st.commit_base(c);
+                st.write_commits().unwrap();
                 base = base.max(c);
                 snaps.retain(|k, _| *k >= base);
                 assert_eq!(st.checkpoints(), snaps.keys().copied().collect::<Vec<_>>());
@@ -207,6 +208,7 @@ fn run(
     // Reopen from the durable base: exactly the base checkpoint.
     let latest = *snaps.keys().next_back().unwrap();
     st.commit_base(latest);
+    st.write_commits().unwrap();
     drop(st);
     let st = PagedState::open(reopen(), b"unused").unwrap();
     let sm = &snaps[&latest];
@@ -249,6 +251,7 @@ fn file_store_refuses_other_geometry_and_ignores_torn_redo() {
         st.write(0, b"hello");
         st.checkpoint(5, b"five".to_vec());
         st.commit_base(5);
+        st.write_commits().unwrap();
     }
     assert!(FileStore::open(dir.path(), Geometry::new(128, 21, 4).unwrap()).is_err());
     // A torn redo log (crash while writing it) leaves the old base.
@@ -277,7 +280,9 @@ fn check_finds_corruption_and_transfer_repairs_it() {
     let r1 = good.checkpoint(10, vec![]);
     assert_eq!(bad.checkpoint(10, vec![]), r1);
     good.commit_base(10);
+    good.write_commits().unwrap();
     bad.commit_base(10);
+    bad.write_commits().unwrap();
     // Silent corruption of two durable pages at the bad replica, found by a check.
     bad_store.corrupt(3, 5, b"xx");
     bad_store.corrupt(17, 0, b"y");
@@ -309,6 +314,7 @@ fn check_finds_corruption_and_transfer_repairs_it() {
     assert_eq!(fetched, vec![3, 17]);
     assert_eq!(bad.installed_root(), r1);
     bad.adopt_installed(10, vec![]);
+    bad.write_commits().unwrap();
     assert!(!bad.needs_repair());
     let reopened = PagedState::open(Box::new(bad_store), b"").unwrap();
     assert_eq!(reopened.root(), r1);
@@ -322,6 +328,7 @@ fn data_in_page_one_committed() -> (MemStore, PagedState) {
     st.write(64, b"data");
     st.checkpoint(1, vec![]);
     st.commit_base(1);
+    st.write_commits().unwrap();
     (store, st)
 }
 
@@ -367,6 +374,7 @@ fn reads_come_through_the_page_cache_and_checks_see_the_medium() {
     st.write(64, b"more");
     st.checkpoint(2, vec![]);
     st.commit_base(2);
+    st.write_commits().unwrap();
     st.read(64, &mut b);
     assert_eq!(&b, b"more");
     // Without a cache every read goes to the store.
@@ -376,4 +384,38 @@ fn reads_come_through_the_page_cache_and_checks_see_the_medium() {
     st.read(0, &mut b);
     let after = st.page_cache_stats();
     assert_eq!((after.0 - before.0, after.1 - before.1), (0, 2));
+}
+
+/// Moving the base writes nothing: the commit goes to the host, which writes it to its own
+/// handle on the store; until then the state reads the new base pages from the commit.
+#[test]
+fn a_commit_is_written_by_the_host_and_read_from_memory_until_then() {
+    let geo = Geometry::new(64, 8, 2).unwrap();
+    let store = MemStore::new(geo);
+    let mut st = PagedState::open(Box::new(store.clone()), b"").unwrap();
+    st.write(64, b"data");
+    st.checkpoint(1, b"aux1".to_vec());
+    st.commit_base(1);
+    let before = store.commits();
+    let commits = st.take_commits();
+    assert_eq!(commits.len(), 1);
+    assert_eq!(commits[0].seq, 1);
+    assert_eq!(store.commits(), before, "the state wrote to its store");
+    // The state's view of the base is already checkpoint 1, read from the commit.
+    st.set_page_cache_bytes(0);
+    let mut b = [0u8; 4];
+    st.read(64, &mut b);
+    assert_eq!(&b, b"data");
+    assert_eq!(st.check().corrupt, Vec::<u64>::new());
+    assert!(st.take_commits().is_empty(), "handed over once");
+    // The host writes it through its own handle.
+    let mut host = store.clone();
+    commits[0].apply(&mut host).unwrap();
+    st.commits_written();
+    assert_eq!(st.unsynced_commits(), 0);
+    st.read(64, &mut b);
+    assert_eq!(&b, b"data");
+    let reopened = PagedState::open(Box::new(store), b"").unwrap();
+    assert_eq!(reopened.base_seq(), 1);
+    assert_eq!(reopened.root(), st.root());
 }

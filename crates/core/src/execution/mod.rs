@@ -26,6 +26,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// State commits a replica may hold unwritten between two steps (see `check_invariants`).
+const UNSYNCED_COMMITS_MAX: usize = 8;
+
 /// The replicated part of a checkpoint besides the service's pages: the per-client last
 /// replies (so exactly-once execution survives state transfer) and the agreed clock. Its
 /// canonical encoding is the checkpoint's auxiliary bytes, covered by the checkpoint digest.
@@ -426,6 +429,14 @@ impl<S: Service> Execution<S> {
 
     /// Checks the component's invariants; `Err` names the first that fails.
     pub(crate) fn check_invariants(&self) -> Result<(), String> {
+        // Commits are handed to the host at the end of every step and written before the
+        // next: only one step's worth (a checkpoint or two, a transfer) is ever unwritten.
+        if self.state.unsynced_commits() > UNSYNCED_COMMITS_MAX {
+            return Err(format!(
+                "{} state commits not written by the host",
+                self.state.unsynced_commits()
+            ));
+        }
         if let Some((&top, _)) = self.executed.last_key_value() {
             if top > self.last_executed {
                 return Err(format!(

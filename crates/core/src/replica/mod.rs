@@ -529,6 +529,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// vector at every input.
     pub fn handle_into(&mut self, env: Env, input: Input<'_>, out: &mut Vec<Effect>) {
         self.env = env;
+        // The host wrote the state commits of the previous call before making this one.
+        self.exec.state_mut().commits_written();
         match input {
             Input::Receive(bytes) => self.receive(bytes),
             Input::Tick => self.tick(),
@@ -539,6 +541,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             }
             Input::Recover => self.start_recovery(),
         }
+        self.hand_over_state_commits();
         if out.is_empty() {
             std::mem::swap(&mut self.effects, out);
         } else {
@@ -578,10 +581,22 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.effects.push(Effect::Broadcast { bytes });
     }
 
+    /// Hands the state's new moves of its durable base to the host, ahead of whatever the
+    /// host does next: a journal record that follows may rely on them.
+    fn hand_over_state_commits(&mut self) {
+        if self.replaying {
+            return; // written by `restore` itself
+        }
+        for c in self.exec.state_mut().take_commits() {
+            self.effects.push(Effect::CommitState(c));
+        }
+    }
+
     fn persist(&mut self, r: Record) {
         if self.replaying {
             return;
         }
+        self.hand_over_state_commits();
         // Which bodies the journal holds in pre-prepare records that compaction keeps (see
         // `bodies_journaled`): a view record may drop those of earlier views, a checkpoint
         // record those at or below it.

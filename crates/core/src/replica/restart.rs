@@ -52,6 +52,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
         r.replay_executed(records, h);
         r.replaying = false;
         r.effects.clear();
+        // Checkpoints the replay made stable move the base here, at start-up, not by effects.
+        r.exec
+            .state_mut()
+            .write_commits()
+            .map_err(|e| format!("page store commit failed: {e}"))?;
         if let Some(reason) = r.unreadable.take() {
             let seq = r.exec.state().base_seq();
             r.event(Event::StateUnreadable { seq, reason });

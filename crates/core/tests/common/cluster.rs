@@ -673,6 +673,8 @@ impl Cluster {
                         self.events.push((i, ev.clone()));
                     }
                 }
+                // A restart here starts from a fresh state (see `restart`): no page store.
+                Effect::CommitState(_) => {}
             }
         }
         Out { effects }

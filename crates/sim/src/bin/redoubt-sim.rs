@@ -195,6 +195,13 @@ fn main() -> ExitCode {
                 out.stats.new_keys_replayed
             );
         }
+        if out.stats.power_cuts_mid_step > 0 {
+            let _ = writeln!(
+                w,
+                "  {} power failures in the middle of a step (a prefix of its writes kept)",
+                out.stats.power_cuts_mid_step
+            );
+        }
         if out.stats.disk_tampered > 0 {
             let _ = writeln!(
                 w,

@@ -125,6 +125,7 @@ impl World {
             violations: Vec::new(),
             corrupted: Vec::new(),
             unscrubbed: BTreeSet::new(),
+            cut_mid_step: BTreeSet::new(),
             corrupt_found: BTreeMap::new(),
             last_checkpoint: BTreeMap::new(),
             compromised: None,
