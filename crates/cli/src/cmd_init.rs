@@ -24,7 +24,7 @@ pub struct InitArgs {
     /// Address the replicas listen on and are reached at (edit the file to spread them over hosts)
     #[arg(long, default_value = "127.0.0.1", value_name = "IP")]
     host: IpAddr,
-    /// Name of the cluster (logs, metrics)
+    /// Name of the cluster, for the people who run it ([cluster] name; nothing reads it)
     #[arg(long, default_value = "redoubt")]
     name: String,
     /// Fixed pairwise MAC keys instead of session keys with key holders (no key refresh, no

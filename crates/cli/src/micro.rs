@@ -61,7 +61,7 @@ pub struct MicroArgs {
     #[arg(long)]
     redoubt_only: bool,
     /// Directory for micro.csv and the plots
-    #[arg(long, value_name = "DIR", default_value = "docs/bench")]
+    #[arg(long, value_name = "DIR", default_value = "bench-micro")]
     out: PathBuf,
 }
 
