@@ -1,4 +1,4 @@
-//! Agreement's components (PBFT §4.2–4.4, BFT-PR §4.3): the request pool, the checkpoint
+//! Agreement's components (PBFT §4.2–4.4, BFT-PR §4.3): the log of slots, the request pool, the checkpoint
 //! certificates of the order, the view-change messages held, and what peers report of their
 //! views. Each owns its state, its
 //! bounds and its invariants; the replica composes them with the normal case and the view
@@ -6,6 +6,7 @@
 //! [`crate::viewchange`], the quorum predicates [`crate::quorum`].
 
 pub(crate) mod certificates;
+pub(crate) mod log;
 pub(crate) mod pool;
 pub(crate) mod reports;
 pub(crate) mod vcstore;

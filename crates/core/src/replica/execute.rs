@@ -307,7 +307,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         self.stable_seq = seq;
         self.stable_digest = digest;
-        self.log = self.log.split_off(&(seq + 1));
+        self.log.forget_through(seq);
         self.pending_pp = self.pending_pp.split_off(&(seq + 1));
         self.exec.forget_executed_through(seq);
         self.exec.forget_checkpoints_below(seq);

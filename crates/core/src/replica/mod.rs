@@ -20,6 +20,7 @@
 //! most one request per known client, and view-change bookkeeping is bounded per replica.
 
 use crate::agreement::certificates::CheckpointVotes;
+use crate::agreement::log::{Slot, SlotLog};
 use crate::agreement::pool::{RequestPool, Waiting};
 use crate::agreement::reports::ViewReports;
 use crate::agreement::vcstore::{Stored, ViewChangeStore, ACKS_PER_ACKER_MAX};
@@ -65,33 +66,6 @@ pub enum Input<'a> {
     /// with trusted code; discard client keys, refresh keys, estimate, send the recovery
     /// request, check and fetch state. Needs session keys.
     Recover,
-}
-
-#[derive(Clone, Debug, Default)]
-struct Slot {
-    /// Digest of the accepted pre-prepare (or the NEW-VIEW selection) in the current view.
-    pp: Option<Digest>,
-    /// True if this replica proposed the slot itself as primary in normal operation.
-    proposed_here: bool,
-    /// The requests its pre-prepare named beside it (set when proposed here, and only if
-    /// there were any), so a retransmission is as lean as the original.
-    beside: Option<Arc<Vec<Beside>>>,
-    prepares: BTreeMap<ReplicaId, Digest>,
-    /// Per backup whose PREPARE doubts some of the batch's requests, their positions (ours
-    /// included; see `Prepare::doubts`).
-    doubts: BTreeMap<ReplicaId, Vec<u16>>,
-    commits: BTreeMap<ReplicaId, Digest>,
-    sent_prepare: bool,
-    sent_commit: bool,
-    prepared: bool,
-    committed: bool,
-}
-
-impl Slot {
-    /// Whether replica `me` vouched for every request of the slot's batch in its PREPARE.
-    fn vouched_by(&self, me: ReplicaId) -> bool {
-        self.sent_prepare && !self.doubts.contains_key(&me)
-    }
 }
 
 /// A pre-prepare waiting for requests that travel beside it.
@@ -221,7 +195,8 @@ pub struct Replica<S: Service, A: Auth> {
     executed_in_view: bool,
 
     // Log.
-    log: BTreeMap<Seq, Slot>,
+    /// The slots of the current view (see `log.rs`).
+    log: SlotLog,
     batches: BTreeMap<Digest, Arc<Batch>>,
     next_seq: Seq,
     last_proposed_time_ms: u64,
@@ -315,7 +290,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             view_reports,
             decision_missing: Vec::new(),
             executed_in_view: false,
-            log: BTreeMap::new(),
+            log: SlotLog::default(),
             batches: BTreeMap::new(),
             next_seq: 1,
             last_proposed_time_ms: 0,
@@ -445,11 +420,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
             .check_invariants()
             .map_err(|e| format!("view reports: {e}"))?;
         let (lo, hi) = (self.stable_seq, self.stable_seq + self.cfg.log_size);
-        if let Some((n, _)) = self.log.iter().find(|(n, _)| **n <= lo || **n > hi) {
-            return Err(format!(
-                "agreement: log slot n{n} outside the window ({lo}, {hi}]"
-            ));
-        }
+        self.log
+            .check_invariants(lo, hi, self.cfg.n())
+            .map_err(|e| format!("agreement log: {e}"))?;
         Ok(())
     }
 

@@ -38,15 +38,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
     pub(super) fn doubts_request_of(&self, c: ClientId) -> bool {
         let me = self.id;
         !self.is_primary()
-            && self
-                .log
-                .range(self.exec.last_executed() + 1..)
-                .any(|(_, s)| {
-                    s.doubts.contains_key(&me)
-                        && s.pp
-                            .and_then(|d| self.batches.get(&d))
-                            .is_some_and(|b| b.requests.iter().any(|r| r.request.client == c))
-                })
+            && self.log.from(self.exec.last_executed() + 1).any(|(_, s)| {
+                s.doubts.contains_key(&me)
+                    && s.pp
+                        .and_then(|d| self.batches.get(&d))
+                        .is_some_and(|b| b.requests.iter().any(|r| r.request.client == c))
+            })
     }
 
     /// Whether this replica vouches for request `r` (digest `d`) in a pre-prepare: within the
@@ -353,7 +350,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             vouched: doubts.is_empty(),
         });
         self.batches.insert(digest, batch);
-        let slot = self.log.entry(seq).or_default();
+        let slot = self.log.slot(seq);
         slot.pp = Some(digest);
         slot.sent_prepare = true;
         slot.prepares.insert(self.id, digest);
@@ -383,7 +380,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if p.view != self.view || !self.normal || !self.in_window(p.seq) {
             return Err(Reject::OutOfWindow);
         }
-        let slot = self.log.entry(p.seq).or_default();
+        let slot = self.log.slot(p.seq);
         match slot.prepares.get(&from) {
             Some(d) if *d != p.digest => return Err(Reject::Conflict),
             Some(_) => {
@@ -432,7 +429,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if view != self.view || !self.normal || !self.in_window(seq) {
             return Err(Reject::OutOfWindow);
         }
-        let votes = votes(self.log.entry(seq).or_default());
+        let votes = votes(self.log.slot(seq));
         match votes.get(&from) {
             Some(d) if *d != digest => return Err(Reject::Conflict),
             Some(_) => return Ok(()),
@@ -442,6 +439,15 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         self.check_slot(seq);
         Ok(())
+    }
+
+    /// The `ignore-doubts` mutant: doubting PREPAREs count as vouching.
+    fn ignores_doubts(&self) -> bool {
+        #[cfg(feature = "mutants")]
+        if self.cfg.mutant == crate::types::Mutant::IgnoreDoubts {
+            return true;
+        }
+        false
     }
 
     pub(super) fn commit_quorum(&self) -> usize {
@@ -454,38 +460,13 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     /// Advances a slot through prepared and committed, sending COMMIT when it prepares.
     pub(super) fn check_slot(&mut self, seq: Seq) {
-        let primary = self.primary();
+        let (me, f, primary) = (self.id, self.cfg.f, self.primary());
         let quorum = self.commit_quorum();
-        let f = self.cfg.f;
+        let ignore_doubts = self.ignores_doubts();
         let Some(slot) = self.log.get_mut(&seq) else {
             return;
         };
-        #[cfg(feature = "mutants")]
-        let no_doubts = BTreeMap::new();
-        #[cfg(feature = "mutants")]
-        let doubts = if self.cfg.mutant == crate::types::Mutant::IgnoreDoubts {
-            &no_doubts
-        } else {
-            &slot.doubts
-        };
-        #[cfg(not(feature = "mutants"))]
-        let doubts = &slot.doubts;
-        if !slot.prepared && quorum::prepared(f, primary, slot.pp.as_ref(), &slot.prepares, doubts)
-        {
-            slot.prepared = true;
-        }
-        let mut send_commit = None;
-        if slot.prepared && !slot.sent_commit {
-            slot.sent_commit = true;
-            let d = slot.pp.expect("prepared implies pre-prepared");
-            slot.commits.insert(self.id, d);
-            send_commit = Some(d);
-        }
-        if !slot.committed
-            && quorum::committed_local(quorum, slot.prepared, slot.pp.as_ref(), &slot.commits)
-        {
-            slot.committed = true;
-        }
+        let send_commit = slot.advance(me, f, primary, quorum, ignore_doubts);
         let committed = slot.committed;
         let prepared = slot.prepared;
         if let Some(digest) = send_commit {

@@ -293,7 +293,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let me = self.id;
         let candidates: Vec<(Seq, Digest)> = self
             .log
-            .range(self.exec.last_executed() + 1..)
+            .from(self.exec.last_executed() + 1)
             .filter(|(_, s)| !s.vouched_by(me) && !s.prepared)
             .filter_map(|(n, s)| s.pp.filter(|d| *d != NULL_DIGEST).map(|d| (*n, d)))
             .collect();
@@ -308,7 +308,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 .filter(|(_, r)| !self.can_vouch_for(r, &self.request_digest(r)))
                 .map(|(i, _)| i as u16)
                 .collect();
-            let slot = self.log.entry(seq).or_default();
+            let slot = self.log.slot(seq);
             if slot.sent_prepare {
                 let old = slot.doubts.get(&me).map(Vec::as_slice).unwrap_or(&[]);
                 doubts.retain(|i| old.binary_search(i).is_ok());

@@ -137,7 +137,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             || self.exec.walking()
             || self
                 .log
-                .range(self.exec.last_executed() + 1..)
+                .from(self.exec.last_executed() + 1)
                 .any(|(_, s)| s.prepared || s.pp.is_some_and(|d| d != NULL_DIGEST))
             || self
                 .pset
@@ -341,7 +341,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             let batch = Arc::new(batch);
             let pp = self.lean(seq, digest, &batch, &digests);
             self.batches.insert(digest, batch.clone());
-            let slot = self.log.entry(seq).or_default();
+            let slot = self.log.slot(seq);
             // A correct primary never assigns a sequence number twice in a view.
             assert!(
                 slot.pp.is_none(),

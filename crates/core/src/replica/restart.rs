@@ -183,7 +183,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                         // Kept by compaction until the next view or checkpoint record.
                         self.bodies_journaled.insert((*seq, *digest));
                     }
-                    let slot = self.log.entry(*seq).or_default();
+                    let slot = self.log.slot(*seq);
                     slot.pp = Some(*digest);
                     if primary {
                         slot.proposed_here = batch.is_some();
@@ -193,7 +193,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     }
                 }
                 Record::Prepared { view, seq, digest } if *view == self.view && *seq > h => {
-                    let slot = self.log.entry(*seq).or_default();
+                    let slot = self.log.slot(*seq);
                     if slot.pp == Some(*digest) {
                         slot.prepared = true;
                         slot.sent_commit = true;

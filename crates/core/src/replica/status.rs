@@ -131,7 +131,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let mut body_bytes_left = self.status_body_budget();
         let entries: Vec<(Seq, Slot)> = self
             .log
-            .range(st.last_executed.saturating_add(1)..)
+            .from(st.last_executed.saturating_add(1))
             .filter(|(_, s)| s.pp.is_some())
             .map(|(n, s)| (*n, s.clone()))
             .collect();

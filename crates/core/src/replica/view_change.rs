@@ -513,7 +513,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.exec.forget_executed_through(h);
         self.exec.forget_checkpoints_below(h);
         self.ckpt_votes.forget_through(h);
-        self.log = self.log.split_off(&(h + 1));
+        self.log.forget_through(h);
         self.pset = self.pset.split_off(&(h + 1));
         self.qset = self.qset.split_off(&(h + 1));
         if self.next_seq <= h {
@@ -566,7 +566,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 // our window: checkpoint certificates bring it.
                 continue;
             }
-            let slot = self.log.entry(n).or_default();
+            let slot = self.log.slot(n);
             slot.pp = Some(*d);
             if !primary {
                 slot.sent_prepare = true;
