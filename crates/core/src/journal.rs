@@ -72,6 +72,11 @@ pub enum Record {
     /// did (it reports `seq` again and fetches that checkpoint). Last in the enum, so
     /// journals written before it existed still decode.
     Watermark { seq: Seq, digest: Digest },
+    /// Entered `view` (made active) on the NEW-VIEW with digest `new_view` (see
+    /// [`crate::message::NewView::digest`]), checked or vouched for: after a restart the
+    /// replica still reports it in its STATUS, which lets others enter the view on it. Last in
+    /// the enum, so older journals still decode.
+    Entered { view: View, new_view: Digest },
 }
 
 impl Record {
@@ -83,7 +88,7 @@ impl Record {
             | Record::Prepared { seq, .. }
             | Record::Executed { seq, .. }
             | Record::Watermark { seq, .. } => Some(*seq),
-            Record::View { .. } => None,
+            Record::View { .. } | Record::Entered { .. } => None,
         }
     }
 
@@ -162,6 +167,8 @@ pub fn kept(records: &[&Record]) -> Vec<bool> {
             Record::Checkpoint { .. } => Some(i) == ck,
             Record::View { .. } => Some(i) == last_view,
             Record::Watermark { seq, .. } => Some(i) == watermark && *seq > h,
+            // The entry into the current view, recorded after its view record.
+            Record::Entered { view: v, .. } => last_view.is_some_and(|l| i > l) && view == Some(*v),
             Record::Executed { seq, .. } => *seq > h,
             Record::PrePrepared { view: v, seq, .. } => {
                 (*seq > h && view.is_none_or(|cur| *v >= cur)) || body_records.contains(&i)

@@ -31,6 +31,7 @@ fn status_of_r3(missing: Vec<Digest>) -> Status {
         replica: 3,
         view: 0,
         normal: true,
+        new_view: None,
         last_executed: 0,
         stable: 0,
         prepared: vec![],

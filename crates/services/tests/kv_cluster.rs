@@ -64,6 +64,8 @@ fn dead_addr() -> SocketAddr {
 /// Everything one replica task owns.
 struct ReplicaHost {
     replica: Replica<KvService, StaticKeys>,
+    /// The host's handle on the replica's (in-memory) page store.
+    store: redoubt_core::state::MemStore,
     /// Accepts connections from clients and from the other replicas' links.
     listener: Listener,
     /// One link per replica id (`None` for this replica itself).
@@ -146,6 +148,9 @@ impl ReplicaHost {
                         let _ = link.send(bytes.clone());
                     }
                 }
+                // The state's durable base moves: written to the in-memory store the
+                // replica's state reads from.
+                Effect::CommitState(c) => c.apply(&mut self.store.clone()).expect("memory store"),
                 // A real node makes `Persist` records durable before the sends of the same
                 // `handle` call, and exports events as metrics. This cluster lives in memory
                 // and never restarts a replica, so it skips both.
@@ -208,17 +213,18 @@ impl TestCluster {
                         .then(|| Link::spawn(addrs[p as usize], link_cfg.clone(), links_tx.clone()))
                 })
                 .collect();
+            let store = redoubt_core::state::MemStore::new(
+                redoubt_core::state::Geometry::new(4096, 64, 16).expect("geometry"),
+            );
             let host = ReplicaHost {
                 replica: Replica::new(
                     cfg.clone(),
                     r,
                     keys(Principal::Replica(r)),
                     KvService::new(),
-                    redoubt_core::open_state(Box::new(redoubt_core::state::MemStore::new(
-                        redoubt_core::state::Geometry::new(4096, 64, 16).expect("geometry"),
-                    )))
-                    .expect("memory store"),
+                    redoubt_core::open_state(Box::new(store.clone())).expect("memory store"),
                 ),
+                store,
                 listener,
                 peers,
                 clients: HashMap::new(),

@@ -43,10 +43,16 @@ impl Checker {
         }
     }
 
-    /// Replica `r` restarted from its disk and has executed up to `last_executed`: what it
-    /// executed in memory and never journaled (its power failed mid-step) runs again.
-    pub fn restarted(&mut self, r: ReplicaId, last_executed: Seq) {
-        self.last[r as usize] = last_executed;
+    /// Replica `r` restarted from its disk and has executed up to `last_executed`. If its
+    /// power failed mid-step (`cut`), what it executed in memory and never journaled runs
+    /// again; otherwise it must have lost nothing it executed.
+    pub fn restarted(&mut self, r: ReplicaId, last_executed: Seq, cut: bool) -> Option<String> {
+        let last = &mut self.last[r as usize];
+        let lost = (!cut && last_executed < *last && !self.faulty.contains(&r)).then(|| {
+            format!("r{r} restarted having executed n{last_executed}, but it had executed n{last}")
+        });
+        *last = last_executed;
+        lost
     }
 
     /// Whether `r` is faulty (or held by the adversary) now.

@@ -245,6 +245,8 @@ pub struct World {
     /// Replicas whose power fails in the middle of their next step: a prefix of that step's
     /// writes (journal records, state commits, in order) reaches the disk, nothing else.
     cut_mid_step: BTreeSet<ReplicaId>,
+    /// Replicas whose power failed mid-step and that have not rebooted since.
+    cut_before_reboot: BTreeSet<ReplicaId>,
     /// When each replica last reported corrupt pages.
     corrupt_found: BTreeMap<ReplicaId, u64>,
     /// Last checkpoint digest each replica reported, by replica.
@@ -532,6 +534,7 @@ impl World {
         }
         self.log(|| format!("r{r} POWER OFF mid-step ({k} of {total} writes reached the disk)"));
         self.stats.power_cuts_mid_step += 1;
+        self.cut_before_reboot.insert(r);
         self.up[r as usize] = Up::Crashed;
     }
 
@@ -843,7 +846,10 @@ impl World {
                     true,
                 ) {
                     Ok(rep) => {
-                        self.checker.restarted(r, rep.last_executed());
+                        let cut = self.cut_before_reboot.remove(&r);
+                        if let Some(v) = self.checker.restarted(r, rep.last_executed(), cut) {
+                            self.violation(v);
+                        }
                         self.replicas[r as usize] = rep;
                         self.up[r as usize] = Up::Running;
                         self.replay_new_keys_to(r);

@@ -1,23 +1,24 @@
 //! What peers' STATUS messages say about their views: for each other replica, the view it
-//! last reported being active in (normal status), if any.
+//! last reported being active in (normal status) and the NEW-VIEW it entered it on, if any.
 //!
 //! A replica stuck changing into view v with a NEW-VIEW it cannot check (a view change it
 //! names was sent under keys since retired, so no correct replica can supply it any more)
-//! enters v anyway once 2f+1 other replicas report being active in v: at least f+1 of them
-//! are correct and checked a NEW-VIEW for v, so at most f correct replicas ever enter v
-//! unchecked, too few with the f faulty ones to complete a certificate the checked NEW-VIEW
-//! does not allow (ADR 0003, "Entering a view others checked").
+//! enters v on it anyway once 2f+1 other replicas report being active in v on that same
+//! NEW-VIEW (by digest): at least f+1 of them are correct, and the first correct replica to
+//! enter v on it checked it, so it is a NEW-VIEW a correct replica accepted (ADR 0003,
+//! "Entering a view others checked").
 //!
 //! Bounds: one entry per other replica. Reports sent under keys since retired are dropped
 //! with the sender's other view-change messages.
 
 use crate::types::{ReplicaId, View};
+use redoubt_crypto::Digest;
 use std::collections::BTreeMap;
 
 pub(crate) struct ViewReports {
     n: u32,
     me: ReplicaId,
-    active_in: BTreeMap<ReplicaId, View>,
+    active_in: BTreeMap<ReplicaId, (View, Digest)>,
 }
 
 impl ViewReports {
@@ -29,22 +30,28 @@ impl ViewReports {
         }
     }
 
-    /// Replica `from` reports being in `view`, active (`normal`) or changing into it; the
-    /// latest report replaces the earlier ones.
-    pub(crate) fn record(&mut self, from: ReplicaId, view: View, normal: bool) {
+    /// Replica `from` reports being in `view`, active on the NEW-VIEW `new_view` or changing
+    /// into it (`None`); the latest report replaces the earlier ones.
+    pub(crate) fn record(&mut self, from: ReplicaId, view: View, new_view: Option<Digest>) {
         if from == self.me || from >= self.n {
             return;
         }
-        if normal {
-            self.active_in.insert(from, view);
-        } else {
-            self.active_in.remove(&from);
+        match new_view {
+            Some(d) => {
+                self.active_in.insert(from, (view, d));
+            }
+            None => {
+                self.active_in.remove(&from);
+            }
         }
     }
 
-    /// How many other replicas last reported being active in `view`.
-    pub(crate) fn active_in(&self, view: View) -> usize {
-        self.active_in.values().filter(|v| **v == view).count()
+    /// How many other replicas last reported being active in `view` on the NEW-VIEW `nv`.
+    pub(crate) fn active_in(&self, view: View, nv: &Digest) -> usize {
+        self.active_in
+            .values()
+            .filter(|(v, d)| *v == view && d == nv)
+            .count()
     }
 
     /// Drops the reports of the replicas `gone` selects (their keys were retired).
@@ -69,20 +76,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn counts_the_latest_report_of_each_other_replica() {
+    fn counts_the_latest_matching_report_of_each_other_replica() {
+        let (a, b) = (Some(Digest([1; 32])), Some(Digest([2; 32])));
         let mut r = ViewReports::new(4, 0);
-        r.record(1, 3, true);
-        r.record(2, 3, true);
-        r.record(2, 3, true);
-        r.record(0, 3, true); // our own never counts
-        r.record(9, 3, true); // out of range
-        assert_eq!(r.active_in(3), 2);
-        r.record(2, 4, false); // replica 2 moved on to change view
-        assert_eq!(r.active_in(3), 1);
-        r.record(3, 4, true);
-        assert_eq!(r.active_in(4), 1);
+        r.record(1, 3, a);
+        r.record(2, 3, a);
+        r.record(2, 3, a);
+        r.record(3, 3, b); // another NEW-VIEW for view 3
+        r.record(0, 3, a); // our own never counts
+        r.record(9, 3, a); // out of range
+        assert_eq!(r.active_in(3, &a.unwrap()), 2);
+        assert_eq!(r.active_in(3, &b.unwrap()), 1);
+        r.record(2, 4, None); // replica 2 moved on to change view
+        assert_eq!(r.active_in(3, &a.unwrap()), 1);
+        r.record(3, 4, a);
+        assert_eq!(r.active_in(4, &a.unwrap()), 1);
         r.forget(|x| x == 1);
-        assert_eq!(r.active_in(3), 0);
+        assert_eq!(r.active_in(3, &a.unwrap()), 0);
         assert!(r.check_invariants().is_ok());
     }
 }

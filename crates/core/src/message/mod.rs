@@ -15,7 +15,7 @@ mod frame;
 pub use frame::*;
 
 /// Wire format version carried by every frame.
-pub const WIRE_VERSION: u8 = 2;
+pub const WIRE_VERSION: u8 = 3;
 
 /// The digest that stands for the null request in view changes.
 pub const NULL_DIGEST: Digest = Digest::ZERO;
@@ -344,6 +344,16 @@ pub struct NewView {
     pub batches: Vec<Batch>,
 }
 
+impl NewView {
+    /// The digest of the decision: view, view changes named, checkpoint and choices (the
+    /// batch bodies carried beside them are not part of it).
+    pub fn digest(&self) -> Digest {
+        let bytes = postcard::to_stdvec(&(self.view, &self.vcs, self.checkpoint, &self.chosen))
+            .expect("new view encodes");
+        Digest::of_parts("redoubt.new-view.v1", &[&bytes])
+    }
+}
+
 /// Receiver-driven retransmission (BFT-PR §4.6.1): a summary of what the sender has. Peers
 /// answer with what it lacks.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -352,6 +362,9 @@ pub struct Status {
     pub view: View,
     /// False while the sender is changing view (it has sent VIEW-CHANGE for `view`).
     pub normal: bool,
+    /// While active in `view`: the digest ([`NewView::digest`]) of the NEW-VIEW it entered
+    /// the view on, if it holds it.
+    pub new_view: Option<Digest>,
     pub last_executed: Seq,
     pub stable: Seq,
     /// Sequence numbers above `last_executed` the sender has prepared in `view`.

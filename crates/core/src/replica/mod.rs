@@ -186,6 +186,9 @@ pub struct Replica<S: Service, A: Auth> {
     /// Clients under suspicion, and until when (ms; bounded, see `suspects.rs`).
     suspects: BTreeMap<ClientId, u64>,
     new_view: Option<NewView>,
+    /// The view this replica is active in and the digest of the NEW-VIEW it entered it on
+    /// (journaled: reported in STATUS after a restart too).
+    entered_on: Option<(View, Digest)>,
     pending_nv: Option<NewView>,
     /// When `pending_nv` arrived (ms).
     pending_nv_since_ms: u64,
@@ -285,6 +288,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             doubted: BTreeMap::new(),
             suspects: BTreeMap::new(),
             new_view: None,
+            entered_on: None,
             pending_nv: None,
             pending_nv_since_ms: 0,
             view_reports,

@@ -497,6 +497,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if let Some(s) = self.auth.session() {
             s.discard_client_keys();
         }
+        // Which NEW-VIEW it entered its view on came from a journal the attacker may have
+        // rewritten: it vouches for none (see `reports.rs`) until it enters a view again.
+        self.entered_on = None;
         self.rekey();
         let now = self.now();
         self.recovery = Some(Recovery {

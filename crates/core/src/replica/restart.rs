@@ -144,6 +144,18 @@ impl<S: Service, A: Auth> Replica<S, A> {
             // corrects any other view a tampered journal names.
             self.view = (*view).min(crate::types::VIEW_LIMIT);
             self.normal = *normal;
+            // The NEW-VIEW it entered this view on (recorded after the view record).
+            let view = self.view;
+            self.entered_on = records
+                .iter()
+                .rev()
+                .take_while(|x| !matches!(x, Record::View { .. }))
+                .find_map(|x| match x {
+                    Record::Entered { view: v, new_view } if *v == view && *normal => {
+                        Some((*v, *new_view))
+                    }
+                    _ => None,
+                });
             for b in batches {
                 self.batches.insert(b.digest(), Arc::new(b.clone()));
             }

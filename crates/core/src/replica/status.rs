@@ -41,6 +41,10 @@ impl<S: Service, A: Auth> Replica<S, A> {
             replica: self.id,
             view: self.view,
             normal: self.normal,
+            new_view: self
+                .entered_on
+                .filter(|(v, _)| self.normal && *v == self.view)
+                .map(|(_, d)| d),
             last_executed: self.exec.last_executed(),
             stable: self.stable_seq,
             prepared,
@@ -64,7 +68,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         {
             return Err(Reject::TooLarge);
         }
-        self.view_reports.record(from, st.view, st.normal);
+        self.view_reports
+            .record(from, st.view, st.new_view.filter(|_| st.normal));
         if st.view < self.view || (st.view == self.view && !st.normal) {
             self.help_into_view(from, &st);
         }

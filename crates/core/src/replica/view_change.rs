@@ -297,7 +297,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                     batches: bodies,
                 };
                 self.broadcast(&Message::NewView(nv.clone()));
-                self.install_new_view(nv, true);
+                self.install_new_view(nv);
             }
             Err(Pending::NeedBatches(ds)) => self.decision_missing = ds,
             Err(_) => {}
@@ -457,7 +457,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         );
         match outcome {
             Ok(dec) if dec.checkpoint == nv.checkpoint && dec.chosen == nv.chosen => {
-                self.install_new_view(nv, true);
+                self.install_new_view(nv);
             }
             _ => self.bad_new_view(),
         }
@@ -466,9 +466,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// Enters the view of a pending NEW-VIEW this replica has not been able to check for two
     /// status intervals (a view change it names is gone: sent under keys since retired, or
     /// our own, forgotten in a recovery) once 2f+1 other replicas report being active in the
-    /// view: f+1 correct ones checked a NEW-VIEW for it (see `reports.rs`). The NEW-VIEW's
-    /// checkpoint is not trusted (checkpoint certificates bring the state), its choices only
-    /// as pre-prepares: they count for nothing without 2f+1 replicas' prepares.
+    /// view on this very NEW-VIEW (by digest): f+1 of them are correct, and the first correct
+    /// replica to enter the view on it checked it (see `reports.rs`). It is then installed
+    /// as if checked here.
     pub(super) fn try_adopt_new_view(&mut self) {
         let Some(nv) = self.pending_nv.clone() else {
             return;
@@ -478,11 +478,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         let unchecked = self.mutant("adopt-unchecked-new-view");
         let waited = self.now() >= self.pending_nv_since_ms + 2 * self.cfg.status_interval_ms;
-        if !unchecked && (!waited || self.view_reports.active_in(nv.view) < self.cfg.quorum()) {
+        let vouched = self.view_reports.active_in(nv.view, &nv.digest()) >= self.cfg.quorum();
+        if !(unchecked || (waited && vouched)) {
             return;
         }
         self.stats.new_views_adopted += 1;
-        self.install_new_view(nv, false);
+        self.install_new_view(nv);
     }
 
     /// The NEW-VIEW does not follow from its view changes: the primary is faulty.
@@ -524,16 +525,16 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
     }
 
-    /// Installs `nv`, checked against its view changes or (not `checked`) adopted on 2f+1
-    /// reports (see `try_adopt_new_view`).
-    pub(super) fn install_new_view(&mut self, nv: NewView, checked: bool) {
+    /// Installs `nv`, checked against its view changes (or vouched for by 2f+1 replicas active
+    /// on it, see `try_adopt_new_view`).
+    pub(super) fn install_new_view(&mut self, nv: NewView) {
         let (h, hd) = nv.checkpoint;
         self.normal = true;
         self.primary_progress_ms = self.now();
         self.vc_deadline_ms = None;
         self.pending_nv = None;
         self.decision_missing.clear();
-        if h > self.stable_seq && checked {
+        if h > self.stable_seq {
             match self.exec.own_checkpoint(h) {
                 Some(d) if d == hd => self.make_stable(h, hd),
                 _ => {
@@ -544,7 +545,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         // A correct NEW-VIEW never contradicts what this replica executed: that would mean
         // more than f faults (or a protocol bug). Report it loudly; the simulator fails on it.
-        for (i, d) in nv.chosen.iter().enumerate().filter(|_| checked) {
+        for (i, d) in nv.chosen.iter().enumerate() {
             let n = h + 1 + i as u64;
             if let Some(done) = self.exec.executed_at(n) {
                 if done != *d {
@@ -561,10 +562,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let mut prepares = Vec::new();
         for (i, d) in nv.chosen.iter().enumerate() {
             let n = h + 1 + i as u64;
-            if n <= self.stable_seq || n > self.stable_seq + self.cfg.log_size {
-                // Below our low watermark (we fetched a later checkpoint), or, adopted, above
-                // our window: checkpoint certificates bring it.
-                continue;
+            if n <= self.stable_seq {
+                continue; // already below our low watermark (we fetched a later checkpoint)
             }
             let slot = self.log.slot(n);
             slot.pp = Some(*d);
@@ -602,6 +601,12 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         let last = h + nv.chosen.len() as u64;
         self.next_seq = (last + 1).max(self.exec.last_executed() + 1).max(h + 1);
+        let entered = nv.digest();
+        self.entered_on = Some((self.view, entered));
+        self.persist(Record::Entered {
+            view: self.view,
+            new_view: entered,
+        });
         self.new_view = Some(nv);
         self.gc_batches();
         self.event(Event::NewViewInstalled { view: self.view });

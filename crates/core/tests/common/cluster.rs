@@ -10,7 +10,7 @@
 //! frames they match at delivery. Time is virtual: [`Cluster::now`] moves only when the test
 //! says so.
 
-use super::{fresh_state, view_change, KeyMode, Keyring, Out, Svc, Wire};
+use super::{fresh_store, view_change, KeyMode, Keyring, Out, Svc, Wire};
 use redoubt_core::auth::{request_authenticator, seal};
 use redoubt_core::keys::{Accepted, NewKeyError, Purpose};
 use redoubt_core::message::*;
@@ -116,13 +116,16 @@ impl Builder {
         let all_clients: BTreeSet<ClientId> =
             self.clients.union(&self.live_clients).copied().collect();
         let mut keyring = Keyring::new(self.mode, n, all_clients.iter().copied());
+        let mut stores = Vec::new();
         let replicas = (0..n)
             .map(|i| {
                 let keys = keyring.keys(Principal::Replica(i));
+                let (store, st) = fresh_store();
+                stores.push(store);
                 if self.scripted.contains(&i) {
                     Node::Scripted(Box::new(keys))
                 } else {
-                    let r = Replica::new(self.cfg.clone(), i, keys, Svc::default(), fresh_state());
+                    let r = Replica::new(self.cfg.clone(), i, keys, Svc::default(), st);
                     Node::Live(Box::new(r))
                 }
             })
@@ -154,6 +157,7 @@ impl Builder {
             rules: Vec::new(),
             events: Vec::new(),
             journals: vec![Vec::new(); n as usize],
+            stores,
             completions: Vec::new(),
             accepted: Vec::new(),
         }
@@ -176,6 +180,8 @@ pub struct Cluster {
     rules: Vec<Option<Pred>>,
     events: Vec<(ReplicaId, Event)>,
     journals: Vec<Vec<Record>>,
+    /// Each replica's page store, to which its state commits are written.
+    stores: Vec<state::MemStore>,
     completions: Vec<(ClientId, Completion)>,
     /// NEW-KEYs scripted nodes took: (receiver, (sender, outcome)).
     accepted: Vec<(Principal, KeyOutcome)>,
@@ -278,7 +284,9 @@ impl Cluster {
     pub fn restart(&mut self, i: ReplicaId, records: &[Record]) {
         let keys = self.keyring.keys(Principal::Replica(i));
         let cfg = self.cfg.clone();
-        let r = Replica::restore(cfg, i, keys, Svc::default(), fresh_state(), records, true)
+        let (store, st) = fresh_store();
+        self.stores[i as usize] = store;
+        let r = Replica::restore(cfg, i, keys, Svc::default(), st, records, true)
             .expect("the journal restores");
         self.replicas[i as usize] = Node::Live(Box::new(r));
         self.journals[i as usize] = records.to_vec();
@@ -673,8 +681,12 @@ impl Cluster {
                         self.events.push((i, ev.clone()));
                     }
                 }
-                // A restart here starts from a fresh state (see `restart`): no page store.
-                Effect::CommitState(_) => {}
+                Effect::CommitState(c) => {
+                    let Principal::Replica(i) = from else {
+                        panic!("{from:?} commits state")
+                    };
+                    c.apply(&mut self.stores[i as usize]).expect("memory store");
+                }
             }
         }
         Out { effects }

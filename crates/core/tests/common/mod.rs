@@ -8,7 +8,8 @@
 //! - [`Keyring`] (`keyring.rs`): every principal's key material, kept across restarts.
 //! - [`Out`] (`out.rs`): the effects of one step, decoded for assertions.
 //! - Message builders (`build.rs`): requests, pre-prepares, votes, view changes, acks...
-//! - [`Svc`] and [`fresh_state`]: a small deterministic service over a fresh in-memory state.
+//! - [`Svc`], [`fresh_state`] and [`fresh_store`]: a small deterministic service over a fresh
+//!   in-memory state.
 //!
 //! Each test file compiles its own copy, and none uses all of it.
 #![allow(dead_code, unused_imports)]
@@ -67,8 +68,13 @@ pub fn appended(st: &dyn state::StateRead) -> u64 {
 }
 
 pub fn fresh_state() -> state::PagedState {
-    open_state(Box::new(state::MemStore::new(
-        state::Geometry::new(256, 16, 4).unwrap(),
-    )))
-    .unwrap()
+    fresh_store().1
+}
+
+/// A fresh in-memory page store and the state over it (the store is the host's handle, to
+/// which it writes the replica's `Effect::CommitState`).
+pub fn fresh_store() -> (state::MemStore, state::PagedState) {
+    let store = state::MemStore::new(state::Geometry::new(256, 16, 4).unwrap());
+    let st = open_state(Box::new(store.clone())).unwrap();
+    (store, st)
 }

@@ -126,6 +126,7 @@ impl World {
             corrupted: Vec::new(),
             unscrubbed: BTreeSet::new(),
             cut_mid_step: BTreeSet::new(),
+            cut_before_reboot: BTreeSet::new(),
             corrupt_found: BTreeMap::new(),
             last_checkpoint: BTreeMap::new(),
             compromised: None,
