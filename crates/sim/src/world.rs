@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 mod checks;
 mod clients;
+mod effects;
 mod frames;
 mod plant;
 mod proactive;
@@ -459,83 +460,6 @@ impl World {
             );
         }
         self.schedule(self.now + delay, Ev::Deliver { to, from, bytes });
-    }
-
-    /// Routes the effects of a replica.
-    fn replica_effects(&mut self, r: ReplicaId, effects: Vec<Effect>) {
-        // After every step, each component of the replica's core checks its invariants.
-        if let Err(e) = self.replicas[r as usize].check_invariants() {
-            self.violation(format!("r{r} broke an invariant of its core: {e}"));
-        }
-        if self.cut_mid_step.remove(&r) {
-            self.power_cut(r, effects);
-            return;
-        }
-        let n = self.sc.core.n();
-        for e in effects {
-            match e {
-                Effect::Send { to, bytes } => self.replica_send(r, to, bytes.to_vec()),
-                Effect::Broadcast { bytes } => {
-                    for t in 0..n {
-                        if t != r {
-                            self.replica_send(r, Principal::Replica(t), bytes.to_vec());
-                        }
-                    }
-                }
-                Effect::Event(ev) => self.observe(r, ev),
-                e @ (Effect::Persist(_) | Effect::CommitState(_)) => self.write(r, e),
-            }
-        }
-    }
-
-    /// A write of replica `r` reaches its disk: a journal record, or a move of the state's
-    /// durable base.
-    fn write(&mut self, r: ReplicaId, e: Effect) {
-        match e {
-            Effect::Persist(rec) => {
-                let checkpoint = matches!(
-                    rec,
-                    redoubt_core::Record::Checkpoint { .. } | redoubt_core::Record::View { .. }
-                );
-                self.disks[r as usize].push(rec);
-                if checkpoint {
-                    let d = std::mem::take(&mut self.disks[r as usize]);
-                    self.disks[r as usize] = redoubt_core::journal::compact(d);
-                }
-            }
-            Effect::CommitState(c) => {
-                let mut store = self.stores[r as usize].clone();
-                if let Err(e) = c.apply(&mut store) {
-                    self.violation(format!("r{r} state commit failed in memory: {e}"));
-                }
-            }
-            _ => unreachable!("not a write"),
-        }
-    }
-
-    /// The power of replica `r` fails while it performs the effects of a step: the first k of
-    /// its writes reach the disk (k drawn, in order, as a host syncing the journal before
-    /// sending would leave them); no message leaves. Its events are still observed (what it
-    /// did in memory must agree too; see `Checker::restarted`).
-    fn power_cut(&mut self, r: ReplicaId, effects: Vec<Effect>) {
-        let mut writes = Vec::new();
-        for e in effects {
-            match e {
-                // What it did in memory before the failure is still checked.
-                Effect::Event(ev) => self.observe(r, ev),
-                Effect::Persist(_) | Effect::CommitState(_) => writes.push(e),
-                Effect::Send { .. } | Effect::Broadcast { .. } => {}
-            }
-        }
-        let total = writes.len();
-        let k = self.rng.random_range(0..=total);
-        for e in writes.into_iter().take(k) {
-            self.write(r, e);
-        }
-        self.log(|| format!("r{r} POWER OFF mid-step ({k} of {total} writes reached the disk)"));
-        self.stats.power_cuts_mid_step += 1;
-        self.cut_before_reboot.insert(r);
-        self.up[r as usize] = Up::Crashed;
     }
 
     /// Gives the adversary the current keys of a replica it controls.
@@ -988,56 +912,6 @@ impl World {
         self.clients
             .iter()
             .all(|c| c.done >= self.sc.ops_per_client)
-    }
-
-    fn check_footprints(&mut self) {
-        // Recovery requests add one reserved client per replica.
-        let clients =
-            self.sc.clients as usize + self.sc.byz_clients.len() + self.sc.core.n() as usize;
-        for r in 0..self.replicas.len() {
-            if self.faulty.contains(&(r as ReplicaId)) {
-                continue;
-            }
-            let rep = &self.replicas[r];
-            let cfg = rep.config();
-            // A compacted journal: one checkpoint, one view, one watermark, and per sequence
-            // number in the window at most a pre-prepare (and a late vouch for it), a
-            // prepare, an execution and, for an execution recorded without its body, the
-            // pre-prepare of an earlier view that carries it.
-            let disk_bound = 3 + 5 * (cfg.log_size as usize);
-            if self.disks[r].len() > disk_bound {
-                let len = self.disks[r].len();
-                self.violation(format!(
-                    "r{r} journal holds {len} records, bound {disk_bound}"
-                ));
-            }
-            let rep = &self.replicas[r];
-            let over = rep.footprint().exceeds(&rep.footprint_bounds(clients));
-            if !over.is_empty() {
-                let fp = rep.footprint();
-                self.violation(format!("r{r} exceeds memory bounds {over:?}: {fp:?}"));
-            }
-        }
-    }
-
-    /// A correct replica's low watermark is a checkpoint some correct replica took (2f+1
-    /// vouched for it, or f+1 named it in a NEW-VIEW's view changes): one above every
-    /// checkpoint correct replicas took means it adopted a fabricated one (and waits forever
-    /// to fetch it).
-    fn check_watermarks(&mut self) {
-        let max = self.checker.max_checkpoint();
-        for r in 0..self.sc.core.n() {
-            if self.up[r as usize] != Up::Running || self.checker.is_faulty(r) {
-                continue;
-            }
-            let h = self.replicas[r as usize].stable_checkpoint();
-            if h > max && self.watermark_reported.insert(r) {
-                self.violation(format!(
-                    "r{r} moved its low watermark to n{h}, above every checkpoint a correct \
-                     replica took (n{max}): a fabricated checkpoint"
-                ));
-            }
-        }
     }
 
     /// Runs to completion: all correct clients finished, or the liveness deadline passed.

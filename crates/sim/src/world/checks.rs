@@ -1,5 +1,6 @@
-//! The checks at the end of a run: liveness, proactive recovery completed, linearizability,
-//! the view bound, and state repaired after corruption.
+//! The checks at the end of a run (liveness, proactive recovery completed, linearizability,
+//! the view bound, state repaired after corruption) and the periodic footprint and watermark
+//! checks.
 
 use super::*;
 
@@ -117,6 +118,56 @@ impl World {
                         ));
                     }
                 }
+            }
+        }
+    }
+
+    pub(super) fn check_footprints(&mut self) {
+        // Recovery requests add one reserved client per replica.
+        let clients =
+            self.sc.clients as usize + self.sc.byz_clients.len() + self.sc.core.n() as usize;
+        for r in 0..self.replicas.len() {
+            if self.faulty.contains(&(r as ReplicaId)) {
+                continue;
+            }
+            let rep = &self.replicas[r];
+            let cfg = rep.config();
+            // A compacted journal: one checkpoint, one view, one watermark, and per sequence
+            // number in the window at most a pre-prepare (and a late vouch for it), a
+            // prepare, an execution and, for an execution recorded without its body, the
+            // pre-prepare of an earlier view that carries it.
+            let disk_bound = 3 + 5 * (cfg.log_size as usize);
+            if self.disks[r].len() > disk_bound {
+                let len = self.disks[r].len();
+                self.violation(format!(
+                    "r{r} journal holds {len} records, bound {disk_bound}"
+                ));
+            }
+            let rep = &self.replicas[r];
+            let over = rep.footprint().exceeds(&rep.footprint_bounds(clients));
+            if !over.is_empty() {
+                let fp = rep.footprint();
+                self.violation(format!("r{r} exceeds memory bounds {over:?}: {fp:?}"));
+            }
+        }
+    }
+
+    /// A correct replica's low watermark is a checkpoint some correct replica took (2f+1
+    /// vouched for it, or f+1 named it in a NEW-VIEW's view changes): one above every
+    /// checkpoint correct replicas took means it adopted a fabricated one (and waits forever
+    /// to fetch it).
+    pub(super) fn check_watermarks(&mut self) {
+        let max = self.checker.max_checkpoint();
+        for r in 0..self.sc.core.n() {
+            if self.up[r as usize] != Up::Running || self.checker.is_faulty(r) {
+                continue;
+            }
+            let h = self.replicas[r as usize].stable_checkpoint();
+            if h > max && self.watermark_reported.insert(r) {
+                self.violation(format!(
+                    "r{r} moved its low watermark to n{h}, above every checkpoint a correct \
+                     replica took (n{max}): a fabricated checkpoint"
+                ));
             }
         }
     }
