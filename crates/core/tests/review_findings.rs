@@ -274,23 +274,23 @@ fn stuck_on_an_unchecked_new_view() -> (Cluster, NewView) {
 }
 
 #[test]
-fn a_new_view_that_cannot_be_checked_is_entered_once_2f_plus_1_others_are_active_on_it() {
+fn a_new_view_that_cannot_be_checked_is_entered_once_f_plus_1_others_are_active_on_it() {
     let (mut c, nv) = stuck_on_an_unchecked_new_view();
-    // Three reports at once: replica 0 first gives the missing message two status rounds.
-    for r in 1..4 {
+    // Reports at once: replica 0 first gives the missing message two status rounds.
+    for r in 1..3 {
         c.receive(0, r, active_in(1, r, &nv));
     }
     assert!(!c.replica(0).is_normal(), "entered before asking twice");
     c.advance(2 * c.cfg.status_interval_ms);
-    // 2f reports (replica 3 has moved on) are not enough: f of them may lie.
+    // f reports (replica 2 has moved on) are not enough: all of them may lie.
     let moved_on = Status {
-        replica: 3,
+        replica: 2,
         view: 2,
         ..Status::default()
     };
-    c.receive(0, 3, moved_on);
+    c.receive(0, 2, moved_on);
     c.receive(0, 1, active_in(1, 1, &nv));
-    assert!(!c.replica(0).is_normal(), "entered on 2f reports");
+    assert!(!c.replica(0).is_normal(), "entered on f reports");
     c.receive(0, 3, active_in(1, 3, &nv));
     assert!(c.replica(0).is_normal(), "did not enter the view");
     assert_eq!(c.replica(0).view(), 1);

@@ -3,10 +3,11 @@
 //!
 //! A replica stuck changing into view v with a NEW-VIEW it cannot check (a view change it
 //! names was sent under keys since retired, so no correct replica can supply it any more)
-//! enters v on it anyway once 2f+1 other replicas report being active in v on that same
-//! NEW-VIEW (by digest): at least f+1 of them are correct, and the first correct replica to
+//! enters v on it anyway once f+1 other replicas report being active in v on that same
+//! NEW-VIEW (by digest): at least one of them is correct, and the first correct replica to
 //! enter v on it checked it, so it is a NEW-VIEW a correct replica accepted (ADR 0003,
-//! "Entering a view others checked").
+//! "Entering a view others checked"). A replica recovered since it entered its view reports
+//! none, so asking for 2f+1 would leave one stuck beside it.
 //!
 //! Bounds: one entry per other replica. Reports sent under keys since retired are dropped
 //! with the sender's other view-change messages.

@@ -465,8 +465,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
 
     /// Enters the view of a pending NEW-VIEW this replica has not been able to check for two
     /// status intervals (a view change it names is gone: sent under keys since retired, or
-    /// our own, forgotten in a recovery) once 2f+1 other replicas report being active in the
-    /// view on this very NEW-VIEW (by digest): f+1 of them are correct, and the first correct
+    /// our own, forgotten in a recovery) once f+1 other replicas report being active in the
+    /// view on this very NEW-VIEW (by digest): one of them is correct, and the first correct
     /// replica to enter the view on it checked it (see `reports.rs`). It is then installed
     /// as if checked here.
     pub(super) fn try_adopt_new_view(&mut self) {
@@ -478,7 +478,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
         let unchecked = self.mutant("adopt-unchecked-new-view");
         let waited = self.now() >= self.pending_nv_since_ms + 2 * self.cfg.status_interval_ms;
-        let vouched = self.view_reports.active_in(nv.view, &nv.digest()) >= self.cfg.quorum();
+        let vouched = self.view_reports.active_in(nv.view, &nv.digest()) >= self.cfg.weak_quorum();
         if !(unchecked || (waited && vouched)) {
             return;
         }
@@ -525,7 +525,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         }
     }
 
-    /// Installs `nv`, checked against its view changes (or vouched for by 2f+1 replicas active
+    /// Installs `nv`, checked against its view changes (or vouched for by f+1 replicas active
     /// on it, see `try_adopt_new_view`).
     pub(super) fn install_new_view(&mut self, nv: NewView) {
         let (h, hd) = nv.checkpoint;
