@@ -312,8 +312,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.exec.forget_executed_through(seq);
         self.exec.forget_checkpoints_below(seq);
         self.ckpt_votes.forget_through(seq);
-        self.pset = self.pset.split_off(&(seq + 1));
-        self.qset = self.qset.split_off(&(seq + 1));
+        self.claims.forget_through(seq);
         if self.next_seq <= seq {
             self.next_seq = seq + 1;
         }
@@ -326,10 +325,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if self.replaying {
             return Vec::new();
         }
-        let mut ds: BTreeSet<Digest> = self.pset.values().map(|e| e.digest).collect();
-        ds.extend(self.qset.values().flat_map(|v| v.iter().map(|(d, _)| *d)));
         // And those of the doubted slots, which join Q once their requests verify.
-        ds.extend(self.doubted.values().map(|(_, d)| *d));
+        let ds: BTreeSet<Digest> = self.claims.digests().collect();
         ds.iter()
             .filter_map(|d| self.batches.get(d).map(|b| (**b).clone()))
             .collect()
@@ -386,9 +383,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     pub(super) fn gc_batches(&mut self) {
         let mut keep: BTreeSet<Digest> = BTreeSet::new();
         keep.extend(self.log.values().filter_map(|s| s.pp));
-        keep.extend(self.pset.values().map(|e| e.digest));
-        keep.extend(self.qset.values().flat_map(|v| v.iter().map(|(d, _)| *d)));
-        keep.extend(self.doubted.values().map(|(_, d)| *d));
+        keep.extend(self.claims.digests());
         for nv in self.pending_nv.iter() {
             keep.extend(nv.chosen.iter().copied());
         }

@@ -20,6 +20,7 @@
 //! most one request per known client, and view-change bookkeeping is bounded per replica.
 
 use crate::agreement::certificates::CheckpointVotes;
+use crate::agreement::claims::Claims;
 use crate::agreement::log::{Slot, SlotLog};
 use crate::agreement::pool::{RequestPool, Waiting};
 use crate::agreement::reports::ViewReports;
@@ -176,13 +177,8 @@ pub struct Replica<S: Service, A: Auth> {
     /// view record, above its last checkpoint record: their `Executed` records omit the body
     /// (journal compaction keeps the pre-prepare record for them). At most one per slot.
     bodies_journaled: BTreeSet<(Seq, Digest)>,
-    pset: BTreeMap<Seq, PEntry>,
-    qset: BTreeMap<Seq, Vec<(Digest, View)>>,
-    /// Slots of views we left that we pre-prepared but did not vouch for in full (a request
-    /// we could not authenticate): (view, digest) by sequence number, within the window. Once
-    /// the requests verify (the client retransmitted, or its key arrived) the slot joins Q,
-    /// so our next VIEW-CHANGE can help decide it (ADR 0002, item 7).
-    doubted: BTreeMap<Seq, (View, Digest)>,
+    /// P, Q and the doubted slots: what we claim about the views we left (see `claims.rs`).
+    claims: Claims,
     /// Clients under suspicion, and until when (ms; bounded, see `suspects.rs`).
     suspects: BTreeMap<ClientId, u64>,
     new_view: Option<NewView>,
@@ -267,6 +263,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let ckpt_votes = CheckpointVotes::new(cfg.log_size, cfg.checkpoint_interval);
         let pool = RequestPool::new(&cfg);
         let view_reports = ViewReports::new(cfg.n(), id);
+        let claims = Claims::new(cfg.f, cfg.log_size);
         let mut r = Replica {
             vc_timeout_ms: cfg.view_change_timeout_ms,
             cfg,
@@ -283,9 +280,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             prev_vc: None,
             vcstore: ViewChangeStore::default(),
             bodies_journaled: BTreeSet::new(),
-            pset: BTreeMap::new(),
-            qset: BTreeMap::new(),
-            doubted: BTreeMap::new(),
+            claims,
             suspects: BTreeMap::new(),
             new_view: None,
             entered_on: None,
@@ -423,6 +418,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.view_reports
             .check_invariants()
             .map_err(|e| format!("view reports: {e}"))?;
+        self.claims
+            .check_invariants()
+            .map_err(|e| format!("view-change claims: {e}"))?;
         let (lo, hi) = (self.stable_seq, self.stable_seq + self.cfg.log_size);
         self.log
             .check_invariants(lo, hi, self.cfg.n())
@@ -439,8 +437,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             batches: self.batches.len(),
             checkpoints: self.exec.checkpoints_len(),
             checkpoint_votes: self.ckpt_votes.len(),
-            pset: self.pset.len(),
-            qset_pairs: self.qset.values().map(|v| v.len()).sum(),
+            pset: self.claims.prepared_len(),
+            qset_pairs: self.claims.q_pairs(),
             clients: self.exec.clients_len(),
             waiting: self.pool.len(),
             replaced: self.pool.replaced_len(),
@@ -614,14 +612,6 @@ impl<S: Service, A: Auth> Replica<S, A> {
     fn reject(&mut self, from: Principal, kind: &'static str, reason: Reject) {
         self.stats.rejected += 1;
         self.event(Event::Rejected { from, kind, reason });
-    }
-
-    /// The doubted slots as journaled.
-    fn doubted_wire(&self) -> Vec<(Seq, View, Digest)> {
-        self.doubted
-            .iter()
-            .map(|(n, (v, d))| (*n, *v, *d))
-            .collect()
     }
 
     // ----- receive --------------------------------------------------------------------------

@@ -10,11 +10,9 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// with `client`, only slots holding a request of that client (the one that just
     /// arrived). Slots at or below the stable checkpoint are forgotten.
     pub(super) fn vouch_after_leaving(&mut self, client: Option<ClientId>) {
-        let stable = self.stable_seq;
-        self.doubted.retain(|n, _| *n > stable);
         let mut vouched = Vec::new();
-        for (n, (v, d)) in &self.doubted {
-            let Some(b) = self.batches.get(d) else {
+        for (n, v, d) in self.claims.doubted_above(self.stable_seq) {
+            let Some(b) = self.batches.get(&d) else {
                 continue;
             };
             if client.is_some_and(|c| b.requests.iter().all(|r| r.request.client != c)) {
@@ -24,12 +22,11 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 .iter()
                 .all(|r| self.can_vouch_for(r, &self.request_digest(r)))
             {
-                vouched.push((*n, *v, *d));
+                vouched.push((n, v, d));
             }
         }
         for (n, v, d) in vouched {
-            self.doubted.remove(&n);
-            viewchange::add_q(self.qset.entry(n).or_default(), d, v, self.cfg.f);
+            self.claims.vouch(n, v, d);
         }
     }
 

@@ -608,9 +608,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
     /// without them if it had any.
     fn drop_above(&mut self, h_m: Seq) {
         self.log.retain(|n, _| *n <= h_m);
-        self.pset.retain(|n, _| *n <= h_m);
-        self.qset.retain(|n, _| *n <= h_m);
-        self.doubted.retain(|n, _| *n <= h_m);
+        self.claims.keep_through(h_m);
         let above =
             |vc: &ViewChange| vc.p.iter().any(|e| e.seq > h_m) || vc.q.iter().any(|e| e.seq > h_m);
         if let Some((vc, _)) = self.my_vc.as_ref().filter(|(vc, _)| above(vc)) {
@@ -716,12 +714,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.pool.clear_inflight();
         self.req_timer = None;
         self.vc_deadline_ms = None;
-        self.pset.retain(|_, e| e.view < v);
-        for pairs in self.qset.values_mut() {
-            pairs.retain(|(_, pv)| *pv < v);
-        }
-        self.qset.retain(|_, pairs| !pairs.is_empty());
-        let (pset, qset) = viewchange::to_wire(&self.pset, &self.qset);
+        self.claims.forget_from_view(v);
+        let (pset, qset) = self.claims.wire();
         let batches = self.pset_batches();
         self.persist(Record::View {
             view: v,
@@ -730,7 +724,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             pset,
             qset,
             batches,
-            doubted: self.doubted_wire(),
+            doubted: self.claims.doubted_wire(),
         });
         self.event(Event::ViewChangeStarted { view: v });
     }

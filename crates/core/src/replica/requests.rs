@@ -106,7 +106,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             // The request we could not authenticate in a pre-prepare may be this one.
             self.vouch_late();
         }
-        if !self.doubted.is_empty() {
+        if self.claims.any_doubted() {
             self.vouch_after_leaving(Some(c));
         }
         let multicast = self.cfg.travels_beside(sr.request.op.len());
@@ -139,11 +139,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 .log
                 .from(self.exec.last_executed() + 1)
                 .any(|(_, s)| s.prepared || s.pp.is_some_and(|d| d != NULL_DIGEST))
-            || self
-                .pset
-                .range(self.exec.last_executed() + 1..)
-                .next()
-                .is_some()
+            || self.claims.prepared_from(self.exec.last_executed() + 1)
         {
             return;
         }

@@ -159,22 +159,8 @@ impl<S: Service, A: Auth> Replica<S, A> {
             for b in batches {
                 self.batches.insert(b.digest(), Arc::new(b.clone()));
             }
-            self.doubted = doubted
-                .iter()
-                .filter(|(n, _, _)| *n > h)
-                .map(|(n, v, d)| (*n, (*v, *d)))
-                .collect();
+            self.claims.restore(pset, qset, doubted, h);
             self.my_vc = vc.as_ref().map(|m| (m.clone(), m.digest()));
-            self.pset = pset
-                .iter()
-                .filter(|e| e.seq > h)
-                .map(|e| (e.seq, *e))
-                .collect();
-            self.qset = qset
-                .iter()
-                .filter(|e| e.seq > h)
-                .map(|e| (e.seq, e.pairs.clone()))
-                .collect();
         }
     }
 

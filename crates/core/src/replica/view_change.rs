@@ -43,32 +43,21 @@ impl<S: Service, A: Auth> Replica<S, A> {
         if self.normal {
             self.suspect_doubted_clients();
         }
+        let mut doubted = Vec::new();
         if self.normal && !self.is_primary() {
             let me = self.id;
-            let left = self.view;
             for (n, s) in &self.log {
                 if let Some(d) = s.pp.filter(|d| *d != NULL_DIGEST) {
                     if s.sent_prepare && s.doubts.contains_key(&me) {
-                        self.doubted.insert(*n, (left, d));
+                        doubted.push((*n, d));
                     }
                 }
             }
         }
-        let (lo, hi) = (self.stable_seq, self.stable_seq + self.cfg.log_size);
-        self.doubted.retain(|n, _| *n > lo && *n <= hi);
-        let (p, q) = viewchange::compute_pq(
-            self.cfg.f,
-            self.stable_seq,
-            self.cfg.log_size,
-            self.view,
-            &slots,
-            &self.pset,
-            &self.qset,
-        );
-        self.pset = p;
-        self.qset = q;
+        self.claims
+            .leave(self.view, self.stable_seq, &slots, doubted);
         self.log.clear();
-        let (pw, qw) = viewchange::to_wire(&self.pset, &self.qset);
+        let (pw, qw) = self.claims.wire();
         let vc = ViewChange {
             view: v,
             replica: self.id,
@@ -93,7 +82,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.vcstore.enter(v);
         self.prev_vc = self.my_vc.take();
         self.my_vc = Some((vc.clone(), digest));
-        let (pset, qset) = viewchange::to_wire(&self.pset, &self.qset);
+        let (pset, qset) = self.claims.wire();
         let batches = self.pset_batches();
         self.persist(Record::View {
             view: v,
@@ -102,7 +91,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             pset,
             qset,
             batches,
-            doubted: self.doubted_wire(),
+            doubted: self.claims.doubted_wire(),
         });
         self.event(Event::ViewChangeStarted { view: v });
         self.broadcast(&Message::ViewChange(vc));
@@ -515,8 +504,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         self.exec.forget_checkpoints_below(h);
         self.ckpt_votes.forget_through(h);
         self.log.forget_through(h);
-        self.pset = self.pset.split_off(&(h + 1));
-        self.qset = self.qset.split_off(&(h + 1));
+        self.claims.forget_through(h);
         if self.next_seq <= h {
             self.next_seq = h + 1;
         }
@@ -573,7 +561,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
                 prepares.push((n, *d));
             }
         }
-        let (pset, qset) = viewchange::to_wire(&self.pset, &self.qset);
+        let (pset, qset) = self.claims.wire();
         let batches = self.pset_batches();
         self.persist(Record::View {
             view: self.view,
@@ -582,7 +570,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
             pset,
             qset,
             batches,
-            doubted: self.doubted_wire(),
+            doubted: self.claims.doubted_wire(),
         });
         let installed: Vec<(Seq, Digest)> = self
             .log
@@ -661,7 +649,7 @@ impl<S: Service, A: Auth> Replica<S, A> {
         let mut wanted: BTreeSet<Digest> = self.log.values().filter_map(|s| s.pp).collect();
         wanted.extend(self.decision_missing.iter().copied());
         wanted.extend(self.pending_pp.values().map(|p| p.pp.digest));
-        wanted.extend(self.pset.values().map(|e| e.digest));
+        wanted.extend(self.claims.prepared_digests());
         let mut useful = false;
         for b in bodies {
             let d = b.digest();
