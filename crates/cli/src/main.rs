@@ -12,7 +12,6 @@
 //! 2 usage error, 3 a negative answer of `kv` (key absent, compare-and-swap not applied).
 
 mod bench;
-mod bench_recovery;
 mod cmd_init;
 mod cmd_keyholder;
 mod cmd_kv;
@@ -22,7 +21,6 @@ mod cmd_status;
 mod cpucap;
 mod demo;
 mod http;
-mod micro;
 mod procs;
 
 use clap::{Parser, Subcommand};

@@ -6,10 +6,10 @@ mod common;
 use common::{http_get, Cluster};
 use rand::RngExt as _;
 use redoubt_client::{Client, ClientError};
-use redoubt_core::auth::seal_body;
 use redoubt_core::message::{
     encode_body, encode_frame, Frame, Prepare, Request, SignedRequest, Tag, TagKind, WIRE_VERSION,
 };
+use redoubt_core::seal::seal_body;
 use redoubt_core::{Message, Principal, StaticKeys};
 use redoubt_crypto::{Digest, Mac};
 use redoubt_services::kv::KvClient;

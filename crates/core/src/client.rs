@@ -10,10 +10,11 @@
 //! within the retransmission timeout (concurrent writes, a replica down), it is reissued as an
 //! ordered request under a fresh timestamp, so late read-only answers cannot count towards it.
 
-use crate::auth::{open, request_authenticator, seal, Auth};
 use crate::effect::{Bytes, Effect, Env};
+use crate::keys::KeyTable;
 use crate::keys::Purpose;
 use crate::message::{decode_frame_ref, reply_header, Message, Request, RequestSig, SignedRequest};
+use crate::seal::{open, request_authenticator, seal};
 use crate::types::{ClientId, Config, Principal, ReplicaId, View};
 use redoubt_crypto::Digest;
 use std::collections::{BTreeMap, BTreeSet};
@@ -92,7 +93,7 @@ const KEY_FORCE_MIN_MS: u64 = 1000;
 const KEY_FORCE_STALL_MS: u64 = 4 * KEY_FORCE_MIN_MS;
 
 /// A client.
-pub struct Client<A: Auth> {
+pub struct Client<A: KeyTable> {
     cfg: Config,
     timing: ClientTiming,
     id: ClientId,
@@ -126,7 +127,7 @@ pub struct Client<A: Auth> {
     pub requests_signed: u64,
 }
 
-impl<A: Auth> Client<A> {
+impl<A: KeyTable> Client<A> {
     pub fn new(cfg: Config, timing: ClientTiming, id: ClientId, auth: A) -> Self {
         let srtt_ms = timing.initial_rtt_ms as f64;
         Client {

@@ -82,7 +82,7 @@ pub enum Event {
     /// The estimation step ended with H_M.
     RecoveryEstimated { h_m: Seq },
     /// This replica completed a recovery.
-    Recovered(crate::replica::RecoveryReport),
+    Recovered(RecoveryReport),
     /// The recovery request was refused (a recovery of this replica was accepted less than
     /// `recovery_interval_min_ms` before, e.g. before a restart mid-recovery): a new request
     /// goes out once the interval has passed.
@@ -107,4 +107,24 @@ pub enum Event {
     /// During a recovery, the state's own checkpoint `seq` lay above the estimate `h_m`, so no
     /// correct replica can have it: the state is relabelled as checkpoint 0 and fetched anew.
     StateDistrusted { seq: Seq, h_m: Seq },
+}
+
+/// What one recovery took, reported by [`Event::Recovered`].
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct RecoveryReport {
+    /// The estimate H_M and the recovery point H.
+    pub h_m: Seq,
+    pub h: Seq,
+    /// The sequence number the recovery request executed at (n_R).
+    pub n_r: Seq,
+    /// Time from the start to the estimate (ms).
+    pub estimation_ms: u64,
+    /// Time from the estimate to 2f+1 replies to the recovery request (ms).
+    pub request_ms: u64,
+    /// Time from the replies to a stable checkpoint H with a verified state (ms).
+    pub check_fetch_ms: u64,
+    pub total_ms: u64,
+    /// Corrupt pages found by the check and pages fetched during the recovery.
+    pub corrupt_pages: u64,
+    pub pages_fetched: u64,
 }

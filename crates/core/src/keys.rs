@@ -20,7 +20,7 @@
 //! The key holder is called synchronously. In the simulator it is in-process ([`LocalHolder`]);
 //! in a deployment the node connects it to a separate key-holder process over a local socket.
 
-use crate::auth::Auth;
+use crate::auth::{Auth, StaticKeys};
 use crate::types::{ClientId, Principal, ReplicaId};
 use redoubt_crypto::pk::{self, HolderSecrets, PublicKeys, SealPublicKey, Signature};
 use redoubt_crypto::{Digest, DigestBuilder, Mac, MacKey};
@@ -562,6 +562,23 @@ impl Auth for SessionKeys {
     fn knows(&self, from: Principal) -> bool {
         self.directory.keys.contains_key(&from)
     }
+}
+
+/// A key table a replica or client runs on: an [`Auth`] that may hold session keys refreshed
+/// by NEW-KEY (static keys hold none).
+pub trait KeyTable: Auth {
+    /// The session-key table, when keys are refreshed by NEW-KEY.
+    fn session(&mut self) -> Option<&mut SessionKeys> {
+        None
+    }
+    fn session_ref(&self) -> Option<&SessionKeys> {
+        None
+    }
+}
+
+impl KeyTable for StaticKeys {}
+
+impl KeyTable for SessionKeys {
     fn session(&mut self) -> Option<&mut SessionKeys> {
         Some(self)
     }
@@ -577,7 +594,7 @@ impl Auth for SessionKeys {
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum Keys {
-    Static(crate::auth::StaticKeys),
+    Static(StaticKeys),
     Session(SessionKeys),
 }
 
@@ -606,6 +623,9 @@ impl Auth for Keys {
             Keys::Session(k) => k.knows(from),
         }
     }
+}
+
+impl KeyTable for Keys {
     fn session(&mut self) -> Option<&mut SessionKeys> {
         match self {
             Keys::Static(_) => None,

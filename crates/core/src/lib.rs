@@ -17,6 +17,7 @@ pub mod keys;
 pub mod message;
 pub mod quorum;
 pub mod replica;
+pub mod seal;
 pub mod service;
 pub mod transfer;
 pub mod types;
@@ -24,13 +25,13 @@ pub mod viewchange;
 
 pub use auth::{Auth, StaticKeys};
 pub use client::{Client, ClientTiming, Completion, InvokeError};
-pub use effect::{Bytes, Effect, Env, Event};
+pub use effect::{Bytes, Effect, Env, Event, RecoveryReport};
 pub use execution::open_state;
 pub use journal::Record;
-pub use keys::{Admitted, Directory, KeyHolder, Keys, LocalHolder, NewKey, SessionKeys};
+pub use keys::{Admitted, Directory, KeyHolder, KeyTable, Keys, LocalHolder, NewKey, SessionKeys};
 pub use message::{Message, Reject};
 pub use redoubt_state as state;
-pub use replica::{Footprint, Input, RecoveryReport, Replica, Stats, VC_VIEWS_AHEAD};
+pub use replica::{Footprint, Input, Replica, Stats, VC_VIEWS_AHEAD};
 pub use service::{ExecContext, Service};
 #[cfg(feature = "mutants")]
 pub use types::Mutant;

@@ -7,8 +7,8 @@
 
 use crate::runtime::NodeError;
 use redoubt_config::{load_keys, ClusterConfig};
-use redoubt_core::auth::{open, seal, verify_request};
 use redoubt_core::message::{decode_frame_ref, Message, Reply};
+use redoubt_core::seal::{open, seal, verify_request};
 use redoubt_core::state::MemStore;
 use redoubt_core::{open_state, ExecContext, Principal, Service};
 use redoubt_transport::{ConnId, Listener, ListenerConfig};

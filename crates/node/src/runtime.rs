@@ -10,9 +10,9 @@ use crate::metrics::{self, Metrics};
 use crate::status::{RecoveryBreakdown, StatusReport};
 use crate::storage::{Journal, StorageError};
 use redoubt_config::{load_keys, ClusterConfig, ConfigError};
-use redoubt_core::auth::verify_request;
 use redoubt_core::message::{decode_body, decode_frame, frame_sender, Message, Reject};
 use redoubt_core::open_state;
+use redoubt_core::seal::verify_request;
 use redoubt_core::state::FileStore;
 use redoubt_core::{
     Bytes, ClientId, Effect, Env, Event, Input, Keys, Principal, Replica, ReplicaId, Service,

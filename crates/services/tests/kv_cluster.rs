@@ -5,8 +5,8 @@
 //! other replica. It is written to be read as a sketch of the real runtime (`redoubt-node`).
 
 use redoubt_client::{Client, ClientError, ClientSetup, Connections};
-use redoubt_core::auth::{open, verify_request};
 use redoubt_core::message::decode_frame;
+use redoubt_core::seal::{open, verify_request};
 use redoubt_core::{
     ClientId, Config, Effect, Env, Input, Keys, Message, Principal, Replica, ReplicaId, StaticKeys,
 };

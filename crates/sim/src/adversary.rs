@@ -6,12 +6,12 @@
 use crate::scenario::Behavior;
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
-use redoubt_core::auth::seal;
 use redoubt_core::keys::Forger;
 use redoubt_core::message::{
     decode_body, decode_frame, Batch, Commit, Message, NewView, PEntry, PrePrepare, Prepare,
     QEntry, Request, SignedRequest, StateItem, ViewChange, NULL_DIGEST,
 };
+use redoubt_core::seal::seal;
 use redoubt_core::viewchange::{self, Broken};
 use redoubt_core::{Config, Principal, ReplicaId};
 use redoubt_crypto::Digest;

@@ -8,12 +8,12 @@ use crate::scenario::CorruptionKind;
 use crate::scenario::{Behavior, ClientAttack, Scenario};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use redoubt_core::auth::{request_authenticator, seal};
 use redoubt_core::keys::{AdmittedCounters, Directory, Forger, LocalHolder, SessionKeys};
 use redoubt_core::message::{
     decode_body, decode_frame, encode_frame, Message, Request, SignedRequest,
 };
 use redoubt_core::open_state;
+use redoubt_core::seal::{request_authenticator, seal};
 use redoubt_core::state::{Geometry, MemStore};
 use redoubt_core::{
     Client, ClientId, ClientTiming, Effect, Env, Event, Input, Principal, Replica, ReplicaId,

@@ -181,7 +181,7 @@ pub fn decode_frame(bytes: &[u8], max_bytes: usize) -> Result<Frame, Reject> {
 }
 
 impl Frame {
-    /// This frame as [`decode_frame_ref`] would give it (for [`open`](crate::auth::open)).
+    /// This frame as [`decode_frame_ref`] would give it (for [`open`](crate::seal::open)).
     pub fn borrowed(&self) -> FrameRef<'_> {
         FrameRef {
             version: self.version,

@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl<S: Service, A: Auth> Replica<S, A> {
+impl<S: Service, A: KeyTable> Replica<S, A> {
     // ----- execution --------------------------------------------------------------------------
 
     pub(super) fn try_execute(&mut self) {

@@ -25,15 +25,17 @@ use crate::agreement::log::{Slot, SlotLog};
 use crate::agreement::pool::{RequestPool, Waiting};
 use crate::agreement::reports::ViewReports;
 use crate::agreement::vcstore::{Stored, ViewChangeStore, ACKS_PER_ACKER_MAX};
-use crate::auth::{open, seal, verify_request, Auth};
-use crate::effect::{Bytes, Effect, Env, Event};
+use crate::auth::Auth;
+use crate::effect::{Bytes, Effect, Env, Event, RecoveryReport};
 use crate::execution::{
     Answered, Due, Execution, Finished, LastReply, Refused, ServeLimits, Undone,
 };
 use crate::journal::Record;
+use crate::keys::KeyTable;
 use crate::keys::NewKey;
 use crate::message::*;
 use crate::quorum;
+use crate::seal::{open, seal, verify_request};
 use crate::service::{ExecContext, Service};
 use crate::transfer::checkpoint_digest;
 use crate::types::{ClientId, Config, Principal, ReplicaId, Seq, View};
@@ -52,7 +54,6 @@ mod state_transfer;
 mod status;
 mod suspects;
 mod view_change;
-pub use recovery::RecoveryReport;
 
 /// Admin and transport inputs.
 #[derive(Clone, Copy, Debug)]
@@ -153,7 +154,7 @@ pub struct Stats {
 }
 
 /// A replica.
-pub struct Replica<S: Service, A: Auth> {
+pub struct Replica<S: Service, A: KeyTable> {
     cfg: Config,
     id: ReplicaId,
     auth: A,
@@ -239,7 +240,7 @@ pub struct Replica<S: Service, A: Auth> {
     unreadable: Option<String>,
 }
 
-impl<S: Service, A: Auth> Replica<S, A> {
+impl<S: Service, A: KeyTable> Replica<S, A> {
     /// A replica in view 0 whose state is `state` (see [`crate::open_state`]) at its latest
     /// checkpoint. Panics if the state's checkpoint does not decode (use
     /// [`Replica::restore`] for stored state).

@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl<S: Service, A: Auth> Replica<S, A> {
+impl<S: Service, A: KeyTable> Replica<S, A> {
     // ----- normal case ------------------------------------------------------------------------
 
     /// Adds to Q the slots of views we left whose every request we can now authenticate;

@@ -67,27 +67,7 @@ pub(super) struct Recovery {
     corrupt_pages: u64,
 }
 
-/// What one recovery took, reported by [`Event::Recovered`].
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct RecoveryReport {
-    /// The estimate H_M and the recovery point H.
-    pub h_m: Seq,
-    pub h: Seq,
-    /// The sequence number the recovery request executed at (n_R).
-    pub n_r: Seq,
-    /// Time from the start to the estimate (ms).
-    pub estimation_ms: u64,
-    /// Time from the estimate to 2f+1 replies to the recovery request (ms).
-    pub request_ms: u64,
-    /// Time from the replies to a stable checkpoint H with a verified state (ms).
-    pub check_fetch_ms: u64,
-    pub total_ms: u64,
-    /// Corrupt pages found by the check and pages fetched during the recovery.
-    pub corrupt_pages: u64,
-    pub pages_fetched: u64,
-}
-
-impl<S: Service, A: Auth> Replica<S, A> {
+impl<S: Service, A: KeyTable> Replica<S, A> {
     // ----- session keys -----------------------------------------------------------------------
 
     /// Whether this replica uses session keys (NEW-KEY) rather than static keys.

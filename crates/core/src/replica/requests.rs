@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl<S: Service, A: Auth> Replica<S, A> {
+impl<S: Service, A: KeyTable> Replica<S, A> {
     // ----- requests ---------------------------------------------------------------------------
 
     pub(super) fn on_request(&mut self, from: Principal, sr: SignedRequest) -> Result<(), Reject> {

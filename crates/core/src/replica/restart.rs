@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl<S: Service, A: Auth> Replica<S, A> {
+impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Rebuilds a replica after a crash from the records its host made durable (see
     /// [`crate::journal`]): the last checkpoint, the batches executed after it (re-executed
     /// silently), the last view entered with its PSet/QSet and view change, and the log of

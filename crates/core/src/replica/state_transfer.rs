@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl<S: Service, A: Auth> Replica<S, A> {
+impl<S: Service, A: KeyTable> Replica<S, A> {
     // ----- state transfer ---------------------------------------------------------------------
 
     /// Our state disagrees with what f+1 replicas vouch for: stop executing, check every page

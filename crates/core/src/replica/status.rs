@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl<S: Service, A: Auth> Replica<S, A> {
+impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn missing_batches(&self) -> Vec<Digest> {
         let mut m: Vec<Digest> = self
             .log

@@ -18,7 +18,7 @@ use super::*;
 /// Clients under suspicion kept at most; the one whose suspicion ends first goes first.
 pub(super) const SUSPECTS_MAX: usize = 4096;
 
-impl<S: Service, A: Auth> Replica<S, A> {
+impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Whether client `c` is under suspicion now.
     pub(super) fn suspected(&self, c: ClientId) -> bool {
         self.suspects

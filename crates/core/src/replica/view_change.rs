@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl<S: Service, A: Auth> Replica<S, A> {
+impl<S: Service, A: KeyTable> Replica<S, A> {
     // ----- view change ------------------------------------------------------------------------
 
     pub(super) fn slot_summaries(&self) -> BTreeMap<Seq, SlotSummary> {

@@ -11,9 +11,9 @@
 //! says so.
 
 use super::{fresh_store, view_change, KeyMode, Keyring, Out, Svc, Wire};
-use redoubt_core::auth::{request_authenticator, seal};
 use redoubt_core::keys::{Accepted, NewKeyError, Purpose};
 use redoubt_core::message::*;
+use redoubt_core::seal::{request_authenticator, seal};
 use redoubt_core::*;
 use redoubt_crypto::Digest;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

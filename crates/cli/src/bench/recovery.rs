@@ -14,7 +14,7 @@
 //! given). The throughput ratio is the cost of recovery at that schedule. The window of
 //! vulnerability is T_v = 2 T_k + T_r with T_r = T_w + the longest recovery measured.
 
-use crate::bench::{put_all, record_bytes, wait_for, STATUS_TIMEOUT};
+use super::common::{put_all, record_bytes, wait_for, STATUS_TIMEOUT};
 use crate::cmd_status::{agreement, fetch};
 use crate::procs::{log_tail, ReplicaProcs};
 use anyhow::Context as _;
@@ -458,7 +458,7 @@ async fn timed_run(
     let ops = load.ops();
     let mut lat = load.finish().await?;
     lat.sort_by(f64::total_cmp);
-    let pct = |p: f64| crate::micro::percentile(&lat, p);
+    let pct = |p: f64| super::micro::percentile(&lat, p);
     let run = Run {
         secs,
         ops,

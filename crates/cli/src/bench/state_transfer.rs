@@ -1,6 +1,4 @@
-//! `redoubt bench ...`: benchmarks that run real replica processes on 127.0.0.1.
-//!
-//! `state-transfer`: a 4-replica cluster whose key-value state fills `--state-mib` MiB; one
+//! `redoubt bench state-transfer`: a 4-replica cluster whose key-value state fills `--state-mib` MiB; one
 //! replica is stopped while `--dirty-percent` of the pages are rewritten (and the others move
 //! past its log window), then restarted: it must fetch exactly what changed. Then the same
 //! replica is restarted with an empty disk, so it fetches the whole state through the same
@@ -8,12 +6,12 @@
 //! state-transfer answers it received, their ratio to the state size, and the time from the
 //! restart until it had caught up.
 
-use crate::cmd_status::{agreement, fetch, fetch_all, Probe};
+use super::common::{put_all, record_bytes, wait_for, PHASE_TIMEOUT, STATUS_TIMEOUT, VALUE_BYTES};
+use crate::cmd_status::{agreement, fetch, fetch_all};
 use crate::procs::{log_tail, ReplicaProcs};
 use anyhow::Context as _;
-use clap::{Args, Subcommand};
+use clap::Args;
 use redoubt_config::ClusterConfig;
-use redoubt_crypto::DigestBuilder;
 use redoubt_node::init::free_base_port;
 use redoubt_node::init::{init_cluster, InitOptions};
 use redoubt_node::status::StatusReport;
@@ -23,23 +21,6 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-
-#[derive(Args)]
-pub struct BenchArgs {
-    #[command(subcommand)]
-    which: Bench,
-}
-
-#[derive(Subcommand)]
-enum Bench {
-    /// Bytes and time for a restarted replica to catch up by page-level state transfer,
-    /// next to a whole-state copy
-    StateTransfer(StateTransferArgs),
-    /// Latency and throughput of 0/0, 0/4 and 4/0 operations against an unreplicated baseline
-    Micro(crate::micro::MicroArgs),
-    /// Time to recover a replica, step by step, and the throughput cost of proactive recovery
-    Recovery(crate::bench_recovery::RecoveryArgs),
-}
 
 #[derive(Args)]
 pub struct StateTransferArgs {
@@ -62,53 +43,8 @@ pub struct StateTransferArgs {
     keep: Option<PathBuf>,
 }
 
-pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    match args.which {
-        Bench::Micro(a) => crate::micro::run(a),
-        Bench::Recovery(a) => crate::bench_recovery::run(a),
-        Bench::StateTransfer(a) => {
-            anyhow::ensure!(
-                a.dirty_percent > 0.0 && a.dirty_percent <= 100.0,
-                "--dirty-percent {} must be in (0, 100]",
-                a.dirty_percent
-            );
-            crate::runtime(2)?.block_on(state_transfer(a))
-        }
-    }
-}
-
-/// Value bytes of each record: with its key and header a record spans 15-16 pages.
-const VALUE_BYTES: usize = 60 << 10;
-pub(crate) const STATUS_TIMEOUT: Duration = Duration::from_millis(1000);
-const PHASE_TIMEOUT: Duration = Duration::from_secs(1800);
 /// The victim.
 const VICTIM: u32 = 3;
-
-/// Deterministic filler bytes for record `i`, version `v` (incompressible, distinct).
-fn value(i: u64, v: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(VALUE_BYTES);
-    let mut block = 0u64;
-    while out.len() < VALUE_BYTES {
-        let d = DigestBuilder::new("redoubt.bench.value")
-            .u64(i)
-            .u64(v)
-            .u64(block)
-            .finish();
-        out.extend_from_slice(&d.0);
-        block += 1;
-    }
-    out.truncate(VALUE_BYTES);
-    out
-}
-
-/// Bytes a record takes in the store (key, header and value, 64-byte aligned).
-pub(crate) fn record_bytes() -> u64 {
-    (16 + 9 + VALUE_BYTES as u64).div_ceil(64) * 64
-}
-
-fn key(i: u64) -> Vec<u8> {
-    format!("r{i:08}").into_bytes()
-}
 
 /// One row of the result table.
 struct Row {
@@ -123,6 +59,15 @@ struct Row {
     metas: u64,
     restart_to_caught_up: Duration,
     up_to_caught_up: Duration,
+}
+
+pub(super) fn run(a: StateTransferArgs) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        a.dirty_percent > 0.0 && a.dirty_percent <= 100.0,
+        "--dirty-percent {} must be in (0, 100]",
+        a.dirty_percent
+    );
+    crate::runtime(2)?.block_on(state_transfer(a))
 }
 
 async fn state_transfer(args: StateTransferArgs) -> anyhow::Result<ExitCode> {
@@ -316,28 +261,6 @@ async fn bench_body(
     Ok(rows)
 }
 
-/// Puts every `(record, version)` with all clients in parallel.
-pub(crate) async fn put_all(kvs: &[KvClient], work: Vec<(u64, u64)>) -> anyhow::Result<()> {
-    let mut tasks = tokio::task::JoinSet::new();
-    let k = kvs.len();
-    for (c, kv) in kvs.iter().enumerate() {
-        let mine: Vec<(u64, u64)> = work.iter().copied().skip(c).step_by(k).collect();
-        let kv = kv.clone();
-        tasks.spawn(async move {
-            for (i, v) in mine {
-                kv.put(key(i), value(i, v))
-                    .await
-                    .map_err(|e| anyhow::anyhow!("put of record {i} failed: {e}"))?;
-            }
-            anyhow::Ok(())
-        });
-    }
-    while let Some(r) = tasks.join_next().await {
-        r??;
-    }
-    Ok(())
-}
-
 /// Small sequential writes until the cluster has executed three log windows more, so the
 /// stopped replica cannot catch up from the others' logs alone.
 async fn advance_past_window(cfg: &ClusterConfig, kv: &KvClient) -> anyhow::Result<()> {
@@ -427,29 +350,5 @@ async fn restart_and_measure(
             procs.log_path(VICTIM).display()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-pub(crate) async fn wait_for(
-    cfg: &ClusterConfig,
-    procs: &mut ReplicaProcs,
-    what: &str,
-    ok: impl Fn(&[Probe]) -> bool,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + PHASE_TIMEOUT;
-    loop {
-        for i in 0..4u32 {
-            if let Some(status) = procs.exited(i) {
-                anyhow::bail!(
-                    "replica {i} exited ({status}) while waiting for {what}; last lines of its log:\n{}",
-                    log_tail(&procs.log_path(i), 12)
-                );
-            }
-        }
-        if ok(&fetch_all(cfg, STATUS_TIMEOUT).await) {
-            return Ok(());
-        }
-        anyhow::ensure!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

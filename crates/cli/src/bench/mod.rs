@@ -1,0 +1,34 @@
+//! `redoubt bench ...`: benchmarks that run real replica processes on 127.0.0.1.
+
+mod common;
+mod micro;
+mod recovery;
+mod state_transfer;
+
+use clap::{Args, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    which: Bench,
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Bytes and time for a restarted replica to catch up by page-level state transfer,
+    /// next to a whole-state copy
+    StateTransfer(state_transfer::StateTransferArgs),
+    /// Latency and throughput of 0/0, 0/4 and 4/0 operations against an unreplicated baseline
+    Micro(micro::MicroArgs),
+    /// Time to recover a replica, step by step, and the throughput cost of proactive recovery
+    Recovery(recovery::RecoveryArgs),
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    match args.which {
+        Bench::Micro(a) => micro::run(a),
+        Bench::Recovery(a) => recovery::run(a),
+        Bench::StateTransfer(a) => state_transfer::run(a),
+    }
+}
