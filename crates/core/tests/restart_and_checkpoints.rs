@@ -209,3 +209,28 @@ fn a_restart_finds_again_that_its_checkpoint_differs_from_the_new_views() {
         vc.checkpoints
     );
 }
+
+/// The journal names a checkpoint above the base of the state the replica restarts over: a
+/// crash after a recovery relabelled a distrusted state as checkpoint 0 (a state commit) and
+/// before its journal record was durable leaves exactly this (found by review). Before the
+/// fix `Replica::restore` failed and the replica could not start again; now it starts,
+/// executes nothing on that state and fetches a vouched checkpoint.
+#[test]
+fn a_journal_ahead_of_the_state_means_fetch_not_a_failed_start() {
+    let mut c = short_log(2, false);
+    for n in 1..=2u64 {
+        let pp = pre_prepare(0, n, vec![c.request(7, n, &[n as u8])]);
+        c.agree(3, pp, &[1, 2], &[0, 1]);
+    }
+    let mut records = c.journal(3).to_vec();
+    records.push(Record::Checkpoint {
+        seq: 2,
+        digest: Digest([5; 32]),
+    });
+    c.restart(3, &records);
+    assert_eq!(c.replica(3).stats.state_unreadable, 1);
+    assert_eq!(c.replica(3).last_executed(), 0, "replayed onto that state");
+    let pp = pre_prepare(0, 3, vec![c.request(7, 3, b"z")]);
+    c.agree(3, pp, &[1, 2], &[0, 1]);
+    assert_eq!(c.replica(3).last_executed(), 0, "executed on that state");
+}

@@ -371,7 +371,7 @@ impl Metrics {
             state_unreadable: counter(
                 r,
                 "redoubt_state_unreadable_total",
-                "Restarts whose stored checkpoint did not load; the replica fetched a vouched checkpoint before executing",
+                "Restarts whose stored checkpoint did not load, or lay behind the checkpoint the journal names; the replica fetched a vouched checkpoint before executing",
             ),
             recoveries: counter(
                 r,

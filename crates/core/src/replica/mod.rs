@@ -139,7 +139,8 @@ pub struct Stats {
     /// back to the checkpoint the state holds.
     pub watermarks_distrusted: u64,
     /// Restarts whose stored checkpoint did not load (its auxiliary bytes or the service's
-    /// pages): the replica fetched a vouched checkpoint instead.
+    /// pages) or lay behind the checkpoint the journal names: the replica fetched a vouched
+    /// checkpoint instead.
     pub state_unreadable: u64,
     /// Recoveries that found the state's own checkpoint above the estimate H_M (a page store
     /// rewritten while compromised) and fetched the whole state again.

@@ -36,11 +36,19 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .rev()
             .find(|x| matches!(x, Record::Checkpoint { .. }))
         {
-            if *seq > r.stable_seq {
-                return Err(format!(
-                    "the journal names checkpoint {seq} but the state's base is {}",
-                    r.stable_seq
-                ));
+            if *seq > r.stable_seq && !r.exec.diverged() {
+                // The state's base is behind a checkpoint the journal recorded: a crash
+                // between a recovery relabelling a distrusted state as checkpoint 0 (a state
+                // commit) and its journal record, or a journal rewritten while compromised.
+                // Execute nothing on this state; fetch a vouched checkpoint.
+                r.stats.state_unreadable += 1;
+                r.unreadable.get_or_insert_with(|| {
+                    format!(
+                        "the journal names checkpoint {seq} but the state's base is {}",
+                        r.stable_seq
+                    )
+                });
+                r.exec.set_diverged(true);
             }
             if *seq == r.stable_seq && *digest != r.stable_digest && !r.exec.diverged() {
                 // The tree file does not describe the checkpoint the journal recorded.
