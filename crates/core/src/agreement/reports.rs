@@ -7,7 +7,9 @@
 //! NEW-VIEW (by digest): at least one of them is correct, and the first correct replica to
 //! enter v on it checked it, so it is a NEW-VIEW a correct replica accepted (ADR 0003,
 //! "Entering a view others checked"). A replica recovered since it entered its view reports
-//! none, so asking for 2f+1 would leave one stuck beside it.
+//! none until f+1 others report being active in it on one NEW-VIEW (see
+//! `Replica::vouch_again`): otherwise a view outlasting a round of proactive recoveries
+//! would lose every voucher.
 //!
 //! Bounds: one entry per other replica. Reports sent under keys since retired are dropped
 //! with the sender's other view-change messages.
@@ -55,6 +57,22 @@ impl ViewReports {
             .count()
     }
 
+    /// A NEW-VIEW for `view` that at least `need` other replicas last reported being active
+    /// on (the most reported, then the lowest digest), if any.
+    pub(crate) fn vouched(&self, view: View, need: usize) -> Option<Digest> {
+        let mut counts: BTreeMap<Digest, usize> = BTreeMap::new();
+        for (v, d) in self.active_in.values() {
+            if *v == view {
+                *counts.entry(*d).or_default() += 1;
+            }
+        }
+        counts
+            .into_iter()
+            .filter(|(_, c)| *c >= need)
+            .max_by_key(|(d, c)| (*c, std::cmp::Reverse(*d)))
+            .map(|(d, _)| d)
+    }
+
     /// Drops the reports of the replicas `gone` selects (their keys were retired).
     pub(crate) fn forget(&mut self, gone: impl Fn(ReplicaId) -> bool) {
         self.active_in.retain(|r, _| !gone(*r));
@@ -92,6 +110,13 @@ mod tests {
         assert_eq!(r.active_in(3, &a.unwrap()), 1);
         r.record(3, 4, a);
         assert_eq!(r.active_in(4, &a.unwrap()), 1);
+        assert_eq!(r.vouched(3, 1), a);
+        assert_eq!(r.vouched(3, 2), None);
+        r.record(2, 4, b);
+        assert_eq!(r.vouched(4, 1), a, "one each: the lowest digest");
+        r.record(1, 4, b);
+        assert_eq!(r.vouched(4, 2), b);
+        r.record(1, 3, a);
         r.forget(|x| x == 1);
         assert_eq!(r.active_in(3, &a.unwrap()), 0);
         assert!(r.check_invariants().is_ok());

@@ -77,6 +77,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.try_adopt_new_view();
         }
         if st.view == self.view && st.normal && self.normal {
+            self.vouch_again();
             self.retransmit_log(from, &st);
         }
         if st.stable < self.stable_seq || st.last_executed < self.exec.last_executed() {

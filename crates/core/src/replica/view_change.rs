@@ -475,6 +475,27 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.install_new_view(nv);
     }
 
+    /// A replica active in its view that has no NEW-VIEW to report for it (it recovered since
+    /// it entered the view, and what its journal said may have been rewritten) reports one
+    /// again once f+1 other replicas report being active in the view on it: one of them is
+    /// correct, so it is a NEW-VIEW a correct replica accepted, as `try_adopt_new_view`
+    /// requires. Without this, a view that outlasts a round of proactive recoveries loses
+    /// every voucher, and a replica that cannot check the view's NEW-VIEW lags until the next
+    /// view change (simulator seed 12819 with --quiet-primary).
+    pub(super) fn vouch_again(&mut self) {
+        if !self.normal || self.entered_on.is_some_and(|(v, _)| v == self.view) {
+            return;
+        }
+        let Some(d) = self.view_reports.vouched(self.view, self.cfg.weak_quorum()) else {
+            return;
+        };
+        self.entered_on = Some((self.view, d));
+        self.persist(Record::Entered {
+            view: self.view,
+            new_view: d,
+        });
+    }
+
     /// The NEW-VIEW does not follow from its view changes: the primary is faulty.
     pub(super) fn bad_new_view(&mut self) {
         self.pending_nv = None;
