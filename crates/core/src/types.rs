@@ -80,7 +80,7 @@ pub enum Mutant {
     EstimateUntested,
     /// View-change messages are kept when their sender or the receiver re-keys.
     KeepViewChangesAcrossRekey,
-    /// A NEW-VIEW the replica cannot check is entered at once, without 2f+1 reports of
+    /// A NEW-VIEW the replica cannot check is entered at once, without f+1 reports of
     /// replicas active in its view.
     AdoptUncheckedNewView,
 }

@@ -351,7 +351,7 @@ impl Metrics {
             new_views_adopted: counter(
                 r,
                 "redoubt_new_views_adopted_total",
-                "Views entered on a NEW-VIEW this replica could not check (a view change it names was sent under keys since retired) because 2f+1 other replicas reported being active in the view on that same NEW-VIEW",
+                "Views entered on a NEW-VIEW this replica could not check (a view change it names was sent under keys since retired) because f+1 other replicas reported being active in the view on that same NEW-VIEW",
             ),
             views_estimated: counter(
                 r,

@@ -149,7 +149,7 @@ pub struct Stats {
     pub clients_suspected: u64,
     /// Requests arriving with a valid signature of their client.
     pub requests_signed: u64,
-    /// Views entered on a NEW-VIEW this replica could not check, because 2f+1 other
+    /// Views entered on a NEW-VIEW this replica could not check, because f+1 other
     /// replicas reported being active in the view (see `reports.rs`).
     pub new_views_adopted: u64,
 }
