@@ -5,7 +5,7 @@
 //! Moved from `regressions.rs` (names unchanged); each scenario reproduced a bug before its
 //! fix.
 
-use redoubt_core::message::{NewView, ViewChange};
+use redoubt_core::message::{Message, NewView, Status, ViewChange};
 use redoubt_core::*;
 use redoubt_crypto::Digest;
 
@@ -233,4 +233,54 @@ fn a_journal_ahead_of_the_state_means_fetch_not_a_failed_start() {
     let pp = pre_prepare(0, 3, vec![c.request(7, 3, b"z")]);
     c.agree(3, pp, &[1, 2], &[0, 1]);
     assert_eq!(c.replica(3).last_executed(), 0, "executed on that state");
+}
+
+/// Replica 3 is active in view 1 but has no NEW-VIEW to report for it (here: a restart from a
+/// journal without the record of the one it entered on; in the field, a proactive recovery
+/// since it entered the view). It reports one again once f+1 others report being active in
+/// the view on it, and not on f. Found by the simulator (seed 12819 with --quiet-primary):
+/// every replica of a long-lived view had recovered, nobody vouched for the view any more,
+/// and a replica that could not check its NEW-VIEW lagged until the next view change.
+#[test]
+fn a_replica_that_lost_its_voucher_vouches_again_on_f_plus_1_reports() {
+    let mut c = Cluster::builder(1).live([3]).build();
+    let ck = (0, c.checkpoint_zero());
+    let mine = c.join_view(3, [view_change(1, 0, ck), view_change(1, 2, ck)]);
+    c.advance(1);
+    let nv = new_view_at_checkpoint(ck, &mine);
+    c.receive(3, 1, nv.clone());
+    assert!(c.replica(3).is_normal(), "the NEW-VIEW was installed");
+    let journal: Vec<Record> = c
+        .journal(3)
+        .iter()
+        .filter(|x| !matches!(x, Record::Entered { .. }))
+        .cloned()
+        .collect();
+    c.restart(3, &journal);
+    assert!(c.replica(3).is_normal() && c.replica(3).view() == 1);
+    let reported = |c: &mut Cluster| {
+        c.advance(c.cfg.status_interval_ms);
+        c.tick(3)
+            .find(|m| match m {
+                Message::Status(s) => Some(s.new_view),
+                _ => None,
+            })
+            .expect("a status")
+    };
+    let active = |r: ReplicaId| Status {
+        replica: r,
+        view: 1,
+        normal: true,
+        new_view: Some(nv.digest()),
+        ..Status::default()
+    };
+    assert_eq!(
+        reported(&mut c),
+        None,
+        "nothing to report after the restart"
+    );
+    assert!(!c.receive(3, 0, active(0)).rejected());
+    assert_eq!(reported(&mut c), None, "reports again on f reports");
+    assert!(!c.receive(3, 2, active(2)).rejected());
+    assert_eq!(reported(&mut c), Some(nv.digest()), "did not report again");
 }
