@@ -293,6 +293,14 @@ pub enum ClientError {
     /// The client's background task is gone.
     #[error("the client is shut down")]
     Closed,
+    /// Confidential bodies: no body session with the executors could be started (the key
+    /// holder failed, or the directory has no executors' public key).
+    #[error("cannot seal the operation: {0}")]
+    NoBodySession(String),
+    /// Confidential bodies: the cluster answered, but the executors did not run the
+    /// operation (it did not open there), or the certified result did not open here.
+    #[error("the executors refused the operation: {0}")]
+    Refused(String),
     /// [`Client::connect`] was given an inconsistent setup.
     #[error("invalid client setup: {0}")]
     InvalidSetup(String),
@@ -656,6 +664,10 @@ impl Task {
                 let _ = reply.send(Err(ClientError::TooLarge(n)));
                 None
             }
+            Err(e @ InvokeError::NoBodySession) => {
+                let _ = reply.send(Err(ClientError::NoBodySession(e.to_string())));
+                None
+            }
             Err(InvokeError::Busy) => {
                 // Cannot happen: the core was made idle above. Fail this call, not the task.
                 self.core.abandon();
@@ -724,7 +736,11 @@ impl Task {
             s.retransmissions += c.retransmissions as u64;
             s.last_latency = Some(Duration::from_millis(c.latency_ms));
         });
-        let _ = p.reply.send(Ok(c));
+        let outcome = match c.refused.clone() {
+            Some(why) => Err(ClientError::Refused(why)),
+            None => Ok(c),
+        };
+        let _ = p.reply.send(outcome);
     }
 
     /// Publishes the timestamp of the outstanding request (0: none) for the shared

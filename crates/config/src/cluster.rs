@@ -268,6 +268,15 @@ impl ClusterConfig {
                 path: path(),
                 message,
             })?;
+        if self.protocol.confidential_bodies && !self.keys.session() {
+            return Err(invalid(
+                "[protocol] confidential_bodies",
+                "it needs [keys] mode = \"session\": the executors' secret lives in each \
+                 replica's key holder (set confidential_bodies = false to run with static keys, \
+                 bodies in clear)"
+                    .into(),
+            ));
+        }
         let n = self.protocol.n() as usize;
         if self.replicas.len() != n {
             return Err(ConfigError::ReplicaCount {

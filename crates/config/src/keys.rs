@@ -162,6 +162,8 @@ pub fn check_holder_cluster(cfg: &ClusterConfig, file: &HolderFile) -> Result<()
 #[serde(deny_unknown_fields)]
 struct RawDirectory {
     cluster_id: String,
+    #[serde(default)]
+    executors: Option<String>,
     #[serde(rename = "principal", default)]
     principals: Vec<RawDirectoryEntry>,
 }
@@ -179,12 +181,20 @@ pub fn write_directory(
     path: &Path,
     cluster_id: &str,
     keys: &[(Principal, PublicKeys)],
+    executors: Option<&SealPublicKey>,
 ) -> Result<(), ConfigError> {
     let mut text = String::from(
         "# redoubt public-key directory, written by `redoubt init`: every principal's signing\n\
          # (verify) and sealing public keys. Not secret; identical on every host.\n",
     );
     let _ = writeln!(text, "cluster_id = \"{cluster_id}\"");
+    if let Some(e) = executors {
+        let _ = writeln!(
+            text,
+            "# The executors' public key: clients seal request bodies to it.\nexecutors = \"{}\"",
+            hex(&e.0)
+        );
+    }
     for (p, k) in keys {
         let _ = writeln!(
             text,
@@ -258,7 +268,21 @@ pub fn load_directory(cfg: &ClusterConfig) -> Result<Directory, ConfigError> {
             )));
         }
     }
-    Ok(Directory { keys })
+    let executors = match &raw.executors {
+        Some(h) => Some(SealPublicKey(
+            unhex32(h).map_err(|m| err(format!("executors key {m}")))?,
+        )),
+        None => None,
+    };
+    if cfg.protocol.confidential_bodies && executors.is_none() {
+        return Err(err(
+            "it has no executors' public key, which confidential_bodies needs (a cluster \
+             initialised before confidential bodies: set confidential_bodies = false, or run \
+             `redoubt init` again)"
+                .into(),
+        ));
+    }
+    Ok(Directory { keys, executors })
 }
 
 /// Loads static pairwise MAC keys (`[keys] mode = "static"`).

@@ -282,6 +282,14 @@ const PROTOCOL_OPTIONS: Section = Section {
              Default: {default} (64 KiB).",
         ),
         (
+            "confidential_bodies",
+            "Seal request and reply bodies between each client and the executors (ChaCha20-Poly1305\n\
+             under a key each client session agrees with the executors' key pair by HPKE): the\n\
+             network sees ciphertext only. Needs [keys] mode = \"session\" (the executors' secret\n\
+             is in each replica's key holder, dealt by `redoubt init`). State-transfer pages still\n\
+             travel in clear. Default: {default}.",
+        ),
+        (
             "message_bytes_max",
             "Largest encoded message accepted; bigger frames are rejected before decoding (bytes).\n\
              batch_bytes_max must be at most half of it. Default: {default} (32 MiB).",

@@ -6,6 +6,8 @@
 //! frame lets an implementation reject MACs from stale epochs.
 
 use crate::types::Principal;
+use redoubt_crypto::body::ExecutorSecret;
+use redoubt_crypto::pk::SealPublicKey;
 use redoubt_crypto::{Digest, Mac, MacKey};
 use std::collections::BTreeMap;
 
@@ -31,6 +33,17 @@ pub struct StaticKeys {
     me: Principal,
     /// peer -> (key for me→peer, key for peer→me)
     keys: BTreeMap<Principal, (MacKey, MacKey)>,
+    /// Confidential bodies: the executors' public key, their secret (on an executor), and
+    /// secret material a client draws its sessions' randomness from.
+    body: Option<StaticBody>,
+}
+
+#[derive(Clone, Debug)]
+struct StaticBody {
+    public: SealPublicKey,
+    secret: Option<ExecutorSecret>,
+    material: MacKey,
+    sessions: u64,
 }
 
 const PAIRWISE_CONTEXT: &str = "redoubt 2026 static pairwise mac key v1";
@@ -60,12 +73,59 @@ impl StaticKeys {
                 )
             })
             .collect();
-        StaticKeys { me, keys }
+        StaticKeys {
+            me,
+            keys,
+            body: None,
+        }
     }
 
     /// Keys given explicitly: for each peer, `(key me→peer, key peer→me)`.
     pub fn from_table(me: Principal, keys: BTreeMap<Principal, (MacKey, MacKey)>) -> Self {
-        StaticKeys { me, keys }
+        StaticKeys {
+            me,
+            keys,
+            body: None,
+        }
+    }
+
+    /// Confidential bodies: the executors' public key, and their secret if this principal is
+    /// an executor. A client draws its sessions' randomness from `material` (secret, its own).
+    pub fn with_executors(
+        mut self,
+        public: SealPublicKey,
+        secret: Option<ExecutorSecret>,
+        material: MacKey,
+    ) -> Self {
+        self.body = Some(StaticBody {
+            public,
+            secret,
+            material,
+            sessions: 0,
+        });
+        self
+    }
+
+    /// The executors' public key and fresh session randomness (a function of this
+    /// principal's secret material, a session counter and the host's `entropy`).
+    pub(crate) fn body_session_material(
+        &mut self,
+        entropy: u64,
+    ) -> Option<(SealPublicKey, [u8; 32])> {
+        let b = self.body.as_mut()?;
+        b.sessions += 1;
+        let mut m = b.material.0.to_vec();
+        m.extend_from_slice(&b.sessions.to_le_bytes());
+        m.extend_from_slice(&entropy.to_le_bytes());
+        Some((
+            b.public,
+            MacKey::derive("redoubt 2026 static body session v1", &m).0,
+        ))
+    }
+
+    /// The executors' secret, if this principal holds it.
+    pub(crate) fn executor_secret(&self) -> Option<&ExecutorSecret> {
+        self.body.as_ref()?.secret.as_ref()
     }
 
     pub fn peers(&self) -> impl Iterator<Item = &Principal> {

@@ -10,12 +10,14 @@
 //! within the retransmission timeout (concurrent writes, a replica down), it is reissued as an
 //! ordered request under a fresh timestamp, so late read-only answers cannot count towards it.
 
+use crate::bodies::{self, Opened};
 use crate::effect::{Bytes, Effect, Env};
 use crate::keys::KeyTable;
 use crate::keys::Purpose;
 use crate::message::{decode_frame_ref, reply_header, Message, Request, RequestSig, SignedRequest};
 use crate::seal::{open, request_authenticator, seal};
 use crate::types::{ClientId, Config, Principal, ReplicaId, View};
+use redoubt_crypto::body::{BodyKey, ENC_LEN};
 use redoubt_crypto::Digest;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -50,6 +52,9 @@ pub struct Completion {
     pub view: View,
     pub latency_ms: u64,
     pub retransmissions: u32,
+    /// With confidential bodies: why the executors did not run the operation (it did not
+    /// open there), or why the certified result did not open here. `result` is then empty.
+    pub refused: Option<String>,
 }
 
 /// Why an invocation was refused.
@@ -59,10 +64,18 @@ pub enum InvokeError {
     Busy,
     #[error("operation of {0} bytes exceeds the configured maximum")]
     TooLarge(usize),
+    #[error(
+        "no body session with the executors (no executors' public key, or the key holder failed)"
+    )]
+    NoBodySession,
 }
 
 struct Outstanding {
     request: Request,
+    /// The operation before sealing, and the body session it was sealed in (confidential
+    /// bodies).
+    plain: bytes::Bytes,
+    session: Option<BodyKey>,
     /// On the read-only fast path (2f+1 matching replies needed).
     fast_read: bool,
     bytes: Bytes,
@@ -125,6 +138,10 @@ pub struct Client<A: KeyTable> {
     pub key_holder_failures: u64,
     /// Requests signed by our key holder (at their first retransmission).
     pub requests_signed: u64,
+    /// With confidential bodies: the current body session with the executors (renewed with
+    /// every periodic key refresh), and sessions started.
+    body: Option<([u8; ENC_LEN], BodyKey)>,
+    pub body_sessions: u64,
 }
 
 impl<A: KeyTable> Client<A> {
@@ -152,6 +169,8 @@ impl<A: KeyTable> Client<A> {
             keys_asked: 0,
             key_holder_failures: 0,
             requests_signed: 0,
+            body: None,
+            body_sessions: 0,
         }
     }
 
@@ -207,6 +226,9 @@ impl<A: KeyTable> Client<A> {
                 if due {
                     self.last_rekey_ms = Some(env.now_ms);
                     self.next_rekey_ms = env.now_ms + self.cfg.key_refresh_ms;
+                    // A new body session with the next request: a key stolen from a
+                    // replica opens no body sealed after it recovered.
+                    self.body = None;
                 }
                 let bytes = Arc::new(seal(&self.auth, &Message::NewKey(nk), None, self.cfg.n()));
                 if due {
@@ -293,32 +315,61 @@ impl<A: KeyTable> Client<A> {
         if op.len() > self.cfg.request_bytes_max {
             return Err(InvokeError::TooLarge(op.len()));
         }
-        // Timestamps stay increasing across restarts as long as the clock does.
         let fast_read = read_only && self.cfg.read_only_fast_path;
-        let (timestamp, _) = self.issue(env, op.into(), read_only, fast_read, env.now_ms);
+        let Some((timestamp, _)) = self.issue(env, op.into(), read_only, fast_read, env.now_ms)
+        else {
+            return Err(InvokeError::NoBodySession);
+        };
         Ok((timestamp, std::mem::take(&mut self.effects)))
     }
 
+    /// Starts a body session with the executors if there is none (confidential bodies).
+    fn ensure_body_session(&mut self, env: Env) -> bool {
+        if self.body.is_none() {
+            self.body = self.auth.start_body_session(env.entropy);
+            if self.body.is_some() {
+                self.body_sessions += 1;
+            } else {
+                self.key_holder_failures += 1;
+            }
+        }
+        self.body.is_some()
+    }
+
     /// Signs and sends a request under a fresh timestamp: a fast read or a large request to
-    /// every replica, anything else to the believed primary.
+    /// every replica, anything else to the believed primary. With confidential bodies the
+    /// operation is sealed in the current body session; `None` if none could be started.
     fn issue(
         &mut self,
         env: Env,
-        op: bytes::Bytes,
+        plain: bytes::Bytes,
         read_only: bool,
         fast_read: bool,
         started_ms: u64,
-    ) -> (u64, Bytes) {
+    ) -> Option<(u64, Bytes)> {
+        self.refresh_keys(env, false);
+        if self.cfg.confidential_bodies && !self.ensure_body_session(env) {
+            return None;
+        }
         // Timestamps stay increasing across restarts as long as the clock does.
         let timestamp = (self.last_timestamp + 1).max(env.now_ms.saturating_mul(1000));
         self.last_timestamp = timestamp;
+        let session = self.body.clone().filter(|_| self.cfg.confidential_bodies);
+        // Mutant clear-bodies: the operation goes unsealed.
+        #[cfg(feature = "mutants")]
+        let session = session.filter(|_| self.cfg.mutant != crate::types::Mutant::ClearBodies);
+        let op = match &session {
+            Some((enc, key)) => {
+                bodies::seal_op(key, enc, self.id, timestamp, read_only, &plain).into()
+            }
+            None => plain.clone(),
+        };
         let request = Request {
             client: self.id,
             timestamp,
             read_only,
             op,
         };
-        self.refresh_keys(env, false);
         let bytes = self.seal_request(&request, None);
         if fast_read || self.cfg.travels_beside(request.op.len()) {
             for r in 0..self.cfg.n() {
@@ -336,6 +387,8 @@ impl<A: KeyTable> Client<A> {
         }
         self.outstanding = Some(Outstanding {
             request,
+            plain,
+            session: session.map(|(_, key)| key),
             fast_read,
             bytes: bytes.clone(),
             started_ms,
@@ -344,7 +397,7 @@ impl<A: KeyTable> Client<A> {
             sig: None,
             replies: BTreeMap::new(),
         });
-        (timestamp, bytes)
+        Some((timestamp, bytes))
     }
 
     /// Forgets the outstanding request (the caller gave up on it). Its outcome is unknown.
@@ -464,6 +517,17 @@ impl<A: KeyTable> Client<A> {
             .into_values()
             .find_map(|v| if v.digest == d { v.result } else { None })
             .expect("a full matching reply is present");
+        let (result, refused) = match &o.session {
+            None => (result, None),
+            Some(key) => match bodies::open_result(key, self.id, o.request.timestamp, &result) {
+                Opened::Result(r) => (r, None),
+                Opened::Refused(why) => (Vec::new(), Some(why)),
+                Opened::Malformed => (
+                    Vec::new(),
+                    Some("the certified result does not open".into()),
+                ),
+            },
+        };
         let latency_ms = env.now_ms.saturating_sub(o.started_ms);
         if o.backoff == 0 {
             // Only unambiguous samples (no retransmission) update the estimate.
@@ -478,6 +542,7 @@ impl<A: KeyTable> Client<A> {
             view,
             latency_ms,
             retransmissions: o.backoff,
+            refused,
         })
     }
 
@@ -492,9 +557,16 @@ impl<A: KeyTable> Client<A> {
             .is_some_and(|o| o.fast_read && env.now_ms >= o.deadline_ms)
         {
             // No 2f+1 matching read-only answers in time: order it instead.
-            let o = self.outstanding.take().expect("checked");
-            let op = o.request.op;
-            self.issue(env, op, false, false, o.started_ms);
+            let mut o = self.outstanding.take().expect("checked");
+            if self
+                .issue(env, o.plain.clone(), false, false, o.started_ms)
+                .is_none()
+            {
+                // No body session (the key holder failed): keep waiting, try again later.
+                o.deadline_ms = env.now_ms + rto;
+                self.outstanding = Some(o);
+                return std::mem::take(&mut self.effects);
+            }
             if let Some(n) = self.outstanding.as_mut() {
                 n.backoff = 1;
             }

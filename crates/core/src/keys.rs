@@ -22,6 +22,7 @@
 
 use crate::auth::{Auth, StaticKeys};
 use crate::types::{ClientId, Principal, ReplicaId};
+use redoubt_crypto::body::{self, BodyKey, ExecutorSecret, ENC_LEN};
 use redoubt_crypto::pk::{self, HolderSecrets, PublicKeys, SealPublicKey, Signature};
 use redoubt_crypto::{Digest, DigestBuilder, Mac, MacKey};
 use serde::{Deserialize, Serialize};
@@ -33,6 +34,9 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Directory {
     pub keys: BTreeMap<Principal, PublicKeys>,
+    /// The executors' public key that clients seal request bodies to (see
+    /// `redoubt_crypto::body`); `None` in a cluster without confidential bodies.
+    pub executors: Option<SealPublicKey>,
 }
 
 impl Directory {
@@ -170,6 +174,38 @@ pub trait KeyHolder: Send {
     /// the sender ([`admits`]), records the counter durably, then opens the key sealed to this
     /// principal.
     fn admit(&mut self, nk: &NewKey) -> Result<Admitted, HolderError>;
+    /// Opens a client session's body key from its encapsulation `enc` with the executors'
+    /// secret (`info` names the client, see [`body_info`]). `Ok(None)`: `enc` does not open,
+    /// which every holder of the secret agrees on. An error: this holder has no executors'
+    /// secret, or could not be reached.
+    fn open_body(
+        &mut self,
+        info: &[u8],
+        enc: &[u8; ENC_LEN],
+    ) -> Result<Option<BodyKey>, HolderError>;
+}
+
+/// The HPKE context of a body session of `client` (binds the session to the client).
+pub fn body_info(client: ClientId) -> Vec<u8> {
+    let mut v = b"redoubt body session v1 client ".to_vec();
+    v.extend_from_slice(&client.to_le_bytes());
+    v
+}
+
+/// Opens `enc` with an optional executors' secret (the shared part of every key holder).
+pub fn open_body_with(
+    secret: Option<&ExecutorSecret>,
+    info: &[u8],
+    enc: &[u8; ENC_LEN],
+) -> Result<Option<BodyKey>, HolderError> {
+    match secret {
+        Some(s) => Ok(s.open(info, enc)),
+        None => Err(HolderError::Refused(
+            "this key holder holds no executors' secret (confidential bodies need one on \
+             every replica)"
+                .into(),
+        )),
+    }
 }
 
 /// The last NEW-KEY counter a key holder admitted from each principal: part of the
@@ -187,6 +223,8 @@ pub struct LocalHolder {
     counter: Arc<AtomicU64>,
     admitted: AdmittedCounters,
     rng: blake3::OutputReader,
+    /// The executors' secret, on replicas of a cluster with confidential bodies.
+    executor: Option<ExecutorSecret>,
     /// Mutant `no-freshness`: the admitted counters live only as long as this holder.
     #[cfg(feature = "mutants")]
     pub forgetful: bool,
@@ -212,11 +250,18 @@ impl LocalHolder {
             counter,
             admitted,
             rng: h.finalize_xof(),
+            executor: None,
             #[cfg(feature = "mutants")]
             forgetful: false,
             #[cfg(feature = "mutants")]
             own: BTreeMap::new(),
         }
+    }
+
+    /// Gives this holder the executors' secret (it opens clients' body sessions).
+    pub fn with_executor(mut self, secret: ExecutorSecret) -> Self {
+        self.executor = Some(secret);
+        self
     }
 
     fn random(&mut self) -> [u8; 32] {
@@ -277,6 +322,13 @@ impl KeyHolder for LocalHolder {
             nk,
             |_| Ok(()),
         )
+    }
+    fn open_body(
+        &mut self,
+        info: &[u8],
+        enc: &[u8; ENC_LEN],
+    ) -> Result<Option<BodyKey>, HolderError> {
+        open_body_with(self.executor.as_ref(), info, enc)
     }
 }
 
@@ -574,9 +626,36 @@ pub trait KeyTable: Auth {
     fn session_ref(&self) -> Option<&SessionKeys> {
         None
     }
+    /// Client side: starts a body session with the executors (see `redoubt_crypto::body`):
+    /// the encapsulation to send and the session's key. `entropy` is mixed into the key
+    /// holder's randomness. `None`: no executors' public key is known, or the key holder
+    /// failed.
+    fn start_body_session(&mut self, entropy: u64) -> Option<([u8; ENC_LEN], BodyKey)>;
+    /// Executor side: the body key of `client`'s session `enc` (see
+    /// [`KeyHolder::open_body`]).
+    fn open_body_key(
+        &mut self,
+        client: ClientId,
+        enc: &[u8; ENC_LEN],
+    ) -> Result<Option<BodyKey>, HolderError>;
 }
 
-impl KeyTable for StaticKeys {}
+impl KeyTable for StaticKeys {
+    fn start_body_session(&mut self, entropy: u64) -> Option<([u8; ENC_LEN], BodyKey)> {
+        let Principal::Client(c) = self.me() else {
+            return None;
+        };
+        let (public, ikm) = self.body_session_material(entropy)?;
+        body::establish(&public, &body_info(c), ikm)
+    }
+    fn open_body_key(
+        &mut self,
+        client: ClientId,
+        enc: &[u8; ENC_LEN],
+    ) -> Result<Option<BodyKey>, HolderError> {
+        open_body_with(self.executor_secret(), &body_info(client), enc)
+    }
+}
 
 impl KeyTable for SessionKeys {
     fn session(&mut self) -> Option<&mut SessionKeys> {
@@ -584,6 +663,24 @@ impl KeyTable for SessionKeys {
     }
     fn session_ref(&self) -> Option<&SessionKeys> {
         Some(self)
+    }
+    fn start_body_session(&mut self, entropy: u64) -> Option<([u8; ENC_LEN], BodyKey)> {
+        let Principal::Client(c) = self.me else {
+            return None;
+        };
+        let public = self.directory.executors?;
+        let mut ikm = self.with_holder(|h| h.fresh_key()).ok()?.0;
+        for (b, e) in ikm.iter_mut().zip(entropy.to_le_bytes()) {
+            *b ^= e;
+        }
+        body::establish(&public, &body_info(c), ikm)
+    }
+    fn open_body_key(
+        &mut self,
+        client: ClientId,
+        enc: &[u8; ENC_LEN],
+    ) -> Result<Option<BodyKey>, HolderError> {
+        self.with_holder(|h| h.open_body(&body_info(client), enc))
     }
 }
 
@@ -636,6 +733,22 @@ impl KeyTable for Keys {
         match self {
             Keys::Static(_) => None,
             Keys::Session(k) => Some(k),
+        }
+    }
+    fn start_body_session(&mut self, entropy: u64) -> Option<([u8; ENC_LEN], BodyKey)> {
+        match self {
+            Keys::Static(k) => k.start_body_session(entropy),
+            Keys::Session(k) => k.start_body_session(entropy),
+        }
+    }
+    fn open_body_key(
+        &mut self,
+        client: ClientId,
+        enc: &[u8; ENC_LEN],
+    ) -> Result<Option<BodyKey>, HolderError> {
+        match self {
+            Keys::Static(k) => k.open_body_key(client, enc),
+            Keys::Session(k) => k.open_body_key(client, enc),
         }
     }
 }
@@ -708,6 +821,7 @@ mod tests {
                 .iter()
                 .map(|nv| (nv.p, HolderSecrets::from_seed(&nv.seed).public()))
                 .collect(),
+            executors: None,
         });
         (dir, nvs)
     }

@@ -9,6 +9,7 @@
 
 mod agreement;
 pub mod auth;
+pub mod bodies;
 pub mod client;
 pub mod effect;
 mod execution;

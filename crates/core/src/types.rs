@@ -83,11 +83,14 @@ pub enum Mutant {
     /// A NEW-VIEW the replica cannot check is entered at once, without f+1 reports of
     /// replicas active in its view.
     AdoptUncheckedNewView,
+    /// With confidential bodies, operations and results travel in clear (clients send them
+    /// unsealed, executors take and answer them so): the service works, the bodies leak.
+    ClearBodies,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 17] = [
+    pub const ALL: [(&'static str, Mutant); 18] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -108,6 +111,7 @@ impl Mutant {
             Mutant::KeepViewChangesAcrossRekey,
         ),
         ("adopt-unchecked-new-view", Mutant::AdoptUncheckedNewView),
+        ("clear-bodies", Mutant::ClearBodies),
     ];
 }
 
@@ -210,8 +214,12 @@ pub struct Config {
     /// own clock (ms). Larger skews make the backup refuse the pre-prepare (a liveness check;
     /// safety never depends on clocks).
     pub clock_skew_max_ms: u64,
-    /// Largest operation accepted in a request (bytes).
+    /// Largest operation accepted in a request (bytes), before sealing.
     pub request_bytes_max: usize,
+    /// Request and reply bodies are sealed between each client and the executors (see
+    /// `crate::bodies`): the network and anyone without the executors' secret see only
+    /// ciphertext. Needs the executors' key pair (`redoubt init` deals it).
+    pub confidential_bodies: bool,
     /// Largest encoded message accepted (bytes); bigger frames are rejected before decoding.
     pub message_bytes_max: usize,
     /// Mutant to run (simulator only).
@@ -251,9 +259,20 @@ impl Config {
             recovery_interval_min_ms: 30_000,
             clock_skew_max_ms: 60_000,
             request_bytes_max: 64 << 10,
+            confidential_bodies: false,
             message_bytes_max: 32 << 20,
             #[cfg(feature = "mutants")]
             mutant: Mutant::None,
+        }
+    }
+
+    /// Largest operation as it travels in a request: `request_bytes_max`, plus what sealing
+    /// adds when bodies are sealed.
+    pub fn op_bytes_max(&self) -> usize {
+        if self.confidential_bodies {
+            self.request_bytes_max + crate::bodies::OP_OVERHEAD
+        } else {
+            self.request_bytes_max
         }
     }
 
@@ -358,7 +377,7 @@ impl Config {
                 "transfer_items_max and transfer_rate_bytes_per_sec must be positive".into(),
             );
         }
-        if self.request_bytes_max > self.batch_bytes_max
+        if self.op_bytes_max() > self.batch_bytes_max
             || self.batch_bytes_max > self.message_bytes_max / 2
         {
             return Err(

@@ -9,6 +9,7 @@
 //! keyed hash of that digest, so an authenticator for `n` receivers costs one pass over the
 //! message plus `n` tiny keyed hashes.
 
+pub mod body;
 pub mod pk;
 
 use serde::{Deserialize, Serialize};

@@ -4,6 +4,7 @@
 use crate::{hex, parse_principal, principal_name, unhex32, HolderFileError};
 use redoubt_core::keys::{Admitted, Directory, HolderError, KeyHolder, NewKey, Purpose};
 use redoubt_core::Principal;
+use redoubt_crypto::body::{BodyKey, ExecutorSecret, ENC_LEN};
 use redoubt_crypto::pk::{self, HolderSecrets, SealPublicKey, Signature};
 use redoubt_crypto::{Digest, MacKey};
 use serde::Deserialize;
@@ -20,6 +21,8 @@ struct RawHolderFile {
     principal: String,
     cluster_id: String,
     seed: String,
+    #[serde(default)]
+    executor_seed: Option<String>,
 }
 
 /// A key-holder file, read.
@@ -27,24 +30,35 @@ pub struct HolderFile {
     pub principal: Principal,
     pub cluster_id: String,
     pub secrets: HolderSecrets,
+    /// The executors' secret (replicas of a cluster with confidential bodies).
+    pub executor: Option<ExecutorSecret>,
     pub path: PathBuf,
 }
 
 /// Writes a new key-holder file (mode 0600, never overwriting) with a seed from the operating
-/// system's generator; returns the principal's public keys.
+/// system's generator, and the seed of the executors' secret for a replica of a cluster with
+/// confidential bodies; returns the principal's public keys.
 pub fn write_holder_file(
     path: &Path,
     cluster_id: &str,
     me: Principal,
     seed: &[u8; 32],
+    executor_seed: Option<&[u8; 32]>,
 ) -> Result<pk::PublicKeys, HolderFileError> {
-    let text = format!(
+    let mut text = format!(
         "# redoubt key-holder file of {who}: the seed of its long-term signing and opening keys.\n\
          # Readable only by the key holder (mode 0600); never copy it to another host.\n\
          principal = \"{who}\"\ncluster_id = \"{cluster_id}\"\nseed = \"{seed}\"\n",
         who = principal_name(me),
         seed = hex(seed),
     );
+    if let Some(e) = executor_seed {
+        text.push_str(&format!(
+            "# The executors' shared secret: opens clients' sealed request bodies.\n\
+             executor_seed = \"{}\"\n",
+            hex(e)
+        ));
+    }
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -98,10 +112,17 @@ pub fn read_holder_file(path: &Path, me: Principal) -> Result<HolderFile, Holder
         )));
     }
     let seed = unhex32(&raw.seed).map_err(|e| malformed(format!("seed: {e}")))?;
+    let executor = match &raw.executor_seed {
+        Some(s) => Some(ExecutorSecret::from_seed(
+            &unhex32(s).map_err(|e| malformed(format!("executor_seed: {e}")))?,
+        )),
+        None => None,
+    };
     Ok(HolderFile {
         principal,
         cluster_id: raw.cluster_id,
         secrets: HolderSecrets::from_seed(&seed),
+        executor,
         path: path.to_path_buf(),
     })
 }
@@ -113,6 +134,7 @@ pub fn read_holder_file(path: &Path, me: Principal) -> Result<HolderFile, Holder
 pub struct FileHolder {
     who: Principal,
     secrets: HolderSecrets,
+    executor: Option<ExecutorSecret>,
     directory: Arc<Directory>,
     counter: u64,
     counter_path: PathBuf,
@@ -236,6 +258,7 @@ impl FileHolder {
         Ok(FileHolder {
             who: file.principal,
             secrets: file.secrets,
+            executor: file.executor,
             directory,
             counter,
             counter_path,
@@ -256,6 +279,11 @@ impl FileHolder {
 
     pub fn public(&self) -> pk::PublicKeys {
         self.secrets.public()
+    }
+
+    /// The executors' public key, if this holder holds their secret.
+    pub fn executors_public(&self) -> Option<SealPublicKey> {
+        self.executor.as_ref().map(ExecutorSecret::public)
     }
 
     fn persist_counter(&self, value: u64) -> std::io::Result<()> {
@@ -314,5 +342,12 @@ impl KeyHolder for FileHolder {
                 })
             },
         )
+    }
+    fn open_body(
+        &mut self,
+        info: &[u8],
+        enc: &[u8; ENC_LEN],
+    ) -> Result<Option<BodyKey>, HolderError> {
+        redoubt_core::keys::open_body_with(self.executor.as_ref(), info, enc)
     }
 }

@@ -130,9 +130,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r0.holder");
         let me = Principal::Replica(0);
-        let public = write_holder_file(&path, "cid", me, &[3; 32]).unwrap();
+        let public = write_holder_file(&path, "cid", me, &[3; 32], None).unwrap();
         // Never overwritten.
-        assert!(write_holder_file(&path, "cid", me, &[4; 32]).is_err());
+        assert!(write_holder_file(&path, "cid", me, &[4; 32], None).is_err());
         let directory = Arc::new(Directory::default());
         let mut h =
             FileHolder::open(read_holder_file(&path, me).unwrap(), directory.clone()).unwrap();
@@ -158,12 +158,36 @@ mod tests {
         let secrets = HolderSecrets::from_seed(&[3; 32]);
         assert_eq!(secrets.open_key(b"i", &sealed).map(MacKey), Some(k));
         assert!(SocketHolder::connect(&sock, Principal::Replica(1)).is_err());
+        // No executors' secret in this file: opening a body session is refused, not faked.
+        assert!(remote.open_body(b"c", &[9; 32]).is_err());
 
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert!(matches!(
             read_holder_file(&path, me),
             Err(HolderFileError::Permissions { .. })
         ));
+    }
+
+    #[test]
+    fn an_executors_secret_in_the_file_opens_client_sessions_over_the_socket() {
+        use redoubt_crypto::body::{establish, ExecutorSecret};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r1.holder");
+        let me = Principal::Replica(1);
+        write_holder_file(&path, "cid", me, &[3; 32], Some(&[8; 32])).unwrap();
+        let h = FileHolder::open(
+            read_holder_file(&path, me).unwrap(),
+            Arc::new(Directory::default()),
+        )
+        .unwrap();
+        let executors = ExecutorSecret::from_seed(&[8; 32]).public();
+        assert_eq!(h.executors_public(), Some(executors));
+        let sock = dir.path().join("kh.sock");
+        serve(&sock, h).unwrap();
+        let mut remote = SocketHolder::connect(&sock, me).unwrap();
+        let (enc, key) = establish(&executors, b"client 4", [5; 32]).unwrap();
+        assert_eq!(remote.open_body(b"client 4", &enc).unwrap(), Some(key));
+        assert_eq!(remote.open_body(b"client 4", &[0; 32]).unwrap(), None);
     }
 
     const R0: Principal = Principal::Replica(0);
@@ -187,6 +211,7 @@ mod tests {
                 .into_iter()
                 .map(|p| (p, secrets(p).public()))
                 .collect(),
+            executors: None,
         });
         let session = |p: Principal| {
             let holder = redoubt_core::LocalHolder::new(
@@ -209,7 +234,7 @@ mod tests {
     fn admitted_counters_survive_reopening_and_the_socket() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r0.holder");
-        write_holder_file(&path, "cid", R0, &[3; 32]).unwrap();
+        write_holder_file(&path, "cid", R0, &[3; 32], None).unwrap();
         let (directory, mut r1, mut c1) = peers();
         let open = || FileHolder::open(read_holder_file(&path, R0).unwrap(), directory.clone());
         let mut h = open().unwrap();

@@ -4,6 +4,7 @@
 use crate::{principal_name, FileHolder};
 use redoubt_core::keys::{Admitted, HolderError, KeyHolder, NewKey, Purpose};
 use redoubt_core::Principal;
+use redoubt_crypto::body::{BodyKey, ENC_LEN};
 use redoubt_crypto::pk::{SealPublicKey, Signature};
 use redoubt_crypto::{Digest, MacKey};
 use serde::{Deserialize, Serialize};
@@ -33,6 +34,10 @@ enum Request {
         key: MacKey,
     },
     Admit(NewKey),
+    OpenBody {
+        info: Vec<u8>,
+        enc: [u8; ENC_LEN],
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -42,6 +47,7 @@ enum Answer {
     Key(MacKey),
     Sealed(Vec<u8>),
     Admitted(Admitted),
+    BodyKey(Option<[u8; 32]>),
     Error(String),
 }
 
@@ -115,6 +121,9 @@ fn answer(h: &mut FileHolder, req: Request) -> Answer {
             h.seal(&to, &info, &key).map_or_else(err, Answer::Sealed)
         }
         Request::Admit(nk) => h.admit(&nk).map_or_else(err, Answer::Admitted),
+        Request::OpenBody { info, enc } => h
+            .open_body(&info, &enc)
+            .map_or_else(err, |k| Answer::BodyKey(k.map(|k| k.0))),
     }
 }
 
@@ -230,6 +239,19 @@ impl KeyHolder for SocketHolder {
     fn admit(&mut self, nk: &NewKey) -> Result<Admitted, HolderError> {
         match self.call(Request::Admit(nk.clone()))? {
             Answer::Admitted(a) => Ok(a),
+            other => Err(HolderError::Refused(format!("unexpected answer {other:?}"))),
+        }
+    }
+    fn open_body(
+        &mut self,
+        info: &[u8],
+        enc: &[u8; ENC_LEN],
+    ) -> Result<Option<BodyKey>, HolderError> {
+        match self.call(Request::OpenBody {
+            info: info.to_vec(),
+            enc: *enc,
+        })? {
+            Answer::BodyKey(k) => Ok(k.map(BodyKey)),
             other => Err(HolderError::Refused(format!("unexpected answer {other:?}"))),
         }
     }

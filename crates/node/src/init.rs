@@ -20,7 +20,8 @@ use redoubt_config::{
     NodeSection, RecoverySection, ReplicaEntry, StateSection, StorageSection,
 };
 use redoubt_core::auth::pairwise_key;
-use redoubt_core::Config;
+use redoubt_core::{Config, Principal};
+use redoubt_crypto::body::ExecutorSecret;
 use std::fs::DirBuilder;
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -177,7 +178,11 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
                 )),
             })
             .collect(),
-        protocol: Config::new(f),
+        protocol: Config {
+            // Bodies sealed to the executors, whose secret each replica's key holder holds.
+            confidential_bodies: !opts.static_keys,
+            ..Config::new(f)
+        },
         client: ClientSection::default(),
         node: NodeSection::default(),
         storage: StorageSection::default(),
@@ -298,15 +303,27 @@ fn write_all_keys(cfg: &ClusterConfig, master: &[u8]) -> Result<(), ConfigError>
 /// Session keys: a key-holder file per principal (a fresh seed from the operating system's
 /// generator) and the public-key directory.
 fn write_holder_files(cfg: &ClusterConfig, rng: &mut impl rand::Rng) -> Result<(), ConfigError> {
+    // The executors' secret, dealt to every replica's key holder (every replica executes).
+    let mut executor_seed = [0u8; 32];
+    rng.fill_bytes(&mut executor_seed);
+    let executors = ExecutorSecret::from_seed(&executor_seed).public();
     let mut public = Vec::new();
     for me in cfg.principals() {
         let mut seed = [0u8; 32];
         rng.fill_bytes(&mut seed);
         let path = cfg.key_file_of(me)?;
-        let keys = redoubt_keyholder::write_holder_file(&path, &cfg.cluster.id, me, &seed)
+        let dealt = matches!(me, Principal::Replica(_)).then_some(&executor_seed);
+        let keys = redoubt_keyholder::write_holder_file(&path, &cfg.cluster.id, me, &seed, dealt)
             .map_err(|e| ConfigError::InitInvalid(e.to_string()))?;
         seed.fill(0);
         public.push((me, keys));
     }
-    write_directory(&cfg.directory_path(), &cfg.cluster.id, &public)
+    executor_seed.fill(0);
+    std::hint::black_box(&executor_seed);
+    write_directory(
+        &cfg.directory_path(),
+        &cfg.cluster.id,
+        &public,
+        Some(&executors),
+    )
 }

@@ -32,6 +32,7 @@ mod frames;
 mod plant;
 mod proactive;
 mod replay;
+mod secrets;
 mod setup;
 mod tamper;
 pub use frames::describe;
@@ -378,6 +379,7 @@ impl World {
     /// Puts a frame on the network, applying the fault model.
     fn transmit(&mut self, from: Principal, to: Principal, mut bytes: Vec<u8>, extra_ms: u64) {
         self.stats.messages += 1;
+        self.check_sealed(from, &bytes);
         self.capture_new_key(from, &bytes);
         if self.partitioned(from, to) {
             return;
@@ -874,6 +876,10 @@ impl World {
                         self.violation(format!("c{id} completed with nothing outstanding"));
                         return;
                     };
+                    if let Some(why) = &done.refused {
+                        self.violation(format!("c{id}'s operation was refused: {why}"));
+                        return;
+                    }
                     let result = match KvResult::decode(&done.result) {
                         Ok(r) => r,
                         Err(e) => {

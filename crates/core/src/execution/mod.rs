@@ -14,10 +14,11 @@
 
 mod fetch;
 mod serve;
+mod sessions;
 pub(crate) use fetch::{Answered, Due, Finished};
 pub(crate) use serve::{Refused, ServeLimits};
 
-use crate::message::Batch;
+use crate::message::{Batch, Request};
 use crate::service::{ExecContext, Service};
 use crate::types::{ClientId, ReplicaId, Seq};
 use redoubt_crypto::Digest;
@@ -122,10 +123,14 @@ pub(crate) struct Execution<S: Service> {
     /// Our state was found to differ from a checkpoint f+1 replicas vouch for: execution
     /// stops until the vouched state is fetched.
     diverged: bool,
+    /// Clients' body sessions (see `sessions.rs`).
+    sessions: sessions::Sessions,
 }
 
 impl<S: Service> Execution<S> {
-    pub(crate) fn new(service: S, state: PagedState) -> Self {
+    pub(crate) fn new(service: S, state: PagedState, confidential: bool) -> Self {
+        #[allow(unused_mut)]
+        let mut sessions = sessions::Sessions::new(confidential);
         Execution {
             service,
             state,
@@ -140,6 +145,7 @@ impl<S: Service> Execution<S> {
             transfer: None,
             next_probe_ms: 0,
             diverged: false,
+            sessions,
         }
     }
 
@@ -169,9 +175,46 @@ impl<S: Service> Execution<S> {
         f(&mut self.service, &mut self.state)
     }
 
-    /// A read-only request's answer from the executed state (`None`: not read-only).
-    pub(crate) fn read_only(&self, op: &[u8]) -> Option<Vec<u8>> {
-        self.service.execute_read_only(&self.state, op)
+    /// A read-only request's answer from the executed state, sealed when bodies are (`None`:
+    /// not read-only).
+    pub(crate) fn read_only(&self, req: &Request) -> Option<Vec<u8>> {
+        match self.sessions.open(req) {
+            Ok(op) => self
+                .service
+                .execute_read_only(&self.state, &op)
+                .map(|r| self.sessions.seal(req, r)),
+            Err(refusal) => Some(refusal),
+        }
+    }
+
+    /// The body session whose key must be learnt from the key holder before `req` can run
+    /// (see `sessions.rs`).
+    pub(crate) fn session_wanted(
+        &self,
+        req: &Request,
+    ) -> Option<[u8; redoubt_crypto::body::ENC_LEN]> {
+        self.sessions.wanted(req)
+    }
+
+    /// The key holder's answer for `client`'s body session `enc`.
+    pub(crate) fn learn_session(
+        &mut self,
+        client: ClientId,
+        enc: [u8; redoubt_crypto::body::ENC_LEN],
+        key: Option<redoubt_crypto::body::BodyKey>,
+    ) {
+        self.sessions.learn(client, enc, key)
+    }
+
+    /// Mutant `clear-bodies`.
+    #[cfg(feature = "mutants")]
+    pub(crate) fn clear_bodies(&mut self) {
+        self.sessions.clear = true;
+    }
+
+    /// Body sessions known (one per client at most).
+    pub(crate) fn sessions_len(&self) -> usize {
+        self.sessions.len()
     }
 
     // ----- how far it executed ---------------------------------------------------------------
@@ -234,9 +277,17 @@ impl<S: Service> Execution<S> {
         self.clients.get(&c).is_some_and(|l| l.timestamp >= ts)
     }
 
-    /// Runs one operation against the service.
-    pub(crate) fn run(&mut self, op: &[u8], ctx: &ExecContext) -> Vec<u8> {
-        self.service.execute(&mut self.state, op, ctx)
+    /// Runs one request against the service: its operation opened and its result sealed
+    /// when bodies are sealed (an operation that does not open gets a refusal, identical at
+    /// every executor, and does not run).
+    pub(crate) fn run(&mut self, req: &Request, ctx: &ExecContext) -> Vec<u8> {
+        match self.sessions.open(req) {
+            Ok(op) => {
+                let result = self.service.execute(&mut self.state, &op, ctx);
+                self.sessions.seal(req, result)
+            }
+            Err(refusal) => refusal,
+        }
     }
 
     /// Records client `c`'s executed request (and, while a tentative batch runs, what it
@@ -503,7 +554,7 @@ mod tests {
     fn exec() -> Execution<Counter> {
         let state =
             open_state(Box::new(MemStore::new(Geometry::new(256, 16, 4).unwrap()))).unwrap();
-        Execution::new(Counter, state)
+        Execution::new(Counter, state, false)
     }
 
     fn ctx(seq: Seq, client: ClientId) -> ExecContext {
@@ -513,6 +564,15 @@ mod tests {
             time_ms: 0,
             batch_seed: 0,
             index: 0,
+        }
+    }
+
+    fn op(client: ClientId, timestamp: u64, op: Vec<u8>) -> Request {
+        Request {
+            client,
+            timestamp,
+            read_only: false,
+            op: op.into(),
         }
     }
 
@@ -529,7 +589,7 @@ mod tests {
     /// Runs `add` for `client`'s request `ts` as batch `seq`, committed.
     fn run_committed(e: &mut Execution<Counter>, seq: Seq, client: ClientId, ts: u64, add: u8) {
         e.start_batch(seq * 10);
-        let result = e.run(&[add], &ctx(seq, client));
+        let result = e.run(&op(client, seq, vec![add]), &ctx(seq, client));
         e.record(
             client,
             LastReply {
@@ -544,7 +604,7 @@ mod tests {
     fn run_tentative(e: &mut Execution<Counter>) {
         e.begin_tentative();
         e.start_batch(500);
-        let result = e.run(&[4], &ctx(2, 7));
+        let result = e.run(&op(7, 2, vec![4]), &ctx(2, 7));
         e.record(
             7,
             LastReply {
@@ -556,7 +616,17 @@ mod tests {
     }
 
     fn value(e: &Execution<Counter>) -> u64 {
-        u64::from_le_bytes(e.read_only(&[]).unwrap().try_into().unwrap())
+        u64::from_le_bytes(
+            e.read_only(&Request {
+                client: 0,
+                timestamp: 0,
+                read_only: true,
+                op: Default::default(),
+            })
+            .unwrap()
+            .try_into()
+            .unwrap(),
+        )
     }
 
     #[test]

@@ -39,6 +39,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 if d == NULL_DIGEST {
                     self.execute(n, NULL_DIGEST, None);
                 } else if let Some(b) = self.batches.get(&d).cloned() {
+                    if !self.learn_sessions(&b) {
+                        break; // the key holder failed: retried on the next tick
+                    }
                     self.execute(n, d, Some(b));
                 } else {
                     break; // the body is fetched through status messages
@@ -78,7 +81,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let Some(batch) = self.batches.get(&d).cloned() else {
             return;
         };
-        if !self.cfg.tentative_for(batch.requests.len()) {
+        if !self.cfg.tentative_for(batch.requests.len()) || !self.learn_sessions(&batch) {
             return;
         }
         let nn = self.cfg.n();
@@ -122,6 +125,37 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.event(Event::TentativeUndone { seq });
     }
 
+    /// Learns from the key holder the body sessions `batch`'s requests were sealed in (see
+    /// `execution/sessions.rs`). `false` if the key holder failed: the batch must wait (it
+    /// is retried on the next tick), since every executor must run it alike.
+    pub(super) fn learn_sessions(&mut self, batch: &Batch) -> bool {
+        let n = self.cfg.n();
+        batch
+            .requests
+            .iter()
+            .filter(|r| recovery::recovery_of(r.request.client, n).is_none())
+            .all(|r| self.learn_session(&r.request))
+    }
+
+    /// Like [`Replica::learn_sessions`] for one request.
+    pub(super) fn learn_session(&mut self, req: &Request) -> bool {
+        let Some(enc) = self.exec.session_wanted(req) else {
+            return true;
+        };
+        match self.auth.open_body_key(req.client, &enc) {
+            Ok(key) => {
+                self.stats.body_sessions_opened += 1;
+                self.exec.learn_session(req.client, enc, key);
+                true
+            }
+            Err(e) => {
+                self.sessions_retry = true;
+                self.event(Event::KeyHolderFailed(e.to_string()));
+                false
+            }
+        }
+    }
+
     /// Executes batch `digest` (`None`: the null request) at `seq`, the next in order.
     pub(super) fn execute(&mut self, seq: Seq, digest: Digest, batch: Option<Arc<Batch>>) {
         debug_assert_eq!(seq, self.exec.last_executed() + 1);
@@ -158,7 +192,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     let h_m = postcard::from_bytes::<RecoveryOp>(&req.op).map_or(0, |op| op.h_m);
                     self.execute_recovery(r, h_m, seq, time_ms)
                 }
-                None => self.exec.run(&req.op, &ctx),
+                None => self.exec.run(req, &ctx),
             };
             executed.push((c, req.timestamp));
             let last = LastReply {

@@ -152,6 +152,8 @@ pub struct Stats {
     /// Views entered on a NEW-VIEW this replica could not check, because f+1 other
     /// replicas reported being active in the view (see `reports.rs`).
     pub new_views_adopted: u64,
+    /// Clients' body sessions opened by the key holder (confidential bodies).
+    pub body_sessions_opened: u64,
 }
 
 /// A replica.
@@ -226,6 +228,9 @@ pub struct Replica<S: Service, A: KeyTable> {
     next_status_ms: u64,
     /// True while re-executing journaled batches after a restart: no sends, no records.
     replaying: bool,
+    /// The key holder failed to open a body session: execution waits, retried on the next
+    /// tick.
+    sessions_retry: bool,
 
     // Session keys and recovery (see recovery.rs).
     rekey_due: bool,
@@ -266,12 +271,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let pool = RequestPool::new(&cfg);
         let view_reports = ViewReports::new(cfg.n(), id);
         let claims = Claims::new(cfg.f, cfg.log_size);
+        let confidential = cfg.confidential_bodies;
         let mut r = Replica {
             vc_timeout_ms: cfg.view_change_timeout_ms,
             cfg,
             id,
             auth,
-            exec: Execution::new(service, state),
+            exec: Execution::new(service, state, confidential),
             env: Env::default(),
             effects: Vec::new(),
             stats: Stats::default(),
@@ -305,6 +311,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             primary_progress_ms: 0,
             next_status_ms: 0,
             replaying: false,
+            sessions_retry: false,
             rekey_due: false,
             next_rekey_ms: 0,
             next_key_expiry_ms: 0,
@@ -314,6 +321,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             send_cap: None,
             unreadable: None,
         };
+        #[cfg(feature = "mutants")]
+        if r.cfg.mutant == crate::types::Mutant::ClearBodies {
+            r.exec.clear_bodies();
+        }
         let seq = r.exec.state().latest();
         let (root, aux) = r
             .exec
@@ -450,6 +461,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             view_changes: self.vcstore.messages(),
             acks: self.vcstore.acks_len(),
             bodies_journaled: self.bodies_journaled.len(),
+            body_sessions: self.exec.sessions_len(),
             state: self.exec.state().footprint(),
         }
     }
@@ -478,6 +490,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             view_changes: 5 * n,
             acks: n * ACKS_PER_ACKER_MAX,
             bodies_journaled: l,
+            body_sessions: clients,
             state: StateFootprint {
                 // Pages modified since the stable checkpoint are bounded by what the log's
                 // requests can write; the simulator's small states make this the page count.
@@ -729,6 +742,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 self.start_view_change(self.view.saturating_add(1));
             }
         }
+        if std::mem::take(&mut self.sessions_retry) {
+            self.try_execute();
+            self.answer_reads();
+        }
         self.drive_transfer();
         self.tick_keys();
         self.drive_recovery();
@@ -772,6 +789,7 @@ pub struct Footprint {
     pub view_changes: usize,
     pub acks: usize,
     pub bodies_journaled: usize,
+    pub body_sessions: usize,
     pub state: StateFootprint,
 }
 
@@ -808,6 +826,7 @@ impl Footprint {
                 self.bodies_journaled,
                 bound.bodies_journaled,
             ),
+            ("body_sessions", self.body_sessions, bound.body_sessions),
             (
                 "state_checkpoints",
                 self.state.checkpoints,

@@ -50,7 +50,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// refreshed its keys since, so the entry no longer verifies, but the request is no less
     /// the client's; requests beside the pre-prepare are always of this kind).
     pub(super) fn can_vouch_for(&self, r: &SignedRequest, d: &Digest) -> bool {
-        r.request.op.len() <= self.cfg.request_bytes_max
+        r.request.op.len() <= self.cfg.op_bytes_max()
             && (self
                 .pool
                 .get(r.request.client)

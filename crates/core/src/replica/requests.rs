@@ -17,7 +17,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if matches!(client, Principal::Client(_)) && !self.auth.knows(client) {
             return Err(Reject::UnknownSender);
         }
-        if req.op.len() > self.cfg.request_bytes_max {
+        if req.op.len() > self.cfg.op_bytes_max() {
             return Err(Reject::TooLarge);
         }
         let digest = req.digest();
@@ -41,7 +41,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             if !matches!(from, Principal::Client(_)) {
                 return Err(Reject::Unexpected); // read-only requests are never relayed
             }
-            if self.exec.read_only(&req.op).is_none() {
+            if !self.learn_session(&sr.request) {
+                return Ok(()); // the key holder failed: the client retransmits
+            }
+            if self.exec.read_only(&sr.request).is_none() {
                 return Err(Reject::Inconsistent); // flagged read-only but it is not
             }
             self.reads.insert(req.client, sr.request);
@@ -145,7 +148,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let reads = std::mem::take(&mut self.reads);
         for (c, req) in reads {
-            let Some(result) = self.exec.read_only(&req.op) else {
+            if !self.learn_session(&req) {
+                continue;
+            }
+            let Some(result) = self.exec.read_only(&req) else {
                 continue;
             };
             // Marked tentative: an answer from one replica's executed state is never a

@@ -129,6 +129,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
             // The digest is recomputed: the journal's checksums catch torn writes, not lies.
             let digest = batch.as_ref().map_or(NULL_DIGEST, |b| b.digest());
+            if batch.as_ref().is_some_and(|b| !self.learn_sessions(b)) {
+                break; // the key holder failed: the rest is fetched
+            }
             self.execute(seq, digest, batch);
         }
     }

@@ -490,10 +490,15 @@ impl Cluster {
 
     /// Live client `c` invokes `op`; returns its timestamp (the request is queued).
     pub fn invoke(&mut self, c: ClientId, op: &[u8]) -> u64 {
+        self.invoke_as(c, op, false)
+    }
+
+    /// Like [`Cluster::invoke`], read-only if `read_only`.
+    pub fn invoke_as(&mut self, c: ClientId, op: &[u8], read_only: bool) -> u64 {
         let env = self.env();
         let (ts, effects) = self
             .client_mut(c)
-            .invoke(env, op.to_vec(), false)
+            .invoke(env, op.to_vec(), read_only)
             .expect("the client is idle");
         self.route(Principal::Client(c), effects);
         ts

@@ -4,8 +4,10 @@
 
 use redoubt_core::keys::{AdmittedCounters, LocalHolder};
 use redoubt_core::*;
+use redoubt_crypto::body::ExecutorSecret;
 use redoubt_crypto::pk::HolderSecrets;
 use redoubt_crypto::Digest;
+use redoubt_crypto::MacKey;
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -37,6 +39,11 @@ pub struct Keyring {
     incarnations: BTreeMap<Principal, u32>,
 }
 
+/// The executors' secret (every replica holds it; clients know its public key).
+pub fn executors() -> ExecutorSecret {
+    ExecutorSecret::from_seed(&[0xE5; 32])
+}
+
 /// The long-term secrets of `p`'s key holder.
 pub fn secrets(p: Principal) -> HolderSecrets {
     HolderSecrets::from_seed(&Digest::of(format!("secrets of {p:?}").as_bytes()).0)
@@ -53,6 +60,7 @@ impl Keyring {
                 .iter()
                 .map(|p| (*p, secrets(*p).public()))
                 .collect(),
+            executors: Some(executors().public()),
         });
         Keyring {
             mode,
@@ -81,11 +89,13 @@ impl Keyring {
     /// new incarnation of its key holder over the same memory.
     pub fn keys(&mut self, p: Principal) -> Keys {
         match self.mode {
-            KeyMode::Static => Keys::Static(StaticKeys::derive(
-                MASTER,
-                p,
-                self.principals.iter().copied(),
-            )),
+            KeyMode::Static => Keys::Static(
+                StaticKeys::derive(MASTER, p, self.principals.iter().copied()).with_executors(
+                    executors().public(),
+                    matches!(p, Principal::Replica(_)).then(executors),
+                    MacKey::derive("test body sessions", format!("{p:?}").as_bytes()),
+                ),
+            ),
             KeyMode::Session => Keys::Session(self.session(p)),
         }
     }
@@ -96,7 +106,7 @@ impl Keyring {
         *incarnation += 1;
         let seed = Digest::of(format!("holder of {p:?}, incarnation {incarnation}").as_bytes());
         let nv = self.memory(p);
-        let holder = LocalHolder::new(
+        let mut holder = LocalHolder::new(
             p,
             secrets(p),
             self.directory.clone(),
@@ -104,6 +114,9 @@ impl Keyring {
             nv.admitted,
             seed.0,
         );
+        if matches!(p, Principal::Replica(_)) {
+            holder = holder.with_executor(executors());
+        }
         SessionKeys::new(Box::new(holder), self.directory.clone())
     }
 }

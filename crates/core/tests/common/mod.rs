@@ -52,8 +52,9 @@ impl Service for Svc {
         st.write(0, &(at + op.len() as u64).to_le_bytes());
         op.to_vec()
     }
-    fn execute_read_only(&self, _st: &dyn state::StateRead, _op: &[u8]) -> Option<Vec<u8>> {
-        None
+    /// Only operations starting with `read:` are read-only; they answer themselves.
+    fn execute_read_only(&self, _st: &dyn state::StateRead, op: &[u8]) -> Option<Vec<u8>> {
+        op.starts_with(b"read:").then(|| op.to_vec())
     }
     fn load(&mut self, _st: &dyn state::StateRead) -> Result<(), String> {
         Ok(())

@@ -139,9 +139,8 @@ impl World {
         let key = self.key_name();
         let id = self.clients[c].core.id();
         self.clients[c].counter += 1;
-        let mut value = format!("c{id}-{}", self.clients[c].counter).into_bytes();
         // Long values make results long enough for digest replies.
-        value.resize(value.len() + self.sc.value_pad, b'.');
+        let value = self.value_of(id, self.clients[c].counter);
         match self.rng.random_range(0..10) {
             0..=2 => KvOp::Put { key, value },
             3 => KvOp::Set { key, value },
@@ -154,9 +153,7 @@ impl World {
                     // Expect the value some client may have written.
                     let other = self.rng.random_range(1..=self.sc.clients);
                     let cnt = self.rng.random_range(1..4);
-                    let mut v = format!("c{other}-{cnt}").into_bytes();
-                    v.resize(v.len() + self.sc.value_pad, b'.');
-                    Some(v)
+                    Some(self.value_of(other as ClientId, cnt))
                 };
                 KvOp::Cas {
                     key,

@@ -2,6 +2,7 @@
 //! holders of simulated principals.
 
 use super::*;
+use redoubt_crypto::body::ExecutorSecret;
 
 /// Whether a frame carries a NEW-KEY (looked up without decoding the body: its first byte is
 /// the message's variant index).
@@ -79,6 +80,11 @@ pub(super) fn holder_secrets(master: &[u8], p: Principal) -> HolderSecrets {
     HolderSecrets::from_seed(&blake3::derive_key("redoubt sim holder secrets", &material))
 }
 
+/// The executors' secret of a run (every replica's key holder holds it).
+pub(super) fn executor_secret(master: &[u8]) -> ExecutorSecret {
+    ExecutorSecret::from_seed(&blake3::derive_key("redoubt sim executors", master))
+}
+
 /// Session keys of `p` with a fresh in-process key holder: the same secrets, counter and
 /// admitted NEW-KEY counters as before (they survive restarts), a generator seeded per
 /// incarnation.
@@ -110,6 +116,9 @@ pub(super) fn new_session_keys(
         seed,
     );
     holder.forgetful = forgetful;
+    if matches!(p, Principal::Replica(_)) {
+        holder = holder.with_executor(executor_secret(master));
+    }
     SessionKeys::new(Box::new(holder), directory.clone())
 }
 

@@ -20,6 +20,7 @@ impl World {
                 .iter()
                 .map(|p| (*p, holder_secrets(&master, *p).public()))
                 .collect(),
+            executors: Some(frames::executor_secret(&master).public()),
         });
         let mut holder_counters = BTreeMap::new();
         let mut holder_admitted = BTreeMap::new();

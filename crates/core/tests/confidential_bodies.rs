@@ -1,0 +1,160 @@
+//! Confidential bodies (`Config::confidential_bodies`): operations and results travel sealed
+//! between each client and the executors, so no frame on the network holds a client's value
+//! in clear, while every correct replica runs the same operation and seals the same result.
+
+use redoubt_core::bodies::{self, REFUSED};
+use redoubt_core::message::*;
+use redoubt_core::*;
+
+mod common;
+use common::*;
+
+const MARK: &[u8] = b"SECRET-";
+
+fn holds_mark(bytes: &[u8]) -> bool {
+    bytes.windows(MARK.len()).any(|w| w == MARK)
+}
+
+/// Runs ten operations of each of two live clients carrying a marked value; returns the
+/// cluster after every one completed.
+fn marked_workload(mode: KeyMode, confidential: bool, read_only_reads: bool) -> Cluster {
+    let mut b = Cluster::builder(1)
+        .live_client(7)
+        .live_client(8)
+        .config(|c| {
+            c.confidential_bodies = confidential;
+            c.checkpoint_interval = 8;
+            c.log_size = 16;
+        });
+    if mode == KeyMode::Session {
+        b = b.session_keys();
+    }
+    let mut c = b.build();
+    c.run(50); // session keys exchanged
+    for i in 0..10u32 {
+        for client in [7, 8] {
+            let read = read_only_reads && i % 2 == 1;
+            let op = format!("{}SECRET-{client}-{i}", if read { "read:" } else { "" }).into_bytes();
+            let ts = c.invoke_as(client, &op, read);
+            assert!(
+                c.run_until(5_000, |c| c.completed(client, ts)),
+                "client {client} op {i} completes ({mode:?}, confidential {confidential})"
+            );
+            let done = c
+                .completions(client)
+                .into_iter()
+                .find(|d| d.timestamp == ts)
+                .expect("completed");
+            assert_eq!(done.refused, None);
+            assert_eq!(done.result, op, "the client reads its result in clear");
+        }
+    }
+    c
+}
+
+#[test]
+fn no_frame_holds_a_value_in_clear_and_every_result_comes_back() {
+    for mode in [KeyMode::Static, KeyMode::Session] {
+        let c = marked_workload(mode, true, false);
+        let leaks = c.sent().iter().filter(|e| holds_mark(&e.bytes)).count();
+        assert_eq!(leaks, 0, "{mode:?}: frames with a value in clear");
+        assert!(c.sent().len() > 100);
+        // Every replica opened each client's session once through its key holder.
+        for i in 0..4 {
+            assert_eq!(c.replica(i).stats.body_sessions_opened, 2, "replica {i}");
+        }
+    }
+}
+
+#[test]
+fn the_check_fails_when_bodies_travel_in_clear() {
+    // The same workload without sealing: the scan above finds the values (it can fail).
+    let c = marked_workload(KeyMode::Static, false, false);
+    assert!(c.sent().iter().filter(|e| holds_mark(&e.bytes)).count() > 20);
+}
+
+#[test]
+fn a_session_renewed_with_the_keys_still_opens_and_old_sessions_stop_working() {
+    let mut c = Cluster::builder(1)
+        .session_keys()
+        .live_client(7)
+        .config(|c| {
+            c.confidential_bodies = true;
+            c.key_refresh_ms = 1_000;
+            c.client_key_lifetime_ms = 2_000;
+        })
+        .build();
+    c.run(50);
+    for i in 0..6 {
+        let ts = c.invoke(7, format!("SECRET-{i}").as_bytes());
+        assert!(c.run_until(5_000, |c| c.completed(7, ts)));
+        c.run(700); // past a key refresh every other operation
+    }
+    let client = c.client(7);
+    assert!(
+        client.body_sessions >= 3,
+        "{} sessions",
+        client.body_sessions
+    );
+    assert!(c.completions(7).iter().all(|d| d.refused.is_none()));
+    assert_eq!(c.sent().iter().filter(|e| holds_mark(&e.bytes)).count(), 0);
+}
+
+/// Client 9 (scripted, faulty) sends `op` to every replica; returns the results of the
+/// replies it got, per replica.
+fn results_for(op: Vec<u8>) -> Vec<Vec<u8>> {
+    let mut c = Cluster::builder(1)
+        .config(|c| c.confidential_bodies = true)
+        .build();
+    c.advance(1);
+    let sr = c.request(9, 1, &op);
+    for r in 0..4 {
+        c.send(client(9), replica(r), sr.clone());
+    }
+    c.deliver_all();
+    let results: Vec<Vec<u8>> = c
+        .sent()
+        .iter()
+        .filter(|e| e.to == client(9))
+        .filter_map(|e| match &e.msg {
+            Message::Reply(m) if !m.digest_only => Some(m.result.clone()),
+            _ => None,
+        })
+        .collect();
+    // The request ran (in order) at every replica, without touching the service.
+    for i in 0..4 {
+        assert_eq!(c.replica(i).stats.requests_executed, 1);
+        assert_eq!(appended(c.replica(i).state()), 0);
+    }
+    results
+}
+
+#[test]
+fn an_operation_that_does_not_open_is_refused_alike_by_every_replica() {
+    // Not sealed at all, a session that is no X25519 point, a ciphertext under a session
+    // that opens but with a forged tag.
+    let (enc, _) =
+        redoubt_crypto::body::establish(&executors().public(), &keys::body_info(9), [1; 32])
+            .unwrap();
+    let mut forged = vec![bodies::SEALED];
+    forged.extend_from_slice(&enc);
+    forged.extend_from_slice(&[7; 40]);
+    let mut not_a_point = vec![bodies::SEALED];
+    not_a_point.extend_from_slice(&[0; 32]);
+    not_a_point.extend_from_slice(&[7; 40]);
+    for op in [b"SECRET-clear".to_vec(), not_a_point, forged] {
+        let results = results_for(op);
+        assert!(!results.is_empty());
+        assert!(results.iter().all(|r| r == &results[0]), "{results:?}");
+        assert_eq!(results[0][0], REFUSED);
+    }
+}
+
+#[test]
+fn read_only_answers_are_sealed_too() {
+    let c = marked_workload(KeyMode::Session, true, true);
+    // Answered on the fast path, not ordered.
+    assert!(c.completions(7).iter().all(|d| d.latency_ms < 20));
+    assert_eq!(c.client(7).fallbacks, 0);
+    assert_eq!(c.sent().iter().filter(|e| holds_mark(&e.bytes)).count(), 0);
+}

@@ -1,0 +1,204 @@
+//! Confidential request and reply bodies: a key shared by one client session and the
+//! executors, and the AEAD that seals bodies under it.
+//!
+//! The executors (the replicas that run the service) share one X25519 key pair, dealt by
+//! `redoubt init`; its public half is in the cluster's public directory. A client starts a
+//! session by encapsulating to it (HPKE base mode, X25519/HKDF-SHA256, the exported secret is
+//! the session's [`BodyKey`]) and sends the 32-byte encapsulation with its requests. Every
+//! executor derives the same key from it, so every correct executor opens a body identically
+//! (or fails to, identically) and seals the reply to identical bytes: the nonce is a function
+//! of the direction and the request's timestamp, never random (Yin et al. 2003 §7.2 trap 8).
+//! Agreement nodes, filters and the network see ciphertext only.
+//!
+//! A client never seals two bodies in the same direction with one timestamp under one key
+//! (its timestamps increase, and a retransmission resends the same bytes), so nonces never
+//! repeat under a key.
+
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
+use hpke::aead::ChaCha20Poly1305 as HpkeChaCha;
+use hpke::kdf::HkdfSha256;
+use hpke::kem::X25519HkdfSha256;
+use hpke::{Deserializable, Kem, OpModeR, OpModeS, Serializable};
+use rand_chacha::rand_core::SeedableRng;
+use std::fmt;
+
+use crate::pk::SealPublicKey;
+
+/// Length of an encapsulation (an X25519 public key).
+pub const ENC_LEN: usize = 32;
+/// What sealing adds to a body (the Poly1305 tag).
+pub const TAG_LEN: usize = 16;
+
+/// Label of the HPKE export that yields a session's body key.
+const EXPORT_LABEL: &[u8] = b"redoubt 2026 body key v1";
+
+/// Which way a body travels: part of the nonce, so a request and its reply never share one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    Request = 1,
+    Reply = 2,
+    /// Pages and meta-data of a state transfer (executor to executor).
+    State = 3,
+}
+
+/// The executors' shared secret: opens clients' encapsulations.
+#[derive(Clone)]
+pub struct ExecutorSecret([u8; 32]);
+
+impl fmt::Debug for ExecutorSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ExecutorSecret(..)")
+    }
+}
+
+impl ExecutorSecret {
+    /// The secret derived from 32 bytes of seed material.
+    pub fn from_seed(seed: &[u8; 32]) -> ExecutorSecret {
+        ExecutorSecret(blake3::derive_key("redoubt 2026 executors x25519 v1", seed))
+    }
+
+    /// The public key clients encapsulate to.
+    pub fn public(&self) -> SealPublicKey {
+        let (_, pk) = X25519HkdfSha256::derive_keypair(&self.0);
+        let mut out = [0u8; 32];
+        out.copy_from_slice(&pk.to_bytes());
+        SealPublicKey(out)
+    }
+
+    /// The body key of the session that sent `enc` under the context `info` (which names the
+    /// client), or `None` if `enc` is not a valid encapsulation. Deterministic: every holder of
+    /// this secret derives the same key, or none.
+    pub fn open(&self, info: &[u8], enc: &[u8; ENC_LEN]) -> Option<BodyKey> {
+        let (sk, _) = X25519HkdfSha256::derive_keypair(&self.0);
+        let encapped = <X25519HkdfSha256 as Kem>::EncappedKey::from_bytes(enc).ok()?;
+        let ctx = hpke::setup_receiver::<HpkeChaCha, HkdfSha256, X25519HkdfSha256>(
+            &OpModeR::Base,
+            &sk,
+            &encapped,
+            info,
+        )
+        .ok()?;
+        let mut key = [0u8; 32];
+        ctx.export(EXPORT_LABEL, &mut key).ok()?;
+        Some(BodyKey(key))
+    }
+}
+
+/// Starts a session with the executors whose public key is `executors`: returns the
+/// encapsulation to send and the session's body key. `ikm` supplies the ephemeral key's
+/// randomness (fresh for every session). `None` if `executors` is not a valid public key.
+pub fn establish(
+    executors: &SealPublicKey,
+    info: &[u8],
+    ikm: [u8; 32],
+) -> Option<([u8; ENC_LEN], BodyKey)> {
+    let pk = <X25519HkdfSha256 as Kem>::PublicKey::from_bytes(&executors.0).ok()?;
+    let mut rng = rand_chacha::ChaCha20Rng::from_seed(ikm);
+    let (encapped, ctx) = hpke::setup_sender_with_rng::<HpkeChaCha, HkdfSha256, X25519HkdfSha256>(
+        &OpModeS::Base,
+        &pk,
+        info,
+        &mut rng,
+    )
+    .ok()?;
+    let mut key = [0u8; 32];
+    ctx.export(EXPORT_LABEL, &mut key).ok()?;
+    let mut enc = [0u8; ENC_LEN];
+    enc.copy_from_slice(&encapped.to_bytes());
+    Some((enc, BodyKey(key)))
+}
+
+/// A session's body key (ChaCha20-Poly1305).
+#[derive(Clone, PartialEq, Eq)]
+pub struct BodyKey(pub [u8; 32]);
+
+impl fmt::Debug for BodyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BodyKey(..)")
+    }
+}
+
+fn nonce(dir: Direction, counter: u64) -> Nonce {
+    let mut n = [0u8; 12];
+    n[0] = dir as u8;
+    n[4..].copy_from_slice(&counter.to_le_bytes());
+    Nonce::from(n)
+}
+
+impl BodyKey {
+    /// Seals `plain` travelling in `dir` for the message numbered `counter` (a request's
+    /// timestamp); `aad` is authenticated, not encrypted. Deterministic.
+    pub fn seal(&self, dir: Direction, counter: u64, aad: &[u8], plain: &[u8]) -> Vec<u8> {
+        let cipher = ChaCha20Poly1305::new(&Key::from(self.0));
+        cipher
+            .encrypt(&nonce(dir, counter), Payload { msg: plain, aad })
+            .expect("ChaCha20-Poly1305 seals any length a frame can hold")
+    }
+
+    /// Opens what [`BodyKey::seal`] sealed with the same direction, counter and `aad`.
+    pub fn open(&self, dir: Direction, counter: u64, aad: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
+        let cipher = ChaCha20Poly1305::new(&Key::from(self.0));
+        cipher
+            .decrypt(&nonce(dir, counter), Payload { msg: sealed, aad })
+            .ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_executor_derives_the_clients_key_and_bodies_open_only_as_sealed() {
+        let exec = ExecutorSecret::from_seed(&[3; 32]);
+        let (enc, key) = establish(&exec.public(), b"client:7", [9; 32]).unwrap();
+        // Another copy of the secret (another executor) derives the same key.
+        let again = ExecutorSecret::from_seed(&[3; 32])
+            .open(b"client:7", &enc)
+            .unwrap();
+        assert_eq!(again, key);
+        // The context binds the client: the same encapsulation under another name differs.
+        assert_ne!(exec.open(b"client:8", &enc).unwrap(), key);
+        // Another executor secret derives something else.
+        assert_ne!(
+            ExecutorSecret::from_seed(&[4; 32])
+                .open(b"client:7", &enc)
+                .unwrap(),
+            key
+        );
+
+        let sealed = key.seal(Direction::Request, 42, b"aad", b"put k v");
+        assert_eq!(sealed.len(), 7 + TAG_LEN);
+        assert!(!sealed.windows(3).any(|w| w == b"put"));
+        // Deterministic: the same inputs give the same bytes (replies match across executors).
+        assert_eq!(key.seal(Direction::Request, 42, b"aad", b"put k v"), sealed);
+        assert_eq!(
+            again
+                .open(Direction::Request, 42, b"aad", &sealed)
+                .as_deref(),
+            Some(&b"put k v"[..])
+        );
+        assert_eq!(again.open(Direction::Reply, 42, b"aad", &sealed), None);
+        assert_eq!(again.open(Direction::Request, 43, b"aad", &sealed), None);
+        assert_eq!(again.open(Direction::Request, 42, b"other", &sealed), None);
+        let mut bad = sealed.clone();
+        bad[0] ^= 1;
+        assert_eq!(again.open(Direction::Request, 42, b"aad", &bad), None);
+        assert_eq!(
+            again.open(Direction::Request, 42, b"aad", &sealed[..3]),
+            None
+        );
+    }
+
+    #[test]
+    fn sessions_differ_and_garbage_encapsulations_are_refused() {
+        let exec = ExecutorSecret::from_seed(&[3; 32]);
+        let (e1, k1) = establish(&exec.public(), b"c", [1; 32]).unwrap();
+        let (e2, k2) = establish(&exec.public(), b"c", [2; 32]).unwrap();
+        assert_ne!(e1, e2);
+        assert_ne!(k1, k2);
+        // The all-zero point is refused by X25519 (a low-order point).
+        assert_eq!(exec.open(b"c", &[0; 32]), None);
+    }
+}
