@@ -503,6 +503,52 @@ async fn kv_and_status_commands() {
     assert!(err.contains("redoubt status"), "{err}");
 }
 
+/// Sealed bodies between real processes: a value written and read back through the cluster
+/// never reaches a replica's journal in clear, and the replicas opened the client's session
+/// through their key holders (metrics).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_reach_no_journal_in_clear() {
+    let mut cluster = Cluster::start(1).await;
+    assert!(
+        cluster.cfg.protocol.confidential_bodies,
+        "init seals bodies"
+    );
+    let secret = "SECRET-value-7f3a";
+    let (code, _, err) = kv(&cluster, &["put", "greeting", secret]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, out, err) = kv(&cluster, &["get", "greeting"]);
+    assert_eq!((code, out.trim()), (Some(0), secret), "{err}");
+    let mut opened = 0.0;
+    for r in &cluster.cfg.replicas {
+        let metrics = http_get(r.metrics_addr, "/metrics").await.expect("metrics");
+        opened += metric(&metrics, "redoubt_body_sessions_opened_total");
+    }
+    assert!(
+        opened >= 4.0,
+        "every replica opened a body session: {opened}"
+    );
+    for i in 0..4 {
+        cluster.kill(i);
+    }
+    for r in &cluster.cfg.replicas {
+        let journal = cluster.cfg.resolve(&r.home).join("journal.log");
+        let bytes = std::fs::read(&journal).expect("journal");
+        assert!(bytes.len() > 100, "{} is written", journal.display());
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "{} holds the value in clear",
+            journal.display()
+        );
+    }
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Bytes of a replica's page file flipped while it is down: the check at start-up finds the
 /// corrupt pages, the replica reports them, fetches them from the others and catches up; the
 /// cluster's data is intact.

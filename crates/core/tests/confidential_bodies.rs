@@ -124,6 +124,7 @@ fn results_for(op: Vec<u8>) -> Vec<Vec<u8>> {
     // The request ran (in order) at every replica, without touching the service.
     for i in 0..4 {
         assert_eq!(c.replica(i).stats.requests_executed, 1);
+        assert_eq!(c.replica(i).stats.bodies_refused, 1);
         assert_eq!(appended(c.replica(i).state()), 0);
     }
     results

@@ -14,13 +14,12 @@
 //! (its timestamps increase, and a retransmission resends the same bytes), so nonces never
 //! repeat under a key.
 
-use chacha20poly1305::aead::{Aead, KeyInit, Payload};
-use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use hpke::aead::ChaCha20Poly1305 as HpkeChaCha;
 use hpke::kdf::HkdfSha256;
 use hpke::kem::X25519HkdfSha256;
 use hpke::{Deserializable, Kem, OpModeR, OpModeS, Serializable};
 use rand_chacha::rand_core::SeedableRng;
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
 use std::fmt;
 
 use crate::pk::SealPublicKey;
@@ -81,7 +80,7 @@ impl ExecutorSecret {
         .ok()?;
         let mut key = [0u8; 32];
         ctx.export(EXPORT_LABEL, &mut key).ok()?;
-        Some(BodyKey(key))
+        Some(BodyKey::from_bytes(key))
     }
 }
 
@@ -106,12 +105,25 @@ pub fn establish(
     ctx.export(EXPORT_LABEL, &mut key).ok()?;
     let mut enc = [0u8; ENC_LEN];
     enc.copy_from_slice(&encapped.to_bytes());
-    Some((enc, BodyKey(key)))
+    Some((enc, BodyKey::from_bytes(key)))
 }
 
-/// A session's body key (ChaCha20-Poly1305).
-#[derive(Clone, PartialEq, Eq)]
-pub struct BodyKey(pub [u8; 32]);
+/// A session's body key (ChaCha20-Poly1305, `ring`'s implementation: about five times
+/// faster than the portable one on short bodies, which is most of them).
+#[derive(Clone)]
+pub struct BodyKey {
+    bytes: [u8; 32],
+    key: LessSafeKey,
+}
+
+impl PartialEq for BodyKey {
+    fn eq(&self, other: &Self) -> bool {
+        use subtle::ConstantTimeEq;
+        self.bytes.ct_eq(&other.bytes).into()
+    }
+}
+
+impl Eq for BodyKey {}
 
 impl fmt::Debug for BodyKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -123,25 +135,44 @@ fn nonce(dir: Direction, counter: u64) -> Nonce {
     let mut n = [0u8; 12];
     n[0] = dir as u8;
     n[4..].copy_from_slice(&counter.to_le_bytes());
-    Nonce::from(n)
+    Nonce::assume_unique_for_key(n)
 }
 
 impl BodyKey {
+    pub fn from_bytes(bytes: [u8; 32]) -> BodyKey {
+        let unbound = UnboundKey::new(&CHACHA20_POLY1305, &bytes).expect("a 32-byte key");
+        BodyKey {
+            bytes,
+            key: LessSafeKey::new(unbound),
+        }
+    }
+
+    /// The key's bytes (to hand it from the key holder's process to the replica's).
+    pub fn bytes(&self) -> [u8; 32] {
+        self.bytes
+    }
+
     /// Seals `plain` travelling in `dir` for the message numbered `counter` (a request's
     /// timestamp); `aad` is authenticated, not encrypted. Deterministic.
     pub fn seal(&self, dir: Direction, counter: u64, aad: &[u8], plain: &[u8]) -> Vec<u8> {
-        let cipher = ChaCha20Poly1305::new(&Key::from(self.0));
-        cipher
-            .encrypt(&nonce(dir, counter), Payload { msg: plain, aad })
-            .expect("ChaCha20-Poly1305 seals any length a frame can hold")
+        let mut out = Vec::with_capacity(plain.len() + TAG_LEN);
+        out.extend_from_slice(plain);
+        self.key
+            .seal_in_place_append_tag(nonce(dir, counter), Aad::from(aad), &mut out)
+            .expect("ChaCha20-Poly1305 seals any length a frame can hold");
+        out
     }
 
     /// Opens what [`BodyKey::seal`] sealed with the same direction, counter and `aad`.
     pub fn open(&self, dir: Direction, counter: u64, aad: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
-        let cipher = ChaCha20Poly1305::new(&Key::from(self.0));
-        cipher
-            .decrypt(&nonce(dir, counter), Payload { msg: sealed, aad })
-            .ok()
+        let mut buf = sealed.to_vec();
+        let plain = self
+            .key
+            .open_in_place(nonce(dir, counter), Aad::from(aad), &mut buf)
+            .ok()?
+            .len();
+        buf.truncate(plain);
+        Some(buf)
     }
 }
 

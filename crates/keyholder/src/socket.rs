@@ -123,7 +123,7 @@ fn answer(h: &mut FileHolder, req: Request) -> Answer {
         Request::Admit(nk) => h.admit(&nk).map_or_else(err, Answer::Admitted),
         Request::OpenBody { info, enc } => h
             .open_body(&info, &enc)
-            .map_or_else(err, |k| Answer::BodyKey(k.map(|k| k.0))),
+            .map_or_else(err, |k| Answer::BodyKey(k.map(|k| k.bytes()))),
     }
 }
 
@@ -251,7 +251,7 @@ impl KeyHolder for SocketHolder {
             info: info.to_vec(),
             enc: *enc,
         })? {
-            Answer::BodyKey(k) => Ok(k.map(BodyKey)),
+            Answer::BodyKey(k) => Ok(k.map(BodyKey::from_bytes)),
             other => Err(HolderError::Refused(format!("unexpected answer {other:?}"))),
         }
     }

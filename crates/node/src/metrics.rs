@@ -27,6 +27,8 @@ pub struct Metrics {
     pub requests_signed: IntCounter,
     pub view_changes_forgotten: IntCounter,
     pub new_views_adopted: IntCounter,
+    pub body_sessions_opened: IntCounter,
+    pub bodies_refused: IntCounter,
     pub views_estimated: IntCounter,
     pub watermarks_distrusted: IntCounter,
     pub states_distrusted: IntCounter,
@@ -352,6 +354,16 @@ impl Metrics {
                 r,
                 "redoubt_new_views_adopted_total",
                 "Views entered on a NEW-VIEW this replica could not check (a view change it names was sent under keys since retired) because f+1 other replicas reported being active in the view on that same NEW-VIEW",
+            ),
+            body_sessions_opened: counter(
+                r,
+                "redoubt_body_sessions_opened_total",
+                "Clients' body sessions (confidential bodies) whose key this replica's key holder derived: about one per client per key refresh",
+            ),
+            bodies_refused: counter(
+                r,
+                "redoubt_bodies_refused_total",
+                "Operations not run because they did not open under their body session (a faulty client's, or unsealed where bodies are sealed); answered with a refusal",
             ),
             views_estimated: counter(
                 r,

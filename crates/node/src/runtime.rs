@@ -480,6 +480,10 @@ impl<S: Service> Node<S> {
             .inc_by(s.new_views_adopted - self.last_stats.new_views_adopted);
         m.views_estimated
             .inc_by(s.views_estimated - self.last_stats.views_estimated);
+        m.body_sessions_opened
+            .inc_by(s.body_sessions_opened - self.last_stats.body_sessions_opened);
+        m.bodies_refused
+            .inc_by(s.bodies_refused - self.last_stats.bodies_refused);
         m.watermarks_distrusted
             .inc_by(s.watermarks_distrusted - self.last_stats.watermarks_distrusted);
         m.states_distrusted

@@ -194,6 +194,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 }
                 None => self.exec.run(req, &ctx),
             };
+            self.stats.bodies_refused = self.exec.bodies_refused();
             executed.push((c, req.timestamp));
             let last = LastReply {
                 timestamp: req.timestamp,

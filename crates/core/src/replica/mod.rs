@@ -154,6 +154,9 @@ pub struct Stats {
     pub new_views_adopted: u64,
     /// Clients' body sessions opened by the key holder (confidential bodies).
     pub body_sessions_opened: u64,
+    /// Operations not run because they did not open under their body session (a faulty
+    /// client's, or an unsealed one where bodies are sealed); answered with a refusal.
+    pub bodies_refused: u64,
 }
 
 /// A replica.

@@ -35,9 +35,13 @@ struct Args {
     /// Print the full trace of the run (with --seed or --scenario).
     #[arg(long)]
     trace: bool,
-    /// Run a deliberately broken core: commit-quorum, skip-digest-check, view-change-any-prepared, trust-replier, read-only-weak-quorum, accept-retired-keys, tentative-weak-quorum, ignore-doubts.
+    /// Run a deliberately broken core (see --list for every mutant).
     #[arg(long)]
     mutant: Option<String>,
+    /// With --seed or --scenario: force request and reply bodies sealed ("sealed") or in clear
+    /// ("clear") instead of the seed's draw (replays seeds found before the draw existed).
+    #[arg(long, value_parser = ["sealed", "clear"])]
+    bodies: Option<String>,
     /// Switch every optimization on in every random seed (read-only fast path, digest
     /// replies, tentative execution, requests beside the pre-prepare from 32 bytes) instead
     /// of drawing them per seed.
@@ -121,6 +125,10 @@ fn main() -> ExitCode {
             },
             None => scenario_for(seed, mutant, args.optimizations()),
         };
+        let mut sc = sc;
+        if let Some(b) = &args.bodies {
+            sc.core.confidential_bodies = b == "sealed";
+        }
         if args.trace || args.show_scenario {
             println!("scenario: {sc:#?}");
         }

@@ -152,8 +152,9 @@ impl World {
                 } else {
                     // Expect the value some client may have written.
                     let other = self.rng.random_range(1..=self.sc.clients);
-                    let cnt = self.rng.random_range(1..4);
-                    Some(self.value_of(other as ClientId, cnt))
+                    // Drawn as i32, as it always was: the seeds play as before.
+                    let cnt: i32 = self.rng.random_range(1..4);
+                    Some(self.value_of(other as ClientId, cnt as u64))
                 };
                 KvOp::Cas {
                     key,
