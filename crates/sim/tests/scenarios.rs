@@ -204,6 +204,7 @@ fn seeds_that_once_failed() {
         // digest entry did not show it) left the state one checkpoint ahead of execution
         // while the replica fetched the pages again: the core's invariant said it could not be.
         (66029, Optimizations::PerSeed, " --bodies clear"),
+        (98930, Optimizations::PerSeed, " --bodies clear"),
     ];
     for (seed, opts, replay) in seeds {
         // As they ran when they failed: bodies in clear (sealed bodies were drawn later).
