@@ -286,8 +286,8 @@ const PROTOCOL_OPTIONS: Section = Section {
             "Seal request and reply bodies between each client and the executors (ChaCha20-Poly1305\n\
              under a key each client session agrees with the executors' key pair by HPKE): the\n\
              network sees ciphertext only. Needs [keys] mode = \"session\" (the executors' secret\n\
-             is in each replica's key holder, dealt by `redoubt init`). State-transfer pages still\n\
-             travel in clear. Default: {default}.",
+             is in each replica's key holder, dealt by `redoubt init`). State-transfer answers are\n\
+             sealed the same way. Default: {default}.",
         ),
         (
             "message_bytes_max",

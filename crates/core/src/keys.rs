@@ -192,6 +192,13 @@ pub fn body_info(client: ClientId) -> Vec<u8> {
     v
 }
 
+/// The HPKE context of a state session of replica `r` (binds the session to the replica).
+pub fn state_info(r: ReplicaId) -> Vec<u8> {
+    let mut v = b"redoubt state session v1 replica ".to_vec();
+    v.extend_from_slice(&r.to_le_bytes());
+    v
+}
+
 /// Opens `enc` with an optional executors' secret (the shared part of every key holder).
 pub fn open_body_with(
     secret: Option<&ExecutorSecret>,
@@ -459,6 +466,17 @@ impl SessionKeys {
         &self.directory
     }
 
+    /// A session with the executors under the context `info`: an encapsulation of fresh
+    /// randomness from the key holder (mixed with `entropy`) to the executors' public key.
+    fn start_session(&self, info: &[u8], entropy: u64) -> Option<([u8; ENC_LEN], BodyKey)> {
+        let public = self.directory.executors?;
+        let mut ikm = self.with_holder(|h| h.fresh_key()).ok()?.0;
+        for (b, e) in ikm.iter_mut().zip(entropy.to_le_bytes()) {
+            *b ^= e;
+        }
+        body::establish(&public, info, ikm)
+    }
+
     /// Runs `f` with the key holder.
     pub fn with_holder<T>(&self, f: impl FnOnce(&mut dyn KeyHolder) -> T) -> T {
         let mut h = self.holder.lock().unwrap_or_else(|e| e.into_inner());
@@ -638,6 +656,15 @@ pub trait KeyTable: Auth {
         client: ClientId,
         enc: &[u8; ENC_LEN],
     ) -> Result<Option<BodyKey>, HolderError>;
+    /// Replica side: starts a state session with the executors (the key state-transfer
+    /// answers to this replica are sealed under), like [`KeyTable::start_body_session`].
+    fn start_state_session(&mut self, entropy: u64) -> Option<([u8; ENC_LEN], BodyKey)>;
+    /// The key of replica `r`'s state session `enc` (see [`KeyHolder::open_body`]).
+    fn open_state_key(
+        &mut self,
+        r: ReplicaId,
+        enc: &[u8; ENC_LEN],
+    ) -> Result<Option<BodyKey>, HolderError>;
 }
 
 impl KeyTable for StaticKeys {
@@ -655,6 +682,20 @@ impl KeyTable for StaticKeys {
     ) -> Result<Option<BodyKey>, HolderError> {
         open_body_with(self.executor_secret(), &body_info(client), enc)
     }
+    fn start_state_session(&mut self, entropy: u64) -> Option<([u8; ENC_LEN], BodyKey)> {
+        let Principal::Replica(r) = self.me() else {
+            return None;
+        };
+        let (public, ikm) = self.body_session_material(entropy)?;
+        body::establish(&public, &state_info(r), ikm)
+    }
+    fn open_state_key(
+        &mut self,
+        r: ReplicaId,
+        enc: &[u8; ENC_LEN],
+    ) -> Result<Option<BodyKey>, HolderError> {
+        open_body_with(self.executor_secret(), &state_info(r), enc)
+    }
 }
 
 impl KeyTable for SessionKeys {
@@ -668,12 +709,7 @@ impl KeyTable for SessionKeys {
         let Principal::Client(c) = self.me else {
             return None;
         };
-        let public = self.directory.executors?;
-        let mut ikm = self.with_holder(|h| h.fresh_key()).ok()?.0;
-        for (b, e) in ikm.iter_mut().zip(entropy.to_le_bytes()) {
-            *b ^= e;
-        }
-        body::establish(&public, &body_info(c), ikm)
+        self.start_session(&body_info(c), entropy)
     }
     fn open_body_key(
         &mut self,
@@ -681,6 +717,19 @@ impl KeyTable for SessionKeys {
         enc: &[u8; ENC_LEN],
     ) -> Result<Option<BodyKey>, HolderError> {
         self.with_holder(|h| h.open_body(&body_info(client), enc))
+    }
+    fn start_state_session(&mut self, entropy: u64) -> Option<([u8; ENC_LEN], BodyKey)> {
+        let Principal::Replica(r) = self.me else {
+            return None;
+        };
+        self.start_session(&state_info(r), entropy)
+    }
+    fn open_state_key(
+        &mut self,
+        r: ReplicaId,
+        enc: &[u8; ENC_LEN],
+    ) -> Result<Option<BodyKey>, HolderError> {
+        self.with_holder(|h| h.open_body(&state_info(r), enc))
     }
 }
 
@@ -749,6 +798,22 @@ impl KeyTable for Keys {
         match self {
             Keys::Static(k) => k.open_body_key(client, enc),
             Keys::Session(k) => k.open_body_key(client, enc),
+        }
+    }
+    fn start_state_session(&mut self, entropy: u64) -> Option<([u8; ENC_LEN], BodyKey)> {
+        match self {
+            Keys::Static(k) => k.start_state_session(entropy),
+            Keys::Session(k) => k.start_state_session(entropy),
+        }
+    }
+    fn open_state_key(
+        &mut self,
+        r: ReplicaId,
+        enc: &[u8; ENC_LEN],
+    ) -> Result<Option<BodyKey>, HolderError> {
+        match self {
+            Keys::Static(k) => k.open_state_key(r, enc),
+            Keys::Session(k) => k.open_state_key(r, enc),
         }
     }
 }

@@ -86,11 +86,13 @@ pub enum Mutant {
     /// With confidential bodies, operations and results travel in clear (clients send them
     /// unsealed, executors take and answer them so): the service works, the bodies leak.
     ClearBodies,
+    /// With confidential bodies, state-transfer answers travel unsealed (and are taken so).
+    ClearState,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 18] = [
+    pub const ALL: [(&'static str, Mutant); 19] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -112,6 +114,7 @@ impl Mutant {
         ),
         ("adopt-unchecked-new-view", Mutant::AdoptUncheckedNewView),
         ("clear-bodies", Mutant::ClearBodies),
+        ("clear-state", Mutant::ClearState),
     ];
 }
 

@@ -159,3 +159,45 @@ fn read_only_answers_are_sealed_too() {
     assert_eq!(c.client(7).fallbacks, 0);
     assert_eq!(c.sent().iter().filter(|e| holds_mark(&e.bytes)).count(), 0);
 }
+
+/// A replica cut off while the others move two log windows on fetches their state: the pages
+/// and the reply table come back sealed under its state session, and it catches up.
+#[test]
+fn state_transfer_answers_are_sealed() {
+    for confidential in [true, false] {
+        let mut c = Cluster::builder(1)
+            .live_client(7)
+            .config(|c| {
+                c.confidential_bodies = confidential;
+                c.checkpoint_interval = 4;
+                c.log_size = 8;
+            })
+            .build();
+        c.run(20);
+        let cut = c.isolate(3);
+        for i in 0..30 {
+            let ts = c.invoke(7, format!("SECRET-{i}").as_bytes());
+            assert!(c.run_until(5_000, |c| c.completed(7, ts)));
+        }
+        c.unblock(cut);
+        let caught_up = c.run_until(20_000, |c| c.replica(3).stats.state_transfers > 0);
+        assert!(
+            caught_up,
+            "replica 3 fetched state (confidential {confidential})"
+        );
+        let clear = c
+            .sent()
+            .iter()
+            .filter(|e| e.kind() == "state-data" && holds_mark(&e.bytes))
+            .count();
+        if confidential {
+            assert_eq!(clear, 0, "state answers with a value in clear");
+            assert_eq!(c.sent().iter().filter(|e| holds_mark(&e.bytes)).count(), 0);
+        } else {
+            assert!(
+                clear > 0,
+                "the scan finds pages in clear when bodies are not sealed"
+            );
+        }
+    }
+}

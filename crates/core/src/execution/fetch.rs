@@ -246,7 +246,14 @@ impl<S: Service> Execution<S> {
         if items.is_empty() {
             return None;
         }
-        Some((to, Fetch { seq: t.seq, items }))
+        Some((
+            to,
+            Fetch {
+                seq: t.seq,
+                items,
+                session: None,
+            },
+        ))
     }
 
     /// With a known-bad state and no checkpoint to fetch: whether to ask every replica for
@@ -263,6 +270,7 @@ impl<S: Service> Execution<S> {
                 index: 0,
                 lc: 0,
             }],
+            session: None,
         })
     }
 

@@ -716,6 +716,7 @@ mod tests {
                 index: 0,
                 lc: 0,
             }],
+            session: None,
         };
         let limits = ServeLimits {
             items_max: 4,

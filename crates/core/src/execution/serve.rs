@@ -74,6 +74,7 @@ impl<S: Service> Execution<S> {
                 stable,
                 aux: None,
                 items: Vec::new(),
+                sealed: None,
             };
             return Ok((empty, 0));
         };
@@ -136,6 +137,7 @@ impl<S: Service> Execution<S> {
             stable,
             aux: with_aux,
             items,
+            sealed: None,
         };
         Ok((data, used))
     }

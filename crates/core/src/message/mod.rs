@@ -15,7 +15,7 @@ mod frame;
 pub use frame::*;
 
 /// Wire format version carried by every frame.
-pub const WIRE_VERSION: u8 = 3;
+pub const WIRE_VERSION: u8 = 4;
 
 /// The digest that stands for the null request in view changes.
 pub const NULL_DIGEST: Digest = Digest::ZERO;
@@ -394,6 +394,10 @@ pub struct FetchItem {
 pub struct Fetch {
     pub seq: Seq,
     pub items: Vec<FetchItem>,
+    /// With confidential bodies: the asker's state session with the executors (an HPKE
+    /// encapsulation, see `redoubt_crypto::body`); the answer's pages and auxiliary bytes come
+    /// back sealed under its key.
+    pub session: Option<[u8; 32]>,
 }
 
 /// A child entry in a META-DATA answer: index at the child level, lm, digest.
@@ -447,6 +451,10 @@ pub struct StateData {
     #[serde(with = "serde_bytes")]
     pub aux: Option<Vec<u8>>,
     pub items: Vec<StateItem>,
+    /// With confidential bodies: `aux` and `items`, sealed under the asker's state session
+    /// (`[counter, 8 bytes little-endian][ciphertext]`; `aux` and `items` are then empty).
+    #[serde(with = "serde_bytes")]
+    pub sealed: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for StateData {

@@ -234,6 +234,10 @@ pub struct Replica<S: Service, A: KeyTable> {
     /// The key holder failed to open a body session: execution waits, retried on the next
     /// tick.
     sessions_retry: bool,
+    /// Confidential bodies: our state session for the transfer under way, and the state
+    /// session of each replica we serve (at most one per replica id).
+    transfer_session: Option<([u8; 32], redoubt_crypto::body::BodyKey)>,
+    served_sessions: BTreeMap<ReplicaId, ([u8; 32], Option<redoubt_crypto::body::BodyKey>)>,
 
     // Session keys and recovery (see recovery.rs).
     rekey_due: bool,
@@ -315,6 +319,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             next_status_ms: 0,
             replaying: false,
             sessions_retry: false,
+            transfer_session: None,
+            served_sessions: BTreeMap::new(),
             rekey_due: false,
             next_rekey_ms: 0,
             next_key_expiry_ms: 0,

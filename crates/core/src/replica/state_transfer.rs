@@ -2,6 +2,7 @@
 //! walk for the next FETCH, serving others, and adopting a fetched checkpoint.
 
 use super::*;
+use redoubt_crypto::body::Direction;
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
     // ----- state transfer ---------------------------------------------------------------------
@@ -45,6 +46,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 // table too).
                 self.undo_tentative();
                 self.exec.begin_walk();
+                // A new state session for every transfer (confidential bodies).
+                self.transfer_session = None;
             }
             Due::Ask => {}
         }
@@ -66,7 +69,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.cfg.transfer_items_max,
             self.cfg.state_transfer_retry_ms,
         );
-        if let Some((to, fetch)) = self.exec.next_fetch(self.now(), max, retry) {
+        if let Some((to, mut fetch)) = self.exec.next_fetch(self.now(), max, retry) {
+            if self.cfg.confidential_bodies {
+                match self.state_session() {
+                    Some(enc) => fetch.session = Some(enc),
+                    None => return, // the key holder failed: the retry timer asks again
+                }
+            }
             self.send_replica(to, &Message::Fetch(fetch));
         }
     }
@@ -94,6 +103,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .serve(from, &f, self.stable_seq, self.now(), limits)
         {
             Ok((data, used)) => {
+                let data = if self.seals_state() && f.seq != 0 {
+                    self.seal_state(from, f.session, data)?
+                } else {
+                    data
+                };
                 self.stats.transfer_bytes_out += used as u64;
                 self.send_replica(from, &Message::StateData(data));
                 Ok(())
@@ -112,7 +126,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn on_state_data(
         &mut self,
         from: ReplicaId,
-        d: StateData,
+        mut d: StateData,
         len: usize,
     ) -> Result<(), Reject> {
         self.stats.transfer_bytes_in += len as u64;
@@ -123,6 +137,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let check_pages = self.cfg.mutant != crate::types::Mutant::TrustReplier;
         #[cfg(not(feature = "mutants"))]
         let check_pages = true;
+        if self.seals_state() {
+            self.open_state(&mut d)?;
+        } else if d.sealed.is_some() {
+            return Err(Reject::BadState);
+        }
         match self.exec.answer(from, &d, check_pages) {
             Err(e) => {
                 if e == Reject::BadState {
@@ -235,4 +254,105 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.arm_request_timer();
         self.try_execute();
     }
+
+    // ----- sealed state (confidential bodies) ---------------------------------------------------
+
+    /// Whether state-transfer answers are sealed (confidential bodies; not under the mutant
+    /// `clear-state`).
+    fn seals_state(&self) -> bool {
+        #[cfg(feature = "mutants")]
+        if self.cfg.mutant == crate::types::Mutant::ClearState {
+            return false;
+        }
+        self.cfg.confidential_bodies
+    }
+
+    /// Our state session with the executors for the transfer under way (started on first use
+    /// through the key holder); its encapsulation, or `None` if the key holder failed.
+    fn state_session(&mut self) -> Option<[u8; 32]> {
+        if self.transfer_session.is_none() {
+            self.transfer_session = self.auth.start_state_session(self.env.entropy);
+            if self.transfer_session.is_none() {
+                self.event(Event::KeyHolderFailed(
+                    "cannot start a state session with the executors".into(),
+                ));
+            }
+        }
+        self.transfer_session.as_ref().map(|(enc, _)| *enc)
+    }
+
+    /// Seals `data` (its auxiliary bytes and items) for `from`'s state session `session`:
+    /// under confidential bodies, pages never leave a replica in clear.
+    fn seal_state(
+        &mut self,
+        from: ReplicaId,
+        session: Option<[u8; 32]>,
+        mut data: StateData,
+    ) -> Result<StateData, Reject> {
+        let enc = session.ok_or(Reject::BadState)?;
+        let key = match self.served_sessions.get(&from) {
+            Some((known, key)) if *known == enc => key.clone(),
+            _ => match self.auth.open_state_key(from, &enc) {
+                Ok(key) => {
+                    // At most one entry per replica id (authenticated senders only).
+                    self.served_sessions.insert(from, (enc, key.clone()));
+                    key
+                }
+                Err(e) => {
+                    self.event(Event::KeyHolderFailed(e.to_string()));
+                    return Err(Reject::KeyHolder);
+                }
+            },
+        };
+        let key = key.ok_or(Reject::BadState)?;
+        let plain = postcard::to_stdvec(&(data.aux.take(), std::mem::take(&mut data.items)))
+            .expect("state items encode");
+        // Unique per answer under the session's key: our id and fresh entropy (two repliers,
+        // or one replier asked twice, may answer one FETCH differently).
+        let counter = ((self.id as u64) << 56) | (self.env.entropy & ((1 << 56) - 1));
+        let mut sealed = counter.to_le_bytes().to_vec();
+        sealed.extend_from_slice(&key.seal(
+            Direction::State,
+            counter,
+            &state_aad(data.seq, data.stable),
+            &plain,
+        ));
+        data.sealed = Some(sealed);
+        Ok(data)
+    }
+
+    /// Opens a sealed answer to our FETCH in place (an unsealed one is refused).
+    fn open_state(&mut self, d: &mut StateData) -> Result<(), Reject> {
+        let sealed = d.sealed.take().ok_or(Reject::BadState)?;
+        let key = self
+            .transfer_session
+            .as_ref()
+            .map(|(_, key)| key)
+            .ok_or(Reject::Unexpected)?;
+        if sealed.len() < 8 {
+            return Err(Reject::BadState);
+        }
+        let counter = u64::from_le_bytes(sealed[..8].try_into().expect("8 bytes"));
+        let plain = key
+            .open(
+                Direction::State,
+                counter,
+                &state_aad(d.seq, d.stable),
+                &sealed[8..],
+            )
+            .ok_or(Reject::BadState)?;
+        let (aux, items): (Option<Vec<u8>>, Vec<StateItem>) =
+            postcard::from_bytes(&plain).map_err(|_| Reject::BadState)?;
+        d.aux = aux;
+        d.items = items;
+        Ok(())
+    }
+}
+
+/// What a sealed state answer's ciphertext is bound to besides its key and nonce.
+fn state_aad(seq: Seq, stable: Seq) -> [u8; 16] {
+    let mut a = [0u8; 16];
+    a[..8].copy_from_slice(&seq.to_le_bytes());
+    a[8..].copy_from_slice(&stable.to_le_bytes());
+    a
 }

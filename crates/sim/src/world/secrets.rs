@@ -1,7 +1,6 @@
 //! The confidentiality checker of sealed bodies (`Config::confidential_bodies`): every value
 //! a correct client writes carries [`SECRET_TAG`], and no frame a correct principal puts on the
-//! network may hold it in clear, except the state-transfer answers between replicas (pages
-//! travel in clear: a documented limit of the co-located deployment).
+//! network may hold it in clear (requests, pre-prepares, replies, state-transfer answers).
 
 use super::*;
 use redoubt_core::message::decode_frame;
@@ -27,11 +26,9 @@ impl World {
             .ok()
             .and_then(|f| redoubt_core::message::decode_body(&f.body).ok())
             .map_or("undecodable", |m| m.kind());
-        if kind != "state-data" {
-            self.violation(format!(
-                "{from} sent a client's value in clear in a {kind} frame (confidential bodies)"
-            ));
-        }
+        self.violation(format!(
+            "{from} sent a client's value in clear in a {kind} frame (confidential bodies)"
+        ));
     }
 
     /// The value a client writes: tagged in runs with sealed bodies.
