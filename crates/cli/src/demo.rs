@@ -56,6 +56,10 @@ pub struct DemoArgs {
     /// temporary directory removed at the end
     #[arg(long, value_name = "DIR")]
     keep: Option<PathBuf>,
+    /// Override a setting of the demo cluster, e.g. `--set protocol.confidential_bodies=false`
+    /// (repeatable; see docs/configuration.md)
+    #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
+    sets: Vec<String>,
 }
 
 pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
@@ -251,6 +255,12 @@ async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         executable_blake3: None,
     })
     .with_context(|| format!("cannot create the demo cluster in {}", dir.display()))?;
+    if !args.sets.is_empty() {
+        let text = std::fs::read_to_string(&config_path)?;
+        let text = redoubt_config::override_toml(&text, &args.sets)
+            .map_err(|e| anyhow::anyhow!("--set: {e}"))?;
+        std::fs::write(&config_path, text)?;
+    }
     let cfg = ClusterConfig::load(&config_path)?;
     let ui = Ui::new();
     let f = cfg.protocol.f;
