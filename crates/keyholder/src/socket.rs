@@ -40,7 +40,7 @@ enum Request {
     },
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Serialize, Deserialize)]
 enum Answer {
     Principal(Principal),
     Signed(u64, Signature),
@@ -49,6 +49,22 @@ enum Answer {
     Admitted(Admitted),
     BodyKey(Option<[u8; 32]>),
     Error(String),
+}
+
+/// Names the answer's kind only: an answer may hold key material, which never goes in a log.
+impl std::fmt::Debug for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self {
+            Answer::Principal(_) => "principal",
+            Answer::Signed(..) => "signature",
+            Answer::Key(_) => "key",
+            Answer::Sealed(_) => "sealed key",
+            Answer::Admitted(_) => "admitted",
+            Answer::BodyKey(_) => "body key",
+            Answer::Error(e) => return write!(f, "error: {e}"),
+        };
+        f.write_str(kind)
+    }
 }
 
 fn write_frame(s: &mut UnixStream, body: &[u8]) -> std::io::Result<()> {

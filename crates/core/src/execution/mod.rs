@@ -125,6 +125,9 @@ pub(crate) struct Execution<S: Service> {
     diverged: bool,
     /// Clients' body sessions (see `sessions.rs`).
     sessions: sessions::Sessions,
+    /// Ordered operations refused because they did not open (counted once each, where they
+    /// run; read-only answers are not counted).
+    bodies_refused: u64,
 }
 
 impl<S: Service> Execution<S> {
@@ -146,6 +149,7 @@ impl<S: Service> Execution<S> {
             next_probe_ms: 0,
             diverged: false,
             sessions,
+            bodies_refused: 0,
         }
     }
 
@@ -212,9 +216,9 @@ impl<S: Service> Execution<S> {
         self.sessions.clear = true;
     }
 
-    /// Operations refused because they did not open (confidential bodies).
+    /// Ordered operations refused because they did not open (confidential bodies).
     pub(crate) fn bodies_refused(&self) -> u64 {
-        self.sessions.refused()
+        self.bodies_refused
     }
 
     /// Body sessions known (one per client at most).
@@ -291,7 +295,10 @@ impl<S: Service> Execution<S> {
                 let result = self.service.execute(&mut self.state, &op, ctx);
                 self.sessions.seal(req, result)
             }
-            Err(refusal) => refusal,
+            Err(refusal) => {
+                self.bodies_refused += 1;
+                refusal
+            }
         }
     }
 

@@ -11,7 +11,6 @@ use crate::message::Request;
 use crate::types::ClientId;
 use redoubt_crypto::body::{BodyKey, ENC_LEN};
 use std::borrow::Cow;
-use std::cell::Cell;
 use std::collections::BTreeMap;
 
 /// Why an operation did not reach the service.
@@ -24,8 +23,6 @@ pub(crate) struct Sessions {
     pub(crate) confidential: bool,
     /// Per client: its latest session and its key (`None`: the session does not open).
     keys: BTreeMap<ClientId, ([u8; ENC_LEN], Option<BodyKey>)>,
-    /// Operations refused because they did not open (for metrics).
-    refused: Cell<u64>,
     /// Mutant `clear-bodies`: unsealed operations run and results go back unsealed.
     #[cfg(feature = "mutants")]
     pub(crate) clear: bool,
@@ -36,7 +33,6 @@ impl Sessions {
         Sessions {
             confidential,
             keys: BTreeMap::new(),
-            refused: Cell::new(0),
             #[cfg(feature = "mutants")]
             clear: false,
         }
@@ -63,16 +59,6 @@ impl Sessions {
         self.keys.len()
     }
 
-    /// Operations refused so far because they did not open.
-    pub(crate) fn refused(&self) -> u64 {
-        self.refused.get()
-    }
-
-    fn refuse(&self, why: &str) -> Vec<u8> {
-        self.refused.set(self.refused.get() + 1);
-        bodies::refused(why)
-    }
-
     /// `req`'s operation, opened when bodies are sealed; `Err` holds the result of an
     /// operation that does not open (the same refusal at every executor). The session's key
     /// must have been learnt (see [`Sessions::wanted`]).
@@ -85,15 +71,15 @@ impl Sessions {
             return Ok(Cow::Borrowed(&req.op[..]));
         }
         let Some(enc) = session_of(&req.op) else {
-            return Err(self.refuse(NOT_SEALED));
+            return Err(bodies::refused(NOT_SEALED));
         };
         let key = match self.keys.get(&req.client) {
             Some((known, Some(key))) if *known == enc => key,
-            _ => return Err(self.refuse(DOES_NOT_OPEN)),
+            _ => return Err(bodies::refused(DOES_NOT_OPEN)),
         };
         bodies::open_op(key, req.client, req.timestamp, req.read_only, &req.op)
             .map(Cow::Owned)
-            .ok_or_else(|| self.refuse(DOES_NOT_OPEN))
+            .ok_or_else(|| bodies::refused(DOES_NOT_OPEN))
     }
 
     /// Seals `plain`, the result of `req` (as is when bodies are not sealed).
