@@ -37,6 +37,8 @@ struct RawConfig {
     cluster: ClusterSection,
     #[serde(rename = "replica")]
     replicas: Vec<RawReplica>,
+    #[serde(rename = "executor", default)]
+    executors: Vec<RawReplica>,
     #[serde(rename = "client", default)]
     clients: Vec<RawClient>,
     #[serde(
@@ -67,6 +69,9 @@ pub struct ClusterConfig {
     pub cluster: ClusterSection,
     /// `[[replica]]`, sorted by id: `replicas[i].id == i`.
     pub replicas: Vec<ReplicaEntry>,
+    /// `[[executor]]` (separated deployment, `[protocol] executors` of them), sorted by id:
+    /// `executors[i].id == i`. The same fields as a replica's.
+    pub executors: Vec<ReplicaEntry>,
     /// `[[client]]`, sorted by id.
     pub clients: Vec<ClientEntry>,
     /// `[protocol]`: the core's own configuration; options left out of the file have the
@@ -149,6 +154,7 @@ impl ClusterConfig {
             path: path.to_path_buf(),
             cluster: raw.cluster,
             replicas: Vec::new(),
+            executors: Vec::new(),
             clients: Vec::new(),
             protocol: raw.protocol,
             client: raw.client,
@@ -218,6 +224,19 @@ impl ClusterConfig {
             })
             .collect();
         cfg.replicas.sort_by_key(|r| r.id);
+        cfg.executors = raw
+            .executors
+            .into_iter()
+            .map(|r| ReplicaEntry {
+                id: r.id.into_inner(),
+                addr: r.addr,
+                metrics_addr: r.metrics_addr,
+                home: r.home,
+                key_file: r.key_file,
+                holder_socket: r.holder_socket,
+            })
+            .collect();
+        cfg.executors.sort_by_key(|r| r.id);
 
         // Clients: distinct ids.
         let mut seen: BTreeMap<ClientId, Location> = BTreeMap::new();
@@ -299,10 +318,33 @@ impl ClusterConfig {
                 problem: format!("entry {i} (in id order) has id {}", r.id),
             });
         }
+        let e = self.protocol.executors as usize;
+        if self.executors.len() != e
+            || self
+                .executors
+                .iter()
+                .enumerate()
+                .any(|(i, x)| x.id as usize != i)
+        {
+            return Err(invalid(
+                "[[executor]]",
+                format!(
+                    "[protocol] executors = {e} needs exactly {e} [[executor]] entries with ids \
+                     0 to {}, found {} (rerun `redoubt init --agreement N --execution M`)",
+                    e.max(1) - 1,
+                    self.executors.len()
+                ),
+            ));
+        }
         let mut endpoints: BTreeMap<SocketAddr, String> = BTreeMap::new();
-        for r in &self.replicas {
+        let nodes = self
+            .replicas
+            .iter()
+            .map(|r| ("replica", r))
+            .chain(self.executors.iter().map(|x| ("executor", x)));
+        for (role, r) in nodes {
             for (what, addr) in [("addr", r.addr), ("metrics_addr", r.metrics_addr)] {
-                let name = format!("replica {} {what}", r.id);
+                let name = format!("{role} {} {what}", r.id);
                 if let Some(first) = endpoints.get(&addr) {
                     return Err(ConfigError::DuplicateAddress {
                         path: path(),
@@ -326,6 +368,20 @@ impl ClusterConfig {
                 });
             }
             homes.insert(home, r.id);
+        }
+        let mut exec_homes: BTreeSet<PathBuf> = BTreeSet::new();
+        for x in &self.executors {
+            let home = self.resolve(&x.home);
+            if homes.contains_key(&home) || !exec_homes.insert(home.clone()) {
+                return Err(invalid(
+                    "[[executor]] home",
+                    format!(
+                        "executor {}'s home {} is another node's home",
+                        x.id,
+                        home.display()
+                    ),
+                ));
+            }
         }
         let mut ids = BTreeSet::new();
         for c in &self.clients {
@@ -483,13 +539,30 @@ impl ClusterConfig {
         }
     }
 
-    /// Every principal of the cluster: all replicas (by id), then all clients (by id).
+    /// Every principal of the cluster: all replicas (by id), then all clients (by id), then
+    /// all execution nodes (by id).
     pub fn principals(&self) -> Vec<Principal> {
         self.replicas
             .iter()
             .map(|r| Principal::Replica(r.id))
             .chain(self.clients.iter().map(|c| Principal::Client(c.id)))
+            .chain(self.executors.iter().map(|x| Principal::Executor(x.id)))
             .collect()
+    }
+
+    /// The entry of execution node `id`.
+    pub fn executor(&self, id: u32) -> Result<&ReplicaEntry, ConfigError> {
+        self.executors
+            .iter()
+            .find(|x| x.id == id)
+            .ok_or_else(|| ConfigError::Invalid {
+                path: self.path.clone(),
+                field: "[[executor]]".into(),
+                message: format!(
+                    "there is no execution node {id} (the file lists {})",
+                    self.executors.len()
+                ),
+            })
     }
 
     /// Whether `p` is a replica or client of this cluster.
@@ -497,33 +570,53 @@ impl ClusterConfig {
         match p {
             Principal::Replica(r) => self.replicas.iter().any(|e| e.id == r),
             Principal::Client(c) => self.clients.iter().any(|e| e.id == c),
+            Principal::Executor(x) => self.executors.iter().any(|e| e.id == x),
         }
     }
 
-    /// The peers `p` shares keys with: a replica with every other principal, a client with
-    /// every replica.
+    /// The peers `p` shares keys with: a replica or execution node with every other
+    /// principal, a client with every replica and execution node.
     pub fn peers_of(&self, p: Principal) -> Vec<Principal> {
         match p {
-            Principal::Replica(_) => self.principals().into_iter().filter(|q| *q != p).collect(),
+            Principal::Replica(_) | Principal::Executor(_) => {
+                self.principals().into_iter().filter(|q| *q != p).collect()
+            }
             Principal::Client(_) => self
-                .replicas
-                .iter()
-                .map(|r| Principal::Replica(r.id))
+                .principals()
+                .into_iter()
+                .filter(|q| !matches!(q, Principal::Client(_)))
                 .collect(),
         }
     }
 
     /// The resolved Unix socket of replica `id`'s key holder.
     pub fn holder_socket_of(&self, id: ReplicaId) -> Result<PathBuf, ConfigError> {
-        let r = self.replica(id)?;
+        self.holder_socket_for(Principal::Replica(id))
+    }
+
+    /// The resolved Unix socket of the key holder of replica or execution node `p`.
+    pub fn holder_socket_for(&self, p: Principal) -> Result<PathBuf, ConfigError> {
+        let (r, name) = match p {
+            Principal::Replica(id) => (self.replica(id)?, format!("keyholder-{id}.sock")),
+            Principal::Executor(id) => {
+                (self.executor(id)?, format!("keyholder-executor-{id}.sock"))
+            }
+            Principal::Client(_) => {
+                return Err(ConfigError::Invalid {
+                    path: self.path.clone(),
+                    field: "holder_socket".into(),
+                    message: "clients hold their keys in their key file, not a key holder".into(),
+                })
+            }
+        };
         Ok(match &r.holder_socket {
             Some(p) => self.resolve(p),
-            // Beside the home directory, not in it: emptying a replica's disk must not cut it
+            // Beside the home directory, not in it: emptying a node's disk must not cut it
             // off from its key holder.
             None => {
                 let home = self.resolve(&r.home);
                 let dir = home.parent().map(Path::to_path_buf).unwrap_or_default();
-                dir.join(format!("keyholder-{id}.sock"))
+                dir.join(name)
             }
         })
     }
@@ -548,6 +641,7 @@ impl ClusterConfig {
         let rel = match p {
             Principal::Replica(r) => &self.replica(r)?.key_file,
             Principal::Client(c) => &self.client_entry(c)?.key_file,
+            Principal::Executor(x) => &self.executor(x)?.key_file,
         };
         Ok(self.resolve(rel))
     }

@@ -120,8 +120,8 @@ pub fn load_keys(cfg: &ClusterConfig, me: Principal) -> Result<Keys, ConfigError
     }
     let directory = std::sync::Arc::new(load_directory(cfg)?);
     let holder: Box<dyn redoubt_core::KeyHolder> = match me {
-        Principal::Replica(id) => {
-            let socket = cfg.holder_socket_of(id)?;
+        Principal::Replica(id) | Principal::Executor(id) => {
+            let socket = cfg.holder_socket_for(me)?;
             let h = redoubt_keyholder::SocketHolder::connect(&socket, me).map_err(|e| {
                 ConfigError::KeyHolder {
                     principal: principal_name(me),

@@ -130,8 +130,8 @@ pub struct Client<A: KeyTable> {
     last_new_key: Option<Bytes>,
     /// Replicas that lost our key and get a NEW-KEY of their own, and when each last got one
     /// (both at most n entries).
-    rekey_for: BTreeSet<ReplicaId>,
-    last_rekey_of: BTreeMap<ReplicaId, u64>,
+    rekey_for: BTreeSet<Principal>,
+    last_rekey_of: BTreeMap<Principal, u64>,
     /// NEW-KEYs sent, replicas' requests for them, and failures of the key holder.
     pub key_refreshes: u64,
     pub keys_asked: u64,
@@ -180,10 +180,29 @@ impl<A: KeyTable> Client<A> {
     /// in flight stay verifiable at the others, and a replica that asks for nothing but
     /// trouble (or a forged ask) can only make us re-key with that one replica.
     pub fn refresh_keys_soon(&mut self, r: ReplicaId) {
-        if self.auth.session_ref().is_none() || r >= self.cfg.n() {
+        self.refresh_keys_soon_for(Principal::Replica(r));
+    }
+
+    /// Like [`Client::refresh_keys_soon`] for a replica or an execution node.
+    pub fn refresh_keys_soon_for(&mut self, p: Principal) {
+        let known = match p {
+            Principal::Replica(r) => r < self.cfg.n(),
+            Principal::Executor(e) => e < self.cfg.executors,
+            Principal::Client(_) => false,
+        };
+        if self.auth.session_ref().is_none() || !known {
             return;
         }
-        self.rekey_for.insert(r);
+        self.rekey_for.insert(p);
+    }
+
+    /// The principals that hold this client's keys: the replicas, and the execution nodes
+    /// of a separated deployment (which answer it).
+    fn key_peers(&self) -> Vec<Principal> {
+        (0..self.cfg.n())
+            .map(Principal::Replica)
+            .chain((0..self.cfg.executors).map(Principal::Executor))
+            .collect()
     }
 
     /// With session keys: sends a NEW-KEY to every replica when one is due (at the start,
@@ -198,8 +217,8 @@ impl<A: KeyTable> Client<A> {
                 && self
                     .last_rekey_ms
                     .is_none_or(|t| env.now_ms >= t + KEY_FORCE_STALL_MS));
-        let targets: Vec<ReplicaId> = if due {
-            (0..self.cfg.n()).collect()
+        let targets: Vec<Principal> = if due {
+            self.key_peers()
         } else {
             let now = env.now_ms;
             let last = &self.last_rekey_of;
@@ -212,7 +231,7 @@ impl<A: KeyTable> Client<A> {
         if targets.is_empty() {
             return;
         }
-        let replicas: Vec<Principal> = targets.iter().map(|r| Principal::Replica(*r)).collect();
+        let replicas = targets.clone();
         let Some(s) = self.auth.session() else {
             return;
         };
@@ -315,7 +334,9 @@ impl<A: KeyTable> Client<A> {
         if op.len() > self.cfg.request_bytes_max {
             return Err(InvokeError::TooLarge(op.len()));
         }
-        let fast_read = read_only && self.cfg.read_only_fast_path;
+        // Separated: every request is ordered (the replicas hold no service state to answer
+        // from).
+        let fast_read = read_only && self.cfg.read_only_fast_path && !self.cfg.separated();
         let Some((timestamp, _)) = self.issue(env, op.into(), read_only, fast_read, env.now_ms)
         else {
             return Err(InvokeError::NoBodySession);
@@ -428,18 +449,25 @@ impl<A: KeyTable> Client<A> {
                 return None;
             }
         };
-        let Principal::Replica(from) = frame.from else {
-            self.rejected += 1;
-            return None;
+        // Replies come from the replicas, or in a separated deployment from the execution
+        // nodes (which number `executors` and need g+1 matching).
+        let separated = self.cfg.separated();
+        let (from, repliers) = match frame.from {
+            Principal::Replica(r) => (r, if separated { 0 } else { self.cfg.n() }),
+            Principal::Executor(e) if separated => (e, self.cfg.executors),
+            _ => {
+                self.rejected += 1;
+                return None;
+            }
         };
         let reply = match open(&self.auth, &frame) {
             Ok(Message::Reply(r)) => r,
             Ok(Message::NewKey(nk)) if nk.from == frame.from => {
-                // A replica holds no key of ours (it recovered, or our key expired there):
-                // refresh at the next opportunity. Unverified on purpose: a forged one costs
-                // at most one NEW-KEY per KEY_FORCE_MIN_MS.
+                // A replica (or execution node) holds no key of ours (it recovered, or our
+                // key expired there): refresh at the next opportunity. Unverified on
+                // purpose: a forged one costs at most one NEW-KEY per KEY_FORCE_MIN_MS.
                 self.keys_asked += 1;
-                self.refresh_keys_soon(from);
+                self.refresh_keys_soon_for(frame.from);
                 return None;
             }
             _ => {
@@ -447,7 +475,7 @@ impl<A: KeyTable> Client<A> {
                 return None;
             }
         };
-        if reply.replica != from || reply.client != self.id || from >= self.cfg.n() {
+        if reply.replica != from || reply.client != self.id || from >= repliers {
             self.rejected += 1;
             return None;
         }
@@ -492,8 +520,14 @@ impl<A: KeyTable> Client<A> {
         );
         #[cfg(not(feature = "mutants"))]
         let (weak_reads, weak_tentative) = (false, false);
-        let weak = self.cfg.weak_quorum();
-        let strong = if o.fast_read && weak_reads {
+        let weak = if separated {
+            self.cfg.exec_quorum()
+        } else {
+            self.cfg.weak_quorum()
+        };
+        let strong = if separated {
+            weak // execution nodes reply only to what committed
+        } else if o.fast_read && weak_reads {
             weak
         } else {
             self.cfg.quorum()

@@ -104,7 +104,7 @@ pub fn admits(from: Principal, last: Option<u64>, counter: u64) -> bool {
     match (from, last) {
         (_, None) => true,
         (Principal::Client(_), Some(last)) => counter > last,
-        (Principal::Replica(_), Some(last)) => counter >= last,
+        (Principal::Replica(_) | Principal::Executor(_), Some(last)) => counter >= last,
     }
 }
 
@@ -403,6 +403,8 @@ pub enum Accepted {
     Replica(ReplicaId),
     /// A client's new key (both directions).
     Client(ClientId),
+    /// An execution node's new key for us to send to it.
+    Executor(crate::types::ExecutorId),
 }
 
 /// Session keys of one principal, with its key holder. Clones share the key holder.
@@ -551,6 +553,10 @@ impl SessionKeys {
             Principal::Replica(r) => {
                 self.outbound.insert(nk.from, key);
                 Ok(Accepted::Replica(r))
+            }
+            Principal::Executor(e) => {
+                self.outbound.insert(nk.from, key);
+                Ok(Accepted::Executor(e))
             }
             Principal::Client(c) => {
                 self.outbound.insert(nk.from, key.clone());

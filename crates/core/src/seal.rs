@@ -23,6 +23,30 @@ pub fn seal<A: Auth + ?Sized>(auth: &A, msg: &Message, to: Option<Principal>, n:
     out
 }
 
+/// Encodes `msg` from `auth.me()` with an authenticator over the execution nodes
+/// `0..executors` of a separated deployment (an agreement node's [`crate::message::Order`]):
+/// any execution node can check its entry, so the frame can be passed between them.
+pub fn seal_to_executors<A: Auth + ?Sized>(auth: &A, msg: &Message, executors: u32) -> Vec<u8> {
+    let kind = TagKind::Authenticator;
+    debug_assert_eq!(msg.required_tag(), kind);
+    let (mut out, body) = encode_frame_head(
+        WIRE_VERSION,
+        auth.me(),
+        auth.send_epoch(),
+        msg,
+        kind,
+        executors,
+    );
+    let d = Frame::auth_digest(auth.me(), auth.send_epoch(), &out[body]);
+    let tag = Tag::Authenticator(
+        (0..executors)
+            .map(|e| auth.mac_to(Principal::Executor(e), &d).unwrap_or_default())
+            .collect(),
+    );
+    postcard_tag(&mut out, &tag);
+    out
+}
+
 /// Like [`seal`] for an already encoded body and an explicit tag kind (the adversary of the
 /// simulator uses this to build well-authenticated lies).
 pub fn seal_body<A: Auth + ?Sized>(
@@ -89,7 +113,8 @@ pub fn open<A: Auth + ?Sized>(auth: &A, frame: &FrameRef<'_>) -> Result<Message,
             auth.verify_from(frame.from, frame.epoch, &d, mac)
         }
         Tag::Authenticator(macs) => {
-            let Principal::Replica(i) = me else {
+            // Replicas' authenticators are indexed by replica, executors' by executor.
+            let (Principal::Replica(i) | Principal::Executor(i)) = me else {
                 return Err(Reject::WrongTag);
             };
             match macs.get(i as usize) {

@@ -15,12 +15,16 @@ pub type Seq = u64;
 pub type ReplicaId = u32;
 /// Client identifier.
 pub type ClientId = u64;
+/// Execution node identifier in `0..executors` (separated deployment).
+pub type ExecutorId = u32;
 
 /// A principal that can send authenticated messages.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Principal {
     Replica(ReplicaId),
     Client(ClientId),
+    /// An execution node of a separated deployment (see `crate::executor`).
+    Executor(ExecutorId),
 }
 
 impl fmt::Debug for Principal {
@@ -28,6 +32,7 @@ impl fmt::Debug for Principal {
         match self {
             Principal::Replica(r) => write!(f, "r{r}"),
             Principal::Client(c) => write!(f, "c{c}"),
+            Principal::Executor(e) => write!(f, "e{e}"),
         }
     }
 }
@@ -225,6 +230,11 @@ pub struct Config {
     pub confidential_bodies: bool,
     /// Largest encoded message accepted (bytes); bigger frames are rejected before decoding.
     pub message_bytes_max: usize,
+    /// Execution nodes of a separated deployment (Yin et al. 2003): 0 runs the service on
+    /// the replicas (co-located); otherwise `2g+1` execution nodes run it and the replicas
+    /// only order (see `crate::executor`). Replicas, executors and clients must agree.
+    #[serde(default)]
+    pub executors: u32,
     /// Mutant to run (simulator only).
     #[cfg(feature = "mutants")]
     #[serde(skip)]
@@ -264,6 +274,7 @@ impl Config {
             request_bytes_max: 64 << 10,
             confidential_bodies: false,
             message_bytes_max: 32 << 20,
+            executors: 0,
             #[cfg(feature = "mutants")]
             mutant: Mutant::None,
         }
@@ -307,6 +318,21 @@ impl Config {
         !self.primary_replies && !self.tentative_for(requests)
     }
 
+    /// Whether execution is separated from agreement (`executors > 0`).
+    pub fn separated(&self) -> bool {
+        self.executors > 0
+    }
+
+    /// Faulty execution nodes tolerated, g, with `executors = 2g+1`.
+    pub fn g(&self) -> u32 {
+        self.executors.saturating_sub(1) / 2
+    }
+
+    /// Matching execution nodes that vouch for a reply or a checkpoint: g+1 (one correct).
+    pub fn exec_quorum(&self) -> usize {
+        self.g() as usize + 1
+    }
+
     /// Weak certificate size: at least one correct member.
     pub fn weak_quorum(&self) -> usize {
         self.f as usize + 1
@@ -332,6 +358,12 @@ impl Config {
     }
 
     fn validate_parameters(&self) -> Result<(), String> {
+        if self.executors > 0 && self.executors.is_multiple_of(2) {
+            return Err(format!(
+                "executors ({}) must be odd (2g+1), or 0 for the co-located deployment",
+                self.executors
+            ));
+        }
         if self.checkpoint_interval == 0 {
             return Err("checkpoint_interval must be positive".into());
         }

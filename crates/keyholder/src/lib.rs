@@ -60,15 +60,17 @@ pub enum HolderFileError {
     },
 }
 
-/// Formats a principal as it appears in key files and messages: `replica:0`, `client:3`.
+/// Formats a principal as it appears in key files and messages: `replica:0`, `client:3`,
+/// `executor:1`.
 pub fn principal_name(p: Principal) -> String {
     match p {
         Principal::Replica(r) => format!("replica:{r}"),
         Principal::Client(c) => format!("client:{c}"),
+        Principal::Executor(e) => format!("executor:{e}"),
     }
 }
 
-/// Parses `replica:N` or `client:N`.
+/// Parses `replica:N`, `client:N` or `executor:N`.
 pub fn parse_principal(s: &str) -> Option<Principal> {
     let (kind, id) = s.split_once(':')?;
     if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
@@ -77,6 +79,7 @@ pub fn parse_principal(s: &str) -> Option<Principal> {
     match kind {
         "replica" => id.parse().ok().map(Principal::Replica),
         "client" => id.parse().ok().map(Principal::Client),
+        "executor" => id.parse().ok().map(Principal::Executor),
         _ => None,
     }
 }
@@ -204,7 +207,7 @@ mod tests {
         let secrets = |p: Principal| match p {
             Principal::Replica(0) => HolderSecrets::from_seed(&[3; 32]),
             Principal::Replica(_) => HolderSecrets::from_seed(&[5; 32]),
-            Principal::Client(_) => HolderSecrets::from_seed(&[7; 32]),
+            Principal::Client(_) | Principal::Executor(_) => HolderSecrets::from_seed(&[7; 32]),
         };
         let directory = Arc::new(Directory {
             keys: [R0, R1, C1]

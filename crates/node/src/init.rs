@@ -153,6 +153,7 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
             name: opts.name.clone(),
             id: cluster_id.clone(),
         },
+        executors: Vec::new(),
         replicas: (0..n)
             .map(|i| {
                 let port = |offset: u32| (u32::from(opts.base_port) + offset + i) as u16;

@@ -381,6 +381,7 @@ impl<S: Service> Node<S> {
                     Some(conn) => self.listener.send(*conn, bytes).is_ok(),
                     None => false,
                 },
+                Principal::Executor(_) => false,
             };
             if !ok {
                 let q = if matches!(to, Principal::Replica(_)) {

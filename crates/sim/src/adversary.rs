@@ -133,6 +133,34 @@ impl Adversary {
             return vec![];
         };
         let honest = vec![(to, bytes.to_vec(), 0)];
+        if let Message::Order(o) = &msg {
+            // Separated deployment: its piece of the agreement certificate names another
+            // batch (well formed, its digest right) for half the execution nodes.
+            if behavior == Behavior::Silent {
+                return vec![];
+            }
+            if rng.random_bool(0.5) {
+                let mut lie = o.clone();
+                let mut b = lie.batch.clone().unwrap_or(redoubt_core::message::Batch {
+                    nondet: redoubt_core::message::NonDet {
+                        time_ms: 0,
+                        seed: 0,
+                    },
+                    requests: Vec::new(),
+                });
+                b.nondet.seed = b.nondet.seed.wrapping_add(0x9e37_79b9);
+                b.requests.reverse();
+                lie.digest = b.digest();
+                lie.batch = Some(b);
+                let bytes = redoubt_core::seal::seal_to_executors(
+                    &self.keys[&from],
+                    &Message::Order(lie),
+                    self.cfg.executors,
+                );
+                return vec![(to, bytes, 0)];
+            }
+            return honest;
+        }
         match behavior {
             Behavior::Silent => vec![],
             Behavior::Withhold => {

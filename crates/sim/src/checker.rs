@@ -14,6 +14,8 @@ use redoubt_crypto::Digest;
 use std::collections::BTreeMap;
 
 pub struct Checker {
+    /// How members are named in violations: "r" (replicas), "e" (execution nodes).
+    label: &'static str,
     faulty: Vec<ReplicaId>,
     executed: BTreeMap<Seq, (Digest, ReplicaId)>,
     checkpoints: BTreeMap<Seq, (Digest, ReplicaId)>,
@@ -23,11 +25,23 @@ pub struct Checker {
 impl Checker {
     pub fn new(n: u32, faulty: Vec<ReplicaId>) -> Checker {
         Checker {
+            label: "r",
             faulty,
             executed: BTreeMap::new(),
             checkpoints: BTreeMap::new(),
             last: vec![0; n as usize],
         }
+    }
+
+    /// The same checker naming its members `label` (execution nodes: "e").
+    pub fn labelled(mut self, label: &'static str) -> Checker {
+        self.label = label;
+        self
+    }
+
+    /// The batch correct members executed at `seq`, if one did.
+    pub fn executed_digest(&self, seq: Seq) -> Option<Digest> {
+        self.executed.get(&seq).map(|(d, _)| *d)
     }
 
     /// A replica the adversary took (its events are ignored from now on), or one that
@@ -79,12 +93,16 @@ impl Checker {
             Event::Executed { seq, digest, .. } => {
                 let last = &mut self.last[r as usize];
                 if *seq != *last + 1 {
-                    return Some(format!("r{r} executed n{seq} after n{last}"));
+                    return Some(format!(
+                        "{l}{r} executed n{seq} after n{last}",
+                        l = self.label
+                    ));
                 }
                 *last = *seq;
                 match self.executed.get(seq) {
                     Some((d, other)) if d != digest => Some(format!(
-                        "agreement: r{r} executed {digest:?} at n{seq} but r{other} executed {d:?}"
+                        "agreement: {l}{r} executed {digest:?} at n{seq} but {l}{other} executed {d:?}",
+                        l = self.label
                     )),
                     Some(_) => None,
                     None => {
@@ -99,7 +117,8 @@ impl Checker {
                 self.checkpoint(r, *seq, *digest)
             }
             Event::StateDivergence { seq } => Some(format!(
-                "r{r} found its own state diverged at checkpoint n{seq}"
+                "{l}{r} found its own state diverged at checkpoint n{seq}",
+                l = self.label
             )),
             Event::Contradiction {
                 seq,
@@ -116,7 +135,8 @@ impl Checker {
     fn checkpoint(&mut self, r: ReplicaId, seq: Seq, digest: Digest) -> Option<String> {
         match self.checkpoints.get(&seq) {
             Some((d, other)) if *d != digest => Some(format!(
-                "state: r{r} has checkpoint digest {digest:?} at n{seq} but r{other} has {d:?}"
+                "state: {l}{r} has checkpoint digest {digest:?} at n{seq} but {l}{other} has {d:?}",
+                l = self.label
             )),
             Some(_) => None,
             None => {

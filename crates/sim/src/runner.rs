@@ -27,6 +27,8 @@ pub enum Optimizations {
     /// Every one, tentative execution for small batches only and a quiet primary for the
     /// others ([`Scenario::hybrid`], the default's mix).
     Hybrid,
+    /// Drawn per seed, in the separated deployment ([`Scenario::separate`]).
+    Separated,
 }
 
 /// The scenario of a seed: random, with the given mutant.
@@ -38,6 +40,7 @@ pub fn scenario_for(seed: u64, mutant: Mutant, opts: Optimizations) -> Scenario 
         Optimizations::All => s.all_optimizations(),
         Optimizations::QuietPrimary => s.quiet_primary(),
         Optimizations::Hybrid => s.hybrid(),
+        Optimizations::Separated => s.separate(),
     }
     s
 }

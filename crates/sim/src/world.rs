@@ -28,6 +28,7 @@ use std::sync::Arc;
 mod checks;
 mod clients;
 mod effects;
+mod execs;
 mod frames;
 mod plant;
 mod proactive;
@@ -53,6 +54,8 @@ enum Ev {
         bytes: Vec<u8>,
     },
     TickReplica(ReplicaId),
+    /// An execution node's tick (separated deployment).
+    TickExec(redoubt_core::ExecutorId),
     TickClient(usize),
     ClientNext(usize),
     ByzClient(usize),
@@ -223,6 +226,9 @@ pub struct World {
     /// Key-table generation of each controlled replica the adversary last copied.
     adversary_key_gen: BTreeMap<ReplicaId, u64>,
     replicas: Vec<Replica<KvService, SessionKeys>>,
+    /// Separated deployment: the execution nodes, and the checker of their events.
+    execs: Vec<execs::SimExec>,
+    exec_checker: Checker,
     /// Each replica's durable journal (compacted at checkpoints, as the node does).
     disks: Vec<Vec<redoubt_core::Record>>,
     /// Each replica's durable page store.
@@ -289,6 +295,10 @@ impl World {
         for r in 0..n {
             let jitter = self.rng.random_range(0..TICK_MS);
             self.schedule(jitter, Ev::TickReplica(r));
+        }
+        for e in 0..self.execs.len() as u32 {
+            let jitter = self.rng.random_range(0..TICK_MS);
+            self.schedule(jitter, Ev::TickExec(e));
         }
         for c in 0..self.clients.len() {
             let start = self.rng.random_range(0..50);
@@ -369,7 +379,7 @@ impl World {
         }
         let iso = |p: Principal, part: &crate::scenario::Partition| match p {
             Principal::Replica(r) => part.isolated.contains(&r),
-            Principal::Client(_) => false,
+            Principal::Client(_) | Principal::Executor(_) => false,
         };
         self.sc.partitions.iter().any(|part| {
             self.now >= part.start_ms && self.now < part.end_ms && iso(a, part) != iso(b, part)
@@ -485,6 +495,7 @@ impl World {
             &mut self.holder_admitted,
             &mut self.incarnations,
             self.sc.mutant == redoubt_core::Mutant::NoFreshness,
+            self.sc.core.separated(),
             p,
         )
     }
@@ -612,6 +623,7 @@ impl World {
                 }
                 self.schedule(self.now + TICK_MS, Ev::TickReplica(r));
             }
+            Ev::TickExec(e) => self.tick_exec(e),
             Ev::TickClient(c) => {
                 let env = self.env();
                 let eff = self.clients[c].core.tick(env);
@@ -864,6 +876,11 @@ impl World {
                 self.replica_effects(r, eff);
                 for (t, b, d) in extra {
                     self.transmit(Principal::Replica(r), t, b, d);
+                }
+            }
+            Principal::Executor(e) => {
+                if (e as usize) < self.execs.len() {
+                    self.deliver_exec(e, &bytes);
                 }
             }
             Principal::Client(id) => {

@@ -12,7 +12,9 @@ use redoubt_crypto::{Digest, DigestBuilder, Mac, MAC_LEN};
 use serde::{Deserialize, Serialize};
 
 mod frame;
+mod separated;
 pub use frame::*;
+pub use separated::*;
 
 /// Wire format version carried by every frame.
 pub const WIRE_VERSION: u8 = 4;
@@ -494,6 +496,15 @@ pub enum Message {
     QueryStable(QueryStable),
     /// REPLY-STABLE: the answer, echoing the nonce.
     ReplyStable(ReplyStable),
+    /// Separated deployment (see `separated.rs`): agreement to execution.
+    Order(Order),
+    Retry(Retry),
+    /// Execution to agreement.
+    ExecAck(ExecAck),
+    /// Among execution nodes.
+    ExecCheckpoint(ExecCheckpoint),
+    Missing(Missing),
+    Certified(Certified),
 }
 
 /// QUERY-STABLE: the estimation step of a recovery; `nonce` ties the answers to it.
@@ -582,6 +593,12 @@ impl Message {
             Message::NewKey(_) => "new-key",
             Message::QueryStable(_) => "query-stable",
             Message::ReplyStable(_) => "reply-stable",
+            Message::Order(_) => "order",
+            Message::Retry(_) => "retry",
+            Message::ExecAck(_) => "exec-ack",
+            Message::ExecCheckpoint(_) => "exec-checkpoint",
+            Message::Missing(_) => "missing",
+            Message::Certified(_) => "certified",
         }
     }
 
@@ -597,7 +614,12 @@ impl Message {
             | Message::StateData(_)
             | Message::Batches(_)
             | Message::RelayViewChange(_)
-            | Message::ReplyStable(_) => TagKind::Mac,
+            | Message::ReplyStable(_)
+            | Message::Retry(_)
+            | Message::ExecAck(_)
+            | Message::ExecCheckpoint(_)
+            | Message::Missing(_)
+            | Message::Certified(_) => TagKind::Mac,
             Message::PrePrepare(_)
             | Message::Prepare(_)
             | Message::Commit(_)
@@ -605,7 +627,8 @@ impl Message {
             | Message::ViewChange(_)
             | Message::NewView(_)
             | Message::Status(_)
-            | Message::QueryStable(_) => TagKind::Authenticator,
+            | Message::QueryStable(_)
+            | Message::Order(_) => TagKind::Authenticator,
         }
     }
 }

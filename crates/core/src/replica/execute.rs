@@ -30,6 +30,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         if self.exec.tentative().is_none() {
             loop {
+                if self.queue.waiting() {
+                    break; // separated: the checkpoint waits for the execution cluster
+                }
                 let n = self.exec.last_executed() + 1;
                 let Some(slot) = self.log.get(&n) else { break };
                 if !slot.committed {
@@ -60,6 +63,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// while replaying, recovering or off the normal case.
     pub(super) fn try_tentative(&mut self) {
         if !self.cfg.tentative_execution
+            || self.cfg.separated()
             || self.exec.tentative().is_some()
             || self.replaying
             || !self.normal
@@ -139,6 +143,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// Like [`Replica::learn_sessions`] for one request.
     pub(super) fn learn_session(&mut self, req: &Request) -> bool {
+        if self.cfg.separated() {
+            return true; // the execution nodes open bodies, not the replicas
+        }
         let Some(enc) = self.exec.session_wanted(req) else {
             return true;
         };
@@ -187,11 +194,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 batch_seed: b.nondet.seed,
                 index: i as u64,
             };
+            let separated = self.cfg.separated();
             let result = match recovery::recovery_of(req.client, self.cfg.n()) {
                 Some(r) => {
                     let h_m = postcard::from_bytes::<RecoveryOp>(&req.op).map_or(0, |op| op.h_m);
                     self.execute_recovery(r, h_m, seq, time_ms)
                 }
+                // Separated: the execution nodes run it and answer; here it is only ordered.
+                None if separated => Vec::new(),
                 None => self.exec.run(req, &ctx),
             };
             self.stats.bodies_refused = self.exec.bodies_refused();
@@ -205,6 +215,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 continue;
             }
             let to = self.requester(c);
+            if separated && matches!(to, Principal::Client(_)) {
+                self.exec.record(c, last);
+                continue;
+            }
             let reply = (!(quiet && matches!(to, Principal::Client(_))))
                 .then(|| self.reply(c, req.timestamp, &last.result, tentative));
             self.exec.record(c, last);
@@ -251,7 +265,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             requests: executed,
         });
         self.arm_request_timer();
-        if seq.is_multiple_of(self.cfg.checkpoint_interval) {
+        if self.cfg.separated() {
+            self.forward(seq, digest, batch);
+        }
+        if seq.is_multiple_of(self.cfg.checkpoint_interval) && !self.checkpoint_waits(seq) {
             self.take_checkpoint(seq);
         }
     }

@@ -50,6 +50,7 @@ mod normal;
 mod recovery;
 mod requests;
 mod restart;
+mod separated;
 mod state_transfer;
 mod status;
 mod suspects;
@@ -243,7 +244,7 @@ pub struct Replica<S: Service, A: KeyTable> {
     rekey_due: bool,
     next_rekey_ms: u64,
     next_key_expiry_ms: u64,
-    new_key_resent: BTreeMap<ReplicaId, u64>,
+    new_key_resent: BTreeMap<Principal, u64>,
     /// Clients asked for their keys (our NEW-KEY sent to them) and when; bounded.
     client_key_asked: BTreeMap<ClientId, u64>,
     recovery: Option<recovery::Recovery>,
@@ -251,6 +252,9 @@ pub struct Replica<S: Service, A: KeyTable> {
     send_cap: Option<Seq>,
     /// Why the stored checkpoint did not load at start-up (reported once restored).
     unreadable: Option<String>,
+    /// Separated deployment: the message queue towards the execution nodes (see
+    /// `separated.rs`).
+    queue: separated::Queue,
 }
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
@@ -329,6 +333,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             recovery: None,
             send_cap: None,
             unreadable: None,
+            queue: separated::Queue::default(),
         };
         #[cfg(feature = "mutants")]
         if r.cfg.mutant == crate::types::Mutant::ClearBodies {
@@ -653,10 +658,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let msg = match open(&self.auth, &frame) {
             Ok(m) => m,
             Err(r) => {
-                if let (Reject::BadMac, Principal::Replica(peer)) = (r, from) {
-                    if peer < self.cfg.n() && peer != self.id {
-                        self.resend_new_key(peer);
+                match (r, from) {
+                    (Reject::BadMac, Principal::Replica(peer))
+                        if peer < self.cfg.n() && peer != self.id =>
+                    {
+                        self.resend_new_key(Principal::Replica(peer));
                     }
+                    (Reject::BadMac, Principal::Executor(e)) if e < self.cfg.executors => {
+                        self.resend_new_key(from);
+                    }
+                    _ => {}
                 }
                 self.reject(from, "frame", r);
                 return;
@@ -671,6 +682,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     fn dispatch(&mut self, from: Principal, msg: Message, len: usize) -> Result<(), Reject> {
         let sender = match from {
             Principal::Replica(r) => Some(r),
+            Principal::Executor(e) => {
+                return match msg {
+                    Message::ExecAck(a) => self.on_exec_ack(e, a),
+                    Message::NewKey(m) => self.on_new_key(from, m),
+                    _ => Err(Reject::Unexpected),
+                };
+            }
             Principal::Client(_) => None,
         };
         match (msg, sender) {
@@ -756,6 +774,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.answer_reads();
         }
         self.drive_transfer();
+        self.tick_queue();
         self.tick_keys();
         self.drive_recovery();
         // An idle primary still drives a recovering replica to its recovery point; "idle"

@@ -83,9 +83,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.rekey_due = true;
             return;
         }
+        // Separated: the execution nodes get our keys too (they send us acknowledgements).
         let peers: Vec<Principal> = (0..self.cfg.n())
             .filter(|r| *r != self.id)
             .map(Principal::Replica)
+            .chain((0..self.cfg.executors).map(Principal::Executor))
             .collect();
         let now = self.now();
         let Some(s) = self.auth.session() else {
@@ -97,7 +99,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 self.next_rekey_ms = now + self.cfg.key_refresh_ms;
                 self.stats.key_refreshes += 1;
                 self.drop_incomplete_certificates();
-                self.broadcast(&Message::NewKey(nk));
+                let nk = Message::NewKey(nk);
+                self.broadcast(&nk);
+                for e in 0..self.cfg.executors {
+                    self.send(Principal::Executor(e), &nk);
+                }
                 self.event(Event::KeysRefreshed);
             }
             Err(e) => {
@@ -176,6 +182,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 self.forget_view_changes_of(Some(r));
                 Ok(())
             }
+            Ok(Accepted::Executor(_)) => {
+                self.stats.new_keys_accepted += 1;
+                Ok(())
+            }
             Ok(Accepted::Client(_)) => {
                 self.stats.new_keys_accepted += 1;
                 // Requests that arrived before the key may verify now.
@@ -193,7 +203,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// A replica sent us something we cannot authenticate: it may hold an old key of ours, so
     /// it gets our latest NEW-KEY again (rate-limited per peer).
-    pub(super) fn resend_new_key(&mut self, to: ReplicaId) {
+    pub(super) fn resend_new_key(&mut self, to: Principal) {
         let now = self.now();
         if self
             .new_key_resent
@@ -206,7 +216,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         };
         self.new_key_resent.insert(to, now);
-        self.send_replica(to, &Message::NewKey(nk));
+        self.send(to, &Message::NewKey(nk));
     }
 
     /// A request from client `c` did not authenticate and we hold no key of `c` (discarded
@@ -916,6 +926,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             Message::Prepare(m) => m.seq,
             Message::Commit(m) => m.seq,
             Message::Checkpoint(m) => m.seq,
+            Message::Order(m) => m.seq,
             _ => return false,
         };
         seq > cap

@@ -37,7 +37,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if signed {
             self.stats.requests_signed += 1;
         }
-        if req.read_only && self.cfg.read_only_fast_path {
+        if req.read_only && self.cfg.read_only_fast_path && !self.cfg.separated() {
             if !matches!(from, Principal::Client(_)) {
                 return Err(Reject::Unexpected); // read-only requests are never relayed
             }
@@ -54,6 +54,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if let Some(last) = self.exec.last_reply(req.client) {
             if req.timestamp < last.timestamp {
                 return Err(Reject::Stale);
+            }
+            if req.timestamp == last.timestamp && self.cfg.separated() {
+                // Ordered already: the execution nodes hold the reply.
+                self.hint_retry(req.client, req.timestamp);
+                return Ok(());
             }
             if req.timestamp == last.timestamp {
                 // Already executed: resend the cached reply.

@@ -70,7 +70,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.cfg.state_transfer_retry_ms,
         );
         if let Some((to, mut fetch)) = self.exec.next_fetch(self.now(), max, retry) {
-            if self.cfg.confidential_bodies {
+            if self.seals_state() {
                 match self.state_session() {
                     Some(enc) => fetch.session = Some(enc),
                     None => return, // the key holder failed: the retry timer asks again
@@ -264,7 +264,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.cfg.mutant == crate::types::Mutant::ClearState {
             return false;
         }
-        self.cfg.confidential_bodies
+        // In a separated deployment the replicas' state holds no operation or result (only
+        // which requests were ordered), and they hold no executors' secret to open sessions.
+        self.cfg.confidential_bodies && !self.cfg.separated()
     }
 
     /// Our state session with the executors for the transfer under way (started on first use

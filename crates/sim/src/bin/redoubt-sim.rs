@@ -56,6 +56,10 @@ struct Args {
     /// backups, as the default configuration does.
     #[arg(long)]
     hybrid: bool,
+    /// Run every random seed in the separated deployment: the replicas only order, 2g+1
+    /// execution nodes (up to g of them faulty) run the service (per-seed optimizations).
+    #[arg(long, conflicts_with_all = ["all_optimizations", "quiet_primary", "hybrid"])]
+    separated: bool,
     /// Run a named scenario (see --list).
     #[arg(long)]
     scenario: Option<String>,
@@ -81,6 +85,8 @@ impl Args {
             Optimizations::Hybrid
         } else if self.all_optimizations {
             Optimizations::All
+        } else if self.separated {
+            Optimizations::Separated
         } else {
             Optimizations::PerSeed
         }

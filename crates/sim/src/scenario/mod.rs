@@ -4,9 +4,31 @@
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use redoubt_core::{Config, Mutant, ReplicaId};
+use redoubt_core::{Config, ExecutorId, Mutant, ReplicaId};
 
 mod named;
+
+/// How a faulty execution node of a separated deployment misbehaves (at most g of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecBehavior {
+    /// Sends nothing.
+    Silent,
+    /// Runs the core but lies in what it sends: wrong results in its replies, acknowledgements
+    /// of batches it never executed, random checkpoint digests, certificates of garbage for
+    /// peers that ask, and (with sealed bodies) the operations it opened, in clear, in its
+    /// replies.
+    Liar,
+    /// Drops half of what it sends.
+    Flaky,
+}
+
+impl ExecBehavior {
+    pub const ALL: [ExecBehavior; 3] = [
+        ExecBehavior::Silent,
+        ExecBehavior::Liar,
+        ExecBehavior::Flaky,
+    ];
+}
 
 /// How a Byzantine replica misbehaves. Every behaviour sends well-authenticated messages (the
 /// adversary holds the replica's keys) unless it is about forging.
@@ -291,6 +313,8 @@ pub struct Scenario {
     /// The run stops here (ms), with no liveness check: a measurement window (the named
     /// scenario `colluding-client`).
     pub stop_ms: Option<u64>,
+    /// Separated deployment (`core.executors > 0`): the faulty execution nodes (at most g).
+    pub exec_byzantine: Vec<(ExecutorId, ExecBehavior)>,
     pub mutant: Mutant,
 }
 
@@ -322,6 +346,25 @@ impl Scenario {
         self.all_optimizations();
         self.core.tentative_execution = false;
         self.core.primary_replies = false;
+    }
+
+    /// The separated deployment (Yin et al. 2003): the replicas only order, `2g+1` execution
+    /// nodes (g = 1, or 2 in a fifth of the seeds) run the service, up to g of them faulty
+    /// (in 70% of the seeds). Drawn from its own stream, after everything else: the rest of
+    /// the seed plays as drawn.
+    pub fn separate(&mut self) {
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed ^ 0x5e9a_7a7e_d0e5);
+        let g = if rng.random_bool(0.2) { 2 } else { 1 };
+        self.core.executors = 2 * g + 1;
+        if rng.random_bool(0.7) {
+            let mut ids: Vec<ExecutorId> = (0..self.core.executors).collect();
+            shuffle(&mut rng, &mut ids);
+            let k = rng.random_range(1..=g) as usize;
+            for e in &ids[..k] {
+                let b = ExecBehavior::ALL[rng.random_range(0..ExecBehavior::ALL.len())];
+                self.exec_byzantine.push((*e, b));
+            }
+        }
     }
 
     /// A fault-free baseline with f = 1.
@@ -372,6 +415,7 @@ impl Scenario {
             tamper_disk: false,
             replay_new_keys: false,
             stop_ms: None,
+            exec_byzantine: vec![],
             mutant: Mutant::None,
         }
     }

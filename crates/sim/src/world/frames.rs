@@ -70,6 +70,26 @@ pub fn describe(bytes: &[u8]) -> String {
         Message::NewKey(k) => format!("{k:?}"),
         Message::QueryStable(q) => format!("QUERY-STABLE r{} nonce{}", q.replica, q.nonce),
         Message::ReplyStable(r) => format!("REPLY-STABLE r{} c{} p{}", r.replica, r.c, r.p),
+        Message::Order(o) => format!(
+            "ORDER r{} v{} n{} {:?}{}",
+            o.replica,
+            o.view,
+            o.seq,
+            o.digest,
+            if o.batch.is_some() { "" } else { " (no body)" }
+        ),
+        Message::Retry(r) => format!("RETRY c{} t{}", r.client, r.timestamp),
+        Message::ExecAck(a) => format!("EXEC-ACK e{} n{}", a.executor, a.seq),
+        Message::ExecCheckpoint(c) => {
+            format!("EXEC-CHECKPOINT e{} n{} {:?}", c.executor, c.seq, c.digest)
+        }
+        Message::Missing(m) => format!("MISSING e{} n{}", m.executor, m.seq),
+        Message::Certified(c) => format!(
+            "CERTIFIED e{} stable{} {} frames",
+            c.executor,
+            c.stable,
+            c.frames.len()
+        ),
     }
 }
 
@@ -95,6 +115,7 @@ pub(super) fn new_session_keys(
     admitted: &mut BTreeMap<Principal, AdmittedCounters>,
     incarnations: &mut BTreeMap<Principal, u64>,
     forgetful: bool,
+    separated: bool,
     p: Principal,
 ) -> SessionKeys {
     let counter = counters
@@ -116,7 +137,14 @@ pub(super) fn new_session_keys(
         seed,
     );
     holder.forgetful = forgetful;
-    if matches!(p, Principal::Replica(_)) {
+    // The executors' secret: on the replicas when they execute, on the execution nodes of a
+    // separated deployment (never on its replicas).
+    let executes = match p {
+        Principal::Replica(_) => !separated,
+        Principal::Executor(_) => true,
+        Principal::Client(_) => false,
+    };
+    if executes {
         holder = holder.with_executor(executor_secret(master));
     }
     SessionKeys::new(Box::new(holder), directory.clone())

@@ -18,6 +18,9 @@ impl World {
         let correct = match from {
             Principal::Replica(r) => !self.faulty.contains(&r) && !self.adversary.controls(r),
             Principal::Client(id) => self.clients.iter().any(|c| c.core.id() == id),
+            // Execution nodes hold the values; a faulty one may leak them (nothing but the
+            // privacy firewall stops that).
+            Principal::Executor(e) => !self.exec_faulty(e),
         };
         if !correct {
             return;

@@ -15,6 +15,7 @@ impl World {
         principals.extend(
             (0..sc.byz_clients.len() as ClientId).map(|i| Principal::Client(BYZ_CLIENT_BASE + i)),
         );
+        principals.extend((0..sc.core.executors).map(Principal::Executor));
         let directory = Arc::new(Directory {
             keys: principals
                 .iter()
@@ -33,6 +34,7 @@ impl World {
                 &mut holder_admitted,
                 &mut incarnations,
                 sc.mutant == redoubt_core::Mutant::NoFreshness,
+                sc.core.separated(),
                 p,
             )
         };
@@ -93,8 +95,14 @@ impl World {
                 }
             })
             .collect();
+        let execs = World::build_executors(&sc, &mut keys);
         let faulty = sc.faulty();
         let checker = Checker::new(n, faulty.clone());
+        let exec_checker = Checker::new(
+            sc.core.executors,
+            sc.exec_byzantine.iter().map(|(e, _)| *e).collect(),
+        )
+        .labelled("e");
         let mut w = World {
             rng,
             now: 0,
@@ -109,6 +117,8 @@ impl World {
             incarnations,
             adversary_key_gen: BTreeMap::new(),
             replicas,
+            execs,
+            exec_checker,
             disks: vec![Vec::new(); n as usize],
             stores,
             up: vec![Up::Running; n as usize],

@@ -1,0 +1,749 @@
+//! An execution node of a separated deployment (Yin et al. 2003, "Separating agreement from
+//! execution"): one of `2g+1` nodes that run the service on batches the agreement cluster
+//! (3f+1 replicas, which then only order) certified, and answer clients.
+//!
+//! - An agreement node that executes (orders) a committed batch sends each execution node its
+//!   piece of the agreement certificate, an [`Order`] under an authenticator over the
+//!   execution nodes. 2f+1 pieces naming one digest certify the batch (`orders.rs`).
+//! - Certified batches run in sequence order through the execution component
+//!   (`crate::execution`: service, paged state, exactly-once table, sealed bodies); each
+//!   reply goes straight to its client, which needs g+1 matching ones.
+//! - After running batches the node tells every agreement node how far it executed
+//!   ([`ExecAck`]): agreement nodes retransmit what g+1 execution nodes have not
+//!   acknowledged, and take their own checkpoints only once it is acknowledged, so their
+//!   garbage collection never drops a batch no correct execution node has.
+//! - Every K sequence numbers the node takes a checkpoint and sends its digest to its peers;
+//!   g+1 matching make it stable, and what lies below it is forgotten.
+//! - A node that holds later certificates than the one it needs next asks its peers
+//!   ([`Missing`]); they pass on the agreement nodes' frames of the certificates they keep
+//!   ([`Certified`]), which the asker checks against its own authenticator entries.
+//!
+//! Not here yet: state transfer between execution nodes. A node whose checkpoint differs from
+//! one g+1 peers vouch for reports [`Event::StateDivergence`] and stops; a node that fell
+//! behind its peers' stable checkpoint keeps asking and waits. Execution nodes do not
+//! recover proactively. See docs/operations.md, "Separated deployment".
+//!
+//! Bounds: certificate pieces within `log_size` sequence numbers above the last executed
+//! (`orders.rs`); execution at most `log_size` sequence numbers past the stable checkpoint,
+//! so at most that many certificates of executed batches kept; checkpoint votes per executor
+//! per checkpoint within the same window; one Retry answer time per client with an
+//! exactly-once entry.
+
+mod orders;
+
+use crate::effect::{Bytes, Effect, Env, Event};
+use crate::execution::{Execution, LastReply};
+use crate::keys::{Accepted, KeyTable, NewKey};
+use crate::message::*;
+use crate::replica::Input;
+use crate::seal::{open, seal};
+use crate::service::{ExecContext, Service};
+use crate::types::{ClientId, Config, ExecutorId, Principal, ReplicaId, Seq};
+use orders::{CertifiedBatch, Orders, Refused};
+use redoubt_crypto::Digest;
+use redoubt_state::PagedState;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Most certificates one [`Certified`] answer carries.
+const CERTIFIED_PER_ANSWER_MAX: usize = 16;
+/// A client's reply is sent again on a [`Retry`] at most this often (ms).
+const RETRY_ANSWER_MIN_MS: u64 = 20;
+/// A peer that cannot authenticate us, or a client whose key we lack, gets our latest NEW-KEY
+/// at most this often (ms).
+const NEW_KEY_RESEND_MS: u64 = 500;
+
+/// Counters a host can export as metrics.
+#[derive(Clone, Debug, Default)]
+pub struct ExecutorStats {
+    pub batches_executed: u64,
+    pub requests_executed: u64,
+    /// Frames and messages rejected (bad MAC, malformed, unexpected).
+    pub rejected: u64,
+    /// Certificate pieces refused (outside the window, body not matching its digest).
+    pub orders_refused: u64,
+    /// Replies sent again on an agreement node's [`Retry`].
+    pub retries_answered: u64,
+    /// [`Missing`] requests sent, and certificates passed on to peers that sent one.
+    pub missing_sent: u64,
+    pub certificates_forwarded: u64,
+    /// Checkpoints that became stable here.
+    pub checkpoints_stable: u64,
+    /// Clients' body sessions opened by the key holder, and operations refused because they
+    /// did not open (confidential bodies).
+    pub body_sessions_opened: u64,
+    pub bodies_refused: u64,
+    /// NEW-KEYs sent (session keys).
+    pub key_refreshes: u64,
+}
+
+/// An execution node (see the module documentation).
+pub struct Executor<S: Service, A: KeyTable> {
+    cfg: Config,
+    id: ExecutorId,
+    auth: A,
+    exec: Execution<S>,
+    env: Env,
+    effects: Vec<Effect>,
+    pub stats: ExecutorStats,
+    orders: Orders,
+    /// Certificates (the agreement nodes' frames) of executed batches above the stable
+    /// checkpoint, for peers that missed them.
+    done: BTreeMap<Seq, Vec<Bytes>>,
+    /// Execution checkpoint votes above the stable checkpoint.
+    votes: BTreeMap<Seq, BTreeMap<ExecutorId, Digest>>,
+    stable: Seq,
+    /// When the next periodic acknowledgement and checkpoint vote go out (ms).
+    next_heartbeat_ms: u64,
+    /// When a gap may next be asked for (ms).
+    next_missing_ms: u64,
+    /// When each client's reply was last sent again on a Retry (ms).
+    retried: BTreeMap<ClientId, u64>,
+    /// The key holder failed to open a body session: execution waits, retried on the next
+    /// tick.
+    sessions_retry: bool,
+    /// g+1 peers vouch for a checkpoint that differs from ours: execution stops there (no
+    /// state transfer between execution nodes yet).
+    stuck: Option<Seq>,
+    /// The view of the last batch executed (replies sent again carry it).
+    last_view: u64,
+    /// Session keys: when our next NEW-KEY is due (ms), and when our latest one was last
+    /// sent to a peer or client that could not authenticate us or whose key we lack (at
+    /// most one entry per principal that sent us an authenticated message or ran a request).
+    next_rekey_ms: u64,
+    new_key_resent: BTreeMap<Principal, u64>,
+}
+
+impl<S: Service, A: KeyTable> Executor<S, A> {
+    /// Execution node `id` whose state is `state` (see [`crate::open_state`]) at its durable
+    /// checkpoint: a fresh state starts at 0, a stored one where it was last made stable.
+    pub fn new(
+        cfg: Config,
+        id: ExecutorId,
+        auth: A,
+        service: S,
+        state: PagedState,
+    ) -> Result<Self, String> {
+        cfg.validate()?;
+        if !cfg.separated() || id >= cfg.executors {
+            return Err(format!(
+                "executor {id} is not one of the {} execution nodes",
+                cfg.executors
+            ));
+        }
+        let base = state.base_seq();
+        let aux = state
+            .held(base)
+            .map(|(_, aux)| aux)
+            .ok_or_else(|| format!("the state does not hold its base checkpoint {base}"))?;
+        let mut exec = Execution::new(service, state, cfg.confidential_bodies);
+        exec.load_aux(base, &aux)?;
+        if let Some((root, aux)) = exec.state().held(base) {
+            exec.note_checkpoint(base, crate::transfer::checkpoint_digest(base, &root, &aux));
+        }
+        Ok(Executor {
+            orders: Orders::new(cfg.f, cfg.log_size),
+            cfg,
+            id,
+            auth,
+            exec,
+            env: Env::default(),
+            effects: Vec::new(),
+            stats: ExecutorStats::default(),
+            done: BTreeMap::new(),
+            votes: BTreeMap::new(),
+            stable: base,
+            next_heartbeat_ms: 0,
+            next_missing_ms: 0,
+            retried: BTreeMap::new(),
+            sessions_retry: false,
+            stuck: None,
+            last_view: 0,
+            next_rekey_ms: 0,
+            new_key_resent: BTreeMap::new(),
+        })
+    }
+
+    pub fn id(&self) -> ExecutorId {
+        self.id
+    }
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    pub fn last_executed(&self) -> Seq {
+        self.exec.last_executed()
+    }
+    pub fn stable_checkpoint(&self) -> Seq {
+        self.stable
+    }
+    pub fn service(&self) -> &S {
+        self.exec.service()
+    }
+    pub fn state(&self) -> &PagedState {
+        self.exec.state()
+    }
+    pub fn auth(&self) -> &A {
+        &self.auth
+    }
+    /// The checkpoint at which execution stopped because g+1 peers vouch for another state.
+    pub fn stuck_at(&self) -> Option<Seq> {
+        self.stuck
+    }
+    /// The result last recorded for `client` (exactly-once table): timestamp and result.
+    pub fn last_result(&self, client: ClientId) -> Option<(u64, &[u8])> {
+        self.exec
+            .last_reply(client)
+            .map(|l| (l.timestamp, l.result.as_slice()))
+    }
+
+    /// Handles one input; returns what the host must do.
+    pub fn handle(&mut self, env: Env, input: Input<'_>) -> Vec<Effect> {
+        self.env = env;
+        self.exec.state_mut().commits_written();
+        match input {
+            Input::Receive(bytes) => self.receive(bytes),
+            Input::Tick => self.tick(),
+            // Execution nodes have no view to step down from, and do not recover
+            // proactively (module documentation).
+            Input::StepDown | Input::Recover => {}
+        }
+        for c in self.exec.state_mut().take_commits() {
+            self.effects.push(Effect::CommitState(c));
+        }
+        std::mem::take(&mut self.effects)
+    }
+
+    /// Checks the node's invariants; `Err` names the first that fails.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.exec.check_invariants()?;
+        let window = self.cfg.log_size;
+        if self.orders.len() > self.cfg.n() as usize * window as usize {
+            return Err(format!("{} certificate pieces held", self.orders.len()));
+        }
+        if self.done.len() as u64 > window {
+            return Err(format!("{} executed certificates held", self.done.len()));
+        }
+        if self.stable > self.exec.last_executed() {
+            return Err("stable checkpoint above the last executed batch".into());
+        }
+        Ok(())
+    }
+
+    // ----- receiving ------------------------------------------------------------------------
+
+    fn receive(&mut self, bytes: &[u8]) {
+        let frame = match decode_frame_ref(bytes, self.cfg.message_bytes_max) {
+            Ok(f) => f,
+            Err(r) => return self.reject(Principal::Client(u64::MAX), "frame", r),
+        };
+        let from = frame.from;
+        let msg = match open(&self.auth, &frame) {
+            Ok(m) => m,
+            Err(r) => {
+                let known = match from {
+                    Principal::Replica(p) => p < self.cfg.n(),
+                    Principal::Executor(p) => p < self.cfg.executors && p != self.id,
+                    Principal::Client(_) => false,
+                };
+                if r == Reject::BadMac && known {
+                    // It may hold an old key of ours (it restarted): our latest NEW-KEY.
+                    self.resend_new_key(from);
+                }
+                return self.reject(from, "frame", r);
+            }
+        };
+        let kind = msg.kind();
+        if let Err(r) = self.dispatch(from, msg, bytes) {
+            self.reject(from, kind, r);
+        }
+    }
+
+    fn dispatch(&mut self, from: Principal, msg: Message, bytes: &[u8]) -> Result<(), Reject> {
+        let n = self.cfg.n();
+        let e = self.cfg.executors;
+        match (msg, from) {
+            (Message::Order(o), Principal::Replica(r)) if r < n && o.replica == r => {
+                self.on_order(r, o, Arc::new(bytes.to_vec()))?;
+                self.try_execute();
+                Ok(())
+            }
+            (Message::Retry(m), Principal::Replica(r)) if r < n && m.replica == r => {
+                self.on_retry(m);
+                Ok(())
+            }
+            (Message::ExecCheckpoint(c), Principal::Executor(p))
+                if p < e && p != self.id && c.executor == p =>
+            {
+                self.on_checkpoint(c)
+            }
+            (Message::Missing(m), Principal::Executor(p))
+                if p < e && p != self.id && m.executor == p =>
+            {
+                self.on_missing(m);
+                Ok(())
+            }
+            (Message::Certified(c), Principal::Executor(p))
+                if p < e && p != self.id && c.executor == p =>
+            {
+                self.on_certified(c);
+                Ok(())
+            }
+            (Message::NewKey(nk), _) => self.on_new_key(from, nk),
+            _ => Err(Reject::Unexpected),
+        }
+    }
+
+    fn on_order(&mut self, from: ReplicaId, o: Order, frame: Bytes) -> Result<(), Reject> {
+        match self
+            .orders
+            .insert(from, o, frame, self.exec.last_executed())
+        {
+            Ok(()) => Ok(()),
+            // Old news (a retransmission of what ran) is no fault of the sender.
+            Err(Refused::OutOfWindow) => {
+                self.stats.orders_refused += 1;
+                Ok(())
+            }
+            Err(Refused::BadDigest) => {
+                self.stats.orders_refused += 1;
+                Err(Reject::BadDigest)
+            }
+        }
+    }
+
+    fn on_new_key(&mut self, from: Principal, nk: NewKey) -> Result<(), Reject> {
+        if nk.from != from {
+            return Err(Reject::Inconsistent);
+        }
+        let now = self.env.now_ms;
+        let Some(s) = self.auth.session() else {
+            return Err(Reject::Unexpected);
+        };
+        match s.accept(&nk, now) {
+            Ok(Accepted::Replica(_) | Accepted::Client(_) | Accepted::Executor(_)) => Ok(()),
+            Err(crate::keys::NewKeyError::Stale) => Err(Reject::Stale),
+            Err(crate::keys::NewKeyError::BadSignature) => Err(Reject::BadSignature),
+            Err(crate::keys::NewKeyError::UnknownSender) => Err(Reject::UnknownSender),
+            Err(crate::keys::NewKeyError::NoKey) => Err(Reject::Inconsistent),
+            Err(crate::keys::NewKeyError::Holder) => Err(Reject::KeyHolder),
+        }
+    }
+
+    /// An agreement node saw `client` retransmit a request it already ordered: our reply to
+    /// it may have been lost, so it goes out again (in full), if we ran it.
+    fn on_retry(&mut self, m: Retry) {
+        let Some(last) = self.exec.last_reply(m.client) else {
+            return;
+        };
+        if last.timestamp != m.timestamp {
+            return; // not run here yet, or the client moved on
+        }
+        let now = self.env.now_ms;
+        if self
+            .retried
+            .get(&m.client)
+            .is_some_and(|t| now < t + RETRY_ANSWER_MIN_MS)
+        {
+            return;
+        }
+        self.retried.insert(m.client, now);
+        let reply = Reply {
+            view: self.last_view,
+            timestamp: last.timestamp,
+            client: m.client,
+            replica: self.id,
+            digest_only: false,
+            tentative: false,
+            result: last.result.clone(),
+        };
+        self.stats.retries_answered += 1;
+        self.send_reply(m.client, &Message::Reply(reply));
+    }
+
+    fn on_checkpoint(&mut self, c: ExecCheckpoint) -> Result<(), Reject> {
+        if !c.seq.is_multiple_of(self.cfg.checkpoint_interval) {
+            return Err(Reject::Inconsistent);
+        }
+        if c.seq <= self.stable {
+            return Ok(()); // old news
+        }
+        if c.seq > self.exec.last_executed() + self.cfg.log_size + self.cfg.checkpoint_interval {
+            return Err(Reject::OutOfWindow); // not kept (bounded); repeated while it matters
+        }
+        self.votes
+            .entry(c.seq)
+            .or_default()
+            .insert(c.executor, c.digest);
+        self.check_checkpoint(c.seq);
+        Ok(())
+    }
+
+    /// A peer asks for the certificates from `m.seq` on: the frames we keep, up to a budget.
+    fn on_missing(&mut self, m: Missing) {
+        let budget = self.cfg.message_bytes_max / 2;
+        let mut used = 0usize;
+        let mut frames = Vec::new();
+        for (_, fs) in self.done.range(m.seq..).take(CERTIFIED_PER_ANSWER_MAX) {
+            let size: usize = fs.iter().map(|f| f.len() + 8).sum();
+            if used + size > budget {
+                break;
+            }
+            used += size;
+            frames.extend(fs.iter().map(|f| serde_bytes::ByteBuf::from(f.to_vec())));
+            self.stats.certificates_forwarded += 1;
+        }
+        let c = Certified {
+            executor: self.id,
+            stable: self.stable,
+            frames,
+        };
+        self.send(Principal::Executor(m.executor), &Message::Certified(c));
+    }
+
+    /// A peer's answer: each frame is an agreement node's piece, checked on its own.
+    fn on_certified(&mut self, c: Certified) {
+        for f in c.frames {
+            let Ok(frame) = decode_frame_ref(&f, self.cfg.message_bytes_max) else {
+                self.stats.orders_refused += 1;
+                continue;
+            };
+            let (Principal::Replica(r), Ok(Message::Order(o))) =
+                (frame.from, open(&self.auth, &frame))
+            else {
+                self.stats.orders_refused += 1;
+                continue;
+            };
+            if r >= self.cfg.n() || o.replica != r {
+                self.stats.orders_refused += 1;
+                continue;
+            }
+            let _ = self.on_order(r, o, Arc::new(f.into_vec()));
+        }
+        self.try_execute();
+    }
+
+    // ----- execution ------------------------------------------------------------------------
+
+    fn try_execute(&mut self) {
+        if self.stuck.is_some() {
+            return;
+        }
+        let before = self.exec.last_executed();
+        loop {
+            let seq = self.exec.last_executed() + 1;
+            if seq > self.stable + self.cfg.log_size {
+                // Our checkpoints must become stable before we run further ahead (what the
+                // peers that lag need from us is kept until then): we stop acknowledging,
+                // and the agreement cluster waits for us.
+                break;
+            }
+            let Some(cert) = self.orders.certified(seq) else {
+                break;
+            };
+            if let Some(b) = &cert.batch {
+                if !self.learn_sessions(b) {
+                    break; // retried on the next tick
+                }
+            } else if cert.digest != NULL_DIGEST {
+                break; // no piece carried the body (a faulty node's): wait for one that does
+            }
+            self.execute(seq, cert);
+        }
+        if self.exec.last_executed() > before {
+            self.acknowledge();
+        }
+    }
+
+    /// Learns the body sessions `batch`'s requests were sealed in; `false` if the key
+    /// holder failed (the batch waits: every execution node must run it alike).
+    fn learn_sessions(&mut self, batch: &Batch) -> bool {
+        for r in &batch.requests {
+            let Some(enc) = self.exec.session_wanted(&r.request) else {
+                continue;
+            };
+            match self.auth.open_body_key(r.request.client, &enc) {
+                Ok(key) => {
+                    self.stats.body_sessions_opened += 1;
+                    self.exec.learn_session(r.request.client, enc, key);
+                }
+                Err(e) => {
+                    self.sessions_retry = true;
+                    self.event(Event::KeyHolderFailed(e.to_string()));
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    fn execute(&mut self, seq: Seq, cert: CertifiedBatch) {
+        let mut executed = Vec::new();
+        if let Some(b) = &cert.batch {
+            let time_ms = self.exec.start_batch(b.nondet.time_ms);
+            for (i, r) in b.requests.iter().enumerate() {
+                let req = &r.request;
+                let c = req.client;
+                // Recovery requests concern the agreement nodes' keys only; a request that
+                // ran already is not run again (exactly once).
+                if recovery_replica(c).is_some() || self.exec.ran(c, req.timestamp) {
+                    continue;
+                }
+                let ctx = ExecContext {
+                    seq,
+                    client: c,
+                    time_ms,
+                    batch_seed: b.nondet.seed,
+                    index: i as u64,
+                };
+                let result = self.exec.run(req, &ctx);
+                executed.push((c, req.timestamp));
+                let reply = self.reply(c, req.timestamp, &result, cert.view);
+                self.exec.record(
+                    c,
+                    LastReply {
+                        timestamp: req.timestamp,
+                        result,
+                    },
+                );
+                self.send_reply(c, &reply);
+            }
+            self.stats.bodies_refused = self.exec.bodies_refused();
+        }
+        self.last_view = cert.view;
+        self.exec.complete(seq, cert.digest);
+        self.orders.forget_through(seq);
+        self.done.insert(seq, cert.frames);
+        self.stats.batches_executed += 1;
+        self.stats.requests_executed += executed.len() as u64;
+        self.event(Event::Executed {
+            seq,
+            view: cert.view,
+            digest: cert.digest,
+            requests: executed,
+        });
+        if seq.is_multiple_of(self.cfg.checkpoint_interval) {
+            self.take_checkpoint(seq);
+        }
+    }
+
+    fn reply(&self, client: ClientId, timestamp: u64, result: &[u8], view: u64) -> Message {
+        let digest_only = self.cfg.digest_replies
+            && result.len() >= DIGEST_REPLY_MIN_BYTES
+            && designated_replier(client, timestamp, self.cfg.executors) != self.id;
+        Message::Reply(Reply {
+            view,
+            timestamp,
+            client,
+            replica: self.id,
+            digest_only,
+            tentative: false,
+            result: if digest_only {
+                Digest::of(result).0.to_vec()
+            } else {
+                result.to_vec()
+            },
+        })
+    }
+
+    /// Tells every agreement node how far we executed.
+    fn acknowledge(&mut self) {
+        let ack = Message::ExecAck(ExecAck {
+            executor: self.id,
+            seq: self.exec.last_executed(),
+        });
+        for r in 0..self.cfg.n() {
+            self.send(Principal::Replica(r), &ack);
+        }
+    }
+
+    // ----- checkpoints ----------------------------------------------------------------------
+
+    fn take_checkpoint(&mut self, seq: Seq) {
+        let Some(digest) = self.exec.checkpoint(seq) else {
+            return;
+        };
+        self.exec.note_checkpoint(seq, digest);
+        self.event(Event::CheckpointTaken { seq, digest });
+        self.votes.entry(seq).or_default().insert(self.id, digest);
+        self.send_vote(seq, digest);
+        self.check_checkpoint(seq);
+    }
+
+    fn send_vote(&mut self, seq: Seq, digest: Digest) {
+        let m = Message::ExecCheckpoint(ExecCheckpoint {
+            executor: self.id,
+            seq,
+            digest,
+        });
+        self.send_peers(&m);
+    }
+
+    fn check_checkpoint(&mut self, seq: Seq) {
+        let Some(votes) = self.votes.get(&seq) else {
+            return;
+        };
+        let quorum = self.cfg.exec_quorum();
+        let mut count: BTreeMap<Digest, usize> = BTreeMap::new();
+        for d in votes.values() {
+            *count.entry(*d).or_default() += 1;
+        }
+        let Some((vouched, _)) = count.into_iter().find(|(_, c)| *c >= quorum) else {
+            return;
+        };
+        match self.exec.own_checkpoint(seq) {
+            Some(own) if own == vouched => self.make_stable(seq),
+            Some(_) => {
+                // g+1 peers (one of them correct) computed another state: ours is wrong.
+                self.event(Event::StateDivergence { seq });
+                self.stuck = Some(seq);
+            }
+            None => {} // not there yet: certificates (or their absence) decide
+        }
+    }
+
+    fn make_stable(&mut self, seq: Seq) {
+        if seq <= self.stable {
+            return;
+        }
+        if self.exec.state().held(seq).is_some() {
+            self.exec.state_mut().commit_base(seq);
+        }
+        self.stable = seq;
+        self.done = self.done.split_off(&(seq + 1));
+        self.votes = self.votes.split_off(&(seq + 1));
+        self.exec.forget_executed_through(seq);
+        self.exec.forget_checkpoints_below(seq);
+        self.stats.checkpoints_stable += 1;
+        self.event(Event::Stable { seq });
+    }
+
+    // ----- session keys ---------------------------------------------------------------------
+
+    /// Sends a reply; with session keys and no key of the client's (we restarted, or it
+    /// expired), the client gets our NEW-KEY instead, which makes it send its keys again.
+    fn send_reply(&mut self, c: ClientId, reply: &Message) {
+        let to = Principal::Client(c);
+        if self.auth.session_ref().is_some_and(|s| !s.can_send(to)) {
+            self.resend_new_key(to);
+            return;
+        }
+        self.send(to, reply);
+    }
+
+    /// Our latest NEW-KEY again to `to`, rate-limited per principal.
+    fn resend_new_key(&mut self, to: Principal) {
+        let now = self.env.now_ms;
+        if self
+            .new_key_resent
+            .get(&to)
+            .is_some_and(|t| now < t + NEW_KEY_RESEND_MS)
+        {
+            return;
+        }
+        let Some(nk) = self.auth.session_ref().and_then(|s| s.latest()).cloned() else {
+            return;
+        };
+        self.new_key_resent.insert(to, now);
+        self.send(to, &Message::NewKey(nk));
+    }
+
+    /// With session keys: fresh keys for the replicas and the other execution nodes every
+    /// `key_refresh_ms` (BFT-PR §4.1); clients' keys expire when not refreshed.
+    fn tick_keys(&mut self) {
+        let now = self.env.now_ms;
+        if self.auth.session_ref().is_none() || now < self.next_rekey_ms {
+            return;
+        }
+        let me = self.id;
+        let peers: Vec<Principal> = (0..self.cfg.n())
+            .map(Principal::Replica)
+            .chain(
+                (0..self.cfg.executors)
+                    .filter(|e| *e != me)
+                    .map(Principal::Executor),
+            )
+            .collect();
+        let lifetime = self.cfg.client_key_lifetime_ms;
+        let Some(s) = self.auth.session() else {
+            return;
+        };
+        s.expire_clients(now, lifetime);
+        match s.refresh(&peers) {
+            Ok(nk) => {
+                self.next_rekey_ms = now + self.cfg.key_refresh_ms;
+                self.stats.key_refreshes += 1;
+                let m = Message::NewKey(nk);
+                for p in peers {
+                    self.send(p, &m);
+                }
+                self.event(Event::KeysRefreshed);
+            }
+            Err(e) => {
+                self.next_rekey_ms = now + self.cfg.status_interval_ms * 10;
+                self.event(Event::KeyHolderFailed(e.to_string()));
+            }
+        }
+    }
+
+    // ----- timers ---------------------------------------------------------------------------
+
+    fn tick(&mut self) {
+        self.tick_keys();
+        let now = self.env.now_ms;
+        if std::mem::take(&mut self.sessions_retry) {
+            self.try_execute();
+        }
+        if now >= self.next_heartbeat_ms {
+            self.next_heartbeat_ms = now + self.cfg.status_interval_ms;
+            // Acknowledgements and votes may be lost: repeat them (one of each).
+            self.acknowledge();
+            if let Some((seq, d)) = self.exec.own_checkpoints_from(self.stable + 1).pop() {
+                self.send_vote(seq, d);
+            }
+        }
+        // A gap: later certificates (or a peer's later checkpoint) but not the next one.
+        let next = self.exec.last_executed() + 1;
+        let behind = self.orders.any_above(next)
+            || self.votes.keys().next_back().is_some_and(|s| *s >= next);
+        if behind && self.orders.certified(next).is_none() && now >= self.next_missing_ms {
+            self.next_missing_ms = now + self.cfg.status_interval_ms;
+            self.stats.missing_sent += 1;
+            let m = Message::Missing(Missing {
+                executor: self.id,
+                seq: next,
+            });
+            self.send_peers(&m);
+        }
+    }
+
+    // ----- sending --------------------------------------------------------------------------
+
+    fn send(&mut self, to: Principal, msg: &Message) {
+        let bytes = Arc::new(seal(&self.auth, msg, Some(to), self.cfg.n()));
+        self.effects.push(Effect::Send { to, bytes });
+    }
+
+    /// Sends to every other execution node.
+    fn send_peers(&mut self, msg: &Message) {
+        let me = self.id;
+        for p in (0..self.cfg.executors).filter(|p| *p != me) {
+            self.send(Principal::Executor(p), msg);
+        }
+    }
+
+    fn event(&mut self, e: Event) {
+        self.effects.push(Effect::Event(e));
+    }
+
+    fn reject(&mut self, from: Principal, kind: &'static str, reason: Reject) {
+        self.stats.rejected += 1;
+        self.event(Event::Rejected { from, kind, reason });
+    }
+}
+
+impl<S: Service, A: KeyTable> Executor<S, A> {
+    /// The principal of this node.
+    pub fn principal(&self) -> Principal {
+        self.auth.me()
+    }
+}

@@ -1,0 +1,66 @@
+//! Messages between the agreement cluster and the execution cluster of a separated deployment
+//! (Yin et al. 2003 §3; `crate::executor`).
+
+use super::Batch;
+use crate::types::{ClientId, ExecutorId, ReplicaId, Seq, View};
+use redoubt_crypto::Digest;
+use serde::{Deserialize, Serialize};
+
+/// One agreement node's piece of an agreement certificate (`<COMMIT, v, n, d, A>`, §3.1.2):
+/// it ordered batch `digest` at `seq` (committed, in order) in `view`. Sent with an
+/// authenticator over the execution nodes, so an execution node can pass the frame on to a
+/// peer that missed it and the peer checks its own entry. 2f+1 pieces from distinct agreement
+/// nodes naming one digest certify the batch. `batch` is the body (`None` for the null
+/// request, whose digest is the null digest).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Order {
+    pub replica: ReplicaId,
+    pub view: View,
+    pub seq: Seq,
+    pub digest: Digest,
+    pub batch: Option<Batch>,
+}
+
+/// An execution node executed every batch through `seq` (its partial reply certificate for
+/// the pipeline, §3.2.1): agreement nodes stop retransmitting what g+1 execution nodes
+/// acknowledged, and take their checkpoints once it is acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecAck {
+    pub executor: ExecutorId,
+    pub seq: Seq,
+}
+
+/// An agreement node received again a request of `client` it already ordered (`retryHint`,
+/// §3.2): execution nodes send their reply to it again, if they executed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retry {
+    pub replica: ReplicaId,
+    pub client: ClientId,
+    pub timestamp: u64,
+}
+
+/// `<CHECKPOINT, n, d>` among execution nodes (§3.3.2): g+1 matching make it stable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecCheckpoint {
+    pub executor: ExecutorId,
+    pub seq: Seq,
+    pub digest: Digest,
+}
+
+/// An execution node holds no certificate for `seq` (the next it must execute) while it
+/// holds later ones: the second level of retransmission (§3.3.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Missing {
+    pub executor: ExecutorId,
+    pub seq: Seq,
+}
+
+/// The answer to [`Missing`]: the agreement nodes' frames of the certificates the sender
+/// holds from the asked sequence number on (each checked by the receiver against its own
+/// authenticator entry; the sender is not trusted), and the sender's stable checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Certified {
+    pub executor: ExecutorId,
+    pub stable: Seq,
+    pub frames: Vec<serde_bytes::ByteBuf>,
+}

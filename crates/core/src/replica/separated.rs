@@ -1,0 +1,198 @@
+//! The agreement side of a separated deployment (Yin et al. 2003 §3.2): with
+//! `Config::executors > 0` a replica only orders. Its execution component holds no service
+//! state, only which request of each client was ordered (the exactly-once table with empty
+//! results, and the agreed clock), and "executing" a committed batch means handing it to the
+//! execution cluster: the message queue of the paper.
+//!
+//! - Each batch the replica executes in order goes to every execution node as its piece of
+//!   the agreement certificate ([`Order`], authenticated for all execution nodes at once).
+//! - Execution nodes acknowledge how far they executed ([`ExecAck`]). Each one gets what it
+//!   has not acknowledged again, with exponential back-off, while the log holds it: a faulty
+//!   execution node acknowledging what it never ran (so that g+1 acknowledgements come early)
+//!   leaves no correct one behind.
+//! - The replica takes its checkpoint at sequence number K·i only once g+1 execution nodes
+//!   acknowledged it (the paper's `sync()`), and executes nothing past it meanwhile: a
+//!   checkpoint of the agreement cluster is stable only when at least f+1 correct replicas
+//!   saw g+1 acknowledgements (so at least one correct execution node has every batch its
+//!   garbage collection drops), and the log window L bounds the pipeline.
+//! - Replies come from the execution nodes. A client retransmitting a request that was
+//!   ordered already makes the replica send a [`Retry`] hint instead of its cached (empty)
+//!   reply; tentative execution and the read-only fast path are off.
+//!
+//! Bounds: one acknowledgement per execution node; at most `retransmit_entries_max`
+//! certificates retransmitted per round.
+
+use super::*;
+use crate::seal::seal_to_executors;
+use crate::types::ExecutorId;
+
+/// The message queue towards the execution cluster.
+#[derive(Default)]
+pub(super) struct Queue {
+    /// The highest sequence number each execution node acknowledged.
+    acks: BTreeMap<ExecutorId, Seq>,
+    /// The highest sequence number g+1 execution nodes acknowledged.
+    acked: Seq,
+    /// Per execution node: when what it has not acknowledged is next sent again (ms), and
+    /// the current back-off interval (reset when it acknowledges more).
+    retransmit: BTreeMap<ExecutorId, (u64, u64)>,
+    /// The checkpoint waiting for its acknowledgement; nothing executes past it meanwhile.
+    waiting_checkpoint: Option<Seq>,
+}
+
+impl Queue {
+    pub(super) fn acked(&self) -> Seq {
+        self.acked
+    }
+    pub(super) fn waiting(&self) -> bool {
+        self.waiting_checkpoint.is_some()
+    }
+}
+
+impl<S: Service, A: KeyTable> Replica<S, A> {
+    /// Separated deployment: the highest sequence number g+1 execution nodes acknowledged.
+    pub fn exec_acked(&self) -> Seq {
+        self.queue.acked()
+    }
+
+    /// Sends our piece of the agreement certificate for batch `digest` (`None`: the null
+    /// request) at `seq` to every execution node.
+    pub(super) fn forward(&mut self, seq: Seq, digest: Digest, batch: Option<&Batch>) {
+        let msg = Message::Order(Order {
+            replica: self.id,
+            view: self.view,
+            seq,
+            digest,
+            batch: batch.cloned(),
+        });
+        if self.replaying || self.above_cap(&msg) {
+            return;
+        }
+        let bytes: Bytes = Arc::new(seal_to_executors(&self.auth, &msg, self.cfg.executors));
+        for e in 0..self.cfg.executors {
+            self.effects.push(Effect::Send {
+                to: Principal::Executor(e),
+                bytes: bytes.clone(),
+            });
+        }
+    }
+
+    /// Sends our piece for `seq` again, to execution node `to` only.
+    fn forward_again(&mut self, to: ExecutorId, seq: Seq) -> bool {
+        let Some(d) = self
+            .log
+            .get(&seq)
+            .filter(|s| s.committed)
+            .and_then(|s| s.pp)
+        else {
+            return false;
+        };
+        let batch = if d == NULL_DIGEST {
+            None
+        } else {
+            match self.batches.get(&d) {
+                Some(b) => Some((**b).clone()),
+                None => return false,
+            }
+        };
+        let msg = Message::Order(Order {
+            replica: self.id,
+            view: self.view,
+            seq,
+            digest: d,
+            batch,
+        });
+        if self.above_cap(&msg) {
+            return false;
+        }
+        let bytes = Arc::new(seal_to_executors(&self.auth, &msg, self.cfg.executors));
+        self.effects.push(Effect::Send {
+            to: Principal::Executor(to),
+            bytes,
+        });
+        true
+    }
+
+    /// Whether the checkpoint at `seq`, just executed, must wait for the execution
+    /// cluster's acknowledgement (and nothing execute past it meanwhile).
+    pub(super) fn checkpoint_waits(&mut self, seq: Seq) -> bool {
+        // A replaying replica re-executes what it journaled; its checkpoints were taken
+        // when acknowledged, or are taken now like any restarted replica's.
+        if !self.cfg.separated() || self.replaying || self.queue.acked >= seq {
+            return false;
+        }
+        self.queue.waiting_checkpoint = Some(seq);
+        true
+    }
+
+    pub(super) fn on_exec_ack(&mut self, from: ExecutorId, a: ExecAck) -> Result<(), Reject> {
+        if !self.cfg.separated() || from >= self.cfg.executors || a.executor != from {
+            return Err(Reject::Unexpected);
+        }
+        let entry = self.queue.acks.entry(from).or_default();
+        if a.seq <= *entry {
+            return Ok(());
+        }
+        *entry = a.seq;
+        let base = self.cfg.status_interval_ms;
+        self.queue
+            .retransmit
+            .insert(from, (self.now() + base, base));
+        let mut acks: Vec<Seq> = self.queue.acks.values().copied().collect();
+        acks.sort_unstable_by(|x, y| y.cmp(x));
+        let acked = acks.get(self.cfg.exec_quorum() - 1).copied().unwrap_or(0);
+        if acked <= self.queue.acked {
+            return Ok(());
+        }
+        self.queue.acked = acked;
+        if let Some(seq) = self.queue.waiting_checkpoint.filter(|s| *s <= acked) {
+            self.queue.waiting_checkpoint = None;
+            if seq == self.exec.last_executed() && seq > self.exec.state().latest() {
+                self.take_checkpoint(seq);
+            }
+            self.try_execute();
+        }
+        Ok(())
+    }
+
+    /// A client asked again for request `ts`, ordered here already: the execution nodes
+    /// answer it again (their reply may have been lost).
+    pub(super) fn hint_retry(&mut self, client: ClientId, timestamp: u64) {
+        let m = Message::Retry(Retry {
+            replica: self.id,
+            client,
+            timestamp,
+        });
+        for e in 0..self.cfg.executors {
+            self.send(Principal::Executor(e), &m);
+        }
+    }
+
+    /// Sends each execution node what it has not acknowledged (what the log still holds,
+    /// at most `retransmit_entries_max` sequence numbers per round), with back-off.
+    pub(super) fn tick_queue(&mut self) {
+        if !self.cfg.separated() {
+            return;
+        }
+        let now = self.now();
+        let last = self.exec.last_executed();
+        let base = self.cfg.status_interval_ms;
+        for e in 0..self.cfg.executors {
+            let acked = self.queue.acks.get(&e).copied().unwrap_or(0);
+            if acked >= last {
+                continue;
+            }
+            let (due, backoff) = *self.queue.retransmit.entry(e).or_insert((now + base, base));
+            if now < due {
+                continue;
+            }
+            let backoff2 = (backoff * 2).min(self.cfg.view_change_timeout_max_ms);
+            self.queue.retransmit.insert(e, (now + backoff2, backoff2));
+            let from = acked.max(self.stable_seq) + 1;
+            let to = last.min(from + self.cfg.retransmit_entries_max as Seq - 1);
+            for seq in from..=to {
+                self.forward_again(e, seq);
+            }
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! The execution nodes of a separated deployment in the world (`Config::executors > 0`; Yin
+//! et al. 2003): each runs the unmodified core [`Executor`] over its own page store; the
+//! faulty ones ([`ExecBehavior`]) lie, keep silent or drop what they send. Their events go to
+//! a checker of their own (correct execution nodes agree on what ran at each sequence number
+//! and on every checkpoint), and what a correct one executes must be what the agreement
+//! cluster ordered there.
+
+use super::*;
+use crate::scenario::ExecBehavior;
+use redoubt_core::message::{decode_frame, Certified, Reply};
+use redoubt_core::{Executor, ExecutorId};
+
+pub(super) struct SimExec {
+    pub(super) core: Executor<KvService, SessionKeys>,
+    pub(super) behavior: Option<ExecBehavior>,
+    /// Its durable page store (state commits are written to it).
+    store: MemStore,
+}
+
+impl World {
+    /// Builds the execution nodes of the scenario (none when co-located).
+    pub(super) fn build_executors(
+        sc: &Scenario,
+        mut keys: impl FnMut(Principal) -> SessionKeys,
+    ) -> Vec<SimExec> {
+        (0..sc.core.executors)
+            .map(|e| {
+                let store = MemStore::new(sim_geometry());
+                let core = Executor::new(
+                    sc.core.clone(),
+                    e,
+                    keys(Principal::Executor(e)),
+                    KvService::new(),
+                    open_state(Box::new(store.clone())).expect("memory store"),
+                )
+                .expect("valid executor");
+                let behavior = sc
+                    .exec_byzantine
+                    .iter()
+                    .find(|(x, _)| *x == e)
+                    .map(|(_, b)| *b);
+                SimExec {
+                    core,
+                    behavior,
+                    store,
+                }
+            })
+            .collect()
+    }
+
+    pub(super) fn exec_faulty(&self, e: ExecutorId) -> bool {
+        self.execs[e as usize].behavior.is_some()
+    }
+
+    pub(super) fn tick_exec(&mut self, e: ExecutorId) {
+        let env = self.env();
+        let eff = self.execs[e as usize].core.handle(env, Input::Tick);
+        self.exec_effects(e, eff);
+        self.schedule(self.now + TICK_MS, Ev::TickExec(e));
+    }
+
+    pub(super) fn deliver_exec(&mut self, e: ExecutorId, bytes: &[u8]) {
+        if self.execs[e as usize].behavior == Some(ExecBehavior::Silent) {
+            return;
+        }
+        let env = self.env();
+        let eff = self.execs[e as usize]
+            .core
+            .handle(env, Input::Receive(bytes));
+        self.exec_effects(e, eff);
+    }
+
+    fn exec_effects(&mut self, e: ExecutorId, effects: Vec<Effect>) {
+        let faulty = self.exec_faulty(e);
+        if !faulty {
+            if let Err(v) = self.execs[e as usize].core.check_invariants() {
+                self.violation(format!("e{e} broke an invariant of its core: {v}"));
+            }
+        }
+        for eff in effects {
+            match eff {
+                Effect::Send { to, bytes } => self.exec_send(e, to, bytes.to_vec()),
+                Effect::Broadcast { .. } | Effect::Persist(_) => {}
+                Effect::CommitState(c) => {
+                    let mut store = self.execs[e as usize].store.clone();
+                    if let Err(err) = c.apply(&mut store) {
+                        self.violation(format!("e{e} state commit failed in memory: {err}"));
+                    }
+                }
+                Effect::Event(ev) if !faulty => self.observe_exec(e, ev),
+                Effect::Event(_) => {}
+            }
+        }
+    }
+
+    fn exec_send(&mut self, e: ExecutorId, to: Principal, bytes: Vec<u8>) {
+        let from = Principal::Executor(e);
+        match self.execs[e as usize].behavior {
+            None => self.transmit(from, to, bytes, 0),
+            Some(ExecBehavior::Silent) => {}
+            Some(ExecBehavior::Flaky) => {
+                if self.rng.random_bool(0.5) {
+                    self.transmit(from, to, bytes, 0);
+                }
+            }
+            Some(ExecBehavior::Liar) => {
+                let lie = self.exec_lie(e, to, &bytes);
+                self.transmit(from, to, lie.unwrap_or(bytes), 0);
+            }
+        }
+    }
+
+    /// A faulty execution node's version of an outgoing frame, sealed with its keys.
+    fn exec_lie(&mut self, e: ExecutorId, to: Principal, bytes: &[u8]) -> Option<Vec<u8>> {
+        let frame = decode_frame(bytes, usize::MAX).ok()?;
+        let msg = decode_body(&frame.body).ok()?;
+        let lie = match msg {
+            Message::Reply(r) => {
+                // A wrong result; with sealed bodies, what it knows in clear (the client's
+                // last value it opened) instead, as a leak.
+                let result = if self.sc.core.confidential_bodies && self.rng.random_bool(0.5) {
+                    let mut v = secrets::SECRET_TAG.to_vec();
+                    v.extend_from_slice(b"leaked");
+                    v
+                } else {
+                    KvResult::Value(Some(b"lie".to_vec())).encode()
+                };
+                Message::Reply(Reply {
+                    digest_only: false,
+                    result,
+                    ..r
+                })
+            }
+            Message::ExecAck(mut a) => {
+                a.seq += self.rng.random_range(1..3 * self.sc.core.log_size);
+                Message::ExecAck(a)
+            }
+            Message::ExecCheckpoint(mut c) => {
+                c.digest = random_digest(&mut self.rng);
+                Message::ExecCheckpoint(c)
+            }
+            Message::Certified(c) => Message::Certified(Certified {
+                frames: vec![serde_bytes::ByteBuf::from(vec![0xAB; 64])],
+                stable: c.stable + self.sc.core.checkpoint_interval,
+                ..c
+            }),
+            _ => return None,
+        };
+        let auth = self.execs[e as usize].core.auth();
+        Some(seal(auth, &lie, Some(to), self.sc.core.n()))
+    }
+
+    fn observe_exec(&mut self, e: ExecutorId, ev: Event) {
+        if let Event::Executed { seq, digest, .. } = &ev {
+            if let Some(ordered) = self.checker.executed_digest(*seq) {
+                if ordered != *digest {
+                    self.violation(format!(
+                        "execution: e{e} executed {digest:?} at n{seq} but the agreement \
+                         cluster ordered {ordered:?}"
+                    ));
+                }
+            }
+            self.stats.max_executed = self.stats.max_executed.max(*seq);
+        }
+        if let Some(v) = self.exec_checker.observe(e, &ev) {
+            self.violation(v);
+        }
+    }
+}
