@@ -112,6 +112,8 @@ pub struct Executor<S: Service, A: KeyTable> {
     /// most one entry per principal that sent us an authenticated message or ran a request).
     next_rekey_ms: u64,
     new_key_resent: BTreeMap<Principal, u64>,
+    /// When each peer's vote for a checkpoint already stable here was last answered (ms).
+    vote_answered: BTreeMap<ExecutorId, u64>,
 }
 
 impl<S: Service, A: KeyTable> Executor<S, A> {
@@ -161,6 +163,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             last_view: 0,
             next_rekey_ms: 0,
             new_key_resent: BTreeMap::new(),
+            vote_answered: BTreeMap::new(),
         })
     }
 
@@ -365,7 +368,25 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             return Err(Reject::Inconsistent);
         }
         if c.seq <= self.stable {
-            return Ok(()); // old news
+            // Old news to us, but the peer lacks votes for it: ours again, to it, if we
+            // still hold that checkpoint (our stable one), so that it can move on. At most
+            // once per status interval per peer (two peers at one stable checkpoint would
+            // otherwise answer each other forever).
+            let now = self.env.now_ms;
+            let due = self
+                .vote_answered
+                .get(&c.executor)
+                .is_none_or(|t| now >= t + self.cfg.status_interval_ms);
+            if let Some(d) = self.exec.own_checkpoint(c.seq).filter(|_| due) {
+                self.vote_answered.insert(c.executor, now);
+                let m = Message::ExecCheckpoint(ExecCheckpoint {
+                    executor: self.id,
+                    seq: c.seq,
+                    digest: d,
+                });
+                self.send(Principal::Executor(c.executor), &m);
+            }
+            return Ok(());
         }
         if c.seq > self.exec.last_executed() + self.cfg.log_size + self.cfg.checkpoint_interval {
             return Err(Reject::OutOfWindow); // not kept (bounded); repeated while it matters
@@ -697,7 +718,8 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             self.next_heartbeat_ms = now + self.cfg.status_interval_ms;
             // Acknowledgements and votes may be lost: repeat them (one of each).
             self.acknowledge();
-            if let Some((seq, d)) = self.exec.own_checkpoints_from(self.stable + 1).pop() {
+            // Every checkpoint of ours not yet stable (at most L/K of them).
+            for (seq, d) in self.exec.own_checkpoints_from(self.stable + 1) {
                 self.send_vote(seq, d);
             }
         }

@@ -36,6 +36,11 @@ pub(super) struct Queue {
     /// Per execution node: when what it has not acknowledged is next sent again (ms), and
     /// the current back-off interval (reset when it acknowledges more).
     retransmit: BTreeMap<ExecutorId, (u64, u64)>,
+    /// The batches executed here that some execution node has not acknowledged, for sending
+    /// again (at most `log_size`, the oldest dropped first: an execution node further behind
+    /// catches up from its peers). Kept apart from the log, whose garbage collection only
+    /// waits for g+1 acknowledgements, which faulty execution nodes can give falsely.
+    resend: BTreeMap<Seq, (Digest, Option<Arc<Batch>>)>,
     /// The checkpoint waiting for its acknowledgement; nothing executes past it meanwhile.
     waiting_checkpoint: Option<Seq>,
 }
@@ -65,6 +70,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             digest,
             batch: batch.cloned(),
         });
+        self.queue
+            .resend
+            .insert(seq, (digest, batch.map(|b| Arc::new(b.clone()))));
+        while self.queue.resend.len() as u64 > self.cfg.log_size {
+            self.queue.resend.pop_first();
+        }
         if self.replaying || self.above_cap(&msg) {
             return;
         }
@@ -79,22 +90,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// Sends our piece for `seq` again, to execution node `to` only.
     fn forward_again(&mut self, to: ExecutorId, seq: Seq) -> bool {
-        let Some(d) = self
-            .log
-            .get(&seq)
-            .filter(|s| s.committed)
-            .and_then(|s| s.pp)
-        else {
+        let Some((d, batch)) = self.queue.resend.get(&seq).cloned() else {
             return false;
         };
-        let batch = if d == NULL_DIGEST {
-            None
-        } else {
-            match self.batches.get(&d) {
-                Some(b) => Some((**b).clone()),
-                None => return false,
-            }
-        };
+        let batch = batch.map(|b| (*b).clone());
         let msg = Message::Order(Order {
             replica: self.id,
             view: self.view,
@@ -134,6 +133,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return Ok(());
         }
         *entry = a.seq;
+        // What every execution node acknowledged need not be sent again.
+        let all = (0..self.cfg.executors)
+            .map(|e| self.queue.acks.get(&e).copied().unwrap_or(0))
+            .min()
+            .unwrap_or(0);
+        self.queue.resend = self.queue.resend.split_off(&(all + 1));
         let base = self.cfg.status_interval_ms;
         self.queue
             .retransmit
@@ -188,7 +193,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
             let backoff2 = (backoff * 2).min(self.cfg.view_change_timeout_max_ms);
             self.queue.retransmit.insert(e, (now + backoff2, backoff2));
-            let from = acked.max(self.stable_seq) + 1;
+            let oldest = self.queue.resend.keys().next().copied().unwrap_or(last);
+            let from = (acked + 1).max(oldest);
             let to = last.min(from + self.cfg.retransmit_entries_max as Seq - 1);
             for seq in from..=to {
                 self.forward_again(e, seq);

@@ -87,8 +87,15 @@ impl World {
                         self.violation(format!("e{e} state commit failed in memory: {err}"));
                     }
                 }
-                Effect::Event(ev) if !faulty => self.observe_exec(e, ev),
-                Effect::Event(_) => {}
+                Effect::Event(ev) => {
+                    if let Event::Rejected { from, kind, reason } = &ev {
+                        let (from, kind, reason) = (*from, *kind, *reason);
+                        self.log(|| format!("e{e} rejected {kind} from {from:?}: {reason}"));
+                    }
+                    if !faulty {
+                        self.observe_exec(e, ev);
+                    }
+                }
             }
         }
     }
