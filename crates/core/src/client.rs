@@ -520,8 +520,16 @@ impl<A: KeyTable> Client<A> {
         );
         #[cfg(not(feature = "mutants"))]
         let (weak_reads, weak_tentative) = (false, false);
-        let weak = if separated {
+        #[cfg(feature = "mutants")]
+        let exec_quorum = if self.cfg.mutant == crate::types::Mutant::ExecReplyAtG {
+            self.cfg.g() as usize
+        } else {
             self.cfg.exec_quorum()
+        };
+        #[cfg(not(feature = "mutants"))]
+        let exec_quorum = self.cfg.exec_quorum();
+        let weak = if separated {
+            exec_quorum
         } else {
             self.cfg.weak_quorum()
         };

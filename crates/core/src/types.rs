@@ -93,11 +93,17 @@ pub enum Mutant {
     ClearBodies,
     /// With confidential bodies, state-transfer answers travel unsealed (and are taken so).
     ClearState,
+    /// Separated deployment: an execution node runs a batch on one agreement node's piece
+    /// (2f+1 matching are needed).
+    TrustOneOrder,
+    /// Separated deployment: clients accept g matching execution nodes' replies (g+1 are
+    /// needed).
+    ExecReplyAtG,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 19] = [
+    pub const ALL: [(&'static str, Mutant); 21] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -120,6 +126,8 @@ impl Mutant {
         ("adopt-unchecked-new-view", Mutant::AdoptUncheckedNewView),
         ("clear-bodies", Mutant::ClearBodies),
         ("clear-state", Mutant::ClearState),
+        ("trust-one-order", Mutant::TrustOneOrder),
+        ("exec-reply-at-g", Mutant::ExecReplyAtG),
     ];
 }
 

@@ -179,6 +179,26 @@ fn three_hundred_seeds_with_every_optimization() {
     assert!(s.tentative_undone > 0, "{s:?}");
 }
 
+/// The separated deployment in every seed: replicas only order, 2g+1 execution nodes (up to
+/// g of them silent, lying or dropping half they send) run the service; the random mix of
+/// network and replica faults otherwise as drawn.
+#[test]
+fn two_hundred_seeds_in_the_separated_deployment() {
+    let s = seeds_pass(5_000_000, 200, Optimizations::Separated, " --separated");
+    assert!(s.view_changes > 0 && s.state_transfers > 0, "{s:?}");
+    let faulty = (5_000_000..5_000_200)
+        .filter(|seed| {
+            !scenario_for(*seed, Mutant::None, Optimizations::Separated)
+                .exec_byzantine
+                .is_empty()
+        })
+        .count();
+    assert!(
+        faulty > 100,
+        "{faulty} of 200 seeds drew faulty execution nodes"
+    );
+}
+
 /// Random seeds that once found a bug, each replayed in the mode that found it.
 #[test]
 fn seeds_that_once_failed() {
@@ -280,9 +300,14 @@ fn every_mutant_is_caught() {
             continue;
         }
         let m = mutant_by_name(name).expect("known");
+        // The mutants of the separated deployment break it only: its random mix.
+        let opts = match m {
+            Mutant::TrustOneOrder | Mutant::ExecReplyAtG => Optimizations::Separated,
+            _ => Optimizations::PerSeed,
+        };
         // The default seed budget of `redoubt-sim` (1000 seeds from seed 0); failures on an
         // open hole of the core do not count as catching the mutant.
-        let s = run_seeds(0, 1000, m, Optimizations::PerSeed, jobs, Some(1), |_| {});
+        let s = run_seeds(0, 1000, m, opts, jobs, Some(1), |_| {});
         assert!(s.unexplained > 0, "mutant {name} survived 1000 seeds");
     }
 }

@@ -139,12 +139,18 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             .map(|(_, aux)| aux)
             .ok_or_else(|| format!("the state does not hold its base checkpoint {base}"))?;
         let mut exec = Execution::new(service, state, cfg.confidential_bodies);
+        #[allow(unused_mut)]
+        let mut orders = Orders::new(cfg.f, cfg.log_size);
+        #[cfg(feature = "mutants")]
+        if cfg.mutant == crate::types::Mutant::TrustOneOrder {
+            orders.trust_one();
+        }
         exec.load_aux(base, &aux)?;
         if let Some((root, aux)) = exec.state().held(base) {
             exec.note_checkpoint(base, crate::transfer::checkpoint_digest(base, &root, &aux));
         }
         Ok(Executor {
-            orders: Orders::new(cfg.f, cfg.log_size),
+            orders,
             cfg,
             id,
             auth,

@@ -46,6 +46,8 @@ pub(super) enum Refused {
 
 pub(super) struct Orders {
     f: u32,
+    /// Matching pieces that certify a batch: 2f+1 (1 under the mutant `trust-one-order`).
+    quorum: usize,
     window: Seq,
     slots: BTreeMap<Seq, BTreeMap<ReplicaId, Piece>>,
 }
@@ -54,9 +56,16 @@ impl Orders {
     pub(super) fn new(f: u32, window: Seq) -> Self {
         Orders {
             f,
+            quorum: 2 * f as usize + 1,
             window,
             slots: BTreeMap::new(),
         }
+    }
+
+    /// Mutant `trust-one-order`: one piece certifies.
+    #[cfg(feature = "mutants")]
+    pub(super) fn trust_one(&mut self) {
+        self.quorum = 1;
     }
 
     /// Takes agreement node `from`'s piece `o`, which arrived in `frame`. The frame's
@@ -90,7 +99,7 @@ impl Orders {
     /// The batch certified at `seq`, if 2f+1 pieces agree on it.
     pub(super) fn certified(&self, seq: Seq) -> Option<CertifiedBatch> {
         let slot = self.slots.get(&seq)?;
-        let quorum = 2 * self.f as usize + 1;
+        let quorum = self.quorum;
         let mut count: BTreeMap<Digest, usize> = BTreeMap::new();
         for p in slot.values() {
             *count.entry(p.digest).or_default() += 1;
@@ -102,7 +111,7 @@ impl Orders {
         Some(CertifiedBatch {
             digest,
             batch: matching.iter().find_map(|p| p.batch.clone()),
-            view: views[self.f as usize],
+            view: views[(self.f as usize).min(views.len() - 1)],
             frames: matching
                 .iter()
                 .take(quorum)

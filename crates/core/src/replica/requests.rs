@@ -55,8 +55,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             if req.timestamp < last.timestamp {
                 return Err(Reject::Stale);
             }
-            if req.timestamp == last.timestamp && self.cfg.separated() {
-                // Ordered already: the execution nodes hold the reply.
+            if req.timestamp == last.timestamp
+                && self.cfg.separated()
+                && matches!(client, Principal::Client(_))
+            {
+                // Ordered already: the execution nodes hold the reply (replicas answer
+                // their peers' recovery requests themselves).
                 self.hint_retry(req.client, req.timestamp);
                 return Ok(());
             }
