@@ -231,6 +231,14 @@ impl<A: KeyTable> Client<A> {
         if targets.is_empty() {
             return;
         }
+        // Execution nodes get our keys from the replicas, which pass on a NEW-KEY of ours
+        // they accept (clients talk to the replicas only): an execution node that lost our
+        // key gets a NEW-KEY for everyone.
+        let targets = if targets.iter().any(|p| matches!(p, Principal::Executor(_))) {
+            self.key_peers()
+        } else {
+            targets
+        };
         let replicas = targets.clone();
         let Some(s) = self.auth.session() else {
             return;
@@ -253,7 +261,10 @@ impl<A: KeyTable> Client<A> {
                 if due {
                     self.last_new_key = Some(bytes.clone());
                 }
-                for to in replicas {
+                for to in replicas
+                    .into_iter()
+                    .filter(|p| matches!(p, Principal::Replica(_)))
+                {
                     self.effects.push(Effect::Send {
                         to,
                         bytes: bytes.clone(),

@@ -256,7 +256,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                 };
                 if r == Reject::BadMac && known {
                     // It may hold an old key of ours (it restarted): our latest NEW-KEY.
-                    self.resend_new_key(from);
+                    self.resend_new_key(from, 0);
                 }
                 return self.reject(from, "frame", r);
             }
@@ -321,7 +321,13 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     }
 
     fn on_new_key(&mut self, from: Principal, nk: NewKey) -> Result<(), Reject> {
-        if nk.from != from {
+        // A client's NEW-KEY comes through a replica (clients talk to the replicas only);
+        // its key holder's signature, checked on admission, is what makes it the client's.
+        let relayed = matches!(
+            (from, nk.from),
+            (Principal::Replica(_), Principal::Client(_))
+        );
+        if nk.from != from && !relayed {
             return Err(Reject::Inconsistent);
         }
         let now = self.env.now_ms;
@@ -366,7 +372,8 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             result: last.result.clone(),
         };
         self.stats.retries_answered += 1;
-        self.send_reply(m.client, &Message::Reply(reply));
+        // Through the agreement node that saw the retransmission: it reaches the client.
+        self.send_reply(m.client, &Message::Reply(reply), m.replica);
     }
 
     fn on_checkpoint(&mut self, c: ExecCheckpoint) -> Result<(), Reject> {
@@ -532,7 +539,8 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                         result,
                     },
                 );
-                self.send_reply(c, &reply);
+                let via = designated_replier(c, req.timestamp, self.cfg.n());
+                self.send_reply(c, &reply, via);
             }
             self.stats.bodies_refused = self.exec.bodies_refused();
         }
@@ -648,17 +656,31 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
 
     /// Sends a reply; with session keys and no key of the client's (we restarted, or it
     /// expired), the client gets our NEW-KEY instead, which makes it send its keys again.
-    fn send_reply(&mut self, c: ClientId, reply: &Message) {
+    /// Clients talk to the agreement nodes only: the frame goes to one of them (`via`) to
+    /// pass on. A faulty one may drop it; the client's retransmission then reaches a correct
+    /// one, whose [`Retry`] brings the reply again through it.
+    fn send_reply(&mut self, c: ClientId, reply: &Message, via: ReplicaId) {
         let to = Principal::Client(c);
         if self.auth.session_ref().is_some_and(|s| !s.can_send(to)) {
-            self.resend_new_key(to);
+            self.resend_new_key(to, via);
             return;
         }
-        self.send(to, reply);
+        self.relay(c, reply, via);
     }
 
-    /// Our latest NEW-KEY again to `to`, rate-limited per principal.
-    fn resend_new_key(&mut self, to: Principal) {
+    /// Seals `msg` for client `c` and hands it to agreement node `via` to pass on.
+    fn relay(&mut self, c: ClientId, msg: &Message, via: ReplicaId) {
+        let frame = seal(&self.auth, msg, Some(Principal::Client(c)), self.cfg.n());
+        let m = Message::Relay(Relay {
+            client: c,
+            frame: serde_bytes::ByteBuf::from(frame),
+        });
+        self.send(Principal::Replica(via), &m);
+    }
+
+    /// Our latest NEW-KEY again to `to`, rate-limited per principal (to a client through
+    /// agreement node `via`).
+    fn resend_new_key(&mut self, to: Principal, via: ReplicaId) {
         let now = self.env.now_ms;
         if self
             .new_key_resent
@@ -671,7 +693,10 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             return;
         };
         self.new_key_resent.insert(to, now);
-        self.send(to, &Message::NewKey(nk));
+        match to {
+            Principal::Client(c) => self.relay(c, &Message::NewKey(nk), via),
+            _ => self.send(to, &Message::NewKey(nk)),
+        }
     }
 
     /// With session keys: fresh keys for the replicas and the other execution nodes every

@@ -505,6 +505,8 @@ pub enum Message {
     ExecCheckpoint(ExecCheckpoint),
     Missing(Missing),
     Certified(Certified),
+    /// Execution node to agreement node: a frame for a client.
+    Relay(Relay),
 }
 
 /// QUERY-STABLE: the estimation step of a recovery; `nonce` ties the answers to it.
@@ -599,6 +601,7 @@ impl Message {
             Message::ExecCheckpoint(_) => "exec-checkpoint",
             Message::Missing(_) => "missing",
             Message::Certified(_) => "certified",
+            Message::Relay(_) => "relay",
         }
     }
 
@@ -619,7 +622,8 @@ impl Message {
             | Message::ExecAck(_)
             | Message::ExecCheckpoint(_)
             | Message::Missing(_)
-            | Message::Certified(_) => TagKind::Mac,
+            | Message::Certified(_)
+            | Message::Relay(_) => TagKind::Mac,
             Message::PrePrepare(_)
             | Message::Prepare(_)
             | Message::Commit(_)

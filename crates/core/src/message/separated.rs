@@ -64,3 +64,13 @@ pub struct Certified {
     pub stable: Seq,
     pub frames: Vec<serde_bytes::ByteBuf>,
 }
+
+/// A frame of an execution node for a client (its reply, or its NEW-KEY), handed to an
+/// agreement node to pass on: clients talk to the agreement nodes only (Yin et al. §3.1.1),
+/// so the execution nodes need no route to them. The frame is sealed for the client by the
+/// execution node; the agreement node can neither read a sealed result nor forge the frame.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Relay {
+    pub client: ClientId,
+    pub frame: serde_bytes::ByteBuf,
+}

@@ -153,6 +153,10 @@ pub struct Stats {
     /// Views entered on a NEW-VIEW this replica could not check, because f+1 other
     /// replicas reported being active in the view (see `reports.rs`).
     pub new_views_adopted: u64,
+    /// Separated deployment: execution nodes' frames passed on to clients, and view changes
+    /// started because the execution cluster acknowledged nothing while clients waited.
+    pub relayed: u64,
+    pub execution_stalls: u64,
     /// Clients' body sessions opened by the key holder (confidential bodies).
     pub body_sessions_opened: u64,
     /// Operations not run because they did not open under their body session (a faulty
@@ -685,6 +689,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             Principal::Executor(e) => {
                 return match msg {
                     Message::ExecAck(a) => self.on_exec_ack(e, a),
+                    Message::Relay(m) => self.on_relay(e, m),
                     Message::NewKey(m) => self.on_new_key(from, m),
                     _ => Err(Reject::Unexpected),
                 };

@@ -188,6 +188,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
             Ok(Accepted::Client(_)) => {
                 self.stats.new_keys_accepted += 1;
+                self.pass_client_key_on(&nk);
                 // Requests that arrived before the key may verify now.
                 self.vouch_late();
                 self.vouch_after_leaving(None);

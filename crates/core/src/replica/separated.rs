@@ -37,12 +37,28 @@ pub(super) struct Queue {
     /// the current back-off interval (reset when it acknowledges more).
     retransmit: BTreeMap<ExecutorId, (u64, u64)>,
     /// The batches executed here that some execution node has not acknowledged, for sending
-    /// again (at most `log_size`, the oldest dropped first: an execution node further behind
-    /// catches up from its peers). Kept apart from the log, whose garbage collection only
-    /// waits for g+1 acknowledgements, which faulty execution nodes can give falsely.
+    /// again (at most [`resend_max`], the oldest dropped first). Kept apart from the log,
+    /// whose garbage collection only waits for g+1 acknowledgements, which faulty execution
+    /// nodes can give falsely.
     resend: BTreeMap<Seq, (Digest, Option<Arc<Batch>>)>,
     /// The checkpoint waiting for its acknowledgement; nothing executes past it meanwhile.
     waiting_checkpoint: Option<Seq>,
+    /// When g+1 execution nodes last acknowledged more (or had acknowledged everything).
+    ack_progress_ms: u64,
+    /// Whether a client asked again for a request ordered here since then.
+    retried_since_progress: bool,
+}
+
+/// How many unacknowledged batches a replica keeps for sending again: 2L + K. With g faulty
+/// execution nodes no correct one lags further behind this replica: the replica executes at
+/// most L past its stable checkpoint, which lies at most at what g+1 execution nodes
+/// acknowledged, one of them correct; a correct execution node runs at most L past its own
+/// stable checkpoint, which needs g+1 matching votes, so every correct node's; and a
+/// checkpoint is at most K behind what a node executed. With fewer faulty ones a correct
+/// node may lag further (it was cut off, or restarted): it then catches up from its peers'
+/// certificates while they hold them (see `crate::executor`).
+pub(super) fn resend_max(cfg: &Config) -> Seq {
+    2 * cfg.log_size + cfg.checkpoint_interval
 }
 
 impl Queue {
@@ -73,7 +89,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.queue
             .resend
             .insert(seq, (digest, batch.map(|b| Arc::new(b.clone()))));
-        while self.queue.resend.len() as u64 > self.cfg.log_size {
+        while self.queue.resend.len() as u64 > resend_max(&self.cfg) {
             self.queue.resend.pop_first();
         }
         if self.replaying || self.above_cap(&msg) {
@@ -150,6 +166,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return Ok(());
         }
         self.queue.acked = acked;
+        self.queue.ack_progress_ms = self.now();
+        self.queue.retried_since_progress = false;
         if let Some(seq) = self.queue.waiting_checkpoint.filter(|s| *s <= acked) {
             self.queue.waiting_checkpoint = None;
             if seq == self.exec.last_executed() && seq > self.exec.state().latest() {
@@ -160,9 +178,52 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         Ok(())
     }
 
+    /// Passes an execution node's frame on to its client, unread: only frames of that
+    /// execution node itself (its reply or NEW-KEY, which the client authenticates), to a
+    /// client of the cluster.
+    pub(super) fn on_relay(&mut self, from: ExecutorId, m: Relay) -> Result<(), Reject> {
+        if !self.cfg.separated() || from >= self.cfg.executors {
+            return Err(Reject::Unexpected);
+        }
+        let to = Principal::Client(m.client);
+        if frame_sender(&m.frame) != Some(Principal::Executor(from)) {
+            return Err(Reject::Inconsistent);
+        }
+        if !self.auth.knows(to) && self.auth.session_ref().is_none() {
+            return Err(Reject::UnknownSender);
+        }
+        self.stats.relayed += 1;
+        self.effects.push(Effect::Send {
+            to,
+            bytes: Arc::new(m.frame.into_vec()),
+        });
+        Ok(())
+    }
+
+    /// A client's NEW-KEY we accepted carries keys for the execution nodes too: it goes on
+    /// to them (clients talk to the agreement nodes only).
+    pub(super) fn pass_client_key_on(&mut self, nk: &NewKey) {
+        if !self.cfg.separated() || self.replaying {
+            return;
+        }
+        let bytes: Bytes = Arc::new(seal(
+            &self.auth,
+            &Message::NewKey(nk.clone()),
+            None,
+            self.cfg.n(),
+        ));
+        for e in 0..self.cfg.executors {
+            self.effects.push(Effect::Send {
+                to: Principal::Executor(e),
+                bytes: bytes.clone(),
+            });
+        }
+    }
+
     /// A client asked again for request `ts`, ordered here already: the execution nodes
     /// answer it again (their reply may have been lost).
     pub(super) fn hint_retry(&mut self, client: ClientId, timestamp: u64) {
+        self.queue.retried_since_progress = true;
         let m = Message::Retry(Retry {
             replica: self.id,
             client,
@@ -170,6 +231,33 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         });
         for e in 0..self.cfg.executors {
             self.send(Principal::Executor(e), &m);
+        }
+    }
+
+    /// Batches ordered here that the execution cluster does not acknowledge within the
+    /// view-change timeout while clients ask for them again: fewer than 2f+1 replicas may be
+    /// sending the execution nodes their pieces (the others lag, or sit in a view nobody
+    /// joined), and no request waits in the pool to time out on. A view change brings the
+    /// replicas together again; its timeout doubles as for any view change that does not
+    /// help (the execution nodes may be down).
+    fn check_execution_stall(&mut self, now: u64, last: Seq) {
+        if self.queue.acked >= last || !self.normal {
+            self.queue.ack_progress_ms = now;
+            self.queue.retried_since_progress = false;
+            return;
+        }
+        if self.queue.retried_since_progress
+            && now
+                >= self
+                    .queue
+                    .ack_progress_ms
+                    .saturating_add(self.vc_timeout_ms)
+        {
+            self.stats.execution_stalls += 1;
+            self.queue.ack_progress_ms = now;
+            self.queue.retried_since_progress = false;
+            self.vc_timeout_ms = (self.vc_timeout_ms * 2).min(self.cfg.view_change_timeout_max_ms);
+            self.start_view_change(self.view.saturating_add(1));
         }
     }
 
@@ -181,6 +269,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let now = self.now();
         let last = self.exec.last_executed();
+        self.check_execution_stall(now, last);
         let base = self.cfg.status_interval_ms;
         for e in 0..self.cfg.executors {
             let acked = self.queue.acks.get(&e).copied().unwrap_or(0);

@@ -84,6 +84,7 @@ pub fn describe(bytes: &[u8]) -> String {
             format!("EXEC-CHECKPOINT e{} n{} {:?}", c.executor, c.seq, c.digest)
         }
         Message::Missing(m) => format!("MISSING e{} n{}", m.executor, m.seq),
+        Message::Relay(r) => format!("RELAY c{} {}B", r.client, r.frame.len()),
         Message::Certified(c) => format!(
             "CERTIFIED e{} stable{} {} frames",
             c.executor,
