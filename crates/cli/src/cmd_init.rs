@@ -10,8 +10,17 @@ use std::path::PathBuf;
 #[derive(Args)]
 pub struct InitArgs {
     /// Number of replicas: 3f+1 (4, 7, 10, ...) to tolerate f faulty ones
-    #[arg(long, default_value_t = 4, value_name = "N")]
+    #[arg(
+        long,
+        visible_alias = "agreement",
+        default_value_t = 4,
+        value_name = "N"
+    )]
     replicas: u32,
+    /// Separated deployment: this many execution nodes (2g+1: 3, 5, ...) run the service and
+    /// the replicas only order requests; 0 (the default) has the replicas execute
+    #[arg(long, default_value_t = 0, value_name = "M")]
+    execution: u32,
     /// Number of clients (ids 1 to N) allowed to submit operations
     #[arg(long, default_value_t = 1, value_name = "N")]
     clients: u32,
@@ -42,6 +51,7 @@ pub fn executable_blake3() -> anyhow::Result<String> {
 pub fn run(args: InitArgs) -> anyhow::Result<()> {
     let opts = InitOptions {
         replicas: args.replicas,
+        executors: args.execution,
         clients: args.clients,
         out: args.out.clone(),
         base_port: args.base_port,
@@ -146,8 +156,27 @@ fn summary(cfg: &ClusterConfig) -> String {
             cfg.resolve(&r.home).display()
         );
     }
+    for x in &cfg.executors {
+        let _ = writeln!(
+            s,
+            "  execution node {}: protocol {}, status http://{}/status, data in {}",
+            x.id,
+            x.addr,
+            x.metrics_addr,
+            cfg.resolve(&x.home).display()
+        );
+    }
     let _ = writeln!(s);
     let _ = writeln!(s, "Next:");
+    if !cfg.executors.is_empty() {
+        let _ = writeln!(
+            s,
+            "  start every execution node (separated deployment), each in its own terminal:"
+        );
+        for x in &cfg.executors {
+            let _ = writeln!(s, "    redoubt executor --config {config} --id {}", x.id);
+        }
+    }
     if cfg.keys.session() {
         let _ = writeln!(
             s,

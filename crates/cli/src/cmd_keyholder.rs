@@ -12,9 +12,12 @@ pub struct KeyholderArgs {
     /// The cluster configuration file
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
-    /// The replica whose key holder to run
+    /// The replica whose key holder to run (with --executor: the execution node)
     #[arg(long, value_name = "I")]
     id: u32,
+    /// Run the key holder of execution node I (separated deployment) instead of replica I
+    #[arg(long)]
+    executor: bool,
 }
 
 /// Opens replica `id`'s key-holder file and serves it on its socket; returns the socket path.
@@ -25,8 +28,13 @@ pub fn start_key_holder(cfg: &ClusterConfig, id: u32) -> anyhow::Result<PathBuf>
 pub fn run(args: KeyholderArgs) -> anyhow::Result<ExitCode> {
     redoubt_node::logging::init(redoubt_node::logging::LogFormat::Human);
     let cfg = ClusterConfig::load(&args.config)?;
-    cfg.replica(args.id)?;
-    let socket = start_key_holder(&cfg, args.id)?;
+    let socket = if args.executor {
+        cfg.executor(args.id)?;
+        redoubt_node::holder::serve_for(&cfg, redoubt_core::Principal::Executor(args.id))?
+    } else {
+        cfg.replica(args.id)?;
+        start_key_holder(&cfg, args.id)?
+    };
     tracing::info!(replica = args.id, socket = %socket.display(), "key holder serving");
     let rt = crate::runtime_with(1)?;
     rt.block_on(async {

@@ -246,6 +246,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let base = free_base_port(n as u16)?;
     let config_path = init_cluster(&InitOptions {
         replicas: n,
+        executors: 0,
         clients: args.clients,
         out: dir.clone(),
         base_port: base,

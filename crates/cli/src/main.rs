@@ -12,6 +12,7 @@
 //! 2 usage error, 3 a negative answer of `kv` (key absent, compare-and-swap not applied).
 
 mod bench;
+mod cmd_executor;
 mod cmd_init;
 mod cmd_keyholder;
 mod cmd_kv;
@@ -55,6 +56,8 @@ enum Command {
     Init(cmd_init::InitArgs),
     /// Run one replica of a cluster (the key-value store) until SIGTERM or SIGINT
     Replica(cmd_replica::ReplicaArgs),
+    /// Run one execution node of a separated deployment (the key-value store)
+    Executor(cmd_executor::ExecutorArgs),
     /// Run a replica's recovery monitor: its key holder, the replica, proactive recovery
     Monitor(cmd_monitor::MonitorArgs),
     /// Run only a replica's key holder on its Unix socket
@@ -106,6 +109,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Init(a) => cmd_init::run(a).map(|()| ExitCode::SUCCESS),
         Command::Replica(a) => return cmd_replica::run(a),
+        Command::Executor(a) => return cmd_executor::run(a),
         Command::Monitor(a) => cmd_monitor::run(a),
         Command::Keyholder(a) => cmd_keyholder::run(a),
         Command::Kv(a) => cmd_kv::run(a),

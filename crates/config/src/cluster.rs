@@ -703,6 +703,7 @@ pub(crate) mod tests {
                 name: "t \"quoted\"".into(),
                 id: "00ff".into(),
             },
+            executors: Vec::new(),
             replicas: (0..4)
                 .map(|i| ReplicaEntry {
                     id: i,

@@ -66,6 +66,28 @@ id = {id}
             }
             out.push('\n');
         }
+        if !self.executors.is_empty() {
+            out.push_str(
+                "# Separated deployment: one [[executor]] per execution node, exactly\n\
+                 # [protocol] executors (2g+1) of them, ids 0 to 2g; the same fields as a replica's\n\
+                 # (holder_socket default: keyholder-executor-<id>.sock beside <home>).\n",
+            );
+        }
+        for r in &self.executors {
+            let _ = write!(
+                out,
+                "[[executor]]\nid = {}\naddr = {}\nmetrics_addr = {}\nhome = {}\nkey_file = {}\n",
+                r.id,
+                quote(&r.addr.to_string()),
+                quote(&r.metrics_addr.to_string()),
+                quote(&r.home.to_string_lossy()),
+                quote(&r.key_file.to_string_lossy()),
+            );
+            if let Some(sock) = &r.holder_socket {
+                let _ = writeln!(out, "holder_socket = {}", quote(&sock.to_string_lossy()));
+            }
+            out.push('\n');
+        }
         out.push_str(
             "# One [[client]] per client allowed to submit requests; ids are distinct.\n\
              #   key_file      the client's key-holder file or secret MAC keys (must be mode 0600)\n",
@@ -286,8 +308,15 @@ const PROTOCOL_OPTIONS: Section = Section {
             "Seal request and reply bodies between each client and the executors (ChaCha20-Poly1305\n\
              under a key each client session agrees with the executors' key pair by HPKE): the\n\
              network sees ciphertext only. Needs [keys] mode = \"session\" (the executors' secret\n\
-             is in each replica's key holder, dealt by `redoubt init`). State-transfer answers are\n\
-             sealed the same way. Default: {default}.",
+             is in the key holder of each node that executes, dealt by `redoubt init`). State-transfer\n\
+             answers are sealed the same way. Default: {default}.",
+        ),
+        (
+            "executors",
+            "Separated deployment (Yin et al. 2003): the number of execution nodes, 2g+1, listed as\n\
+             [[executor]] entries; the replicas then only order requests, the execution nodes run the\n\
+             service and answer (g+1 matching replies), and only they hold the executors' secret.\n\
+             0: the replicas execute (co-located). Default: {default}.",
         ),
         (
             "message_bytes_max",

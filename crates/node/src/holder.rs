@@ -11,6 +11,11 @@ use std::sync::Arc;
 /// Opens replica `id`'s key-holder file (checked against the cluster) and serves it on the
 /// replica's `holder_socket`, in threads of this process. Returns the socket path.
 pub fn serve_for_replica(cfg: &ClusterConfig, id: u32) -> Result<PathBuf, ConfigError> {
+    serve_for(cfg, Principal::Replica(id))
+}
+
+/// Like [`serve_for_replica`] for a replica or an execution node.
+pub fn serve_for(cfg: &ClusterConfig, me: Principal) -> Result<PathBuf, ConfigError> {
     if !cfg.keys.session() {
         return Err(ConfigError::Invalid {
             path: cfg.path.clone(),
@@ -18,12 +23,11 @@ pub fn serve_for_replica(cfg: &ClusterConfig, id: u32) -> Result<PathBuf, Config
             message: "it is \"static\": there is no key holder to run".into(),
         });
     }
-    let me = Principal::Replica(id);
     let file = read_holder_file(&cfg.key_file_of(me)?, me)?;
     check_holder_cluster(cfg, &file)?;
     let directory = Arc::new(load_directory(cfg)?);
     let holder = FileHolder::open(file, directory)?;
-    let socket = cfg.holder_socket_of(id)?;
+    let socket = cfg.holder_socket_for(me)?;
     let io = ConfigError::io;
     if let Some(dir) = socket.parent() {
         std::fs::create_dir_all(dir).map_err(io("create directory", dir))?;

@@ -41,6 +41,9 @@ pub const CONFIG_FILE_NAME: &str = "redoubt.toml";
 pub struct InitOptions {
     /// Number of replicas: 3f+1 with f >= 1.
     pub replicas: u32,
+    /// Execution nodes of a separated deployment (2g+1), or 0: the replicas execute. They
+    /// take the ports after the replicas' (`base_port + replicas + i`).
+    pub executors: u32,
     /// Number of clients; their ids are `1..=clients`.
     pub clients: u32,
     /// Output directory (created if missing).
@@ -62,6 +65,7 @@ impl Default for InitOptions {
     fn default() -> Self {
         InitOptions {
             replicas: 4,
+            executors: 0,
             clients: 1,
             out: PathBuf::from("redoubt-cluster"),
             base_port: DEFAULT_BASE_PORT,
@@ -94,6 +98,13 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
         });
     }
     let f = (n - 1) / 3;
+    let e = opts.executors;
+    if e > 0 && e.is_multiple_of(2) {
+        return Err(ConfigError::InitInvalid(format!(
+            "{e} execution nodes: use an odd number, 2g+1 (3 tolerates g = 1 faulty, 5 g = 2)"
+        )));
+    }
+    let n = n + e; // nodes that take ports
     if n > u32::from(METRICS_PORT_OFFSET) {
         return Err(ConfigError::InitInvalid(format!(
             "{n} replicas would give protocol ports that collide with metrics ports (base_port + {METRICS_PORT_OFFSET} + i); use at most {METRICS_PORT_OFFSET} replicas"
@@ -107,7 +118,7 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
     let last_port = u32::from(opts.base_port) + u32::from(METRICS_PORT_OFFSET) + n - 1;
     if last_port > u32::from(u16::MAX) {
         return Err(ConfigError::InitInvalid(format!(
-            "base port {} is too high: the metrics port of replica {} would be {last_port}; choose a base port of at most {}",
+            "base port {} is too high: the metrics port of node {} (replicas, then execution nodes) would be {last_port}; choose a base port of at most {}",
             opts.base_port,
             n - 1,
             u32::from(u16::MAX) + 1 - u32::from(METRICS_PORT_OFFSET) - n
@@ -153,8 +164,24 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
             name: opts.name.clone(),
             id: cluster_id.clone(),
         },
-        executors: Vec::new(),
-        replicas: (0..n)
+        executors: (0..e)
+            .map(|i| {
+                let port =
+                    |offset: u32| (u32::from(opts.base_port) + offset + opts.replicas + i) as u16;
+                ReplicaEntry {
+                    id: i,
+                    addr: SocketAddr::new(opts.host, port(0)),
+                    metrics_addr: SocketAddr::new(opts.host, port(u32::from(METRICS_PORT_OFFSET))),
+                    home: PathBuf::from(format!("executor-{i}")),
+                    key_file: PathBuf::from(format!(
+                        "keys/executor-{i}.{}",
+                        if opts.static_keys { "key" } else { "holder" }
+                    )),
+                    holder_socket: None,
+                }
+            })
+            .collect(),
+        replicas: (0..opts.replicas)
             .map(|i| {
                 let port = |offset: u32| (u32::from(opts.base_port) + offset + i) as u16;
                 ReplicaEntry {
@@ -180,8 +207,10 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
             })
             .collect(),
         protocol: Config {
-            // Bodies sealed to the executors, whose secret each replica's key holder holds.
+            // Bodies sealed to the executors, whose secret each executing node's key holder
+            // holds (the replicas', or the execution nodes' when separated).
             confidential_bodies: !opts.static_keys,
+            executors: e,
             ..Config::new(f)
         },
         client: ClientSection::default(),
@@ -304,7 +333,8 @@ fn write_all_keys(cfg: &ClusterConfig, master: &[u8]) -> Result<(), ConfigError>
 /// Session keys: a key-holder file per principal (a fresh seed from the operating system's
 /// generator) and the public-key directory.
 fn write_holder_files(cfg: &ClusterConfig, rng: &mut impl rand::Rng) -> Result<(), ConfigError> {
-    // The executors' secret, dealt to every replica's key holder (every replica executes).
+    // The executors' secret, dealt to the key holder of every node that executes: every
+    // replica, or in a separated deployment every execution node (and no replica).
     let mut executor_seed = [0u8; 32];
     rng.fill_bytes(&mut executor_seed);
     let executors = ExecutorSecret::from_seed(&executor_seed).public();
@@ -313,7 +343,12 @@ fn write_holder_files(cfg: &ClusterConfig, rng: &mut impl rand::Rng) -> Result<(
         let mut seed = [0u8; 32];
         rng.fill_bytes(&mut seed);
         let path = cfg.key_file_of(me)?;
-        let dealt = matches!(me, Principal::Replica(_)).then_some(&executor_seed);
+        let executes = match me {
+            Principal::Replica(_) => !cfg.protocol.separated(),
+            Principal::Executor(_) => true,
+            Principal::Client(_) => false,
+        };
+        let dealt = executes.then_some(&executor_seed);
         let keys = redoubt_keyholder::write_holder_file(&path, &cfg.cluster.id, me, &seed, dealt)
             .map_err(|e| ConfigError::InitInvalid(e.to_string()))?;
         seed.fill(0);

@@ -5,6 +5,7 @@
 //! - [`holder`]: serving a replica's key holder (`redoubt-keyholder`) from this process;
 //! - [`storage`]: the durable journal (group-committed before sends);
 //! - [`runtime`]: the replica event loop on tokio (`redoubt replica`);
+//! - [`executor`]: the execution node's event loop (`redoubt executor`, separated deployment);
 //! - [`metrics`] and [`status`]: Prometheus metrics and the JSON status over HTTP;
 //! - [`logging`]: human or JSON logs.
 //!
@@ -12,6 +13,7 @@
 //! protocol decides, only carry bytes, time and durability to and from it.
 
 pub mod baseline;
+pub mod executor;
 pub mod holder;
 pub mod init;
 pub mod logging;
@@ -20,4 +22,5 @@ pub mod runtime;
 pub mod status;
 pub mod storage;
 
+pub use executor::run_executor;
 pub use runtime::{run_replica, NodeError};

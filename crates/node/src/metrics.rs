@@ -100,12 +100,21 @@ fn histogram(r: &Registry, name: &str, help: &str, buckets: Vec<f64>) -> Histogr
 }
 
 impl Metrics {
+    /// A replica's metrics, labelled `replica="<id>"`.
     pub fn new(replica: u32) -> Metrics {
-        let registry = Registry::new_custom(
-            None,
-            Some([("replica".to_string(), replica.to_string())].into()),
-        )
-        .expect("registry");
+        Self::labelled("replica", replica)
+    }
+
+    /// An execution node's metrics (the same names, where they apply), labelled
+    /// `executor="<id>"`.
+    pub fn for_executor(executor: u32) -> Metrics {
+        Self::labelled("executor", executor)
+    }
+
+    fn labelled(label: &str, id: u32) -> Metrics {
+        let registry =
+            Registry::new_custom(None, Some([(label.to_string(), id.to_string())].into()))
+                .expect("registry");
         let r = &registry;
         let secs = prometheus::exponential_buckets(0.000_01, 2.0, 20).expect("buckets");
         let rejected = IntCounterVec::new(

@@ -110,6 +110,8 @@ struct Node<S: Service> {
     state_store: FileStore,
     listener: Listener,
     links: Vec<Option<Link>>,
+    /// Separated deployment: links to the execution nodes.
+    exec_links: Vec<Link>,
     known_clients: std::collections::HashSet<ClientId>,
     client_conns: HashMap<ClientId, ConnId>,
     metrics: Arc<Metrics>,
@@ -381,10 +383,13 @@ impl<S: Service> Node<S> {
                     Some(conn) => self.listener.send(*conn, bytes).is_ok(),
                     None => false,
                 },
-                Principal::Executor(_) => false,
+                Principal::Executor(e) => self
+                    .exec_links
+                    .get(e as usize)
+                    .is_some_and(|l| l.send(bytes).is_ok()),
             };
             if !ok {
-                let q = if matches!(to, Principal::Replica(_)) {
+                let q = if matches!(to, Principal::Replica(_) | Principal::Executor(_)) {
                     "peer"
                 } else {
                     "client"
@@ -716,6 +721,11 @@ pub async fn run_replica<S: Service + Send + 'static>(
         .iter()
         .map(|r| (r.id != id).then(|| Link::spawn(r.addr, link_cfg.clone(), link_tx.clone())))
         .collect();
+    let exec_links = cfg
+        .executors
+        .iter()
+        .map(|x| Link::spawn(x.addr, link_cfg.clone(), link_tx.clone()))
+        .collect();
     let mut sigterm = signal(SignalKind::terminate()).map_err(NodeError::Signal)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(NodeError::Signal)?;
     // SIGUSR1: check every page of the state against its digest now (a scrub on demand).
@@ -745,6 +755,7 @@ pub async fn run_replica<S: Service + Send + 'static>(
         state_store,
         listener,
         links,
+        exec_links,
         known_clients: cfg.clients.iter().map(|c| c.id).collect(),
         client_conns: HashMap::new(),
         metrics,

@@ -532,6 +532,7 @@ fn init_f2_with_host_and_base_port() {
     let dir = tempfile::tempdir().unwrap();
     let path = init_cluster(&InitOptions {
         replicas: 7,
+        executors: 0,
         clients: 0,
         out: dir.path().join("c7"),
         base_port: 9000,

@@ -12,6 +12,7 @@ async fn four_replicas_serve_kv_and_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let opts = InitOptions {
         replicas: 4,
+        executors: 0,
         clients: 1,
         out: dir.path().join("c"),
         base_port: redoubt_node::init::free_base_port(4).unwrap(),

@@ -258,6 +258,7 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
     let base = free_base_port(4)?;
     let config_path = init_cluster(&InitOptions {
         replicas: 4,
+        executors: 0,
         clients: max_clients + 1,
         out: dir.clone(),
         base_port: base,

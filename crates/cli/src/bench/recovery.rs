@@ -197,6 +197,7 @@ async fn one_size(
     let base = free_base_port(N as u16)?;
     let config_path = init_cluster(&InitOptions {
         replicas: N,
+        executors: 0,
         clients: args.clients,
         out: dir.to_path_buf(),
         base_port: base,

@@ -76,6 +76,7 @@ async fn state_transfer(args: StateTransferArgs) -> anyhow::Result<ExitCode> {
     let base = free_base_port(4)?;
     let config_path = init_cluster(&InitOptions {
         replicas: 4,
+        executors: 0,
         clients: args.clients,
         out: dir.clone(),
         base_port: base,

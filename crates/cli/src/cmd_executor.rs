@@ -1,0 +1,67 @@
+//! `redoubt executor`: runs one execution node of a separated deployment (the key-value
+//! store) until SIGTERM or SIGINT. With session keys its key holder runs in this process.
+
+use crate::EXIT_FAILURE;
+use clap::Args;
+use redoubt_config::ClusterConfig;
+use redoubt_core::Principal;
+use redoubt_node::logging::LogFormat;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct ExecutorArgs {
+    /// The cluster configuration file (written by `redoubt init --execution M`)
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// Which execution node of the configuration to run
+    #[arg(long, value_name = "I")]
+    id: u32,
+}
+
+pub fn run(args: ExecutorArgs) -> ExitCode {
+    let cfg = match ClusterConfig::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: execution node {}: {e}", args.id);
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    redoubt_node::logging::init(cfg.node.log_format.parse().unwrap_or(LogFormat::Human));
+    if let Err(e) = cfg.executor(args.id) {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_FAILURE);
+    }
+    // Its key holder, in this process (an execution node does not recover proactively, so
+    // no monitor restarts it).
+    let socket = if cfg.keys.session() {
+        match redoubt_node::holder::serve_for(&cfg, Principal::Executor(args.id)) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!("error: execution node {}: {e}", args.id);
+                return ExitCode::from(EXIT_FAILURE);
+            }
+        }
+    } else {
+        None
+    };
+    let rt = match crate::runtime_with(cfg.node.worker_threads) {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: execution node {}: {e:#}", args.id);
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    let service = redoubt_services::kv::KvService::new();
+    let out = rt.block_on(redoubt_node::run_executor(&args.config, args.id, service));
+    if let Some(s) = socket {
+        let _ = std::fs::remove_file(s);
+    }
+    match out {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: execution node {}: {e}", args.id);
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
+}

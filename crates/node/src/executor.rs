@@ -1,0 +1,284 @@
+//! The execution-node process of a separated deployment (`redoubt executor`): hosts the pure
+//! core [`Executor`] and the service on tokio.
+//!
+//! One task owns the core. Frames from the replicas and the other execution nodes arrive on
+//! the listener; what the core sends leaves on links to every replica and every other
+//! execution node (clients are reached through the replicas, see `Relay`). The service state
+//! lives in the page store under `<home>/state`; its durable base moves at each stable
+//! checkpoint, and a restarted node resumes from there, catching up from the replicas (which
+//! keep what it has not acknowledged) and its peers.
+
+use crate::metrics::{self, Metrics};
+use crate::runtime::NodeError;
+use crate::status::StatusReport;
+use redoubt_config::{load_keys, ClusterConfig};
+use redoubt_core::state::FileStore;
+use redoubt_core::{open_state, Effect, Env, Event, Executor, Input, Keys, Principal, Service};
+use redoubt_transport::{ConnId, Link, LinkConfig, Listener, ListenerConfig};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+use tracing::{debug, error, info, warn};
+
+/// Frames buffered between the network tasks and the protocol task.
+const INBOUND_FRAMES_MAX: usize = 16_384;
+/// How often metrics and the JSON status are refreshed.
+const STATUS_REFRESH: Duration = Duration::from_millis(100);
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+struct ExecNode<S: Service> {
+    id: u32,
+    core: Executor<S, Keys>,
+    store: FileStore,
+    replicas: Vec<Link>,
+    /// Links to the other execution nodes (`None` for this one).
+    peers: Vec<Option<Link>>,
+    listener: Listener,
+    metrics: Arc<Metrics>,
+    status: Arc<Mutex<StatusReport>>,
+    last: redoubt_core::ExecutorStats,
+    started: Instant,
+}
+
+impl<S: Service> ExecNode<S> {
+    fn input(&mut self, input: Input<'_>, conn: Option<ConnId>) {
+        if let Input::Receive(bytes) = input {
+            self.metrics.bytes_received.inc_by(bytes.len() as u64);
+        }
+        let env = Env {
+            now_ms: now_ms(),
+            entropy: rand::random(),
+        };
+        for e in self.core.handle(env, input) {
+            match e {
+                Effect::CommitState(c) => {
+                    if let Err(err) = c.apply(&mut self.store) {
+                        error!(executor = self.id, seq = c.seq, error = %err, "page store commit failed; stopping");
+                        std::process::exit(70);
+                    }
+                }
+                Effect::Send { to, bytes } => {
+                    let sent = match to {
+                        Principal::Replica(r) => self
+                            .replicas
+                            .get(r as usize)
+                            .is_some_and(|l| l.send(bytes).is_ok()),
+                        Principal::Executor(p) => {
+                            matches!(self.peers.get(p as usize), Some(Some(l)) if l.send(bytes.clone()).is_ok())
+                        }
+                        // Clients are reached through the replicas (the core relays).
+                        Principal::Client(_) => false,
+                    };
+                    if !sent {
+                        self.metrics
+                            .frames_dropped
+                            .with_label_values(&["peer"])
+                            .inc();
+                    }
+                }
+                Effect::Broadcast { .. } | Effect::Persist(_) => {}
+                Effect::Event(ev) => self.event(ev, conn),
+            }
+        }
+    }
+
+    fn event(&mut self, ev: Event, conn: Option<ConnId>) {
+        match ev {
+            Event::Rejected { from, kind, reason } => {
+                self.metrics
+                    .rejected
+                    .with_label_values(&[reason.as_str(), kind])
+                    .inc();
+                debug!(executor = self.id, from = %from, kind, reason = %reason, "rejected");
+                let hostile = matches!(
+                    reason,
+                    redoubt_core::Reject::Malformed
+                        | redoubt_core::Reject::Oversized
+                        | redoubt_core::Reject::BadVersion
+                        | redoubt_core::Reject::UnknownSender
+                        | redoubt_core::Reject::WrongTag
+                );
+                if kind == "frame" && hostile {
+                    if let Some(c) = conn {
+                        self.listener.close_conn(c);
+                    }
+                }
+            }
+            Event::StateDivergence { seq } => {
+                error!(executor = self.id, seq, "own checkpoint differs from the one g+1 execution nodes vouch for; execution stops here (no state transfer between execution nodes yet: empty this node's home and restart it)");
+            }
+            Event::Stable { seq } => {
+                debug!(executor = self.id, seq, "checkpoint stable");
+            }
+            Event::KeyHolderFailed(e) => {
+                warn!(executor = self.id, error = %e, "key holder failed; retrying");
+            }
+            Event::Executed { requests, .. } => {
+                self.metrics.batch_size.observe(requests.len() as f64);
+            }
+            _ => {}
+        }
+    }
+
+    fn update_status(&mut self) {
+        let s = self.core.stats.clone();
+        let m = &self.metrics;
+        m.requests_executed
+            .inc_by(s.requests_executed - self.last.requests_executed);
+        m.batches_executed
+            .inc_by(s.batches_executed - self.last.batches_executed);
+        m.body_sessions_opened
+            .inc_by(s.body_sessions_opened - self.last.body_sessions_opened);
+        m.bodies_refused
+            .inc_by(s.bodies_refused - self.last.bodies_refused);
+        m.key_refreshes
+            .inc_by(s.key_refreshes - self.last.key_refreshes);
+        m.last_executed.set(self.core.last_executed() as i64);
+        m.stable_checkpoint
+            .set(self.core.stable_checkpoint() as i64);
+        m.state_base.set(self.core.state().base_seq() as i64);
+        m.peers_connected.set(
+            self.replicas
+                .iter()
+                .map(|l| l.stats().connected as i64)
+                .chain(
+                    self.peers
+                        .iter()
+                        .flatten()
+                        .map(|l| l.stats().connected as i64),
+                )
+                .sum(),
+        );
+        *self.status.lock().expect("status lock") = StatusReport {
+            id: self.id,
+            normal: self.core.stuck_at().is_none(),
+            last_executed: self.core.last_executed(),
+            stable_checkpoint: self.core.stable_checkpoint(),
+            requests_executed: s.requests_executed,
+            state_base: self.core.state().base_seq(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            key_refreshes: s.key_refreshes,
+            ..StatusReport::default()
+        };
+        self.last = s;
+    }
+}
+
+/// Runs execution node `id` of the cluster described by `config_path`, hosting `service`,
+/// until SIGTERM or SIGINT. Every execution node must host the same service.
+pub async fn run_executor<S: Service + Send + 'static>(
+    config_path: &Path,
+    id: u32,
+    service: S,
+) -> Result<(), NodeError> {
+    let cfg = ClusterConfig::load(config_path)?;
+    let entry = cfg.executor(id)?.clone();
+    let keys = load_keys(&cfg, Principal::Executor(id))?;
+    let home = cfg.resolve(&entry.home);
+    let restore_err = |reason: String| NodeError::Restore {
+        home: home.display().to_string(),
+        reason,
+    };
+    let geometry = cfg.state.geometry().map_err(restore_err)?;
+    let state_dir = home.join("state");
+    std::fs::create_dir_all(&state_dir)
+        .map_err(|e| restore_err(format!("cannot create {}: {e}", state_dir.display())))?;
+    let store = FileStore::open(&state_dir, geometry)
+        .map_err(|e| restore_err(format!("page store in {}: {e}", state_dir.display())))?;
+    let mut state = open_state(Box::new(store.clone()))
+        .map_err(|e| restore_err(format!("page store in {}: {e}", state_dir.display())))?;
+    state.set_page_cache_bytes((cfg.storage.page_cache_mib as usize).saturating_mul(1 << 20));
+    let core =
+        Executor::new(cfg.protocol.clone(), id, keys, service, state).map_err(restore_err)?;
+    let bind_err = |what, field, addr, source| NodeError::Bind {
+        what,
+        field,
+        id,
+        addr,
+        config: cfg.path.display().to_string(),
+        source,
+    };
+    let (in_tx, mut in_rx) = mpsc::channel::<(ConnId, Vec<u8>)>(INBOUND_FRAMES_MAX);
+    let listener = Listener::bind(
+        entry.addr,
+        ListenerConfig {
+            frame_bytes_max: cfg.protocol.message_bytes_max,
+            per_conn_queue_max: cfg.node.peer_queue_frames_max,
+            connections_max: cfg.node.client_connections_max,
+        },
+        in_tx,
+    )
+    .await
+    .map_err(|e| bind_err("protocol traffic", "addr", entry.addr, e))?;
+    let metrics = Arc::new(Metrics::for_executor(id));
+    let status = Arc::new(Mutex::new(StatusReport::default()));
+    let _http = metrics::serve(entry.metrics_addr, metrics.clone(), status.clone())
+        .await
+        .map_err(|e| bind_err("metrics", "metrics_addr", entry.metrics_addr, e))?;
+    // Links only send; what comes back on them is dropped (peers answer on their own links).
+    let (link_tx, mut link_rx) = mpsc::channel::<Vec<u8>>(INBOUND_FRAMES_MAX);
+    let link_cfg = LinkConfig {
+        frames_queued_max: cfg.node.peer_queue_frames_max,
+        frame_bytes_max: cfg.protocol.message_bytes_max,
+        backoff_min: Duration::from_millis(cfg.node.reconnect_backoff_min_ms),
+        backoff_max: Duration::from_millis(cfg.node.reconnect_backoff_max_ms),
+        connect_timeout: Duration::from_secs(2),
+    };
+    let replicas = cfg
+        .replicas
+        .iter()
+        .map(|r| Link::spawn(r.addr, link_cfg.clone(), link_tx.clone()))
+        .collect();
+    let peers = cfg
+        .executors
+        .iter()
+        .map(|x| (x.id != id).then(|| Link::spawn(x.addr, link_cfg.clone(), link_tx.clone())))
+        .collect();
+    let mut sigterm = signal(SignalKind::terminate()).map_err(NodeError::Signal)?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(NodeError::Signal)?;
+    info!(
+        executor = id,
+        addr = %entry.addr,
+        metrics = %entry.metrics_addr,
+        home = %home.display(),
+        last_executed = core.last_executed(),
+        "execution node started"
+    );
+    let mut node = ExecNode {
+        id,
+        core,
+        store,
+        replicas,
+        peers,
+        listener,
+        metrics,
+        status,
+        last: Default::default(),
+        started: Instant::now(),
+    };
+    let mut tick = tokio::time::interval(Duration::from_millis(cfg.node.tick_ms.max(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut last_status = Instant::now();
+    loop {
+        tokio::select! {
+            _ = sigterm.recv() => break,
+            _ = sigint.recv() => break,
+            _ = tick.tick() => node.input(Input::Tick, None),
+            Some((conn, bytes)) = in_rx.recv() => node.input(Input::Receive(&bytes), Some(conn)),
+            Some(bytes) = link_rx.recv() => node.input(Input::Receive(&bytes), None),
+        }
+        if last_status.elapsed() >= STATUS_REFRESH {
+            node.update_status();
+            last_status = Instant::now();
+        }
+    }
+    info!(executor = id, "shut down cleanly");
+    Ok(())
+}
