@@ -24,7 +24,14 @@ pub fn init(dir: &Path, replicas: u32, clients: u32) -> PathBuf {
 
 /// [`init`] with extra `redoubt init` arguments (e.g. `--static-keys`).
 pub fn init_with(dir: &Path, replicas: u32, clients: u32, extra: &[&str]) -> PathBuf {
-    let base = redoubt_node::init::free_base_port(replicas as u16).expect("free ports");
+    // Execution nodes (`--execution M`) take ports after the replicas'.
+    let executors: u32 = extra
+        .iter()
+        .position(|a| *a == "--execution")
+        .and_then(|i| extra.get(i + 1)?.parse().ok())
+        .unwrap_or(0);
+    let base =
+        redoubt_node::init::free_base_port((replicas + executors) as u16).expect("free ports");
     let out = redoubt()
         .args(["init", "--replicas", &replicas.to_string()])
         .args(extra)
@@ -124,6 +131,8 @@ pub struct Cluster {
     holders: Vec<Child>,
     /// `children` are `redoubt monitor` processes (each runs its key holder and replica).
     monitored: bool,
+    /// Separated deployment: the `redoubt executor` processes.
+    executors: Vec<Option<Child>>,
 }
 
 impl Cluster {
@@ -192,6 +201,51 @@ impl Cluster {
             children: (0..n).map(|_| None).collect(),
             holders: Vec::new(),
             monitored,
+            executors: Vec::new(),
+        }
+    }
+
+    /// A separated deployment: `redoubt init --execution <executors>` with free ports,
+    /// every execution node and replica started (replicas with their key holders), all
+    /// replicas answering `/status` in the same view.
+    pub async fn start_separated(clients: u32, executors: u32) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = init_with(
+            dir.path(),
+            4,
+            clients,
+            &["--execution", &executors.to_string()],
+        );
+        let mut c = Cluster::new(dir, config, false);
+        c.executors = (0..executors).map(|_| None).collect();
+        for e in 0..executors {
+            c.spawn_executor(e);
+        }
+        for i in 0..c.children.len() as u32 {
+            c.spawn_holder(i);
+        }
+        for i in 0..c.children.len() as u32 {
+            c.spawn(i);
+        }
+        c.wait_up().await;
+        c
+    }
+
+    pub fn executor_log_path(&self, id: u32) -> PathBuf {
+        self.dir.path().join(format!("executor-{id}.log"))
+    }
+
+    /// Starts execution node `id` (appending to its log).
+    pub fn spawn_executor(&mut self, id: u32) {
+        let child = self.spawn_logged(&["executor"], id, self.executor_log_path(id));
+        self.executors[id as usize] = Some(child);
+    }
+
+    /// SIGKILL to execution node `id`.
+    pub fn kill_executor(&mut self, id: u32) {
+        if let Some(mut c) = self.executors[id as usize].take() {
+            let _ = c.kill();
+            let _ = c.wait();
         }
     }
 
@@ -365,6 +419,9 @@ impl Drop for Cluster {
             self.stop_all();
         }
         self.kill_all();
+        for e in 0..self.executors.len() as u32 {
+            self.kill_executor(e);
+        }
         for h in self.holders.iter_mut() {
             let _ = h.kill();
             let _ = h.wait();

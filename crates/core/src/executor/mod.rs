@@ -585,6 +585,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         let ack = Message::ExecAck(ExecAck {
             executor: self.id,
             seq: self.exec.last_executed(),
+            stable: self.stable,
         });
         for r in 0..self.cfg.n() {
             self.send(Principal::Replica(r), &ack);

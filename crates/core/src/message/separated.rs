@@ -22,12 +22,15 @@ pub struct Order {
 }
 
 /// An execution node executed every batch through `seq` (its partial reply certificate for
-/// the pipeline, §3.2.1): agreement nodes stop retransmitting what g+1 execution nodes
-/// acknowledged, and take their checkpoints once it is acknowledged.
+/// the pipeline, §3.2.1), and its state is durable through its stable checkpoint `stable`
+/// (what it restarts from): agreement nodes take their checkpoints once g+1 execution nodes
+/// acknowledged them, and keep for resending what some execution node holds only above its
+/// stable checkpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecAck {
     pub executor: ExecutorId,
     pub seq: Seq,
+    pub stable: Seq,
 }
 
 /// An agreement node received again a request of `client` it already ordered (`retryHint`,

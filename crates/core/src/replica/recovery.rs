@@ -182,8 +182,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 self.forget_view_changes_of(Some(r));
                 Ok(())
             }
-            Ok(Accepted::Executor(_)) => {
+            Ok(Accepted::Executor(e)) => {
                 self.stats.new_keys_accepted += 1;
+                self.executor_rekeyed(e);
                 Ok(())
             }
             Ok(Accepted::Client(_)) => {

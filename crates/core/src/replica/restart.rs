@@ -121,7 +121,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
         }
         for (seq, batch) in executed {
-            if self.exec.diverged() {
+            if self.exec.diverged() || self.queue.waiting() {
+                // Diverged: fetched instead. Waiting (separated deployment): the rest runs
+                // once the execution cluster acknowledged the checkpoint, from the log.
                 break;
             }
             if seq != self.exec.last_executed() + 1 {

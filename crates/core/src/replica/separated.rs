@@ -29,14 +29,15 @@ use crate::types::ExecutorId;
 /// The message queue towards the execution cluster.
 #[derive(Default)]
 pub(super) struct Queue {
-    /// The highest sequence number each execution node acknowledged.
-    acks: BTreeMap<ExecutorId, Seq>,
+    /// What each execution node last acknowledged: how far it executed, and its stable
+    /// checkpoint (either may go down: it restarted from its durable state).
+    acks: BTreeMap<ExecutorId, (Seq, Seq)>,
     /// The highest sequence number g+1 execution nodes acknowledged.
     acked: Seq,
     /// Per execution node: when what it has not acknowledged is next sent again (ms), and
     /// the current back-off interval (reset when it acknowledges more).
     retransmit: BTreeMap<ExecutorId, (u64, u64)>,
-    /// The batches executed here that some execution node has not acknowledged, for sending
+    /// The batches executed here above some execution node's stable checkpoint, for sending
     /// again (at most [`resend_max`], the oldest dropped first). Kept apart from the log,
     /// whose garbage collection only waits for g+1 acknowledgements, which faulty execution
     /// nodes can give falsely.
@@ -131,9 +132,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Whether the checkpoint at `seq`, just executed, must wait for the execution
     /// cluster's acknowledgement (and nothing execute past it meanwhile).
     pub(super) fn checkpoint_waits(&mut self, seq: Seq) -> bool {
-        // A replaying replica re-executes what it journaled; its checkpoints were taken
-        // when acknowledged, or are taken now like any restarted replica's.
-        if !self.cfg.separated() || self.replaying || self.queue.acked >= seq {
+        // A replaying replica waits too (its replay stops there): a checkpoint taken before
+        // the execution cluster has the batches would let the replicas' garbage collection
+        // drop what no execution node may have.
+        if !self.cfg.separated() || self.queue.acked >= seq {
             return false;
         }
         self.queue.waiting_checkpoint = Some(seq);
@@ -144,22 +146,30 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if !self.cfg.separated() || from >= self.cfg.executors || a.executor != from {
             return Err(Reject::Unexpected);
         }
-        let entry = self.queue.acks.entry(from).or_default();
-        if a.seq <= *entry {
+        if a.stable > a.seq {
+            return Err(Reject::Inconsistent);
+        }
+        let before = self.queue.acks.insert(from, (a.seq, a.stable));
+        if before == Some((a.seq, a.stable)) {
             return Ok(());
         }
-        *entry = a.seq;
-        // What every execution node acknowledged need not be sent again.
+        // What every execution node holds durably need not be sent again.
         let all = (0..self.cfg.executors)
-            .map(|e| self.queue.acks.get(&e).copied().unwrap_or(0))
+            .map(|e| self.queue.acks.get(&e).map_or(0, |(_, s)| *s))
             .min()
             .unwrap_or(0);
         self.queue.resend = self.queue.resend.split_off(&(all + 1));
-        let base = self.cfg.status_interval_ms;
-        self.queue
-            .retransmit
-            .insert(from, (self.now() + base, base));
-        let mut acks: Vec<Seq> = self.queue.acks.values().copied().collect();
+        if before.is_none_or(|(seq, _)| a.seq != seq) {
+            // It moved (or went back: it restarted): what it lacks goes out at once.
+            let base = self.cfg.status_interval_ms;
+            let due = if before.is_some_and(|(seq, _)| a.seq < seq) {
+                self.now()
+            } else {
+                self.now() + base
+            };
+            self.queue.retransmit.insert(from, (due, base));
+        }
+        let mut acks: Vec<Seq> = self.queue.acks.values().map(|(seq, _)| *seq).collect();
         acks.sort_unstable_by(|x, y| y.cmp(x));
         let acked = acks.get(self.cfg.exec_quorum() - 1).copied().unwrap_or(0);
         if acked <= self.queue.acked {
@@ -176,6 +186,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.try_execute();
         }
         Ok(())
+    }
+
+    /// Execution node `e` sent fresh keys (it refreshes them, or it restarted): what it has
+    /// not acknowledged goes out again at once, under keys it can check.
+    pub(super) fn executor_rekeyed(&mut self, e: ExecutorId) {
+        let base = self.cfg.status_interval_ms;
+        self.queue.retransmit.insert(e, (self.now(), base));
     }
 
     /// Passes an execution node's frame on to its client, unread: only frames of that
@@ -272,7 +289,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.check_execution_stall(now, last);
         let base = self.cfg.status_interval_ms;
         for e in 0..self.cfg.executors {
-            let acked = self.queue.acks.get(&e).copied().unwrap_or(0);
+            let acked = self.queue.acks.get(&e).map_or(0, |(seq, _)| *seq);
             if acked >= last {
                 continue;
             }
