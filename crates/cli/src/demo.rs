@@ -5,7 +5,7 @@
 //! Narrative lines go to stdout, the live progress line to stderr (redrawn in place on a
 //! terminal), replica logs to files in the cluster directory.
 
-use crate::cmd_status::{agreement, fetch_all, Agreement, Probe};
+use crate::cmd_status::{agreement, fetch, fetch_all, Agreement, Probe};
 use crate::procs::{log_tail, ReplicaProcs, Stopped};
 use crate::show_bytes;
 use anyhow::Context as _;
@@ -60,6 +60,10 @@ pub struct DemoArgs {
     /// (repeatable; see docs/configuration.md)
     #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
     sets: Vec<String>,
+    /// The separated deployment: the replicas only order, three execution nodes run the
+    /// store (one of them is also killed at a quarter and restarted at three eighths)
+    #[arg(long)]
+    separated: bool,
 }
 
 pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
@@ -243,10 +247,11 @@ async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         "--replicas {n}: the demo needs 3f+1 replicas (4, 7, 10, ... up to 40)"
     );
     let (tempdir, dir) = crate::procs::work_dir(args.keep.as_deref(), "redoubt-demo-")?;
-    let base = free_base_port(n as u16)?;
+    let executors: u32 = if args.separated { 3 } else { 0 };
+    let base = free_base_port((n + executors) as u16)?;
     let config_path = init_cluster(&InitOptions {
         replicas: n,
-        executors: 0,
+        executors,
         clients: args.clients,
         out: dir.clone(),
         base_port: base,
@@ -289,9 +294,22 @@ async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         dir.join(format!("replica-{{0..{}}}.log", n - 1)).display()
     ));
 
+    if executors > 0 {
+        ui.event(format!(
+            "  separated  {executors} execution nodes run the store (ports {}-{}); the replicas only order",
+            base + n as u16,
+            base + (n + executors) as u16 - 1
+        ));
+    }
+    let mut exec_procs = ReplicaProcs::executors(
+        exe.clone(),
+        config_path.clone(),
+        dir.clone(),
+        executors as usize,
+    );
     let mut procs = ReplicaProcs::new(exe, config_path.clone(), dir.clone(), n as usize);
     let outcome = tokio::select! {
-        r = scenario(&args, &cfg, &mut procs, &ui) => r,
+        r = scenario(&args, &cfg, &mut procs, &mut exec_procs, &ui) => r,
         _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
     };
     ui.clear_progress();
@@ -302,6 +320,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
 
     // Stop every replica: SIGTERM, then SIGKILL after the grace period.
     let stopped = procs.stop_all(STOP_GRACE);
+    exec_procs.stop_all(STOP_GRACE);
     let mut unclean = Vec::new();
     for (id, how) in &stopped {
         match how {
@@ -360,11 +379,15 @@ async fn scenario(
     args: &DemoArgs,
     cfg: &ClusterConfig,
     procs: &mut ReplicaProcs,
+    exec_procs: &mut ReplicaProcs,
     ui: &Ui,
 ) -> anyhow::Result<bool> {
     let n = cfg.replicas.len();
     let quorum = cfg.protocol.quorum();
     let started = Instant::now();
+    for e in 0..cfg.executors.len() as u32 {
+        exec_procs.start(e)?;
+    }
     for i in 0..n as u32 {
         procs.start(i)?;
     }
@@ -415,6 +438,8 @@ async fn scenario(
     }
 
     let k = cfg.protocol.checkpoint_interval;
+    // Separated: execution node 1 killed at a quarter, restarted at three eighths.
+    let mut exec_story = ExecStory::default();
     let mut victim: Option<(u32, u64, Instant)> = None;
     let mut view_change: Option<(u64, u32, Duration)> = None;
     let mut recovery_shown = false;
@@ -441,6 +466,10 @@ async fn scenario(
                     log_tail(&procs.log_path(i), 5)
                 ));
             }
+        }
+
+        if !cfg.executors.is_empty() {
+            exec_story.step(cfg, exec_procs, ui, elapsed, d).await?;
         }
 
         // Halfway: kill the primary.
@@ -612,6 +641,9 @@ async fn scenario(
             None => println!("  catch-up       replica {p} had not caught up by the end"),
         }
     }
+    if !cfg.executors.is_empty() {
+        println!("  execution      {}", exec_story.summary());
+    }
     match &verification {
         Ok(msg) => println!("  verification   passed: {msg}"),
         Err(msg) => println!("  verification   FAILED: {msg}"),
@@ -776,5 +808,80 @@ async fn verify(w: &Workload, kvs: &[KvClient]) -> Result<String, String> {
             if total == 1 { "" } else { "s" },
             problems.join("; ")
         ))
+    }
+}
+
+/// The separated deployment's part of the story: execution node 1 killed at a quarter of
+/// the run, restarted at three eighths, and followed until it executed as far as the others.
+#[derive(Default)]
+struct ExecStory {
+    killed: Option<Instant>,
+    restarted: Option<Instant>,
+    caught_up: Option<(Duration, u64)>,
+}
+
+const EXEC_VICTIM: u32 = 1;
+
+impl ExecStory {
+    async fn step(
+        &mut self,
+        cfg: &ClusterConfig,
+        procs: &mut ReplicaProcs,
+        ui: &Ui,
+        elapsed: Duration,
+        d: Duration,
+    ) -> anyhow::Result<()> {
+        if self.killed.is_none() && elapsed >= d / 4 {
+            procs.kill(EXEC_VICTIM)?;
+            self.killed = Some(Instant::now());
+            ui.event(format!(
+                "killed execution node {EXEC_VICTIM} with SIGKILL (g = 1: the other two answer)"
+            ));
+        }
+        if self.restarted.is_none() && elapsed >= d * 3 / 8 {
+            procs.start(EXEC_VICTIM)?;
+            self.restarted = Some(Instant::now());
+            ui.event(format!(
+                "restarted execution node {EXEC_VICTIM} (from its stable checkpoint)"
+            ));
+        }
+        if let (Some(t), None) = (self.restarted, self.caught_up) {
+            let mut executed = Vec::new();
+            for x in &cfg.executors {
+                executed.push(
+                    fetch(x.metrics_addr, POLL_TIMEOUT)
+                        .await
+                        .map(|s| s.last_executed)
+                        .unwrap_or(0),
+                );
+            }
+            let mine = executed[EXEC_VICTIM as usize];
+            let others = executed
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != EXEC_VICTIM as usize)
+                .map(|(_, e)| *e)
+                .min()
+                .unwrap_or(0);
+            if mine > 0 && mine + cfg.protocol.checkpoint_interval >= others {
+                self.caught_up = Some((t.elapsed(), mine));
+                ui.event(format!(
+                    "execution node {EXEC_VICTIM} caught up: executed batch {mine} (the others {others}), {:.1} s after its restart",
+                    t.elapsed().as_secs_f64()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn summary(&self) -> String {
+        match (self.killed, self.caught_up) {
+            (None, _) => "no execution node was killed".into(),
+            (Some(_), Some((t, seq))) => format!(
+                "node {EXEC_VICTIM} killed and restarted; caught up (batch {seq}) {:.1} s after its restart",
+                t.as_secs_f64()
+            ),
+            (Some(_), None) => format!("node {EXEC_VICTIM} had not caught up by the end"),
+        }
     }
 }

@@ -20,6 +20,9 @@ pub struct ReplicaProcs {
     holders: Vec<Option<Child>>,
     /// Sockets of the key holders (empty with static keys).
     holder_sockets: Vec<PathBuf>,
+    /// The execution nodes of a separated deployment (`redoubt executor`, whose key holder
+    /// runs in its own process) instead of replicas.
+    executors: bool,
 }
 
 /// How a replica ended when asked to stop.
@@ -45,6 +48,29 @@ impl ReplicaProcs {
             children: (0..n).map(|_| None).collect(),
             holders: (0..n).map(|_| None).collect(),
             holder_sockets,
+            executors: false,
+        }
+    }
+
+    /// The `e` execution nodes of a separated deployment, logging to
+    /// `DIR/executor-I.log`.
+    pub fn executors(exe: PathBuf, config: PathBuf, log_dir: PathBuf, e: usize) -> ReplicaProcs {
+        ReplicaProcs {
+            exe,
+            config,
+            log_dir,
+            children: (0..e).map(|_| None).collect(),
+            holders: Vec::new(),
+            holder_sockets: Vec::new(),
+            executors: true,
+        }
+    }
+
+    fn role(&self) -> &'static str {
+        if self.executors {
+            "execution node"
+        } else {
+            "replica"
         }
     }
 
@@ -96,11 +122,19 @@ impl ReplicaProcs {
     }
 
     pub fn log_path(&self, id: u32) -> PathBuf {
-        self.log_dir.join(format!("replica-{id}.log"))
+        let name = if self.executors {
+            "executor"
+        } else {
+            "replica"
+        };
+        self.log_dir.join(format!("{name}-{id}.log"))
     }
 
     /// Starts replica `id` (its log is appended to, so a restart keeps the earlier lines).
     pub fn start(&mut self, id: u32) -> anyhow::Result<()> {
+        if self.executors {
+            return self.spawn(id, &["executor".into()], &[]);
+        }
         self.ensure_holder(id)?;
         self.spawn(
             id,
@@ -152,9 +186,10 @@ impl ReplicaProcs {
             .stdout(out)
             .stderr(err);
         die_with_parent(&mut cmd);
+        let role = self.role();
         let child = cmd.spawn().with_context(|| {
             format!(
-                "cannot start replica {id} ({} {} --config {} --id {id})",
+                "cannot start {role} {id} ({} {} --config {} --id {id})",
                 self.exe.display(),
                 command.join(" "),
                 self.config.display()
