@@ -94,7 +94,7 @@ pub enum Mutant {
     /// With confidential bodies, state-transfer answers travel unsealed (and are taken so).
     ClearState,
     /// Separated deployment: an execution node runs a batch on one agreement node's piece
-    /// (2f+1 matching are needed).
+    /// (f+1 matching are needed).
     TrustOneOrder,
     /// Separated deployment: clients accept g matching execution nodes' replies (g+1 are
     /// needed).

@@ -21,6 +21,8 @@ pub struct Metrics {
     pub entries_retransmitted: IntCounter,
     pub bodies_asked: IntCounter,
     pub primary_stalls: IntCounter,
+    pub execution_stalls: IntCounter,
+    pub relayed: IntCounter,
     pub beside_from_replaced: IntCounter,
     pub requests_doubted: IntCounter,
     pub clients_suspected: IntCounter,
@@ -338,6 +340,16 @@ impl Metrics {
                 r,
                 "redoubt_primary_stall_view_changes_total",
                 "View changes this replica started as primary because its own proposals did not execute within the view-change timeout",
+            ),
+            execution_stalls: counter(
+                r,
+                "redoubt_execution_stall_view_changes_total",
+                "Separated deployment: view changes this replica started because the execution nodes acknowledged nothing within the view-change timeout while clients asked again for requests it had ordered",
+            ),
+            relayed: counter(
+                r,
+                "redoubt_relayed_frames_total",
+                "Separated deployment: execution nodes' frames (replies, NEW-KEYs) this replica passed on to clients",
             ),
             requests_doubted: counter(
                 r,

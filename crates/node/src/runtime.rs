@@ -472,6 +472,9 @@ impl<S: Service> Node<S> {
             .inc_by(s.bodies_asked - self.last_stats.bodies_asked);
         m.primary_stalls
             .inc_by(s.primary_stalls - self.last_stats.primary_stalls);
+        m.execution_stalls
+            .inc_by(s.execution_stalls - self.last_stats.execution_stalls);
+        m.relayed.inc_by(s.relayed - self.last_stats.relayed);
         m.requests_doubted
             .inc_by(s.requests_doubted - self.last_stats.requests_doubted);
         m.beside_from_replaced

@@ -4,7 +4,8 @@
 //!
 //! - An agreement node that executes (orders) a committed batch sends each execution node its
 //!   piece of the agreement certificate, an [`Order`] under an authenticator over the
-//!   execution nodes. 2f+1 pieces naming one digest certify the batch (`orders.rs`).
+//!   execution nodes. f+1 pieces naming one digest certify the batch (`orders.rs` says why
+//!   f+1 and not the paper's 2f+1).
 //! - Certified batches run in sequence order through the execution component
 //!   (`crate::execution`: service, paged state, exactly-once table, sealed bodies); each
 //!   reply goes straight to its client, which needs g+1 matching ones.
@@ -335,7 +336,12 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             return Err(Reject::Unexpected);
         };
         match s.accept(&nk, now) {
-            Ok(Accepted::Replica(_) | Accepted::Client(_) | Accepted::Executor(_)) => Ok(()),
+            Ok(Accepted::Replica(r)) => {
+                // What it sent before may have been sent while it was compromised.
+                self.orders.forget_from(r);
+                Ok(())
+            }
+            Ok(Accepted::Client(_) | Accepted::Executor(_)) => Ok(()),
             Err(crate::keys::NewKeyError::Stale) => Err(Reject::Stale),
             Err(crate::keys::NewKeyError::BadSignature) => Err(Reject::BadSignature),
             Err(crate::keys::NewKeyError::UnknownSender) => Err(Reject::UnknownSender),

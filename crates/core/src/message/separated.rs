@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 /// One agreement node's piece of an agreement certificate (`<COMMIT, v, n, d, A>`, §3.1.2):
 /// it ordered batch `digest` at `seq` (committed, in order) in `view`. Sent with an
 /// authenticator over the execution nodes, so an execution node can pass the frame on to a
-/// peer that missed it and the peer checks its own entry. 2f+1 pieces from distinct agreement
+/// peer that missed it and the peer checks its own entry. f+1 pieces from distinct agreement
 /// nodes naming one digest certify the batch. `batch` is the body (`None` for the null
 /// request, whose digest is the null digest).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

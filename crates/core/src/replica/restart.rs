@@ -120,6 +120,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 }
             }
         }
+        self.queue.replay_until = executed.keys().next_back().copied().unwrap_or(0);
         for (seq, batch) in executed {
             if self.exec.diverged() || self.queue.waiting() {
                 // Diverged: fetched instead. Waiting (separated deployment): the rest runs

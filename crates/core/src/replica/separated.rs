@@ -44,6 +44,9 @@ pub(super) struct Queue {
     resend: BTreeMap<Seq, (Digest, Option<Arc<Batch>>)>,
     /// The checkpoint waiting for its acknowledgement; nothing executes past it meanwhile.
     waiting_checkpoint: Option<Seq>,
+    /// While replaying the journal: the last sequence number it executed before the restart
+    /// (checkpoints below it were acknowledged then, or execution would not have gone on).
+    pub(super) replay_until: Seq,
     /// When g+1 execution nodes last acknowledged more (or had acknowledged everything).
     ack_progress_ms: u64,
     /// Whether a client asked again for a request ordered here since then.
@@ -135,7 +138,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // A replaying replica waits too (its replay stops there): a checkpoint taken before
         // the execution cluster has the batches would let the replicas' garbage collection
         // drop what no execution node may have.
-        if !self.cfg.separated() || self.queue.acked >= seq {
+        let acknowledged_before = self.replaying && seq < self.queue.replay_until;
+        if !self.cfg.separated() || self.queue.acked >= seq || acknowledged_before {
             return false;
         }
         self.queue.waiting_checkpoint = Some(seq);
@@ -252,7 +256,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     /// Batches ordered here that the execution cluster does not acknowledge within the
-    /// view-change timeout while clients ask for them again: fewer than 2f+1 replicas may be
+    /// view-change timeout while clients ask for them again: fewer than f+1 replicas may be
     /// sending the execution nodes their pieces (the others lag, or sit in a view nobody
     /// joined), and no request waits in the pool to time out on. A view change brings the
     /// replicas together again; its timeout doubles as for any view change that does not
