@@ -7,7 +7,7 @@
 
 use super::*;
 use crate::scenario::ExecBehavior;
-use redoubt_core::message::{decode_frame, Certified, Reply};
+use redoubt_core::message::{decode_frame, Certified, Relay, Reply};
 use redoubt_core::{Executor, ExecutorId};
 
 pub(super) struct SimExec {
@@ -122,9 +122,17 @@ impl World {
         let frame = decode_frame(bytes, usize::MAX).ok()?;
         let msg = decode_body(&frame.body).ok()?;
         let lie = match msg {
+            // Its replies travel inside relays: the reply inside is rewritten.
+            Message::Relay(r) => {
+                let inner = self.exec_lie(e, Principal::Client(r.client), &r.frame)?;
+                Message::Relay(Relay {
+                    client: r.client,
+                    frame: serde_bytes::ByteBuf::from(inner),
+                })
+            }
             Message::Reply(r) => {
-                // A wrong result; with sealed bodies, what it knows in clear (the client's
-                // last value it opened) instead, as a leak.
+                // A wrong result; with sealed bodies, half the time a tagged value in clear
+                // instead, as a leak.
                 let result = if self.sc.core.confidential_bodies && self.rng.random_bool(0.5) {
                     let mut v = secrets::SECRET_TAG.to_vec();
                     v.extend_from_slice(b"leaked");

@@ -15,6 +15,12 @@ impl World {
         if !self.sc.core.confidential_bodies || !holds_tag(bytes) {
             return;
         }
+        // A frame a replica passes on for an execution node (separated deployment) is the
+        // execution node's: judged as sent by it.
+        let from = match redoubt_core::message::frame_sender(bytes) {
+            Some(p @ Principal::Executor(_)) => p,
+            _ => from,
+        };
         let correct = match from {
             Principal::Replica(r) => !self.faulty.contains(&r) && !self.adversary.controls(r),
             Principal::Client(id) => self.clients.iter().any(|c| c.core.id() == id),
