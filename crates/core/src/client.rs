@@ -544,9 +544,8 @@ impl<A: KeyTable> Client<A> {
         } else {
             self.cfg.weak_quorum()
         };
-        let strong = if separated {
-            weak // execution nodes reply only to what committed
-        } else if o.fast_read && weak_reads {
+        // Execution nodes reply only to what committed (separated): g+1 always suffice.
+        let strong = if separated || (o.fast_read && weak_reads) {
             weak
         } else {
             self.cfg.quorum()

@@ -109,6 +109,7 @@ pub(super) fn executor_secret(master: &[u8]) -> ExecutorSecret {
 /// Session keys of `p` with a fresh in-process key holder: the same secrets, counter and
 /// admitted NEW-KEY counters as before (they survive restarts), a generator seeded per
 /// incarnation.
+#[allow(clippy::too_many_arguments)] // the world's persistent key-holder tables, passed apart
 pub(super) fn new_session_keys(
     master: &[u8],
     directory: &Arc<Directory>,
