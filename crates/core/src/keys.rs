@@ -199,6 +199,20 @@ pub fn state_info(r: ReplicaId) -> Vec<u8> {
     v
 }
 
+/// The HPKE context of a state session of `p`, a replica or an execution node; `None` for a
+/// client (clients fetch no state).
+pub fn state_info_of(p: Principal) -> Option<Vec<u8>> {
+    match p {
+        Principal::Replica(r) => Some(state_info(r)),
+        Principal::Executor(e) => {
+            let mut v = b"redoubt state session v1 executor ".to_vec();
+            v.extend_from_slice(&e.to_le_bytes());
+            Some(v)
+        }
+        Principal::Client(_) => None,
+    }
+}
+
 /// Opens `enc` with an optional executors' secret (the shared part of every key holder).
 pub fn open_body_with(
     secret: Option<&ExecutorSecret>,
@@ -665,10 +679,11 @@ pub trait KeyTable: Auth {
     /// Replica side: starts a state session with the executors (the key state-transfer
     /// answers to this replica are sealed under), like [`KeyTable::start_body_session`].
     fn start_state_session(&mut self, entropy: u64) -> Option<([u8; ENC_LEN], BodyKey)>;
-    /// The key of replica `r`'s state session `enc` (see [`KeyHolder::open_body`]).
+    /// The key of `p`'s state session `enc`, `p` a replica or an execution node (see
+    /// [`KeyHolder::open_body`]).
     fn open_state_key(
         &mut self,
-        r: ReplicaId,
+        p: Principal,
         enc: &[u8; ENC_LEN],
     ) -> Result<Option<BodyKey>, HolderError>;
 }
@@ -689,18 +704,18 @@ impl KeyTable for StaticKeys {
         open_body_with(self.executor_secret(), &body_info(client), enc)
     }
     fn start_state_session(&mut self, entropy: u64) -> Option<([u8; ENC_LEN], BodyKey)> {
-        let Principal::Replica(r) = self.me() else {
-            return None;
-        };
+        let info = state_info_of(self.me())?;
         let (public, ikm) = self.body_session_material(entropy)?;
-        body::establish(&public, &state_info(r), ikm)
+        body::establish(&public, &info, ikm)
     }
     fn open_state_key(
         &mut self,
-        r: ReplicaId,
+        p: Principal,
         enc: &[u8; ENC_LEN],
     ) -> Result<Option<BodyKey>, HolderError> {
-        open_body_with(self.executor_secret(), &state_info(r), enc)
+        let info = state_info_of(p)
+            .ok_or_else(|| HolderError::Refused("clients fetch no state".into()))?;
+        open_body_with(self.executor_secret(), &info, enc)
     }
 }
 
@@ -725,17 +740,17 @@ impl KeyTable for SessionKeys {
         self.with_holder(|h| h.open_body(&body_info(client), enc))
     }
     fn start_state_session(&mut self, entropy: u64) -> Option<([u8; ENC_LEN], BodyKey)> {
-        let Principal::Replica(r) = self.me else {
-            return None;
-        };
-        self.start_session(&state_info(r), entropy)
+        let info = state_info_of(self.me)?;
+        self.start_session(&info, entropy)
     }
     fn open_state_key(
         &mut self,
-        r: ReplicaId,
+        p: Principal,
         enc: &[u8; ENC_LEN],
     ) -> Result<Option<BodyKey>, HolderError> {
-        self.with_holder(|h| h.open_body(&state_info(r), enc))
+        let info = state_info_of(p)
+            .ok_or_else(|| HolderError::Refused("clients fetch no state".into()))?;
+        self.with_holder(|h| h.open_body(&info, enc))
     }
 }
 
@@ -814,12 +829,12 @@ impl KeyTable for Keys {
     }
     fn open_state_key(
         &mut self,
-        r: ReplicaId,
+        p: Principal,
         enc: &[u8; ENC_LEN],
     ) -> Result<Option<BodyKey>, HolderError> {
         match self {
-            Keys::Static(k) => k.open_state_key(r, enc),
-            Keys::Session(k) => k.open_state_key(r, enc),
+            Keys::Static(k) => k.open_state_key(p, enc),
+            Keys::Session(k) => k.open_state_key(p, enc),
         }
     }
 }

@@ -238,3 +238,62 @@ impl Walk {
         Ok(applied)
     }
 }
+
+/// Seals `data`'s auxiliary bytes and items in place under the asker's state-session `key`
+/// (confidential bodies: pages never leave a node in clear). The nonce is unique per answer
+/// under the key: the sender's id and fresh `entropy` (two repliers, or one asked twice, may
+/// answer one FETCH differently).
+pub(crate) fn seal_answer(
+    key: &redoubt_crypto::body::BodyKey,
+    sender: u32,
+    entropy: u64,
+    data: &mut crate::message::StateData,
+) {
+    use redoubt_crypto::body::Direction;
+    let plain = postcard::to_stdvec(&(data.aux.take(), std::mem::take(&mut data.items)))
+        .expect("state items encode");
+    let counter = ((sender as u64) << 56) | (entropy & ((1 << 56) - 1));
+    let mut sealed = counter.to_le_bytes().to_vec();
+    sealed.extend_from_slice(&key.seal(
+        Direction::State,
+        counter,
+        &state_aad(data.seq, data.stable),
+        &plain,
+    ));
+    data.sealed = Some(sealed);
+}
+
+/// Opens a sealed answer in place under our state-session `key`; an unsealed one is refused.
+pub(crate) fn open_answer(
+    key: &redoubt_crypto::body::BodyKey,
+    d: &mut crate::message::StateData,
+) -> Result<(), crate::message::Reject> {
+    use crate::message::{Reject, StateItem};
+    use redoubt_crypto::body::Direction;
+    let sealed = d.sealed.take().ok_or(Reject::BadState)?;
+    if sealed.len() < 8 {
+        return Err(Reject::BadState);
+    }
+    let counter = u64::from_le_bytes(sealed[..8].try_into().expect("8 bytes"));
+    let plain = key
+        .open(
+            Direction::State,
+            counter,
+            &state_aad(d.seq, d.stable),
+            &sealed[8..],
+        )
+        .ok_or(Reject::BadState)?;
+    let (aux, items): (Option<Vec<u8>>, Vec<StateItem>) =
+        postcard::from_bytes(&plain).map_err(|_| Reject::BadState)?;
+    d.aux = aux;
+    d.items = items;
+    Ok(())
+}
+
+/// What a sealed state answer's ciphertext is bound to besides its key and nonce.
+fn state_aad(seq: Seq, stable: Seq) -> [u8; 16] {
+    let mut a = [0u8; 16];
+    a[..8].copy_from_slice(&seq.to_le_bytes());
+    a[8..].copy_from_slice(&stable.to_le_bytes());
+    a
+}

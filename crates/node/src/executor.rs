@@ -112,7 +112,13 @@ impl<S: Service> ExecNode<S> {
                 }
             }
             Event::StateDivergence { seq } => {
-                error!(executor = self.id, seq, "own checkpoint differs from the one g+1 execution nodes vouch for; execution stops here (no state transfer between execution nodes yet: empty this node's home and restart it)");
+                error!(executor = self.id, seq, "own checkpoint differs from the one g+1 execution nodes vouch for; fetching theirs");
+            }
+            Event::StateTransferred { seq, .. } => {
+                info!(
+                    executor = self.id,
+                    seq, "state transferred from the other execution nodes"
+                );
             }
             Event::Stable { seq } => {
                 debug!(executor = self.id, seq, "checkpoint stable");
@@ -158,7 +164,7 @@ impl<S: Service> ExecNode<S> {
         );
         *self.status.lock().expect("status lock") = StatusReport {
             id: self.id,
-            normal: self.core.stuck_at().is_none(),
+            normal: !self.core.fetching(),
             last_executed: self.core.last_executed(),
             stable_checkpoint: self.core.stable_checkpoint(),
             requests_executed: s.requests_executed,

@@ -56,6 +56,9 @@ enum Ev {
     TickReplica(ReplicaId),
     /// An execution node's tick (separated deployment).
     TickExec(redoubt_core::ExecutorId),
+    /// An execution node loses power, and reboots from its page store.
+    ExecOff(redoubt_core::ExecutorId),
+    ExecOn(redoubt_core::ExecutorId),
     TickClient(usize),
     ClientNext(usize),
     ByzClient(usize),
@@ -182,6 +185,8 @@ pub struct RunStats {
     pub new_keys_replayed: u64,
     /// Power failures in the middle of a replica's step (part of its writes lost).
     pub power_cuts_mid_step: u64,
+    /// Separated deployment: checkpoints correct execution nodes fetched from their peers.
+    pub exec_state_transfers: u64,
 }
 
 /// The result of a run.
@@ -299,6 +304,10 @@ impl World {
         for e in 0..self.execs.len() as u32 {
             let jitter = self.rng.random_range(0..TICK_MS);
             self.schedule(jitter, Ev::TickExec(e));
+        }
+        for (e, start, end) in self.sc.exec_reboots.clone() {
+            self.schedule(start, Ev::ExecOff(e));
+            self.schedule(end, Ev::ExecOn(e));
         }
         for c in 0..self.clients.len() {
             let start = self.rng.random_range(0..50);
@@ -624,6 +633,8 @@ impl World {
                 self.schedule(self.now + TICK_MS, Ev::TickReplica(r));
             }
             Ev::TickExec(e) => self.tick_exec(e),
+            Ev::ExecOff(e) => self.exec_power(e, false),
+            Ev::ExecOn(e) => self.exec_power(e, true),
             Ev::TickClient(c) => {
                 let env = self.env();
                 let eff = self.clients[c].core.tick(env);

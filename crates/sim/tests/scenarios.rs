@@ -199,6 +199,33 @@ fn two_hundred_seeds_in_the_separated_deployment() {
     );
 }
 
+/// An execution node that rebooted and fell behind what certificates reach fetches a
+/// checkpoint from the others (state transfer between execution nodes), and the run passes.
+#[test]
+fn rebooted_execution_nodes_catch_up_by_state_transfer() {
+    let mut transfers = 0;
+    let mut rebooted = 0;
+    for seed in 5_000_000..5_000_200 {
+        let s = scenario_for(seed, Mutant::None, Optimizations::Separated);
+        if s.exec_reboots.is_empty() {
+            continue;
+        }
+        rebooted += 1;
+        let out = run(s, false);
+        assert!(
+            out.passed(),
+            "seed {seed} (--separated): {:?}",
+            out.violations
+        );
+        transfers += out.stats.exec_state_transfers;
+    }
+    assert!(rebooted > 50, "{rebooted} seeds rebooted an execution node");
+    assert!(
+        transfers > 0,
+        "no execution node fetched state in {rebooted} seeds"
+    );
+}
+
 /// Random seeds that once found a bug, each replayed in the mode that found it.
 #[test]
 fn seeds_that_once_failed() {

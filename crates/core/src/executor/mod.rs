@@ -31,6 +31,7 @@
 //! exactly-once entry.
 
 mod orders;
+mod transfer;
 
 use crate::effect::{Bytes, Effect, Env, Event};
 use crate::execution::{Execution, LastReply};
@@ -76,6 +77,9 @@ pub struct ExecutorStats {
     pub bodies_refused: u64,
     /// NEW-KEYs sent (session keys).
     pub key_refreshes: u64,
+    /// Checkpoints fetched from peers, and state-transfer bytes served to them.
+    pub state_transfers: u64,
+    pub transfer_bytes_out: u64,
 }
 
 /// An execution node (see the module documentation).
@@ -103,9 +107,12 @@ pub struct Executor<S: Service, A: KeyTable> {
     /// The key holder failed to open a body session: execution waits, retried on the next
     /// tick.
     sessions_retry: bool,
-    /// g+1 peers vouch for a checkpoint that differs from ours: execution stops there (no
-    /// state transfer between execution nodes yet).
-    stuck: Option<Seq>,
+    /// The latest checkpoint vote of each peer beyond our window (see `transfer.rs`).
+    far: BTreeMap<ExecutorId, (Seq, Digest)>,
+    /// Our state session for the transfer under way, and each peer's we serve (confidential
+    /// bodies; at most one per peer).
+    transfer_session: Option<([u8; 32], redoubt_crypto::body::BodyKey)>,
+    served_sessions: BTreeMap<ExecutorId, ([u8; 32], Option<redoubt_crypto::body::BodyKey>)>,
     /// The view of the last batch executed (replies sent again carry it).
     last_view: u64,
     /// Session keys: when our next NEW-KEY is due (ms), and when our latest one was last
@@ -166,7 +173,9 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             next_missing_ms: 0,
             retried: BTreeMap::new(),
             sessions_retry: false,
-            stuck: None,
+            far: BTreeMap::new(),
+            transfer_session: None,
+            served_sessions: BTreeMap::new(),
             last_view: 0,
             next_rekey_ms: 0,
             new_key_resent: BTreeMap::new(),
@@ -195,9 +204,10 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     pub fn auth(&self) -> &A {
         &self.auth
     }
-    /// The checkpoint at which execution stopped because g+1 peers vouch for another state.
-    pub fn stuck_at(&self) -> Option<Seq> {
-        self.stuck
+    /// Whether execution waits for a state transfer: our state differs from a checkpoint
+    /// g+1 peers vouch for, or the fetch of one is under way.
+    pub fn fetching(&self) -> bool {
+        self.exec.diverged() || self.exec.walking()
     }
     /// The result last recorded for `client` (exactly-once table): timestamp and result.
     pub fn last_result(&self, client: ClientId) -> Option<(u64, &[u8])> {
@@ -297,6 +307,12 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             {
                 self.on_certified(c);
                 Ok(())
+            }
+            (Message::Fetch(f), Principal::Executor(p)) if p < e && p != self.id => {
+                self.on_fetch(p, f)
+            }
+            (Message::StateData(d), Principal::Executor(p)) if p < e && p != self.id => {
+                self.on_state_data(p, d)
             }
             (Message::NewKey(nk), _) => self.on_new_key(from, nk),
             _ => Err(Reject::Unexpected),
@@ -408,7 +424,8 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             return Ok(());
         }
         if c.seq > self.exec.last_executed() + self.cfg.log_size + self.cfg.checkpoint_interval {
-            return Err(Reject::OutOfWindow); // not kept (bounded); repeated while it matters
+            self.far_vote(c.executor, c.seq, c.digest);
+            return Ok(());
         }
         self.votes
             .entry(c.seq)
@@ -465,7 +482,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     // ----- execution ------------------------------------------------------------------------
 
     fn try_execute(&mut self) {
-        if self.stuck.is_some() {
+        if self.fetching() {
             return;
         }
         let before = self.exec.last_executed();
@@ -637,9 +654,16 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             Some(_) => {
                 // g+1 peers (one of them correct) computed another state: ours is wrong.
                 self.event(Event::StateDivergence { seq });
-                self.stuck = Some(seq);
+                self.exec.forget_checkpoint(seq);
+                self.exec.set_diverged(true);
+                self.fetch_checkpoint(seq, vouched, true);
             }
-            None => {} // not there yet: certificates (or their absence) decide
+            None if seq > self.exec.last_executed() => {
+                // Ahead of us: certificates may bring us there; if not, fetch it.
+                let urgent = seq > self.exec.last_executed() + self.cfg.log_size;
+                self.fetch_checkpoint(seq, vouched, urgent);
+            }
+            None => {}
         }
     }
 
@@ -748,6 +772,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
 
     fn tick(&mut self) {
         self.tick_keys();
+        self.drive_transfer();
         let now = self.env.now_ms;
         if std::mem::take(&mut self.sessions_retry) {
             self.try_execute();
@@ -756,8 +781,9 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             self.next_heartbeat_ms = now + self.cfg.status_interval_ms;
             // Acknowledgements and votes may be lost: repeat them (one of each).
             self.acknowledge();
-            // Every checkpoint of ours not yet stable (at most L/K of them).
-            for (seq, d) in self.exec.own_checkpoints_from(self.stable + 1) {
+            // Every checkpoint of ours from the stable one on (at most L/K + 1 of them): a
+            // peer far behind learns what to fetch from the stable one.
+            for (seq, d) in self.exec.own_checkpoints_from(self.stable.max(1)) {
                 self.send_vote(seq, d);
             }
         }

@@ -2,7 +2,6 @@
 //! walk for the next FETCH, serving others, and adopting a fetched checkpoint.
 
 use super::*;
-use redoubt_crypto::body::Direction;
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
     // ----- state transfer ---------------------------------------------------------------------
@@ -294,7 +293,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let enc = session.ok_or(Reject::BadState)?;
         let key = match self.served_sessions.get(&from) {
             Some((known, key)) if *known == enc => key.clone(),
-            _ => match self.auth.open_state_key(from, &enc) {
+            _ => match self.auth.open_state_key(Principal::Replica(from), &enc) {
                 Ok(key) => {
                     // At most one entry per replica id (authenticated senders only).
                     self.served_sessions.insert(from, (enc, key.clone()));
@@ -307,54 +306,17 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             },
         };
         let key = key.ok_or(Reject::BadState)?;
-        let plain = postcard::to_stdvec(&(data.aux.take(), std::mem::take(&mut data.items)))
-            .expect("state items encode");
-        // Unique per answer under the session's key: our id and fresh entropy (two repliers,
-        // or one replier asked twice, may answer one FETCH differently).
-        let counter = ((self.id as u64) << 56) | (self.env.entropy & ((1 << 56) - 1));
-        let mut sealed = counter.to_le_bytes().to_vec();
-        sealed.extend_from_slice(&key.seal(
-            Direction::State,
-            counter,
-            &state_aad(data.seq, data.stable),
-            &plain,
-        ));
-        data.sealed = Some(sealed);
+        crate::transfer::seal_answer(&key, self.id, self.env.entropy, &mut data);
         Ok(data)
     }
 
     /// Opens a sealed answer to our FETCH in place (an unsealed one is refused).
     fn open_state(&mut self, d: &mut StateData) -> Result<(), Reject> {
-        let sealed = d.sealed.take().ok_or(Reject::BadState)?;
         let key = self
             .transfer_session
             .as_ref()
             .map(|(_, key)| key)
             .ok_or(Reject::Unexpected)?;
-        if sealed.len() < 8 {
-            return Err(Reject::BadState);
-        }
-        let counter = u64::from_le_bytes(sealed[..8].try_into().expect("8 bytes"));
-        let plain = key
-            .open(
-                Direction::State,
-                counter,
-                &state_aad(d.seq, d.stable),
-                &sealed[8..],
-            )
-            .ok_or(Reject::BadState)?;
-        let (aux, items): (Option<Vec<u8>>, Vec<StateItem>) =
-            postcard::from_bytes(&plain).map_err(|_| Reject::BadState)?;
-        d.aux = aux;
-        d.items = items;
-        Ok(())
+        crate::transfer::open_answer(key, d)
     }
-}
-
-/// What a sealed state answer's ciphertext is bound to besides its key and nonce.
-fn state_aad(seq: Seq, stable: Seq) -> [u8; 16] {
-    let mut a = [0u8; 16];
-    a[..8].copy_from_slice(&seq.to_le_bytes());
-    a[8..].copy_from_slice(&stable.to_le_bytes());
-    a
 }

@@ -315,6 +315,9 @@ pub struct Scenario {
     pub stop_ms: Option<u64>,
     /// Separated deployment (`core.executors > 0`): the faulty execution nodes (at most g).
     pub exec_byzantine: Vec<(ExecutorId, ExecBehavior)>,
+    /// Correct execution nodes that lose power at a time and reboot from their page store
+    /// at another (ms): they catch up from certificates or by state transfer.
+    pub exec_reboots: Vec<(ExecutorId, u64, u64)>,
     pub mutant: Mutant,
 }
 
@@ -364,6 +367,17 @@ impl Scenario {
                 let b = ExecBehavior::ALL[rng.random_range(0..ExecBehavior::ALL.len())];
                 self.exec_byzantine.push((*e, b));
             }
+        }
+        // A correct execution node reboots in 40% of the seeds, sometimes for long enough to
+        // fall behind what certificates reach (it must then fetch state).
+        if rng.random_bool(0.4) {
+            let correct: Vec<ExecutorId> = (0..self.core.executors)
+                .filter(|e| !self.exec_byzantine.iter().any(|(x, _)| x == e))
+                .collect();
+            let e = correct[rng.random_range(0..correct.len())];
+            let start = rng.random_range(100..2000);
+            let end = start + rng.random_range(100..4000);
+            self.exec_reboots.push((e, start, end));
         }
     }
 
@@ -416,6 +430,7 @@ impl Scenario {
             replay_new_keys: false,
             stop_ms: None,
             exec_byzantine: vec![],
+            exec_reboots: vec![],
             mutant: Mutant::None,
         }
     }

@@ -15,6 +15,8 @@ pub(super) struct SimExec {
     pub(super) behavior: Option<ExecBehavior>,
     /// Its durable page store (state commits are written to it).
     store: MemStore,
+    /// Off: it lost power and has not rebooted (receives and does nothing).
+    off: bool,
 }
 
 impl World {
@@ -43,6 +45,7 @@ impl World {
                     core,
                     behavior,
                     store,
+                    off: false,
                 }
             })
             .collect()
@@ -52,7 +55,40 @@ impl World {
         self.execs[e as usize].behavior.is_some()
     }
 
+    /// Execution node `e` loses power (`on` false), or reboots from its page store: the
+    /// core starts over from the store's durable base, with a new incarnation of its keys.
+    pub(super) fn exec_power(&mut self, e: ExecutorId, on: bool) {
+        if !on {
+            self.log(|| format!("e{e} POWER OFF"));
+            self.execs[e as usize].off = true;
+            return;
+        }
+        let store = self.execs[e as usize].store.clone();
+        let keys = self.session_keys(Principal::Executor(e));
+        let state = match open_state(Box::new(store)) {
+            Ok(s) => s,
+            Err(err) => {
+                self.violation(format!("e{e} cannot open its page store: {err}"));
+                return;
+            }
+        };
+        match Executor::new(self.sc.core.clone(), e, keys, KvService::new(), state) {
+            Ok(core) => {
+                let from = core.last_executed();
+                self.log(|| format!("e{e} REBOOT from checkpoint n{from}"));
+                self.exec_checker.restarted(e, from, true);
+                self.execs[e as usize].core = core;
+                self.execs[e as usize].off = false;
+            }
+            Err(err) => self.violation(format!("e{e} does not restart from its page store: {err}")),
+        }
+    }
+
     pub(super) fn tick_exec(&mut self, e: ExecutorId) {
+        if self.execs[e as usize].off {
+            self.schedule(self.now + TICK_MS, Ev::TickExec(e));
+            return;
+        }
         let env = self.env();
         let eff = self.execs[e as usize].core.handle(env, Input::Tick);
         self.exec_effects(e, eff);
@@ -60,7 +96,9 @@ impl World {
     }
 
     pub(super) fn deliver_exec(&mut self, e: ExecutorId, bytes: &[u8]) {
-        if self.execs[e as usize].behavior == Some(ExecBehavior::Silent) {
+        if self.execs[e as usize].behavior == Some(ExecBehavior::Silent)
+            || self.execs[e as usize].off
+        {
             return;
         }
         let env = self.env();
@@ -166,6 +204,9 @@ impl World {
     }
 
     fn observe_exec(&mut self, e: ExecutorId, ev: Event) {
+        if matches!(ev, Event::StateTransferred { .. }) {
+            self.stats.exec_state_transfers += 1;
+        }
         if let Event::Executed { seq, digest, .. } = &ev {
             if let Some(ordered) = self.checker.executed_digest(*seq) {
                 if ordered != *digest {
