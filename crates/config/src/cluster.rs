@@ -24,6 +24,19 @@ struct RawReplica {
     holder_socket: Option<PathBuf>,
 }
 
+impl RawReplica {
+    fn entry(self) -> ReplicaEntry {
+        ReplicaEntry {
+            id: self.id.into_inner(),
+            addr: self.addr,
+            metrics_addr: self.metrics_addr,
+            home: self.home,
+            key_file: self.key_file,
+            holder_socket: self.holder_socket,
+        }
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawClient {
@@ -211,31 +224,9 @@ impl ClusterConfig {
                 ),
             });
         }
-        cfg.replicas = raw
-            .replicas
-            .into_iter()
-            .map(|r| ReplicaEntry {
-                id: r.id.into_inner(),
-                addr: r.addr,
-                metrics_addr: r.metrics_addr,
-                home: r.home,
-                key_file: r.key_file,
-                holder_socket: r.holder_socket,
-            })
-            .collect();
+        cfg.replicas = raw.replicas.into_iter().map(RawReplica::entry).collect();
         cfg.replicas.sort_by_key(|r| r.id);
-        cfg.executors = raw
-            .executors
-            .into_iter()
-            .map(|r| ReplicaEntry {
-                id: r.id.into_inner(),
-                addr: r.addr,
-                metrics_addr: r.metrics_addr,
-                home: r.home,
-                key_file: r.key_file,
-                holder_socket: r.holder_socket,
-            })
-            .collect();
+        cfg.executors = raw.executors.into_iter().map(RawReplica::entry).collect();
         cfg.executors.sort_by_key(|r| r.id);
 
         // Clients: distinct ids.

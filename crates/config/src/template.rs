@@ -52,19 +52,7 @@ id = {id}
             id = quote(&self.cluster.id),
         );
         for r in &self.replicas {
-            let _ = write!(
-                out,
-                "[[replica]]\nid = {}\naddr = {}\nmetrics_addr = {}\nhome = {}\nkey_file = {}\n",
-                r.id,
-                quote(&r.addr.to_string()),
-                quote(&r.metrics_addr.to_string()),
-                quote(&r.home.to_string_lossy()),
-                quote(&r.key_file.to_string_lossy()),
-            );
-            if let Some(sock) = &r.holder_socket {
-                let _ = writeln!(out, "holder_socket = {}", quote(&sock.to_string_lossy()));
-            }
-            out.push('\n');
+            write_node(&mut out, "replica", r);
         }
         if !self.executors.is_empty() {
             out.push_str(
@@ -74,19 +62,7 @@ id = {id}
             );
         }
         for r in &self.executors {
-            let _ = write!(
-                out,
-                "[[executor]]\nid = {}\naddr = {}\nmetrics_addr = {}\nhome = {}\nkey_file = {}\n",
-                r.id,
-                quote(&r.addr.to_string()),
-                quote(&r.metrics_addr.to_string()),
-                quote(&r.home.to_string_lossy()),
-                quote(&r.key_file.to_string_lossy()),
-            );
-            if let Some(sock) = &r.holder_socket {
-                let _ = writeln!(out, "holder_socket = {}", quote(&sock.to_string_lossy()));
-            }
-            out.push('\n');
+            write_node(&mut out, "executor", r);
         }
         out.push_str(
             "# One [[client]] per client allowed to submit requests; ids are distinct.\n\
@@ -154,6 +130,23 @@ id = {id}
         }
         Ok(out)
     }
+}
+
+/// One `[[replica]]` or `[[executor]]` entry.
+fn write_node(out: &mut String, kind: &str, r: &crate::sections::ReplicaEntry) {
+    let _ = write!(
+        out,
+        "[[{kind}]]\nid = {}\naddr = {}\nmetrics_addr = {}\nhome = {}\nkey_file = {}\n",
+        r.id,
+        quote(&r.addr.to_string()),
+        quote(&r.metrics_addr.to_string()),
+        quote(&r.home.to_string_lossy()),
+        quote(&r.key_file.to_string_lossy()),
+    );
+    if let Some(sock) = &r.holder_socket {
+        let _ = writeln!(out, "holder_socket = {}", quote(&sock.to_string_lossy()));
+    }
+    out.push('\n');
 }
 
 /// A TOML basic string.

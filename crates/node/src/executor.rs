@@ -8,13 +8,13 @@
 //! checkpoint, and a restarted node resumes from there, catching up from the replicas (which
 //! keep what it has not acknowledged) and its peers.
 
-use crate::metrics::{self, Metrics};
-use crate::runtime::NodeError;
+use crate::metrics::Metrics;
+use crate::runtime::{bind_endpoints, link_config, Endpoints, NodeError};
 use crate::status::StatusReport;
 use redoubt_config::{load_keys, ClusterConfig};
 use redoubt_core::state::FileStore;
 use redoubt_core::{open_state, Effect, Env, Event, Executor, Input, Keys, Principal, Service};
-use redoubt_transport::{ConnId, Link, LinkConfig, Listener, ListenerConfig};
+use redoubt_transport::{ConnId, Link, Listener};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -203,40 +203,16 @@ pub async fn run_executor<S: Service + Send + 'static>(
     state.set_page_cache_bytes((cfg.storage.page_cache_mib as usize).saturating_mul(1 << 20));
     let core =
         Executor::new(cfg.protocol.clone(), id, keys, service, state).map_err(restore_err)?;
-    let bind_err = |what, field, addr, source| NodeError::Bind {
-        what,
-        field,
-        id,
-        addr,
-        config: cfg.path.display().to_string(),
-        source,
-    };
-    let (in_tx, mut in_rx) = mpsc::channel::<(ConnId, Vec<u8>)>(INBOUND_FRAMES_MAX);
-    let listener = Listener::bind(
-        entry.addr,
-        ListenerConfig {
-            frame_bytes_max: cfg.protocol.message_bytes_max,
-            per_conn_queue_max: cfg.node.peer_queue_frames_max,
-            connections_max: cfg.node.client_connections_max,
-        },
-        in_tx,
-    )
-    .await
-    .map_err(|e| bind_err("protocol traffic", "addr", entry.addr, e))?;
     let metrics = Arc::new(Metrics::for_executor(id));
-    let status = Arc::new(Mutex::new(StatusReport::default()));
-    let _http = metrics::serve(entry.metrics_addr, metrics.clone(), status.clone())
-        .await
-        .map_err(|e| bind_err("metrics", "metrics_addr", entry.metrics_addr, e))?;
+    let Endpoints {
+        listener,
+        inbound: mut in_rx,
+        status,
+        http: _http,
+    } = bind_endpoints(&cfg, &entry, id, metrics.clone()).await?;
     // Links only send; what comes back on them is dropped (peers answer on their own links).
     let (link_tx, mut link_rx) = mpsc::channel::<Vec<u8>>(INBOUND_FRAMES_MAX);
-    let link_cfg = LinkConfig {
-        frames_queued_max: cfg.node.peer_queue_frames_max,
-        frame_bytes_max: cfg.protocol.message_bytes_max,
-        backoff_min: Duration::from_millis(cfg.node.reconnect_backoff_min_ms),
-        backoff_max: Duration::from_millis(cfg.node.reconnect_backoff_max_ms),
-        connect_timeout: Duration::from_secs(2),
-    };
+    let link_cfg = link_config(&cfg);
     let replicas = cfg
         .replicas
         .iter()

@@ -57,6 +57,67 @@ pub enum NodeError {
     Signal(std::io::Error),
 }
 
+/// A node's endpoints: the protocol listener with its inbound frames, and the HTTP endpoint
+/// of its metrics and status (stopped when dropped).
+pub(crate) struct Endpoints {
+    pub listener: Listener,
+    pub inbound: mpsc::Receiver<(ConnId, Vec<u8>)>,
+    pub status: Arc<Mutex<StatusReport>>,
+    pub http: AbortOnDrop,
+}
+
+/// Binds node `id`'s (`entry`'s) protocol listener and metrics endpoint.
+pub(crate) async fn bind_endpoints(
+    cfg: &ClusterConfig,
+    entry: &redoubt_config::ReplicaEntry,
+    id: u32,
+    metrics: Arc<Metrics>,
+) -> Result<Endpoints, NodeError> {
+    let bind_err = |what, field, addr, source| NodeError::Bind {
+        what,
+        field,
+        id,
+        addr,
+        config: cfg.path.display().to_string(),
+        source,
+    };
+    let (in_tx, inbound) = mpsc::channel::<(ConnId, Vec<u8>)>(INBOUND_FRAMES_MAX);
+    let listener = Listener::bind(entry.addr, listener_config(cfg), in_tx)
+        .await
+        .map_err(|e| bind_err("protocol traffic", "addr", entry.addr, e))?;
+    let status = Arc::new(Mutex::new(StatusReport::default()));
+    let http = metrics::serve(entry.metrics_addr, metrics, status.clone())
+        .await
+        .map(AbortOnDrop)
+        .map_err(|e| bind_err("metrics", "metrics_addr", entry.metrics_addr, e))?;
+    Ok(Endpoints {
+        listener,
+        inbound,
+        status,
+        http,
+    })
+}
+
+/// The listener of a node (replica or execution node) as the configuration sets it.
+pub(crate) fn listener_config(cfg: &ClusterConfig) -> ListenerConfig {
+    ListenerConfig {
+        frame_bytes_max: cfg.protocol.message_bytes_max,
+        per_conn_queue_max: cfg.node.peer_queue_frames_max,
+        connections_max: cfg.node.client_connections_max,
+    }
+}
+
+/// The links of a node to its peers as the configuration sets them.
+pub(crate) fn link_config(cfg: &ClusterConfig) -> LinkConfig {
+    LinkConfig {
+        frames_queued_max: cfg.node.peer_queue_frames_max,
+        frame_bytes_max: cfg.protocol.message_bytes_max,
+        backoff_min: Duration::from_millis(cfg.node.reconnect_backoff_min_ms),
+        backoff_max: Duration::from_millis(cfg.node.reconnect_backoff_max_ms),
+        connect_timeout: Duration::from_secs(2),
+    }
+}
+
 /// How `redoubt replica` was started: normally, or by the monitor for a proactive recovery.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -620,7 +681,7 @@ impl<S: Service> Node<S> {
 /// Stops a spawned task when dropped: the metrics endpoint stops with its replica, whether
 /// `run_replica` returns or its task is aborted (a replica restarted inside one process, as
 /// tests do, must be able to bind the endpoint again).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+pub(crate) struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -685,40 +746,15 @@ pub async fn run_replica<S: Service + Send + 'static>(
         took_ms = started.elapsed().as_millis() as u64,
         "opened the service state"
     );
-    let bind_err = |what, field, addr, source| NodeError::Bind {
-        what,
-        field,
-        id,
-        addr,
-        config: cfg.path.display().to_string(),
-        source,
-    };
-    let (in_tx, mut in_rx) = mpsc::channel::<(ConnId, Vec<u8>)>(INBOUND_FRAMES_MAX);
-    let listener = Listener::bind(
-        entry.addr,
-        ListenerConfig {
-            frame_bytes_max: cfg.protocol.message_bytes_max,
-            per_conn_queue_max: cfg.node.peer_queue_frames_max,
-            connections_max: cfg.node.client_connections_max,
-        },
-        in_tx,
-    )
-    .await
-    .map_err(|e| bind_err("protocol traffic", "addr", entry.addr, e))?;
     let metrics = Arc::new(Metrics::new(id));
-    let status = Arc::new(Mutex::new(StatusReport::default()));
-    let _http = metrics::serve(entry.metrics_addr, metrics.clone(), status.clone())
-        .await
-        .map(AbortOnDrop)
-        .map_err(|e| bind_err("metrics", "metrics_addr", entry.metrics_addr, e))?;
+    let Endpoints {
+        listener,
+        inbound: mut in_rx,
+        status,
+        http: _http,
+    } = bind_endpoints(&cfg, &entry, id, metrics.clone()).await?;
     let (link_tx, mut link_rx) = mpsc::channel::<Vec<u8>>(INBOUND_FRAMES_MAX);
-    let link_cfg = LinkConfig {
-        frames_queued_max: cfg.node.peer_queue_frames_max,
-        frame_bytes_max: cfg.protocol.message_bytes_max,
-        backoff_min: Duration::from_millis(cfg.node.reconnect_backoff_min_ms),
-        backoff_max: Duration::from_millis(cfg.node.reconnect_backoff_max_ms),
-        connect_timeout: Duration::from_secs(2),
-    };
+    let link_cfg = link_config(&cfg);
     let links = cfg
         .replicas
         .iter()
