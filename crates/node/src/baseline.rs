@@ -56,6 +56,7 @@ pub async fn run_baseline<S: Service>(
     )
     .await
     .map_err(|source| NodeError::Bind {
+        role: "replica",
         what: "baseline traffic",
         field: "addr",
         id: 0,

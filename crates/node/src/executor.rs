@@ -209,7 +209,7 @@ pub async fn run_executor<S: Service + Send + 'static>(
         inbound: mut in_rx,
         status,
         http: _http,
-    } = bind_endpoints(&cfg, &entry, id, metrics.clone()).await?;
+    } = bind_endpoints(&cfg, &entry, Principal::Executor(id), metrics.clone()).await?;
     // Links only send; what comes back on them is dropped (peers answer on their own links).
     let (link_tx, mut link_rx) = mpsc::channel::<Vec<u8>>(INBOUND_FRAMES_MAX);
     let link_cfg = link_config(&cfg);

@@ -44,8 +44,10 @@ pub enum NodeError {
     Storage(#[from] StorageError),
     #[error("cannot restart from the journal in {home}: {reason}; move the home directory aside to start empty (the replica then fetches state from its peers)")]
     Restore { home: String, reason: String },
-    #[error("cannot listen for {what} on {addr}: {source}; is another process (or another replica) using that port? Change `{field}` of replica {id} in {config}")]
+    #[error("cannot listen for {what} on {addr}: {source}; is another process (or another node) using that port? Change `{field}` of {role} {id} in {config}")]
     Bind {
+        /// "replica" or "executor" (the config entry to change).
+        role: &'static str,
         what: &'static str,
         field: &'static str,
         id: ReplicaId,
@@ -70,10 +72,19 @@ pub(crate) struct Endpoints {
 pub(crate) async fn bind_endpoints(
     cfg: &ClusterConfig,
     entry: &redoubt_config::ReplicaEntry,
-    id: u32,
+    entry_role: Principal,
     metrics: Arc<Metrics>,
 ) -> Result<Endpoints, NodeError> {
+    let id = match entry_role {
+        Principal::Replica(i) | Principal::Executor(i) => i,
+        Principal::Client(_) => 0,
+    };
+    let role = match entry_role {
+        Principal::Executor(_) => "executor",
+        _ => "replica",
+    };
     let bind_err = |what, field, addr, source| NodeError::Bind {
+        role,
         what,
         field,
         id,
@@ -752,7 +763,7 @@ pub async fn run_replica<S: Service + Send + 'static>(
         inbound: mut in_rx,
         status,
         http: _http,
-    } = bind_endpoints(&cfg, &entry, id, metrics.clone()).await?;
+    } = bind_endpoints(&cfg, &entry, Principal::Replica(id), metrics.clone()).await?;
     let (link_tx, mut link_rx) = mpsc::channel::<Vec<u8>>(INBOUND_FRAMES_MAX);
     let link_cfg = link_config(&cfg);
     let links = cfg
