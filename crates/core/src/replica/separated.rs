@@ -32,8 +32,10 @@ pub(super) struct Queue {
     /// What each execution node last acknowledged: how far it executed, and its stable
     /// checkpoint (either may go down: it restarted from its durable state).
     acks: BTreeMap<ExecutorId, (Seq, Seq)>,
-    /// The highest sequence number g+1 execution nodes acknowledged.
+    /// The highest sequence number g+1 execution nodes acknowledged executing, and the
+    /// highest that g+1 of them hold as a stable checkpoint.
     acked: Seq,
+    stable_acked: Seq,
     /// Per execution node: when what it has not acknowledged is next sent again (ms), and
     /// the current back-off interval (reset when it acknowledges more).
     retransmit: BTreeMap<ExecutorId, (u64, u64)>,
@@ -139,7 +141,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // the execution cluster has the batches would let the replicas' garbage collection
         // drop what no execution node may have.
         let acknowledged_before = self.replaying && seq < self.queue.replay_until;
-        if !self.cfg.separated() || self.queue.acked >= seq || acknowledged_before {
+        if !self.cfg.separated() || self.queue.stable_acked >= seq || acknowledged_before {
             return false;
         }
         self.queue.waiting_checkpoint = Some(seq);
@@ -173,16 +175,27 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             };
             self.queue.retransmit.insert(from, (due, base));
         }
-        let mut acks: Vec<Seq> = self.queue.acks.values().map(|(seq, _)| *seq).collect();
-        acks.sort_unstable_by(|x, y| y.cmp(x));
-        let acked = acks.get(self.cfg.exec_quorum() - 1).copied().unwrap_or(0);
-        if acked <= self.queue.acked {
+        // What g+1 execution nodes executed (progress), and what g+1 hold as a stable
+        // checkpoint: our checkpoint waits for the latter, so our garbage collection never
+        // drops what a lagging correct execution node may still need from us and cannot get
+        // from its peers (they vouch for no checkpoint it could fetch until it votes too).
+        let quorum_of = |xs: Vec<Seq>| {
+            let mut xs = xs;
+            xs.sort_unstable_by(|x, y| y.cmp(x));
+            xs.get(self.cfg.exec_quorum() - 1).copied().unwrap_or(0)
+        };
+        let acked = quorum_of(self.queue.acks.values().map(|(seq, _)| *seq).collect());
+        let stable = quorum_of(self.queue.acks.values().map(|(_, s)| *s).collect());
+        if acked > self.queue.acked {
+            self.queue.acked = acked;
+            self.queue.ack_progress_ms = self.now();
+            self.queue.retried_since_progress = false;
+        }
+        if stable <= self.queue.stable_acked {
             return Ok(());
         }
-        self.queue.acked = acked;
-        self.queue.ack_progress_ms = self.now();
-        self.queue.retried_since_progress = false;
-        if let Some(seq) = self.queue.waiting_checkpoint.filter(|s| *s <= acked) {
+        self.queue.stable_acked = stable;
+        if let Some(seq) = self.queue.waiting_checkpoint.filter(|s| *s <= stable) {
             self.queue.waiting_checkpoint = None;
             if seq == self.exec.last_executed() && seq > self.exec.state().latest() {
                 self.take_checkpoint(seq);
