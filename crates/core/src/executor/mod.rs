@@ -681,6 +681,9 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         self.exec.forget_checkpoints_below(seq);
         self.stats.checkpoints_stable += 1;
         self.event(Event::Stable { seq });
+        // The replicas wait for g+1 stable checkpoints before ordering past theirs: tell them
+        // now rather than at the next heartbeat.
+        self.acknowledge();
     }
 
     // ----- session keys ---------------------------------------------------------------------
