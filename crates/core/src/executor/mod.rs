@@ -120,8 +120,10 @@ pub struct Executor<S: Service, A: KeyTable> {
     /// most one entry per principal that sent us an authenticated message or ran a request).
     next_rekey_ms: u64,
     new_key_resent: BTreeMap<Principal, u64>,
-    /// When each peer's vote for a checkpoint already stable here was last answered (ms).
+    /// When each peer's vote for a checkpoint already stable here, and its MISSING, were
+    /// last answered (ms; at most one entry per peer).
     vote_answered: BTreeMap<ExecutorId, u64>,
+    missing_answered: BTreeMap<ExecutorId, u64>,
 }
 
 impl<S: Service, A: KeyTable> Executor<S, A> {
@@ -180,6 +182,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             next_rekey_ms: 0,
             new_key_resent: BTreeMap::new(),
             vote_answered: BTreeMap::new(),
+            missing_answered: BTreeMap::new(),
         })
     }
 
@@ -435,8 +438,19 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         Ok(())
     }
 
-    /// A peer asks for the certificates from `m.seq` on: the frames we keep, up to a budget.
+    /// A peer asks for the certificates from `m.seq` on: the frames we keep, up to a budget,
+    /// at most once per status interval per peer (an answer can be large: a faulty peer
+    /// asking with every message must not make us send one each time).
     fn on_missing(&mut self, m: Missing) {
+        let now = self.env.now_ms;
+        if self
+            .missing_answered
+            .get(&m.executor)
+            .is_some_and(|t| now < t + self.cfg.status_interval_ms)
+        {
+            return;
+        }
+        self.missing_answered.insert(m.executor, now);
         let budget = self.cfg.message_bytes_max / 2;
         let mut used = 0usize;
         let mut frames = Vec::new();

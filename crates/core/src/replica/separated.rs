@@ -68,20 +68,12 @@ pub(super) fn resend_max(cfg: &Config) -> Seq {
 }
 
 impl Queue {
-    pub(super) fn acked(&self) -> Seq {
-        self.acked
-    }
     pub(super) fn waiting(&self) -> bool {
         self.waiting_checkpoint.is_some()
     }
 }
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
-    /// Separated deployment: the highest sequence number g+1 execution nodes acknowledged.
-    pub fn exec_acked(&self) -> Seq {
-        self.queue.acked()
-    }
-
     /// Sends our piece of the agreement certificate for batch `digest` (`None`: the null
     /// request) at `seq` to every execution node.
     pub(super) fn forward(&mut self, seq: Seq, digest: Digest, batch: Option<&Batch>) {
