@@ -11,6 +11,7 @@
 
 pub mod body;
 pub mod pk;
+pub mod threshold;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
