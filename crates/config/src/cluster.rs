@@ -562,6 +562,7 @@ impl ClusterConfig {
             Principal::Replica(r) => self.replicas.iter().any(|e| e.id == r),
             Principal::Client(c) => self.clients.iter().any(|e| e.id == c),
             Principal::Executor(x) => self.executors.iter().any(|e| e.id == x),
+            Principal::Filter(x) => x < self.protocol.filters(),
         }
     }
 
@@ -577,6 +578,8 @@ impl ClusterConfig {
                 .into_iter()
                 .filter(|q| !matches!(q, Principal::Client(_)))
                 .collect(),
+            // Filters hold no keys: what they pass on authenticates itself.
+            Principal::Filter(_) => Vec::new(),
         }
     }
 
@@ -597,6 +600,13 @@ impl ClusterConfig {
                     path: self.path.clone(),
                     field: "holder_socket".into(),
                     message: "clients hold their keys in their key file, not a key holder".into(),
+                })
+            }
+            Principal::Filter(_) => {
+                return Err(ConfigError::Invalid {
+                    path: self.path.clone(),
+                    field: "holder_socket".into(),
+                    message: "filter nodes hold no keys, and have no key holder".into(),
                 })
             }
         };
@@ -633,6 +643,13 @@ impl ClusterConfig {
             Principal::Replica(r) => &self.replica(r)?.key_file,
             Principal::Client(c) => &self.client_entry(c)?.key_file,
             Principal::Executor(x) => &self.executor(x)?.key_file,
+            Principal::Filter(_) => {
+                return Err(ConfigError::Invalid {
+                    path: self.path.clone(),
+                    field: "key_file".into(),
+                    message: "filter nodes hold no keys, and have no key file".into(),
+                })
+            }
         };
         Ok(self.resolve(rel))
     }

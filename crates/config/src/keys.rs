@@ -120,6 +120,13 @@ pub fn load_keys(cfg: &ClusterConfig, me: Principal) -> Result<Keys, ConfigError
     }
     let directory = std::sync::Arc::new(load_directory(cfg)?);
     let holder: Box<dyn redoubt_core::KeyHolder> = match me {
+        Principal::Filter(_) => {
+            return Err(ConfigError::Invalid {
+                path: cfg.path.clone(),
+                field: "[[filter]]".into(),
+                message: "filter nodes hold no keys".into(),
+            })
+        }
         Principal::Replica(id) | Principal::Executor(id) => {
             let socket = cfg.holder_socket_for(me)?;
             let h = redoubt_keyholder::SocketHolder::connect(&socket, me).map_err(|e| {

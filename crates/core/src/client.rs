@@ -14,6 +14,7 @@ use crate::bodies::{self, Opened};
 use crate::effect::{Bytes, Effect, Env};
 use crate::keys::KeyTable;
 use crate::keys::Purpose;
+use crate::message::{decode_body, FrameRef};
 use crate::message::{decode_frame_ref, reply_header, Message, Request, RequestSig, SignedRequest};
 use crate::seal::{open, request_authenticator, seal};
 use crate::types::{ClientId, Config, Principal, ReplicaId, View};
@@ -142,6 +143,8 @@ pub struct Client<A: KeyTable> {
     /// every periodic key refresh), and sessions started.
     body: Option<([u8; ENC_LEN], BodyKey)>,
     pub body_sessions: u64,
+    /// Firewall deployment: the keys certified replies are checked against.
+    firewall: Option<Arc<crate::filter::FirewallKeys>>,
 }
 
 impl<A: KeyTable> Client<A> {
@@ -171,7 +174,15 @@ impl<A: KeyTable> Client<A> {
             requests_signed: 0,
             body: None,
             body_sessions: 0,
+            firewall: None,
         }
+    }
+
+    /// Gives a client of a firewall deployment the firewall's public keys: it accepts one
+    /// reply certificate of the execution cluster instead of g+1 replies.
+    pub fn with_firewall(mut self, keys: Arc<crate::filter::FirewallKeys>) -> Self {
+        self.firewall = Some(keys);
+        self
     }
 
     /// Replica `r` lost our key (it asked for it, or it restarted): a NEW-KEY with a fresh key
@@ -188,7 +199,7 @@ impl<A: KeyTable> Client<A> {
         let known = match p {
             Principal::Replica(r) => r < self.cfg.n(),
             Principal::Executor(e) => e < self.cfg.executors,
-            Principal::Client(_) => false,
+            Principal::Client(_) | Principal::Filter(_) => false,
         };
         if self.auth.session_ref().is_none() || !known {
             return;
@@ -460,6 +471,9 @@ impl<A: KeyTable> Client<A> {
                 return None;
             }
         };
+        if self.cfg.firewall() {
+            return self.receive_certified(env, &frame);
+        }
         // Replies come from the replicas, or in a separated deployment from the execution
         // nodes (which number `executors` and need g+1 matching).
         let separated = self.cfg.separated();
@@ -566,9 +580,48 @@ impl<A: KeyTable> Client<A> {
         let o = self.outstanding.take().expect("checked");
         let result = o
             .replies
-            .into_values()
-            .find_map(|v| if v.digest == d { v.result } else { None })
+            .values()
+            .find_map(|v| {
+                if v.digest == d {
+                    v.result.clone()
+                } else {
+                    None
+                }
+            })
             .expect("a full matching reply is present");
+        Some(self.complete(env, o, result, view))
+    }
+
+    /// Behind a firewall: a certified reply passed on by a replica (whichever: the
+    /// execution cluster's threshold signature is what vouches for it).
+    fn receive_certified(&mut self, env: Env, frame: &FrameRef<'_>) -> Option<Completion> {
+        let cert = match (frame.from, decode_body(frame.body)) {
+            (Principal::Replica(r), Ok(Message::CertifiedReply(c))) if r < self.cfg.n() => c,
+            (Principal::Replica(_), Ok(Message::NewKey(nk))) if nk.from == frame.from => {
+                self.keys_asked += 1;
+                self.refresh_keys_soon_for(frame.from);
+                return None;
+            }
+            _ => {
+                self.rejected += 1;
+                return None;
+            }
+        };
+        if cert.entry.client != self.id || !self.wants(cert.entry.timestamp) {
+            self.unwanted += 1;
+            return None;
+        }
+        let keys = self.firewall.as_ref()?;
+        if !keys.check_certified_reply(&cert) {
+            self.rejected += 1;
+            return None;
+        }
+        let o = self.outstanding.take().expect("wanted");
+        Some(self.complete(env, o, cert.entry.result, cert.view))
+    }
+
+    /// The request `o` completed with `result` (sealed when bodies are) in `view`.
+    fn complete(&mut self, env: Env, o: Outstanding, result: Vec<u8>, view: View) -> Completion {
         let (result, refused) = match &o.session {
             None => (result, None),
             Some(key) => match bodies::open_result(key, self.id, o.request.timestamp, &result) {
@@ -588,14 +641,14 @@ impl<A: KeyTable> Client<A> {
         if view > self.view {
             self.view = view;
         }
-        Some(Completion {
+        Completion {
             timestamp: o.request.timestamp,
             result,
             view,
             latency_ms,
             retransmissions: o.backoff,
             refused,
-        })
+        }
     }
 
     /// Retransmits when the timeout expired: to every replica, with back-off and jitter.

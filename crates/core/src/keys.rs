@@ -105,6 +105,8 @@ pub fn admits(from: Principal, last: Option<u64>, counter: u64) -> bool {
         (_, None) => true,
         (Principal::Client(_), Some(last)) => counter > last,
         (Principal::Replica(_) | Principal::Executor(_), Some(last)) => counter >= last,
+        // Filters hold no session keys (their messages authenticate themselves).
+        (Principal::Filter(_), Some(_)) => false,
     }
 }
 
@@ -209,7 +211,7 @@ pub fn state_info_of(p: Principal) -> Option<Vec<u8>> {
             v.extend_from_slice(&e.to_le_bytes());
             Some(v)
         }
-        Principal::Client(_) => None,
+        Principal::Client(_) | Principal::Filter(_) => None,
     }
 }
 
@@ -572,6 +574,7 @@ impl SessionKeys {
                 self.outbound.insert(nk.from, key);
                 Ok(Accepted::Executor(e))
             }
+            Principal::Filter(_) => Err(NewKeyError::UnknownSender),
             Principal::Client(c) => {
                 self.outbound.insert(nk.from, key.clone());
                 self.inbound.insert(nk.from, key);

@@ -14,6 +14,7 @@ pub mod client;
 pub mod effect;
 mod execution;
 pub mod executor;
+pub mod filter;
 pub mod journal;
 pub mod keys;
 pub mod message;
@@ -30,6 +31,7 @@ pub use client::{Client, ClientTiming, Completion, InvokeError};
 pub use effect::{Bytes, Effect, Env, Event, RecoveryReport};
 pub use execution::open_state;
 pub use executor::{Executor, ExecutorStats};
+pub use filter::{Filter, FilterStats, FirewallKeys};
 pub use journal::Record;
 pub use keys::{Admitted, Directory, KeyHolder, KeyTable, Keys, LocalHolder, NewKey, SessionKeys};
 pub use message::{Message, Reject};
@@ -38,4 +40,6 @@ pub use replica::{Footprint, Input, Replica, Stats, VC_VIEWS_AHEAD};
 pub use service::{ExecContext, Service};
 #[cfg(feature = "mutants")]
 pub use types::Mutant;
-pub use types::{ClientId, Config, ExecutorId, Principal, ReplicaId, Seq, View, VIEW_LIMIT};
+pub use types::{
+    ClientId, Config, ExecutorId, FilterId, Principal, ReplicaId, Seq, View, VIEW_LIMIT,
+};

@@ -17,6 +17,9 @@ pub type ReplicaId = u32;
 pub type ClientId = u64;
 /// Execution node identifier in `0..executors` (separated deployment).
 pub type ExecutorId = u32;
+/// Filter node identifier of a privacy firewall: `row * (h+1) + column`, row 0 next to the
+/// agreement nodes, row h next to the execution nodes.
+pub type FilterId = u32;
 
 /// A principal that can send authenticated messages.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -25,6 +28,8 @@ pub enum Principal {
     Client(ClientId),
     /// An execution node of a separated deployment (see `crate::executor`).
     Executor(ExecutorId),
+    /// A filter node of a privacy firewall (see `crate::filter`).
+    Filter(FilterId),
 }
 
 impl fmt::Debug for Principal {
@@ -33,6 +38,7 @@ impl fmt::Debug for Principal {
             Principal::Replica(r) => write!(f, "r{r}"),
             Principal::Client(c) => write!(f, "c{c}"),
             Principal::Executor(e) => write!(f, "e{e}"),
+            Principal::Filter(x) => write!(f, "x{x}"),
         }
     }
 }
@@ -99,11 +105,17 @@ pub enum Mutant {
     /// Separated deployment: clients accept g matching execution nodes' replies (g+1 are
     /// needed).
     ExecReplyAtG,
+    /// Firewall: filters pass reply certificates down without checking their signature or
+    /// waiting for a request from below.
+    FilterUnvouched,
+    /// Firewall: the execution cluster's threshold key is dealt so that g shares sign, and
+    /// the top row of filters combines g (g+1 are needed).
+    ThresholdAtG,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 21] = [
+    pub const ALL: [(&'static str, Mutant); 23] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -128,6 +140,8 @@ impl Mutant {
         ("clear-state", Mutant::ClearState),
         ("trust-one-order", Mutant::TrustOneOrder),
         ("exec-reply-at-g", Mutant::ExecReplyAtG),
+        ("filter-unvouched", Mutant::FilterUnvouched),
+        ("threshold-at-g", Mutant::ThresholdAtG),
     ];
 }
 
@@ -243,6 +257,12 @@ pub struct Config {
     /// only order (see `crate::executor`). Replicas, executors and clients must agree.
     #[serde(default)]
     pub executors: u32,
+    /// Rows of the privacy firewall between the clusters (Yin et al. 2003 §4): 0 for none;
+    /// otherwise h+1 rows of h+1 filter nodes tolerating h faulty filters, and the
+    /// execution nodes reachable only through them (needs `executors > 0` and confidential
+    /// bodies; see `crate::filter`).
+    #[serde(default)]
+    pub filter_rows: u32,
     /// Mutant to run (simulator only).
     #[cfg(feature = "mutants")]
     #[serde(skip)]
@@ -283,6 +303,7 @@ impl Config {
             confidential_bodies: false,
             message_bytes_max: 32 << 20,
             executors: 0,
+            filter_rows: 0,
             #[cfg(feature = "mutants")]
             mutant: Mutant::None,
         }
@@ -331,6 +352,27 @@ impl Config {
         self.executors > 0
     }
 
+    /// Whether a privacy firewall stands between the clusters.
+    pub fn firewall(&self) -> bool {
+        self.filter_rows > 0
+    }
+
+    /// Filter nodes of the firewall: (h+1)².
+    pub fn filters(&self) -> u32 {
+        self.filter_rows * self.filter_rows
+    }
+
+    /// Faulty filter nodes tolerated, h.
+    pub fn h(&self) -> u32 {
+        self.filter_rows.saturating_sub(1)
+    }
+
+    /// The filters of `row` (0: next to the agreement nodes).
+    pub fn filter_row(&self, row: u32) -> impl Iterator<Item = FilterId> {
+        let w = self.filter_rows;
+        (row * w..(row + 1) * w).filter(move |_| row < w)
+    }
+
     /// Faulty execution nodes tolerated, g, with `executors = 2g+1`.
     pub fn g(&self) -> u32 {
         self.executors.saturating_sub(1) / 2
@@ -366,6 +408,16 @@ impl Config {
     }
 
     fn validate_parameters(&self) -> Result<(), String> {
+        if self.filter_rows > 0 && (self.executors == 0 || !self.confidential_bodies) {
+            return Err(
+                "a privacy firewall (filter_rows > 0) needs execution nodes (executors > 0) \
+                 and confidential bodies"
+                    .into(),
+            );
+        }
+        if self.filter_rows > 8 {
+            return Err(format!("filter_rows ({}) is at most 8", self.filter_rows));
+        }
         if self.executors > 0 && self.executors.is_multiple_of(2) {
             return Err(format!(
                 "executors ({}) must be odd (2g+1), or 0 for the co-located deployment",

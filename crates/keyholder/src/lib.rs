@@ -67,6 +67,7 @@ pub fn principal_name(p: Principal) -> String {
         Principal::Replica(r) => format!("replica:{r}"),
         Principal::Client(c) => format!("client:{c}"),
         Principal::Executor(e) => format!("executor:{e}"),
+        Principal::Filter(x) => format!("filter:{x}"),
     }
 }
 

@@ -43,6 +43,8 @@ pub struct Adversary {
     read_results: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Faulty clients the faulty replicas collude with.
     colluders: BTreeSet<u64>,
+    /// Firewall deployment: the replicas' order keys (it signs lying pieces with them).
+    order_keys: Vec<redoubt_crypto::pk::HolderSecrets>,
     /// Pre-prepares holding a colluding client's request that a `PrepareToPrimary` replica
     /// received: (replica, view, seq, digest).
     colluded: BTreeSet<(ReplicaId, u64, u64, Digest)>,
@@ -65,10 +67,16 @@ impl Adversary {
             read_ops: BTreeMap::new(),
             read_results: BTreeMap::new(),
             colluders: BTreeSet::new(),
+            order_keys: Vec::new(),
             colluded: BTreeSet::new(),
             cut: BTreeMap::new(),
             own_vcs: BTreeMap::new(),
         }
+    }
+
+    /// The replicas' order keys (firewall deployment).
+    pub fn set_order_keys(&mut self, keys: Vec<redoubt_crypto::pk::HolderSecrets>) {
+        self.order_keys = keys;
     }
 
     /// The faulty clients the faulty replicas collude with.
@@ -133,6 +141,36 @@ impl Adversary {
             return vec![];
         };
         let honest = vec![(to, bytes.to_vec(), 0)];
+        if let Message::SignedOrder(so) = &msg {
+            // Firewall deployment: the same lie, signed with the replica's order key.
+            if behavior == Behavior::Silent {
+                return vec![];
+            }
+            let Some(key) = self.order_keys.get(from as usize) else {
+                return honest;
+            };
+            if rng.random_bool(0.5) {
+                let mut lie = so.order.clone();
+                let mut b = lie.batch.clone().unwrap_or(redoubt_core::message::Batch {
+                    nondet: redoubt_core::message::NonDet {
+                        time_ms: 0,
+                        seed: 0,
+                    },
+                    requests: Vec::new(),
+                });
+                b.nondet.seed = b.nondet.seed.wrapping_add(0x9e37_79b9);
+                b.requests.reverse();
+                lie.digest = b.digest();
+                lie.batch = Some(b);
+                let signature = key.sign(&redoubt_core::message::SignedOrder::statement(&lie).0);
+                let m = Message::SignedOrder(redoubt_core::message::SignedOrder {
+                    order: lie,
+                    signature,
+                });
+                return vec![(to, seal(&self.keys[&from], &m, None, self.cfg.n()), 0)];
+            }
+            return honest;
+        }
         if let Message::Order(o) = &msg {
             // Separated deployment: its piece of the agreement certificate names another
             // batch (well formed, its digest right) for half the execution nodes.

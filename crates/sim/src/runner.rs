@@ -29,6 +29,8 @@ pub enum Optimizations {
     Hybrid,
     /// Drawn per seed, in the separated deployment ([`Scenario::separate`]).
     Separated,
+    /// Drawn per seed, in the firewall deployment ([`Scenario::firewall`]).
+    Firewall,
 }
 
 /// The scenario of a seed: random, with the given mutant.
@@ -41,6 +43,7 @@ pub fn scenario_for(seed: u64, mutant: Mutant, opts: Optimizations) -> Scenario 
         Optimizations::QuietPrimary => s.quiet_primary(),
         Optimizations::Hybrid => s.hybrid(),
         Optimizations::Separated => s.separate(),
+        Optimizations::Firewall => s.firewall(),
     }
     s
 }

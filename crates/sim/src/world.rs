@@ -29,6 +29,7 @@ mod checks;
 mod clients;
 mod effects;
 mod execs;
+mod filters;
 mod frames;
 mod plant;
 mod proactive;
@@ -187,6 +188,10 @@ pub struct RunStats {
     pub power_cuts_mid_step: u64,
     /// Separated deployment: checkpoints correct execution nodes fetched from their peers.
     pub exec_state_transfers: u64,
+    /// Firewall deployment: reply certificates correct filters passed down, and
+    /// certificates and signature shares they refused (leak attempts blocked).
+    pub firewall_replies: u64,
+    pub firewall_blocked: u64,
 }
 
 /// The result of a run.
@@ -234,6 +239,9 @@ pub struct World {
     /// Separated deployment: the execution nodes, and the checker of their events.
     execs: Vec<execs::SimExec>,
     exec_checker: Checker,
+    /// Firewall deployment: the filter nodes, and the keys the dealer made.
+    filters: Vec<filters::SimFilter>,
+    dealt: Option<filters::Dealt>,
     /// Each replica's durable journal (compacted at checkpoints, as the node does).
     disks: Vec<Vec<redoubt_core::Record>>,
     /// Each replica's durable page store.
@@ -388,7 +396,7 @@ impl World {
         }
         let iso = |p: Principal, part: &crate::scenario::Partition| match p {
             Principal::Replica(r) => part.isolated.contains(&r),
-            Principal::Client(_) | Principal::Executor(_) => false,
+            Principal::Client(_) | Principal::Executor(_) | Principal::Filter(_) => false,
         };
         self.sc.partitions.iter().any(|part| {
             self.now >= part.start_ms && self.now < part.end_ms && iso(a, part) != iso(b, part)
@@ -399,6 +407,9 @@ impl World {
     fn transmit(&mut self, from: Principal, to: Principal, mut bytes: Vec<u8>, extra_ms: u64) {
         self.stats.messages += 1;
         self.check_sealed(from, &bytes);
+        if !self.may_travel(from, to, &bytes) {
+            return;
+        }
         self.capture_new_key(from, &bytes);
         if self.partitioned(from, to) {
             return;
@@ -408,11 +419,19 @@ impl World {
         if self.cut_off(from, to) && !is_new_key(&bytes) {
             return;
         }
-        let faults = if self.healed() {
+        // Behind a firewall the outside network (which replays, forges and captures) reaches
+        // clients and agreement nodes only: the filters' links are physical.
+        let outside = |p: Principal| matches!(p, Principal::Client(_) | Principal::Replica(_));
+        let reachable = !self.sc.core.firewall() || (outside(from) && outside(to));
+        let mut faults = if self.healed() {
             crate::scenario::NetFaults::none()
         } else {
             self.sc.net.clone()
         };
+        if !reachable {
+            faults.replay = 0.0;
+            faults.forge = 0.0;
+        }
         if faults.drop > 0.0 && self.rng.random_bool(faults.drop) {
             return;
         }
@@ -449,7 +468,9 @@ impl World {
                 );
             }
         }
-        if self.captured.len() < CAPTURE_MAX {
+        if !reachable {
+            // Not captured for replays either.
+        } else if self.captured.len() < CAPTURE_MAX {
             self.captured.push((from, bytes.clone()));
         } else {
             let i = self.rng.random_range(0..CAPTURE_MAX);
@@ -696,8 +717,8 @@ impl World {
                 self.stores[r as usize].wipe();
                 self.disks[r as usize].clear();
                 let state = open_state(Box::new(self.stores[r as usize].clone())).expect("memory");
-                self.replicas[r as usize] =
-                    Replica::new(self.sc.core.clone(), r, keys, KvService::new(), state);
+                let rep = Replica::new(self.sc.core.clone(), r, keys, KvService::new(), state);
+                self.replicas[r as usize] = self.arm_replica(r, rep);
                 self.up[r as usize] = Up::Running;
             }
             Ev::Corrupt(r) => {
@@ -795,6 +816,7 @@ impl World {
                     true,
                 ) {
                     Ok(rep) => {
+                        let rep = self.arm_replica(r, rep);
                         let cut = self.cut_before_reboot.remove(&r);
                         if let Some(v) = self.checker.restarted(r, rep.last_executed(), cut) {
                             self.violation(v);
@@ -865,6 +887,7 @@ impl World {
             let d = describe(&bytes);
             self.log(|| format!("{from:?} -> {to:?} {d}"));
         }
+        self.check_leak(to, from, &bytes);
         match to {
             Principal::Replica(r) => {
                 if self.up[r as usize] != Up::Running {
@@ -894,6 +917,7 @@ impl World {
                     self.deliver_exec(e, &bytes);
                 }
             }
+            Principal::Filter(x) => self.deliver_filter(x, from, &bytes),
             Principal::Client(id) => {
                 let Some(c) = self.clients.iter().position(|c| c.core.id() == id) else {
                     return; // Byzantine clients ignore replies
@@ -982,6 +1006,9 @@ impl World {
             }
         }
         self.end_of_run_checks(stopped);
+        let (down, refused, bad_shares) = self.filter_totals();
+        self.stats.firewall_replies = down;
+        self.stats.firewall_blocked = refused + bad_shares;
         Outcome {
             scenario: self.sc.name.clone(),
             seed: self.sc.seed,

@@ -30,6 +30,7 @@
 //! per checkpoint within the same window; one Retry answer time per client with an
 //! exactly-once entry.
 
+mod firewall;
 mod orders;
 mod transfer;
 
@@ -40,7 +41,7 @@ use crate::message::*;
 use crate::replica::Input;
 use crate::seal::{open, seal};
 use crate::service::{ExecContext, Service};
-use crate::types::{ClientId, Config, ExecutorId, Principal, ReplicaId, Seq};
+use crate::types::{ClientId, Config, ExecutorId, FilterId, Principal, ReplicaId, Seq};
 use orders::{CertifiedBatch, Orders, Refused};
 use redoubt_crypto::Digest;
 use redoubt_state::PagedState;
@@ -77,6 +78,8 @@ pub struct ExecutorStats {
     pub bodies_refused: u64,
     /// NEW-KEYs sent (session keys).
     pub key_refreshes: u64,
+    /// Firewall deployment: reply shares sent again (the agreement cluster still asked).
+    pub shares_resent: u64,
     /// Checkpoints fetched from peers, and state-transfer bytes served to them.
     pub state_transfers: u64,
     pub transfer_bytes_out: u64,
@@ -124,6 +127,8 @@ pub struct Executor<S: Service, A: KeyTable> {
     /// last answered (ms; at most one entry per peer).
     vote_answered: BTreeMap<ExecutorId, u64>,
     missing_answered: BTreeMap<ExecutorId, u64>,
+    /// Firewall deployment: the threshold key share and the shares sent (`firewall.rs`).
+    firewall: Option<firewall::ExecFirewall>,
 }
 
 impl<S: Service, A: KeyTable> Executor<S, A> {
@@ -183,7 +188,29 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             new_key_resent: BTreeMap::new(),
             vote_answered: BTreeMap::new(),
             missing_answered: BTreeMap::new(),
+            firewall: None,
         })
+    }
+
+    /// Gives an execution node of a firewall deployment its keys: the firewall's public
+    /// keys and its share of the execution cluster's threshold key.
+    pub fn with_firewall(
+        mut self,
+        keys: Arc<crate::filter::FirewallKeys>,
+        share: redoubt_crypto::threshold::KeyShare,
+    ) -> Result<Self, String> {
+        if !self.cfg.firewall() {
+            return Err("the configuration has no firewall (filter_rows = 0)".into());
+        }
+        if share.index() != self.id as usize {
+            return Err(format!(
+                "key share {} given to execution node {}",
+                share.index(),
+                self.id
+            ));
+        }
+        self.firewall = Some(firewall::ExecFirewall::new(keys, share));
+        Ok(self)
     }
 
     pub fn id(&self) -> ExecutorId {
@@ -249,7 +276,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         if self.stable > self.exec.last_executed() {
             return Err("stable checkpoint above the last executed batch".into());
         }
-        Ok(())
+        self.firewall_bounds()
     }
 
     // ----- receiving ------------------------------------------------------------------------
@@ -260,13 +287,20 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             Err(r) => return self.reject(Principal::Client(u64::MAX), "frame", r),
         };
         let from = frame.from;
+        if let Principal::Filter(x) = from {
+            // Filters hold no keys: what they pass up authenticates itself.
+            if let Err(r) = self.on_filter_frame(x, frame.body) {
+                self.reject(from, "filter", r);
+            }
+            return;
+        }
         let msg = match open(&self.auth, &frame) {
             Ok(m) => m,
             Err(r) => {
                 let known = match from {
                     Principal::Replica(p) => p < self.cfg.n(),
                     Principal::Executor(p) => p < self.cfg.executors && p != self.id,
-                    Principal::Client(_) => false,
+                    Principal::Client(_) | Principal::Filter(_) => false,
                 };
                 if r == Reject::BadMac && known {
                     // It may hold an old key of ours (it restarted): our latest NEW-KEY.
@@ -478,6 +512,16 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                 self.stats.orders_refused += 1;
                 continue;
             };
+            if self.cfg.firewall() {
+                // Signed pieces, each checked on its own.
+                let Ok(Message::SignedOrder(so)) = decode_body(frame.body) else {
+                    self.stats.orders_refused += 1;
+                    continue;
+                };
+                let bytes = Arc::new(f.into_vec());
+                let _ = self.on_signed_order(so, bytes);
+                continue;
+            }
             let (Principal::Replica(r), Ok(Message::Order(o))) =
                 (frame.from, open(&self.auth, &frame))
             else {
@@ -549,6 +593,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
 
     fn execute(&mut self, seq: Seq, cert: CertifiedBatch) {
         let mut executed = Vec::new();
+        let mut bundle = Vec::new();
         if let Some(b) = &cert.batch {
             let time_ms = self.exec.start_batch(b.nondet.time_ms);
             for (i, r) in b.requests.iter().enumerate() {
@@ -556,7 +601,26 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                 let c = req.client;
                 // Recovery requests concern the agreement nodes' keys only; a request that
                 // ran already is not run again (exactly once).
-                if recovery_replica(c).is_some() || self.exec.ran(c, req.timestamp) {
+                if recovery_replica(c).is_some() {
+                    continue;
+                }
+                if self.exec.ran(c, req.timestamp) {
+                    // Ordered again (its client asked again): behind a firewall its reply
+                    // goes into this batch's bundle again, the only way back (Yin et al.
+                    // §3.2.1: a fresh reply with the new sequence number).
+                    if self.firewall.is_some() {
+                        if let Some(last) = self
+                            .exec
+                            .last_reply(c)
+                            .filter(|l| l.timestamp == req.timestamp)
+                        {
+                            bundle.push(ReplyEntry {
+                                client: c,
+                                timestamp: req.timestamp,
+                                result: last.result.clone(),
+                            });
+                        }
+                    }
                     continue;
                 }
                 let ctx = ExecContext {
@@ -568,6 +632,21 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                 };
                 let result = self.exec.run(req, &ctx);
                 executed.push((c, req.timestamp));
+                if self.firewall.is_some() {
+                    bundle.push(ReplyEntry {
+                        client: c,
+                        timestamp: req.timestamp,
+                        result: result.clone(),
+                    });
+                    self.exec.record(
+                        c,
+                        LastReply {
+                            timestamp: req.timestamp,
+                            result,
+                        },
+                    );
+                    continue;
+                }
                 let reply = self.reply(c, req.timestamp, &result, cert.view);
                 self.exec.record(
                     c,
@@ -582,6 +661,12 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             self.stats.bodies_refused = self.exec.bodies_refused();
         }
         self.last_view = cert.view;
+        if self.firewall.is_some() {
+            self.send_bundle(ReplyBundle {
+                seq,
+                entries: bundle,
+            });
+        }
         self.exec.complete(seq, cert.digest);
         self.orders.forget_through(seq);
         self.done.insert(seq, cert.frames);
@@ -619,6 +704,11 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
 
     /// Tells every agreement node how far we executed.
     fn acknowledge(&mut self) {
+        if self.firewall.is_some() {
+            // Behind a firewall the reply certificates acknowledge, and stable checkpoints
+            // go down as certificates too (`firewall.rs`).
+            return;
+        }
         let ack = Message::ExecAck(ExecAck {
             executor: self.id,
             seq: self.exec.last_executed(),
@@ -698,6 +788,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         // The replicas wait for g+1 stable checkpoints before ordering past theirs: tell them
         // now rather than at the next heartbeat.
         self.acknowledge();
+        self.send_stable_share();
     }
 
     // ----- session keys ---------------------------------------------------------------------
@@ -755,7 +846,10 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             return;
         }
         let me = self.id;
-        let peers: Vec<Principal> = (0..self.cfg.n())
+        // Behind a firewall only the peers: nothing of ours reaches the agreement nodes but
+        // signature shares.
+        let replicas = if self.cfg.firewall() { 0 } else { self.cfg.n() };
+        let peers: Vec<Principal> = (0..replicas)
             .map(Principal::Replica)
             .chain(
                 (0..self.cfg.executors)
@@ -798,6 +892,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             self.next_heartbeat_ms = now + self.cfg.status_interval_ms;
             // Acknowledgements and votes may be lost: repeat them (one of each).
             self.acknowledge();
+            self.send_stable_share();
             // Every checkpoint of ours from the stable one on (at most L/K + 1 of them): a
             // peer far behind learns what to fetch from the stable one.
             for (seq, d) in self.exec.own_checkpoints_from(self.stable.max(1)) {

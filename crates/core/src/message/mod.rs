@@ -11,8 +11,10 @@ use bytes::Bytes;
 use redoubt_crypto::{Digest, DigestBuilder, Mac, MAC_LEN};
 use serde::{Deserialize, Serialize};
 
+mod firewall;
 mod frame;
 mod separated;
+pub use firewall::*;
 pub use frame::*;
 pub use separated::*;
 
@@ -507,6 +509,16 @@ pub enum Message {
     Certified(Certified),
     /// Execution node to agreement node: a frame for a client.
     Relay(Relay),
+    /// Privacy firewall (see `firewall.rs`): agreement nodes up through the filters,
+    SignedOrder(SignedOrder),
+    /// execution nodes to the top row of filters,
+    ReplyShare(ReplyShare),
+    StableShare(StableShare),
+    /// filters down to the agreement nodes,
+    ReplyCert(ReplyCert),
+    StableCert(StableCert),
+    /// and agreement nodes to clients.
+    CertifiedReply(CertifiedReply),
 }
 
 /// QUERY-STABLE: the estimation step of a recovery; `nonce` ties the answers to it.
@@ -602,6 +614,12 @@ impl Message {
             Message::Missing(_) => "missing",
             Message::Certified(_) => "certified",
             Message::Relay(_) => "relay",
+            Message::SignedOrder(_) => "signed-order",
+            Message::ReplyShare(_) => "reply-share",
+            Message::StableShare(_) => "stable-share",
+            Message::ReplyCert(_) => "reply-cert",
+            Message::StableCert(_) => "stable-cert",
+            Message::CertifiedReply(_) => "certified-reply",
         }
     }
 
@@ -611,6 +629,13 @@ impl Message {
             // Requests authenticate themselves (client authenticator inside); NEW-KEY is
             // signed by the sender's key holder.
             Message::Request(_) | Message::NewKey(_) => TagKind::None,
+            // Firewall messages carry signatures (see `firewall.rs`).
+            Message::SignedOrder(_)
+            | Message::ReplyShare(_)
+            | Message::StableShare(_)
+            | Message::ReplyCert(_)
+            | Message::StableCert(_)
+            | Message::CertifiedReply(_) => TagKind::None,
             Message::Reply(_)
             | Message::ViewChangeAck(_)
             | Message::Fetch(_)

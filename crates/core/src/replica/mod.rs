@@ -38,7 +38,7 @@ use crate::quorum;
 use crate::seal::{open, seal, verify_request};
 use crate::service::{ExecContext, Service};
 use crate::transfer::checkpoint_digest;
-use crate::types::{ClientId, Config, Principal, ReplicaId, Seq, View};
+use crate::types::{ClientId, Config, FilterId, Principal, ReplicaId, Seq, View};
 use crate::viewchange::{self, Pending, SlotSummary};
 use redoubt_crypto::Digest;
 use redoubt_state::{PagedState, StateFootprint};
@@ -46,6 +46,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 mod execute;
+mod firewall;
 mod normal;
 mod recovery;
 mod requests;
@@ -157,6 +158,8 @@ pub struct Stats {
     /// started because the execution cluster acknowledged nothing while clients waited.
     pub relayed: u64,
     pub execution_stalls: u64,
+    /// Firewall deployment: reply certificates checked here (the clients' replies).
+    pub certified_replies: u64,
     /// Clients' body sessions opened by the key holder (confidential bodies).
     pub body_sessions_opened: u64,
     /// Operations not run because they did not open under their body session (a faulty
@@ -259,6 +262,8 @@ pub struct Replica<S: Service, A: KeyTable> {
     /// Separated deployment: the message queue towards the execution nodes (see
     /// `separated.rs`).
     queue: separated::Queue,
+    /// Firewall deployment: keys, and what came down (see `firewall.rs`).
+    firewall: Option<firewall::FirewallSide>,
 }
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
@@ -338,6 +343,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             send_cap: None,
             unreadable: None,
             queue: separated::Queue::default(),
+            firewall: None,
         };
         #[cfg(feature = "mutants")]
         if r.cfg.mutant == crate::types::Mutant::ClearBodies {
@@ -367,6 +373,17 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     // ----- accessors -------------------------------------------------------------------
+
+    /// Gives a replica of a firewall deployment its keys: the firewall's public keys and
+    /// its own order key (it signs its pieces of agreement certificates with it).
+    pub fn with_firewall(
+        mut self,
+        keys: Arc<crate::filter::FirewallKeys>,
+        order_key: redoubt_crypto::pk::HolderSecrets,
+    ) -> Self {
+        self.firewall = Some(firewall::FirewallSide::new(keys, order_key));
+        self
+    }
 
     pub fn id(&self) -> ReplicaId {
         self.id
@@ -659,6 +676,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
         };
         let from = frame.from;
+        if let Principal::Filter(x) = from {
+            // Filters hold no keys: what they pass down authenticates itself.
+            if let Err(r) = self.on_filter_frame(x, frame.body) {
+                self.reject(from, "filter", r);
+            }
+            return;
+        }
         let msg = match open(&self.auth, &frame) {
             Ok(m) => m,
             Err(r) => {
@@ -694,7 +718,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     _ => Err(Reject::Unexpected),
                 };
             }
-            Principal::Client(_) => None,
+            Principal::Client(_) | Principal::Filter(_) => None,
         };
         match (msg, sender) {
             (Message::Request(r), _) => self.on_request(from, r),

@@ -83,11 +83,17 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.rekey_due = true;
             return;
         }
-        // Separated: the execution nodes get our keys too (they send us acknowledgements).
+        // Separated: the execution nodes get our keys too (they send us acknowledgements);
+        // behind a firewall they send us nothing but certificates, and are out of reach.
+        let executors = if self.cfg.firewall() {
+            0
+        } else {
+            self.cfg.executors
+        };
         let peers: Vec<Principal> = (0..self.cfg.n())
             .filter(|r| *r != self.id)
             .map(Principal::Replica)
-            .chain((0..self.cfg.executors).map(Principal::Executor))
+            .chain((0..executors).map(Principal::Executor))
             .collect();
         let now = self.now();
         let Some(s) = self.auth.session() else {
@@ -101,7 +107,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 self.drop_incomplete_certificates();
                 let nk = Message::NewKey(nk);
                 self.broadcast(&nk);
-                for e in 0..self.cfg.executors {
+                for e in 0..executors {
                     self.send(Principal::Executor(e), &nk);
                 }
                 self.event(Event::KeysRefreshed);

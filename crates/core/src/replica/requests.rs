@@ -51,20 +51,24 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.answer_reads();
             return Ok(());
         }
+        let ordered = self.exec.last_reply(req.client).map(|l| l.timestamp);
+        let from_client = matches!(client, Principal::Client(_));
+        if ordered == Some(req.timestamp) && self.cfg.separated() && from_client {
+            // Ordered already: the execution nodes hold the reply (replicas answer their
+            // peers' recovery requests themselves). Behind a firewall, the certified reply
+            // if one came down; else the request is ordered again, and the execution nodes
+            // answer it in that batch's bundle (Yin et al. §3.2.1: a retransmission takes a
+            // new sequence number).
+            if !self.cfg.firewall() || self.hint_retry(req.client, req.timestamp) {
+                return Ok(());
+            }
+        }
         if let Some(last) = self.exec.last_reply(req.client) {
             if req.timestamp < last.timestamp {
                 return Err(Reject::Stale);
             }
-            if req.timestamp == last.timestamp
-                && self.cfg.separated()
-                && matches!(client, Principal::Client(_))
-            {
-                // Ordered already: the execution nodes hold the reply (replicas answer
-                // their peers' recovery requests themselves).
-                self.hint_retry(req.client, req.timestamp);
-                return Ok(());
-            }
-            if req.timestamp == last.timestamp {
+            let order_again = self.cfg.firewall() && from_client;
+            if req.timestamp == last.timestamp && !order_again {
                 // Already executed: resend the cached reply.
                 let tentative = self
                     .exec

@@ -34,8 +34,8 @@ pub(super) struct Queue {
     acks: BTreeMap<ExecutorId, (Seq, Seq)>,
     /// The highest sequence number g+1 execution nodes acknowledged executing, and the
     /// highest that g+1 of them hold as a stable checkpoint.
-    acked: Seq,
-    stable_acked: Seq,
+    pub(super) acked: Seq,
+    pub(super) stable_acked: Seq,
     /// Per execution node: when what it has not acknowledged is next sent again (ms), and
     /// the current back-off interval (reset when it acknowledges more).
     retransmit: BTreeMap<ExecutorId, (u64, u64)>,
@@ -93,6 +93,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.replaying || self.above_cap(&msg) {
             return;
         }
+        if self.cfg.firewall() {
+            let Message::Order(o) = msg else {
+                unreachable!("built above")
+            };
+            return self.send_signed_order(o);
+        }
         let bytes: Bytes = Arc::new(seal_to_executors(&self.auth, &msg, self.cfg.executors));
         for e in 0..self.cfg.executors {
             self.effects.push(Effect::Send {
@@ -118,6 +124,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.above_cap(&msg) {
             return false;
         }
+        if self.cfg.firewall() {
+            let Message::Order(o) = msg else {
+                unreachable!("built above")
+            };
+            self.send_signed_order(o);
+            return true;
+        }
         let bytes = Arc::new(seal_to_executors(&self.auth, &msg, self.cfg.executors));
         self.effects.push(Effect::Send {
             to: Principal::Executor(to),
@@ -141,7 +154,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     pub(super) fn on_exec_ack(&mut self, from: ExecutorId, a: ExecAck) -> Result<(), Reject> {
-        if !self.cfg.separated() || from >= self.cfg.executors || a.executor != from {
+        if !self.cfg.separated()
+            || self.cfg.firewall()
+            || from >= self.cfg.executors
+            || a.executor != from
+        {
             return Err(Reject::Unexpected);
         }
         if a.stable > a.seq {
@@ -178,15 +195,27 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         };
         let acked = quorum_of(self.queue.acks.values().map(|(seq, _)| *seq).collect());
         let stable = quorum_of(self.queue.acks.values().map(|(_, s)| *s).collect());
+        self.exec_progress(acked, stable);
+        Ok(())
+    }
+
+    /// g+1 execution nodes executed through `acked` and hold a stable checkpoint at
+    /// `stable` (from their acknowledgements, or from the firewall's certificates).
+    pub(super) fn exec_progress(&mut self, acked: Seq, stable: Seq) {
         if acked > self.queue.acked {
             self.queue.acked = acked;
             self.queue.ack_progress_ms = self.now();
             self.queue.retried_since_progress = false;
         }
         if stable <= self.queue.stable_acked {
-            return Ok(());
+            return;
         }
         self.queue.stable_acked = stable;
+        if self.cfg.firewall() {
+            // No per-node acknowledgements behind the firewall: g+1 stable checkpoints (one
+            // correct node's) are what the execution nodes fetch state from.
+            self.queue.resend = self.queue.resend.split_off(&(stable + 1));
+        }
         if let Some(seq) = self.queue.waiting_checkpoint.filter(|s| *s <= stable) {
             self.queue.waiting_checkpoint = None;
             if seq == self.exec.last_executed() && seq > self.exec.state().latest() {
@@ -194,7 +223,6 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
             self.try_execute();
         }
-        Ok(())
     }
 
     /// Execution node `e` sent fresh keys (it refreshes them, or it restarted): what it has
@@ -208,7 +236,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// execution node itself (its reply or NEW-KEY, which the client authenticates), to a
     /// client of the cluster.
     pub(super) fn on_relay(&mut self, from: ExecutorId, m: Relay) -> Result<(), Reject> {
-        if !self.cfg.separated() || from >= self.cfg.executors {
+        if !self.cfg.separated() || self.cfg.firewall() || from >= self.cfg.executors {
             return Err(Reject::Unexpected);
         }
         let to = Principal::Client(m.client);
@@ -229,7 +257,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// A client's NEW-KEY we accepted carries keys for the execution nodes too: it goes on
     /// to them (clients talk to the agreement nodes only).
     pub(super) fn pass_client_key_on(&mut self, nk: &NewKey) {
-        if !self.cfg.separated() || self.replaying {
+        if !self.cfg.separated() || self.cfg.firewall() || self.replaying {
             return;
         }
         let bytes: Bytes = Arc::new(seal(
@@ -248,8 +276,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// A client asked again for request `ts`, ordered here already: the execution nodes
     /// answer it again (their reply may have been lost).
-    pub(super) fn hint_retry(&mut self, client: ClientId, timestamp: u64) {
+    /// Behind a firewall: `true` if the certified reply went out again.
+    pub(super) fn hint_retry(&mut self, client: ClientId, timestamp: u64) -> bool {
         self.queue.retried_since_progress = true;
+        if self.cfg.firewall() {
+            // Nothing goes up but agreement certificates: the certified reply, if it came.
+            return self.answer_from_certificates(client, timestamp);
+        }
         let m = Message::Retry(Retry {
             replica: self.id,
             client,
@@ -258,6 +291,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         for e in 0..self.cfg.executors {
             self.send(Principal::Executor(e), &m);
         }
+        true
     }
 
     /// Batches ordered here that the execution cluster does not acknowledge within the
@@ -297,8 +331,19 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let last = self.exec.last_executed();
         self.check_execution_stall(now, last);
         let base = self.cfg.status_interval_ms;
-        for e in 0..self.cfg.executors {
-            let acked = self.queue.acks.get(&e).map_or(0, |(seq, _)| *seq);
+        // Behind a firewall the filters are one destination, and the certificates coming
+        // down the acknowledgement of all execution nodes at once.
+        let targets = if self.cfg.firewall() {
+            1
+        } else {
+            self.cfg.executors
+        };
+        for e in 0..targets {
+            let acked = if self.cfg.firewall() {
+                self.queue.acked
+            } else {
+                self.queue.acks.get(&e).map_or(0, |(seq, _)| *seq)
+            };
             if acked >= last {
                 continue;
             }

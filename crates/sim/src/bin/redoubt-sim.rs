@@ -60,6 +60,11 @@ struct Args {
     /// execution nodes (up to g of them faulty) run the service (per-seed optimizations).
     #[arg(long, conflicts_with_all = ["all_optimizations", "quiet_primary", "hybrid"])]
     separated: bool,
+    /// Run every random seed in the firewall deployment: the separated deployment with
+    /// sealed bodies and an (h+1)² array of filter nodes between the clusters (up to h of
+    /// them faulty).
+    #[arg(long, conflicts_with_all = ["all_optimizations", "quiet_primary", "hybrid", "separated"])]
+    firewall: bool,
     /// Run a named scenario (see --list).
     #[arg(long)]
     scenario: Option<String>,
@@ -87,6 +92,8 @@ impl Args {
             Optimizations::All
         } else if self.separated {
             Optimizations::Separated
+        } else if self.firewall {
+            Optimizations::Firewall
         } else {
             Optimizations::PerSeed
         }

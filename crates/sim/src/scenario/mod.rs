@@ -4,7 +4,7 @@
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use redoubt_core::{Config, ExecutorId, Mutant, ReplicaId};
+use redoubt_core::{Config, ExecutorId, FilterId, Mutant, ReplicaId};
 
 mod named;
 
@@ -28,6 +28,21 @@ impl ExecBehavior {
         ExecBehavior::Liar,
         ExecBehavior::Flaky,
     ];
+}
+
+/// How a faulty filter node of a privacy firewall misbehaves (at most h of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FilterBehavior {
+    /// Passes nothing on.
+    Silent,
+    /// Passes everything it gets on, unchecked, up and down (to every node it has a link
+    /// to), and wraps whatever it got from above into reply certificates of its own making:
+    /// what a compromised filter does to smuggle data out.
+    Leaky,
+}
+
+impl FilterBehavior {
+    pub const ALL: [FilterBehavior; 2] = [FilterBehavior::Silent, FilterBehavior::Leaky];
 }
 
 /// How a Byzantine replica misbehaves. Every behaviour sends well-authenticated messages (the
@@ -318,6 +333,8 @@ pub struct Scenario {
     /// Correct execution nodes that lose power at a time and reboot from their page store
     /// at another (ms): they catch up from certificates or by state transfer.
     pub exec_reboots: Vec<(ExecutorId, u64, u64)>,
+    /// Firewall deployment (`core.filter_rows > 0`): the faulty filter nodes (at most h).
+    pub filter_byzantine: Vec<(FilterId, FilterBehavior)>,
     pub mutant: Mutant,
 }
 
@@ -381,6 +398,27 @@ impl Scenario {
         }
     }
 
+    /// The firewall deployment (Yin et al. 2003 §4): [`Scenario::separate`], with sealed
+    /// bodies and an (h+1) × (h+1) array of filters between the clusters (h = 1, or 2 in a
+    /// fifth of the seeds), up to h of them faulty (in 70% of the seeds). Drawn from a
+    /// stream of its own.
+    pub fn firewall(&mut self) {
+        self.separate();
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed ^ 0xf1_7e_2a11);
+        let h = if rng.random_bool(0.2) { 2 } else { 1 };
+        self.core.filter_rows = h + 1;
+        self.core.confidential_bodies = true;
+        if rng.random_bool(0.7) {
+            let mut ids: Vec<FilterId> = (0..self.core.filters()).collect();
+            shuffle(&mut rng, &mut ids);
+            let k = rng.random_range(1..=h) as usize;
+            for x in &ids[..k] {
+                let b = FilterBehavior::ALL[rng.random_range(0..FilterBehavior::ALL.len())];
+                self.filter_byzantine.push((*x, b));
+            }
+        }
+    }
+
     /// A fault-free baseline with f = 1.
     pub fn calm(seed: u64) -> Scenario {
         let mut core = Config::new(1);
@@ -431,6 +469,7 @@ impl Scenario {
             stop_ms: None,
             exec_byzantine: vec![],
             exec_reboots: vec![],
+            filter_byzantine: vec![],
             mutant: Mutant::None,
         }
     }

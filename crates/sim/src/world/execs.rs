@@ -7,8 +7,9 @@
 
 use super::*;
 use crate::scenario::ExecBehavior;
-use redoubt_core::message::{decode_frame, Certified, Relay, Reply};
+use redoubt_core::message::{decode_frame, Certified, Relay, Reply, ReplyBundle, ReplyCert};
 use redoubt_core::{Executor, ExecutorId};
+use redoubt_crypto::threshold::ThresholdSig;
 
 pub(super) struct SimExec {
     pub(super) core: Executor<KvService, SessionKeys>,
@@ -24,6 +25,7 @@ impl World {
     pub(super) fn build_executors(
         sc: &Scenario,
         mut keys: impl FnMut(Principal) -> SessionKeys,
+        dealt: &Option<super::filters::Dealt>,
     ) -> Vec<SimExec> {
         (0..sc.core.executors)
             .map(|e| {
@@ -35,6 +37,10 @@ impl World {
                     KvService::new(),
                     open_state(Box::new(store.clone())).expect("memory store"),
                 )
+                .and_then(|c| match dealt {
+                    Some(d) => c.with_firewall(d.keys.clone(), d.shares[e as usize].clone()),
+                    None => Ok(c),
+                })
                 .expect("valid executor");
                 let behavior = sc
                     .exec_byzantine
@@ -72,7 +78,14 @@ impl World {
                 return;
             }
         };
-        match Executor::new(self.sc.core.clone(), e, keys, KvService::new(), state) {
+        let built =
+            Executor::new(self.sc.core.clone(), e, keys, KvService::new(), state).and_then(|c| {
+                match &self.dealt {
+                    Some(d) => c.with_firewall(d.keys.clone(), d.shares[e as usize].clone()),
+                    None => Ok(c),
+                }
+            });
+        match built {
             Ok(core) => {
                 let from = core.last_executed();
                 self.log(|| format!("e{e} REBOOT from checkpoint n{from}"));
@@ -151,6 +164,9 @@ impl World {
             Some(ExecBehavior::Liar) => {
                 let lie = self.exec_lie(e, to, &bytes);
                 self.transmit(from, to, lie.unwrap_or(bytes), 0);
+                if self.sc.core.firewall() && matches!(to, Principal::Filter(_)) {
+                    self.exec_forge_cert(e, to);
+                }
             }
         }
     }
@@ -192,6 +208,33 @@ impl World {
                 c.digest = random_digest(&mut self.rng);
                 Message::ExecCheckpoint(c)
             }
+            // Behind a firewall: half the time a bundle leaking a value in clear, under its
+            // own (valid) share, else a share of garbage.
+            Message::ReplyShare(mut s) => {
+                if self.rng.random_bool(0.5) {
+                    let mut v = secrets::SECRET_TAG.to_vec();
+                    v.extend_from_slice(b"leaked");
+                    for entry in &mut s.bundle.entries {
+                        entry.result = v.clone();
+                    }
+                    if s.bundle.entries.is_empty() {
+                        s.bundle.entries.push(redoubt_core::message::ReplyEntry {
+                            client: 1,
+                            timestamp: 1,
+                            result: v,
+                        });
+                    }
+                    let share = self.dealt.as_ref()?.shares[e as usize].clone();
+                    s.share = share.sign(&s.bundle.statement().0);
+                } else {
+                    s.share = ThresholdSig([0xee; redoubt_crypto::threshold::SIG_LEN]);
+                }
+                Message::ReplyShare(s)
+            }
+            Message::StableShare(mut s) => {
+                s.share = ThresholdSig([0xdd; redoubt_crypto::threshold::SIG_LEN]);
+                Message::StableShare(s)
+            }
             Message::Certified(c) => Message::Certified(Certified {
                 frames: vec![serde_bytes::ByteBuf::from(vec![0xAB; 64])],
                 stable: c.stable + self.sc.core.checkpoint_interval,
@@ -201,6 +244,30 @@ impl World {
         };
         let auth = self.execs[e as usize].core.auth();
         Some(seal(auth, &lie, Some(to), self.sc.core.n()))
+    }
+
+    /// An extra message of a faulty execution node behind a firewall, now and then: a reply
+    /// certificate of its own making (no valid signature) that carries a value in clear.
+    fn exec_forge_cert(&mut self, e: ExecutorId, to: Principal) {
+        if !self.rng.random_bool(0.2) {
+            return;
+        }
+        let mut v = secrets::SECRET_TAG.to_vec();
+        v.extend_from_slice(b"smuggled");
+        let cert = Message::ReplyCert(ReplyCert {
+            bundle: ReplyBundle {
+                seq: self.execs[e as usize].core.last_executed(),
+                entries: vec![redoubt_core::message::ReplyEntry {
+                    client: 1,
+                    timestamp: 1,
+                    result: v,
+                }],
+            },
+            signature: ThresholdSig([0x11; redoubt_crypto::threshold::SIG_LEN]),
+        });
+        let auth = self.execs[e as usize].core.auth();
+        let bytes = seal(auth, &cert, None, self.sc.core.n());
+        self.transmit(Principal::Executor(e), to, bytes, 0);
     }
 
     fn observe_exec(&mut self, e: ExecutorId, ev: Event) {

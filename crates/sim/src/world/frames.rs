@@ -85,6 +85,31 @@ pub fn describe(bytes: &[u8]) -> String {
         }
         Message::Missing(m) => format!("MISSING e{} n{}", m.executor, m.seq),
         Message::Relay(r) => format!("RELAY c{} {}B", r.client, r.frame.len()),
+        Message::SignedOrder(o) => format!(
+            "SIGNED-ORDER r{} v{} n{} {:?}",
+            o.order.replica, o.order.view, o.order.seq, o.order.digest
+        ),
+        Message::ReplyShare(s) => format!(
+            "REPLY-SHARE e{} n{} {} entries",
+            s.executor,
+            s.bundle.seq,
+            s.bundle.entries.len()
+        ),
+        Message::StableShare(s) => format!("STABLE-SHARE e{} n{}", s.executor, s.seq),
+        Message::ReplyCert(c) => format!(
+            "REPLY-CERT n{} {:?}",
+            c.bundle.seq,
+            c.bundle
+                .entries
+                .iter()
+                .map(|e| format!("c{} t{}", e.client, e.timestamp))
+                .collect::<Vec<_>>()
+        ),
+        Message::StableCert(c) => format!("STABLE-CERT n{}", c.seq),
+        Message::CertifiedReply(r) => format!(
+            "CERTIFIED-REPLY c{} t{} n{}",
+            r.entry.client, r.entry.timestamp, r.seq
+        ),
         Message::Certified(c) => format!(
             "CERTIFIED e{} stable{} {} frames",
             c.executor,
@@ -144,7 +169,7 @@ pub(super) fn new_session_keys(
     let executes = match p {
         Principal::Replica(_) => !separated,
         Principal::Executor(_) => true,
-        Principal::Client(_) => false,
+        Principal::Client(_) | Principal::Filter(_) => false,
     };
     if executes {
         holder = holder.with_executor(executor_secret(master));

@@ -27,6 +27,7 @@ impl World {
             // Execution nodes hold the values; a faulty one may leak them (nothing but the
             // privacy firewall stops that).
             Principal::Executor(e) => !self.exec_faulty(e),
+            Principal::Filter(x) => self.filter_correct(x),
         };
         if !correct {
             return;
@@ -52,6 +53,6 @@ impl World {
     }
 }
 
-fn holds_tag(bytes: &[u8]) -> bool {
+pub(super) fn holds_tag(bytes: &[u8]) -> bool {
     bytes.windows(SECRET_TAG.len()).any(|w| w == SECRET_TAG)
 }

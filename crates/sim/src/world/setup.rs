@@ -16,6 +16,7 @@ impl World {
             (0..sc.byz_clients.len() as ClientId).map(|i| Principal::Client(BYZ_CLIENT_BASE + i)),
         );
         principals.extend((0..sc.core.executors).map(Principal::Executor));
+        let dealt = World::deal_firewall(&sc, &master);
         let directory = Arc::new(Directory {
             keys: principals
                 .iter()
@@ -41,17 +42,24 @@ impl World {
         let stores: Vec<MemStore> = (0..n).map(|_| MemStore::new(sim_geometry())).collect();
         let replicas = (0..n)
             .map(|r| {
-                Replica::new(
+                let rep = Replica::new(
                     sc.core.clone(),
                     r,
                     replica_keys(keys(Principal::Replica(r)), sc.mutant),
                     KvService::new(),
                     open_state(Box::new(stores[r as usize].clone())).expect("memory store"),
-                )
+                );
+                match &dealt {
+                    Some(d) => rep.with_firewall(d.keys.clone(), d.order_keys[r as usize].clone()),
+                    None => rep,
+                }
             })
             .collect();
         let behaviors: BTreeMap<ReplicaId, Behavior> = sc.byzantine.iter().copied().collect();
         let mut adversary = Adversary::new(sc.core.clone(), behaviors);
+        if let Some(d) = &dealt {
+            adversary.set_order_keys(d.order_keys.clone());
+        }
         adversary.set_colluders(
             sc.byz_clients
                 .iter()
@@ -64,16 +72,22 @@ impl World {
         );
         let clients = (1..=sc.clients as ClientId)
             .map(|c| SimClient {
-                core: Client::new(
-                    sc.core.clone(),
-                    ClientTiming {
-                        retransmit_min_ms: 50,
-                        retransmit_max_ms: 2000,
-                        initial_rtt_ms: 50,
-                    },
-                    c,
-                    keys(Principal::Client(c)),
-                ),
+                core: {
+                    let client = Client::new(
+                        sc.core.clone(),
+                        ClientTiming {
+                            retransmit_min_ms: 50,
+                            retransmit_max_ms: 2000,
+                            initial_rtt_ms: 50,
+                        },
+                        c,
+                        keys(Principal::Client(c)),
+                    );
+                    match &dealt {
+                        Some(d) => client.with_firewall(d.keys.clone()),
+                        None => client,
+                    }
+                },
                 done: 0,
                 current: None,
                 counter: 0,
@@ -95,7 +109,8 @@ impl World {
                 }
             })
             .collect();
-        let execs = World::build_executors(&sc, &mut keys);
+        let execs = World::build_executors(&sc, &mut keys, &dealt);
+        let filters = World::build_filters(&sc, &dealt);
         let faulty = sc.faulty();
         let checker = Checker::new(n, faulty.clone());
         let exec_checker = Checker::new(
@@ -119,6 +134,8 @@ impl World {
             replicas,
             execs,
             exec_checker,
+            filters,
+            dealt,
             disks: vec![Vec::new(); n as usize],
             stores,
             up: vec![Up::Running; n as usize],

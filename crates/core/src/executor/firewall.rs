@@ -1,0 +1,163 @@
+//! An execution node behind a privacy firewall (Yin et al. 2003 §4; `crate::filter`). It
+//! talks only to its peers and to the top row of filters: agreement certificates come up as
+//! agreement nodes' signed pieces, and what goes down is its signature share on each batch's
+//! reply bundle and on each stable checkpoint, which the top row combines from g+1 nodes.
+//! No acknowledgements, relayed replies or NEW-KEYs go to agreement nodes or clients: a
+//! compromised execution node has no channel down but shares, and a share that does not
+//! match its correct peers' makes no certificate.
+//!
+//! Bounds: one share message kept per batch executed above the stable checkpoint (at most
+//! `log_size`), and when each was last sent again.
+
+use super::*;
+use crate::filter::FirewallKeys;
+use redoubt_crypto::threshold::KeyShare;
+
+pub(super) struct ExecFirewall {
+    keys: Arc<FirewallKeys>,
+    share: KeyShare,
+    /// Our share message of each batch executed above the stable checkpoint, and when it
+    /// was last sent (ms).
+    sent: BTreeMap<Seq, (Bytes, u64)>,
+    /// Our share message on our stable checkpoint.
+    stable: Option<(Seq, Bytes)>,
+}
+
+impl ExecFirewall {
+    pub(super) fn new(keys: Arc<FirewallKeys>, share: KeyShare) -> Self {
+        ExecFirewall {
+            keys,
+            share,
+            sent: BTreeMap::new(),
+            stable: None,
+        }
+    }
+}
+
+impl<S: Service, A: KeyTable> Executor<S, A> {
+    /// A frame a top-row filter passed up: an agreement node's signed piece.
+    pub(super) fn on_filter_frame(&mut self, x: FilterId, body: &[u8]) -> Result<(), Reject> {
+        if !self.cfg.firewall()
+            || !self
+                .cfg
+                .filter_row(self.cfg.filter_rows - 1)
+                .any(|f| f == x)
+        {
+            return Err(Reject::UnknownSender);
+        }
+        let msg = decode_body(body)?;
+        let Message::SignedOrder(so) = msg else {
+            return Err(Reject::Unexpected);
+        };
+        let frame = Arc::new(encode_frame_parts(
+            WIRE_VERSION,
+            Principal::Filter(x),
+            0,
+            body,
+            &Tag::None,
+        ));
+        self.on_signed_order(so, frame)?;
+        self.try_execute();
+        Ok(())
+    }
+
+    /// Takes a signed piece (from a filter, or a peer's CERTIFIED answer).
+    pub(super) fn on_signed_order(&mut self, so: SignedOrder, frame: Bytes) -> Result<(), Reject> {
+        let Some(fw) = &self.firewall else {
+            return Err(Reject::Unexpected);
+        };
+        if so.order.replica >= self.cfg.n() || !fw.keys.check_order(&so) {
+            self.stats.orders_refused += 1;
+            return Err(Reject::BadSignature);
+        }
+        let seq = so.order.seq;
+        if seq <= self.exec.last_executed() {
+            // The agreement cluster still waits for the certificate of what we ran: our
+            // share again, at most once per status interval.
+            self.share_again(seq);
+            return Ok(());
+        }
+        self.on_order(so.order.replica, so.order, frame)
+    }
+
+    fn share_again(&mut self, seq: Seq) {
+        let now = self.env.now_ms;
+        let interval = self.cfg.status_interval_ms;
+        let Some(fw) = &mut self.firewall else {
+            return;
+        };
+        let Some((bytes, last)) = fw.sent.get_mut(&seq) else {
+            return;
+        };
+        if now < *last + interval {
+            return;
+        }
+        *last = now;
+        let bytes = bytes.clone();
+        self.stats.shares_resent += 1;
+        self.send_top_row(bytes);
+    }
+
+    /// Signs the bundle of the batch just executed and sends our share up.
+    pub(super) fn send_bundle(&mut self, bundle: ReplyBundle) {
+        let seq = bundle.seq;
+        let now = self.env.now_ms;
+        let Some(fw) = &mut self.firewall else {
+            return;
+        };
+        let share = fw.share.sign(&bundle.statement().0);
+        let msg = Message::ReplyShare(ReplyShare {
+            executor: self.id,
+            bundle,
+            share,
+        });
+        let bytes: Bytes = Arc::new(seal(&self.auth, &msg, None, self.cfg.n()));
+        fw.sent.insert(seq, (bytes.clone(), now));
+        self.send_top_row(bytes);
+    }
+
+    /// Our share on our stable checkpoint (once it is stable, and on each heartbeat).
+    pub(super) fn send_stable_share(&mut self) {
+        let seq = self.stable;
+        let Some(fw) = &mut self.firewall else {
+            return;
+        };
+        fw.sent = fw.sent.split_off(&(seq + 1));
+        if seq == 0 {
+            return;
+        }
+        let bytes = match &fw.stable {
+            Some((s, bytes)) if *s == seq => bytes.clone(),
+            _ => {
+                let share = fw.share.sign(&stable_statement(seq).0);
+                let msg = Message::StableShare(StableShare {
+                    executor: self.id,
+                    seq,
+                    share,
+                });
+                let bytes: Bytes = Arc::new(seal(&self.auth, &msg, None, self.cfg.n()));
+                fw.stable = Some((seq, bytes.clone()));
+                bytes
+            }
+        };
+        self.send_top_row(bytes);
+    }
+
+    fn send_top_row(&mut self, bytes: Bytes) {
+        for x in self.cfg.filter_row(self.cfg.filter_rows - 1) {
+            self.effects.push(Effect::Send {
+                to: Principal::Filter(x),
+                bytes: bytes.clone(),
+            });
+        }
+    }
+
+    pub(super) fn firewall_bounds(&self) -> Result<(), String> {
+        match &self.firewall {
+            Some(fw) if fw.sent.len() as u64 > self.cfg.log_size => {
+                Err(format!("{} share messages kept", fw.sent.len()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
