@@ -1,5 +1,6 @@
 //! `redoubt executor`: runs one execution node of a separated deployment (the key-value
 //! store) until SIGTERM or SIGINT. With session keys its key holder runs in this process.
+//! `redoubt filter`: runs one filter node of a firewall deployment (no keys, no state).
 
 use crate::EXIT_FAILURE;
 use clap::Args;
@@ -17,6 +18,10 @@ pub struct ExecutorArgs {
     /// Which execution node of the configuration to run
     #[arg(long, value_name = "I")]
     id: u32,
+    /// Demonstrations and tests only: behave as a compromised execution node of a firewall
+    /// deployment that tries to smuggle its state out through the filters
+    #[arg(long, hide = true)]
+    compromised_leak: bool,
 }
 
 pub fn run(args: ExecutorArgs) -> ExitCode {
@@ -53,7 +58,12 @@ pub fn run(args: ExecutorArgs) -> ExitCode {
         }
     };
     let service = redoubt_services::kv::KvService::new();
-    let out = rt.block_on(redoubt_node::run_executor(&args.config, args.id, service));
+    let out = rt.block_on(redoubt_node::run_executor(
+        &args.config,
+        args.id,
+        service,
+        args.compromised_leak,
+    ));
     if let Some(s) = socket {
         let _ = std::fs::remove_file(s);
     }
@@ -61,6 +71,41 @@ pub fn run(args: ExecutorArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: execution node {}: {e}", args.id);
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct FilterArgs {
+    /// The cluster configuration file (written by `redoubt init --firewall H`)
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// Which filter node of the configuration to run
+    #[arg(long, value_name = "I")]
+    id: u32,
+}
+
+pub fn run_filter(args: FilterArgs) -> ExitCode {
+    let cfg = match ClusterConfig::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: filter node {}: {e}", args.id);
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    redoubt_node::logging::init(cfg.node.log_format.parse().unwrap_or(LogFormat::Human));
+    let rt = match crate::runtime_with(cfg.node.worker_threads) {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: filter node {}: {e:#}", args.id);
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    match rt.block_on(redoubt_node::run_filter(&args.config, args.id)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: filter node {}: {e}", args.id);
             ExitCode::from(EXIT_FAILURE)
         }
     }

@@ -21,6 +21,10 @@ pub struct InitArgs {
     /// the replicas only order requests; 0 (the default) has the replicas execute
     #[arg(long, default_value_t = 0, value_name = "M")]
     execution: u32,
+    /// Firewall deployment: an (H+1) x (H+1) array of filter nodes between the replicas and
+    /// the execution nodes, tolerating H faulty filters (needs --execution)
+    #[arg(long, value_name = "H")]
+    firewall: Option<u32>,
     /// Number of clients (ids 1 to N) allowed to submit operations
     #[arg(long, default_value_t = 1, value_name = "N")]
     clients: u32,
@@ -52,6 +56,7 @@ pub fn run(args: InitArgs) -> anyhow::Result<()> {
     let opts = InitOptions {
         replicas: args.replicas,
         executors: args.execution,
+        firewall: args.firewall,
         clients: args.clients,
         out: args.out.clone(),
         base_port: args.base_port,
@@ -166,8 +171,28 @@ fn summary(cfg: &ClusterConfig) -> String {
             cfg.resolve(&x.home).display()
         );
     }
+    for x in &cfg.filters {
+        let _ = writeln!(
+            s,
+            "  filter node {} (row {}): protocol {}, status http://{}/status",
+            x.id,
+            x.id / cfg.protocol.filter_rows.max(1),
+            x.addr,
+            x.metrics_addr,
+        );
+    }
     let _ = writeln!(s);
     let _ = writeln!(s, "Next:");
+    if !cfg.filters.is_empty() {
+        let _ = writeln!(
+            s,
+            "  start every filter node (firewall deployment), each in its own terminal; a safe
+  deployment puts each on its own machine, linked to the rows next to it only:"
+        );
+        for x in &cfg.filters {
+            let _ = writeln!(s, "    redoubt filter --config {config} --id {}", x.id);
+        }
+    }
     if !cfg.executors.is_empty() {
         let _ = writeln!(
             s,

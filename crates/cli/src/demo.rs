@@ -64,6 +64,11 @@ pub struct DemoArgs {
     /// store (one of them is also killed at a quarter and restarted at three eighths)
     #[arg(long)]
     separated: bool,
+    /// The firewall deployment: the separated deployment with a 2 x 2 array of filter nodes
+    /// between the replicas and the execution nodes (h = 1), one of which is also killed; a
+    /// compromised execution node tries to leak every value it executes
+    #[arg(long, conflicts_with = "separated")]
+    firewall: bool,
 }
 
 pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
@@ -247,11 +252,18 @@ async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         "--replicas {n}: the demo needs 3f+1 replicas (4, 7, 10, ... up to 40)"
     );
     let (tempdir, dir) = crate::procs::work_dir(args.keep.as_deref(), "redoubt-demo-")?;
-    let executors: u32 = if args.separated { 3 } else { 0 };
-    let base = free_base_port((n + executors) as u16)?;
+    let executors: u32 = if args.separated || args.firewall {
+        3
+    } else {
+        0
+    };
+    let firewall = args.firewall.then_some(1);
+    let filters = if args.firewall { 4 } else { 0 };
+    let base = free_base_port((n + executors + filters) as u16)?;
     let config_path = init_cluster(&InitOptions {
         replicas: n,
         executors,
+        firewall,
         clients: args.clients,
         out: dir.clone(),
         base_port: base,

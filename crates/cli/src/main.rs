@@ -58,6 +58,8 @@ enum Command {
     Replica(cmd_replica::ReplicaArgs),
     /// Run one execution node of a separated deployment (the key-value store)
     Executor(cmd_executor::ExecutorArgs),
+    /// Run one filter node of a firewall deployment (no keys, no state)
+    Filter(cmd_executor::FilterArgs),
     /// Run a replica's recovery monitor: its key holder, the replica, proactive recovery
     Monitor(cmd_monitor::MonitorArgs),
     /// Run only a replica's key holder on its Unix socket
@@ -110,6 +112,7 @@ fn main() -> ExitCode {
         Command::Init(a) => cmd_init::run(a).map(|()| ExitCode::SUCCESS),
         Command::Replica(a) => return cmd_replica::run(a),
         Command::Executor(a) => return cmd_executor::run(a),
+        Command::Filter(a) => return cmd_executor::run_filter(a),
         Command::Monitor(a) => cmd_monitor::run(a),
         Command::Keyholder(a) => cmd_keyholder::run(a),
         Command::Kv(a) => cmd_kv::run(a),

@@ -207,6 +207,8 @@ pub struct ClientSetup {
     pub deadline: Duration,
     /// Largest frame sent or accepted on a connection (bytes).
     pub frame_bytes_max: usize,
+    /// Firewall deployment: the keys a certified reply is checked against.
+    pub firewall: Option<Arc<redoubt_core::FirewallKeys>>,
 }
 
 impl ClientSetup {
@@ -221,6 +223,7 @@ impl ClientSetup {
             keys,
             deadline: Duration::from_secs(10),
             frame_bytes_max,
+            firewall: None,
         }
     }
 
@@ -236,6 +239,7 @@ impl ClientSetup {
         cfg.client_entry(id)?;
         let keys = redoubt_config::load_keys(cfg, Principal::Client(id))?;
         Ok(ClientSetup {
+            firewall: redoubt_config::load_firewall(cfg)?,
             timing: cfg.client_timing(),
             deadline: Duration::from_millis(cfg.client.deadline_ms),
             ..ClientSetup::new(
@@ -445,6 +449,10 @@ impl Client {
             setup.id,
             setup.keys.clone(),
         );
+        let core = match &setup.firewall {
+            Some(keys) => core.with_firewall(keys.clone()),
+            None => core,
+        };
         let task = Task {
             core,
             reconnects: vec![0; links.len()],

@@ -2,8 +2,8 @@
 
 use crate::error::{ConfigError, Location};
 use crate::sections::{
-    ClientEntry, ClientSection, ClusterSection, KeysSection, NodeSection, RecoverySection,
-    ReplicaEntry, StateSection, StorageSection, KEY_MODES, LOG_FORMATS,
+    ClientEntry, ClientSection, ClusterSection, FilterEntry, KeysSection, NodeSection,
+    RecoverySection, ReplicaEntry, StateSection, StorageSection, KEY_MODES, LOG_FORMATS,
 };
 use redoubt_core::{ClientId, ClientTiming, Config, Principal, ReplicaId};
 use serde::Deserialize;
@@ -52,6 +52,8 @@ struct RawConfig {
     replicas: Vec<RawReplica>,
     #[serde(rename = "executor", default)]
     executors: Vec<RawReplica>,
+    #[serde(rename = "filter", default)]
+    filters: Vec<FilterEntry>,
     #[serde(rename = "client", default)]
     clients: Vec<RawClient>,
     #[serde(
@@ -85,6 +87,9 @@ pub struct ClusterConfig {
     /// `[[executor]]` (separated deployment, `[protocol] executors` of them), sorted by id:
     /// `executors[i].id == i`. The same fields as a replica's.
     pub executors: Vec<ReplicaEntry>,
+    /// `[[filter]]` (firewall deployment, `(h+1)²` of them for `[protocol] filter_rows` =
+    /// h+1), sorted by id: `filters[i].id == i`.
+    pub filters: Vec<FilterEntry>,
     /// `[[client]]`, sorted by id.
     pub clients: Vec<ClientEntry>,
     /// `[protocol]`: the core's own configuration; options left out of the file have the
@@ -168,6 +173,7 @@ impl ClusterConfig {
             cluster: raw.cluster,
             replicas: Vec::new(),
             executors: Vec::new(),
+            filters: Vec::new(),
             clients: Vec::new(),
             protocol: raw.protocol,
             client: raw.client,
@@ -228,6 +234,8 @@ impl ClusterConfig {
         cfg.replicas.sort_by_key(|r| r.id);
         cfg.executors = raw.executors.into_iter().map(RawReplica::entry).collect();
         cfg.executors.sort_by_key(|r| r.id);
+        cfg.filters = raw.filters;
+        cfg.filters.sort_by_key(|x| x.id);
 
         // Clients: distinct ids.
         let mut seen: BTreeMap<ClientId, Location> = BTreeMap::new();
@@ -327,15 +335,42 @@ impl ClusterConfig {
                 ),
             ));
         }
+        let x = self.protocol.filters() as usize;
+        if self.filters.len() != x
+            || self
+                .filters
+                .iter()
+                .enumerate()
+                .any(|(i, f)| f.id as usize != i)
+        {
+            return Err(invalid(
+                "[[filter]]",
+                format!(
+                    "[protocol] filter_rows = {} needs exactly {x} [[filter]] entries with ids                      0 to {}, found {} (rerun `redoubt init --agreement N --execution M                      --firewall H`)",
+                    self.protocol.filter_rows,
+                    x.max(1) - 1,
+                    self.filters.len()
+                ),
+            ));
+        }
         let mut endpoints: BTreeMap<SocketAddr, String> = BTreeMap::new();
         let nodes = self
             .replicas
             .iter()
-            .map(|r| ("replica", r))
-            .chain(self.executors.iter().map(|x| ("executor", x)));
-        for (role, r) in nodes {
-            for (what, addr) in [("addr", r.addr), ("metrics_addr", r.metrics_addr)] {
-                let name = format!("{role} {} {what}", r.id);
+            .map(|r| ("replica", r.id, r.addr, r.metrics_addr))
+            .chain(
+                self.executors
+                    .iter()
+                    .map(|x| ("executor", x.id, x.addr, x.metrics_addr)),
+            )
+            .chain(
+                self.filters
+                    .iter()
+                    .map(|x| ("filter", x.id, x.addr, x.metrics_addr)),
+            );
+        for (role, id, addr, metrics_addr) in nodes {
+            for (what, addr) in [("addr", addr), ("metrics_addr", metrics_addr)] {
+                let name = format!("{role} {id} {what}");
                 if let Some(first) = endpoints.get(&addr) {
                     return Err(ConfigError::DuplicateAddress {
                         path: path(),
@@ -712,6 +747,7 @@ pub(crate) mod tests {
                 id: "00ff".into(),
             },
             executors: Vec::new(),
+            filters: Vec::new(),
             replicas: (0..4)
                 .map(|i| ReplicaEntry {
                     id: i,

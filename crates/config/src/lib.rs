@@ -17,6 +17,7 @@
 
 mod cluster;
 mod error;
+mod firewall;
 pub mod keys;
 pub mod protocol;
 pub mod sections;
@@ -24,9 +25,10 @@ mod template;
 
 pub use cluster::{override_toml, ClusterConfig};
 pub use error::{ConfigError, Location};
+pub use firewall::{load_firewall, load_order_key, load_reply_share, write_firewall_keys};
 pub use keys::load_keys;
 pub use redoubt_keyholder::{parse_principal, principal_name};
 pub use sections::{
-    ClientEntry, ClientSection, ClusterSection, KeysSection, NodeSection, RecoverySection,
-    ReplicaEntry, StateSection, StorageSection, KEY_MODES, LOG_FORMATS,
+    ClientEntry, ClientSection, ClusterSection, FilterEntry, KeysSection, NodeSection,
+    RecoverySection, ReplicaEntry, StateSection, StorageSection, KEY_MODES, LOG_FORMATS,
 };

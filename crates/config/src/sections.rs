@@ -34,6 +34,18 @@ pub struct ReplicaEntry {
     pub holder_socket: Option<PathBuf>,
 }
 
+/// One `[[filter]]` entry (firewall deployment). Filters hold no keys and no state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterEntry {
+    /// `row * (h+1) + column`, row 0 next to the replicas.
+    pub id: u32,
+    /// Traffic from the adjacent rows.
+    pub addr: SocketAddr,
+    /// Prometheus `/metrics` and `/status` HTTP endpoint.
+    pub metrics_addr: SocketAddr,
+}
+
 /// One `[[client]]` entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClientEntry {
@@ -111,6 +123,10 @@ pub struct KeysSection {
     pub mode: String,
     /// Public keys of every principal (session mode), written by `redoubt init`.
     pub directory: PathBuf,
+    /// Firewall deployment: the public keys everything crossing the firewall is checked
+    /// against (each replica's order key, the execution nodes' threshold group key), written
+    /// by `redoubt init`; the secret halves lie beside it, one file per node.
+    pub firewall: PathBuf,
 }
 
 impl Default for KeysSection {
@@ -118,6 +134,7 @@ impl Default for KeysSection {
         KeysSection {
             mode: "session".into(),
             directory: PathBuf::from("public-keys.toml"),
+            firewall: PathBuf::from("keys/firewall.toml"),
         }
     }
 }

@@ -64,6 +64,22 @@ id = {id}
         for r in &self.executors {
             write_node(&mut out, "executor", r);
         }
+        if !self.filters.is_empty() {
+            out.push_str(
+                "# Firewall deployment: one [[filter]] per filter node, (h+1)^2 of them for\n\
+                 # [protocol] filter_rows = h+1, id = row * (h+1) + column, row 0 next to the\n\
+                 # replicas. Filters hold no keys and no state: addr and metrics_addr only.\n",
+            );
+        }
+        for x in &self.filters {
+            let _ = write!(
+                out,
+                "[[filter]]\nid = {}\naddr = {}\nmetrics_addr = {}\n\n",
+                x.id,
+                quote(&x.addr.to_string()),
+                quote(&x.metrics_addr.to_string()),
+            );
+        }
         out.push_str(
             "# One [[client]] per client allowed to submit requests; ids are distinct.\n\
              #   key_file      the client's key-holder file or secret MAC keys (must be mode 0600)\n",
@@ -312,6 +328,13 @@ const PROTOCOL_OPTIONS: Section = Section {
              0: the replicas execute (co-located). Default: {default}.",
         ),
         (
+            "filter_rows",
+            "Firewall deployment (Yin et al. 2003 section 4): h+1 rows of h+1 filter nodes between the\n\
+             replicas and the execution nodes, listed as [[filter]] entries, tolerating h faulty\n\
+             filters; replies leave the execution cluster only as threshold signatures of g+1 of its\n\
+             nodes. Needs executors > 0 and confidential_bodies. 0: no firewall. Default: {default}.",
+        ),
+        (
             "message_bytes_max",
             "Largest encoded message accepted; bigger frames are rejected before decoding (bytes).\n\
              batch_bytes_max must be at most half of it. Default: {default} (32 MiB).",
@@ -444,6 +467,13 @@ const KEYS_OPTIONS: Section = Section {
             "directory",
             "Public keys (signing and sealing) of every principal, written by `redoubt init`.\n\
              Default: {default}.",
+        ),
+        (
+            "firewall",
+            "Firewall deployment: the public keys crossing the firewall is checked against (each\n\
+             replica's order key, the execution nodes' threshold key), written by `redoubt init`; the\n\
+             secret halves lie beside it (order-replica-<id>.key, share-executor-<id>.key, mode\n\
+             0600). Default: {default}.",
         ),
     ],
 };

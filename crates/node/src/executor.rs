@@ -38,6 +38,8 @@ struct ExecNode<S: Service> {
     core: Executor<S, Keys>,
     store: FileStore,
     replicas: Vec<Link>,
+    /// Firewall deployment: links to the top row of filters, by filter id.
+    filters: Vec<(u32, Link)>,
     /// Links to the other execution nodes (`None` for this one).
     peers: Vec<Option<Link>>,
     listener: Listener,
@@ -45,9 +47,75 @@ struct ExecNode<S: Service> {
     status: Arc<Mutex<StatusReport>>,
     last: redoubt_core::ExecutorStats,
     started: Instant,
+    /// Demonstration of a compromised node (`redoubt executor --compromised-leak`): its
+    /// share key, and when it last tried to smuggle its state out.
+    leak: Option<(redoubt_crypto::threshold::KeyShare, Instant)>,
 }
 
 impl<S: Service> ExecNode<S> {
+    /// A compromised execution node's leak attempt (demonstrations and tests only): once a
+    /// second it reads its state's pages in clear and sends them to the top row of filters,
+    /// as a reply certificate of its own making and as a bundle under its own valid share.
+    /// With g = 1 neither passes a correct filter: the certificate's signature does not
+    /// verify, and one share is no certificate (`redoubt_firewall_*_rejected_total`).
+    fn try_leak(&mut self) {
+        use redoubt_core::message::*;
+        let Some((share, last)) = &mut self.leak else {
+            return;
+        };
+        if last.elapsed() < Duration::from_secs(1) || self.filters.is_empty() {
+            return;
+        }
+        *last = Instant::now();
+        use redoubt_core::state::PageStore as _;
+        let geometry = self.store.geometry();
+        let mut page = vec![0u8; geometry.page_size()];
+        let mut stolen = Vec::new();
+        for i in 0..geometry.pages() {
+            if self.store.read_page(i, &mut page).is_ok() && page.iter().any(|b| *b != 0) {
+                stolen.extend_from_slice(&page);
+                if stolen.len() >= 16 << 10 {
+                    break;
+                }
+            }
+        }
+        let bundle = ReplyBundle {
+            seq: self.core.last_executed(),
+            entries: vec![ReplyEntry {
+                client: 1,
+                timestamp: 0,
+                result: stolen,
+            }],
+        };
+        let signed = share.sign(&bundle.statement().0);
+        let me = Principal::Executor(self.id);
+        let forged = Message::ReplyCert(ReplyCert {
+            bundle: bundle.clone(),
+            signature: signed,
+        });
+        let shared = Message::ReplyShare(ReplyShare {
+            executor: self.id,
+            bundle,
+            share: signed,
+        });
+        for msg in [forged, shared] {
+            let bytes = std::sync::Arc::new(encode_frame_parts(
+                WIRE_VERSION,
+                me,
+                0,
+                &encode_body(&msg),
+                &Tag::None,
+            ));
+            for (_, l) in &self.filters {
+                let _ = l.send(bytes.clone());
+            }
+        }
+        warn!(
+            executor = self.id,
+            "compromised-leak: tried to smuggle the state out"
+        );
+    }
+
     fn input(&mut self, input: Input<'_>, conn: Option<ConnId>) {
         if let Input::Receive(bytes) = input {
             self.metrics.bytes_received.inc_by(bytes.len() as u64);
@@ -73,6 +141,11 @@ impl<S: Service> ExecNode<S> {
                         Principal::Executor(p) => {
                             matches!(self.peers.get(p as usize), Some(Some(l)) if l.send(bytes.clone()).is_ok())
                         }
+                        Principal::Filter(x) => self
+                            .filters
+                            .iter()
+                            .find(|(id, _)| *id == x)
+                            .is_some_and(|(_, l)| l.send(bytes.clone()).is_ok()),
                         // Clients are reached through the replicas (the core relays).
                         Principal::Client(_) => false,
                     };
@@ -183,6 +256,7 @@ pub async fn run_executor<S: Service + Send + 'static>(
     config_path: &Path,
     id: u32,
     service: S,
+    compromised_leak: bool,
 ) -> Result<(), NodeError> {
     let cfg = ClusterConfig::load(config_path)?;
     let entry = cfg.executor(id)?.clone();
@@ -203,20 +277,41 @@ pub async fn run_executor<S: Service + Send + 'static>(
     state.set_page_cache_bytes((cfg.storage.page_cache_mib as usize).saturating_mul(1 << 20));
     let core =
         Executor::new(cfg.protocol.clone(), id, keys, service, state).map_err(restore_err)?;
+    let core = match redoubt_config::load_firewall(&cfg)? {
+        Some(keys) => core
+            .with_firewall(keys, redoubt_config::load_reply_share(&cfg, id)?)
+            .map_err(restore_err)?,
+        None => core,
+    };
     let metrics = Arc::new(Metrics::for_executor(id));
     let Endpoints {
         listener,
         inbound: mut in_rx,
         status,
         http: _http,
-    } = bind_endpoints(&cfg, &entry, Principal::Executor(id), metrics.clone()).await?;
+    } = bind_endpoints(
+        &cfg,
+        (entry.addr, entry.metrics_addr),
+        Principal::Executor(id),
+        metrics.clone(),
+    )
+    .await?;
     // Links only send; what comes back on them is dropped (peers answer on their own links).
     let (link_tx, mut link_rx) = mpsc::channel::<Vec<u8>>(INBOUND_FRAMES_MAX);
     let link_cfg = link_config(&cfg);
+    // Behind a firewall: no link to any replica, links to the top row of filters.
     let replicas = cfg
         .replicas
         .iter()
+        .filter(|_| !cfg.protocol.firewall())
         .map(|r| Link::spawn(r.addr, link_cfg.clone(), link_tx.clone()))
+        .collect();
+    let top = cfg.protocol.filter_rows.saturating_sub(1);
+    let filters = cfg
+        .protocol
+        .filter_row(top)
+        .filter_map(|x| cfg.filters.get(x as usize))
+        .map(|x| (x.id, Link::spawn(x.addr, link_cfg.clone(), link_tx.clone())))
         .collect();
     let peers = cfg
         .executors
@@ -238,13 +333,23 @@ pub async fn run_executor<S: Service + Send + 'static>(
         core,
         store,
         replicas,
+        filters,
         peers,
         listener,
         metrics,
         status,
         last: Default::default(),
         started: Instant::now(),
+        leak: None,
     };
+    if compromised_leak && cfg.protocol.firewall() {
+        warn!(
+            executor = id,
+            "running as a COMPROMISED execution node (--compromised-leak): it tries to leak its \
+             state through the firewall (demonstrations and tests only)"
+        );
+        node.leak = Some((redoubt_config::load_reply_share(&cfg, id)?, Instant::now()));
+    }
     let mut tick = tokio::time::interval(Duration::from_millis(cfg.node.tick_ms.max(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut last_status = Instant::now();
@@ -257,6 +362,7 @@ pub async fn run_executor<S: Service + Send + 'static>(
             Some(bytes) = link_rx.recv() => node.input(Input::Receive(&bytes), None),
         }
         if last_status.elapsed() >= STATUS_REFRESH {
+            node.try_leak();
             node.update_status();
             last_status = Instant::now();
         }

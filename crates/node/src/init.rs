@@ -16,8 +16,8 @@
 use rand::Rng as _;
 use redoubt_config::keys::{write_directory, write_key_file};
 use redoubt_config::{
-    ClientEntry, ClientSection, ClusterConfig, ClusterSection, ConfigError, KeysSection,
-    NodeSection, RecoverySection, ReplicaEntry, StateSection, StorageSection,
+    ClientEntry, ClientSection, ClusterConfig, ClusterSection, ConfigError, FilterEntry,
+    KeysSection, NodeSection, RecoverySection, ReplicaEntry, StateSection, StorageSection,
 };
 use redoubt_core::auth::pairwise_key;
 use redoubt_core::{Config, Principal};
@@ -44,6 +44,10 @@ pub struct InitOptions {
     /// Execution nodes of a separated deployment (2g+1), or 0: the replicas execute. They
     /// take the ports after the replicas' (`base_port + replicas + i`).
     pub executors: u32,
+    /// Faulty filters a privacy firewall tolerates, h (it has (h+1)² filter nodes, taking
+    /// the ports after the execution nodes'), or `None`: no firewall. Needs execution nodes
+    /// and session keys.
+    pub firewall: Option<u32>,
     /// Number of clients; their ids are `1..=clients`.
     pub clients: u32,
     /// Output directory (created if missing).
@@ -66,6 +70,7 @@ impl Default for InitOptions {
         InitOptions {
             replicas: 4,
             executors: 0,
+            firewall: None,
             clients: 1,
             out: PathBuf::from("redoubt-cluster"),
             base_port: DEFAULT_BASE_PORT,
@@ -104,7 +109,22 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
             "{e} execution nodes: use an odd number, 2g+1 (3 tolerates g = 1 faulty, 5 g = 2)"
         )));
     }
-    let n = n + e; // nodes that take ports
+    let rows = opts.firewall.map_or(0, |h| h + 1);
+    if rows > 0 && (e == 0 || opts.static_keys) {
+        return Err(ConfigError::InitInvalid(
+            "a privacy firewall stands between replicas and execution nodes: it needs              --execution 2g+1 and session keys (no --static-keys)"
+                .into(),
+        ));
+    }
+    if rows > 8 {
+        return Err(ConfigError::InitInvalid(format!(
+            "--firewall {} asks for {} filter nodes; at most h = 7",
+            rows - 1,
+            rows * rows
+        )));
+    }
+    let filters = rows * rows;
+    let n = n + e + filters; // nodes that take ports
     if n > u32::from(METRICS_PORT_OFFSET) {
         return Err(ConfigError::InitInvalid(format!(
             "{n} replicas would give protocol ports that collide with metrics ports (base_port + {METRICS_PORT_OFFSET} + i); use at most {METRICS_PORT_OFFSET} replicas"
@@ -181,6 +201,18 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
                 }
             })
             .collect(),
+        filters: (0..filters)
+            .map(|i| {
+                let port = |offset: u32| {
+                    (u32::from(opts.base_port) + offset + opts.replicas + e + i) as u16
+                };
+                FilterEntry {
+                    id: i,
+                    addr: SocketAddr::new(opts.host, port(0)),
+                    metrics_addr: SocketAddr::new(opts.host, port(u32::from(METRICS_PORT_OFFSET))),
+                }
+            })
+            .collect(),
         replicas: (0..opts.replicas)
             .map(|i| {
                 let port = |offset: u32| (u32::from(opts.base_port) + offset + i) as u16;
@@ -211,6 +243,7 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
             // holds (the replicas', or the execution nodes' when separated).
             confidential_bodies: !opts.static_keys,
             executors: e,
+            filter_rows: rows,
             ..Config::new(f)
         },
         client: ClientSection::default(),
@@ -244,6 +277,17 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
     } else {
         write_holder_files(&cfg, &mut rng)
     };
+    // The firewall's keys: the dealer's randomness from the operating system.
+    let result = result.and_then(|()| {
+        if !cfg.protocol.firewall() {
+            return Ok(());
+        }
+        redoubt_config::write_firewall_keys(&cfg, &mut || {
+            let mut seed = [0u8; 32];
+            rng.fill_bytes(&mut seed);
+            seed
+        })
+    });
     // Forget the master secret: it is never written anywhere.
     master.fill(0);
     std::hint::black_box(&master);
@@ -346,7 +390,7 @@ fn write_holder_files(cfg: &ClusterConfig, rng: &mut impl rand::Rng) -> Result<(
         let executes = match me {
             Principal::Replica(_) => !cfg.protocol.separated(),
             Principal::Executor(_) => true,
-            Principal::Client(_) => false,
+            Principal::Client(_) | Principal::Filter(_) => false,
         };
         let dealt = executes.then_some(&executor_seed);
         let keys = redoubt_keyholder::write_holder_file(&path, &cfg.cluster.id, me, &seed, dealt)

@@ -6,6 +6,7 @@
 //! - [`storage`]: the durable journal (group-committed before sends);
 //! - [`runtime`]: the replica event loop on tokio (`redoubt replica`);
 //! - [`executor`]: the execution node's event loop (`redoubt executor`, separated deployment);
+//! - [`filter`]: the filter node's event loop (`redoubt filter`, firewall deployment);
 //! - [`metrics`] and [`status`]: Prometheus metrics and the JSON status over HTTP;
 //! - [`logging`]: human or JSON logs.
 //!
@@ -14,6 +15,7 @@
 
 pub mod baseline;
 pub mod executor;
+pub mod filter;
 pub mod holder;
 pub mod init;
 pub mod logging;
@@ -23,4 +25,5 @@ pub mod status;
 pub mod storage;
 
 pub use executor::run_executor;
+pub use filter::run_filter;
 pub use runtime::{run_replica, NodeError};

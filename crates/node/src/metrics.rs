@@ -75,6 +75,15 @@ pub struct Metrics {
     pub recovery_last_seconds: GaugeVec,
     pub recovery_overdue: IntCounter,
     pub window_of_vulnerability_seconds: Gauge,
+    /// Firewall filter nodes (zero elsewhere).
+    pub fw_requests_forwarded: IntCounter,
+    pub fw_replies_forwarded: IntCounter,
+    pub fw_replies_held: IntCounter,
+    pub fw_replies_combined: IntCounter,
+    pub fw_stable_forwarded: IntCounter,
+    pub fw_shares_rejected: IntCounter,
+    pub fw_certificates_rejected: IntCounter,
+    pub fw_pieces_rejected: IntCounter,
 }
 
 fn fgauge(r: &Registry, name: &str, help: &str) -> Gauge {
@@ -113,6 +122,11 @@ impl Metrics {
         Self::labelled("executor", executor)
     }
 
+    /// A filter node's metrics, labelled `filter="<id>"`.
+    pub fn for_filter(filter: u32) -> Metrics {
+        Self::labelled("filter", filter)
+    }
+
     fn labelled(label: &str, id: u32) -> Metrics {
         let registry =
             Registry::new_custom(None, Some([(label.to_string(), id.to_string())].into()))
@@ -148,6 +162,47 @@ impl Metrics {
         r.register(Box::new(frames_dropped.clone()))
             .expect("unique");
         Metrics {
+            fw_requests_forwarded: counter(
+                r,
+                "redoubt_firewall_requests_forwarded_total",
+                "Filter: agreement certificates passed up (f+1 matching signed pieces)",
+            ),
+            fw_replies_forwarded: counter(
+                r,
+                "redoubt_firewall_replies_forwarded_total",
+                "Filter: reply certificates passed down in answer to a request from below",
+            ),
+            fw_replies_held: counter(
+                r,
+                "redoubt_firewall_replies_held_total",
+                "Filter: reply certificates held because no request for them came from below yet",
+            ),
+            fw_replies_combined: counter(
+                r,
+                "redoubt_firewall_replies_combined_total",
+                "Top-row filter: reply certificates combined from g+1 signature shares",
+            ),
+            fw_stable_forwarded: counter(
+                r,
+                "redoubt_firewall_stable_forwarded_total",
+                "Filter: execution checkpoint certificates passed down",
+            ),
+            fw_shares_rejected: counter(
+                r,
+                "redoubt_firewall_shares_rejected_total",
+                "Top-row filter: signature shares that did not verify (a faulty execution node's)",
+            ),
+            fw_certificates_rejected: counter(
+                r,
+                "redoubt_firewall_certificates_rejected_total",
+                "Filter: certificates from above whose threshold signature did not verify \
+                 (leak attempts blocked)",
+            ),
+            fw_pieces_rejected: counter(
+                r,
+                "redoubt_firewall_pieces_rejected_total",
+                "Filter: agreement pieces whose signature or body did not check",
+            ),
             requests_executed: counter(
                 r,
                 "redoubt_requests_executed_total",

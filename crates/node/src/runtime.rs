@@ -68,19 +68,21 @@ pub(crate) struct Endpoints {
     pub http: AbortOnDrop,
 }
 
-/// Binds node `id`'s (`entry`'s) protocol listener and metrics endpoint.
+/// Binds node `entry_role`'s protocol listener (`addr`) and metrics endpoint
+/// (`metrics_addr`).
 pub(crate) async fn bind_endpoints(
     cfg: &ClusterConfig,
-    entry: &redoubt_config::ReplicaEntry,
+    (addr, metrics_addr): (SocketAddr, SocketAddr),
     entry_role: Principal,
     metrics: Arc<Metrics>,
 ) -> Result<Endpoints, NodeError> {
     let id = match entry_role {
-        Principal::Replica(i) | Principal::Executor(i) => i,
+        Principal::Replica(i) | Principal::Executor(i) | Principal::Filter(i) => i,
         Principal::Client(_) => 0,
     };
     let role = match entry_role {
         Principal::Executor(_) => "executor",
+        Principal::Filter(_) => "filter",
         _ => "replica",
     };
     let bind_err = |what, field, addr, source| NodeError::Bind {
@@ -93,14 +95,14 @@ pub(crate) async fn bind_endpoints(
         source,
     };
     let (in_tx, inbound) = mpsc::channel::<(ConnId, Vec<u8>)>(INBOUND_FRAMES_MAX);
-    let listener = Listener::bind(entry.addr, listener_config(cfg), in_tx)
+    let listener = Listener::bind(addr, listener_config(cfg), in_tx)
         .await
-        .map_err(|e| bind_err("protocol traffic", "addr", entry.addr, e))?;
+        .map_err(|e| bind_err("protocol traffic", "addr", addr, e))?;
     let status = Arc::new(Mutex::new(StatusReport::default()));
-    let http = metrics::serve(entry.metrics_addr, metrics, status.clone())
+    let http = metrics::serve(metrics_addr, metrics, status.clone())
         .await
         .map(AbortOnDrop)
-        .map_err(|e| bind_err("metrics", "metrics_addr", entry.metrics_addr, e))?;
+        .map_err(|e| bind_err("metrics", "metrics_addr", metrics_addr, e))?;
     Ok(Endpoints {
         listener,
         inbound,
@@ -184,6 +186,8 @@ struct Node<S: Service> {
     links: Vec<Option<Link>>,
     /// Separated deployment: links to the execution nodes.
     exec_links: Vec<Link>,
+    /// Firewall deployment: links to the bottom row of filters (ids `0..h+1`).
+    filter_links: Vec<Link>,
     known_clients: std::collections::HashSet<ClientId>,
     client_conns: HashMap<ClientId, ConnId>,
     metrics: Arc<Metrics>,
@@ -459,9 +463,13 @@ impl<S: Service> Node<S> {
                     .exec_links
                     .get(e as usize)
                     .is_some_and(|l| l.send(bytes).is_ok()),
+                Principal::Filter(x) => self
+                    .filter_links
+                    .get(x as usize)
+                    .is_some_and(|l| l.send(bytes).is_ok()),
             };
             if !ok {
-                let q = if matches!(to, Principal::Replica(_) | Principal::Executor(_)) {
+                let q = if !matches!(to, Principal::Client(_)) {
                     "peer"
                 } else {
                     "client"
@@ -749,6 +757,10 @@ pub async fn run_replica<S: Service + Send + 'static>(
         cfg.state.check_on_start,
     )
     .map_err(restore_err)?;
+    let replica = match redoubt_config::load_firewall(&cfg)? {
+        Some(keys) => replica.with_firewall(keys, redoubt_config::load_order_key(&cfg, id)?),
+        None => replica,
+    };
     info!(
         replica = id,
         base = replica.state().base_seq(),
@@ -763,7 +775,13 @@ pub async fn run_replica<S: Service + Send + 'static>(
         inbound: mut in_rx,
         status,
         http: _http,
-    } = bind_endpoints(&cfg, &entry, Principal::Replica(id), metrics.clone()).await?;
+    } = bind_endpoints(
+        &cfg,
+        (entry.addr, entry.metrics_addr),
+        Principal::Replica(id),
+        metrics.clone(),
+    )
+    .await?;
     let (link_tx, mut link_rx) = mpsc::channel::<Vec<u8>>(INBOUND_FRAMES_MAX);
     let link_cfg = link_config(&cfg);
     let links = cfg
@@ -771,9 +789,18 @@ pub async fn run_replica<S: Service + Send + 'static>(
         .iter()
         .map(|r| (r.id != id).then(|| Link::spawn(r.addr, link_cfg.clone(), link_tx.clone())))
         .collect();
+    // Behind a firewall the replicas reach the bottom row of filters, never an execution
+    // node.
     let exec_links = cfg
         .executors
         .iter()
+        .filter(|_| !cfg.protocol.firewall())
+        .map(|x| Link::spawn(x.addr, link_cfg.clone(), link_tx.clone()))
+        .collect();
+    let filter_links = cfg
+        .protocol
+        .filter_row(0)
+        .filter_map(|x| cfg.filters.get(x as usize))
         .map(|x| Link::spawn(x.addr, link_cfg.clone(), link_tx.clone()))
         .collect();
     let mut sigterm = signal(SignalKind::terminate()).map_err(NodeError::Signal)?;
@@ -806,6 +833,7 @@ pub async fn run_replica<S: Service + Send + 'static>(
         listener,
         links,
         exec_links,
+        filter_links,
         known_clients: cfg.clients.iter().map(|c| c.id).collect(),
         client_conns: HashMap::new(),
         metrics,

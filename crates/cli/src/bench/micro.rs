@@ -259,6 +259,7 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
     let config_path = init_cluster(&InitOptions {
         replicas: 4,
         executors: 0,
+        firewall: None,
         clients: max_clients + 1,
         out: dir.clone(),
         base_port: base,

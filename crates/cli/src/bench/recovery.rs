@@ -198,6 +198,7 @@ async fn one_size(
     let config_path = init_cluster(&InitOptions {
         replicas: N,
         executors: 0,
+        firewall: None,
         clients: args.clients,
         out: dir.to_path_buf(),
         base_port: base,

@@ -77,6 +77,7 @@ async fn state_transfer(args: StateTransferArgs) -> anyhow::Result<ExitCode> {
     let config_path = init_cluster(&InitOptions {
         replicas: 4,
         executors: 0,
+        firewall: None,
         clients: args.clients,
         out: dir.clone(),
         base_port: base,

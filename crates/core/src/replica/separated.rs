@@ -340,7 +340,17 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         };
         for e in 0..targets {
             let acked = if self.cfg.firewall() {
-                self.queue.acked
+                // A checkpoint waiting for the execution checkpoint certificate asks again
+                // with the last piece (its answer brings the certificate down again).
+                let stuck = self
+                    .queue
+                    .waiting_checkpoint
+                    .is_some_and(|s| s > self.queue.stable_acked);
+                if stuck && self.queue.acked >= last {
+                    last.saturating_sub(1)
+                } else {
+                    self.queue.acked
+                }
             } else {
                 self.queue.acks.get(&e).map_or(0, |(seq, _)| *seq)
             };

@@ -261,7 +261,9 @@ impl Cluster {
                 ClientNode::Live(cl) => cl.auth(),
                 ClientNode::Scripted(k) => k,
             },
-            Principal::Executor(_) => panic!("this harness runs co-located clusters only"),
+            Principal::Executor(_) | Principal::Filter(_) => {
+                panic!("this harness runs co-located clusters only")
+            }
         }
     }
 
@@ -276,7 +278,9 @@ impl Cluster {
                 Some(ClientNode::Scripted(k)) => k,
                 _ => panic!("{p:?} is not a scripted client"),
             },
-            Principal::Executor(_) => panic!("this harness runs co-located clusters only"),
+            Principal::Executor(_) | Principal::Filter(_) => {
+                panic!("this harness runs co-located clusters only")
+            }
         };
         keys.session().expect("session keys")
     }
@@ -728,7 +732,7 @@ impl Cluster {
                 Some(ClientNode::Scripted(keys)) => keys,
                 None => return Out::default(),
             },
-            Principal::Executor(_) => return Out::default(), // co-located clusters only
+            Principal::Executor(_) | Principal::Filter(_) => return Out::default(), // co-located only
         };
         if let Some((from, outcome)) = take_new_key(scripted, env.now_ms, bytes) {
             self.accepted.push((to, (from, outcome)));

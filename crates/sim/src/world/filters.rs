@@ -16,7 +16,13 @@ use redoubt_crypto::threshold::{self, KeyShare, ThresholdSig};
 pub(super) struct SimFilter {
     core: Filter,
     behavior: Option<FilterBehavior>,
+    /// A leaky filter passes each distinct frame on once (two of them next to each other
+    /// would otherwise echo frames between them without end).
+    passed: BTreeSet<redoubt_crypto::Digest>,
 }
+
+/// Distinct frames a leaky filter remembers having passed on.
+const PASSED_MAX: usize = 4096;
 
 /// The firewall's keys as the dealer made them (`redoubt init` in a deployment).
 pub(super) struct Dealt {
@@ -70,6 +76,7 @@ impl World {
                     .iter()
                     .find(|(y, _)| *y == x)
                     .map(|(_, b)| *b),
+                passed: BTreeSet::new(),
             })
             .collect()
     }
@@ -166,19 +173,25 @@ impl World {
     }
 
     /// A leaky filter: everything it got goes on to every node it has a link to, under its
-    /// own name, and what came from above also down inside a reply certificate of its own.
+    /// own name (once per distinct frame), and what came from the execution nodes also down
+    /// inside a reply certificate of its own.
     fn leak_through(&mut self, x: FilterId, from: Principal, bytes: &[u8]) {
         let Ok(frame) = decode_frame(bytes, usize::MAX) else {
             return;
         };
+        let seen = &mut self.filters[x as usize].passed;
+        if seen.len() >= PASSED_MAX {
+            seen.clear();
+        }
+        if !seen.insert(redoubt_crypto::Digest::of(&frame.body)) {
+            return;
+        }
         let me = Principal::Filter(x);
         let mut out = vec![frame.body.clone()];
-        let from_above = match from {
-            Principal::Executor(_) => true,
-            Principal::Filter(y) => self.filter_row(y) > self.filter_row(x),
-            _ => false,
-        };
-        if from_above {
+        // What the execution nodes send (the leaked values a faulty one hands it) also goes
+        // down wrapped in a reply certificate of its own making (wrapping what other filters
+        // pass would make two leaky neighbours wrap each other's frames without end).
+        if matches!(from, Principal::Executor(_)) {
             let bundle = ReplyBundle {
                 seq: self.rng.random_range(1..64),
                 entries: vec![ReplyEntry {

@@ -122,8 +122,11 @@ pub struct Filter {
     reply_shares: BTreeMap<Seq, BTreeMap<Digest, Shares<ReplyBundle>>>,
     share_of: BTreeMap<(Seq, ExecutorId), Digest>,
     stable_shares: BTreeMap<Seq, BTreeMap<ExecutorId, ThresholdSig>>,
-    /// The highest execution checkpoint certificate passed down.
+    /// The highest execution checkpoint certificate passed down (its message body), and
+    /// when it last went down again on a request from below (ms).
     stable_down: Seq,
+    stable_body: Option<Arc<Vec<u8>>>,
+    stable_again_ms: u64,
 }
 
 impl Filter {
@@ -157,6 +160,8 @@ impl Filter {
             share_of: BTreeMap::new(),
             stable_shares: BTreeMap::new(),
             stable_down: 0,
+            stable_body: None,
+            stable_again_ms: 0,
         })
     }
 
@@ -322,6 +327,14 @@ impl Filter {
         if let Some(reply) = entry.reply.clone() {
             self.send_down(&reply);
             self.stats.replies_forwarded += 1;
+            // The agreement nodes ask again for what ran: their checkpoint may wait for the
+            // execution checkpoint certificate, which may have been lost on its way down.
+            if let Some(stable) = self.stable_body.clone() {
+                if now >= self.stable_again_ms + interval {
+                    self.stable_again_ms = now;
+                    self.send_down(&stable);
+                }
+            }
             return Ok(());
         }
         if entry.sent_up_ms.is_some_and(|t| now < t + interval) {
@@ -387,6 +400,7 @@ impl Filter {
         self.stats.stable_forwarded += 1;
         let body = Arc::new(encode_body(&Message::StableCert(c)));
         self.send_down(&body);
+        self.stable_body = Some(body);
     }
 
     fn on_reply_share(&mut self, s: ReplyShare) -> Result<(), Reject> {
@@ -548,3 +562,6 @@ impl Filter {
             .push(Effect::Event(Event::Rejected { from, kind, reason }));
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,254 @@
+//! The privacy firewall's key files (`[protocol] filter_rows > 0`): one public file
+//! (`[keys] firewall`, default `keys/firewall.toml`) with each replica's order key and the
+//! execution nodes' threshold group key, read by every node and client; and beside it one
+//! secret file per node, mode 0600: `order-replica-<id>.key` (the replica signs its pieces of
+//! agreement certificates with it) and `share-executor-<id>.key` (the execution node's share
+//! of the threshold key). `redoubt init` is the dealer ([`write_firewall_keys`]).
+
+use crate::error::ConfigError;
+use crate::ClusterConfig;
+use redoubt_core::filter::FirewallKeys;
+use redoubt_crypto::pk::HolderSecrets;
+use redoubt_crypto::threshold::{self, GroupKey, KeyShare};
+use redoubt_keyholder::{hex, unhex32};
+use serde::{Deserialize, Serialize};
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PublicFile {
+    cluster: String,
+    /// Each replica's order verification key, by id (hex).
+    orders: Vec<String>,
+    /// The threshold group key (hex).
+    group: String,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SecretFile {
+    cluster: String,
+    principal: String,
+    secret: String,
+}
+
+fn invalid(cfg: &ClusterConfig, path: &Path, message: String) -> ConfigError {
+    ConfigError::Invalid {
+        path: cfg.path.clone(),
+        field: format!("[keys] firewall ({})", path.display()),
+        message,
+    }
+}
+
+impl ClusterConfig {
+    /// The resolved public firewall key file.
+    pub fn firewall_path(&self) -> PathBuf {
+        self.resolve(&self.keys.firewall)
+    }
+
+    /// The secret firewall key file of replica or execution node `name` (`replica-0`).
+    fn firewall_secret_path(&self, name: &str) -> PathBuf {
+        let public = self.firewall_path();
+        let dir = public.parent().map(Path::to_path_buf).unwrap_or_default();
+        let prefix = if name.starts_with("replica") {
+            "order"
+        } else {
+            "share"
+        };
+        dir.join(format!("{prefix}-{name}.key"))
+    }
+}
+
+/// Deals the firewall's keys: an order key per replica and a (g+1)-of-(2g+1) threshold key
+/// for the execution nodes, from the dealer's randomness `rng`. Writes the public file and
+/// the secret files (refusing to overwrite any).
+pub fn write_firewall_keys(
+    cfg: &ClusterConfig,
+    rng: &mut impl FnMut() -> [u8; 32],
+) -> Result<(), ConfigError> {
+    let public_path = cfg.firewall_path();
+    let mut orders = Vec::new();
+    for r in &cfg.replicas {
+        let seed = rng();
+        let key = HolderSecrets::from_seed(&seed);
+        orders.push(hex(&key.public().verify.0));
+        let name = format!("replica-{}", r.id);
+        write_secret(cfg, &cfg.firewall_secret_path(&name), &name, &seed)?;
+    }
+    let (group, shares) = threshold::deal(
+        cfg.protocol.g() as usize,
+        cfg.protocol.executors as usize,
+        rng(),
+    );
+    for s in &shares {
+        let name = format!("executor-{}", s.index());
+        write_secret(cfg, &cfg.firewall_secret_path(&name), &name, &s.to_bytes())?;
+    }
+    let file = PublicFile {
+        cluster: cfg.cluster.id.clone(),
+        orders,
+        group: hex(&group.to_bytes()),
+    };
+    let text = format!(
+        "# The privacy firewall's public keys (written by `redoubt init`, read by every node\n\
+         # and client): each replica's order key, and the execution nodes' threshold key.\n{}",
+        toml::to_string(&file).map_err(|e| invalid(cfg, &public_path, e.to_string()))?
+    );
+    write_file(&public_path, &text, 0o644)
+}
+
+fn write_secret(
+    cfg: &ClusterConfig,
+    path: &Path,
+    name: &str,
+    secret: &[u8; 32],
+) -> Result<(), ConfigError> {
+    let file = SecretFile {
+        cluster: cfg.cluster.id.clone(),
+        principal: name.into(),
+        secret: hex(secret),
+    };
+    let text = toml::to_string(&file).map_err(|e| invalid(cfg, path, e.to_string()))?;
+    write_file(path, &text, 0o600)
+}
+
+fn write_file(path: &Path, text: &str, mode: u32) -> Result<(), ConfigError> {
+    let io = |action: &'static str| {
+        move |source: std::io::Error| ConfigError::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
+    };
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(|source| {
+            if source.kind() == std::io::ErrorKind::AlreadyExists {
+                ConfigError::KeyExists {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                io("create firewall key file")(source)
+            }
+        })?;
+    file.write_all(text.as_bytes())
+        .map_err(io("write firewall key file"))?;
+    file.sync_all().map_err(io("sync firewall key file"))
+}
+
+/// The firewall's public keys; `None` without a firewall.
+pub fn load_firewall(cfg: &ClusterConfig) -> Result<Option<Arc<FirewallKeys>>, ConfigError> {
+    if !cfg.protocol.firewall() {
+        return Ok(None);
+    }
+    let path = cfg.firewall_path();
+    let src = std::fs::read_to_string(&path).map_err(|source| ConfigError::Io {
+        action: "read the firewall key file",
+        path: path.clone(),
+        source,
+    })?;
+    let raw: PublicFile = toml::from_str(&src)
+        .map_err(|e| invalid(cfg, &path, format!("does not parse: {}", e.message())))?;
+    if raw.cluster != cfg.cluster.id {
+        return Err(invalid(
+            cfg,
+            &path,
+            format!(
+                "belongs to cluster {}, not {} (keys of another cluster)",
+                raw.cluster, cfg.cluster.id
+            ),
+        ));
+    }
+    if raw.orders.len() != cfg.replicas.len() {
+        return Err(invalid(
+            cfg,
+            &path,
+            format!(
+                "{} order keys for {} replicas (rerun `redoubt init`)",
+                raw.orders.len(),
+                cfg.replicas.len()
+            ),
+        ));
+    }
+    let orders = raw
+        .orders
+        .iter()
+        .map(|h| unhex32(h).map(redoubt_crypto::pk::VerifyKey))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| invalid(cfg, &path, format!("an order key: {e}")))?;
+    let group_bytes = unhex(&raw.group).map_err(|e| invalid(cfg, &path, e))?;
+    let group = GroupKey::from_bytes(&group_bytes).map_err(|e| invalid(cfg, &path, e))?;
+    if group.threshold() != cfg.protocol.g() as usize {
+        return Err(invalid(
+            cfg,
+            &path,
+            format!(
+                "the group key needs {} shares, the cluster's execution nodes g+1 = {}",
+                group.threshold() + 1,
+                cfg.protocol.g() + 1
+            ),
+        ));
+    }
+    Ok(Some(Arc::new(FirewallKeys { orders, group })))
+}
+
+fn load_secret(cfg: &ClusterConfig, name: &str) -> Result<[u8; 32], ConfigError> {
+    let path = cfg.firewall_secret_path(name);
+    let meta = std::fs::metadata(&path).map_err(|source| ConfigError::Io {
+        action: "read a firewall secret key file",
+        path: path.clone(),
+        source,
+    })?;
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(ConfigError::KeyPermissions { path, mode });
+    }
+    let src = std::fs::read_to_string(&path).map_err(|source| ConfigError::Io {
+        action: "read a firewall secret key file",
+        path: path.clone(),
+        source,
+    })?;
+    let raw: SecretFile = toml::from_str(&src)
+        .map_err(|e| invalid(cfg, &path, format!("does not parse: {}", e.message())))?;
+    if raw.cluster != cfg.cluster.id || raw.principal != name {
+        return Err(invalid(
+            cfg,
+            &path,
+            format!(
+                "holds {}'s key of cluster {}, not {name}'s of {}",
+                raw.principal, raw.cluster, cfg.cluster.id
+            ),
+        ));
+    }
+    unhex32(&raw.secret).map_err(|e| invalid(cfg, &path, e))
+}
+
+/// Replica `id`'s order key.
+pub fn load_order_key(cfg: &ClusterConfig, id: u32) -> Result<HolderSecrets, ConfigError> {
+    load_secret(cfg, &format!("replica-{id}")).map(|s| HolderSecrets::from_seed(&s))
+}
+
+/// Execution node `id`'s share of the threshold key.
+pub fn load_reply_share(cfg: &ClusterConfig, id: u32) -> Result<KeyShare, ConfigError> {
+    let name = format!("executor-{id}");
+    let secret = load_secret(cfg, &name)?;
+    let path = cfg.firewall_secret_path(&name);
+    KeyShare::from_bytes(id as usize, secret).map_err(|e| invalid(cfg, &path, e))
+}
+
+fn unhex(s: &str) -> Result<Vec<u8>, String> {
+    if !s.len().is_multiple_of(2) {
+        return Err("odd number of hex digits".into());
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| format!("not hex: {e}")))
+        .collect()
+}

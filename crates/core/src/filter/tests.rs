@@ -1,0 +1,259 @@
+//! The filter's forwarding rules (Yin et al. 2003 §4.1): certificates up only when f+1
+//! agreement nodes vouch, replies down only as a valid threshold signature and only in answer
+//! to a request from below, at most one reply per request, and g shares never enough.
+
+use super::*;
+use crate::message::{Batch, NonDet};
+use redoubt_crypto::pk::HolderSecrets;
+use redoubt_crypto::threshold::{deal, KeyShare};
+
+struct Setup {
+    cfg: Config,
+    keys: Arc<FirewallKeys>,
+    orders: Vec<HolderSecrets>,
+    shares: Vec<KeyShare>,
+}
+
+fn setup() -> Setup {
+    let mut cfg = Config::new(1);
+    cfg.executors = 3;
+    cfg.filter_rows = 2;
+    cfg.confidential_bodies = true;
+    cfg.checkpoint_interval = 8;
+    cfg.log_size = 16;
+    let orders: Vec<HolderSecrets> = (0..4u8)
+        .map(|r| HolderSecrets::from_seed(&[r + 1; 32]))
+        .collect();
+    let (group, shares) = deal(1, 3, [42; 32]);
+    let keys = Arc::new(FirewallKeys {
+        orders: orders.iter().map(|k| k.public().verify).collect(),
+        group,
+    });
+    Setup {
+        cfg,
+        keys,
+        orders,
+        shares,
+    }
+}
+
+fn frame(from: Principal, msg: &Message) -> Vec<u8> {
+    encode_frame_parts(WIRE_VERSION, from, 0, &encode_body(msg), &Tag::None)
+}
+
+fn batch(seed: u64) -> Batch {
+    Batch {
+        nondet: NonDet { time_ms: 0, seed },
+        requests: Vec::new(),
+    }
+}
+
+/// Replica `r`'s signed piece for `seq`, as `via` passes it on.
+fn piece(s: &Setup, r: ReplicaId, seq: Seq, b: &Batch, via: Principal) -> Vec<u8> {
+    let order = Order {
+        replica: r,
+        view: 0,
+        seq,
+        digest: b.digest(),
+        batch: Some(b.clone()),
+    };
+    let signature = s.orders[r as usize].sign(&SignedOrder::statement(&order).0);
+    frame(via, &Message::SignedOrder(SignedOrder { order, signature }))
+}
+
+fn bundle(seq: Seq) -> ReplyBundle {
+    ReplyBundle {
+        seq,
+        entries: vec![ReplyEntry {
+            client: 7,
+            timestamp: 70,
+            result: b"sealed result".to_vec(),
+        }],
+    }
+}
+
+fn share(s: &Setup, e: ExecutorId, b: &ReplyBundle) -> Vec<u8> {
+    let m = Message::ReplyShare(ReplyShare {
+        executor: e,
+        bundle: b.clone(),
+        share: s.shares[e as usize].sign(&b.statement().0),
+    });
+    frame(Principal::Executor(e), &m)
+}
+
+fn step(f: &mut Filter, now_ms: u64, bytes: &[u8]) -> Vec<(Principal, Message)> {
+    let env = Env {
+        now_ms,
+        ..Env::default()
+    };
+    f.handle(env, Input::Receive(bytes))
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::Send { to, bytes } => {
+                let fr = decode_frame_ref(&bytes, usize::MAX).expect("frame");
+                assert_eq!(
+                    fr.from,
+                    Principal::Filter(f.id()),
+                    "sent under its own name"
+                );
+                Some((to, decode_body(fr.body).expect("body")))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_batch_goes_up_once_f_plus_one_agreement_nodes_vouch_for_it() {
+    let s = setup();
+    let mut x0 = Filter::new(s.cfg.clone(), 0, s.keys.clone()).unwrap();
+    let b = batch(1);
+    let out = step(&mut x0, 0, &piece(&s, 0, 1, &b, Principal::Replica(0)));
+    assert!(out.is_empty(), "one piece certifies nothing");
+    let out = step(&mut x0, 1, &piece(&s, 1, 1, &b, Principal::Replica(1)));
+    // Both pieces to both filters of the row above.
+    assert_eq!(out.len(), 4);
+    assert!(out
+        .iter()
+        .all(|(to, m)| matches!(to, Principal::Filter(2 | 3))
+            && matches!(m, Message::SignedOrder(_))));
+    // A third piece within the status interval: nothing more goes up.
+    assert!(step(&mut x0, 2, &piece(&s, 2, 1, &b, Principal::Replica(2))).is_empty());
+    // A piece under another replica's name, or for another body, does not count.
+    let forged = {
+        let mut bytes = piece(&s, 3, 2, &b, Principal::Replica(3));
+        let n = bytes.len();
+        bytes[n - 10] ^= 1;
+        bytes
+    };
+    assert!(step(&mut x0, 3, &forged).is_empty());
+    assert!(x0.stats.pieces_rejected + x0.stats.rejected >= 1);
+}
+
+#[test]
+fn a_reply_goes_down_only_when_asked_for_and_once_per_request() {
+    let s = setup();
+    let mut top = Filter::new(s.cfg.clone(), 2, s.keys.clone()).unwrap();
+    let b = bundle(1);
+    // Shares arrive before any request came from below: the reply is held.
+    assert!(step(&mut top, 0, &share(&s, 0, &b)).is_empty());
+    assert!(step(&mut top, 1, &share(&s, 1, &b)).is_empty());
+    assert_eq!(top.stats.replies_held, 1);
+    assert_eq!(top.stats.replies_combined, 1);
+    // A third share: the certificate is known, nothing happens.
+    assert!(step(&mut top, 2, &share(&s, 2, &b)).is_empty());
+    // A request from below: the reply goes down (to both filters below), and nothing up.
+    let batch1 = batch(1);
+    let below = Principal::Filter(0);
+    assert!(step(&mut top, 3, &piece(&s, 0, 1, &batch1, below)).is_empty());
+    let out = step(&mut top, 4, &piece(&s, 1, 1, &batch1, below));
+    assert_eq!(out.len(), 2);
+    let Message::ReplyCert(cert) = &out[0].1 else {
+        panic!("a reply certificate goes down, not {:?}", out[0].1);
+    };
+    assert!(s.keys.check_reply(cert));
+    assert!(out
+        .iter()
+        .all(|(to, _)| matches!(to, Principal::Filter(0 | 1))));
+    // Each further request from below releases it once more; nothing goes up for it.
+    let out = step(&mut top, 500, &piece(&s, 2, 1, &batch1, below));
+    assert_eq!(out.len(), 2);
+    assert!(out.iter().all(|(_, m)| matches!(m, Message::ReplyCert(_))));
+}
+
+#[test]
+fn a_bad_share_does_not_stall_the_certificate_and_g_shares_make_none() {
+    let s = setup();
+    let mut top = Filter::new(s.cfg.clone(), 3, s.keys.clone()).unwrap();
+    let b = bundle(1);
+    let below = Principal::Filter(1);
+    let batch1 = batch(1);
+    step(&mut top, 0, &piece(&s, 0, 1, &batch1, below));
+    step(&mut top, 0, &piece(&s, 1, 1, &batch1, below));
+    // Execution node 0 signs with node 1's share: its share does not verify as its own.
+    let bad = frame(
+        Principal::Executor(0),
+        &Message::ReplyShare(ReplyShare {
+            executor: 0,
+            bundle: b.clone(),
+            share: s.shares[1].sign(&b.statement().0),
+        }),
+    );
+    assert!(step(&mut top, 1, &bad).is_empty());
+    assert!(
+        step(&mut top, 2, &share(&s, 1, &b)).is_empty(),
+        "one good share and one bad one are no certificate"
+    );
+    assert_eq!(top.stats.shares_rejected, 1);
+    let out = step(&mut top, 3, &share(&s, 2, &b));
+    assert_eq!(out.len(), 2, "the second good share completes it");
+    // A lone share on another bundle (a leak attempt) never completes.
+    let mut leak = bundle(2);
+    leak.entries[0].result = b"~secret~".to_vec();
+    assert!(step(&mut top, 4, &share(&s, 0, &leak)).is_empty());
+}
+
+#[test]
+fn certificates_from_above_are_checked_and_held_until_asked_for() {
+    let s = setup();
+    let mut x0 = Filter::new(s.cfg.clone(), 0, s.keys.clone()).unwrap();
+    let b = bundle(1);
+    let good = ReplyCert {
+        signature: s
+            .keys
+            .group
+            .combine(&[
+                (0, s.shares[0].sign(&b.statement().0)),
+                (2, s.shares[2].sign(&b.statement().0)),
+            ])
+            .unwrap(),
+        bundle: b.clone(),
+    };
+    let mut forged = good.clone();
+    forged.bundle.entries[0].result = b"~secret~ smuggled".to_vec();
+    let above = Principal::Filter(2);
+    assert!(step(&mut x0, 0, &frame(above, &Message::ReplyCert(forged))).is_empty());
+    assert_eq!(x0.stats.certificates_rejected, 1);
+    // Not from the row above: refused whatever it carries.
+    assert!(step(
+        &mut x0,
+        0,
+        &frame(Principal::Replica(0), &Message::ReplyCert(good.clone()))
+    )
+    .is_empty());
+    assert!(step(&mut x0, 1, &frame(above, &Message::ReplyCert(good.clone()))).is_empty());
+    assert_eq!(x0.stats.replies_held, 1);
+    let batch1 = batch(1);
+    step(&mut x0, 2, &piece(&s, 0, 1, &batch1, Principal::Replica(0)));
+    let out = step(&mut x0, 3, &piece(&s, 1, 1, &batch1, Principal::Replica(1)));
+    // Down to every agreement node, nothing up.
+    assert_eq!(out.len(), 4);
+    assert!(out.iter().all(
+        |(to, m)| matches!(to, Principal::Replica(_)) && *m == Message::ReplyCert(good.clone())
+    ));
+}
+
+#[test]
+fn execution_checkpoint_certificates_go_down_once_and_again_on_request() {
+    let s = setup();
+    let mut top = Filter::new(s.cfg.clone(), 2, s.keys.clone()).unwrap();
+    let st = stable_statement(8);
+    let stable = |e: ExecutorId| {
+        frame(
+            Principal::Executor(e),
+            &Message::StableShare(StableShare {
+                executor: e,
+                seq: 8,
+                share: s.shares[e as usize].sign(&st.0),
+            }),
+        )
+    };
+    assert!(step(&mut top, 0, &stable(0)).is_empty());
+    let out = step(&mut top, 1, &stable(1));
+    assert_eq!(out.len(), 2);
+    assert!(matches!(
+        out[0].1,
+        Message::StableCert(StableCert { seq: 8, .. })
+    ));
+    assert!(step(&mut top, 2, &stable(2)).is_empty(), "once each");
+}
