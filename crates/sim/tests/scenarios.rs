@@ -199,6 +199,87 @@ fn two_hundred_seeds_in_the_separated_deployment() {
     );
 }
 
+/// The firewall deployment in every seed: the separated deployment with sealed bodies and an
+/// (h+1)² array of filters between the clusters (up to h of them silent or leaking
+/// everything), faulty execution nodes leaking values through reply contents, extra
+/// certificates and bad signature shares; the confidentiality check at every delivery.
+#[test]
+fn a_hundred_seeds_in_the_firewall_deployment() {
+    let s = seeds_pass(6_000_000, 100, Optimizations::Firewall, " --firewall");
+    assert!(s.view_changes > 0, "{s:?}");
+    let drawn: Vec<Scenario> = (6_000_000..6_000_100)
+        .map(|seed| scenario_for(seed, Mutant::None, Optimizations::Firewall))
+        .collect();
+    let faulty_filters = drawn
+        .iter()
+        .filter(|s| !s.filter_byzantine.is_empty())
+        .count();
+    let leaky = drawn
+        .iter()
+        .filter(|s| {
+            s.exec_byzantine
+                .iter()
+                .any(|(_, b)| *b == redoubt_sim::scenario::ExecBehavior::Liar)
+        })
+        .count();
+    assert!(
+        faulty_filters > 50,
+        "{faulty_filters} of 100 seeds drew faulty filters"
+    );
+    assert!(
+        leaky > 10,
+        "{leaky} of 100 seeds drew leaking execution nodes"
+    );
+}
+
+/// Behind the firewall, the leak attempts of faulty execution nodes and filters are blocked
+/// (counted by the correct filters), not merely absent.
+#[test]
+fn the_firewall_blocks_leak_attempts() {
+    let mut blocked = 0;
+    let mut seeds = 0;
+    for seed in 6_100_000..6_100_100 {
+        let s = scenario_for(seed, Mutant::None, Optimizations::Firewall);
+        let liar = s
+            .exec_byzantine
+            .iter()
+            .any(|(_, b)| *b == redoubt_sim::scenario::ExecBehavior::Liar);
+        if !liar {
+            continue;
+        }
+        seeds += 1;
+        let out = run(s, false);
+        assert!(
+            out.passed(),
+            "seed {seed} (--firewall): {:?}",
+            out.violations
+        );
+        blocked += out.stats.firewall_blocked;
+        if seeds == 8 {
+            break;
+        }
+    }
+    assert!(
+        seeds >= 4 && blocked > 0,
+        "{seeds} seeds, {blocked} blocked"
+    );
+}
+
+/// Bodies sent in clear (mutant `clear-bodies`) are caught behind the firewall too.
+#[test]
+fn clear_bodies_are_caught_behind_the_firewall() {
+    let s = run_seeds(
+        7_000_000,
+        20,
+        Mutant::ClearBodies,
+        Optimizations::Firewall,
+        2,
+        Some(1),
+        |_| {},
+    );
+    assert!(s.unexplained > 0, "clear-bodies survived 20 firewall seeds");
+}
+
 /// An execution node that rebooted and fell behind what certificates reach fetches a
 /// checkpoint from the others (state transfer between execution nodes), and the run passes.
 #[test]
@@ -330,6 +411,7 @@ fn every_mutant_is_caught() {
         // The mutants of the separated deployment break it only: its random mix.
         let opts = match m {
             Mutant::TrustOneOrder | Mutant::ExecReplyAtG => Optimizations::Separated,
+            Mutant::FilterUnvouched | Mutant::ThresholdAtG => Optimizations::Firewall,
             _ => Optimizations::PerSeed,
         };
         // The default seed budget of `redoubt-sim` (1000 seeds from seed 0); failures on an

@@ -11,7 +11,7 @@
 
 use super::*;
 use crate::filter::FirewallKeys;
-use redoubt_crypto::threshold::KeyShare;
+use redoubt_crypto::threshold::{KeyShare, ThresholdSig};
 
 pub(super) struct ExecFirewall {
     keys: Arc<FirewallKeys>,
@@ -21,6 +21,10 @@ pub(super) struct ExecFirewall {
     sent: BTreeMap<Seq, (Bytes, u64)>,
     /// Our share message on our stable checkpoint.
     stable: Option<(Seq, Bytes)>,
+    /// Peers' shares on their checkpoint votes (within the vote window), and the proof of
+    /// our stable checkpoint.
+    vote_shares: BTreeMap<Seq, BTreeMap<ExecutorId, (Digest, ThresholdSig)>>,
+    proof: Option<CheckpointProof>,
 }
 
 impl ExecFirewall {
@@ -30,6 +34,8 @@ impl ExecFirewall {
             share,
             sent: BTreeMap::new(),
             stable: None,
+            vote_shares: BTreeMap::new(),
+            proof: None,
         }
     }
 }
@@ -141,6 +147,92 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             }
         };
         self.send_top_row(bytes);
+    }
+
+    /// Our share on checkpoint `(seq, digest)`, for our vote.
+    pub(super) fn checkpoint_share(&self, seq: Seq, digest: &Digest) -> Option<ThresholdSig> {
+        let fw = self.firewall.as_ref()?;
+        Some(fw.share.sign(&checkpoint_statement(seq, digest).0))
+    }
+
+    pub(super) fn note_checkpoint_share(&mut self, c: &ExecCheckpoint) {
+        let (Some(fw), Some(share)) = (&mut self.firewall, c.share) else {
+            return;
+        };
+        fw.vote_shares
+            .entry(c.seq)
+            .or_default()
+            .insert(c.executor, (c.digest, share));
+    }
+
+    /// Our checkpoint at `seq` became stable: the proof, from our share and the peers'
+    /// matching ones (each checked when the combination does not verify).
+    pub(super) fn prove_stable(&mut self, seq: Seq) {
+        let Some(digest) = self.exec.own_checkpoint(seq) else {
+            return;
+        };
+        let own = self.checkpoint_share(seq, &digest);
+        let quorum = self.cfg.exec_quorum();
+        let me = self.id;
+        let Some(fw) = &mut self.firewall else {
+            return;
+        };
+        let st = checkpoint_statement(seq, &digest);
+        let mut shares: Vec<(usize, ThresholdSig)> = fw
+            .vote_shares
+            .get(&seq)
+            .into_iter()
+            .flatten()
+            .filter(|(e, (d, _))| **e != me && *d == digest)
+            .map(|(e, (_, s))| (*e as usize, *s))
+            .collect();
+        shares.extend(own.map(|s| (me as usize, s)));
+        let group = &fw.keys.group;
+        let mut sig = (shares.len() >= quorum)
+            .then(|| group.combine(&shares[..quorum]))
+            .flatten()
+            .filter(|s| group.verify(&st.0, s));
+        if sig.is_none() {
+            shares.retain(|(e, s)| group.verify_share(*e, &st.0, s));
+            sig = (shares.len() >= quorum)
+                .then(|| group.combine(&shares[..quorum]))
+                .flatten();
+        }
+        fw.vote_shares = fw.vote_shares.split_off(&(seq + 1));
+        if let Some(signature) = sig {
+            fw.proof = Some(CheckpointProof {
+                seq,
+                digest,
+                signature,
+            });
+        }
+    }
+
+    pub(super) fn checkpoint_proof(&self) -> Option<CheckpointProof> {
+        self.firewall.as_ref().and_then(|fw| fw.proof)
+    }
+
+    /// A peer's proof of its stable checkpoint: beyond what we executed, the checkpoint to
+    /// fetch (the prover holds it), even when no second correct peer votes for it (a faulty
+    /// peer's votes lie).
+    pub(super) fn on_checkpoint_proof(&mut self, from: ExecutorId, p: CheckpointProof) {
+        let Some(fw) = &self.firewall else {
+            return;
+        };
+        if p.seq <= self.exec.last_executed()
+            || !fw
+                .keys
+                .group
+                .verify(&checkpoint_statement(p.seq, &p.digest).0, &p.signature)
+        {
+            return;
+        }
+        if p.seq > self.exec.last_executed() + self.cfg.log_size + self.cfg.checkpoint_interval {
+            self.far.insert(from, (p.seq, p.digest));
+        } else {
+            self.votes.entry(p.seq).or_default().insert(from, p.digest);
+        }
+        self.fetch_checkpoint(p.seq, p.digest, true);
     }
 
     fn send_top_row(&mut self, bytes: Bytes) {

@@ -455,6 +455,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                     executor: self.id,
                     seq: c.seq,
                     digest: d,
+                    share: self.checkpoint_share(c.seq, &d),
                 });
                 self.send(Principal::Executor(c.executor), &m);
             }
@@ -468,6 +469,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             .entry(c.seq)
             .or_default()
             .insert(c.executor, c.digest);
+        self.note_checkpoint_share(&c);
         self.check_checkpoint(c.seq);
         Ok(())
     }
@@ -501,12 +503,16 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             executor: self.id,
             stable: self.stable,
             frames,
+            proof: self.checkpoint_proof(),
         };
         self.send(Principal::Executor(m.executor), &Message::Certified(c));
     }
 
     /// A peer's answer: each frame is an agreement node's piece, checked on its own.
     fn on_certified(&mut self, c: Certified) {
+        if let Some(p) = c.proof {
+            self.on_checkpoint_proof(c.executor, p);
+        }
         for f in c.frames {
             let Ok(frame) = decode_frame_ref(&f, self.cfg.message_bytes_max) else {
                 self.stats.orders_refused += 1;
@@ -737,6 +743,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             executor: self.id,
             seq,
             digest,
+            share: self.checkpoint_share(seq, &digest),
         });
         self.send_peers(&m);
     }
@@ -779,6 +786,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             self.exec.state_mut().commit_base(seq);
         }
         self.stable = seq;
+        self.prove_stable(seq);
         self.done = self.done.split_off(&(seq + 1));
         self.votes = self.votes.split_off(&(seq + 1));
         self.exec.forget_executed_through(seq);

@@ -43,11 +43,33 @@ pub struct Retry {
 }
 
 /// `<CHECKPOINT, n, d>` among execution nodes (§3.3.2): g+1 matching make it stable.
+/// Behind a firewall it carries the sender's threshold signature share on
+/// [`checkpoint_statement`]: g+1 of them combine into a proof that any execution node can
+/// check (a lagging node learns from one peer which checkpoint to fetch).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecCheckpoint {
     pub executor: ExecutorId,
     pub seq: Seq,
     pub digest: Digest,
+    pub share: Option<redoubt_crypto::threshold::ThresholdSig>,
+}
+
+/// What g+1 execution nodes sign about a checkpoint among themselves (it never leaves the
+/// execution cluster: the digest would tell outsiders something about the state).
+pub fn checkpoint_statement(seq: Seq, digest: &Digest) -> Digest {
+    redoubt_crypto::DigestBuilder::new("redoubt.firewall.checkpoint.v1")
+        .u64(seq)
+        .digest(digest)
+        .finish()
+}
+
+/// A stable execution checkpoint, proven by the execution cluster's threshold signature on
+/// [`checkpoint_statement`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointProof {
+    pub seq: Seq,
+    pub digest: Digest,
+    pub signature: redoubt_crypto::threshold::ThresholdSig,
 }
 
 /// An execution node holds no certificate for `seq` (the next it must execute) while it
@@ -66,6 +88,8 @@ pub struct Certified {
     pub executor: ExecutorId,
     pub stable: Seq,
     pub frames: Vec<serde_bytes::ByteBuf>,
+    /// Behind a firewall: the proof of the sender's stable checkpoint, if it holds one.
+    pub proof: Option<CheckpointProof>,
 }
 
 /// A frame of an execution node for a client (its reply, or its NEW-KEY), handed to an
