@@ -319,9 +319,24 @@ async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         dir.clone(),
         executors as usize,
     );
+    let mut filter_procs = ReplicaProcs::filters(
+        exe.clone(),
+        config_path.clone(),
+        dir.clone(),
+        filters as usize,
+    );
+    if args.firewall {
+        // Execution node 2 is compromised: it tries to smuggle its state out.
+        exec_procs.set_extra_args(FW_LEAKER, vec!["--compromised-leak".into()]);
+        ui.event(format!(
+            "  firewall   4 filter nodes in 2 rows (h = 1, ports {}-{}); execution node {FW_LEAKER} is compromised and tries to leak",
+            base + (n + executors) as u16,
+            base + (n + executors + filters) as u16 - 1
+        ));
+    }
     let mut procs = ReplicaProcs::new(exe, config_path.clone(), dir.clone(), n as usize);
     let outcome = tokio::select! {
-        r = scenario(&args, &cfg, &mut procs, &mut exec_procs, &ui) => r,
+        r = scenario(&args, &cfg, &mut procs, &mut exec_procs, &mut filter_procs, &ui) => r,
         _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
     };
     ui.clear_progress();
@@ -333,6 +348,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     // Stop every replica: SIGTERM, then SIGKILL after the grace period.
     let stopped = procs.stop_all(STOP_GRACE);
     exec_procs.stop_all(STOP_GRACE);
+    filter_procs.stop_all(STOP_GRACE);
     let mut unclean = Vec::new();
     for (id, how) in &stopped {
         match how {
@@ -392,11 +408,15 @@ async fn scenario(
     cfg: &ClusterConfig,
     procs: &mut ReplicaProcs,
     exec_procs: &mut ReplicaProcs,
+    filter_procs: &mut ReplicaProcs,
     ui: &Ui,
 ) -> anyhow::Result<bool> {
     let n = cfg.replicas.len();
     let quorum = cfg.protocol.quorum();
     let started = Instant::now();
+    for x in 0..cfg.filters.len() as u32 {
+        filter_procs.start(x)?;
+    }
     for e in 0..cfg.executors.len() as u32 {
         exec_procs.start(e)?;
     }
@@ -452,6 +472,7 @@ async fn scenario(
     let k = cfg.protocol.checkpoint_interval;
     // Separated: execution node 1 killed at a quarter, restarted at three eighths.
     let mut exec_story = ExecStory::default();
+    let mut filter_killed = false;
     let mut victim: Option<(u32, u64, Instant)> = None;
     let mut view_change: Option<(u64, u32, Duration)> = None;
     let mut recovery_shown = false;
@@ -482,6 +503,13 @@ async fn scenario(
 
         if !cfg.executors.is_empty() {
             exec_story.step(cfg, exec_procs, ui, elapsed, d).await?;
+        }
+        if !cfg.filters.is_empty() && !filter_killed && elapsed >= d * 5 / 8 {
+            filter_procs.kill(FW_VICTIM)?;
+            filter_killed = true;
+            ui.event(format!(
+                "killed filter node {FW_VICTIM} (bottom row) with SIGKILL for good: the other filter of its row carries every request and reply"
+            ));
         }
 
         // Halfway: kill the primary.
@@ -656,6 +684,19 @@ async fn scenario(
     if !cfg.executors.is_empty() {
         println!("  execution      {}", exec_story.summary());
     }
+    let verification = if cfg.filters.is_empty() {
+        verification
+    } else {
+        let fw = firewall_check(cfg).await;
+        match &fw {
+            Ok(msg) => println!("  firewall       {msg}"),
+            Err(msg) => println!("  firewall       FAILED: {msg}"),
+        }
+        match (verification, fw) {
+            (Ok(v), Ok(_)) => Ok(v),
+            (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+        }
+    };
     match &verification {
         Ok(msg) => println!("  verification   passed: {msg}"),
         Err(msg) => println!("  verification   FAILED: {msg}"),
@@ -821,6 +862,88 @@ async fn verify(w: &Workload, kvs: &[KvClient]) -> Result<String, String> {
             problems.join("; ")
         ))
     }
+}
+
+/// The firewall deployment's compromised execution node, and the filter killed for good.
+const FW_LEAKER: u32 = 2;
+const FW_VICTIM: u32 = 1;
+
+/// The firewall's part of the verification: the compromised execution node's leak attempts
+/// were refused by the top row of filters (their metrics count them), and no value the
+/// workload wrote lies in clear anywhere under a replica's home.
+async fn firewall_check(cfg: &ClusterConfig) -> Result<String, String> {
+    let top = cfg.protocol.filter_rows.saturating_sub(1);
+    let mut refused = 0.0;
+    for x in cfg.protocol.filter_row(top) {
+        let Some(entry) = cfg.filters.get(x as usize) else {
+            continue;
+        };
+        let text = crate::http::get(entry.metrics_addr, "/metrics", POLL_TIMEOUT)
+            .await
+            .map_err(|e| format!("filter {x}'s metrics: {e}"))?;
+        for line in String::from_utf8_lossy(&text).lines() {
+            let counted = line.starts_with("redoubt_firewall_certificates_rejected_total")
+                || line.starts_with("redoubt_firewall_shares_rejected_total");
+            if let (true, Some(v)) = (counted, line.split_whitespace().last()) {
+                refused += v.parse::<f64>().unwrap_or(0.0);
+            }
+        }
+    }
+    if refused < 1.0 {
+        return Err(
+            "the top row of filters refused no leak attempt (was the compromised node running?)"
+                .into(),
+        );
+    }
+    let mut scanned = 0u64;
+    for r in &cfg.replicas {
+        let home = cfg.resolve(&r.home);
+        if let Some(path) = find_in_tree(&home, b"-v", &mut scanned) {
+            return Err(format!(
+                "a written value lies in clear in {} (a replica's disk)",
+                path.display()
+            ));
+        }
+    }
+    Ok(format!(
+        "blocked: {refused:.0} leak attempts refused by the top row of filters; no written value in clear in {scanned} bytes of the replicas' journals and state"
+    ))
+}
+
+/// The first file under `dir` holding a workload value (`c<digits><marker><digits>`).
+fn find_in_tree(dir: &std::path::Path, marker: &[u8], scanned: &mut u64) -> Option<PathBuf> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            if let Some(p) = find_in_tree(&path, marker, scanned) {
+                return Some(p);
+            }
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        *scanned += bytes.len() as u64;
+        let value_at = |i: usize| {
+            i >= 2
+                && bytes[i - 1].is_ascii_digit()
+                && bytes[..i - 1]
+                    .iter()
+                    .rev()
+                    .find(|b| !b.is_ascii_digit())
+                    .is_some_and(|b| *b == b'c')
+                && bytes.get(i + marker.len()).is_some_and(u8::is_ascii_digit)
+        };
+        if bytes
+            .windows(marker.len())
+            .enumerate()
+            .any(|(i, w)| w == marker && value_at(i))
+        {
+            return Some(path);
+        }
+    }
+    None
 }
 
 /// The separated deployment's part of the story: execution node 1 killed at a quarter of

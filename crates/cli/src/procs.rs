@@ -20,9 +20,18 @@ pub struct ReplicaProcs {
     holders: Vec<Option<Child>>,
     /// Sockets of the key holders (empty with static keys).
     holder_sockets: Vec<PathBuf>,
-    /// The execution nodes of a separated deployment (`redoubt executor`, whose key holder
-    /// runs in its own process) instead of replicas.
-    executors: bool,
+    /// Replicas, or the execution nodes of a separated deployment (`redoubt executor`, whose
+    /// key holder runs in its own process), or the filter nodes of a firewall deployment.
+    kind: Kind,
+    /// Extra arguments of some nodes (`redoubt executor --compromised-leak` in the demo).
+    extra: std::collections::BTreeMap<u32, Vec<String>>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Replica,
+    Executor,
+    Filter,
 }
 
 /// How a replica ended when asked to stop.
@@ -48,7 +57,8 @@ impl ReplicaProcs {
             children: (0..n).map(|_| None).collect(),
             holders: (0..n).map(|_| None).collect(),
             holder_sockets,
-            executors: false,
+            kind: Kind::Replica,
+            extra: Default::default(),
         }
     }
 
@@ -62,15 +72,28 @@ impl ReplicaProcs {
             children: (0..e).map(|_| None).collect(),
             holders: Vec::new(),
             holder_sockets: Vec::new(),
-            executors: true,
+            kind: Kind::Executor,
+            extra: Default::default(),
         }
     }
 
+    /// The `x` filter nodes of a firewall deployment, logging to `DIR/filter-I.log`.
+    pub fn filters(exe: PathBuf, config: PathBuf, log_dir: PathBuf, x: usize) -> ReplicaProcs {
+        let mut procs = ReplicaProcs::executors(exe, config, log_dir, x);
+        procs.kind = Kind::Filter;
+        procs
+    }
+
+    /// Node `id` starts with these extra arguments from now on.
+    pub fn set_extra_args(&mut self, id: u32, args: Vec<String>) {
+        self.extra.insert(id, args);
+    }
+
     fn role(&self) -> &'static str {
-        if self.executors {
-            "execution node"
-        } else {
-            "replica"
+        match self.kind {
+            Kind::Replica => "replica",
+            Kind::Executor => "execution node",
+            Kind::Filter => "filter node",
         }
     }
 
@@ -122,18 +145,21 @@ impl ReplicaProcs {
     }
 
     pub fn log_path(&self, id: u32) -> PathBuf {
-        let name = if self.executors {
-            "executor"
-        } else {
-            "replica"
+        let name = match self.kind {
+            Kind::Replica => "replica",
+            Kind::Executor => "executor",
+            Kind::Filter => "filter",
         };
         self.log_dir.join(format!("{name}-{id}.log"))
     }
 
     /// Starts replica `id` (its log is appended to, so a restart keeps the earlier lines).
     pub fn start(&mut self, id: u32) -> anyhow::Result<()> {
-        if self.executors {
-            return self.spawn(id, &["executor".into()], &[]);
+        let extra = self.extra.get(&id).cloned().unwrap_or_default();
+        match self.kind {
+            Kind::Executor => return self.spawn(id, &["executor".into()], &extra),
+            Kind::Filter => return self.spawn(id, &["filter".into()], &extra),
+            Kind::Replica => {}
         }
         self.ensure_holder(id)?;
         self.spawn(

@@ -335,8 +335,15 @@ impl Filter {
                     self.send_down(&stable);
                 }
             }
-            return Ok(());
+            // A checkpoint's sequence number asked for again while its certificate has not
+            // come down here: it may have been lost below the rows above, which answer the
+            // request with it. (Requests going up tell those above nothing they may not know.)
+            let checkpoint = seq.is_multiple_of(self.cfg.checkpoint_interval);
+            if !checkpoint || self.stable_down >= seq {
+                return Ok(());
+            }
         }
+        let entry = self.table.entry(seq).or_default();
         if entry.sent_up_ms.is_some_and(|t| now < t + interval) {
             return Ok(());
         }
