@@ -30,8 +30,14 @@ pub fn init_with(dir: &Path, replicas: u32, clients: u32, extra: &[&str]) -> Pat
         .position(|a| *a == "--execution")
         .and_then(|i| extra.get(i + 1)?.parse().ok())
         .unwrap_or(0);
-    let base =
-        redoubt_node::init::free_base_port((replicas + executors) as u16).expect("free ports");
+    // Filters (`--firewall H`, (H+1)² of them) after the execution nodes'.
+    let filters: u32 = extra
+        .iter()
+        .position(|a| *a == "--firewall")
+        .and_then(|i| extra.get(i + 1)?.parse::<u32>().ok())
+        .map_or(0, |h| (h + 1) * (h + 1));
+    let base = redoubt_node::init::free_base_port((replicas + executors + filters) as u16)
+        .expect("free ports");
     let out = redoubt()
         .args(["init", "--replicas", &replicas.to_string()])
         .args(extra)
@@ -133,6 +139,8 @@ pub struct Cluster {
     monitored: bool,
     /// Separated deployment: the `redoubt executor` processes.
     executors: Vec<Option<Child>>,
+    /// Firewall deployment: the `redoubt filter` processes.
+    filters: Vec<Option<Child>>,
 }
 
 impl Cluster {
@@ -202,6 +210,7 @@ impl Cluster {
             holders: Vec::new(),
             monitored,
             executors: Vec::new(),
+            filters: Vec::new(),
         }
     }
 
@@ -231,13 +240,69 @@ impl Cluster {
         c
     }
 
+    /// Like [`Cluster::start_separated`], behind a privacy firewall of (h+1)² filter nodes
+    /// (`redoubt init --firewall h`), each started.
+    pub async fn start_firewall(clients: u32, executors: u32, h: u32) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = init_with(
+            dir.path(),
+            4,
+            clients,
+            &[
+                "--execution",
+                &executors.to_string(),
+                "--firewall",
+                &h.to_string(),
+            ],
+        );
+        let mut c = Cluster::new(dir, config, false);
+        c.filters = (0..(h + 1) * (h + 1)).map(|_| None).collect();
+        for x in 0..c.filters.len() as u32 {
+            c.spawn_filter(x);
+        }
+        c.executors = (0..executors).map(|_| None).collect();
+        for e in 0..executors {
+            c.spawn_executor(e);
+        }
+        for i in 0..c.children.len() as u32 {
+            c.spawn_holder(i);
+        }
+        for i in 0..c.children.len() as u32 {
+            c.spawn(i);
+        }
+        c.wait_up().await;
+        c
+    }
+
+    /// Starts filter node `id` (appending to its log).
+    pub fn spawn_filter(&mut self, id: u32) {
+        let log = self.dir.path().join(format!("filter-{id}.log"));
+        let child = self.spawn_logged(&["filter"], id, log);
+        self.filters[id as usize] = Some(child);
+    }
+
+    /// SIGKILL to filter node `id`.
+    pub fn kill_filter(&mut self, id: u32) {
+        if let Some(mut c) = self.filters[id as usize].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     pub fn executor_log_path(&self, id: u32) -> PathBuf {
         self.dir.path().join(format!("executor-{id}.log"))
     }
 
     /// Starts execution node `id` (appending to its log).
     pub fn spawn_executor(&mut self, id: u32) {
-        let child = self.spawn_logged(&["executor"], id, self.executor_log_path(id));
+        self.spawn_executor_with(id, &[]);
+    }
+
+    /// Starts execution node `id` with extra arguments.
+    pub fn spawn_executor_with(&mut self, id: u32, extra: &[&str]) {
+        let mut args = vec!["executor"];
+        args.extend_from_slice(extra);
+        let child = self.spawn_logged(&args, id, self.executor_log_path(id));
         self.executors[id as usize] = Some(child);
     }
 
@@ -421,6 +486,9 @@ impl Drop for Cluster {
         self.kill_all();
         for e in 0..self.executors.len() as u32 {
             self.kill_executor(e);
+        }
+        for x in 0..self.filters.len() as u32 {
+            self.kill_filter(x);
         }
         for h in self.holders.iter_mut() {
             let _ = h.kill();

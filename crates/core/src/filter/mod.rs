@@ -240,8 +240,21 @@ impl Filter {
                     self.send_down(body);
                     return;
                 }
+                let seq = c.bundle.seq;
+                if !self.in_window(seq) {
+                    return; // old news
+                }
+                if let Some(known) = self.table.get(&seq).and_then(|e| e.reply.as_deref()) {
+                    // The certificate through the other filter of the row above: nothing to
+                    // check again, nothing goes down for it. A certificate at a sequence
+                    // number is unique (one bundle, one signature): any other is forged.
+                    if known.as_slice() != body {
+                        self.stats.certificates_rejected += 1;
+                        self.reject(from, kind, Reject::BadSignature);
+                    }
+                    return;
+                }
                 if self.keys.check_reply(&c) {
-                    let seq = c.bundle.seq;
                     self.complete_reply(seq, Arc::new(body.to_vec()));
                     Ok(())
                 } else {
@@ -250,6 +263,9 @@ impl Filter {
                 }
             }
             (Message::StableCert(c), f) if self.above(f) => {
+                if c.seq <= self.stable_down {
+                    return;
+                }
                 if self.keys.check_stable(&c) {
                     self.complete_stable(c);
                     Ok(())
