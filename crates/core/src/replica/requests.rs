@@ -59,7 +59,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             // if one came down; else the request is ordered again, and the execution nodes
             // answer it in that batch's bundle (Yin et al. §3.2.1: a retransmission takes a
             // new sequence number).
-            if !self.cfg.firewall() || self.hint_retry(req.client, req.timestamp) {
+            let answered = self.hint_retry(req.client, req.timestamp);
+            if answered || !self.cfg.firewall() {
                 return Ok(());
             }
         }
