@@ -208,7 +208,9 @@ mod tests {
         let secrets = |p: Principal| match p {
             Principal::Replica(0) => HolderSecrets::from_seed(&[3; 32]),
             Principal::Replica(_) => HolderSecrets::from_seed(&[5; 32]),
-            Principal::Client(_) | Principal::Executor(_) => HolderSecrets::from_seed(&[7; 32]),
+            Principal::Client(_) | Principal::Executor(_) | Principal::Filter(_) => {
+                HolderSecrets::from_seed(&[7; 32])
+            }
         };
         let directory = Arc::new(Directory {
             keys: [R0, R1, C1]

@@ -533,6 +533,7 @@ fn init_f2_with_host_and_base_port() {
     let path = init_cluster(&InitOptions {
         replicas: 7,
         executors: 0,
+        firewall: None,
         clients: 0,
         out: dir.path().join("c7"),
         base_port: 9000,

@@ -89,6 +89,9 @@ pub struct FilterStats {
     pub rejected: u64,
 }
 
+/// An agreement node's piece as a filter keeps it: the digest it names, and its message body.
+type Piece = (Digest, Arc<Vec<u8>>);
+
 /// Per sequence number: whether a request came from below, and the reply certificate
 /// (its encoded message body) once known.
 #[derive(Default)]
@@ -115,7 +118,7 @@ pub struct Filter {
     pub stats: FilterStats,
     max_n: Seq,
     /// Pieces per sequence number: each agreement node's digest and the message body.
-    pieces: BTreeMap<Seq, BTreeMap<ReplicaId, (Digest, Arc<Vec<u8>>)>>,
+    pieces: BTreeMap<Seq, BTreeMap<ReplicaId, Piece>>,
     table: BTreeMap<Seq, Slot>,
     /// Top row: reply shares per sequence number, grouped by statement, and each execution
     /// node's statement there; stable shares per sequence number.

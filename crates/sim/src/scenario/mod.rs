@@ -404,7 +404,7 @@ impl Scenario {
     /// stream of its own.
     pub fn firewall(&mut self) {
         self.separate();
-        let mut rng = ChaCha8Rng::seed_from_u64(self.seed ^ 0xf1_7e_2a11);
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed ^ 0xf17e_2a11);
         let h = if rng.random_bool(0.2) { 2 } else { 1 };
         self.core.filter_rows = h + 1;
         self.core.confidential_bodies = true;
