@@ -146,6 +146,22 @@ fn summary(cfg: &ClusterConfig) -> String {
         },
         client_keys,
     ));
+    if cfg.protocol.firewall() {
+        let public = cfg.firewall_path();
+        let dir = public.parent().map(PathBuf::from).unwrap_or_default();
+        files.push((
+            public.display().to_string(),
+            "the firewall's public keys (every node and client reads it)".into(),
+        ));
+        files.push((
+            dir.join("order-replica-<id>.key").display().to_string(),
+            "each replica's order key (mode 0600: copy it only to that replica's host)".into(),
+        ));
+        files.push((
+            dir.join("share-executor-<id>.key").display().to_string(),
+            "each execution node's threshold key share (mode 0600: only to its host)".into(),
+        ));
+    }
     let width = files.iter().map(|(p, _)| p.len()).max().unwrap_or(0);
     for (p, what) in &files {
         let _ = writeln!(s, "  {p:width$}  {what}");

@@ -346,7 +346,9 @@ impl ClusterConfig {
             return Err(invalid(
                 "[[filter]]",
                 format!(
-                    "[protocol] filter_rows = {} needs exactly {x} [[filter]] entries with ids                      0 to {}, found {} (rerun `redoubt init --agreement N --execution M                      --firewall H`)",
+                    "[protocol] filter_rows = {} needs exactly {x} [[filter]] entries with ids \
+                     0 to {}, found {} (rerun `redoubt init --agreement N --execution M \
+                     --firewall H`)",
                     self.protocol.filter_rows,
                     x.max(1) - 1,
                     self.filters.len()

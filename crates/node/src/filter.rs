@@ -63,7 +63,7 @@ impl FilterNode {
                 Effect::Event(Event::Rejected { from, kind, reason }) => {
                     self.metrics
                         .rejected
-                        .with_label_values(&[&format!("{reason:?}"), kind])
+                        .with_label_values(&[reason.as_str(), kind])
                         .inc();
                     debug!(filter = self.id, ?from, kind, %reason, "rejected");
                     self.rejected_since_warn += 1;

@@ -112,7 +112,8 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
     let rows = opts.firewall.map_or(0, |h| h + 1);
     if rows > 0 && (e == 0 || opts.static_keys) {
         return Err(ConfigError::InitInvalid(
-            "a privacy firewall stands between replicas and execution nodes: it needs              --execution 2g+1 and session keys (no --static-keys)"
+            "a privacy firewall stands between replicas and execution nodes: it needs \
+             --execution 2g+1 and session keys (no --static-keys)"
                 .into(),
         ));
     }
@@ -138,7 +139,7 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
     let last_port = u32::from(opts.base_port) + u32::from(METRICS_PORT_OFFSET) + n - 1;
     if last_port > u32::from(u16::MAX) {
         return Err(ConfigError::InitInvalid(format!(
-            "base port {} is too high: the metrics port of node {} (replicas, then execution nodes) would be {last_port}; choose a base port of at most {}",
+            "base port {} is too high: the metrics port of node {} (replicas, then execution nodes, then filters) would be {last_port}; choose a base port of at most {}",
             opts.base_port,
             n - 1,
             u32::from(u16::MAX) + 1 - u32::from(METRICS_PORT_OFFSET) - n

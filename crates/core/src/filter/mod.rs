@@ -22,7 +22,9 @@
 //! rows only (docs/operations.md, "Firewall deployment"), which the simulator models.
 //!
 //! Bounds (P = `log_size`, maxN the highest certified sequence number seen): pieces for
-//! `(maxN - P, maxN + P]` only, one per agreement node per sequence number; per sequence
+//! `(maxN - P, maxN + P]` only, one per agreement node per sequence number, and one piece
+//! per agreement node beyond (f+1 matching ones there move the window: a restarted filter
+//! joins in again); per sequence
 //! number in `(maxN - P, maxN + P]` one table entry and, in the top row, one share per
 //! execution node.
 
@@ -119,6 +121,8 @@ pub struct Filter {
     max_n: Seq,
     /// Pieces per sequence number: each agreement node's digest and the message body.
     pieces: BTreeMap<Seq, BTreeMap<ReplicaId, Piece>>,
+    /// Each agreement node's latest piece beyond the window (at most one per node).
+    far: BTreeMap<ReplicaId, (Seq, Piece)>,
     table: BTreeMap<Seq, Slot>,
     /// Top row: reply shares per sequence number, grouped by statement, and each execution
     /// node's statement there; stable shares per sequence number.
@@ -158,6 +162,7 @@ impl Filter {
             stats: FilterStats::default(),
             max_n: 0,
             pieces: BTreeMap::new(),
+            far: BTreeMap::new(),
             table: BTreeMap::new(),
             reply_shares: BTreeMap::new(),
             share_of: BTreeMap::new(),
@@ -312,8 +317,8 @@ impl Filter {
         if o.replica >= self.cfg.n() {
             return Err(Reject::Inconsistent);
         }
-        if !self.in_window(o.seq) {
-            return Ok(()); // old news (or far ahead): not the sender's fault
+        if o.seq <= self.low() {
+            return Ok(()); // old news: not the sender's fault
         }
         let body_digest = o.batch.as_ref().map_or(NULL_DIGEST, Batch::digest);
         if body_digest != o.digest || !self.keys.check_order(&so) {
@@ -321,8 +326,32 @@ impl Filter {
             return Err(Reject::BadSignature);
         }
         let seq = o.seq;
-        let slot = self.pieces.entry(seq).or_default();
-        slot.insert(o.replica, (o.digest, Arc::new(body.to_vec())));
+        let piece: Piece = (o.digest, Arc::new(body.to_vec()));
+        if !self.in_window(seq) {
+            // Far ahead of our window (we restarted, or were cut off): each agreement node's
+            // latest such piece is kept; f+1 matching ones move the window there.
+            self.far.insert(o.replica, (seq, piece));
+            let matching: Vec<ReplicaId> = self
+                .far
+                .iter()
+                .filter(|(_, (s, (d, _)))| *s == seq && *d == o.digest)
+                .map(|(r, _)| *r)
+                .collect();
+            if matching.len() < self.cfg.weak_quorum() {
+                return Ok(());
+            }
+            self.advance(seq);
+            let slot = self.pieces.entry(seq).or_default();
+            for r in matching {
+                if let Some((_, p)) = self.far.remove(&r) {
+                    slot.insert(r, p);
+                }
+            }
+            self.far.retain(|_, (s, _)| *s > seq);
+        } else {
+            self.pieces.entry(seq).or_default().insert(o.replica, piece);
+        }
+        let slot = &self.pieces[&seq];
         let mut count: BTreeMap<Digest, usize> = BTreeMap::new();
         for (d, _) in slot.values() {
             *count.entry(*d).or_default() += 1;

@@ -257,3 +257,28 @@ fn execution_checkpoint_certificates_go_down_once_and_again_on_request() {
     ));
     assert!(step(&mut top, 2, &stable(2)).is_empty(), "once each");
 }
+
+#[test]
+fn a_restarted_filter_joins_in_at_the_agreement_nodes_sequence_numbers() {
+    let s = setup();
+    // A fresh filter (maxN = 0, window 16) while the cluster orders at 100.
+    let mut x0 = Filter::new(s.cfg.clone(), 0, s.keys.clone()).unwrap();
+    let b = batch(100);
+    assert!(step(&mut x0, 0, &piece(&s, 0, 100, &b, Principal::Replica(0))).is_empty());
+    // A faulty replica alone cannot move the window: its piece elsewhere changes nothing.
+    assert!(step(
+        &mut x0,
+        0,
+        &piece(&s, 3, 5000, &batch(9), Principal::Replica(3))
+    )
+    .is_empty());
+    assert_eq!(x0.max_certified(), 0);
+    let out = step(&mut x0, 1, &piece(&s, 1, 100, &b, Principal::Replica(1)));
+    assert_eq!(
+        out.len(),
+        4,
+        "f+1 matching pieces beyond the window: up it goes"
+    );
+    assert_eq!(x0.max_certified(), 100);
+    x0.check_invariants().unwrap();
+}
