@@ -911,7 +911,16 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         let next = self.exec.last_executed() + 1;
         let behind = self.orders.any_above(next)
             || self.votes.keys().next_back().is_some_and(|s| *s >= next);
-        if behind && self.orders.certified(next).is_none() && now >= self.next_missing_ms {
+        // Behind a firewall nothing tells a node that caught up to its peers' last checkpoint
+        // (a restart, a state transfer) that they executed further: the agreement nodes resend
+        // only what g+1 execution nodes have not executed. It asks now and then anyway.
+        let probe = self.firewall.is_some()
+            && now
+                >= self
+                    .next_missing_ms
+                    .saturating_add(4 * self.cfg.status_interval_ms);
+        if (behind || probe) && self.orders.certified(next).is_none() && now >= self.next_missing_ms
+        {
             self.next_missing_ms = now + self.cfg.status_interval_ms;
             self.stats.missing_sent += 1;
             let m = Message::Missing(Missing {
