@@ -12,9 +12,7 @@ use redoubt_crypto::pk::HolderSecrets;
 use redoubt_crypto::threshold::{self, GroupKey, KeyShare};
 use redoubt_keyholder::{hex, unhex32};
 use serde::{Deserialize, Serialize};
-use std::fs::OpenOptions;
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -98,7 +96,7 @@ pub fn write_firewall_keys(
          # and client): each replica's order key, and the execution nodes' threshold key.\n{}",
         toml::to_string(&file).map_err(|e| invalid(cfg, &public_path, e.to_string()))?
     );
-    write_file(&public_path, &text, 0o644)
+    crate::keys::write_new_file(&public_path, &text, 0o644)
 }
 
 fn write_secret(
@@ -113,34 +111,7 @@ fn write_secret(
         secret: hex(secret),
     };
     let text = toml::to_string(&file).map_err(|e| invalid(cfg, path, e.to_string()))?;
-    write_file(path, &text, 0o600)
-}
-
-fn write_file(path: &Path, text: &str, mode: u32) -> Result<(), ConfigError> {
-    let io = |action: &'static str| {
-        move |source: std::io::Error| ConfigError::Io {
-            action,
-            path: path.to_path_buf(),
-            source,
-        }
-    };
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(path)
-        .map_err(|source| {
-            if source.kind() == std::io::ErrorKind::AlreadyExists {
-                ConfigError::KeyExists {
-                    path: path.to_path_buf(),
-                }
-            } else {
-                io("create firewall key file")(source)
-            }
-        })?;
-    file.write_all(text.as_bytes())
-        .map_err(io("write firewall key file"))?;
-    file.sync_all().map_err(io("sync firewall key file"))
+    crate::keys::write_new_file(path, &text, 0o600)
 }
 
 /// The firewall's public keys; `None` without a firewall.

@@ -67,6 +67,12 @@ pub fn write_key_file(
         let _ = writeln!(text, "send = \"{}\"", hex(&send.0));
         let _ = writeln!(text, "recv = \"{}\"", hex(&recv.0));
     }
+    write_new_file(path, &text, 0o600)
+}
+
+/// Writes `text` to a new file at `path` with `mode` and syncs it; an existing file is an
+/// error (keys are never overwritten).
+pub(crate) fn write_new_file(path: &Path, text: &str, mode: u32) -> Result<(), ConfigError> {
     let io = |action: &'static str| {
         move |source: std::io::Error| ConfigError::Io {
             action,
@@ -77,7 +83,7 @@ pub fn write_key_file(
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o600)
+        .mode(mode)
         .open(path)
         .map_err(|source| {
             if source.kind() == std::io::ErrorKind::AlreadyExists {

@@ -488,11 +488,7 @@ impl<A: KeyTable> Client<A> {
         let reply = match open(&self.auth, &frame) {
             Ok(Message::Reply(r)) => r,
             Ok(Message::NewKey(nk)) if nk.from == frame.from => {
-                // A replica (or execution node) holds no key of ours (it recovered, or our
-                // key expired there): refresh at the next opportunity. Unverified on
-                // purpose: a forged one costs at most one NEW-KEY per KEY_FORCE_MIN_MS.
-                self.keys_asked += 1;
-                self.refresh_keys_soon_for(frame.from);
+                self.asked_for_keys(frame.from);
                 return None;
             }
             _ => {
@@ -592,14 +588,21 @@ impl<A: KeyTable> Client<A> {
         Some(self.complete(env, o, result, view))
     }
 
+    /// `p` (a replica, or an execution node) holds no key of ours (it recovered, or our key
+    /// expired there) and sent its NEW-KEY: refresh at the next opportunity. Unverified on
+    /// purpose: a forged one costs at most one NEW-KEY per KEY_FORCE_MIN_MS.
+    fn asked_for_keys(&mut self, p: Principal) {
+        self.keys_asked += 1;
+        self.refresh_keys_soon_for(p);
+    }
+
     /// Behind a firewall: a certified reply passed on by a replica (whichever: the
     /// execution cluster's threshold signature is what vouches for it).
     fn receive_certified(&mut self, env: Env, frame: &FrameRef<'_>) -> Option<Completion> {
         let cert = match (frame.from, decode_body(frame.body)) {
             (Principal::Replica(r), Ok(Message::CertifiedReply(c))) if r < self.cfg.n() => c,
             (Principal::Replica(_), Ok(Message::NewKey(nk))) if nk.from == frame.from => {
-                self.keys_asked += 1;
-                self.refresh_keys_soon_for(frame.from);
+                self.asked_for_keys(frame.from);
                 return None;
             }
             _ => {

@@ -150,18 +150,7 @@ impl Adversary {
                 return honest;
             };
             if rng.random_bool(0.5) {
-                let mut lie = so.order.clone();
-                let mut b = lie.batch.clone().unwrap_or(redoubt_core::message::Batch {
-                    nondet: redoubt_core::message::NonDet {
-                        time_ms: 0,
-                        seed: 0,
-                    },
-                    requests: Vec::new(),
-                });
-                b.nondet.seed = b.nondet.seed.wrapping_add(0x9e37_79b9);
-                b.requests.reverse();
-                lie.digest = b.digest();
-                lie.batch = Some(b);
+                let lie = order_lie(&so.order);
                 let signature = key.sign(&redoubt_core::message::SignedOrder::statement(&lie).0);
                 let m = Message::SignedOrder(redoubt_core::message::SignedOrder {
                     order: lie,
@@ -178,21 +167,9 @@ impl Adversary {
                 return vec![];
             }
             if rng.random_bool(0.5) {
-                let mut lie = o.clone();
-                let mut b = lie.batch.clone().unwrap_or(redoubt_core::message::Batch {
-                    nondet: redoubt_core::message::NonDet {
-                        time_ms: 0,
-                        seed: 0,
-                    },
-                    requests: Vec::new(),
-                });
-                b.nondet.seed = b.nondet.seed.wrapping_add(0x9e37_79b9);
-                b.requests.reverse();
-                lie.digest = b.digest();
-                lie.batch = Some(b);
                 let bytes = redoubt_core::seal::seal_to_executors(
                     &self.keys[&from],
-                    &Message::Order(lie),
+                    &Message::Order(order_lie(o)),
                     self.cfg.executors,
                 );
                 return vec![(to, bytes, 0)];
@@ -897,4 +874,22 @@ pub fn random_digest(rng: &mut ChaCha8Rng) -> Digest {
         *b = rng.random();
     }
     Digest(d)
+}
+
+/// A faulty replica's piece of an agreement certificate naming another batch than `o`'s (well
+/// formed, its digest right).
+fn order_lie(o: &redoubt_core::message::Order) -> redoubt_core::message::Order {
+    let mut lie = o.clone();
+    let mut b = lie.batch.clone().unwrap_or(redoubt_core::message::Batch {
+        nondet: redoubt_core::message::NonDet {
+            time_ms: 0,
+            seed: 0,
+        },
+        requests: Vec::new(),
+    });
+    b.nondet.seed = b.nondet.seed.wrapping_add(0x9e37_79b9);
+    b.requests.reverse();
+    lie.digest = b.digest();
+    lie.batch = Some(b);
+    lie
 }

@@ -575,8 +575,8 @@ impl Filter {
         ))
     }
 
+    /// To the row above (every execution node from the top row).
     fn send_up(&mut self, body: &[u8]) {
-        let bytes = self.frame(body);
         let to: Vec<Principal> = if self.top() {
             (0..self.cfg.executors).map(Principal::Executor).collect()
         } else {
@@ -585,16 +585,11 @@ impl Filter {
                 .map(Principal::Filter)
                 .collect()
         };
-        for to in to {
-            self.effects.push(Effect::Send {
-                to,
-                bytes: bytes.clone(),
-            });
-        }
+        self.send_all(to, body);
     }
 
+    /// To the row below (every replica from row 0).
     fn send_down(&mut self, body: &[u8]) {
-        let bytes = self.frame(body);
         let to: Vec<Principal> = if self.row == 0 {
             (0..self.cfg.n()).map(Principal::Replica).collect()
         } else {
@@ -603,6 +598,11 @@ impl Filter {
                 .map(Principal::Filter)
                 .collect()
         };
+        self.send_all(to, body);
+    }
+
+    fn send_all(&mut self, to: Vec<Principal>, body: &[u8]) {
+        let bytes = self.frame(body);
         for to in to {
             self.effects.push(Effect::Send {
                 to,
