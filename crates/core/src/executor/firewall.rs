@@ -128,7 +128,8 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         let Some(fw) = &mut self.firewall else {
             return;
         };
-        fw.sent = fw.sent.split_off(&(seq + 1));
+        // The stable checkpoint's own batch stays: its reply certificate may still be asked for.
+        fw.sent = fw.sent.split_off(&seq);
         if seq == 0 {
             return;
         }
@@ -246,7 +247,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
 
     pub(super) fn firewall_bounds(&self) -> Result<(), String> {
         match &self.firewall {
-            Some(fw) if fw.sent.len() as u64 > self.cfg.log_size => {
+            Some(fw) if fw.sent.len() as u64 > self.cfg.log_size + 1 => {
                 Err(format!("{} share messages kept", fw.sent.len()))
             }
             _ => Ok(()),

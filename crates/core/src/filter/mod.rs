@@ -372,7 +372,20 @@ impl Filter {
         let interval = self.cfg.status_interval_ms;
         let entry = self.table.entry(seq).or_default();
         entry.seen = true;
-        if let Some(reply) = entry.reply.clone() {
+        let reply = entry.reply.clone();
+        // A request for what a checkpoint certificate here covers (g+1 execution nodes ran it):
+        // the certificate goes down again, whether or not the batch's reply certificate formed
+        // (the agreement nodes' checkpoint may wait for it, and the execution nodes do not
+        // sign again what lies below their stable checkpoint).
+        if reply.is_none() && seq <= self.stable_down {
+            if let Some(stable) = self.stable_body.clone() {
+                if now >= self.stable_again_ms + interval {
+                    self.stable_again_ms = now;
+                    self.send_down(&stable);
+                }
+            }
+        }
+        if let Some(reply) = reply {
             self.send_down(&reply);
             self.stats.replies_forwarded += 1;
             // The agreement nodes ask again for what ran: their checkpoint may wait for the
