@@ -11,6 +11,7 @@
 
 pub mod body;
 pub mod pk;
+mod remember;
 pub mod threshold;
 
 use serde::{Deserialize, Serialize};

@@ -110,13 +110,16 @@ impl HolderSecrets {
     }
 }
 
-/// Verifies an Ed25519 signature (strict verification: no malleable encodings).
+/// Verifies an Ed25519 signature (strict verification: no malleable encodings), once per
+/// process for the same bytes ([`crate::remember`]).
 pub fn verify(key: &VerifyKey, msg: &[u8], sig: &Signature) -> bool {
-    let Ok(vk) = ed25519_dalek::VerifyingKey::from_bytes(&key.0) else {
-        return false;
-    };
-    let sig = ed25519_dalek::Signature::from_bytes(&sig.0);
-    vk.verify_strict(msg, &sig).is_ok()
+    crate::remember::check_once("ed25519", &key.0, msg, &sig.0, || {
+        let Ok(vk) = ed25519_dalek::VerifyingKey::from_bytes(&key.0) else {
+            return false;
+        };
+        let sig = ed25519_dalek::Signature::from_bytes(&sig.0);
+        vk.verify_strict(msg, &sig).is_ok()
+    })
 }
 
 /// Seals a 32-byte session key to `to` (HPKE base mode). `info` binds the context (sender,

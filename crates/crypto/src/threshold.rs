@@ -4,9 +4,17 @@
 //! BLS signatures are unique: whichever g+1 shares are combined, the certificate has exactly
 //! one encoding, so the choice of signers cannot carry covert bits.
 //!
-//! Wraps the maintained `blsttc` crate (on `blst`). Key generation is a trusted dealer
-//! (`redoubt init`, or the simulator's seed): [`deal`].
+//! Wraps the maintained `blsttc` crate (on `blst`) for dealing, signing and combining. Key
+//! generation is a trusted dealer (`redoubt init`, or the simulator's seed): [`deal`].
+//! Verification calls `blst` itself: one multi-pairing with a single final exponentiation on the
+//! calling thread (blsttc computes two full pairings and compares them, about twice the work),
+//! with the same hash-to-curve suite, so the two accept exactly the same signatures.
+//!
+//! Verification results are remembered ([`crate::remember`]): a process that checks one
+//! certificate several times pays one pairing for it.
 
+use blst::min_pk::{PublicKey as BlstPublicKey, Signature as BlstSignature};
+use blst::{blst_p1_affine, blst_p2_affine, Pairing, BLST_ERROR};
 use blsttc::{PublicKeySet, SecretKeySet, SecretKeyShare, SignatureShare};
 use rand_chacha_bls::rand_core::SeedableRng;
 use serde::{Deserialize, Serialize};
@@ -17,10 +25,21 @@ pub const SIG_LEN: usize = 96;
 
 /// The public half of a threshold key: the group key, from which every share's public key
 /// derives. Canonical encoding: `blsttc`'s commitment bytes.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct GroupKey {
     set: PublicKeySet,
+    /// The group's public key, compressed (the verification cache's key) and decoded.
+    key_bytes: [u8; 48],
+    key: BlstPublicKey,
 }
+
+impl PartialEq for GroupKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.set == other.set
+    }
+}
+
+impl Eq for GroupKey {}
 
 /// One node's secret share (node `index`, from 0).
 #[derive(Clone)]
@@ -63,15 +82,49 @@ pub fn deal(threshold: usize, nodes: usize, seed: [u8; 32]) -> (GroupKey, Vec<Ke
             share: sks.secret_key_share(index),
         })
         .collect();
-    (
-        GroupKey {
-            set: sks.public_keys(),
-        },
-        shares,
-    )
+    (GroupKey::from_set(sks.public_keys()), shares)
+}
+
+/// Hash-to-curve suite of the signatures (blsttc's, the IETF suite for G2 signatures).
+const DST: &[u8] = blsttc::DST;
+
+/// Whether `sig` is a signature of `key` on `msg` (checked once per process).
+fn verify_remembered(key_bytes: &[u8; 48], key: &BlstPublicKey, msg: &[u8], sig: &[u8]) -> bool {
+    crate::remember::check_once("bls12-381 g2", key_bytes, msg, sig, || {
+        pairing_check(key, msg, sig)
+    })
+}
+
+/// e(key, H(msg)) = e(g1, sig), as one multi-pairing; the signature is checked to be in G2.
+fn pairing_check(key: &BlstPublicKey, msg: &[u8], sig: &[u8]) -> bool {
+    let Ok(sig) = BlstSignature::from_bytes(sig) else {
+        return false;
+    };
+    let key: &blst_p1_affine = key.into();
+    let sig: &blst_p2_affine = (&sig).into();
+    let mut pairing = Pairing::new(true, DST);
+    if pairing.aggregate(key, true, sig, true, msg, &[]) != BLST_ERROR::BLST_SUCCESS {
+        return false;
+    }
+    pairing.commit();
+    pairing.finalverify(None)
+}
+
+/// A G1 public key of blsttc (compressed bytes) as blst's, and those bytes.
+fn to_blst(bytes: [u8; 48]) -> ([u8; 48], BlstPublicKey) {
+    let key = BlstPublicKey::from_bytes(&bytes).expect("blsttc encodes valid G1 points");
+    (bytes, key)
 }
 
 impl GroupKey {
+    fn from_set(set: PublicKeySet) -> GroupKey {
+        let (key_bytes, key) = to_blst(set.public_key().to_bytes());
+        GroupKey {
+            set,
+            key_bytes,
+            key,
+        }
+    }
     pub fn to_bytes(&self) -> Vec<u8> {
         self.set.to_bytes()
     }
@@ -84,7 +137,7 @@ impl GroupKey {
             ));
         }
         PublicKeySet::from_bytes(bytes.to_vec())
-            .map(|set| GroupKey { set })
+            .map(GroupKey::from_set)
             .map_err(|e| format!("not a threshold group key: {e}"))
     }
     /// How many shares beyond one a signature needs (g: g+1 sign).
@@ -93,10 +146,8 @@ impl GroupKey {
     }
     /// Whether `share` is node `index`'s share on `msg`.
     pub fn verify_share(&self, index: usize, msg: &[u8], share: &ThresholdSig) -> bool {
-        let Ok(s) = SignatureShare::from_bytes(share.0) else {
-            return false;
-        };
-        self.set.public_key_share(index).verify(&s, msg)
+        let (key_bytes, key) = to_blst(self.set.public_key_share(index).to_bytes());
+        verify_remembered(&key_bytes, &key, msg, &share.0)
     }
     /// Combines `threshold + 1` shares (node index, share) into the group's signature,
     /// without checking them: verify the result with [`GroupKey::verify`], and the shares
@@ -117,10 +168,7 @@ impl GroupKey {
     }
     /// Whether `sig` is the group's signature on `msg`.
     pub fn verify(&self, msg: &[u8], sig: &ThresholdSig) -> bool {
-        match blsttc::Signature::from_bytes(sig.0) {
-            Ok(s) => self.set.public_key().verify(&s, msg),
-            Err(_) => false,
-        }
+        verify_remembered(&self.key_bytes, &self.key, msg, &sig.0)
     }
 }
 
@@ -184,6 +232,40 @@ mod tests {
         let garbage = ThresholdSig([0xab; SIG_LEN]);
         assert!(!group.verify_share(0, msg, &garbage));
         assert!(group.combine(&[good, (1, garbage)]).is_none());
+    }
+
+    #[test]
+    fn blst_verification_agrees_with_blsttc_and_the_table_does_not_change_answers() {
+        let (group, shares) = deal(1, 3, [11; 32]);
+        let reference = |msg: &[u8], sig: &ThresholdSig| {
+            blsttc::Signature::from_bytes(sig.0)
+                .is_ok_and(|s| group.set.public_key().verify(&s, msg))
+        };
+        let sig = group
+            .combine(&[(0, shares[0].sign(b"a")), (2, shares[2].sign(b"a"))])
+            .unwrap();
+        let mut flipped = sig;
+        flipped.0[40] ^= 1;
+        let cases = [
+            (&b"a"[..], sig),
+            (&b"b"[..], sig),
+            (&b"a"[..], flipped),
+            (&b"a"[..], shares[1].sign(b"a")),
+            (&b"a"[..], ThresholdSig([0; SIG_LEN])),
+        ];
+        // Twice: the second round answers from the table.
+        for _ in 0..2 {
+            for (msg, s) in &cases {
+                assert_eq!(group.verify(msg, s), reference(msg, s), "{msg:?} {s:?}");
+            }
+        }
+        assert!(group.verify(b"a", &sig));
+        assert!(!group.verify(b"a", &flipped));
+        // The same share checked against another node's key is refused, remembered or not.
+        for _ in 0..2 {
+            assert!(group.verify_share(1, b"a", &cases[3].1));
+            assert!(!group.verify_share(0, b"a", &cases[3].1));
+        }
     }
 
     #[test]

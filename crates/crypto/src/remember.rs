@@ -1,0 +1,48 @@
+//! A small process-wide table of signature checks already made. A check's answer is a pure
+//! function of (key, message, signature), so a process that meets the same signed bytes several
+//! times (many clients behind one gateway, the simulator's nodes in one process) pays for one
+//! check. Keyed by a digest of the three; bounded, the oldest entry goes first.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+/// Entries of the table.
+const REMEMBERED: usize = 8192;
+
+type Table = (HashMap<[u8; 32], bool>, VecDeque<[u8; 32]>);
+
+static CHECKED: Mutex<Option<Table>> = Mutex::new(None);
+
+/// The answer of `check` for (key, msg, sig) under `scheme`, from the table when it was made
+/// before.
+pub(crate) fn check_once(
+    scheme: &str,
+    key: &[u8],
+    msg: &[u8],
+    sig: &[u8],
+    check: impl FnOnce() -> bool,
+) -> bool {
+    let mut h = blake3::Hasher::new_derive_key("redoubt remembered signature check v1");
+    for part in [scheme.as_bytes(), key, msg, sig] {
+        h.update(&(part.len() as u64).to_le_bytes());
+        h.update(part);
+    }
+    let id: [u8; 32] = h.finalize().into();
+    if let Some((map, _)) = CHECKED.lock().expect("check table").as_ref() {
+        if let Some(ok) = map.get(&id) {
+            return *ok;
+        }
+    }
+    let ok = check();
+    let mut table = CHECKED.lock().expect("check table");
+    let (map, order) = table.get_or_insert_with(Default::default);
+    if map.insert(id, ok).is_none() {
+        order.push_back(id);
+        if order.len() > REMEMBERED {
+            if let Some(old) = order.pop_front() {
+                map.remove(&old);
+            }
+        }
+    }
+    ok
+}
