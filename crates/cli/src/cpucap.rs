@@ -106,6 +106,17 @@ impl CpuCaps {
         write(&group.join("cgroup.procs"), &pid.to_string())
     }
 
+    /// Moves process `pid` into the capped group `name` made by [`CpuCaps::cap`] before, so
+    /// that the processes in it share one cap (as if on one machine).
+    pub fn join(&mut self, name: &str, pid: u32) -> anyhow::Result<()> {
+        let group = self.parent.join(name);
+        anyhow::ensure!(
+            self.groups.contains(&group),
+            "no control group {name} to join"
+        );
+        write(&group.join("cgroup.procs"), &pid.to_string())
+    }
+
     /// Periods in which a capped process had used up its quota and waited, over all groups
     /// (from each group's `cpu.stat`).
     pub fn throttled_periods(&self) -> u64 {

@@ -203,6 +203,11 @@ const PROTOCOL_OPTIONS: Section = Section {
              (batches); requests arriving meanwhile queue and go out together. Default: {default}.",
         ),
         (
+            "exec_inflight_batches_max",
+            "Separated deployments: maximum number of batches the primary keeps ordered and not yet\n\
+             acknowledged by g+1 execution nodes (batches). Default: {default}.",
+        ),
+        (
             "view_change_timeout_ms",
             "Base view-change timeout (ms); doubled on each view change that makes no progress.\n\
              Default: {default}.",

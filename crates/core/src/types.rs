@@ -163,6 +163,11 @@ pub struct Config {
     /// Maximum number of batches the primary keeps in flight (proposed, not yet executed).
     /// Requests arriving while this many are in flight queue and go out together.
     pub inflight_batches_max: u64,
+    /// In a separated deployment: the most batches the primary keeps ordered and not yet
+    /// acknowledged by g+1 execution nodes (the execution pipeline). Requests arriving while
+    /// this many wait queue and go out together, so batches grow with the load instead of the
+    /// execution cluster's per-batch work (a threshold signature behind the firewall).
+    pub exec_inflight_batches_max: u64,
     /// Base view-change timeout (ms); doubled on each view change that fails to make progress.
     pub view_change_timeout_ms: u64,
     /// Cap on the doubled view-change timeout (ms).
@@ -279,6 +284,7 @@ impl Config {
             batch_requests_max: 64,
             batch_bytes_max: 1 << 20,
             inflight_batches_max: 1,
+            exec_inflight_batches_max: 2,
             view_change_timeout_ms: 1000,
             view_change_timeout_max_ms: 16_000,
             status_interval_ms: 100,
@@ -435,15 +441,26 @@ impl Config {
                 self.log_size, self.checkpoint_interval
             ));
         }
-        if self.batch_requests_max == 0 || self.inflight_batches_max == 0 {
-            return Err("batch_requests_max and inflight_batches_max must be positive".into());
+        if self.batch_requests_max == 0
+            || self.inflight_batches_max == 0
+            || self.exec_inflight_batches_max == 0
+        {
+            return Err(
+                "batch_requests_max, inflight_batches_max and exec_inflight_batches_max must be positive"
+                    .into(),
+            );
         }
         if self.batch_requests_max > 1 << 16 {
             // A PREPARE names the requests its sender doubts by 16-bit position.
             return Err("batch_requests_max must be at most 65536".into());
         }
-        if self.inflight_batches_max > self.log_size {
-            return Err("inflight_batches_max must not exceed log_size".into());
+        if self.inflight_batches_max > self.log_size
+            || self.exec_inflight_batches_max > self.log_size
+        {
+            return Err(
+                "inflight_batches_max and exec_inflight_batches_max must not exceed log_size"
+                    .into(),
+            );
         }
         if self.view_change_timeout_ms == 0
             || self.view_change_timeout_max_ms < self.view_change_timeout_ms

@@ -7,6 +7,9 @@
 //! latency with one client (p50, p99), then throughput and median latency as the number of
 //! closed-loop clients grows.
 
+use super::measure::{
+    latency, plot, source_commit, throughput, KillOnDrop, Load, Progress, Sample, Series,
+};
 use crate::cmd_status::{agreement, fetch_all};
 use crate::cpucap::{CpuCaps, PERIOD_US};
 use crate::procs::{log_tail, ReplicaProcs};
@@ -18,7 +21,6 @@ use redoubt_node::init::free_base_port;
 use redoubt_node::init::{init_cluster, InitOptions};
 use redoubt_services::kv::{KvOp, KvResult};
 use std::fmt::Write as _;
-use std::io::{IsTerminal as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -139,88 +141,19 @@ impl Op {
 struct Point {
     system: System,
     op: Op,
-    clients: u32,
-    ops_per_s: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    /// CPU time per operation (µs) of the server processes (all replicas together) and of
-    /// the benchmark's clients; 0 for latency points.
-    server_cpu_us: f64,
-    /// The busiest server process's CPU per operation (µs): for redoubt, usually the primary.
-    busiest_cpu_us: f64,
-    client_cpu_us: f64,
+    s: Sample,
 }
 
 /// The point of highest throughput of `system` for `op` over the client counts.
 fn peak<'a>(points: &'a [Point], system: System, op: &Op) -> Option<&'a Point> {
     points
         .iter()
-        .filter(|p| p.system == system && p.op.label() == op.label() && p.clients > 0)
-        .max_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s))
-}
-
-/// CPU time (user + system) a process used so far, in seconds, from `/proc/PID/stat`
-/// (`None` where there is no such file).
-fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
-    let path = match pid {
-        Some(p) => format!("/proc/{p}/stat"),
-        None => "/proc/self/stat".to_string(),
-    };
-    let stat = std::fs::read_to_string(path).ok()?;
-    // Fields after the command name (which may contain spaces) start at field 3.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    Some(ticks as f64 / if hz > 0 { hz as f64 } else { 100.0 })
-}
-
-struct Progress {
-    tty: bool,
-    total: usize,
-    done: usize,
-    started: Instant,
-}
-
-impl Progress {
-    fn step(&mut self, what: &str) {
-        self.done += 1;
-        let width = 30;
-        let filled = width * self.done / self.total.max(1);
-        let line = format!(
-            "[{}{}] {}/{} {:.0}s  {what}",
-            "#".repeat(filled),
-            ".".repeat(width - filled),
-            self.done,
-            self.total,
-            self.started.elapsed().as_secs_f64()
-        );
-        if self.tty {
-            eprint!("\r\x1b[2K{line}");
-        } else {
-            eprintln!("{line}");
-        }
-        let _ = std::io::stderr().flush();
-    }
-
-    fn finish(&self) {
-        if self.tty {
-            eprintln!();
-        }
-    }
+        .filter(|p| p.system == system && p.op.label() == op.label() && p.s.clients > 0)
+        .max_by(|a, b| a.s.ops_per_s.total_cmp(&b.s.ops_per_s))
 }
 
 pub fn run(args: MicroArgs) -> anyhow::Result<ExitCode> {
     crate::runtime(2)?.block_on(micro(args))
-}
-
-pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
 }
 
 async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
@@ -305,12 +238,8 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         "  latency: {latency_ops} operations from one client after a warm-up; throughput: closed-loop clients {clients:?}, {seconds} s each"
     );
 
-    let mut progress = Progress {
-        tty: std::io::stderr().is_terminal(),
-        total: if args.redoubt_only { 1 } else { 2 } * OPS.len() * (1 + clients.len()),
-        done: 0,
-        started: Instant::now(),
-    };
+    let mut progress =
+        Progress::new(if args.redoubt_only { 1 } else { 2 } * OPS.len() * (1 + clients.len()));
     let mut points = Vec::new();
     let systems: &[System] = if args.redoubt_only {
         &[System::Redoubt]
@@ -349,13 +278,13 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
             println!(
                 "{} {} clients: {:.0} ops/s, p50 {:.3} ms, p99 {:.3} ms; CPU per op: replicas {:.1} µs, busiest {:.1} µs, clients {:.1} µs",
                 p.op.label(),
-                p.clients,
-                p.ops_per_s,
-                p.p50_ms,
-                p.p99_ms,
-                p.server_cpu_us,
-                p.busiest_cpu_us,
-                p.client_cpu_us
+                p.s.clients,
+                p.s.ops_per_s,
+                p.s.p50_ms,
+                p.s.p99_ms,
+                p.s.server_cpu_us,
+                p.s.busiest_cpu_us,
+                p.s.client_cpu_us
             );
         }
         return Ok(ExitCode::SUCCESS);
@@ -391,18 +320,18 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         let find = |s: System| {
             points
                 .iter()
-                .find(|p| p.system == s && p.op.label() == op.label() && p.clients == 0)
+                .find(|p| p.system == s && p.op.label() == op.label() && p.s.clients == 0)
         };
         if let (Some(b), Some(r)) = (find(System::Baseline), find(System::Redoubt)) {
             let _ = writeln!(
                 report,
                 "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2}x |",
                 op.label(),
-                b.p50_ms,
-                b.p99_ms,
-                r.p50_ms,
-                r.p99_ms,
-                r.p50_ms / b.p50_ms
+                b.s.p50_ms,
+                b.s.p99_ms,
+                r.s.p50_ms,
+                r.s.p99_ms,
+                r.s.p50_ms / b.s.p50_ms
             );
         }
     }
@@ -419,11 +348,11 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
                 report,
                 "| {} | {:.0} | {} | {:.0} | {} | {:.0}% |",
                 op.label(),
-                b.ops_per_s,
-                b.clients,
-                r.ops_per_s,
-                r.clients,
-                100.0 * r.ops_per_s / b.ops_per_s
+                b.s.ops_per_s,
+                b.s.clients,
+                r.s.ops_per_s,
+                r.s.clients,
+                100.0 * r.s.ops_per_s / b.s.ops_per_s
             );
         }
     }
@@ -436,17 +365,17 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
             let find = |s: System| {
                 points
                     .iter()
-                    .find(|p| p.system == s && p.op.label() == op.label() && p.clients == *c)
+                    .find(|p| p.system == s && p.op.label() == op.label() && p.s.clients == *c)
             };
             if let (Some(b), Some(r)) = (find(System::Baseline), find(System::Redoubt)) {
                 let _ = writeln!(
                     report,
                     "| {} | {c} | {:.0} | {:.2} | {:.0} | {:.2} |",
                     op.label(),
-                    b.ops_per_s,
-                    b.p50_ms,
-                    r.ops_per_s,
-                    r.p50_ms
+                    b.s.ops_per_s,
+                    b.s.p50_ms,
+                    r.s.ops_per_s,
+                    r.s.p50_ms
                 );
             }
         }
@@ -460,10 +389,10 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
             peak(&points, System::Baseline, &op),
             peak(&points, System::Redoubt, &op),
         ) {
-            let base = b.server_cpu_us + b.client_cpu_us;
+            let base = b.s.server_cpu_us + b.s.client_cpu_us;
             // No CPU accounting without /proc: say so rather than print a ratio of zeros.
             let ratio = if base > 0.0 {
-                format!("{:.2}x", (r.server_cpu_us + r.client_cpu_us) / base)
+                format!("{:.2}x", (r.s.server_cpu_us + r.s.client_cpu_us) / base)
             } else {
                 "n/a".to_string()
             };
@@ -471,13 +400,13 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
                 report,
                 "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {ratio} |",
                 op.label(),
-                b.server_cpu_us,
-                b.client_cpu_us,
-                r.server_cpu_us,
-                r.server_cpu_us / 4.0,
-                r.busiest_cpu_us,
-                r.busiest_cpu_us * r.ops_per_s / 1e6,
-                r.client_cpu_us,
+                b.s.server_cpu_us,
+                b.s.client_cpu_us,
+                r.s.server_cpu_us,
+                r.s.server_cpu_us / 4.0,
+                r.s.busiest_cpu_us,
+                r.s.busiest_cpu_us * r.s.ops_per_s / 1e6,
+                r.s.client_cpu_us,
             );
         }
     }
@@ -496,13 +425,13 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
             p.system.name(),
             p.op.name,
             p.op.mode(),
-            p.clients,
-            p.ops_per_s,
-            p.p50_ms,
-            p.p99_ms,
-            p.server_cpu_us,
-            p.client_cpu_us,
-            p.busiest_cpu_us
+            p.s.clients,
+            p.s.ops_per_s,
+            p.s.p50_ms,
+            p.s.p99_ms,
+            p.s.server_cpu_us,
+            p.s.client_cpu_us,
+            p.s.busiest_cpu_us
         );
     }
     std::fs::write(&csv, text)?;
@@ -514,7 +443,27 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
             op.name.replace('/', "-"),
             op.mode()
         ));
-        plot(&path, &op, &points)?;
+        let series: Vec<Series> = [System::Baseline, System::Redoubt]
+            .into_iter()
+            .map(|system| {
+                let mut pts: Vec<&Point> = points
+                    .iter()
+                    .filter(|p| p.system == system && p.op.label() == op.label() && p.s.clients > 0)
+                    .collect();
+                pts.sort_by_key(|p| p.s.clients);
+                Series {
+                    name: match system {
+                        System::Baseline => "baseline (1 server)".into(),
+                        System::Redoubt => "redoubt (n = 4)".into(),
+                    },
+                    points: pts
+                        .iter()
+                        .map(|p| (p.s.ops_per_s, p.s.p50_ms, p.s.clients))
+                        .collect(),
+                }
+            })
+            .collect();
+        plot(&path, &op.label(), &series)?;
         plots.push(path);
     }
     println!(
@@ -653,221 +602,22 @@ async fn run_system(
     }
     let mut points = Vec::new();
     for op in OPS {
-        // Latency with one client.
-        let c = pool[0].clone();
-        let mut lat = Vec::with_capacity(latency_ops as usize);
-        let bytes = op.bytes(1);
-        // Warm-up, not measured: connections, session keys, caches, the first checkpoint.
-        for _ in 0..(latency_ops / 10).max(100) {
-            call(&c, &op, bytes.clone()).await?;
-        }
-        for _ in 0..latency_ops {
-            let t = Instant::now();
-            call(&c, &op, bytes.clone()).await?;
-            lat.push(t.elapsed().as_secs_f64() * 1000.0);
-        }
-        lat.sort_by(f64::total_cmp);
-        points.push(Point {
-            system,
-            op,
-            clients: 0,
-            ops_per_s: lat.len() as f64 / (lat.iter().sum::<f64>() / 1000.0),
-            p50_ms: percentile(&lat, 0.5),
-            p99_ms: percentile(&lat, 0.99),
-            server_cpu_us: 0.0,
-            busiest_cpu_us: 0.0,
-            client_cpu_us: 0.0,
-        });
-        progress.step(&format!("{} {} latency", system.name(), op.label()));
-        // Throughput.
+        let label = op.label();
+        let bytes = |c: u64| op.bytes(c);
+        let load = Load {
+            label: &label,
+            read_only: op.read_only,
+            bytes: &bytes,
+        };
+        let s = latency(&pool[0], &load, latency_ops).await?;
+        points.push(Point { system, op, s });
+        progress.step(&format!("{} {label} latency", system.name()));
         for &n in clients {
-            let stop = Instant::now() + Duration::from_secs_f64(seconds);
-            let mut tasks = tokio::task::JoinSet::new();
-            for (i, c) in pool.iter().take(n as usize).enumerate() {
-                let c = c.clone();
-                let bytes = op.bytes(i as u64 + 1);
-                tasks.spawn(async move {
-                    let mut lat = Vec::new();
-                    while Instant::now() < stop {
-                        let t = Instant::now();
-                        call(&c, &op, bytes.clone()).await?;
-                        lat.push(t.elapsed().as_secs_f64() * 1000.0);
-                    }
-                    anyhow::Ok(lat)
-                });
-            }
-            let started = Instant::now();
-            let each = || -> Vec<f64> {
-                server_pids
-                    .iter()
-                    .map(|p| cpu_seconds(Some(*p)).unwrap_or(0.0))
-                    .collect()
-            };
-            let (server0, client0) = (each(), cpu_seconds(None).unwrap_or(0.0));
-            let mut all = Vec::new();
-            while let Some(r) = tasks.join_next().await {
-                all.extend(r??);
-            }
-            let took = started.elapsed().as_secs_f64();
-            let (server1, client1) = (each(), cpu_seconds(None).unwrap_or(0.0));
-            let used: Vec<f64> = server1.iter().zip(&server0).map(|(b, a)| b - a).collect();
-            let count = all.len().max(1) as f64;
-            let per_op = |d: f64| 1e6 * d / count;
-            all.sort_by(f64::total_cmp);
-            points.push(Point {
-                system,
-                op,
-                clients: n,
-                ops_per_s: all.len() as f64 / took,
-                p50_ms: percentile(&all, 0.5),
-                p99_ms: percentile(&all, 0.99),
-                server_cpu_us: per_op(used.iter().sum()),
-                busiest_cpu_us: per_op(used.iter().copied().fold(0.0, f64::max)),
-                client_cpu_us: per_op(client1 - client0),
-            });
-            progress.step(&format!("{} {} {n} clients", system.name(), op.label()));
+            let s = throughput(&pool, n, &load, seconds, &server_pids, None).await?;
+            points.push(Point { system, op, s });
+            progress.step(&format!("{} {label} {n} clients", system.name()));
         }
     }
     drop(baseline_child);
     Ok(points)
-}
-
-async fn call(c: &Client, op: &Op, bytes: Vec<u8>) -> anyhow::Result<()> {
-    let r = if op.read_only {
-        c.invoke_read_only(bytes).await
-    } else {
-        c.invoke(bytes).await
-    };
-    let r = r.map_err(|e| anyhow::anyhow!("{} failed: {e}", op.label()))?;
-    match KvResult::decode(&r) {
-        Ok(KvResult::Error(e)) => anyhow::bail!("{} failed: {e}", op.label()),
-        Ok(_) => Ok(()),
-        Err(e) => anyhow::bail!("{} returned an undecodable result: {e}", op.label()),
-    }
-}
-
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Throughput (x) against median latency (y), one line per system.
-fn plot(path: &Path, op: &Op, points: &[Point]) -> anyhow::Result<()> {
-    let (w, h, m) = (640.0, 400.0, 60.0);
-    let series: Vec<(System, Vec<&Point>)> = [System::Baseline, System::Redoubt]
-        .into_iter()
-        .map(|s| {
-            let mut v: Vec<&Point> = points
-                .iter()
-                .filter(|p| p.system == s && p.op.label() == op.label() && p.clients > 0)
-                .collect();
-            v.sort_by_key(|p| p.clients);
-            (s, v)
-        })
-        .collect();
-    let max_x = series
-        .iter()
-        .flat_map(|(_, v)| v.iter().map(|p| p.ops_per_s))
-        .fold(1.0, f64::max)
-        * 1.05;
-    let max_y = series
-        .iter()
-        .flat_map(|(_, v)| v.iter().map(|p| p.p50_ms))
-        .filter(|y| y.is_finite())
-        .fold(0.01, f64::max)
-        * 1.1;
-    let x = |v: f64| m + (w - 2.0 * m) * v / max_x;
-    let y = |v: f64| h - m - (h - 2.0 * m) * v / max_y;
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{}\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">{} : throughput vs median latency</text>\n",
-        w / 2.0,
-        op.label()
-    );
-    let _ = writeln!(
-        svg,
-        "<line x1=\"{m}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/><line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{}\" stroke=\"black\"/>",
-        h - m,
-        w - m,
-        h - m,
-        h - m
-    );
-    for i in 0..=5 {
-        let vx = max_x * i as f64 / 5.0;
-        let vy = max_y * i as f64 / 5.0;
-        let _ = writeln!(
-            svg,
-            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{:.0}</text><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{:.2}</text>",
-            x(vx),
-            h - m + 18.0,
-            vx,
-            m - 6.0,
-            y(vy) + 4.0,
-            vy
-        );
-    }
-    let _ = writeln!(
-        svg,
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">operations/s</text><text x=\"16\" y=\"{}\" transform=\"rotate(-90 16 {})\" text-anchor=\"middle\">median latency (ms)</text>",
-        w / 2.0,
-        h - 16.0,
-        h / 2.0,
-        h / 2.0
-    );
-    for (i, (s, v)) in series.iter().enumerate() {
-        let color = if *s == System::Baseline {
-            "#1f77b4"
-        } else {
-            "#d62728"
-        };
-        let pts: Vec<String> = v
-            .iter()
-            .filter(|p| p.p50_ms.is_finite())
-            .map(|p| format!("{:.1},{:.1}", x(p.ops_per_s), y(p.p50_ms)))
-            .collect();
-        let _ = writeln!(
-            svg,
-            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>",
-            pts.join(" ")
-        );
-        for p in v.iter().filter(|p| p.p50_ms.is_finite()) {
-            let _ = writeln!(
-                svg,
-                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{color}\"><title>{} clients</title></circle>",
-                x(p.ops_per_s),
-                y(p.p50_ms),
-                p.clients
-            );
-        }
-        let _ = writeln!(
-            svg,
-            "<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{color}\"/><text x=\"{}\" y=\"{}\">{}</text>",
-            w - m - 110.0,
-            m + i as f64 * 18.0,
-            w - m - 92.0,
-            m + 10.0 + i as f64 * 18.0,
-            if *s == System::Baseline { "baseline (1 server)" } else { "redoubt (n = 4)" }
-        );
-    }
-    svg.push_str("</svg>\n");
-    std::fs::write(path, svg).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
-}
-
-/// The commit of the working tree the benchmark runs in (`git describe --always --dirty`), or
-/// "unknown" outside a git checkout. It names the checkout, not the build: run the benchmark
-/// from the checkout its binary was built from.
-fn source_commit() -> String {
-    std::process::Command::new("git")
-        .args(["describe", "--always", "--dirty", "--abbrev=7"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".into())
 }

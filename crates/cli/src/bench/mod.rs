@@ -1,8 +1,10 @@
 //! `redoubt bench ...`: benchmarks that run real replica processes on 127.0.0.1.
 
 mod common;
+mod measure;
 mod micro;
 mod recovery;
+mod separation;
 mod state_transfer;
 
 use clap::{Args, Subcommand};
@@ -23,6 +25,9 @@ enum Bench {
     Micro(micro::MicroArgs),
     /// Time to recover a replica, step by step, and the throughput cost of proactive recovery
     Recovery(recovery::RecoveryArgs),
+    /// Latency and throughput of the co-located, separated, threshold and firewall
+    /// deployments (Yin et al. 2003) against an unreplicated baseline
+    Separation(separation::SeparationArgs),
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -30,5 +35,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Bench::Micro(a) => micro::run(a),
         Bench::Recovery(a) => recovery::run(a),
         Bench::StateTransfer(a) => state_transfer::run(a),
+        Bench::Separation(a) => separation::run(a),
     }
 }

@@ -460,7 +460,7 @@ async fn timed_run(
     let ops = load.ops();
     let mut lat = load.finish().await?;
     lat.sort_by(f64::total_cmp);
-    let pct = |p: f64| super::micro::percentile(&lat, p);
+    let pct = |p: f64| super::measure::percentile(&lat, p);
     let run = Run {
         secs,
         ops,

@@ -764,7 +764,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     // leave us behind in a view the others never join (simulator seed 10998
                     // with --hybrid: a replica fetching state after its recovery sat 5 s in
                     // such a view while the others went on without it).
-                    if still && self.committed_here(c, ts) {
+                    // Nor does one the primary holds back while the execution cluster works
+                    // through the batches ordered before it.
+                    if still && (self.committed_here(c, ts) || self.exec_pipeline_full()) {
                         self.req_timer = Some((now + self.vc_timeout_ms, c, ts));
                     } else if still && !self.is_primary() {
                         self.vc_timeout_ms =

@@ -290,6 +290,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 self.primary_progress_ms = self.now();
             }
             if in_flight >= self.cfg.inflight_batches_max
+                || self.exec_pipeline_full()
                 || self.next_seq > self.stable_seq + self.cfg.log_size
                 || self.next_seq <= self.stable_seq
             {

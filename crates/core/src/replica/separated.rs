@@ -199,6 +199,23 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         Ok(())
     }
 
+    /// Whether the execution pipeline is full: this replica ordered (as primary: proposed;
+    /// as a backup: handed to the execution cluster) `exec_inflight_batches_max` batches
+    /// beyond what g+1 execution nodes acknowledged. The primary then holds new requests back
+    /// (they go out together when the execution cluster catches up), and a backup does not
+    /// blame it for that.
+    pub(super) fn exec_pipeline_full(&self) -> bool {
+        if !self.cfg.separated() {
+            return false;
+        }
+        let ordered = if self.is_primary() {
+            self.next_seq.saturating_sub(1)
+        } else {
+            self.exec.last_executed()
+        };
+        ordered.saturating_sub(self.queue.acked) >= self.cfg.exec_inflight_batches_max
+    }
+
     /// g+1 execution nodes executed through `acked` and hold a stable checkpoint at
     /// `stable` (from their acknowledgements, or from the firewall's certificates).
     pub(super) fn exec_progress(&mut self, acked: Seq, stable: Seq) {
@@ -206,6 +223,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.queue.acked = acked;
             self.queue.ack_progress_ms = self.now();
             self.queue.retried_since_progress = false;
+            // Room in the execution pipeline: what queued goes out.
+            self.try_propose();
         }
         if stable <= self.queue.stable_acked {
             return;

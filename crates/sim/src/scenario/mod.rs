@@ -396,6 +396,7 @@ impl Scenario {
             let end = start + rng.random_range(100..4000);
             self.exec_reboots.push((e, start, end));
         }
+        self.core.exec_inflight_batches_max = rng.random_range(1..4u64).min(self.core.log_size);
     }
 
     /// The firewall deployment (Yin et al. 2003 §4): [`Scenario::separate`], with sealed
