@@ -637,17 +637,10 @@ impl<A: KeyTable> Client<A> {
             },
         };
         let latency_ms = env.now_ms.saturating_sub(o.started_ms);
-        // The latency counts from the first send, so a retransmitted request's sample is never
-        // too short, only too long when the first copy was lost. Taken capped at twice the
-        // estimate: a long stall (a view change) does not blow the timeout up, yet when load
-        // makes every reply slower than the timeout the estimate still climbs to it (with
-        // unretransmitted samples alone it never would, and every request would go out twice).
-        let sample = if o.backoff == 0 {
-            latency_ms as f64
-        } else {
-            (latency_ms as f64).min(2.0 * self.srtt_ms)
-        };
-        self.srtt_ms = 0.875 * self.srtt_ms + 0.125 * sample;
+        if o.backoff == 0 {
+            // Only unambiguous samples (no retransmission) update the estimate.
+            self.srtt_ms = 0.875 * self.srtt_ms + 0.125 * latency_ms as f64;
+        }
         if view > self.view {
             self.view = view;
         }
