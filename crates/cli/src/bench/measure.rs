@@ -25,6 +25,8 @@ pub(super) struct Sample {
     pub client_cpu_us: f64,
     /// Requests per batch the replicas ordered meanwhile (NaN: not measured).
     pub requests_per_batch: f64,
+    /// Retransmission rounds per completed operation (NaN: not measured).
+    pub retransmissions_per_op: f64,
 }
 
 /// One kind of operation: its bytes for client `c`, on the ordered or the read-only path.
@@ -85,6 +87,7 @@ pub(super) async fn latency(c: &Client, load: &Load<'_>, ops: u32) -> anyhow::Re
         busiest_cpu_us: 0.0,
         client_cpu_us: 0.0,
         requests_per_batch: f64::NAN,
+        retransmissions_per_op: f64::NAN,
     })
 }
 
@@ -100,6 +103,13 @@ pub(super) async fn throughput(
     replica_metrics: Option<SocketAddr>,
 ) -> anyhow::Result<Sample> {
     let batches0 = batch_counters(replica_metrics).await;
+    let retransmissions = || -> u64 {
+        pool.iter()
+            .take(n as usize)
+            .map(|c| c.stats().retransmissions)
+            .sum()
+    };
+    let retransmissions0 = retransmissions();
     let stop = Instant::now() + Duration::from_secs_f64(seconds);
     let mut tasks = tokio::task::JoinSet::new();
     for (i, c) in pool.iter().take(n as usize).enumerate() {
@@ -136,6 +146,7 @@ pub(super) async fn throughput(
         _ => f64::NAN,
     };
     let count = all.len().max(1) as f64;
+    let retransmissions_per_op = (retransmissions() - retransmissions0) as f64 / count;
     let per_op = |d: f64| 1e6 * d / count;
     all.sort_by(f64::total_cmp);
     Ok(Sample {
@@ -147,6 +158,7 @@ pub(super) async fn throughput(
         busiest_cpu_us: per_op(used.iter().copied().fold(0.0, f64::max)),
         client_cpu_us: per_op(client1 - client0),
         requests_per_batch,
+        retransmissions_per_op,
     })
 }
 

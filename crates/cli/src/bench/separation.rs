@@ -340,12 +340,12 @@ async fn separation(args: SeparationArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let csv = args.out.join("separation.csv");
     let mut text = String::from(
-        "system,operation,clients,ops_per_s,p50_ms,p99_ms,server_cpu_us_per_op,busiest_server_cpu_us_per_op,client_cpu_us_per_op,requests_per_batch\n",
+        "system,operation,clients,ops_per_s,p50_ms,p99_ms,server_cpu_us_per_op,busiest_server_cpu_us_per_op,client_cpu_us_per_op,requests_per_batch,retransmissions_per_op\n",
     );
     for p in &points {
         let _ = writeln!(
             text,
-            "{},{},{},{:.1},{:.4},{:.4},{:.2},{:.2},{:.2},{:.2}",
+            "{},{},{},{:.1},{:.4},{:.4},{:.2},{:.2},{:.2},{:.2},{:.4}",
             p.system.name(),
             p.op.name,
             p.s.clients,
@@ -355,7 +355,8 @@ async fn separation(args: SeparationArgs) -> anyhow::Result<ExitCode> {
             p.s.server_cpu_us,
             p.s.busiest_cpu_us,
             p.s.client_cpu_us,
-            p.s.requests_per_batch
+            p.s.requests_per_batch,
+            p.s.retransmissions_per_op
         );
     }
     std::fs::write(&csv, text)?;
@@ -755,7 +756,7 @@ fn report(
     }
     let _ = writeln!(
         r,
-        "\nThroughput (operations/s), median and 99th percentile latency (ms) by clients, and the requests per batch replica 0 ordered:\n\n| deployment | operation | clients | ops/s | p50 | p99 | requests/batch |\n|---|---|---:|---:|---:|---:|---:|"
+        "\nThroughput (operations/s), median and 99th percentile latency (ms) by clients, the requests per batch replica 0 ordered, and the clients' retransmission rounds per operation:\n\n| deployment | operation | clients | ops/s | p50 | p99 | requests/batch | retransmissions/op |\n|---|---|---:|---:|---:|---:|---:|---:|"
     );
     for &s in systems {
         for op in &OPS {
@@ -763,7 +764,7 @@ fn report(
                 if let Some(p) = find(s, op, c) {
                     let _ = writeln!(
                         r,
-                        "| {} | {} | {c} | {:.0} | {:.2} | {:.2} | {} |",
+                        "| {} | {} | {c} | {:.0} | {:.2} | {:.2} | {} | {:.3} |",
                         s.name(),
                         op.name,
                         p.s.ops_per_s,
@@ -773,7 +774,8 @@ fn report(
                             format!("{:.1}", p.s.requests_per_batch)
                         } else {
                             "-".into()
-                        }
+                        },
+                        p.s.retransmissions_per_op
                     );
                 }
             }

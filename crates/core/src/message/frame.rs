@@ -148,14 +148,27 @@ pub fn reply_header(bytes: &[u8]) -> Option<(ClientId, u64)> {
         return None;
     }
     // A message is its variant index, then the fields in order: for REPLY, view, timestamp,
-    // client.
+    // client; for CERTIFIED-REPLY, view, seq, index, the bundle's leaves (a length, then
+    // 32 bytes each), then the entry's client and timestamp.
     let (variant, rest) = postcard::take_from_bytes::<u32>(frame.body).ok()?;
-    if variant != REPLY_VARIANT {
-        return None;
+    match variant {
+        REPLY_VARIANT => {
+            let ((_view, timestamp, client), _) =
+                postcard::take_from_bytes::<(View, u64, ClientId)>(rest).ok()?;
+            Some((client, timestamp))
+        }
+        CERTIFIED_REPLY_VARIANT => {
+            let ((_view, _seq, _index, leaves), rest) =
+                postcard::take_from_bytes::<(View, Seq, u32, u64)>(rest).ok()?;
+            let skip = usize::try_from(leaves)
+                .ok()?
+                .checked_mul(redoubt_crypto::DIGEST_LEN)?;
+            let ((client, timestamp), _) =
+                postcard::take_from_bytes::<(ClientId, u64)>(rest.get(skip..)?).ok()?;
+            Some((client, timestamp))
+        }
+        _ => None,
     }
-    let ((_view, timestamp, client), _) =
-        postcard::take_from_bytes::<(View, u64, ClientId)>(rest).ok()?;
-    Some((client, timestamp))
 }
 
 /// The sender a frame names, read from its header without decoding the rest; `None` for a
@@ -168,6 +181,8 @@ pub fn frame_sender(bytes: &[u8]) -> Option<Principal> {
 
 /// Index of [`Message::Reply`] among the variants of [`Message`] (checked by a test).
 const REPLY_VARIANT: u32 = 4;
+/// Index of [`Message::CertifiedReply`] (checked by a test).
+const CERTIFIED_REPLY_VARIANT: u32 = 29;
 
 /// Decodes a frame without verifying it. Bounded by `max_bytes`.
 pub fn decode_frame(bytes: &[u8], max_bytes: usize) -> Result<Frame, Reject> {
@@ -449,6 +464,23 @@ mod tests {
         let bytes = frame(&reply);
         assert_eq!(reply_header(&bytes[..bytes.len() / 2]), None);
         assert_eq!(reply_header(b"garbage"), None);
+        // A certified reply (the firewall's): its entry's client and timestamp, after the
+        // leaves of its bundle.
+        let certified = Message::CertifiedReply(CertifiedReply {
+            view: 7,
+            seq: 99,
+            index: 1,
+            leaves: vec![Digest([3; 32]); 300],
+            entry: ReplyEntry {
+                client: 654_321,
+                timestamp: 1_700_000_000_001,
+                result: vec![9; 40],
+            },
+            signature: redoubt_crypto::threshold::ThresholdSig([4; 96]),
+        });
+        let bytes = frame(&certified);
+        assert_eq!(reply_header(&bytes), Some((654_321, 1_700_000_000_001)));
+        assert_eq!(reply_header(&bytes[..bytes.len() / 2]), None);
     }
 
     #[test]
