@@ -29,6 +29,27 @@ pub(super) struct Sample {
     pub retransmissions_per_op: f64,
 }
 
+impl Sample {
+    /// The columns of [`Sample::csv`].
+    pub const CSV_HEADER: &'static str = "clients,ops_per_s,p50_ms,p99_ms,server_cpu_us_per_op,busiest_server_cpu_us_per_op,client_cpu_us_per_op,requests_per_batch,retransmissions_per_op";
+
+    /// This sample as CSV fields (NaN where not measured).
+    pub fn csv(&self) -> String {
+        format!(
+            "{},{:.1},{:.4},{:.4},{:.2},{:.2},{:.2},{:.2},{:.4}",
+            self.clients,
+            self.ops_per_s,
+            self.p50_ms,
+            self.p99_ms,
+            self.server_cpu_us,
+            self.busiest_cpu_us,
+            self.client_cpu_us,
+            self.requests_per_batch,
+            self.retransmissions_per_op
+        )
+    }
+}
+
 /// One kind of operation: its bytes for client `c`, on the ordered or the read-only path.
 pub(super) struct Load<'a> {
     pub label: &'a str,

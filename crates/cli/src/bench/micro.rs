@@ -415,23 +415,15 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let csv = args.out.join("micro.csv");
-    let mut text = String::from(
-        "system,operation,mode,clients,ops_per_s,p50_ms,p99_ms,server_cpu_us_per_op,client_cpu_us_per_op,busiest_server_cpu_us_per_op\n",
-    );
+    let mut text = format!("system,operation,mode,{}\n", Sample::CSV_HEADER);
     for p in &points {
         let _ = writeln!(
             text,
-            "{},{},{},{},{:.1},{:.4},{:.4},{:.2},{:.2},{:.2}",
+            "{},{},{},{}",
             p.system.name(),
             p.op.name,
             p.op.mode(),
-            p.s.clients,
-            p.s.ops_per_s,
-            p.s.p50_ms,
-            p.s.p99_ms,
-            p.s.server_cpu_us,
-            p.s.client_cpu_us,
-            p.s.busiest_cpu_us
+            p.s.csv()
         );
     }
     std::fs::write(&csv, text)?;

@@ -339,25 +339,9 @@ async fn separation(args: SeparationArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let csv = args.out.join("separation.csv");
-    let mut text = String::from(
-        "system,operation,clients,ops_per_s,p50_ms,p99_ms,server_cpu_us_per_op,busiest_server_cpu_us_per_op,client_cpu_us_per_op,requests_per_batch,retransmissions_per_op\n",
-    );
+    let mut text = format!("system,operation,{}\n", Sample::CSV_HEADER);
     for p in &points {
-        let _ = writeln!(
-            text,
-            "{},{},{},{:.1},{:.4},{:.4},{:.2},{:.2},{:.2},{:.2},{:.4}",
-            p.system.name(),
-            p.op.name,
-            p.s.clients,
-            p.s.ops_per_s,
-            p.s.p50_ms,
-            p.s.p99_ms,
-            p.s.server_cpu_us,
-            p.s.busiest_cpu_us,
-            p.s.client_cpu_us,
-            p.s.requests_per_batch,
-            p.s.retransmissions_per_op
-        );
+        let _ = writeln!(text, "{},{},{}", p.system.name(), p.op.name, p.s.csv());
     }
     std::fs::write(&csv, text)?;
     std::fs::write(args.out.join("separation.md"), &report)?;
@@ -628,6 +612,17 @@ async fn measure(
     Ok(points)
 }
 
+/// The head of a table with one column per operation.
+fn ops_header() -> String {
+    format!(
+        "| deployment |{}\n|---|{}\n",
+        OPS.iter()
+            .map(|o| format!(" {} |", o.name))
+            .collect::<String>(),
+        "---:|".repeat(OPS.len())
+    )
+}
+
 /// The report's tables.
 fn report(
     systems: &[System],
@@ -664,11 +659,8 @@ fn report(
     }
     let _ = write!(
         r,
-        "\nLatency with one client, p50 / p99 (ms):\n\n| deployment |{}\n|---|{}\n",
-        OPS.iter()
-            .map(|o| format!(" {} |", o.name))
-            .collect::<String>(),
-        "---:|".repeat(OPS.len())
+        "\nLatency with one client, p50 / p99 (ms):\n\n{}",
+        ops_header()
     );
     for &s in systems {
         let _ = write!(r, "| {} |", s.name());
@@ -685,11 +677,8 @@ fn report(
     if systems.contains(&System::CoLocated) {
         let _ = write!(
             r,
-            "\nOne-client median latency relative to co-located:\n\n| deployment |{}\n|---|{}\n",
-            OPS.iter()
-                .map(|o| format!(" {} |", o.name))
-                .collect::<String>(),
-            "---:|".repeat(OPS.len())
+            "\nOne-client median latency relative to co-located:\n\n{}",
+            ops_header()
         );
         for &s in systems.iter().filter(|s| **s != System::CoLocated) {
             let _ = write!(r, "| {} |", s.name());
@@ -706,16 +695,13 @@ fn report(
     }
     let _ = write!(
         r,
-        "\nPeak throughput over the client counts, operations/s (at clients){}:\n\n| deployment |{}\n|---|{}\n",
+        "\nPeak throughput over the client counts, operations/s (at clients){}:\n\n{}",
         if systems.contains(&System::Baseline) {
             ", and as a share of the baseline's"
         } else {
             ""
         },
-        OPS.iter()
-            .map(|o| format!(" {} |", o.name))
-            .collect::<String>(),
-        "---:|".repeat(OPS.len())
+        ops_header()
     );
     for &s in systems {
         let _ = write!(r, "| {} |", s.name());
