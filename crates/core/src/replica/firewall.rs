@@ -22,9 +22,6 @@ pub(super) struct FirewallSide {
     /// Reply certificates whose signature checked here (the h+1 bottom filters each send
     /// one): sequence number and statement.
     checked: BTreeMap<Seq, Digest>,
-    /// Each client's latest request ordered here: its timestamp and sequence number (one per
-    /// client of the exactly-once table).
-    ordered_at: BTreeMap<ClientId, (u64, Seq)>,
 }
 
 impl FirewallSide {
@@ -34,17 +31,6 @@ impl FirewallSide {
             order_key,
             replies: BTreeMap::new(),
             checked: BTreeMap::new(),
-            ordered_at: BTreeMap::new(),
-        }
-    }
-
-    /// The requests of the batch handed to the execution cluster at `seq`.
-    pub(super) fn note_ordered(&mut self, seq: Seq, batch: &Batch) {
-        for r in &batch.requests {
-            let (c, ts) = (r.request.client, r.request.timestamp);
-            if self.ordered_at.get(&c).is_none_or(|(t, _)| *t <= ts) {
-                self.ordered_at.insert(c, (ts, seq));
-            }
         }
     }
 }
@@ -126,7 +112,6 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // Replies only for clients still in the exactly-once table.
         let exec = &self.exec;
         fw.replies.retain(|c, _| exec.last_reply(*c).is_some());
-        fw.ordered_at.retain(|c, _| exec.last_reply(*c).is_some());
         let stable = self.queue.stable_acked;
         self.exec_progress(seq, stable);
         Ok(())
@@ -145,19 +130,6 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let acked = self.queue.acked.max(c.seq);
         self.exec_progress(acked, c.seq);
         Ok(())
-    }
-
-    /// Whether client `client`'s request `timestamp` was ordered here at a sequence number the
-    /// execution cluster has not certified yet: its reply is still on its way, and ordering
-    /// the request again would only add a batch to a pipeline that is behind (under load,
-    /// the retransmissions of many clients would each take a sequence number, and the work
-    /// grow with the delay). Ordered again only once execution went past it without a
-    /// certified reply reaching us.
-    pub(super) fn reply_on_its_way(&self, client: ClientId, timestamp: u64) -> bool {
-        self.firewall
-            .as_ref()
-            .and_then(|fw| fw.ordered_at.get(&client))
-            .is_some_and(|(ts, seq)| *ts == timestamp && *seq > self.queue.acked)
     }
 
     /// A client asked again for request `timestamp`, ordered here already: its certified

@@ -58,10 +58,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             // peers' recovery requests themselves). Behind a firewall, the certified reply
             // if one came down; else the request is ordered again, and the execution nodes
             // answer it in that batch's bundle (Yin et al. §3.2.1: a retransmission takes a
-            // new sequence number), unless its first sequence number is not executed yet.
+            // new sequence number).
             let answered = self.hint_retry(req.client, req.timestamp);
-            if answered || !self.cfg.firewall() || self.reply_on_its_way(req.client, req.timestamp)
-            {
+            if answered || !self.cfg.firewall() {
                 return Ok(());
             }
         }

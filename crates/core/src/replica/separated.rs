@@ -90,9 +90,6 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         while self.queue.resend.len() as u64 > resend_max(&self.cfg) {
             self.queue.resend.pop_first();
         }
-        if let (Some(fw), Some(b)) = (self.firewall.as_mut(), batch) {
-            fw.note_ordered(seq, b);
-        }
         if self.replaying || self.above_cap(&msg) {
             return;
         }
