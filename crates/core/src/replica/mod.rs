@@ -812,7 +812,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // includes holding only unsigned requests of suspected clients, which it does not
         // order (until the fix the recovery of simulator seed 1983 with --all-optimizations
         // waited forever behind one).
-        if self.is_primary() && (self.pool.is_empty() || self.recovery_progress_target().is_some())
+        // In a separated deployment the execution pipeline's bound lapses after a heartbeat
+        // without acknowledgements: what waits for it goes out then.
+        if self.is_primary()
+            && (self.pool.is_empty()
+                || self.recovery_progress_target().is_some()
+                || self.cfg.separated())
         {
             self.try_propose();
         }
