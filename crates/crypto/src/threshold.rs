@@ -88,10 +88,16 @@ pub fn deal(threshold: usize, nodes: usize, seed: [u8; 32]) -> (GroupKey, Vec<Ke
 /// Hash-to-curve suite of the signatures (blsttc's, the IETF suite for G2 signatures).
 const DST: &[u8] = blsttc::DST;
 
-/// Whether `sig` is a signature of `key` on `msg` (checked once per process).
-fn verify_remembered(key_bytes: &[u8; 48], key: &BlstPublicKey, msg: &[u8], sig: &[u8]) -> bool {
-    crate::remember::check_once("bls12-381 g2", key_bytes, msg, sig, || {
-        pairing_check(key, msg, sig)
+/// Whether `sig` verifies on `msg` under the key `key_id` names (checked once per process;
+/// `key` makes the key, only when the answer is not remembered).
+fn verify_remembered(
+    key_id: &[u8],
+    key: impl FnOnce() -> BlstPublicKey,
+    msg: &[u8],
+    sig: &[u8],
+) -> bool {
+    crate::remember::check_once("bls12-381 g2", key_id, msg, sig, || {
+        pairing_check(&key(), msg, sig)
     })
 }
 
@@ -110,15 +116,15 @@ fn pairing_check(key: &BlstPublicKey, msg: &[u8], sig: &[u8]) -> bool {
     pairing.finalverify(None)
 }
 
-/// A G1 public key of blsttc (compressed bytes) as blst's, and those bytes.
-fn to_blst(bytes: [u8; 48]) -> ([u8; 48], BlstPublicKey) {
-    let key = BlstPublicKey::from_bytes(&bytes).expect("blsttc encodes valid G1 points");
-    (bytes, key)
+/// A G1 public key of blsttc (compressed bytes) as blst's.
+fn to_blst(bytes: &[u8; 48]) -> BlstPublicKey {
+    BlstPublicKey::from_bytes(bytes).expect("blsttc encodes valid G1 points")
 }
 
 impl GroupKey {
     fn from_set(set: PublicKeySet) -> GroupKey {
-        let (key_bytes, key) = to_blst(set.public_key().to_bytes());
+        let key_bytes = set.public_key().to_bytes();
+        let key = to_blst(&key_bytes);
         GroupKey {
             set,
             key_bytes,
@@ -146,8 +152,11 @@ impl GroupKey {
     }
     /// Whether `share` is node `index`'s share on `msg`.
     pub fn verify_share(&self, index: usize, msg: &[u8], share: &ThresholdSig) -> bool {
-        let (key_bytes, key) = to_blst(self.set.public_key_share(index).to_bytes());
-        verify_remembered(&key_bytes, &key, msg, &share.0)
+        // Named by the group key and the index: the share's key is derived only if needed.
+        let mut key_id = self.key_bytes.to_vec();
+        key_id.extend_from_slice(&(index as u64).to_le_bytes());
+        let key = || to_blst(&self.set.public_key_share(index).to_bytes());
+        verify_remembered(&key_id, key, msg, &share.0)
     }
     /// Combines `threshold + 1` shares (node index, share) into the group's signature,
     /// without checking them: verify the result with [`GroupKey::verify`], and the shares
@@ -168,7 +177,7 @@ impl GroupKey {
     }
     /// Whether `sig` is the group's signature on `msg`.
     pub fn verify(&self, msg: &[u8], sig: &ThresholdSig) -> bool {
-        verify_remembered(&self.key_bytes, &self.key, msg, &sig.0)
+        verify_remembered(&self.key_bytes, || self.key, msg, &sig.0)
     }
 }
 

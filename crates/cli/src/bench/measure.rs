@@ -50,6 +50,54 @@ impl Sample {
     }
 }
 
+/// The measuring plan of a latency-and-throughput benchmark, from its options and defaults.
+pub(super) struct Plan {
+    pub clients: Vec<u32>,
+    pub latency_ops: u32,
+    pub seconds: f64,
+}
+
+/// A benchmark's defaults: (client counts, latency operations) for a full and a `--quick` run.
+pub(super) struct PlanDefaults {
+    pub full: (&'static [u32], u32),
+    pub quick: (&'static [u32], u32),
+}
+
+impl Plan {
+    /// The plan from `--clients`, `--latency-ops`, `--seconds` and `--quick` (3 s per point,
+    /// 1 s quick), checked.
+    pub fn new(
+        quick: bool,
+        clients: &[u32],
+        latency_ops: Option<u32>,
+        seconds: Option<f64>,
+        defaults: PlanDefaults,
+    ) -> anyhow::Result<Plan> {
+        let (default_clients, default_ops) = if quick { defaults.quick } else { defaults.full };
+        let clients = if clients.is_empty() {
+            default_clients.to_vec()
+        } else {
+            clients.to_vec()
+        };
+        anyhow::ensure!(
+            clients.iter().all(|c| (1..=1000).contains(c)),
+            "--clients: each count must be between 1 and 1000"
+        );
+        let latency_ops = latency_ops.unwrap_or(default_ops);
+        anyhow::ensure!(latency_ops > 0, "--latency-ops must be positive");
+        let seconds = seconds.unwrap_or(if quick { 1.0 } else { 3.0 });
+        anyhow::ensure!(
+            seconds.is_finite() && seconds > 0.0,
+            "--seconds must be positive"
+        );
+        Ok(Plan {
+            clients,
+            latency_ops,
+            seconds,
+        })
+    }
+}
+
 /// One kind of operation: its bytes for client `c`, on the ordered or the read-only path.
 pub(super) struct Load<'a> {
     pub label: &'a str,

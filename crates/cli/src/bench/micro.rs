@@ -8,7 +8,8 @@
 //! closed-loop clients grows.
 
 use super::measure::{
-    latency, plot, source_commit, throughput, KillOnDrop, Load, Progress, Sample, Series,
+    latency, plot, source_commit, throughput, KillOnDrop, Load, Plan, PlanDefaults, Progress,
+    Sample, Series,
 };
 use crate::cmd_status::{agreement, fetch_all};
 use crate::cpucap::{CpuCaps, PERIOD_US};
@@ -157,25 +158,20 @@ pub fn run(args: MicroArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
-    let clients: Vec<u32> = if !args.clients.is_empty() {
-        args.clients.clone()
-    } else if args.quick {
-        vec![1, 10, 50]
-    } else {
-        vec![1, 2, 5, 10, 20, 50, 100, 200]
-    };
-    anyhow::ensure!(
-        clients.iter().all(|c| (1..=1000).contains(c)),
-        "--clients: each count must be between 1 and 1000"
-    );
-    let latency_ops = args
-        .latency_ops
-        .unwrap_or(if args.quick { 400 } else { 3000 });
-    let seconds = args.seconds.unwrap_or(if args.quick { 1.0 } else { 3.0 });
-    anyhow::ensure!(
-        seconds.is_finite() && seconds > 0.0,
-        "--seconds must be positive"
-    );
+    let Plan {
+        clients,
+        latency_ops,
+        seconds,
+    } = Plan::new(
+        args.quick,
+        &args.clients,
+        args.latency_ops,
+        args.seconds,
+        PlanDefaults {
+            full: (&[1, 2, 5, 10, 20, 50, 100, 200], 3000),
+            quick: (&[1, 10, 50], 400),
+        },
+    )?;
     let max_clients = *clients.iter().max().expect("non-empty");
     // Checked before anything starts: a machine without the controller fails at once.
     let server_cpu = match args.server_cpu {

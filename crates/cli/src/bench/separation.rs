@@ -13,7 +13,8 @@
 //! replicas batch as load grows.
 
 use super::measure::{
-    call, latency, plot, source_commit, throughput, KillOnDrop, Load, Progress, Sample, Series,
+    call, latency, plot, source_commit, throughput, KillOnDrop, Load, Plan, PlanDefaults, Progress,
+    Sample, Series,
 };
 use crate::cmd_status::{agreement, fetch_all};
 use crate::cpucap::CpuCaps;
@@ -48,7 +49,7 @@ pub struct SeparationArgs {
     /// --server-cpu), threshold, firewall [default: all]
     #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
     systems: Vec<String>,
-    /// Override a setting of every benchmarked cluster, e.g. `--set protocol.batch_max=64`
+    /// Override a setting of every benchmarked cluster, e.g. `--set protocol.exec_inflight_batches_max=4`
     /// (repeatable; see docs/configuration.md)
     #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
     sets: Vec<String>,
@@ -222,25 +223,20 @@ pub fn run(args: SeparationArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn separation(args: SeparationArgs) -> anyhow::Result<ExitCode> {
-    let clients: Vec<u32> = if !args.clients.is_empty() {
-        args.clients.clone()
-    } else if args.quick {
-        vec![1, 20, 100]
-    } else {
-        vec![1, 10, 50, 100, 200]
-    };
-    anyhow::ensure!(
-        clients.iter().all(|c| (1..=1000).contains(c)),
-        "--clients: each count must be between 1 and 1000"
-    );
-    let latency_ops = args
-        .latency_ops
-        .unwrap_or(if args.quick { 200 } else { 1000 });
-    let seconds = args.seconds.unwrap_or(if args.quick { 1.0 } else { 3.0 });
-    anyhow::ensure!(
-        seconds.is_finite() && seconds > 0.0,
-        "--seconds must be positive"
-    );
+    let Plan {
+        clients,
+        latency_ops,
+        seconds,
+    } = Plan::new(
+        args.quick,
+        &args.clients,
+        args.latency_ops,
+        args.seconds,
+        PlanDefaults {
+            full: (&[1, 10, 50, 100, 200], 1000),
+            quick: (&[1, 20, 100], 200),
+        },
+    )?;
     let systems: Vec<System> = if args.systems.is_empty() {
         SYSTEMS
             .into_iter()
