@@ -87,6 +87,9 @@ struct Outstanding {
     sig: Option<RequestSig>,
     /// replica -> its reply
     replies: BTreeMap<ReplicaId, Vote>,
+    /// Matching digests made a certificate but no result came in full (its designated
+    /// sender is faulty, or the frame was lost): the retransmission was brought forward once.
+    asked_full: bool,
 }
 
 /// One replica's reply to the outstanding request.
@@ -139,6 +142,8 @@ pub struct Client<A: KeyTable> {
     pub key_holder_failures: u64,
     /// Requests signed by our key holder (at their first retransmission).
     pub requests_signed: u64,
+    /// Retransmissions brought forward because matching digests came without the result.
+    pub full_result_asks: u64,
     /// With confidential bodies: the current body session with the executors (renewed with
     /// every periodic key refresh), and sessions started.
     body: Option<([u8; ENC_LEN], BodyKey)>,
@@ -172,6 +177,7 @@ impl<A: KeyTable> Client<A> {
             keys_asked: 0,
             key_holder_failures: 0,
             requests_signed: 0,
+            full_result_asks: 0,
             body: None,
             body_sessions: 0,
             firewall: None,
@@ -439,6 +445,7 @@ impl<A: KeyTable> Client<A> {
             backoff: 0,
             sig: None,
             replies: BTreeMap::new(),
+            asked_full: false,
         });
         Some((timestamp, bytes))
     }
@@ -565,8 +572,21 @@ impl<A: KeyTable> Client<A> {
             .filter(|v| !v.tentative || weak_tentative)
             .count();
         let certified = matching().count() >= strong || (!o.fast_read && committed >= weak);
-        // Enough matching digests, and the result itself from one of them.
-        if !certified || !matching().any(|v| v.result.is_some()) {
+        if !certified {
+            return None;
+        }
+        // Enough matching digests, and the result itself from one of them. Without it, the
+        // one replier that was to send it in full is faulty or its frame was lost: rather
+        // than wait out the retransmission timeout (doubled by now, if the request itself
+        // needed retransmitting), ask again after one more round trip, when every replier
+        // answers in full.
+        if !matching().any(|v| v.result.is_some()) {
+            if !o.asked_full {
+                o.asked_full = true;
+                let grace = (self.srtt_ms as u64).max(1);
+                o.deadline_ms = o.deadline_ms.min(env.now_ms + grace);
+                self.full_result_asks += 1;
+            }
             return None;
         }
         // The view vouched for by f+1 replicas: the (f+1)-th highest.

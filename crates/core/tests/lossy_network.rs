@@ -3,6 +3,7 @@
 
 mod common;
 use common::*;
+use redoubt_core::message::Message;
 
 /// The pre-prepare for backup 3 is lost: the others complete the request without it, and
 /// backup 3's status messages get it (and the request) sent again.
@@ -44,4 +45,29 @@ fn a_partitioned_primary_is_replaced_and_catches_up_once_the_partition_heals() {
     };
     assert!(c.run_until(30_000, caught_up), "the old primary catches up");
     assert_eq!(appended(c.replica(0).state()), 2);
+}
+
+/// With digest replies only one replica sends the result in full; its frame is lost. The
+/// client, holding f+1 matching digests, asks again after one more round trip rather than
+/// waiting out its retransmission timeout.
+#[test]
+fn a_lost_full_reply_is_asked_for_again_after_a_round_trip() {
+    let mut c = Cluster::builder(1)
+        .live_client(7)
+        .config(|cfg| cfg.digest_replies = true)
+        .build();
+    // A result long enough to be sent as a digest.
+    let ts = c.invoke(7, &[b'x'; 100]);
+    let t0 = c.env().now_ms;
+    c.block(move |e| e.at == t0 && matches!(&e.msg, Message::Reply(r) if !r.digest_only));
+    let rto = c.client(7).rto_ms();
+    assert!(
+        c.run_until(rto / 2, |c| c.completed(7, ts)),
+        "completed within half the retransmission timeout"
+    );
+    assert!(c
+        .dropped()
+        .iter()
+        .any(|e| matches!(&e.msg, Message::Reply(r) if !r.digest_only)));
+    assert_eq!(c.client(7).full_result_asks, 1);
 }
