@@ -18,6 +18,7 @@ pub mod filter;
 pub mod journal;
 pub mod keys;
 pub mod message;
+pub mod prime;
 pub mod quorum;
 pub mod replica;
 pub mod seal;

@@ -1,0 +1,373 @@
+//! Prime's summaries (spec prime.md §3.3): a PO-ARU row says how far its sender holds PO
+//! certificates from every originator; the leader proposes a matrix of n signed rows, and an
+//! order statistic of each column fixes what becomes eligible for execution.
+//!
+//! Rows are signed (they travel inside other replicas' messages and must be checkable out of
+//! context); this module only builds the statements and takes the check as a closure, so it
+//! stays free of keys.
+
+use crate::types::{ReplicaId, Seq};
+use redoubt_crypto::pk::Signature;
+use redoubt_crypto::{Digest, DigestBuilder};
+use serde::{Deserialize, Serialize};
+
+/// `<PO-ARU, replica, num, aru>`: `replica` holds PO certificates from originator `i`
+/// contiguously up to `aru[i]` (one entry per replica). `num` grows with every row a replica
+/// sends, so a newer row replaces an older one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoAru {
+    pub replica: ReplicaId,
+    pub num: u64,
+    pub aru: Vec<Seq>,
+}
+
+impl PoAru {
+    /// What the row's signature covers.
+    pub fn statement(&self) -> Digest {
+        let mut b = DigestBuilder::new("redoubt.prime.po-aru.v1");
+        b.u64(self.replica as u64)
+            .u64(self.num)
+            .u64(self.aru.len() as u64);
+        for s in &self.aru {
+            b.u64(*s);
+        }
+        b.finish()
+    }
+
+    /// How this row relates to `older`, an earlier row of the same replica.
+    pub fn compare(&self, older: &PoAru) -> RowOrder {
+        if self.num <= older.num {
+            return RowOrder::NotNewer;
+        }
+        let mut higher = false;
+        for (new, old) in self.aru.iter().zip(&older.aru) {
+            if new < old {
+                return RowOrder::Inconsistent;
+            }
+            higher |= new > old;
+        }
+        if higher {
+            RowOrder::Newer
+        } else {
+            RowOrder::NotNewer
+        }
+    }
+}
+
+/// How a row relates to the one held before from the same replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowOrder {
+    /// Higher in some entry and lower in none, with a higher number: it replaces the old one.
+    Newer,
+    /// No higher entry, or not a higher number: nothing new (a replay, or reordered).
+    NotNewer,
+    /// Lower in some entry than a row its sender signed before: the sender is faulty (a correct
+    /// replica's certificates only accumulate).
+    Inconsistent,
+}
+
+/// A row with its sender's signature over [`PoAru::statement`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignedPoAru {
+    pub row: PoAru,
+    pub sig: Signature,
+}
+
+/// Why a row or a matrix was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MatrixError {
+    #[error("a row has {got} entries, not one per replica ({n})")]
+    RowLength { got: usize, n: usize },
+    #[error("the matrix has {got} rows, not one per replica ({n})")]
+    Rows { got: usize, n: usize },
+    #[error("row {slot} carries the row of replica {replica}")]
+    Misplaced { slot: usize, replica: ReplicaId },
+    #[error("the signature of replica {0}'s row does not verify")]
+    BadSignature(ReplicaId),
+}
+
+impl SignedPoAru {
+    /// Checks the row's shape for `n` replicas and its signature (`verify(replica, statement,
+    /// signature)`).
+    pub fn check(
+        &self,
+        n: usize,
+        verify: &mut impl FnMut(ReplicaId, &Digest, &Signature) -> bool,
+    ) -> Result<(), MatrixError> {
+        if self.row.aru.len() != n {
+            return Err(MatrixError::RowLength {
+                got: self.row.aru.len(),
+                n,
+            });
+        }
+        if (self.row.replica as usize) >= n {
+            return Err(MatrixError::Misplaced {
+                slot: self.row.replica as usize,
+                replica: self.row.replica,
+            });
+        }
+        if !verify(self.row.replica, &self.row.statement(), &self.sig) {
+            return Err(MatrixError::BadSignature(self.row.replica));
+        }
+        Ok(())
+    }
+}
+
+/// A summary matrix: row `j` is replica `j`'s latest PO-ARU the sender holds (none yet: all
+/// zeros).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Matrix {
+    pub rows: Vec<Option<SignedPoAru>>,
+}
+
+impl Matrix {
+    /// A matrix of `n` empty rows.
+    pub fn empty(n: usize) -> Matrix {
+        Matrix {
+            rows: vec![None; n],
+        }
+    }
+
+    /// Checks every row (shape, place and signature) for `n` replicas.
+    pub fn check(
+        &self,
+        n: usize,
+        mut verify: impl FnMut(ReplicaId, &Digest, &Signature) -> bool,
+    ) -> Result<(), MatrixError> {
+        if self.rows.len() != n {
+            return Err(MatrixError::Rows {
+                got: self.rows.len(),
+                n,
+            });
+        }
+        for (slot, row) in self.rows.iter().enumerate() {
+            let Some(r) = row else { continue };
+            if r.row.replica as usize != slot {
+                return Err(MatrixError::Misplaced {
+                    slot,
+                    replica: r.row.replica,
+                });
+            }
+            r.check(n, &mut verify)?;
+        }
+        Ok(())
+    }
+
+    /// The canonical digest: every row in place, empty ones included, each by its statement
+    /// and signature (the encoding of a row is fixed by its fields).
+    pub fn digest(&self) -> Digest {
+        let mut b = DigestBuilder::new("redoubt.prime.matrix.v1");
+        b.u64(self.rows.len() as u64);
+        for row in &self.rows {
+            match row {
+                None => {
+                    b.u64(0);
+                }
+                Some(r) => {
+                    b.u64(1).digest(&r.row.statement()).bytes(&r.sig.0);
+                }
+            }
+        }
+        b.finish()
+    }
+
+    /// Entry `(j, i)`: how far replica `j` claims certificates from originator `i` (0 for an
+    /// empty row).
+    pub fn entry(&self, j: usize, i: usize) -> Seq {
+        self.rows
+            .get(j)
+            .and_then(|r| r.as_ref())
+            .and_then(|r| r.row.aru.get(i).copied())
+            .unwrap_or(0)
+    }
+
+    /// `ProofARU(i)`: the (2f+1)-th highest entry of column `i`. At least 2f+1 replicas, so
+    /// at least f+1 correct ones, hold certificates for originator `i` that far: what they
+    /// certify cannot be lost, and no other version of it can be certified.
+    pub fn proof_aru(&self, i: usize, f: usize) -> Seq {
+        let mut column: Vec<Seq> = (0..self.rows.len()).map(|j| self.entry(j, i)).collect();
+        column.sort_unstable_by(|a, b| b.cmp(a));
+        column.get(2 * f).copied().unwrap_or(0)
+    }
+
+    /// What is eligible after this matrix, given what was eligible before it: per originator
+    /// the larger of the two (eligibility never moves backwards, whatever a leader proposes).
+    pub fn eligible_after(&self, before: &[Seq], f: usize) -> Vec<Seq> {
+        before
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (*b).max(self.proof_aru(i, f)))
+            .collect()
+    }
+
+    /// Whether this matrix answers a summary sent earlier (`sent`): no row of it is behind
+    /// the row sent in the same place. A row that is higher in some entries and lower in
+    /// others counts as answering (its sender signed both; the leader chose the one it had).
+    pub fn covers(&self, sent: &Matrix) -> bool {
+        sent.rows.iter().enumerate().all(|(j, s)| {
+            let Some(s) = s else { return true };
+            let mut lower = false;
+            let mut higher = false;
+            for (i, want) in s.row.aru.iter().enumerate() {
+                let have = self.entry(j, i);
+                lower |= have < *want;
+                higher |= have > *want;
+            }
+            !lower || higher
+        })
+    }
+}
+
+/// The PO-REQUESTs an ordinal runs, in execution order: for originators in ascending id,
+/// sequence numbers `before[i]+1 ..= after[i]` ascending.
+pub fn newly_eligible(before: &[Seq], after: &[Seq]) -> Vec<(ReplicaId, Seq)> {
+    let mut out = Vec::new();
+    for (i, (b, a)) in before.iter().zip(after).enumerate() {
+        for s in (*b + 1)..=*a {
+            out.push((i as ReplicaId, s));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(replica: ReplicaId, num: u64, aru: &[Seq]) -> Option<SignedPoAru> {
+        Some(SignedPoAru {
+            row: PoAru {
+                replica,
+                num,
+                aru: aru.to_vec(),
+            },
+            sig: Signature::default(),
+        })
+    }
+
+    fn matrix(rows: &[&[Seq]]) -> Matrix {
+        Matrix {
+            rows: rows
+                .iter()
+                .enumerate()
+                .map(|(j, r)| row(j as ReplicaId, 1, r))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn proof_aru_is_the_2f_plus_1_th_highest_entry_of_the_column() {
+        // f = 1, n = 4: column 0 holds 9, 7, 5, 1; the third highest is 5.
+        let m = matrix(&[&[9, 0, 0, 0], &[7, 0, 0, 0], &[1, 0, 0, 0], &[5, 0, 0, 0]]);
+        assert_eq!(m.proof_aru(0, 1), 5);
+        // One faulty replica claiming far ahead moves nothing.
+        let m = matrix(&[&[100, 0, 0, 0], &[3, 0, 0, 0], &[3, 0, 0, 0], &[2, 0, 0, 0]]);
+        assert_eq!(m.proof_aru(0, 1), 3);
+        // Empty rows count as zero: two rows are not 2f+1.
+        let mut m = matrix(&[&[4, 0, 0, 0], &[4, 0, 0, 0], &[0, 0, 0, 0], &[0, 0, 0, 0]]);
+        m.rows[2] = None;
+        m.rows[3] = None;
+        assert_eq!(m.proof_aru(0, 1), 0);
+    }
+
+    #[test]
+    fn eligibility_never_moves_backwards_and_runs_in_originator_order() {
+        let m = matrix(&[&[2, 3, 0, 1], &[2, 3, 0, 1], &[2, 3, 0, 1], &[0, 0, 0, 0]]);
+        let after = m.eligible_after(&[1, 5, 0, 0], 1);
+        assert_eq!(after, vec![2, 5, 0, 1]);
+        assert_eq!(newly_eligible(&[1, 5, 0, 0], &after), vec![(0, 2), (3, 1)]);
+    }
+
+    #[test]
+    fn a_row_replaces_an_older_one_only_if_it_grows() {
+        let old = PoAru {
+            replica: 1,
+            num: 4,
+            aru: vec![3, 3, 3, 3],
+        };
+        let grow = PoAru {
+            num: 5,
+            aru: vec![3, 4, 3, 3],
+            ..old.clone()
+        };
+        assert_eq!(grow.compare(&old), RowOrder::Newer);
+        let replay = PoAru {
+            num: 4,
+            aru: vec![9, 9, 9, 9],
+            ..old.clone()
+        };
+        assert_eq!(replay.compare(&old), RowOrder::NotNewer);
+        let same = PoAru {
+            num: 6,
+            ..old.clone()
+        };
+        assert_eq!(same.compare(&old), RowOrder::NotNewer);
+        let shrink = PoAru {
+            num: 6,
+            aru: vec![4, 2, 3, 3],
+            ..old.clone()
+        };
+        assert_eq!(shrink.compare(&old), RowOrder::Inconsistent);
+    }
+
+    #[test]
+    fn a_matrix_covers_a_summary_when_no_row_is_behind() {
+        let sent = matrix(&[&[1, 1, 0, 0], &[2, 0, 0, 0], &[0, 0, 0, 0], &[0, 0, 0, 0]]);
+        let ahead = matrix(&[&[1, 2, 0, 0], &[2, 0, 0, 0], &[0, 0, 0, 0], &[0, 0, 0, 0]]);
+        assert!(ahead.covers(&sent));
+        let behind = matrix(&[&[1, 0, 0, 0], &[2, 0, 0, 0], &[0, 0, 0, 0], &[0, 0, 0, 0]]);
+        assert!(!behind.covers(&sent));
+        let mut missing = ahead.clone();
+        missing.rows[1] = None;
+        assert!(!missing.covers(&sent), "an empty row is all zeros");
+        let mixed = matrix(&[&[0, 5, 0, 0], &[2, 0, 0, 0], &[0, 0, 0, 0], &[0, 0, 0, 0]]);
+        assert!(mixed.covers(&sent), "higher somewhere counts as answered");
+    }
+
+    #[test]
+    fn matrix_checks_refuse_misplaced_short_and_unsigned_rows() {
+        let ok = matrix(&[&[0; 4], &[0; 4], &[0; 4], &[0; 4]]);
+        assert_eq!(ok.check(4, |_, _, _| true), Ok(()));
+        assert_eq!(
+            ok.check(4, |r, _, _| r != 2),
+            Err(MatrixError::BadSignature(2))
+        );
+        assert_eq!(
+            ok.check(5, |_, _, _| true),
+            Err(MatrixError::Rows { got: 4, n: 5 })
+        );
+        let mut swapped = ok.clone();
+        swapped.rows.swap(0, 1);
+        assert_eq!(
+            swapped.check(4, |_, _, _| true),
+            Err(MatrixError::Misplaced {
+                slot: 0,
+                replica: 1
+            })
+        );
+        let mut short = ok.clone();
+        short.rows[3] = row(3, 1, &[0, 0, 0]);
+        assert_eq!(
+            short.check(4, |_, _, _| true),
+            Err(MatrixError::RowLength { got: 3, n: 4 })
+        );
+        let mut empty = ok.clone();
+        empty.rows[2] = None;
+        assert_eq!(
+            empty.check(4, |_, _, _| false),
+            Err(MatrixError::BadSignature(0))
+        );
+    }
+
+    #[test]
+    fn the_digest_covers_every_row_and_its_place() {
+        let a = matrix(&[&[1, 0, 0, 0], &[0; 4], &[0; 4], &[0; 4]]);
+        let mut b = a.clone();
+        b.rows[1] = None;
+        assert_ne!(a.digest(), b.digest());
+        let mut c = a.clone();
+        c.rows[0].as_mut().unwrap().sig = Signature([1; 64]);
+        assert_ne!(a.digest(), c.digest());
+        assert_eq!(a.digest(), a.clone().digest());
+    }
+}

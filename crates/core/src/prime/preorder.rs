@@ -1,0 +1,745 @@
+//! Prime's pre-ordering (spec prime.md §3.2): every replica introduces its clients' requests
+//! in PO-REQUESTs numbered per originator; every replica acknowledges, in PO-ACKs, the
+//! PO-REQUESTs it holds contiguously; 2f+1 matching acknowledgements (the originator's own
+//! included) make a PO certificate; a replica's PO-ARU row reports how far it holds
+//! certificates contiguously from each originator.
+//!
+//! This store is pure: the replica hands it what arrived (already authenticated: MACs of
+//! acknowledgements, client signatures inside PO-REQUESTs, signatures of rows) and sends what
+//! it returns. What it keeps per originator is bounded by a window above what that
+//! originator has executed (spec §8.2 trap 11).
+//!
+//! Filling holes: a request made eligible by an ordered matrix is held by f+1 correct
+//! replicas with its certificate. A replica missing it (or holding another version, from an
+//! equivocating originator) takes a copy once f+1 replicas sent copies with one digest: one
+//! of them is correct, so that is the certified version. Copies come from reconciliation
+//! (the designated senders push them) and from asking ([`PreOrder::holes`]).
+
+use super::matrix::{Matrix, PoAru, RowOrder, SignedPoAru};
+use crate::message::SignedRequest;
+use crate::types::{ReplicaId, Seq};
+use redoubt_crypto::{Digest, DigestBuilder};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// `<PO-REQUEST, originator, seq, requests>`: client requests (each signed by its client)
+/// introduced by `originator` as its `seq`-th.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoRequest {
+    pub originator: ReplicaId,
+    pub seq: Seq,
+    pub requests: Vec<SignedRequest>,
+}
+
+impl PoRequest {
+    /// What acknowledgements name: originator, number and the requests' digests (what
+    /// executes; the clients' signatures do not change it).
+    pub fn digest(&self) -> Digest {
+        let mut b = DigestBuilder::new("redoubt.prime.po-request.v1");
+        b.u64(self.originator as u64)
+            .u64(self.seq)
+            .u64(self.requests.len() as u64);
+        for r in &self.requests {
+            b.digest(&r.request.digest());
+        }
+        b.finish()
+    }
+}
+
+/// One acknowledgement: the sender holds `originator`'s `seq`-th PO-REQUEST with `digest`
+/// (and every earlier one of that originator).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AckPart {
+    pub originator: ReplicaId,
+    pub seq: Seq,
+    pub digest: Digest,
+}
+
+/// Pre-ordering's bounds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PreOrderConfig {
+    pub n: u32,
+    pub f: u32,
+    /// PO-REQUESTs kept per originator above what it has executed; a correct originator
+    /// introduces no more than this many unexecuted ones (the release's
+    /// `MAX_PO_IN_FLIGHT`, 20).
+    pub window: Seq,
+}
+
+/// Why a PO-REQUEST or an acknowledgement was not taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PoError {
+    #[error("originator {0} is not a replica")]
+    NoSuchOriginator(ReplicaId),
+    #[error("number {seq} of originator {originator} is outside its window")]
+    OutsideWindow { originator: ReplicaId, seq: Seq },
+    #[error("a second, different PO-REQUEST {seq} of originator {originator}")]
+    Equivocation { originator: ReplicaId, seq: Seq },
+}
+
+/// What the store knows of one PO-REQUEST.
+#[derive(Default)]
+struct Slot {
+    /// The copy we hold, and its digest.
+    held: Option<(Digest, Arc<PoRequest>)>,
+    /// Acknowledgements: replica -> the digest it acknowledged (its first).
+    acks: BTreeMap<ReplicaId, Digest>,
+    /// Copies offered to fill a hole: replica -> (digest, copy) (its first).
+    offered: BTreeMap<ReplicaId, (Digest, Arc<PoRequest>)>,
+    /// The digest 2f+1 replicas acknowledged, or f+1 offered for an eligible request.
+    certified: Option<Digest>,
+}
+
+/// The pre-ordering state of one replica.
+pub struct PreOrder {
+    cfg: PreOrderConfig,
+    me: ReplicaId,
+    /// Our next own number.
+    next_own: Seq,
+    slots: BTreeMap<(ReplicaId, Seq), Slot>,
+    /// Per originator: we hold its PO-REQUESTs contiguously up to here.
+    aru: Vec<Seq>,
+    /// Per originator: we acknowledged up to here.
+    acked: Vec<Seq>,
+    /// Per originator: we hold certified copies contiguously up to here (our row).
+    cum_aru: Vec<Seq>,
+    /// Our row as last signed, and its number.
+    row_sent: Option<Vec<Seq>>,
+    row_num: u64,
+    /// Per replica: its latest row (the summary matrix).
+    rows: Vec<Option<SignedPoAru>>,
+    /// `known[j][i]`: replica `j` holds originator `i`'s PO-REQUESTs up to here (from its
+    /// acknowledgements and rows).
+    known: Vec<Vec<Seq>>,
+    /// Per originator: executed up to here (eligible in an executed ordinal).
+    executed: Vec<Seq>,
+}
+
+impl PreOrder {
+    pub fn new(cfg: PreOrderConfig, me: ReplicaId) -> PreOrder {
+        let n = cfg.n as usize;
+        PreOrder {
+            cfg,
+            me,
+            next_own: 1,
+            slots: BTreeMap::new(),
+            aru: vec![0; n],
+            acked: vec![0; n],
+            cum_aru: vec![0; n],
+            row_sent: None,
+            row_num: 0,
+            rows: vec![None; n],
+            known: vec![vec![0; n]; n],
+            executed: vec![0; n],
+        }
+    }
+
+    fn quorum(&self) -> usize {
+        2 * self.cfg.f as usize + 1
+    }
+
+    fn in_window(&self, i: ReplicaId, seq: Seq) -> Result<(), PoError> {
+        let e = *self
+            .executed
+            .get(i as usize)
+            .ok_or(PoError::NoSuchOriginator(i))?;
+        if seq <= e || seq > e + self.cfg.window {
+            return Err(PoError::OutsideWindow { originator: i, seq });
+        }
+        Ok(())
+    }
+
+    /// Whether we may introduce another PO-REQUEST (flow control: our unexecuted ones stay
+    /// within the window every replica keeps).
+    pub fn can_introduce(&self) -> bool {
+        self.next_own <= self.executed[self.me as usize] + self.cfg.window
+    }
+
+    /// Introduces client requests as our next PO-REQUEST (to send to every replica); `None`
+    /// if the window is full.
+    pub fn introduce(&mut self, requests: Vec<SignedRequest>) -> Option<Arc<PoRequest>> {
+        if !self.can_introduce() {
+            return None;
+        }
+        let req = Arc::new(PoRequest {
+            originator: self.me,
+            seq: self.next_own,
+            requests,
+        });
+        self.next_own += 1;
+        self.receive_request(req.clone())
+            .expect("our own number is in our window");
+        Some(req)
+    }
+
+    /// A PO-REQUEST (its client requests authenticated by the caller). The first copy of a
+    /// number is kept; a different later one is evidence of equivocation and is refused.
+    /// `Ok(true)` if it is new.
+    pub fn receive_request(&mut self, req: Arc<PoRequest>) -> Result<bool, PoError> {
+        let (i, s) = (req.originator, req.seq);
+        self.in_window(i, s)?;
+        let digest = req.digest();
+        let slot = self.slots.entry((i, s)).or_default();
+        match &slot.held {
+            Some((d, _)) if *d == digest => return Ok(false),
+            Some(_) => {
+                return Err(PoError::Equivocation {
+                    originator: i,
+                    seq: s,
+                })
+            }
+            None => {}
+        }
+        if slot.certified.is_some_and(|c| c != digest) {
+            // Another version is certified already: this one can never execute.
+            return Err(PoError::Equivocation {
+                originator: i,
+                seq: s,
+            });
+        }
+        slot.held = Some((digest, req));
+        let a = &mut self.aru[i as usize];
+        while self
+            .slots
+            .get(&(i, *a + 1))
+            .is_some_and(|s| s.held.is_some())
+        {
+            *a += 1;
+        }
+        self.advance_certified(i);
+        Ok(true)
+    }
+
+    /// Acknowledgements due: everything held contiguously and not yet acknowledged. They
+    /// count as our own acknowledgements at once.
+    pub fn take_acks(&mut self) -> Vec<AckPart> {
+        let mut parts = Vec::new();
+        for i in 0..self.cfg.n {
+            let iu = i as usize;
+            for s in (self.acked[iu] + 1)..=self.aru[iu] {
+                let Some((digest, _)) = self.slots.get(&(i, s)).and_then(|x| x.held.as_ref())
+                else {
+                    continue;
+                };
+                parts.push(AckPart {
+                    originator: i,
+                    seq: s,
+                    digest: *digest,
+                });
+            }
+            self.acked[iu] = self.aru[iu];
+        }
+        let me = self.me;
+        for p in &parts {
+            self.vote(me, p);
+        }
+        parts
+    }
+
+    /// Acknowledgements from replica `from` (authenticated by the caller). Parts outside the
+    /// window are skipped.
+    pub fn receive_acks(&mut self, from: ReplicaId, parts: &[AckPart]) {
+        if from >= self.cfg.n {
+            return;
+        }
+        for p in parts {
+            if self.in_window(p.originator, p.seq).is_ok() {
+                self.vote(from, p);
+            }
+        }
+    }
+
+    fn vote(&mut self, from: ReplicaId, p: &AckPart) {
+        let quorum = self.quorum();
+        let slot = self.slots.entry((p.originator, p.seq)).or_default();
+        slot.acks.entry(from).or_insert(p.digest);
+        let k = &mut self.known[from as usize][p.originator as usize];
+        *k = (*k).max(p.seq);
+        if slot.certified.is_none() {
+            let matching = slot.acks.values().filter(|d| **d == p.digest).count();
+            if matching >= quorum {
+                slot.certified = Some(p.digest);
+                if slot.held.as_ref().is_some_and(|(d, _)| *d != p.digest) {
+                    // We hold a version that did not get certified: it goes, and the hole
+                    // is filled like any other.
+                    slot.held = None;
+                    let a = &mut self.aru[p.originator as usize];
+                    *a = (*a).min(p.seq - 1);
+                }
+            }
+        }
+        self.advance_certified(p.originator);
+    }
+
+    fn advance_certified(&mut self, i: ReplicaId) {
+        let c = &mut self.cum_aru[i as usize];
+        while let Some(slot) = self.slots.get(&(i, *c + 1)) {
+            match (&slot.held, slot.certified) {
+                (Some((d, _)), Some(cd)) if *d == cd => *c += 1,
+                _ => break,
+            }
+        }
+    }
+
+    /// Our row, if our certificates grew since we last signed one: the caller signs it,
+    /// sends it to every replica and hands it back through [`PreOrder::receive_row`].
+    pub fn new_row(&mut self) -> Option<PoAru> {
+        if self.row_sent.as_ref() == Some(&self.cum_aru) || self.cum_aru.iter().all(|s| *s == 0) {
+            return None;
+        }
+        self.row_num += 1;
+        self.row_sent = Some(self.cum_aru.clone());
+        Some(PoAru {
+            replica: self.me,
+            num: self.row_num,
+            aru: self.cum_aru.clone(),
+        })
+    }
+
+    /// A signed row (signature and shape checked by the caller). `Newer` rows replace the
+    /// sender's previous one in our summary matrix.
+    pub fn receive_row(&mut self, row: SignedPoAru) -> RowOrder {
+        let j = row.row.replica as usize;
+        if j >= self.rows.len() || row.row.aru.len() != self.rows.len() {
+            return RowOrder::NotNewer;
+        }
+        let order = match &self.rows[j] {
+            Some(old) => row.row.compare(&old.row),
+            None if row.row.aru.iter().any(|s| *s > 0) => RowOrder::Newer,
+            None => RowOrder::NotNewer,
+        };
+        if order == RowOrder::Newer {
+            for (k, s) in self.known[j].iter_mut().zip(&row.row.aru) {
+                *k = (*k).max(*s);
+            }
+            self.rows[j] = Some(row);
+        }
+        order
+    }
+
+    /// The summary matrix: the latest row of every replica.
+    pub fn matrix(&self) -> Matrix {
+        Matrix {
+            rows: self.rows.clone(),
+        }
+    }
+
+    /// Whether our matrix would make more eligible than `eligible` (what we already sent the
+    /// leader or saw proposed): only then is a summary worth sending.
+    pub fn would_advance(&self, eligible: &[Seq]) -> bool {
+        let m = self.matrix();
+        let f = self.cfg.f as usize;
+        (0..self.rows.len()).any(|i| m.proof_aru(i, f) > eligible.get(i).copied().unwrap_or(0))
+    }
+
+    /// What we hold certificates for, per originator (our row's content).
+    pub fn cum_aru(&self) -> &[Seq] {
+        &self.cum_aru
+    }
+
+    /// What has executed, per originator.
+    pub fn executed(&self) -> &[Seq] {
+        &self.executed
+    }
+
+    /// The PO-REQUESTs of `(originator, seq)` pairs, if we hold every one with its
+    /// certificate; else the ones missing (holes: the ordinal waits).
+    pub fn ready(
+        &self,
+        pairs: &[(ReplicaId, Seq)],
+    ) -> Result<Vec<Arc<PoRequest>>, Vec<(ReplicaId, Seq)>> {
+        let mut got = Vec::with_capacity(pairs.len());
+        let mut holes = Vec::new();
+        for &(i, s) in pairs {
+            match self.slots.get(&(i, s)) {
+                Some(Slot {
+                    held: Some((d, r)),
+                    certified: Some(c),
+                    ..
+                }) if d == c => got.push(r.clone()),
+                _ => holes.push((i, s)),
+            }
+        }
+        if holes.is_empty() {
+            Ok(got)
+        } else {
+            Err(holes)
+        }
+    }
+
+    /// A copy of an eligible PO-REQUEST from replica `from`, to fill a hole: taken once f+1
+    /// replicas offered copies with one digest. `true` if it filled the hole.
+    pub fn offer(&mut self, from: ReplicaId, req: Arc<PoRequest>) -> bool {
+        let (i, s) = (req.originator, req.seq);
+        if from >= self.cfg.n || self.in_window(i, s).is_err() {
+            return false;
+        }
+        let f = self.cfg.f as usize;
+        let digest = req.digest();
+        let slot = self.slots.entry((i, s)).or_default();
+        if slot
+            .held
+            .as_ref()
+            .is_some_and(|(d, _)| Some(*d) == slot.certified)
+        {
+            return false; // no hole here
+        }
+        if slot.certified.is_some_and(|c| c != digest) {
+            return false; // not the version our acknowledgements certify
+        }
+        slot.offered.entry(from).or_insert((digest, req));
+        let matching = slot.offered.values().filter(|(d, _)| *d == digest).count();
+        if matching < f + 1 {
+            return false;
+        }
+        let (_, copy) = slot
+            .offered
+            .values()
+            .find(|(d, _)| *d == digest)
+            .cloned()
+            .expect("counted");
+        slot.certified = Some(digest);
+        slot.held = Some((digest, copy));
+        slot.offered.clear();
+        let a = &mut self.aru[i as usize];
+        while self
+            .slots
+            .get(&(i, *a + 1))
+            .is_some_and(|s| s.held.is_some())
+        {
+            *a += 1;
+        }
+        self.advance_certified(i);
+        true
+    }
+
+    /// The certified PO-REQUEST `(i, s)`, if we hold it (to send to a replica that asks, or
+    /// in reconciliation).
+    pub fn certified_copy(&self, i: ReplicaId, s: Seq) -> Option<Arc<PoRequest>> {
+        let slot = self.slots.get(&(i, s))?;
+        match (&slot.held, slot.certified) {
+            (Some((d, r)), Some(c)) if *d == c => Some(r.clone()),
+            _ => None,
+        }
+    }
+
+    /// Reconciliation of `(i, s)`, newly eligible in an ordinal with matrix `m`: the replicas
+    /// we should send our certified copy to. We are a designated sender if we are among the
+    /// first 2f+1 replicas (by id) whose row claims column `i` at least `ProofARU(i)`; the
+    /// destinations are the replicas (other than the originator) not known to hold it.
+    pub fn reconcile(&self, m: &Matrix, i: ReplicaId, s: Seq) -> Vec<ReplicaId> {
+        if self.certified_copy(i, s).is_none() {
+            return Vec::new();
+        }
+        let f = self.cfg.f as usize;
+        let t = m.proof_aru(i as usize, f);
+        let designated = (0..self.cfg.n)
+            .filter(|j| m.entry(*j as usize, i as usize) >= t)
+            .take(self.quorum());
+        if !designated.into_iter().any(|j| j == self.me) {
+            return Vec::new();
+        }
+        (0..self.cfg.n)
+            .filter(|k| *k != i && *k != self.me && self.known[*k as usize][i as usize] < s)
+            .collect()
+    }
+
+    /// The ordinal executed up to `eligible`: what it ran is forgotten (rows, and what is
+    /// known of peers, stay).
+    pub fn executed_through(&mut self, eligible: &[Seq]) {
+        for (i, e) in eligible.iter().enumerate() {
+            let ex = &mut self.executed[i];
+            *ex = (*ex).max(*e);
+            let i = i as ReplicaId;
+            let keep = self.slots.split_off(&(i, *ex + 1));
+            self.slots.retain(|(o, _), _| *o != i);
+            self.slots.extend(keep);
+            for v in [&mut self.aru, &mut self.acked, &mut self.cum_aru] {
+                v[i as usize] = v[i as usize].max(*ex);
+            }
+        }
+        self.next_own = self.next_own.max(self.executed[self.me as usize] + 1);
+    }
+
+    /// For retransmission: our own PO-REQUESTs not yet executed, and acknowledgements of
+    /// what we hold that is not yet certified.
+    pub fn unsettled(&self) -> (Vec<Arc<PoRequest>>, Vec<AckPart>) {
+        let mut own = Vec::new();
+        let mut acks = Vec::new();
+        for ((i, s), slot) in &self.slots {
+            let Some((d, r)) = &slot.held else { continue };
+            if *i == self.me {
+                own.push(r.clone());
+            }
+            if slot.certified.is_none() && *s <= self.acked[*i as usize] {
+                acks.push(AckPart {
+                    originator: *i,
+                    seq: *s,
+                    digest: *d,
+                });
+            }
+        }
+        (own, acks)
+    }
+
+    /// PO-REQUEST slots held (for bounds and metrics).
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Request;
+    use redoubt_crypto::pk::Signature;
+
+    fn cfg() -> PreOrderConfig {
+        PreOrderConfig {
+            n: 4,
+            f: 1,
+            window: 4,
+        }
+    }
+
+    fn client_request(c: u64, op: &[u8]) -> SignedRequest {
+        SignedRequest {
+            request: Request {
+                client: c,
+                timestamp: 1,
+                read_only: false,
+                op: bytes::Bytes::copy_from_slice(op),
+            },
+            auth: Arc::from(Vec::new()),
+            sig: None,
+        }
+    }
+
+    fn po(originator: ReplicaId, seq: Seq, op: &[u8]) -> Arc<PoRequest> {
+        Arc::new(PoRequest {
+            originator,
+            seq,
+            requests: vec![client_request(7, op)],
+        })
+    }
+
+    fn sign(row: PoAru) -> SignedPoAru {
+        SignedPoAru {
+            row,
+            sig: Signature::default(),
+        }
+    }
+
+    /// Four stores exchanging everything: replica 0 introduces one request.
+    fn four() -> Vec<PreOrder> {
+        (0..4).map(|i| PreOrder::new(cfg(), i)).collect()
+    }
+
+    fn exchange_acks(stores: &mut [PreOrder]) {
+        let acks: Vec<(ReplicaId, Vec<AckPart>)> = stores
+            .iter_mut()
+            .enumerate()
+            .map(|(j, s)| (j as ReplicaId, s.take_acks()))
+            .collect();
+        for (j, parts) in &acks {
+            for (k, s) in stores.iter_mut().enumerate() {
+                if k as ReplicaId != *j {
+                    s.receive_acks(*j, parts);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_request_is_certified_by_2f_plus_1_acknowledgements_and_reported_in_a_row() {
+        let mut s = four();
+        let r = s[0].introduce(vec![client_request(7, b"x")]).expect("room");
+        for store in &mut s[1..] {
+            assert_eq!(store.receive_request(r.clone()), Ok(true));
+        }
+        // Our own acknowledgement and one other are not enough.
+        let mine = s[0].take_acks();
+        assert_eq!(mine.len(), 1);
+        let theirs = s[1].take_acks();
+        s[0].receive_acks(1, &theirs);
+        assert_eq!(s[0].cum_aru(), &[0, 0, 0, 0]);
+        assert_eq!(s[0].new_row(), None, "nothing certified, nothing to report");
+        let third = s[2].take_acks();
+        s[0].receive_acks(2, &third);
+        assert_eq!(s[0].cum_aru(), &[1, 0, 0, 0]);
+        let row = s[0].new_row().expect("certificates grew");
+        assert_eq!((row.num, row.aru.clone()), (1, vec![1, 0, 0, 0]));
+        assert_eq!(s[0].new_row(), None, "not again until they grow");
+    }
+
+    #[test]
+    fn an_equivocating_originator_gets_at_most_one_version_certified() {
+        let mut s = four();
+        let a = po(3, 1, b"a");
+        let b = po(3, 1, b"b");
+        // Replicas 0 and 1 get version a, replica 2 gets b; replica 3 (faulty) acks both.
+        s[0].receive_request(a.clone()).unwrap();
+        s[1].receive_request(a.clone()).unwrap();
+        s[2].receive_request(b.clone()).unwrap();
+        assert_eq!(
+            s[0].receive_request(b.clone()),
+            Err(PoError::Equivocation {
+                originator: 3,
+                seq: 1
+            })
+        );
+        exchange_acks(&mut s);
+        let ack_a = AckPart {
+            originator: 3,
+            seq: 1,
+            digest: a.digest(),
+        };
+        let ack_b = AckPart {
+            digest: b.digest(),
+            ..ack_a
+        };
+        for store in &mut s[..3] {
+            store.receive_acks(3, &[ack_a, ack_b]);
+        }
+        // a: replicas 0, 1 and 3 acknowledged it; b: only 2 and 3.
+        assert_eq!(s[0].cum_aru()[3], 1);
+        assert_eq!(s[1].cum_aru()[3], 1);
+        assert_eq!(s[2].cum_aru()[3], 0, "holding the version that lost");
+        assert_eq!(s[2].ready(&[(3, 1)]), Err(vec![(3, 1)]));
+        // f+1 copies of the certified version fill the hole; f copies of the other do not.
+        assert!(!s[2].offer(3, a.clone()));
+        assert!(!s[2].offer(1, b.clone()), "a faulty replica's copy alone");
+        assert!(s[2].offer(0, a.clone()), "0 and 3 offered a: f+1 copies");
+        assert_eq!(s[2].cum_aru()[3], 1);
+        assert_eq!(s[2].ready(&[(3, 1)]).map(|v| v[0].digest()), Ok(a.digest()));
+    }
+
+    #[test]
+    fn the_window_bounds_what_is_kept_and_what_we_introduce() {
+        let mut s = PreOrder::new(cfg(), 0);
+        for _ in 0..4 {
+            assert!(s.introduce(vec![client_request(1, b"x")]).is_some());
+        }
+        assert!(!s.can_introduce());
+        assert!(s.introduce(vec![client_request(1, b"y")]).is_none());
+        assert_eq!(
+            s.receive_request(po(2, 5, b"far")),
+            Err(PoError::OutsideWindow {
+                originator: 2,
+                seq: 5
+            })
+        );
+        assert_eq!(
+            s.receive_request(po(9, 1, b"who")),
+            Err(PoError::NoSuchOriginator(9))
+        );
+        s.receive_acks(
+            1,
+            &[AckPart {
+                originator: 2,
+                seq: 1_000,
+                digest: Digest::ZERO,
+            }],
+        );
+        assert_eq!(
+            s.slots(),
+            4,
+            "acknowledgements beyond the window keep nothing"
+        );
+        s.executed_through(&[2, 0, 0, 0]);
+        assert_eq!(s.slots(), 2);
+        assert!(s.can_introduce());
+        assert_eq!(
+            s.receive_request(po(0, 2, b"old")),
+            Err(PoError::OutsideWindow {
+                originator: 0,
+                seq: 2
+            })
+        );
+    }
+
+    #[test]
+    fn rows_replace_older_ones_and_feed_the_summary_matrix() {
+        let mut s = PreOrder::new(cfg(), 0);
+        let r1 = sign(PoAru {
+            replica: 2,
+            num: 1,
+            aru: vec![1, 0, 0, 0],
+        });
+        assert_eq!(s.receive_row(r1.clone()), RowOrder::Newer);
+        assert_eq!(s.receive_row(r1.clone()), RowOrder::NotNewer);
+        assert!(!s.would_advance(&[0, 0, 0, 0]), "one row is not 2f+1");
+        for j in [1, 3] {
+            s.receive_row(sign(PoAru {
+                replica: j,
+                num: 1,
+                aru: vec![1, 0, 0, 0],
+            }));
+        }
+        assert!(s.would_advance(&[0, 0, 0, 0]));
+        assert!(!s.would_advance(&[1, 0, 0, 0]));
+        assert_eq!(s.matrix().proof_aru(0, 1), 1);
+        let shrink = sign(PoAru {
+            replica: 2,
+            num: 2,
+            aru: vec![0, 1, 0, 0],
+        });
+        assert_eq!(s.receive_row(shrink), RowOrder::Inconsistent);
+        assert_eq!(
+            s.matrix().rows[2],
+            Some(r1),
+            "the inconsistent row is not taken"
+        );
+    }
+
+    #[test]
+    fn reconciliation_goes_from_designated_senders_to_those_not_known_to_hold_it() {
+        let mut s = four();
+        let r = po(0, 1, b"x");
+        // Replica 3 never got it; 0, 1, 2 certify it.
+        for store in &mut s[..3] {
+            store.receive_request(r.clone()).unwrap();
+        }
+        let acks: Vec<_> = (0..3).map(|k| s[k].take_acks()).collect();
+        for (k, store) in s[..3].iter_mut().enumerate() {
+            for (j, parts) in acks.iter().enumerate() {
+                if j != k {
+                    store.receive_acks(j as ReplicaId, parts);
+                }
+            }
+        }
+        let rows: Vec<SignedPoAru> = (0..3).map(|k| sign(s[k].new_row().unwrap())).collect();
+        for store in &mut s {
+            for row in &rows {
+                store.receive_row(row.clone());
+            }
+        }
+        let m = s[1].matrix();
+        assert_eq!(m.proof_aru(0, 1), 1);
+        // Designated: the first 2f+1 replicas whose row claims it: 0, 1, 2. Destination: 3
+        // (the originator is skipped, and 1 and 2 are known to hold it).
+        assert_eq!(s[1].reconcile(&m, 0, 1), vec![3]);
+        assert_eq!(
+            s[3].reconcile(&m, 0, 1),
+            Vec::<ReplicaId>::new(),
+            "holds nothing"
+        );
+        // Replica 3 fills its hole from f+1 copies.
+        assert!(!s[3].offer(1, r.clone()));
+        assert!(s[3].offer(2, r.clone()));
+        assert!(s[3].ready(&[(0, 1)]).is_ok());
+    }
+
+    #[test]
+    fn unsettled_lists_own_unexecuted_requests_and_uncertified_acknowledgements() {
+        let mut s = four();
+        let r = s[0].introduce(vec![client_request(1, b"x")]).unwrap();
+        s[0].take_acks();
+        let (own, acks) = s[0].unsettled();
+        assert_eq!(own, vec![r.clone()]);
+        assert_eq!(acks.len(), 1);
+        s[0].executed_through(&[1, 0, 0, 0]);
+        assert_eq!(s[0].unsettled(), (vec![], vec![]));
+    }
+}
