@@ -199,15 +199,7 @@ impl PreOrder {
             });
         }
         slot.held = Some((digest, req));
-        let a = &mut self.aru[i as usize];
-        while self
-            .slots
-            .get(&(i, *a + 1))
-            .is_some_and(|s| s.held.is_some())
-        {
-            *a += 1;
-        }
-        self.advance_certified(i);
+        self.advance_held(i);
         Ok(true)
     }
 
@@ -270,6 +262,19 @@ impl PreOrder {
             }
         }
         self.advance_certified(p.originator);
+    }
+
+    /// Moves `aru[i]` over what we now hold contiguously, then `cum_aru[i]`.
+    fn advance_held(&mut self, i: ReplicaId) {
+        let a = &mut self.aru[i as usize];
+        while self
+            .slots
+            .get(&(i, *a + 1))
+            .is_some_and(|s| s.held.is_some())
+        {
+            *a += 1;
+        }
+        self.advance_certified(i);
     }
 
     fn advance_certified(&mut self, i: ReplicaId) {
@@ -402,15 +407,7 @@ impl PreOrder {
         slot.certified = Some(digest);
         slot.held = Some((digest, copy));
         slot.offered.clear();
-        let a = &mut self.aru[i as usize];
-        while self
-            .slots
-            .get(&(i, *a + 1))
-            .is_some_and(|s| s.held.is_some())
-        {
-            *a += 1;
-        }
-        self.advance_certified(i);
+        self.advance_held(i);
         true
     }
 

@@ -376,6 +376,32 @@ mod tests {
         SuspectConfig::release(1)
     }
 
+    fn fresh(view: View) -> Suspect {
+        Suspect::new(cfg(), 0, view, 0)
+    }
+
+    /// Replica `j` announces `alpha_ms` (TAT_UB) in `view`.
+    fn ub(s: &mut Suspect, j: ReplicaId, view: View, alpha_ms: u64) {
+        s.receive(j, &SuspectMsg::TatUb { view, alpha_ms }, 0);
+    }
+
+    /// Replica `j` reports `max_tat_ms` (TAT_MEASURE) in `view`.
+    fn tat(s: &mut Suspect, j: ReplicaId, view: View, max_tat_ms: u64) {
+        s.receive(j, &SuspectMsg::TatMeasure { view, max_tat_ms }, 0);
+    }
+
+    /// Replica `j` tells us the round trip it measured to us.
+    fn rtt(s: &mut Suspect, j: ReplicaId, rtt_ms: u64) {
+        s.receive(
+            j,
+            &SuspectMsg::RttMeasure {
+                view: s.view(),
+                rtt_ms,
+            },
+            0,
+        );
+    }
+
     fn summary(aru: u64) -> Matrix {
         let mut m = Matrix::empty(4);
         m.rows[1] = Some(SignedPoAru {
@@ -389,39 +415,41 @@ mod tests {
         m
     }
 
-    /// Replica `me` of four measures round trips `rtts` (ms) to the others through
-    /// ping/pong/measure exchanges with them.
-    fn measured(me: ReplicaId, rtts: [u64; 4]) -> Suspect {
-        let mut s = Suspect::new(cfg(), me, 0, 0);
+    #[test]
+    fn a_pong_gives_the_pingee_its_round_trip() {
+        let mut s = fresh(0);
         let pings = s.tick(0);
         let SuspectMsg::Ping { seq, .. } = pings[0].msg else {
             panic!("a ping first")
         };
-        for j in (0..4).filter(|j| *j != me) {
-            let out = s
-                .receive(j, &SuspectMsg::Pong { view: 0, seq }, rtts[j as usize])
-                .expect("a measure for the pingee");
-            assert_eq!(out.to, Some(j));
-            // The pingee would record it; here each peer reports the same back to us.
-            let SuspectMsg::RttMeasure { rtt_ms, .. } = out.msg else {
-                panic!("an RTT measure")
-            };
-            s.receive(j, &SuspectMsg::RttMeasure { view: 0, rtt_ms }, 0);
-        }
-        s
+        let out = s.receive(2, &SuspectMsg::Pong { view: 0, seq }, 12);
+        let measure = SuspectMsg::RttMeasure {
+            view: 0,
+            rtt_ms: 12,
+        };
+        assert_eq!(
+            out,
+            Some(Out {
+                to: Some(2),
+                msg: measure
+            })
+        );
     }
 
     #[test]
     fn alpha_ignores_f_inflated_or_missing_round_trips() {
-        let s = measured(0, [0, 10, 12, 900]);
+        let mut s = fresh(0);
+        for (j, ms) in [(1, 10), (2, 12), (3, 900)] {
+            rtt(&mut s, j, ms);
+        }
         // Own 0, peers 10, 12, 900: the 2nd largest is 12.
         assert_eq!(s.alpha(), Some(12));
-        let mut t = Suspect::new(cfg(), 0, 0, 0);
-        t.receive(1, &SuspectMsg::RttMeasure { view: 0, rtt_ms: 5 }, 0);
+        let mut t = fresh(0);
+        rtt(&mut t, 1, 5);
         assert_eq!(t.alpha(), None, "two unknown round trips: infinite");
-        t.receive(2, &SuspectMsg::RttMeasure { view: 0, rtt_ms: 7 }, 0);
+        rtt(&mut t, 2, 7);
         assert_eq!(t.alpha(), Some(7));
-        t.receive(2, &SuspectMsg::RttMeasure { view: 0, rtt_ms: 9 }, 0);
+        rtt(&mut t, 2, 9);
         assert_eq!(
             t.alpha(),
             Some(7),
@@ -431,139 +459,47 @@ mod tests {
 
     #[test]
     fn f_liars_can_neither_frame_a_correct_leader_nor_shield_a_slow_one() {
-        let mut s = Suspect::new(cfg(), 0, 0, 0);
+        let mut s = fresh(0);
         for j in 1..4 {
-            s.receive(
-                j,
-                &SuspectMsg::TatUb {
-                    view: 0,
-                    alpha_ms: 10,
-                },
-                0,
-            );
+            ub(&mut s, j, 0, 10);
         }
-        s.receive(
-            1,
-            &SuspectMsg::TatUb {
-                view: 0,
-                alpha_ms: 10,
-            },
-            0,
-        );
-        // Only 3 of 4 announced (ours is missing): the (f+1)-th largest is still finite.
+        // 3 of 4 announced (ours is missing): the (f+1)-th largest is still finite.
         assert_eq!(s.tat_acceptable(), Some(10));
         assert_eq!(s.bound(), Some(25 + 20));
         // One liar reports a huge TAT: not a suspicion.
-        s.receive(
-            3,
-            &SuspectMsg::TatMeasure {
-                view: 0,
-                max_tat_ms: 10_000,
-            },
-            0,
-        );
+        tat(&mut s, 3, 0, 10_000);
         assert!(!s.suspects());
         // A second replica agrees: not yet 2f+1 (we measured nothing).
-        s.receive(
-            2,
-            &SuspectMsg::TatMeasure {
-                view: 0,
-                max_tat_ms: 46,
-            },
-            0,
-        );
+        tat(&mut s, 2, 0, 46);
         assert!(!s.suspects());
         // A third: 2f+1 reports above the bound, f+1 of them from correct replicas.
-        s.receive(
-            1,
-            &SuspectMsg::TatMeasure {
-                view: 0,
-                max_tat_ms: 46,
-            },
-            0,
-        );
+        tat(&mut s, 1, 0, 46);
         assert_eq!(s.tat_leader(), 46);
         assert!(s.suspects());
         // A liar that shrinks its alpha to 0 cannot tighten the bound below the honest ones.
-        let mut t = Suspect::new(cfg(), 0, 0, 0);
-        t.receive(
-            1,
-            &SuspectMsg::TatUb {
-                view: 0,
-                alpha_ms: 0,
-            },
-            0,
-        );
-        t.receive(
-            2,
-            &SuspectMsg::TatUb {
-                view: 0,
-                alpha_ms: 30,
-            },
-            0,
-        );
-        t.receive(
-            3,
-            &SuspectMsg::TatUb {
-                view: 0,
-                alpha_ms: 30,
-            },
-            0,
-        );
+        let mut t = fresh(0);
+        for (j, a) in [(1, 0), (2, 30), (3, 30)] {
+            ub(&mut t, j, 0, a);
+        }
         assert_eq!(t.tat_acceptable(), Some(30));
         // Nor can one that inflates it loosen the bound (once our own alpha is known: an
         // unknown one counts as infinite, and f+1 unknown or inflated ones would win).
-        let mut u = Suspect::new(cfg(), 0, 0, 0);
+        let mut u = fresh(0);
         for j in 1..4 {
-            u.receive(
-                j,
-                &SuspectMsg::RttMeasure {
-                    view: 0,
-                    rtt_ms: 30,
-                },
-                0,
-            );
+            rtt(&mut u, j, 30);
         }
         u.tick(0);
-        u.receive(
-            1,
-            &SuspectMsg::TatUb {
-                view: 0,
-                alpha_ms: 10_000,
-            },
-            0,
-        );
-        u.receive(
-            2,
-            &SuspectMsg::TatUb {
-                view: 0,
-                alpha_ms: 30,
-            },
-            0,
-        );
-        u.receive(
-            3,
-            &SuspectMsg::TatUb {
-                view: 0,
-                alpha_ms: 30,
-            },
-            0,
-        );
+        for (j, a) in [(1, 10_000), (2, 30), (3, 30)] {
+            ub(&mut u, j, 0, a);
+        }
         assert_eq!(u.tat_acceptable(), Some(30));
     }
 
     #[test]
     fn the_floor_keeps_lan_jitter_from_replacing_leaders() {
-        let mut s = Suspect::new(cfg(), 0, 0, 0);
+        let mut s = fresh(0);
         for j in 1..4 {
-            s.receive(
-                j,
-                &SuspectMsg::TatUb {
-                    view: 0,
-                    alpha_ms: 0,
-                },
-                0,
-            );
+            ub(&mut s, j, 0, 0);
         }
         assert_eq!(s.tat_acceptable(), Some(8));
         assert_eq!(s.bound(), Some(20 + 20));
@@ -571,26 +507,12 @@ mod tests {
 
     #[test]
     fn a_leader_that_never_answers_is_measured_by_aging() {
-        let mut s = Suspect::new(cfg(), 0, 0, 0);
+        let mut s = fresh(0);
         for j in 1..4 {
-            s.receive(
-                j,
-                &SuspectMsg::TatUb {
-                    view: 0,
-                    alpha_ms: 10,
-                },
-                0,
-            );
+            ub(&mut s, j, 0, 10);
         }
         for j in 1..3 {
-            s.receive(
-                j,
-                &SuspectMsg::TatMeasure {
-                    view: 0,
-                    max_tat_ms: 100,
-                },
-                0,
-            );
+            tat(&mut s, j, 0, 100);
         }
         s.summary_sent(summary(1), 1_000);
         s.tick(1_010);
@@ -598,12 +520,12 @@ mod tests {
         assert!(!s.suspects(), "two slow reports are not 2f+1");
         let out = s.tick(1_200);
         assert_eq!(s.max_tat(), 200);
+        let grown = SuspectMsg::TatMeasure {
+            view: 0,
+            max_tat_ms: 200,
+        };
         assert!(
-            out.iter().any(|o| o.msg
-                == SuspectMsg::TatMeasure {
-                    view: 0,
-                    max_tat_ms: 200
-                }),
+            out.iter().any(|o| o.msg == grown),
             "a grown TAT is reported at once"
         );
         assert!(s.suspects());
@@ -611,7 +533,7 @@ mod tests {
 
     #[test]
     fn challenges_close_in_order_when_a_proposal_covers_them() {
-        let mut s = Suspect::new(cfg(), 0, 0, 0);
+        let mut s = fresh(0);
         s.summary_sent(summary(1), 100);
         s.summary_sent(summary(2), 110);
         s.proposal_accepted(&summary(1), 130);
@@ -624,48 +546,20 @@ mod tests {
 
     #[test]
     fn a_view_change_resets_everything_and_times_the_new_view_without_allowance() {
-        let mut s = Suspect::new(cfg(), 0, 0, 0);
+        let mut s = fresh(0);
         for j in 1..4 {
-            s.receive(
-                j,
-                &SuspectMsg::TatUb {
-                    view: 0,
-                    alpha_ms: 10,
-                },
-                0,
-            );
-            s.receive(
-                j,
-                &SuspectMsg::TatMeasure {
-                    view: 0,
-                    max_tat_ms: 100,
-                },
-                0,
-            );
+            ub(&mut s, j, 0, 10);
+            tat(&mut s, j, 0, 100);
         }
         assert!(s.suspects());
         s.reset(1, true, 1_000);
         assert!(!s.suspects());
         assert_eq!(s.tat_acceptable(), None, "unknown until measured again");
         // Messages of the old view no longer count.
-        s.receive(
-            1,
-            &SuspectMsg::TatUb {
-                view: 0,
-                alpha_ms: 10,
-            },
-            0,
-        );
+        ub(&mut s, 1, 0, 10);
         assert_eq!(s.tat_acceptable(), None);
         for j in 1..4 {
-            s.receive(
-                j,
-                &SuspectMsg::TatUb {
-                    view: 1,
-                    alpha_ms: 10,
-                },
-                0,
-            );
+            ub(&mut s, j, 1, 10);
         }
         assert_eq!(
             s.bound(),
@@ -680,17 +574,18 @@ mod tests {
 
     #[test]
     fn pongs_answer_only_outstanding_pings_and_other_views_are_ignored() {
-        let mut s = Suspect::new(cfg(), 0, 3, 0);
+        let mut s = fresh(3);
         assert_eq!(
             s.receive(1, &SuspectMsg::Pong { view: 3, seq: 99 }, 5),
             None
         );
         assert_eq!(s.receive(1, &SuspectMsg::Ping { view: 2, seq: 1 }, 5), None);
+        let pong = SuspectMsg::Pong { view: 3, seq: 1 };
         assert_eq!(
             s.receive(1, &SuspectMsg::Ping { view: 3, seq: 1 }, 5),
             Some(Out {
                 to: Some(1),
-                msg: SuspectMsg::Pong { view: 3, seq: 1 }
+                msg: pong
             })
         );
         assert_eq!(s.receive(0, &SuspectMsg::Ping { view: 3, seq: 1 }, 5), None);
