@@ -13,13 +13,15 @@ use serde::{Deserialize, Serialize};
 
 mod firewall;
 mod frame;
+mod prime;
 mod separated;
 pub use firewall::*;
 pub use frame::*;
+pub use prime::*;
 pub use separated::*;
 
 /// Wire format version carried by every frame.
-pub const WIRE_VERSION: u8 = 4;
+pub const WIRE_VERSION: u8 = 5;
 
 /// The digest that stands for the null request in view changes.
 pub const NULL_DIGEST: Digest = Digest::ZERO;
@@ -519,6 +521,17 @@ pub enum Message {
     StableCert(StableCert),
     /// and agreement nodes to clients.
     CertifiedReply(CertifiedReply),
+    /// Prime (ADR 0007): pre-ordering,
+    PoRequest(std::sync::Arc<PoRequest>),
+    PoAck(PoAck),
+    PoAru(SignedPoAru),
+    /// summaries to the leader,
+    Summary(Summary),
+    /// Suspect-Leader,
+    Suspicion(Suspicion),
+    /// and filling holes.
+    PoFetch(PoFetch),
+    PoCopy(PoCopy),
 }
 
 /// QUERY-STABLE: the estimation step of a recovery; `nonce` ties the answers to it.
@@ -620,6 +633,13 @@ impl Message {
             Message::ReplyCert(_) => "reply-cert",
             Message::StableCert(_) => "stable-cert",
             Message::CertifiedReply(_) => "certified-reply",
+            Message::PoRequest(_) => "po-request",
+            Message::PoAck(_) => "po-ack",
+            Message::PoAru(_) => "po-aru",
+            Message::Summary(_) => "summary",
+            Message::Suspicion(_) => "suspicion",
+            Message::PoFetch(_) => "po-fetch",
+            Message::PoCopy(_) => "po-copy",
         }
     }
 
@@ -636,6 +656,8 @@ impl Message {
             | Message::ReplyCert(_)
             | Message::StableCert(_)
             | Message::CertifiedReply(_) => TagKind::None,
+            // A PO-ARU row is signed: it travels inside others' messages.
+            Message::PoAru(_) => TagKind::None,
             Message::Reply(_)
             | Message::ViewChangeAck(_)
             | Message::Fetch(_)
@@ -648,7 +670,10 @@ impl Message {
             | Message::ExecCheckpoint(_)
             | Message::Missing(_)
             | Message::Certified(_)
-            | Message::Relay(_) => TagKind::Mac,
+            | Message::Relay(_)
+            | Message::Summary(_)
+            | Message::PoFetch(_)
+            | Message::PoCopy(_) => TagKind::Mac,
             Message::PrePrepare(_)
             | Message::Prepare(_)
             | Message::Commit(_)
@@ -657,7 +682,10 @@ impl Message {
             | Message::NewView(_)
             | Message::Status(_)
             | Message::QueryStable(_)
-            | Message::Order(_) => TagKind::Authenticator,
+            | Message::Order(_)
+            | Message::PoRequest(_)
+            | Message::PoAck(_)
+            | Message::Suspicion(_) => TagKind::Authenticator,
         }
     }
 }

@@ -116,6 +116,29 @@ pub fn describe(bytes: &[u8]) -> String {
             c.stable,
             c.frames.len()
         ),
+        Message::PoRequest(r) => format!(
+            "PO-REQUEST r{} s{} {} reqs",
+            r.originator,
+            r.seq,
+            r.requests.len()
+        ),
+        Message::PoAck(a) => format!(
+            "PO-ACK r{} {}",
+            a.replica,
+            a.parts
+                .iter()
+                .map(|p| format!("{}:{}", p.originator, p.seq))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        Message::PoAru(r) => format!("PO-ARU r{} #{} {:?}", r.row.replica, r.row.num, r.row.aru),
+        Message::Summary(s) => format!("SUMMARY r{} {:?}", s.replica, s.matrix.digest()),
+        Message::Suspicion(s) => format!("SUSPICION r{} {:?}", s.replica, s.msg),
+        Message::PoFetch(f) => format!("PO-FETCH r{} {:?}", f.replica, f.wanted),
+        Message::PoCopy(c) => format!(
+            "PO-COPY r{} of r{} s{}",
+            c.replica, c.request.originator, c.request.seq
+        ),
     }
 }
 
