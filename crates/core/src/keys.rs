@@ -53,6 +53,8 @@ pub enum Purpose {
     Recovery,
     /// A client request (see `message::RequestSig`).
     Request,
+    /// An execution node's checkpoint vote (see `message::SignedVote`).
+    Checkpoint,
 }
 
 /// The statement a key holder signs: purpose, principal, counter and a digest of the content.

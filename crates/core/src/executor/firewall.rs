@@ -228,12 +228,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         {
             return;
         }
-        if p.seq > self.exec.last_executed() + self.cfg.log_size + self.cfg.checkpoint_interval {
-            self.far.insert(from, (p.seq, p.digest));
-        } else {
-            self.votes.entry(p.seq).or_default().insert(from, p.digest);
-        }
-        self.fetch_checkpoint(p.seq, p.digest, true);
+        self.accept_checkpoint_proof(from, p.seq, p.digest);
     }
 
     fn send_top_row(&mut self, bytes: Bytes) {

@@ -32,6 +32,7 @@
 
 mod firewall;
 mod orders;
+mod signed_votes;
 mod transfer;
 
 use crate::effect::{Bytes, Effect, Env, Event};
@@ -129,6 +130,8 @@ pub struct Executor<S: Service, A: KeyTable> {
     missing_answered: BTreeMap<ExecutorId, u64>,
     /// Firewall deployment: the threshold key share and the shares sent (`firewall.rs`).
     firewall: Option<firewall::ExecFirewall>,
+    /// Separated deployment with session keys: signed checkpoint votes (`signed_votes.rs`).
+    signed: signed_votes::SignedVotes,
 }
 
 impl<S: Service, A: KeyTable> Executor<S, A> {
@@ -189,6 +192,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             vote_answered: BTreeMap::new(),
             missing_answered: BTreeMap::new(),
             firewall: None,
+            signed: signed_votes::SignedVotes::default(),
         })
     }
 
@@ -276,7 +280,8 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         if self.stable > self.exec.last_executed() {
             return Err("stable checkpoint above the last executed batch".into());
         }
-        self.firewall_bounds()
+        self.firewall_bounds()?;
+        self.signed_votes_bounds()
     }
 
     // ----- receiving ------------------------------------------------------------------------
@@ -456,6 +461,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                     seq: c.seq,
                     digest: d,
                     share: self.checkpoint_share(c.seq, &d),
+                    signed: self.vote_signature(c.seq, &d),
                 });
                 self.send(Principal::Executor(c.executor), &m);
             }
@@ -470,6 +476,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             .or_default()
             .insert(c.executor, c.digest);
         self.note_checkpoint_share(&c);
+        self.note_signed_vote(&c);
         self.check_checkpoint(c.seq);
         Ok(())
     }
@@ -504,6 +511,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             stable: self.stable,
             frames,
             proof: self.checkpoint_proof(),
+            votes: self.signed_proof(),
         };
         self.send(Principal::Executor(m.executor), &Message::Certified(c));
     }
@@ -513,6 +521,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         if let Some(p) = c.proof {
             self.on_checkpoint_proof(c.executor, p);
         }
+        self.on_signed_proof(c.executor, &c.votes);
         for f in c.frames {
             let Ok(frame) = decode_frame_ref(&f, self.cfg.message_bytes_max) else {
                 self.stats.orders_refused += 1;
@@ -744,6 +753,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             seq,
             digest,
             share: self.checkpoint_share(seq, &digest),
+            signed: self.vote_signature(seq, &digest),
         });
         self.send_peers(&m);
     }
@@ -787,6 +797,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         }
         self.stable = seq;
         self.prove_stable(seq);
+        self.prove_stable_signed(seq);
         self.done = self.done.split_off(&(seq + 1));
         self.votes = self.votes.split_off(&(seq + 1));
         self.exec.forget_executed_through(seq);

@@ -11,6 +11,18 @@ use super::*;
 use crate::execution::{Answered, Due, Finished, Refused as ServeRefused, ServeLimits};
 
 impl<S: Service, A: KeyTable> Executor<S, A> {
+    /// A peer proved (threshold signature, or g+1 signed votes) that checkpoint `seq` with
+    /// `digest` is stable: the checkpoint to fetch, even when no second correct peer votes
+    /// for it to us (a faulty peer's votes lie).
+    pub(super) fn accept_checkpoint_proof(&mut self, from: ExecutorId, seq: Seq, digest: Digest) {
+        if seq > self.exec.last_executed() + self.cfg.log_size + self.cfg.checkpoint_interval {
+            self.far.insert(from, (seq, digest));
+        } else {
+            self.votes.entry(seq).or_default().insert(from, digest);
+        }
+        self.fetch_checkpoint(seq, digest, true);
+    }
+
     /// g+1 peers vouch for checkpoint `seq` (`digest`) that we do not hold: fetch it, after
     /// `state_transfer_delay_ms` unless `urgent` (certificates may still bring us there).
     pub(super) fn fetch_checkpoint(&mut self, seq: Seq, digest: Digest, urgent: bool) {

@@ -52,6 +52,20 @@ pub struct ExecCheckpoint {
     pub seq: Seq,
     pub digest: Digest,
     pub share: Option<redoubt_crypto::threshold::ThresholdSig>,
+    /// Without a firewall, with session keys: the sender's key-holder signature (counter and
+    /// signature) on [`checkpoint_statement`], so that the vote can be shown to a third node.
+    pub signed: Option<(u64, redoubt_crypto::pk::Signature)>,
+}
+
+/// A checkpoint vote an execution node's key holder signed: g+1 matching ones prove a stable
+/// checkpoint to any execution node, as the threshold signature does behind a firewall.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignedVote {
+    pub executor: ExecutorId,
+    pub seq: Seq,
+    pub digest: Digest,
+    pub counter: u64,
+    pub sig: redoubt_crypto::pk::Signature,
 }
 
 /// What g+1 execution nodes sign about a checkpoint among themselves (it never leaves the
@@ -90,6 +104,9 @@ pub struct Certified {
     pub frames: Vec<serde_bytes::ByteBuf>,
     /// Behind a firewall: the proof of the sender's stable checkpoint, if it holds one.
     pub proof: Option<CheckpointProof>,
+    /// Without a firewall, with session keys: g+1 signed votes proving the sender's stable
+    /// checkpoint (empty if it holds none).
+    pub votes: Vec<SignedVote>,
 }
 
 /// A frame of an execution node for a client (its reply, or its NEW-KEY), handed to an

@@ -7,7 +7,10 @@
 
 use super::*;
 use crate::scenario::ExecBehavior;
-use redoubt_core::message::{decode_frame, Certified, Relay, Reply, ReplyBundle, ReplyCert};
+use redoubt_core::keys::Purpose;
+use redoubt_core::message::{
+    checkpoint_statement, decode_frame, Certified, Relay, Reply, ReplyBundle, ReplyCert, SignedVote,
+};
 use redoubt_core::{Executor, ExecutorId};
 use redoubt_crypto::threshold::ThresholdSig;
 
@@ -205,7 +208,12 @@ impl World {
                 Message::ExecAck(a)
             }
             Message::ExecCheckpoint(mut c) => {
+                // A wrong digest, signed by our key holder when votes are signed: a faulty
+                // node's vote is valid, only never matched by g correct ones.
                 c.digest = random_digest(&mut self.rng);
+                if c.signed.is_some() {
+                    c.signed = self.exec_sign_vote(e, c.seq, &c.digest);
+                }
                 Message::ExecCheckpoint(c)
             }
             // Behind a firewall: half the time a bundle leaking a value in clear, under its
@@ -235,15 +243,50 @@ impl World {
                 s.share = ThresholdSig([0xdd; redoubt_crypto::threshold::SIG_LEN]);
                 Message::StableShare(s)
             }
-            Message::Certified(c) => Message::Certified(Certified {
-                frames: vec![serde_bytes::ByteBuf::from(vec![0xAB; 64])],
-                stable: c.stable + self.sc.core.checkpoint_interval,
-                ..c
-            }),
+            Message::Certified(c) => {
+                // Garbage frames, a later stable checkpoint, and a "proof" of it: our own
+                // signed vote for a made-up digest, repeated g+1 times.
+                let stable = c.stable + self.sc.core.checkpoint_interval;
+                let digest = random_digest(&mut self.rng);
+                let votes = match self.exec_sign_vote(e, stable, &digest) {
+                    Some((counter, sig)) => {
+                        let v = SignedVote {
+                            executor: e,
+                            seq: stable,
+                            digest,
+                            counter,
+                            sig,
+                        };
+                        vec![v; c.votes.len().max(2)]
+                    }
+                    None => c.votes,
+                };
+                Message::Certified(Certified {
+                    frames: vec![serde_bytes::ByteBuf::from(vec![0xAB; 64])],
+                    stable,
+                    votes,
+                    ..c
+                })
+            }
             _ => return None,
         };
         let auth = self.execs[e as usize].core.auth();
         Some(seal(auth, &lie, Some(to), self.sc.core.n()))
+    }
+
+    /// A checkpoint vote signed by faulty execution node `e`'s key holder (with session keys).
+    fn exec_sign_vote(
+        &self,
+        e: ExecutorId,
+        seq: u64,
+        digest: &redoubt_crypto::Digest,
+    ) -> Option<(u64, redoubt_crypto::pk::Signature)> {
+        let st = checkpoint_statement(seq, digest);
+        self.execs[e as usize]
+            .core
+            .auth()
+            .with_holder(|h| h.sign(Purpose::Checkpoint, &st))
+            .ok()
     }
 
     /// An extra message of a faulty execution node behind a firewall, now and then: a reply
