@@ -25,6 +25,9 @@ pub(super) struct ExecFirewall {
     /// our stable checkpoint.
     vote_shares: BTreeMap<Seq, BTreeMap<ExecutorId, (Digest, ThresholdSig)>>,
     proof: Option<CheckpointProof>,
+    /// Our own share per checkpoint above the stable one: signed once, sent with every vote
+    /// for it (a share costs a hash to the curve; votes are repeated on every heartbeat).
+    own_shares: BTreeMap<Seq, (Digest, ThresholdSig)>,
 }
 
 impl ExecFirewall {
@@ -36,6 +39,7 @@ impl ExecFirewall {
             stable: None,
             vote_shares: BTreeMap::new(),
             proof: None,
+            own_shares: BTreeMap::new(),
         }
     }
 }
@@ -151,9 +155,16 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     }
 
     /// Our share on checkpoint `(seq, digest)`, for our vote.
-    pub(super) fn checkpoint_share(&self, seq: Seq, digest: &Digest) -> Option<ThresholdSig> {
-        let fw = self.firewall.as_ref()?;
-        Some(fw.share.sign(&checkpoint_statement(seq, digest).0))
+    pub(super) fn checkpoint_share(&mut self, seq: Seq, digest: &Digest) -> Option<ThresholdSig> {
+        let fw = self.firewall.as_mut()?;
+        if let Some((d, share)) = fw.own_shares.get(&seq) {
+            if d == digest {
+                return Some(*share);
+            }
+        }
+        let share = fw.share.sign(&checkpoint_statement(seq, digest).0);
+        fw.own_shares.insert(seq, (*digest, share));
+        Some(share)
     }
 
     pub(super) fn note_checkpoint_share(&mut self, c: &ExecCheckpoint) {
@@ -200,6 +211,8 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                 .flatten();
         }
         fw.vote_shares = fw.vote_shares.split_off(&(seq + 1));
+        // The stable checkpoint's own share stays: peers that lag get our vote for it again.
+        fw.own_shares = fw.own_shares.split_off(&seq);
         if let Some(signature) = sig {
             fw.proof = Some(CheckpointProof {
                 seq,
@@ -244,6 +257,17 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         match &self.firewall {
             Some(fw) if fw.sent.len() as u64 > self.cfg.log_size + 1 => {
                 Err(format!("{} share messages kept", fw.sent.len()))
+            }
+            Some(fw)
+                if fw.own_shares.len() as u64
+                    > (self.cfg.log_size + self.cfg.checkpoint_interval)
+                        / self.cfg.checkpoint_interval
+                        + 2 =>
+            {
+                Err(format!(
+                    "{} own checkpoint shares kept",
+                    fw.own_shares.len()
+                ))
             }
             _ => Ok(()),
         }
