@@ -133,7 +133,9 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         if votes.len() == quorum {
             self.signed.proof = votes;
         }
-        self.signed.own = self.signed.own.split_off(&(seq + 1));
+        // Our signature on the stable checkpoint stays: peers that lag get our vote for it
+        // again, and a key holder writes its counter with every signature.
+        self.signed.own = self.signed.own.split_off(&seq);
         self.signed.peers = self.signed.peers.split_off(&(seq + 1));
     }
 
