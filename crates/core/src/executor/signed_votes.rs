@@ -14,8 +14,8 @@ use crate::keys::{holder_statement, Purpose};
 use redoubt_crypto::pk;
 use std::collections::BTreeSet;
 
-/// Our signed votes and the peers' kept, per checkpoint above the stable one, and the proof
-/// of the stable checkpoint.
+/// Our signed votes (the stable checkpoint's included) and the peers' (above the stable
+/// checkpoint), and the proof of the stable checkpoint.
 #[derive(Default)]
 pub(super) struct SignedVotes {
     /// Our own signature per checkpoint (signed once, sent with every vote for it).
@@ -94,7 +94,14 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             counter,
             sig,
         };
-        if self.vote_valid(&v) {
+        let known = self
+            .signed
+            .peers
+            .get(&c.seq)
+            .and_then(|m| m.get(&c.executor))
+            .is_some_and(|held| *held == v);
+        // Votes come again with every heartbeat: each is checked once.
+        if !known && self.vote_valid(&v) {
             self.signed
                 .peers
                 .entry(c.seq)

@@ -445,16 +445,18 @@ impl PreOrder {
     /// The ordinal executed up to `eligible`: what it ran is forgotten (rows, and what is
     /// known of peers, stay).
     pub fn executed_through(&mut self, eligible: &[Seq]) {
-        for (i, e) in eligible.iter().enumerate() {
-            let ex = &mut self.executed[i];
+        for (ex, e) in self.executed.iter_mut().zip(eligible) {
             *ex = (*ex).max(*e);
-            let i = i as ReplicaId;
-            let keep = self.slots.split_off(&(i, *ex + 1));
-            self.slots.retain(|(o, _), _| *o != i);
-            self.slots.extend(keep);
+        }
+        let executed = &self.executed;
+        self.slots.retain(|(o, s), _| *s > executed[*o as usize]);
+        for i in 0..self.cfg.n {
+            let ex = self.executed[i as usize];
             for v in [&mut self.aru, &mut self.acked, &mut self.cum_aru] {
-                v[i as usize] = v[i as usize].max(*ex);
+                v[i as usize] = v[i as usize].max(ex);
             }
+            // What we held beyond it (a jump past what we had, after a transfer) counts.
+            self.advance_held(i);
         }
         self.next_own = self.next_own.max(self.executed[self.me as usize] + 1);
     }
@@ -726,6 +728,25 @@ mod tests {
         assert!(!s[3].offer(1, r.clone()));
         assert!(s[3].offer(2, r.clone()));
         assert!(s[3].ready(&[(0, 1)]).is_ok());
+    }
+
+    #[test]
+    fn executing_past_a_gap_counts_what_was_held_beyond_it() {
+        let mut s = PreOrder::new(cfg(), 0);
+        s.receive_request(po(2, 3, b"c")).unwrap();
+        s.receive_request(po(2, 4, b"d")).unwrap();
+        assert!(
+            s.take_acks().is_empty(),
+            "1 and 2 are missing: nothing contiguous"
+        );
+        s.executed_through(&[0, 0, 2, 0]);
+        let acks = s.take_acks();
+        assert_eq!(
+            acks.iter()
+                .map(|a| (a.originator, a.seq))
+                .collect::<Vec<_>>(),
+            vec![(2, 3), (2, 4)]
+        );
     }
 
     #[test]
