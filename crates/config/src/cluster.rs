@@ -295,6 +295,14 @@ impl ClusterConfig {
                     .into(),
             ));
         }
+        if self.protocol.prime() && !self.keys.session() {
+            return Err(invalid(
+                "[protocol] ordering",
+                "ordering = \"prime\" needs [keys] mode = \"session\": replicas sign their \
+                 PO-ARU rows and clients their requests with keys their key holders keep"
+                    .into(),
+            ));
+        }
         let n = self.protocol.n() as usize;
         if self.replicas.len() != n {
             return Err(ConfigError::ReplicaCount {

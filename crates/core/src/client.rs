@@ -419,8 +419,22 @@ impl<A: KeyTable> Client<A> {
             read_only,
             op,
         };
-        let bytes = self.seal_request(&request, None);
-        if fast_read || self.cfg.travels_beside(request.op.len()) {
+        // Prime: every ordered request is signed (it travels inside other replicas'
+        // PO-REQUESTs) and goes to our home replica, which introduces it.
+        let prime = self.cfg.prime() && !fast_read;
+        let sig = if prime {
+            self.sign_request(&request)
+        } else {
+            None
+        };
+        let bytes = self.seal_request(&request, sig);
+        if prime {
+            let home = (self.id % self.cfg.n() as u64) as u32;
+            self.effects.push(Effect::Send {
+                to: Principal::Replica(home),
+                bytes: bytes.clone(),
+            });
+        } else if fast_read || self.cfg.travels_beside(request.op.len()) {
             for r in 0..self.cfg.n() {
                 self.effects.push(Effect::Send {
                     to: Principal::Replica(r),
@@ -443,7 +457,7 @@ impl<A: KeyTable> Client<A> {
             started_ms,
             deadline_ms: env.now_ms + self.rto_ms(),
             backoff: 0,
-            sig: None,
+            sig,
             replies: BTreeMap::new(),
             asked_full: false,
         });

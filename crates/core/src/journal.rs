@@ -11,7 +11,9 @@
 //! and re-executes its committed batches, so restarting every replica at once loses no write a
 //! client saw acknowledged.
 
-use crate::message::{Batch, PEntry, QEntry, ViewChange, NULL_DIGEST};
+use crate::message::{
+    AckPart, Batch, PEntry, PoRequest, QEntry, SignedRequest, ViewChange, NULL_DIGEST,
+};
 use crate::types::{Seq, View};
 use redoubt_crypto::Digest;
 use serde::{Deserialize, Serialize};
@@ -77,6 +79,29 @@ pub enum Record {
     /// replica still reports it in its STATUS, which lets others enter the view on it. Last in
     /// the enum, so older journals still decode.
     Entered { view: View, new_view: Digest },
+    /// Prime: introduced our own PO-REQUEST (before sending it): after a restart it is held
+    /// again and our numbering goes on after it, so no number is reused with other content.
+    Introduced { request: Arc<PoRequest> },
+    /// Prime: the matrix batch at `seq` ran `requests` (what its matrix made eligible),
+    /// leaving the eligibility at `eligible` (recorded before its `Executed` record): a
+    /// restart runs them again without the PO-REQUESTs.
+    Ran {
+        seq: Seq,
+        eligible: Vec<Seq>,
+        requests: Vec<SignedRequest>,
+    },
+    /// Prime: acknowledged these PO-REQUESTs (before sending the PO-ACK): after a restart we
+    /// never acknowledge another version of one.
+    Acked { parts: Vec<AckPart> },
+}
+
+/// Whether the host compacts the journal after appending `r` (checkpoint and view records,
+/// and Prime's executions, which let it drop what ran).
+pub fn compacts_after(r: &Record) -> bool {
+    matches!(
+        r,
+        Record::Checkpoint { .. } | Record::View { .. } | Record::Ran { .. }
+    )
 }
 
 impl Record {
@@ -87,8 +112,12 @@ impl Record {
             | Record::PrePrepared { seq, .. }
             | Record::Prepared { seq, .. }
             | Record::Executed { seq, .. }
+            | Record::Ran { seq, .. }
             | Record::Watermark { seq, .. } => Some(*seq),
-            Record::View { .. } | Record::Entered { .. } => None,
+            Record::View { .. }
+            | Record::Entered { .. }
+            | Record::Introduced { .. }
+            | Record::Acked { .. } => None,
         }
     }
 
@@ -146,6 +175,17 @@ pub fn kept(records: &[&Record]) -> Vec<bool> {
             _ => None,
         })
         .collect();
+    // Prime: our own PO-REQUESTs at or below what some recorded execution made eligible have
+    // run (a PO-REQUEST only becomes eligible once its predecessors are).
+    let mut ran: Vec<Seq> = Vec::new();
+    for r in records {
+        if let Record::Ran { eligible, .. } = *r {
+            ran.resize(ran.len().max(eligible.len()), 0);
+            for (x, e) in ran.iter_mut().zip(eligible) {
+                *x = (*x).max(*e);
+            }
+        }
+    }
     let mut body_records = BTreeSet::new();
     for (i, r) in records.iter().enumerate().rev() {
         if let Record::PrePrepared {
@@ -169,7 +209,13 @@ pub fn kept(records: &[&Record]) -> Vec<bool> {
             Record::Watermark { seq, .. } => Some(i) == watermark && *seq > h,
             // The entry into the current view, recorded after its view record.
             Record::Entered { view: v, .. } => last_view.is_some_and(|l| i > l) && view == Some(*v),
-            Record::Executed { seq, .. } => *seq > h,
+            Record::Executed { seq, .. } | Record::Ran { seq, .. } => *seq > h,
+            Record::Introduced { request } => {
+                request.seq > ran.get(request.originator as usize).copied().unwrap_or(0)
+            }
+            Record::Acked { parts } => parts
+                .iter()
+                .any(|p| p.seq > ran.get(p.originator as usize).copied().unwrap_or(0)),
             Record::PrePrepared { view: v, seq, .. } => {
                 (*seq > h && view.is_none_or(|cur| *v >= cur)) || body_records.contains(&i)
             }
@@ -262,6 +308,7 @@ mod tests {
                 seed: 2,
             },
             requests: vec![],
+            matrix: None,
         });
         let pp = |v, n, body: bool| Record::PrePrepared {
             view: v,

@@ -49,6 +49,40 @@ impl fmt::Display for Principal {
     }
 }
 
+/// The protocol that orders requests (`[protocol] ordering`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OrderProtocol {
+    /// PBFT (Castro & Liskov): the primary batches requests into pre-prepares.
+    #[default]
+    Pbft,
+    /// Prime (Amir et al.; ADR 0007): every replica introduces its clients' requests, the
+    /// leader orders summary matrices, and Suspect-Leader replaces a leader slower than the
+    /// bound computed from measured round trips.
+    Prime,
+}
+
+impl fmt::Display for OrderProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OrderProtocol::Pbft => "pbft",
+            OrderProtocol::Prime => "prime",
+        })
+    }
+}
+
+impl std::str::FromStr for OrderProtocol {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<OrderProtocol, String> {
+        match s {
+            "pbft" => Ok(OrderProtocol::Pbft),
+            "prime" => Ok(OrderProtocol::Prime),
+            _ => Err(format!("unknown ordering `{s}` (pbft or prime)")),
+        }
+    }
+}
+
 /// Deliberately broken protocol variants, compiled only with the `mutants` feature (the
 /// simulator's checker self-test).
 #[cfg(feature = "mutants")]
@@ -268,6 +302,35 @@ pub struct Config {
     /// bodies; see `crate::filter`).
     #[serde(default)]
     pub filter_rows: u32,
+    /// The ordering protocol: `pbft` or `prime` (ADR 0007). Prime needs session keys (its
+    /// replicas sign their PO-ARU rows with their order keys and clients sign every request)
+    /// and the co-located deployment, without tentative execution. Replicas and clients must
+    /// agree.
+    #[serde(default)]
+    pub ordering: OrderProtocol,
+    /// Prime: how many PO-REQUESTs above the last it executed from an originator a replica
+    /// accepts (the pre-ordering window, per originator).
+    #[serde(default = "defaults::prime_window")]
+    pub prime_window: u64,
+    /// Prime: how often a replica introduces its waiting clients' requests in one PO-REQUEST
+    /// and sends its acknowledgements and PO-ARU row (ms).
+    #[serde(default = "defaults::prime_preorder_period_ms")]
+    pub prime_preorder_period_ms: u64,
+    /// Prime: the leader's proposal period Δpp (ms): it proposes a summary matrix this often
+    /// when the matrix makes something new eligible.
+    #[serde(default = "defaults::prime_proposal_period_ms")]
+    pub prime_proposal_period_ms: u64,
+    /// Prime: K_Lat in thousandths: a leader whose turnaround time exceeds K_Lat times the
+    /// acceptable one plus Δpp is replaced.
+    #[serde(default = "defaults::prime_k_lat_permille")]
+    pub prime_k_lat_permille: u64,
+    /// Prime: the floor of the acceptable turnaround time (ms), so that jitter on a fast
+    /// network does not replace correct leaders.
+    #[serde(default = "defaults::prime_min_rtt_ms")]
+    pub prime_min_rtt_ms: u64,
+    /// Prime: the period of round-trip pings and of turnaround bound reports (ms).
+    #[serde(default = "defaults::prime_ping_interval_ms")]
+    pub prime_ping_interval_ms: u64,
     /// Mutant to run (simulator only).
     #[cfg(feature = "mutants")]
     #[serde(skip)]
@@ -310,6 +373,13 @@ impl Config {
             message_bytes_max: 32 << 20,
             executors: 0,
             filter_rows: 0,
+            ordering: OrderProtocol::Pbft,
+            prime_window: defaults::prime_window(),
+            prime_preorder_period_ms: defaults::prime_preorder_period_ms(),
+            prime_proposal_period_ms: defaults::prime_proposal_period_ms(),
+            prime_k_lat_permille: defaults::prime_k_lat_permille(),
+            prime_min_rtt_ms: defaults::prime_min_rtt_ms(),
+            prime_ping_interval_ms: defaults::prime_ping_interval_ms(),
             #[cfg(feature = "mutants")]
             mutant: Mutant::None,
         }
@@ -356,6 +426,11 @@ impl Config {
     /// Whether execution is separated from agreement (`executors > 0`).
     pub fn separated(&self) -> bool {
         self.executors > 0
+    }
+
+    /// Whether Prime orders requests.
+    pub fn prime(&self) -> bool {
+        self.ordering == OrderProtocol::Prime
     }
 
     /// Whether a privacy firewall stands between the clusters.
@@ -420,6 +495,24 @@ impl Config {
                  and confidential bodies"
                     .into(),
             );
+        }
+        if self.prime() {
+            if self.executors > 0 {
+                return Err("ordering = \"prime\" runs the co-located deployment (executors = 0)".into());
+            }
+            if self.tentative_execution {
+                return Err("ordering = \"prime\" needs tentative_execution = false".into());
+            }
+            if self.prime_window == 0
+                || self.prime_preorder_period_ms == 0
+                || self.prime_proposal_period_ms == 0
+                || self.prime_ping_interval_ms == 0
+                || self.prime_k_lat_permille < 1000
+            {
+                return Err("prime_window and the prime periods must be positive, and \
+                     prime_k_lat_permille at least 1000"
+                    .into());
+            }
         }
         if self.filter_rows > 8 {
             return Err(format!("filter_rows ({}) is at most 8", self.filter_rows));
@@ -497,5 +590,27 @@ impl Config {
             );
         }
         Ok(())
+    }
+}
+
+/// Defaults of the options a file may leave out (serde needs functions).
+mod defaults {
+    pub fn prime_window() -> u64 {
+        20
+    }
+    pub fn prime_preorder_period_ms() -> u64 {
+        6
+    }
+    pub fn prime_proposal_period_ms() -> u64 {
+        20
+    }
+    pub fn prime_k_lat_permille() -> u64 {
+        2500
+    }
+    pub fn prime_min_rtt_ms() -> u64 {
+        8
+    }
+    pub fn prime_ping_interval_ms() -> u64 {
+        500
     }
 }

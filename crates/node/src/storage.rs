@@ -21,7 +21,7 @@
 //! A torn or corrupt tail (a record whose sync never completed, so nothing depending on it was
 //! ever sent) is truncated at start-up and reported.
 
-use redoubt_core::journal::{compact, kept, Record};
+use redoubt_core::journal::{compact, compacts_after, kept, Record};
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -150,11 +150,11 @@ impl Journal {
         Ok((j, records))
     }
 
-    /// Appends a record (buffered until [`Journal::sync`]). Checkpoint and view records
-    /// trigger compaction, and a rewrite of the file when its garbage is due (see the module
+    /// Appends a record (buffered until [`Journal::sync`]). Checkpoint and view records (and
+    /// Prime's executions) trigger compaction, and a rewrite of the file when its garbage is due (see the module
     /// documentation).
     pub fn append(&mut self, r: Record) -> Result<(), StorageError> {
-        let compacts = matches!(r, Record::Checkpoint { .. } | Record::View { .. });
+        let compacts = compacts_after(&r);
         let frame = frame(&r);
         self.file
             .write_all(&frame)

@@ -886,6 +886,7 @@ fn order_lie(o: &redoubt_core::message::Order) -> redoubt_core::message::Order {
             seed: 0,
         },
         requests: Vec::new(),
+        matrix: None,
     });
     b.nondet.seed = b.nondet.seed.wrapping_add(0x9e37_79b9);
     b.requests.reverse();

@@ -31,6 +31,8 @@ pub enum Optimizations {
     Separated,
     /// Drawn per seed, in the firewall deployment ([`Scenario::firewall`]).
     Firewall,
+    /// Drawn per seed, ordered by Prime ([`Scenario::prime`]).
+    Prime,
 }
 
 /// The scenario of a seed: random, with the given mutant.
@@ -44,6 +46,7 @@ pub fn scenario_for(seed: u64, mutant: Mutant, opts: Optimizations) -> Scenario 
         Optimizations::Hybrid => s.hybrid(),
         Optimizations::Separated => s.separate(),
         Optimizations::Firewall => s.firewall(),
+        Optimizations::Prime => s.prime(),
     }
     s
 }

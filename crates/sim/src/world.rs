@@ -33,6 +33,7 @@ mod filters;
 mod frames;
 mod network;
 mod plant;
+mod prime;
 mod proactive;
 mod replay;
 mod secrets;
@@ -243,6 +244,8 @@ pub struct World {
     /// Firewall deployment: the filter nodes, and the keys the dealer made.
     filters: Vec<filters::SimFilter>,
     dealt: Option<filters::Dealt>,
+    /// Prime: the replicas' order keys.
+    prime: Option<prime::PrimeDeal>,
     /// Each replica's durable journal (compacted at checkpoints, as the node does).
     disks: Vec<Vec<redoubt_core::Record>>,
     /// Each replica's durable page store.

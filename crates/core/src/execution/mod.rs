@@ -38,6 +38,8 @@ struct CheckpointAux {
     seq: Seq,
     last_time_ms: u64,
     clients: Vec<(ClientId, u64, Vec<u8>)>,
+    /// Prime: per originator, the last PO-REQUEST executed (empty in PBFT).
+    eligible: Vec<Seq>,
 }
 
 /// The auxiliary bytes of checkpoint 0 (no client executed anything yet, clock at 0).
@@ -46,6 +48,7 @@ pub(crate) fn initial_aux() -> Vec<u8> {
         seq: 0,
         last_time_ms: 0,
         clients: Vec::new(),
+        eligible: Vec::new(),
     })
     .expect("aux encodes")
 }
@@ -102,6 +105,9 @@ pub(crate) struct Execution<S: Service> {
     /// The agreed clock: the time the last executed batch ran at.
     last_time_ms: u64,
     last_executed: Seq,
+    /// Prime: per originator, the last PO-REQUEST executed (ADR 0007); empty until the first
+    /// ordered matrix made one eligible, and always in PBFT. Part of checkpoints.
+    eligible: Vec<Seq>,
     /// Digest executed at each sequence number above the stable checkpoint (at most L).
     executed: BTreeMap<Seq, Digest>,
     /// The batch at `last_executed + 1` executed tentatively, if any (its effects are in the
@@ -140,6 +146,7 @@ impl<S: Service> Execution<S> {
             clients: BTreeMap::new(),
             last_time_ms: 0,
             last_executed: 0,
+            eligible: Vec::new(),
             executed: BTreeMap::new(),
             tentative: None,
             opening: None,
@@ -385,6 +392,19 @@ impl<S: Service> Execution<S> {
         })
     }
 
+    // ----- Prime's eligibility ---------------------------------------------------------------
+
+    /// Prime: per originator, the last PO-REQUEST executed (empty before any).
+    pub(crate) fn eligible(&self) -> &[Seq] {
+        &self.eligible
+    }
+
+    /// Prime: the batch just applied ran the PO-REQUESTs up to `eligible` (set in the same
+    /// step as the batch, so a checkpoint never sees one without the other).
+    pub(crate) fn set_eligible(&mut self, eligible: Vec<Seq>) {
+        self.eligible = eligible;
+    }
+
     // ----- checkpoints ---------------------------------------------------------------------
 
     /// The auxiliary bytes of a checkpoint at `seq` of the current execution state.
@@ -397,6 +417,7 @@ impl<S: Service> Execution<S> {
                 .iter()
                 .map(|(c, l)| (*c, l.timestamp, l.result.clone()))
                 .collect(),
+            eligible: self.eligible.clone(),
         })
         .expect("checkpoint encodes")
     }
@@ -478,6 +499,7 @@ impl<S: Service> Execution<S> {
             .collect();
         self.last_time_ms = st.last_time_ms;
         self.last_executed = seq;
+        self.eligible = st.eligible;
         self.executed.clear();
         Ok(())
     }
@@ -599,6 +621,7 @@ mod tests {
                 seed: 0,
             },
             requests: Vec::new(),
+            matrix: None,
         })
     }
 

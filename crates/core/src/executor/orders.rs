@@ -174,6 +174,7 @@ mod tests {
         Batch {
             nondet: NonDet { time_ms: 1, seed },
             requests: Vec::new(),
+            matrix: None,
         }
     }
 

@@ -45,6 +45,7 @@ fn batch(seed: u64) -> Batch {
     Batch {
         nondet: NonDet { time_ms: 0, seed },
         requests: Vec::new(),
+        matrix: None,
     }
 }
 

@@ -368,6 +368,7 @@ mod tests {
         let whole = Batch {
             nondet: NonDet::default(),
             requests: vec![r(1), r(2), r(3)],
+            matrix: None,
         };
         let named = |i: u32, c: ClientId| Beside {
             index: i,
@@ -381,6 +382,7 @@ mod tests {
             batch: Batch {
                 nondet: NonDet::default(),
                 requests: inline,
+                matrix: None,
             },
             beside,
         };
@@ -498,6 +500,7 @@ mod tests {
         let b1 = Batch {
             nondet: NonDet::default(),
             requests: vec![r(1, 0)],
+            matrix: None,
         };
         let mut b2 = b1.clone();
         b2.requests[0].auth = vec![Mac([9; 16])].into();
@@ -505,6 +508,7 @@ mod tests {
         let b3 = Batch {
             nondet: NonDet::default(),
             requests: vec![r(2, 0)],
+            matrix: None,
         };
         assert_ne!(b1.digest(), b3.digest());
         let mut b4 = b1.clone();

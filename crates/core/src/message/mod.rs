@@ -8,6 +8,7 @@
 
 use crate::types::{ClientId, Principal, ReplicaId, Seq, View};
 use bytes::Bytes;
+use std::sync::Arc;
 use redoubt_crypto::{Digest, DigestBuilder, Mac, MAC_LEN};
 use serde::{Deserialize, Serialize};
 
@@ -101,6 +102,10 @@ pub struct NonDet {
 pub struct Batch {
     pub nondet: NonDet,
     pub requests: Vec<SignedRequest>,
+    /// Prime: the summary matrix this proposal orders (ADR 0007); the requests it makes
+    /// eligible are derived from it at execution time, and `requests` is empty. `None` in
+    /// PBFT.
+    pub matrix: Option<Arc<Matrix>>,
 }
 
 impl Batch {
@@ -117,7 +122,15 @@ impl Batch {
     /// client authenticators.
     pub fn digest_with(&self, request_digests: &[Digest]) -> Digest {
         debug_assert_eq!(request_digests.len(), self.requests.len());
-        Batch::digest_of(&self.nondet, request_digests)
+        match &self.matrix {
+            None => Batch::digest_of(&self.nondet, request_digests),
+            Some(m) => {
+                let mut b = DigestBuilder::new("redoubt.batch.prime.v1");
+                b.digest(&Batch::digest_of(&self.nondet, request_digests))
+                    .digest(&m.digest());
+                b.finish()
+            }
+        }
     }
 
     /// The digest of a batch with these non-deterministic choices and request digests (one
@@ -195,6 +208,7 @@ impl PrePrepare {
         Some(Batch {
             nondet: self.batch.nondet,
             requests,
+            matrix: self.batch.matrix.clone(),
         })
     }
 }
@@ -672,7 +686,6 @@ impl Message {
             | Message::Certified(_)
             | Message::Relay(_)
             | Message::Summary(_)
-            | Message::PoFetch(_)
             | Message::PoCopy(_) => TagKind::Mac,
             Message::PrePrepare(_)
             | Message::Prepare(_)
@@ -685,6 +698,7 @@ impl Message {
             | Message::Order(_)
             | Message::PoRequest(_)
             | Message::PoAck(_)
+            | Message::PoFetch(_)
             | Message::Suspicion(_) => TagKind::Authenticator,
         }
     }

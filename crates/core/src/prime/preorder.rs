@@ -173,6 +173,44 @@ impl PreOrder {
         Some(req)
     }
 
+    /// Our own PO-REQUEST from the journal (after a restart): held again, and our numbering
+    /// continues after it, so that no number is reused with other content. Outside the
+    /// window (executed since) it is only skipped over.
+    pub fn restore_own(&mut self, req: Arc<PoRequest>) {
+        if req.originator != self.me {
+            return;
+        }
+        self.next_own = self.next_own.max(req.seq + 1);
+        let _ = self.receive_request(req);
+    }
+
+    /// Our acknowledgements from the journal (after a restart): we never acknowledge another
+    /// version of what we acknowledged before, or two certificates could exist for one
+    /// number.
+    pub fn restore_acks(&mut self, parts: &[AckPart]) {
+        for p in parts {
+            if self.in_window(p.originator, p.seq).is_err() {
+                continue;
+            }
+            let slot = self.slots.entry((p.originator, p.seq)).or_default();
+            slot.acks.entry(self.me).or_insert(p.digest);
+            let a = &mut self.acked[p.originator as usize];
+            *a = (*a).max(p.seq);
+        }
+    }
+
+    /// A row we signed before, seen again (in an ordered matrix, after a restart): later rows
+    /// never go below it.
+    pub fn restore_row(&mut self, row: &PoAru) {
+        if row.replica != self.me || row.aru.len() != self.cfg.n as usize {
+            return;
+        }
+        if row.num >= self.row_num {
+            self.row_num = row.num;
+            self.row_sent = Some(row.aru.clone());
+        }
+    }
+
     /// A PO-REQUEST (its client requests authenticated by the caller). The first copy of a
     /// number is kept; a different later one is evidence of equivocation and is refused.
     /// `Ok(true)` if it is new.
@@ -181,6 +219,13 @@ impl PreOrder {
         self.in_window(i, s)?;
         let digest = req.digest();
         let slot = self.slots.entry((i, s)).or_default();
+        if slot.acks.get(&self.me).is_some_and(|d| *d != digest) {
+            // We acknowledged another version (before a restart): never this one.
+            return Err(PoError::Equivocation {
+                originator: i,
+                seq: s,
+            });
+        }
         match &slot.held {
             Some((d, _)) if *d == digest => return Ok(false),
             Some(_) => {
@@ -290,10 +335,21 @@ impl PreOrder {
     /// Our row, if our certificates grew since we last signed one: the caller signs it,
     /// sends it to every replica and hands it back through [`PreOrder::receive_row`].
     pub fn new_row(&mut self) -> Option<PoAru> {
-        if self.row_sent.as_ref() == Some(&self.cum_aru) || self.cum_aru.iter().all(|s| *s == 0) {
+        // A row never goes below one we signed before (a restart forgets certificates until
+        // they are fetched again): the other replicas would take it for a faulty one.
+        let below = self
+            .row_sent
+            .as_ref()
+            .is_some_and(|sent| sent.iter().zip(&self.cum_aru).any(|(s, c)| c < s));
+        if below
+            || self.row_sent.as_ref() == Some(&self.cum_aru)
+            || self.cum_aru.iter().all(|s| *s == 0)
+        {
             return None;
         }
-        self.row_num += 1;
+        // Numbered by the sum of its entries: a row that grew has a higher number, also
+        // after a restart that forgot the numbers used before.
+        self.row_num = self.cum_aru.iter().sum();
         self.row_sent = Some(self.cum_aru.clone());
         Some(PoAru {
             replica: self.me,

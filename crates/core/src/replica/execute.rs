@@ -42,6 +42,18 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 if d == NULL_DIGEST {
                     self.execute(n, NULL_DIGEST, None);
                 } else if let Some(b) = self.batches.get(&d).cloned() {
+                    if self.cfg.prime() {
+                        // What the ordered matrix makes eligible runs once every PO-REQUEST
+                        // it needs is here (holes are asked for meanwhile).
+                        let Ok((run, after)) = self.prime_derive(&b) else {
+                            break;
+                        };
+                        if !self.learn_sessions(&run) {
+                            break;
+                        }
+                        self.execute_prime(n, d, b, run, after);
+                        continue;
+                    }
                     if !self.learn_sessions(&b) {
                         break; // the key holder failed: retried on the next tick
                     }
@@ -173,6 +185,31 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             None => Vec::new(),
         };
         self.finish_execution(seq, digest, batch.as_deref(), executed);
+    }
+
+    /// Executes Prime's matrix batch `proposal` (digest `digest`) at `seq`, the next in order:
+    /// `run` holds the requests its matrix made eligible, which leaves the eligibility at
+    /// `after`.
+    pub(super) fn execute_prime(
+        &mut self,
+        seq: Seq,
+        digest: Digest,
+        proposal: Arc<Batch>,
+        run: Batch,
+        after: Vec<Seq>,
+    ) {
+        debug_assert_eq!(seq, self.exec.last_executed() + 1);
+        let before = prime::padded(self.exec.eligible(), self.cfg.n() as usize);
+        self.persist(Record::Ran {
+            seq,
+            eligible: after.clone(),
+            requests: run.requests.clone(),
+        });
+        self.persist_executed(seq, digest, Some(&proposal));
+        let executed = self.apply(seq, &run, false);
+        self.exec.set_eligible(after.clone());
+        self.prime_executed(&proposal, &before, &after);
+        self.finish_execution(seq, digest, Some(&run), executed);
     }
 
     /// Runs a batch's requests against the service (exactly once per client timestamp) and

@@ -48,6 +48,7 @@ use std::sync::Arc;
 mod execute;
 mod firewall;
 mod normal;
+mod prime;
 mod recovery;
 mod requests;
 mod restart;
@@ -165,6 +166,9 @@ pub struct Stats {
     /// Operations not run because they did not open under their body session (a faulty
     /// client's, or an unsealed one where bodies are sealed); answered with a refusal.
     pub bodies_refused: u64,
+    /// Prime: view changes this replica started because Suspect-Leader found the leader
+    /// slower than the bound.
+    pub leaders_suspected: u64,
 }
 
 /// A replica.
@@ -264,6 +268,8 @@ pub struct Replica<S: Service, A: KeyTable> {
     queue: separated::Queue,
     /// Firewall deployment: keys, and what came down (see `firewall.rs`).
     firewall: Option<firewall::FirewallSide>,
+    /// Prime ordering: pre-ordering, Suspect-Leader, keys (see `prime.rs`).
+    prime: Option<prime::PrimeSide>,
 }
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
@@ -344,7 +350,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             unreadable: None,
             queue: separated::Queue::default(),
             firewall: None,
+            prime: None,
         };
+        if r.cfg.prime() {
+            r.prime = Some(prime::PrimeSide::new(&r.cfg, id, 0));
+        }
         #[cfg(feature = "mutants")]
         if r.cfg.mutant == crate::types::Mutant::ClearBodies {
             r.exec.clear_bodies();
@@ -369,6 +379,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         r.stable_digest = digest;
         r.next_seq = seq + 1;
         r.exec.note_checkpoint(seq, digest);
+        r.prime_sync();
         Ok(r)
     }
 
@@ -738,6 +749,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             (Message::QueryStable(m), Some(s)) => self.on_query_stable(s, m),
             (Message::ReplyStable(m), Some(s)) => self.on_reply_stable(s, m),
             (Message::Reply(m), Some(s)) => self.on_recovery_reply(s, m),
+            (Message::PoRequest(m), Some(s)) => self.on_po_request(s, m),
+            (Message::PoAck(m), Some(s)) => self.on_po_ack(s, m),
+            (Message::PoAru(m), _) => self.on_po_aru(m),
+            (Message::Summary(m), Some(s)) => self.on_summary(s, m),
+            (Message::Suspicion(m), Some(s)) => self.on_suspicion(s, m),
+            (Message::PoFetch(m), Some(s)) => self.on_po_fetch(s, m),
+            (Message::PoCopy(m), Some(s)) => self.on_po_copy(s, m),
             _ => Err(Reject::Unexpected),
         }
     }
@@ -803,6 +821,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if std::mem::take(&mut self.sessions_retry) {
             self.try_execute();
             self.answer_reads();
+        }
+        if self.prime.is_some() {
+            self.prime_tick();
         }
         self.drive_transfer();
         self.tick_queue();

@@ -94,6 +94,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             batch: Batch {
                 nondet: batch.nondet,
                 requests: Vec::new(),
+                matrix: batch.matrix.clone(),
             },
             beside: Vec::new(),
         };
@@ -140,6 +141,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             batch: Batch {
                 nondet: batch.nondet,
                 requests: inline,
+                matrix: batch.matrix.clone(),
             },
             beside: beside.to_vec(),
         }
@@ -250,6 +252,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if pp.beside.len() > self.cfg.batch_requests_max {
             return Err(Reject::TooLarge);
         }
+        // Prime proposes summary matrices and nothing else (their requests are derived when
+        // they execute); PBFT never carries one.
+        if self.cfg.prime() != pp.batch.matrix.is_some()
+            || (self.cfg.prime() && (!pp.beside.is_empty() || !pp.batch.requests.is_empty()))
+        {
+            return Err(Reject::Inconsistent);
+        }
         let (pp, from_replaced) = match self.resolve(pp) {
             Ok(resolved) => resolved,
             Err(pp) => {
@@ -323,6 +332,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.now().abs_diff(pp.batch.nondet.time_ms) > self.cfg.clock_skew_max_ms {
             return Err(Reject::BadNonDet);
         }
+        if pp
+            .batch
+            .matrix
+            .as_ref()
+            .is_some_and(|m| !self.matrix_valid(m))
+        {
+            return Err(Reject::BadSignature);
+        }
         // Client authentication of every request. A request this replica cannot authenticate
         // (a faulty client's authenticator may verify at some replicas only, or its key here
         // may be older or newer than the one it used) is named in our PREPARE's doubts: the
@@ -346,6 +363,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             batch: Some(batch.clone()),
             vouched: doubts.is_empty(),
         });
+        self.prime_proposal_accepted(&batch);
         self.batches.insert(digest, batch);
         let slot = self.log.slot(seq);
         slot.pp = Some(digest);

@@ -725,6 +725,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             doubted: self.claims.doubted_wire(),
         });
         self.event(Event::ViewChangeStarted { view: v });
+        self.prime_view(v, v != 0);
     }
 
     /// Advances the recovery: retransmissions, phase changes, completion.

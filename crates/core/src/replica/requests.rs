@@ -21,6 +21,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return Err(Reject::TooLarge);
         }
         let digest = req.digest();
+        if self.cfg.prime() && !(req.read_only && self.cfg.read_only_fast_path) {
+            return self.on_prime_request(from, sr, digest);
+        }
         let mac_ok = self.request_authentic(req, &digest, &sr.auth);
         if !mac_ok {
             self.ask_for_client_key(req.client);
@@ -71,20 +74,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             let order_again = self.cfg.firewall() && from_client;
             if req.timestamp == last.timestamp && !order_again {
                 // Already executed: resend the cached reply.
-                let tentative = self
-                    .exec
-                    .tentative()
-                    .is_some_and(|t| t.executed.iter().any(|(c, _)| *c == req.client));
-                let reply = Message::Reply(Reply {
-                    view: self.view,
-                    timestamp: last.timestamp,
-                    client: req.client,
-                    replica: self.id,
-                    digest_only: false,
-                    tentative,
-                    result: last.result.clone(),
-                });
-                self.send(client, &reply);
+                let tentative = self.resend_reply(req.client);
                 if !tentative {
                     return Ok(());
                 }
@@ -137,6 +127,30 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         self.arm_request_timer();
         Ok(())
+    }
+
+    /// Sends client `c` its cached last reply in full; returns whether it executed only
+    /// tentatively.
+    pub(super) fn resend_reply(&mut self, c: ClientId) -> bool {
+        let Some(last) = self.exec.last_reply(c) else {
+            return false;
+        };
+        let tentative = self
+            .exec
+            .tentative()
+            .is_some_and(|t| t.executed.iter().any(|(x, _)| *x == c));
+        let reply = Message::Reply(Reply {
+            view: self.view,
+            timestamp: last.timestamp,
+            client: c,
+            replica: self.id,
+            digest_only: false,
+            tentative,
+            result: last.result.clone(),
+        });
+        let to = self.requester(c);
+        self.send(to, &reply);
+        tentative
     }
 
     /// Answers the waiting read-only requests from the executed state, once this replica has
@@ -220,9 +234,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
     }
 
-    /// Starts the view-change timer for the oldest waiting request if none is running.
+    /// Starts the view-change timer for the oldest waiting request if none is running
+    /// (PBFT; in Prime, Suspect-Leader judges the leader).
     pub(super) fn arm_request_timer(&mut self) {
-        if self.req_timer.is_some() || !self.normal || self.is_primary() {
+        if self.req_timer.is_some() || !self.normal || self.is_primary() || self.cfg.prime() {
             return;
         }
         // Not for an unsigned request of a client under suspicion: the primary holds those
@@ -279,7 +294,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     // ----- primary: proposing -----------------------------------------------------------
 
     pub(super) fn try_propose(&mut self) {
-        if !self.normal || !self.is_primary() || self.exec.transfer_target().is_some() {
+        if !self.normal
+            || !self.is_primary()
+            || self.exec.transfer_target().is_some()
+            || self.cfg.prime()
+        {
             return;
         }
         loop {
@@ -342,44 +361,57 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 self.pool
                     .mark_inflight(r.request.client, r.request.timestamp);
             }
-            let time_ms = self.now().max(self.last_proposed_time_ms);
-            self.last_proposed_time_ms = time_ms;
-            let batch = Batch {
-                nondet: NonDet {
-                    time_ms,
-                    seed: self.env.entropy ^ self.next_seq.rotate_left(32),
-                },
-                requests,
-            };
-            // The requests were hashed when they arrived.
-            let digest = batch.digest_with(&digests);
-            let seq = self.next_seq;
-            self.next_seq += 1;
-            let batch = Arc::new(batch);
-            let pp = self.lean(seq, digest, &batch, &digests);
-            self.batches.insert(digest, batch.clone());
-            let slot = self.log.slot(seq);
-            // A correct primary never assigns a sequence number twice in a view.
-            assert!(
-                slot.pp.is_none(),
-                "r{} proposing n{seq} twice in v{}",
-                self.id,
-                self.view
-            );
-            slot.pp = Some(digest);
-            slot.proposed_here = true;
-            if !pp.beside.is_empty() {
-                slot.beside = Some(Arc::new(pp.beside.clone()));
-            }
-            self.persist(Record::PrePrepared {
-                view: pp.view,
-                seq,
-                digest,
-                batch: Some(batch),
-                vouched: true,
-            });
-            self.broadcast(&Message::PrePrepare(pp));
-            self.check_slot(seq);
+            self.propose(requests, &digests, None);
         }
+    }
+
+    /// Proposes a batch of `requests` (digests `digests`; Prime: no requests and the summary
+    /// `matrix`) at the next sequence number: records and sends the pre-prepare.
+    pub(super) fn propose(
+        &mut self,
+        requests: Vec<SignedRequest>,
+        digests: &[Digest],
+        matrix: Option<Arc<Matrix>>,
+    ) {
+        let time_ms = self.now().max(self.last_proposed_time_ms);
+        self.last_proposed_time_ms = time_ms;
+        let batch = Batch {
+            nondet: NonDet {
+                time_ms,
+                seed: self.env.entropy ^ self.next_seq.rotate_left(32),
+            },
+            requests,
+            matrix,
+        };
+        // The requests were hashed when they arrived.
+        let digest = batch.digest_with(digests);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let batch = Arc::new(batch);
+        let pp = self.lean(seq, digest, &batch, digests);
+        self.batches.insert(digest, batch.clone());
+        let slot = self.log.slot(seq);
+        // A correct primary never assigns a sequence number twice in a view.
+        assert!(
+            slot.pp.is_none(),
+            "r{} proposing n{seq} twice in v{}",
+            self.id,
+            self.view
+        );
+        slot.pp = Some(digest);
+        slot.proposed_here = true;
+        if !pp.beside.is_empty() {
+            slot.beside = Some(Arc::new(pp.beside.clone()));
+        }
+        self.persist(Record::PrePrepared {
+            view: pp.view,
+            seq,
+            digest,
+            batch: Some(batch.clone()),
+            vouched: true,
+        });
+        self.broadcast(&Message::PrePrepare(pp));
+        self.prime_proposal_accepted(&batch);
+        self.check_slot(seq);
     }
 }

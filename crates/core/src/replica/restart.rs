@@ -59,6 +59,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         r.replaying = true;
         r.replay_executed(records, h);
         r.replaying = false;
+        // Prime: our own PO-REQUESTs that had not run are held again (and sent again by
+        // the retransmission), and our numbering continues after the last.
+        r.prime_restore(records);
         r.effects.clear();
         // Checkpoints the replay made stable move the base here, at start-up, not by effects.
         r.exec
@@ -120,6 +123,17 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 }
             }
         }
+        let ran: BTreeMap<Seq, (Vec<Seq>, Vec<SignedRequest>)> = records
+            .iter()
+            .filter_map(|x| match x {
+                Record::Ran {
+                    seq,
+                    eligible,
+                    requests,
+                } if *seq > h => Some((*seq, (eligible.clone(), requests.clone()))),
+                _ => None,
+            })
+            .collect();
         self.queue.replay_until = executed.keys().next_back().copied().unwrap_or(0);
         for (seq, batch) in executed {
             if self.exec.diverged() || self.queue.waiting() {
@@ -132,6 +146,22 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
             // The digest is recomputed: the journal's checksums catch torn writes, not lies.
             let digest = batch.as_ref().map_or(NULL_DIGEST, |b| b.digest());
+            if let Some(b) = batch.as_ref().filter(|b| b.matrix.is_some()) {
+                // Prime: what the matrix made eligible, as recorded when it ran.
+                let Some((eligible, requests)) = ran.get(&seq) else {
+                    break;
+                };
+                let run = Batch {
+                    nondet: b.nondet,
+                    requests: requests.clone(),
+                    matrix: None,
+                };
+                if !self.learn_sessions(&run) {
+                    break;
+                }
+                self.execute_prime(seq, digest, b.clone(), run, eligible.clone());
+                continue;
+            }
             if batch.as_ref().is_some_and(|b| !self.learn_sessions(b)) {
                 break; // the key holder failed: the rest is fetched
             }

@@ -209,6 +209,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         }
         self.exec.set_diverged(false);
+        self.prime_sync();
         self.rekey_if_recoveries_changed(&recoveries_before);
         self.stats.state_transfers += 1;
         self.stats.transfer_pages += pages;

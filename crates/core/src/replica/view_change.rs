@@ -72,7 +72,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.stats.view_changes += 1;
         self.vc_deadline_ms = None;
         self.req_timer = None;
-        self.pool.clear_inflight();
+        if !self.cfg.prime() {
+            // Prime's requests stay in their PO-REQUESTs across views.
+            self.pool.clear_inflight();
+        }
         self.pending_pp.clear();
         self.pending_nv = None;
         self.new_view = None;
@@ -94,6 +97,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             doubted: self.claims.doubted_wire(),
         });
         self.event(Event::ViewChangeStarted { view: v });
+        self.prime_view(v, true);
         self.broadcast(&Message::ViewChange(vc));
         // Vouch now for the view changes of this view we stored before entering it.
         let p = self.cfg.primary(v);
@@ -619,6 +623,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.new_view = Some(nv);
         self.gc_batches();
         self.event(Event::NewViewInstalled { view: self.view });
+        self.prime_view(self.view, false);
         for (n, d) in prepares {
             let id = self.id;
             let view = self.view;

@@ -67,6 +67,7 @@ pub fn batch(requests: Vec<SignedRequest>) -> Batch {
             seed: 0,
         },
         requests,
+        matrix: None,
     }
 }
 

@@ -65,6 +65,11 @@ struct Args {
     /// them faulty).
     #[arg(long, conflicts_with_all = ["all_optimizations", "quiet_primary", "hybrid", "separated"])]
     firewall: bool,
+    /// The ordering protocol of every random seed: pbft (default) or prime (ADR 0007; the
+    /// seed's other draws kept, tentative execution off).
+    #[arg(long, value_parser = ["pbft", "prime"], default_value = "pbft",
+          conflicts_with_all = ["all_optimizations", "quiet_primary", "hybrid", "separated", "firewall"])]
+    ordering: String,
     /// Run a named scenario (see --list).
     #[arg(long)]
     scenario: Option<String>,
@@ -94,6 +99,8 @@ impl Args {
             Optimizations::Separated
         } else if self.firewall {
             Optimizations::Firewall
+        } else if self.ordering == "prime" {
+            Optimizations::Prime
         } else {
             Optimizations::PerSeed
         }

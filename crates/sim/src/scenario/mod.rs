@@ -426,6 +426,18 @@ impl Scenario {
         self.liveness_bound_ms += self.liveness_bound_ms / 4;
     }
 
+    /// Prime orders requests (ADR 0007), with every other draw of the seed kept: tentative
+    /// execution is off (Prime has none). Proactive recovery is not drawn: Prime does not
+    /// order recovery requests yet.
+    pub fn prime(&mut self) {
+        self.core.ordering = redoubt_core::OrderProtocol::Prime;
+        self.core.tentative_execution = false;
+        self.core.primary_replies = false;
+        self.proactive = None;
+        self.plant = None;
+        self.tamper_disk = false;
+    }
+
     /// A fault-free baseline with f = 1.
     pub fn calm(seed: u64) -> Scenario {
         let mut core = Config::new(1);

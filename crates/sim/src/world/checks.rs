@@ -136,7 +136,16 @@ impl World {
             // number in the window at most a pre-prepare (and a late vouch for it), a
             // prepare, an execution and, for an execution recorded without its body, the
             // pre-prepare of an earlier view that carries it.
-            let disk_bound = 3 + 5 * (cfg.log_size as usize);
+            // Prime adds per sequence number its execution's requests, and our own
+            // PO-REQUESTs and acknowledgements not yet run (within the window per originator;
+            // each acknowledgement record names one not yet run, twice over between two
+            // compactions).
+            let prime = if cfg.prime() {
+                cfg.log_size as usize + (2 * cfg.n() as usize + 1) * cfg.prime_window as usize
+            } else {
+                0
+            };
+            let disk_bound = 3 + 5 * (cfg.log_size as usize) + prime;
             if self.disks[r].len() > disk_bound {
                 let len = self.disks[r].len();
                 self.violation(format!(

@@ -36,10 +36,7 @@ impl World {
     fn write(&mut self, r: ReplicaId, e: Effect) {
         match e {
             Effect::Persist(rec) => {
-                let checkpoint = matches!(
-                    rec,
-                    redoubt_core::Record::Checkpoint { .. } | redoubt_core::Record::View { .. }
-                );
+                let checkpoint = redoubt_core::journal::compacts_after(&rec);
                 self.disks[r as usize].push(rec);
                 if checkpoint {
                     let d = std::mem::take(&mut self.disks[r as usize]);

@@ -81,16 +81,13 @@ impl World {
             .collect()
     }
 
-    /// A replica as the firewall deployment needs it (with its keys), or as it is.
+    /// A replica with the keys its deployment gives it (firewall, Prime), or as it is.
     pub(super) fn arm_replica(
         &self,
         r: ReplicaId,
         rep: Replica<KvService, SessionKeys>,
     ) -> Replica<KvService, SessionKeys> {
-        match &self.dealt {
-            Some(d) => rep.with_firewall(d.keys.clone(), d.order_keys[r as usize].clone()),
-            None => rep,
-        }
+        super::prime::arm(&self.dealt, &self.prime, r, rep)
     }
 
     fn filter_row(&self, x: FilterId) -> u32 {
@@ -275,6 +272,6 @@ impl World {
 }
 
 /// A 32-byte key for deriving the firewall's secrets from the run's master secret.
-fn master_key(master: &[u8]) -> [u8; 32] {
+pub(super) fn master_key(master: &[u8]) -> [u8; 32] {
     *blake3::hash(master).as_bytes()
 }

@@ -17,6 +17,7 @@ impl World {
         );
         principals.extend((0..sc.core.executors).map(Principal::Executor));
         let dealt = World::deal_firewall(&sc, &master);
+        let prime = World::deal_prime(&sc, &master);
         let directory = Arc::new(Directory {
             keys: principals
                 .iter()
@@ -49,10 +50,7 @@ impl World {
                     KvService::new(),
                     open_state(Box::new(stores[r as usize].clone())).expect("memory store"),
                 );
-                match &dealt {
-                    Some(d) => rep.with_firewall(d.keys.clone(), d.order_keys[r as usize].clone()),
-                    None => rep,
-                }
+                prime::arm(&dealt, &prime, r, rep)
             })
             .collect();
         let behaviors: BTreeMap<ReplicaId, Behavior> = sc.byzantine.iter().copied().collect();
@@ -136,6 +134,7 @@ impl World {
             exec_checker,
             filters,
             dealt,
+            prime,
             disks: vec![Vec::new(); n as usize],
             stores,
             up: vec![Up::Running; n as usize],

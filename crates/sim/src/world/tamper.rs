@@ -167,6 +167,7 @@ impl World {
                         auth: Vec::new().into(),
                         sig: None,
                     }],
+                    matrix: None,
                 };
                 let digest = batch.digest();
                 self.disks[r as usize].push(Record::Executed {

@@ -1,0 +1,710 @@
+//! Prime on the replica (ADR 0007; spec prime.md): the replica introduces its clients'
+//! requests in PO-REQUESTs, acknowledges what it holds, signs and sends its PO-ARU row, and
+//! sends its summary matrix to the leader; the leader proposes a summary matrix every `Δpp`
+//! through the ordinary pre-prepare path; what an ordered matrix makes eligible runs when it
+//! commits, once every PO-REQUEST it needs is held with its certificate (holes are asked for
+//! and filled from f+1 matching copies); Suspect-Leader replaces a leader slower than the bound
+//! the replicas measured.
+//!
+//! The pure parts live in `crate::prime`; this file feeds them what arrives and sends what they
+//! return. Bounds: the pre-ordering window per originator (`prime_window`), one row per
+//! replica, Suspect-Leader's own bounds, and at most `batch_requests_max` requests per
+//! PO-REQUEST.
+
+use super::*;
+use crate::prime::matrix::{newly_eligible, RowOrder};
+use crate::prime::preorder::{PreOrder, PreOrderConfig};
+use crate::prime::suspect::{Out, Suspect, SuspectConfig};
+use redoubt_crypto::pk::{self, HolderSecrets, VerifyKey};
+
+/// Signing and checking PO-ARU rows: this replica's order key and every replica's public one.
+pub(super) struct PrimeKeys {
+    order_key: HolderSecrets,
+    orders: Arc<Vec<VerifyKey>>,
+}
+
+/// The replica's Prime state.
+pub(super) struct PrimeSide {
+    keys: Option<PrimeKeys>,
+    pub(super) po: PreOrder,
+    pub(super) sus: Suspect,
+    next_preorder_ms: u64,
+    next_proposal_ms: u64,
+    next_resend_ms: u64,
+    next_fetch_ms: u64,
+    /// When the leader last proposed (proposals are paced by `Δpp`).
+    last_proposal_ms: u64,
+    /// What our last summary to the leader, or the last proposal we accepted, made eligible:
+    /// a summary goes only when our matrix would make more eligible.
+    summarized: Vec<Seq>,
+    /// Our latest signed row (resent at every status interval: rows are not retransmitted
+    /// otherwise).
+    row: Option<SignedPoAru>,
+}
+
+impl PrimeSide {
+    pub(super) fn new(cfg: &Config, me: ReplicaId, view: View) -> PrimeSide {
+        let n = cfg.n() as usize;
+        PrimeSide {
+            keys: None,
+            po: PreOrder::new(
+                PreOrderConfig {
+                    n: cfg.n(),
+                    f: cfg.f,
+                    window: cfg.prime_window,
+                },
+                me,
+            ),
+            sus: Suspect::new(suspect_config(cfg), me, view, 0),
+            next_preorder_ms: 0,
+            next_proposal_ms: 0,
+            next_resend_ms: 0,
+            next_fetch_ms: 0,
+            last_proposal_ms: 0,
+            summarized: vec![0; n],
+            row: None,
+        }
+    }
+}
+
+/// Suspect-Leader's knobs from the protocol configuration.
+fn suspect_config(cfg: &Config) -> SuspectConfig {
+    let release = SuspectConfig::release(cfg.f);
+    SuspectConfig {
+        k_lat_permille: cfg.prime_k_lat_permille,
+        proposal_period_ms: cfg.prime_proposal_period_ms,
+        min_rtt_ms: cfg.prime_min_rtt_ms,
+        ping_interval_ms: cfg.prime_ping_interval_ms,
+        ..release
+    }
+}
+
+/// `eligible` padded with zeros to one entry per replica (the execution component's vector is
+/// empty until a matrix first made something eligible).
+pub(super) fn padded(eligible: &[Seq], n: usize) -> Vec<Seq> {
+    let mut v = eligible.to_vec();
+    v.resize(n, 0);
+    v
+}
+
+impl<S: Service, A: KeyTable> Replica<S, A> {
+    /// Gives a Prime replica its keys: every replica's public order key, and its own order
+    /// key (it signs its PO-ARU rows with it). A replica of a Prime cluster does nothing
+    /// until it has them.
+    pub fn with_prime(mut self, orders: Arc<Vec<VerifyKey>>, order_key: HolderSecrets) -> Self {
+        assert_eq!(orders.len(), self.cfg.n() as usize, "one order key per replica");
+        if let Some(p) = self.prime.as_mut() {
+            p.keys = Some(PrimeKeys { order_key, orders });
+        }
+        self
+    }
+
+    fn prime_ready(&self) -> bool {
+        self.prime.as_ref().is_some_and(|p| p.keys.is_some())
+    }
+
+    /// Whether replica `r`'s order key signed `statement`.
+    fn row_signature_valid(&self, r: ReplicaId, statement: &Digest, sig: &pk::Signature) -> bool {
+        self.prime
+            .as_ref()
+            .and_then(|p| p.keys.as_ref())
+            .and_then(|k| k.orders.get(r as usize))
+            .is_some_and(|key| pk::verify(key, &statement.0, sig))
+    }
+
+    /// Checks a proposed matrix: shape, and every row's signature.
+    pub(super) fn matrix_valid(&self, m: &Matrix) -> bool {
+        m.check(self.cfg.n() as usize, |r, st, sig| {
+            self.row_signature_valid(r, st, sig)
+        })
+        .is_ok()
+    }
+
+    // ----- timers -----------------------------------------------------------------------------
+
+    /// Prime's timers: pre-ordering, the leader's proposals, Suspect-Leader, retransmission.
+    pub(super) fn prime_tick(&mut self) {
+        if !self.prime_ready() || self.recovery.is_some() {
+            return;
+        }
+        let now = self.now();
+        let p = self.prime.as_mut().expect("prime");
+        if now >= p.next_preorder_ms {
+            p.next_preorder_ms = now + self.cfg.prime_preorder_period_ms;
+            self.preorder_round();
+        }
+        let p = self.prime.as_mut().expect("prime");
+        if now >= p.next_proposal_ms {
+            p.next_proposal_ms = now + self.cfg.prime_proposal_period_ms;
+            self.prime_propose();
+        }
+        let p = self.prime.as_mut().expect("prime");
+        let outs = p.sus.tick(now);
+        self.send_suspicion(outs);
+        self.check_leader();
+        let p = self.prime.as_mut().expect("prime");
+        if now >= p.next_resend_ms {
+            p.next_resend_ms = now + self.cfg.status_interval_ms;
+            self.prime_resend();
+        }
+    }
+
+    /// Introduces waiting requests, sends due acknowledgements, signs a new row, and sends
+    /// the leader our summary when it would make more eligible. (Acknowledgements and rows
+    /// also go out as soon as what they report changes; this round catches the rest.)
+    fn preorder_round(&mut self) {
+        self.introduce();
+        self.send_acks();
+        self.sign_row();
+        self.send_summary();
+    }
+
+    /// Acknowledges what we now hold contiguously.
+    fn send_acks(&mut self) {
+        let p = self.prime.as_mut().expect("prime");
+        let acks = p.po.take_acks();
+        if acks.is_empty() {
+            return;
+        }
+        self.persist(Record::Acked {
+            parts: acks.clone(),
+        });
+        let msg = Message::PoAck(PoAck {
+            replica: self.id,
+            parts: acks,
+        });
+        self.broadcast(&msg);
+    }
+
+    /// A backup sends the leader its summary matrix when it would make more eligible than
+    /// the leader last proposed or we last sent (the leader's answer is timed).
+    fn send_summary(&mut self) {
+        if !self.normal || self.is_primary() {
+            return;
+        }
+        let now = self.now();
+        let f = self.cfg.f as usize;
+        let p = self.prime.as_mut().expect("prime");
+        if !p.po.would_advance(&p.summarized) {
+            return;
+        }
+        let matrix = p.po.matrix();
+        p.summarized = matrix.eligible_after(&p.summarized, f);
+        p.sus.summary_sent(matrix.clone(), now);
+        let leader = self.primary();
+        let msg = Message::Summary(Summary {
+            replica: self.id,
+            matrix,
+        });
+        self.send_replica(leader, &msg);
+    }
+
+    /// Our matrix changed: a backup tells the leader, the leader proposes (paced by `Δpp`).
+    fn matrix_changed(&mut self) {
+        if self.is_primary() {
+            let now = self.now();
+            let p = self.prime.as_mut().expect("prime");
+            if now >= p.last_proposal_ms + self.cfg.prime_proposal_period_ms {
+                self.prime_propose();
+            }
+        } else {
+            self.send_summary();
+        }
+    }
+
+    /// Our waiting clients' requests (signed, not yet introduced) go out in our next
+    /// PO-REQUEST.
+    fn introduce(&mut self) {
+        if !self.prime.as_ref().is_some_and(|p| p.po.can_introduce()) {
+            return;
+        }
+        let mut requests = Vec::new();
+        let mut bytes = 0usize;
+        for (c, w) in self.pool.in_order() {
+            if requests.len() >= self.cfg.batch_requests_max {
+                break;
+            }
+            let ts = w.req.request.timestamp;
+            if self.pool.inflight_covers(c, ts) || w.req.sig.is_none() {
+                continue;
+            }
+            let len = w.req.request.op.len();
+            if !requests.is_empty() && bytes + len > self.cfg.batch_bytes_max {
+                break;
+            }
+            bytes += len;
+            requests.push(w.req.clone());
+        }
+        if requests.is_empty() {
+            return;
+        }
+        for r in &requests {
+            self.pool
+                .mark_inflight(r.request.client, r.request.timestamp);
+        }
+        let p = self.prime.as_mut().expect("prime");
+        let Some(po) = p.po.introduce(requests) else {
+            return;
+        };
+        self.persist(Record::Introduced {
+            request: po.clone(),
+        });
+        self.broadcast(&Message::PoRequest(po));
+    }
+
+    /// Signs our row if our certificates grew, keeps it in our own matrix, and sends it.
+    fn sign_row(&mut self) {
+        let p = self.prime.as_mut().expect("prime");
+        let Some(row) = p.po.new_row() else {
+            return;
+        };
+        let keys = p.keys.as_ref().expect("checked by prime_ready");
+        let sig = keys.order_key.sign(&row.statement().0);
+        let signed = SignedPoAru { row, sig };
+        p.po.receive_row(signed.clone());
+        p.row = Some(signed.clone());
+        self.broadcast(&Message::PoAru(signed));
+        self.matrix_changed();
+    }
+
+    /// The eligibility the proposals in our log make, on top of what we executed.
+    fn proposed_eligibility(&self) -> Vec<Seq> {
+        let n = self.cfg.n() as usize;
+        let f = self.cfg.f as usize;
+        let mut e = padded(self.exec.eligible(), n);
+        for (_, s) in self.log.from(self.exec.last_executed() + 1) {
+            if let Some(m) = s
+                .pp
+                .and_then(|d| self.batches.get(&d))
+                .and_then(|b| b.matrix.as_ref())
+            {
+                e = m.eligible_after(&e, f);
+            }
+        }
+        e
+    }
+
+    /// The leader proposes its summary matrix if it makes something new eligible.
+    fn prime_propose(&mut self) {
+        if !self.normal || !self.is_primary() || self.exec.transfer_target().is_some() {
+            return;
+        }
+        if self.next_seq > self.stable_seq + self.cfg.log_size || self.next_seq <= self.stable_seq
+        {
+            return;
+        }
+        let proposed = self.proposed_eligibility();
+        let p = self.prime.as_ref().expect("prime");
+        if !p.po.would_advance(&proposed) {
+            return;
+        }
+        let matrix = Arc::new(p.po.matrix());
+        let now = self.now();
+        self.prime.as_mut().expect("prime").last_proposal_ms = now;
+        self.propose(Vec::new(), &[], Some(matrix));
+    }
+
+    /// Retransmission: our own PO-REQUESTs not yet certified, acknowledgements of what is not
+    /// yet certified, and our latest row.
+    fn prime_resend(&mut self) {
+        let p = self.prime.as_ref().expect("prime");
+        let (own, acks) = p.po.unsettled();
+        let row = p.row.clone();
+        let uncertified: Vec<Arc<PoRequest>> = own
+            .into_iter()
+            .filter(|r| p.po.certified_copy(r.originator, r.seq).is_none())
+            .collect();
+        for r in uncertified {
+            self.broadcast(&Message::PoRequest(r));
+        }
+        if !acks.is_empty() {
+            let msg = Message::PoAck(PoAck {
+                replica: self.id,
+                parts: acks,
+            });
+            self.broadcast(&msg);
+        }
+        if let Some(row) = row {
+            self.broadcast(&Message::PoAru(row));
+        }
+    }
+
+    // ----- Suspect-Leader ---------------------------------------------------------------------
+
+    fn send_suspicion(&mut self, outs: Vec<Out>) {
+        for o in outs {
+            let msg = Message::Suspicion(Suspicion {
+                replica: self.id,
+                msg: o.msg,
+            });
+            match o.to {
+                Some(r) => self.send_replica(r, &msg),
+                None => self.broadcast(&msg),
+            }
+        }
+    }
+
+    /// Starts a view change when Suspect-Leader finds the leader too slow.
+    fn check_leader(&mut self) {
+        if !self.normal || self.exec.transfer_target().is_some() {
+            return;
+        }
+        if self.prime.as_ref().is_some_and(|p| p.sus.suspects()) {
+            self.stats.leaders_suspected += 1;
+            self.start_view_change(self.view.saturating_add(1));
+        }
+    }
+
+    /// A view change to `v` began (`changing`) or view `v` was installed.
+    pub(super) fn prime_view(&mut self, v: View, changing: bool) {
+        let now = self.now();
+        let Some(p) = self.prime.as_mut() else {
+            return;
+        };
+        if changing {
+            p.sus.reset(v, true, now);
+        } else {
+            if p.sus.view() != v {
+                p.sus.reset(v, false, now);
+            }
+            p.sus.view_installed(now);
+        }
+        p.next_proposal_ms = now;
+    }
+
+    // ----- receiving --------------------------------------------------------------------------
+
+    /// A client's request (but a read-only one on the fast path): it must carry its client's
+    /// valid signature; it waits in the pool until we introduce it.
+    pub(super) fn on_prime_request(
+        &mut self,
+        from: Principal,
+        sr: SignedRequest,
+        digest: Digest,
+    ) -> Result<(), Reject> {
+        let req = &sr.request;
+        let c = req.client;
+        if !matches!(from, Principal::Client(_)) || recovery::recovery_of(c, self.cfg.n()).is_some()
+        {
+            // Clients send to replicas themselves; recovery requests are PBFT's.
+            return Err(Reject::Unexpected);
+        }
+        if !sr
+            .sig
+            .is_some_and(|s| self.request_signature_valid(req, &digest, &s))
+        {
+            return Err(Reject::BadRequestAuth);
+        }
+        self.stats.requests_signed += 1;
+        if let Some(last) = self.exec.last_reply(c) {
+            if req.timestamp < last.timestamp {
+                return Err(Reject::Stale);
+            }
+            if req.timestamp == last.timestamp {
+                self.resend_reply(c);
+                return Ok(());
+            }
+        }
+        match self.pool.get(c) {
+            Some(w) if w.req.request.timestamp > req.timestamp => return Err(Reject::Stale),
+            Some(w) if w.req.request.timestamp == req.timestamp => {
+                if w.req.request != sr.request {
+                    return Err(Reject::Conflict);
+                }
+                return Ok(()); // introduced already, or about to be
+            }
+            _ => self.pool.admit(sr, digest, true),
+        }
+        if self.prime_ready() && self.recovery.is_none() {
+            self.introduce();
+        }
+        Ok(())
+    }
+
+    pub(super) fn on_po_request(&mut self, from: ReplicaId, req: Arc<PoRequest>) -> Result<(), Reject> {
+        if !self.prime_ready() {
+            return Err(Reject::Unexpected);
+        }
+        if req.originator != from || req.requests.len() > self.cfg.batch_requests_max {
+            return Err(Reject::Inconsistent);
+        }
+        self.check_po_requests(&req)?;
+        let p = self.prime.as_mut().expect("prime");
+        match p.po.receive_request(req) {
+            Ok(true) => {
+                self.send_acks();
+                self.sign_row();
+                self.try_execute();
+                Ok(())
+            }
+            Ok(false) => Ok(()),
+            Err(crate::prime::preorder::PoError::OutsideWindow { .. }) => Err(Reject::OutOfWindow),
+            Err(_) => Err(Reject::Conflict),
+        }
+    }
+
+    /// Every client request in a PO-REQUEST must carry its client's valid signature (MACs
+    /// would verify at some replicas only; ADR 0007) and be within the size limit.
+    fn check_po_requests(&self, req: &PoRequest) -> Result<(), Reject> {
+        let n = self.cfg.n();
+        for r in &req.requests {
+            if r.request.op.len() > self.cfg.op_bytes_max()
+                || recovery::recovery_of(r.request.client, n).is_some()
+            {
+                return Err(Reject::Inconsistent);
+            }
+            let d = r.request.digest();
+            if !r
+                .sig
+                .is_some_and(|s| self.request_signature_valid(&r.request, &d, &s))
+            {
+                return Err(Reject::BadRequestAuth);
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn on_po_ack(&mut self, from: ReplicaId, ack: PoAck) -> Result<(), Reject> {
+        if !self.prime_ready() {
+            return Err(Reject::Unexpected);
+        }
+        if ack.replica != from || ack.parts.len() > ACK_PARTS_MAX {
+            return Err(Reject::Inconsistent);
+        }
+        let p = self.prime.as_mut().expect("prime");
+        p.po.receive_acks(from, &ack.parts);
+        self.sign_row();
+        self.try_execute();
+        Ok(())
+    }
+
+    /// A signed row (it authenticates itself: any sender may pass it on).
+    pub(super) fn on_po_aru(&mut self, row: SignedPoAru) -> Result<(), Reject> {
+        if !self.prime_ready() {
+            return Err(Reject::Unexpected);
+        }
+        let n = self.cfg.n() as usize;
+        if row
+            .check(n, &mut |r, st, sig| self.row_signature_valid(r, st, sig))
+            .is_err()
+        {
+            return Err(Reject::BadSignature);
+        }
+        let p = self.prime.as_mut().expect("prime");
+        match p.po.receive_row(row) {
+            RowOrder::Newer => {
+                self.matrix_changed();
+                Ok(())
+            }
+            RowOrder::NotNewer => Ok(()),
+            RowOrder::Inconsistent => Err(Reject::Conflict),
+        }
+    }
+
+    /// A summary matrix sent to us as leader: its rows update our matrix.
+    pub(super) fn on_summary(&mut self, from: ReplicaId, s: Summary) -> Result<(), Reject> {
+        if !self.prime_ready() {
+            return Err(Reject::Unexpected);
+        }
+        if s.replica != from || s.matrix.rows.len() != self.cfg.n() as usize {
+            return Err(Reject::Inconsistent);
+        }
+        for row in s.matrix.rows.into_iter().flatten() {
+            let _ = self.on_po_aru(row);
+        }
+        Ok(())
+    }
+
+    pub(super) fn on_suspicion(&mut self, from: ReplicaId, s: Suspicion) -> Result<(), Reject> {
+        if !self.prime_ready() {
+            return Err(Reject::Unexpected);
+        }
+        if s.replica != from {
+            return Err(Reject::Inconsistent);
+        }
+        let now = self.now();
+        let p = self.prime.as_mut().expect("prime");
+        if let Some(out) = p.sus.receive(from, &s.msg, now) {
+            self.send_suspicion(vec![out]);
+        }
+        self.check_leader();
+        Ok(())
+    }
+
+    pub(super) fn on_po_fetch(&mut self, from: ReplicaId, f: PoFetch) -> Result<(), Reject> {
+        if !self.prime_ready() {
+            return Err(Reject::Unexpected);
+        }
+        if f.replica != from || f.wanted.len() > FETCH_MAX {
+            return Err(Reject::Inconsistent);
+        }
+        let p = self.prime.as_ref().expect("prime");
+        let copies: Vec<Arc<PoRequest>> = f
+            .wanted
+            .iter()
+            .filter_map(|(i, s)| p.po.certified_copy(*i, *s))
+            .collect();
+        for c in copies {
+            let msg = Message::PoCopy(PoCopy {
+                replica: self.id,
+                request: (*c).clone(),
+            });
+            self.send_replica(from, &msg);
+        }
+        Ok(())
+    }
+
+    pub(super) fn on_po_copy(&mut self, from: ReplicaId, c: PoCopy) -> Result<(), Reject> {
+        if !self.prime_ready() {
+            return Err(Reject::Unexpected);
+        }
+        if c.replica != from || c.request.requests.len() > self.cfg.batch_requests_max {
+            return Err(Reject::Inconsistent);
+        }
+        self.check_po_requests(&c.request)?;
+        let p = self.prime.as_mut().expect("prime");
+        if p.po.offer(from, Arc::new(c.request)) {
+            self.try_execute();
+        }
+        Ok(())
+    }
+
+    /// A pre-prepare of ours or the leader's was accepted in the current view: its matrix
+    /// answers our summaries.
+    pub(super) fn prime_proposal_accepted(&mut self, batch: &Batch) {
+        let now = self.now();
+        let f = self.cfg.f as usize;
+        let (Some(p), Some(m)) = (self.prime.as_mut(), batch.matrix.as_ref()) else {
+            return;
+        };
+        p.sus.proposal_accepted(m, now);
+        p.summarized = m.eligible_after(&p.summarized, f);
+        if let Some(Some(own)) = m.rows.get(self.id as usize) {
+            // Our own row as we signed it (before a restart, perhaps): none of ours goes
+            // below it.
+            p.po.restore_row(&own.row);
+        }
+    }
+
+    // ----- execution --------------------------------------------------------------------------
+
+    /// The requests the matrix batch `b` makes eligible after what we executed, and the
+    /// eligibility after it; `Err` with the holes (asked for, rate-limited) if a PO-REQUEST is
+    /// missing.
+    pub(super) fn prime_derive(&mut self, b: &Batch) -> Result<(Batch, Vec<Seq>), ()> {
+        let n = self.cfg.n() as usize;
+        let f = self.cfg.f as usize;
+        let before = padded(self.exec.eligible(), n);
+        let Some(m) = b.matrix.as_ref() else {
+            // Cannot be prepared by 2f+1 replicas checking shapes: runs nothing.
+            return Ok((derived(b, Vec::new()), before));
+        };
+        let after = m.eligible_after(&before, f);
+        let pairs = newly_eligible(&before, &after);
+        let Some(p) = self.prime.as_ref() else {
+            return Err(());
+        };
+        match p.po.ready(&pairs) {
+            Ok(reqs) => {
+                let requests = reqs.iter().flat_map(|r| r.requests.iter().cloned()).collect();
+                Ok((derived(b, requests), after))
+            }
+            Err(holes) => {
+                self.ask_for_holes(holes);
+                Err(())
+            }
+        }
+    }
+
+    /// Asks every peer for the PO-REQUESTs we lack (at most once per status interval).
+    fn ask_for_holes(&mut self, mut holes: Vec<(ReplicaId, Seq)>) {
+        let now = self.now();
+        let Some(p) = self.prime.as_mut() else {
+            return;
+        };
+        if now < p.next_fetch_ms || self.replaying {
+            return;
+        }
+        p.next_fetch_ms = now + self.cfg.status_interval_ms;
+        holes.truncate(FETCH_MAX);
+        let msg = Message::PoFetch(PoFetch {
+            replica: self.id,
+            wanted: holes,
+        });
+        self.broadcast(&msg);
+    }
+
+    /// A matrix batch ran: its PO-REQUESTs are forgotten, and the designated senders push
+    /// them to the replicas not known to hold them (reconciliation).
+    pub(super) fn prime_executed(&mut self, b: &Batch, before: &[Seq], after: &[Seq]) {
+        let Some(p) = self.prime.as_mut() else {
+            return;
+        };
+        let mut pushes = Vec::new();
+        if let Some(m) = b.matrix.as_ref() {
+            for (i, s) in newly_eligible(before, after) {
+                let to = p.po.reconcile(m, i, s);
+                if !to.is_empty() {
+                    if let Some(c) = p.po.certified_copy(i, s) {
+                        pushes.push((to, c));
+                    }
+                }
+            }
+        }
+        p.po.executed_through(after);
+        if self.replaying {
+            return;
+        }
+        for (to, c) in pushes {
+            let msg = Message::PoCopy(PoCopy {
+                replica: self.id,
+                request: (*c).clone(),
+            });
+            for r in to {
+                self.send_replica(r, &msg);
+            }
+        }
+    }
+
+    /// The state jumped (a fetched checkpoint, or a restart): pre-ordering forgets what the
+    /// state executed.
+    pub(super) fn prime_sync(&mut self) {
+        let n = self.cfg.n() as usize;
+        let e = padded(self.exec.eligible(), n);
+        if let Some(p) = self.prime.as_mut() {
+            p.po.executed_through(&e);
+            for (s, x) in p.summarized.iter_mut().zip(&e) {
+                *s = (*s).max(*x);
+            }
+        }
+    }
+
+    /// Prime's records from the journal, after the replay: our own PO-REQUESTs not yet run
+    /// (held again, and resent by the retransmission) and our acknowledgements.
+    pub(super) fn prime_restore(&mut self, records: &[Record]) {
+        let Some(p) = self.prime.as_mut() else {
+            return;
+        };
+        for x in records {
+            match x {
+                Record::Introduced { request } => p.po.restore_own(request.clone()),
+                Record::Acked { parts } => p.po.restore_acks(parts),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The batch that runs: the proposal's choices with the requests its matrix made eligible.
+fn derived(b: &Batch, requests: Vec<SignedRequest>) -> Batch {
+    Batch {
+        nondet: b.nondet,
+        requests,
+        matrix: None,
+    }
+}
+
+/// Most acknowledgement parts in one PO-ACK: a window's worth from every originator.
+const ACK_PARTS_MAX: usize = 4096;
+/// Most PO-REQUESTs asked for in one PO-FETCH.
+const FETCH_MAX: usize = 256;
