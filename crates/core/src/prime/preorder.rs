@@ -159,18 +159,20 @@ impl PreOrder {
     /// Introduces client requests as our next PO-REQUEST (to send to every replica); `None`
     /// if the window is full.
     pub fn introduce(&mut self, requests: Vec<SignedRequest>) -> Option<Arc<PoRequest>> {
-        if !self.can_introduce() {
-            return None;
+        while self.can_introduce() {
+            let req = Arc::new(PoRequest {
+                originator: self.me,
+                seq: self.next_own,
+                requests: requests.clone(),
+            });
+            self.next_own += 1;
+            // A number we used before losing our journal (amnesia) comes back from the
+            // others: it is skipped, never reused with other content.
+            if self.receive_request(req.clone()).is_ok() {
+                return Some(req);
+            }
         }
-        let req = Arc::new(PoRequest {
-            originator: self.me,
-            seq: self.next_own,
-            requests,
-        });
-        self.next_own += 1;
-        self.receive_request(req.clone())
-            .expect("our own number is in our window");
-        Some(req)
+        None
     }
 
     /// Our own PO-REQUEST from the journal (after a restart): held again, and our numbering
@@ -429,8 +431,9 @@ impl PreOrder {
         }
     }
 
-    /// A copy of an eligible PO-REQUEST from replica `from`, to fill a hole: taken once f+1
-    /// replicas offered copies with one digest. `true` if it filled the hole.
+    /// A copy of a PO-REQUEST from replica `from`, to fill a hole: taken once f+1 replicas
+    /// offered copies with one digest, or at once if it has the digest 2f+1 replicas
+    /// acknowledged. `true` if it filled the hole.
     pub fn offer(&mut self, from: ReplicaId, req: Arc<PoRequest>) -> bool {
         let (i, s) = (req.originator, req.seq);
         if from >= self.cfg.n || self.in_window(i, s).is_err() {
@@ -451,7 +454,8 @@ impl PreOrder {
         }
         slot.offered.entry(from).or_insert((digest, req));
         let matching = slot.offered.values().filter(|(d, _)| *d == digest).count();
-        if matching < f + 1 {
+        // With 2f+1 acknowledgements of this digest seen, one copy that matches will do.
+        if matching < f + 1 && slot.certified != Some(digest) {
             return false;
         }
         let (_, copy) = slot
@@ -498,14 +502,19 @@ impl PreOrder {
             .collect()
     }
 
-    /// The ordinal executed up to `eligible`: what it ran is forgotten (rows, and what is
-    /// known of peers, stay).
+    /// The ordinal executed up to `eligible`: the window moves past what it ran. Certified
+    /// copies of what ran are kept for replicas that have not run it yet, until
+    /// [`PreOrder::forget_through`].
     pub fn executed_through(&mut self, eligible: &[Seq]) {
         for (ex, e) in self.executed.iter_mut().zip(eligible) {
             *ex = (*ex).max(*e);
         }
         let executed = &self.executed;
-        self.slots.retain(|(o, s), _| *s > executed[*o as usize]);
+        // Only certified copies of what ran are worth keeping.
+        self.slots.retain(|(o, s), slot| {
+            *s > executed[*o as usize]
+                || matches!((&slot.held, slot.certified), (Some((d, _)), Some(c)) if *d == c)
+        });
         for i in 0..self.cfg.n {
             let ex = self.executed[i as usize];
             for v in [&mut self.aru, &mut self.acked, &mut self.cum_aru] {
@@ -517,12 +526,49 @@ impl PreOrder {
         self.next_own = self.next_own.max(self.executed[self.me as usize] + 1);
     }
 
+    /// Forgets the certified copies of what ran up to `eligible` (what a stable checkpoint
+    /// covers: a replica behind it fetches the checkpoint instead).
+    pub fn forget_through(&mut self, eligible: &[Seq]) {
+        let executed = &self.executed;
+        self.slots.retain(|(o, s), _| {
+            *s > executed[*o as usize] || *s > eligible.get(*o as usize).copied().unwrap_or(0)
+        });
+    }
+
+    /// PO-REQUESTs within the window that we lack while a peer says it holds them (from its
+    /// acknowledgements or row): a correct replica that missed one another correct replica
+    /// holds would otherwise never acknowledge or certify what follows it. At most `max`.
+    pub fn missing(&self, max: usize) -> Vec<(ReplicaId, Seq)> {
+        let mut out = Vec::new();
+        for i in 0..self.cfg.n {
+            let iu = i as usize;
+            let top = (0..self.cfg.n as usize)
+                .filter(|j| *j != self.me as usize)
+                .map(|j| self.known[j][iu])
+                .max()
+                .unwrap_or(0)
+                .min(self.executed[iu] + self.cfg.window);
+            for s in (self.aru[iu] + 1)..=top {
+                if out.len() >= max {
+                    return out;
+                }
+                if self.slots.get(&(i, s)).is_none_or(|x| x.held.is_none()) {
+                    out.push((i, s));
+                }
+            }
+        }
+        out
+    }
+
     /// For retransmission: our own PO-REQUESTs not yet executed, and acknowledgements of
     /// what we hold that is not yet certified.
     pub fn unsettled(&self) -> (Vec<Arc<PoRequest>>, Vec<AckPart>) {
         let mut own = Vec::new();
         let mut acks = Vec::new();
         for ((i, s), slot) in &self.slots {
+            if *s <= self.executed[*i as usize] {
+                continue;
+            }
             let Some((d, r)) = &slot.held else { continue };
             if *i == self.me {
                 own.push(r.clone());
@@ -703,6 +749,7 @@ mod tests {
             "acknowledgements beyond the window keep nothing"
         );
         s.executed_through(&[2, 0, 0, 0]);
+        s.forget_through(&[2, 0, 0, 0]);
         assert_eq!(s.slots(), 2);
         assert!(s.can_introduce());
         assert_eq!(

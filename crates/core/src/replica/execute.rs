@@ -318,6 +318,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         };
         self.exec.note_checkpoint(seq, digest);
+        self.prime_checkpoint(seq);
         self.event(Event::CheckpointTaken { seq, digest });
         let id = self.id;
         self.broadcast(&Message::Checkpoint(Checkpoint {
@@ -406,6 +407,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.next_seq = seq + 1;
         }
         self.gc_batches();
+        self.prime_stable(seq);
         self.event(Event::Stable { seq });
     }
 

@@ -37,6 +37,9 @@ pub(super) struct PrimeSide {
     /// What our last summary to the leader, or the last proposal we accepted, made eligible:
     /// a summary goes only when our matrix would make more eligible.
     summarized: Vec<Seq>,
+    /// The eligibility at each of our checkpoints above the stable one: certified copies of
+    /// what ran are kept until a checkpoint covering them is stable.
+    at_checkpoint: BTreeMap<Seq, Vec<Seq>>,
     /// Our latest signed row (resent at every status interval: rows are not retransmitted
     /// otherwise).
     row: Option<SignedPoAru>,
@@ -62,6 +65,7 @@ impl PrimeSide {
             next_fetch_ms: 0,
             last_proposal_ms: 0,
             summarized: vec![0; n],
+            at_checkpoint: BTreeMap::new(),
             row: None,
         }
     }
@@ -327,6 +331,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if let Some(row) = row {
             self.broadcast(&Message::PoAru(row));
         }
+        let missing = self.prime.as_ref().expect("prime").po.missing(FETCH_MAX);
+        if !missing.is_empty() {
+            self.ask_for_holes(missing);
+        }
     }
 
     // ----- Suspect-Leader ---------------------------------------------------------------------
@@ -564,6 +572,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.check_po_requests(&c.request)?;
         let p = self.prime.as_mut().expect("prime");
         if p.po.offer(from, Arc::new(c.request)) {
+            self.send_acks();
+            self.sign_row();
             self.try_execute();
         }
         Ok(())
@@ -666,6 +676,26 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
     }
 
+    /// We took checkpoint `seq`: remember the eligibility it holds.
+    pub(super) fn prime_checkpoint(&mut self, seq: Seq) {
+        let e = self.exec.eligible().to_vec();
+        if let Some(p) = self.prime.as_mut() {
+            p.at_checkpoint.insert(seq, e);
+        }
+    }
+
+    /// Checkpoint `seq` is stable: the certified copies of what it covers go.
+    pub(super) fn prime_stable(&mut self, seq: Seq) {
+        let n = self.cfg.n() as usize;
+        let Some(p) = self.prime.as_mut() else {
+            return;
+        };
+        if let Some(e) = p.at_checkpoint.remove(&seq) {
+            p.po.forget_through(&padded(&e, n));
+        }
+        p.at_checkpoint = p.at_checkpoint.split_off(&seq);
+    }
+
     /// The state jumped (a fetched checkpoint, or a restart): pre-ordering forgets what the
     /// state executed.
     pub(super) fn prime_sync(&mut self) {
@@ -673,6 +703,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let e = padded(self.exec.eligible(), n);
         if let Some(p) = self.prime.as_mut() {
             p.po.executed_through(&e);
+            p.po.forget_through(&e);
             for (s, x) in p.summarized.iter_mut().zip(&e) {
                 *s = (*s).max(*x);
             }

@@ -234,10 +234,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
     }
 
-    /// Starts the view-change timer for the oldest waiting request if none is running
-    /// (PBFT; in Prime, Suspect-Leader judges the leader).
+    /// Starts the view-change timer for the oldest waiting request if none is running. In
+    /// Prime it is the backstop behind Suspect-Leader: a replica left alone in a later view
+    /// (it timed out a view change the others finished) takes no part in measuring the
+    /// leader, and with f faulty ones the others' measurements then cannot convict it.
     pub(super) fn arm_request_timer(&mut self) {
-        if self.req_timer.is_some() || !self.normal || self.is_primary() || self.cfg.prime() {
+        if self.req_timer.is_some() || !self.normal || self.is_primary() {
             return;
         }
         // Not for an unsigned request of a client under suspicion: the primary holds those
