@@ -186,6 +186,9 @@ pub fn kept(records: &[&Record]) -> Vec<bool> {
             }
         }
     }
+    let last_ran = records
+        .iter()
+        .rposition(|r| matches!(r, Record::Ran { .. }));
     let mut body_records = BTreeSet::new();
     for (i, r) in records.iter().enumerate().rev() {
         if let Record::PrePrepared {
@@ -209,7 +212,10 @@ pub fn kept(records: &[&Record]) -> Vec<bool> {
             Record::Watermark { seq, .. } => Some(i) == watermark && *seq > h,
             // The entry into the current view, recorded after its view record.
             Record::Entered { view: v, .. } => last_view.is_some_and(|l| i > l) && view == Some(*v),
-            Record::Executed { seq, .. } | Record::Ran { seq, .. } => *seq > h,
+            Record::Executed { seq, .. } => *seq > h,
+            // The last execution stays even below the checkpoint: its eligibility tells
+            // later compactions which of our PO-REQUESTs and acknowledgements ran.
+            Record::Ran { seq, .. } => *seq > h || Some(i) == last_ran,
             Record::Introduced { request } => {
                 request.seq > ran.get(request.originator as usize).copied().unwrap_or(0)
             }

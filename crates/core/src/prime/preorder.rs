@@ -454,8 +454,10 @@ impl PreOrder {
         }
         slot.offered.entry(from).or_insert((digest, req));
         let matching = slot.offered.values().filter(|(d, _)| *d == digest).count();
-        // With 2f+1 acknowledgements of this digest seen, one copy that matches will do.
-        if matching < f + 1 && slot.certified != Some(digest) {
+        // With 2f+1 acknowledgements of this digest seen, or our own (we held it from its
+        // originator, before a restart), one copy that matches will do.
+        let vouched = slot.certified == Some(digest) || slot.acks.get(&self.me) == Some(&digest);
+        if matching < f + 1 && !vouched {
             return false;
         }
         let (_, copy) = slot
@@ -560,6 +562,36 @@ impl PreOrder {
         out
     }
 
+    /// Our acknowledgements of what we hold certificates for and replica `j`'s latest row
+    /// says it does not (at most `max`): a peer that missed them would otherwise never
+    /// certify what we stopped acknowledging once we had our certificate.
+    pub fn acks_for(&self, j: ReplicaId, max: usize) -> Vec<AckPart> {
+        let mut out = Vec::new();
+        let Some(theirs) = self.rows.get(j as usize) else {
+            return out;
+        };
+        for i in 0..self.cfg.n {
+            let iu = i as usize;
+            let from = theirs
+                .as_ref()
+                .map_or(0, |r| r.row.aru[iu])
+                .max(self.executed[iu]);
+            for s in (from + 1)..=self.cum_aru[iu] {
+                if out.len() >= max {
+                    return out;
+                }
+                if let Some(d) = self.slots.get(&(i, s)).and_then(|x| x.acks.get(&self.me)) {
+                    out.push(AckPart {
+                        originator: i,
+                        seq: s,
+                        digest: *d,
+                    });
+                }
+            }
+        }
+        out
+    }
+
     /// For retransmission: our own PO-REQUESTs not yet executed, and acknowledgements of
     /// what we hold that is not yet certified.
     pub fn unsettled(&self) -> (Vec<Arc<PoRequest>>, Vec<AckPart>) {
@@ -569,11 +601,12 @@ impl PreOrder {
             if *s <= self.executed[*i as usize] {
                 continue;
             }
-            let Some((d, r)) = &slot.held else { continue };
-            if *i == self.me {
+            if let (true, Some((_, r))) = (*i == self.me, &slot.held) {
                 own.push(r.clone());
             }
-            if slot.certified.is_none() && *s <= self.acked[*i as usize] {
+            // Our acknowledgements, even of what we no longer hold (a restart): a peer that
+            // missed one may need it for its certificate.
+            if let (None, Some(d)) = (slot.certified, slot.acks.get(&self.me)) {
                 acks.push(AckPart {
                     originator: *i,
                     seq: *s,

@@ -331,6 +331,20 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if let Some(row) = row {
             self.broadcast(&Message::PoAru(row));
         }
+        // Peers whose rows lag ours get our acknowledgements again.
+        for j in 0..self.cfg.n() {
+            if j == self.id {
+                continue;
+            }
+            let parts = self.prime.as_ref().expect("prime").po.acks_for(j, ACK_PARTS_MAX);
+            if !parts.is_empty() {
+                let msg = Message::PoAck(PoAck {
+                    replica: self.id,
+                    parts,
+                });
+                self.send_replica(j, &msg);
+            }
+        }
         let missing = self.prime.as_ref().expect("prime").po.missing(FETCH_MAX);
         if !missing.is_empty() {
             self.ask_for_holes(missing);
@@ -726,11 +740,26 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 }
 
-/// The batch that runs: the proposal's choices with the requests its matrix made eligible.
+/// The batch that runs: the proposal's choices with the requests its matrix made eligible,
+/// each client's latest only. A client has one request outstanding, so an older one beside
+/// a newer one ran before (or was abandoned), and it would be refused anyway; and a batch
+/// runs with one body session per client, learnt before it runs.
 fn derived(b: &Batch, requests: Vec<SignedRequest>) -> Batch {
+    let mut latest: BTreeMap<ClientId, u64> = BTreeMap::new();
+    for r in &requests {
+        let t = latest.entry(r.request.client).or_default();
+        *t = (*t).max(r.request.timestamp);
+    }
+    let mut kept = Vec::with_capacity(latest.len());
+    for r in requests {
+        if latest.get(&r.request.client) == Some(&r.request.timestamp) {
+            latest.remove(&r.request.client);
+            kept.push(r);
+        }
+    }
     Batch {
         nondet: b.nondet,
-        requests,
+        requests: kept,
         matrix: None,
     }
 }

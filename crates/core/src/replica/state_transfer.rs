@@ -210,6 +210,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         self.exec.set_diverged(false);
         self.prime_sync();
+        if self.cfg.prime() {
+            // The journal learns what the fetched state ran (see `journal::kept`).
+            self.persist(Record::Ran {
+                seq,
+                eligible: self.exec.eligible().to_vec(),
+                requests: Vec::new(),
+            });
+        }
         self.rekey_if_recoveries_changed(&recoveries_before);
         self.stats.state_transfers += 1;
         self.stats.transfer_pages += pages;

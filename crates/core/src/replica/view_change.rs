@@ -642,6 +642,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // Requests still waiting go to the new primary; the timer restarts for them.
         if primary {
             self.try_propose();
+        } else if self.cfg.prime() {
+            // Prime's requests travel in PO-REQUESTs, not through the leader.
+            self.arm_request_timer();
         } else {
             let p = self.primary();
             let reqs: Vec<SignedRequest> = self

@@ -148,8 +148,14 @@ impl World {
             let disk_bound = 3 + 5 * (cfg.log_size as usize) + prime;
             if self.disks[r].len() > disk_bound {
                 let len = self.disks[r].len();
+                let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+                for rec in &self.disks[r] {
+                    let kind = format!("{rec:?}");
+                    let name = kind.split([' ', '{', '(']).next().unwrap_or("?");
+                    *kinds.entry(record_kind(name)).or_default() += 1;
+                }
                 self.violation(format!(
-                    "r{r} journal holds {len} records, bound {disk_bound}"
+                    "r{r} journal holds {len} records, bound {disk_bound}: {kinds:?}"
                 ));
             }
             let rep = &self.replicas[r];
@@ -180,4 +186,22 @@ impl World {
             }
         }
     }
+}
+
+/// A record kind's name as a static string (for the journal breakdown).
+fn record_kind(name: &str) -> &'static str {
+    const KINDS: [&str; 11] = [
+        "Checkpoint",
+        "View",
+        "PrePrepared",
+        "Prepared",
+        "Executed",
+        "Watermark",
+        "Entered",
+        "Introduced",
+        "Ran",
+        "Acked",
+        "?",
+    ];
+    KINDS.iter().find(|k| **k == name).copied().unwrap_or("?")
 }
