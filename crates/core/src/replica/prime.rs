@@ -433,6 +433,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 if w.req.request != sr.request {
                     return Err(Reject::Conflict);
                 }
+                self.arm_request_timer();
                 return Ok(()); // introduced already, or about to be
             }
             _ => self.pool.admit(sr, digest, true),
@@ -440,6 +441,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.prime_ready() && self.recovery.is_none() {
             self.introduce();
         }
+        self.arm_request_timer();
         Ok(())
     }
 
