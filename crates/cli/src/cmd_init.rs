@@ -44,6 +44,10 @@ pub struct InitArgs {
     /// proactive recovery)
     #[arg(long)]
     static_keys: bool,
+    /// The ordering protocol: pbft, or prime (bounded delay under attack; needs session keys
+    /// and the co-located deployment, and runs without proactive recovery for now)
+    #[arg(long, default_value = "pbft", value_name = "PROTOCOL")]
+    ordering: redoubt_core::OrderProtocol,
 }
 
 /// BLAKE3 of this executable (hex): what `[recovery] executable_blake3` pins.
@@ -63,6 +67,7 @@ pub fn run(args: InitArgs) -> anyhow::Result<()> {
         host: args.host,
         name: args.name,
         static_keys: args.static_keys,
+        ordering: args.ordering,
         executable_blake3: if args.static_keys {
             None
         } else {

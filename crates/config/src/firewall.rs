@@ -1,14 +1,15 @@
-//! The privacy firewall's key files (`[protocol] filter_rows > 0`): one public file
-//! (`[keys] firewall`, default `keys/firewall.toml`) with each replica's order key and the
-//! execution nodes' threshold group key, read by every node and client; and beside it one
-//! secret file per node, mode 0600: `order-replica-<id>.key` (the replica signs its pieces of
-//! agreement certificates with it) and `share-executor-<id>.key` (the execution node's share
-//! of the threshold key). `redoubt init` is the dealer ([`write_firewall_keys`]).
+//! The order keys of the privacy firewall (`[protocol] filter_rows > 0`) and of Prime
+//! (`ordering = "prime"`): one public file (`[keys] firewall`, default `keys/firewall.toml`)
+//! with each replica's order key and, with a firewall, the execution nodes' threshold group
+//! key, read by every node and client; and beside it one secret file per node, mode 0600:
+//! `order-replica-<id>.key` (the replica signs its pieces of agreement certificates, or its
+//! Prime PO-ARU rows, with it) and `share-executor-<id>.key` (the execution node's share of the
+//! threshold key). `redoubt init` is the dealer ([`write_firewall_keys`]).
 
 use crate::error::ConfigError;
 use crate::ClusterConfig;
 use redoubt_core::filter::FirewallKeys;
-use redoubt_crypto::pk::HolderSecrets;
+use redoubt_crypto::pk::{HolderSecrets, VerifyKey};
 use redoubt_crypto::threshold::{self, GroupKey, KeyShare};
 use redoubt_keyholder::{hex, unhex32};
 use serde::{Deserialize, Serialize};
@@ -22,8 +23,9 @@ struct PublicFile {
     cluster: String,
     /// Each replica's order verification key, by id (hex).
     orders: Vec<String>,
-    /// The threshold group key (hex).
-    group: String,
+    /// The threshold group key (hex); none without a firewall (Prime).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    group: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -61,8 +63,8 @@ impl ClusterConfig {
     }
 }
 
-/// Deals the firewall's keys: an order key per replica and a (g+1)-of-(2g+1) threshold key
-/// for the execution nodes, from the dealer's randomness `rng`. Writes the public file and
+/// Deals the order keys: an order key per replica and, with a firewall, a (g+1)-of-(2g+1)
+/// threshold key for the execution nodes, from the dealer's randomness `rng`. Writes the public file and
 /// the secret files (refusing to overwrite any).
 pub fn write_firewall_keys(
     cfg: &ClusterConfig,
@@ -77,19 +79,24 @@ pub fn write_firewall_keys(
         let name = format!("replica-{}", r.id);
         write_secret(cfg, &cfg.firewall_secret_path(&name), &name, &seed)?;
     }
-    let (group, shares) = threshold::deal(
-        cfg.protocol.g() as usize,
-        cfg.protocol.executors as usize,
-        rng(),
-    );
-    for s in &shares {
-        let name = format!("executor-{}", s.index());
-        write_secret(cfg, &cfg.firewall_secret_path(&name), &name, &s.to_bytes())?;
-    }
+    let group = if cfg.protocol.firewall() {
+        let (group, shares) = threshold::deal(
+            cfg.protocol.g() as usize,
+            cfg.protocol.executors as usize,
+            rng(),
+        );
+        for s in &shares {
+            let name = format!("executor-{}", s.index());
+            write_secret(cfg, &cfg.firewall_secret_path(&name), &name, &s.to_bytes())?;
+        }
+        Some(hex(&group.to_bytes()))
+    } else {
+        None
+    };
     let file = PublicFile {
         cluster: cfg.cluster.id.clone(),
         orders,
-        group: hex(&group.to_bytes()),
+        group,
     };
     let text = format!(
         "# The privacy firewall's public keys (written by `redoubt init`, read by every node\n\
@@ -119,6 +126,42 @@ pub fn load_firewall(cfg: &ClusterConfig) -> Result<Option<Arc<FirewallKeys>>, C
     if !cfg.protocol.firewall() {
         return Ok(None);
     }
+    let (path, raw, orders) = load_public(cfg)?;
+    let Some(group) = raw.group else {
+        return Err(invalid(
+            cfg,
+            &path,
+            "holds no threshold group key (rerun `redoubt init`)".into(),
+        ));
+    };
+    let group_bytes = unhex(&group).map_err(|e| invalid(cfg, &path, e))?;
+    let group = GroupKey::from_bytes(&group_bytes).map_err(|e| invalid(cfg, &path, e))?;
+    if group.threshold() != cfg.protocol.g() as usize {
+        return Err(invalid(
+            cfg,
+            &path,
+            format!(
+                "the group key needs {} shares, the cluster's execution nodes g+1 = {}",
+                group.threshold() + 1,
+                cfg.protocol.g() + 1
+            ),
+        ));
+    }
+    Ok(Some(Arc::new(FirewallKeys { orders, group })))
+}
+
+/// Every replica's public order key, for Prime (they check each other's PO-ARU rows with
+/// them); `None` when PBFT orders.
+pub fn load_prime_orders(cfg: &ClusterConfig) -> Result<Option<Arc<Vec<VerifyKey>>>, ConfigError> {
+    if !cfg.protocol.prime() {
+        return Ok(None);
+    }
+    let (_, _, orders) = load_public(cfg)?;
+    Ok(Some(Arc::new(orders)))
+}
+
+/// The public file, checked against the cluster, and its order keys.
+fn load_public(cfg: &ClusterConfig) -> Result<(PathBuf, PublicFile, Vec<VerifyKey>), ConfigError> {
     let path = cfg.firewall_path();
     let src = std::fs::read_to_string(&path).map_err(|source| ConfigError::Io {
         action: "read the firewall key file",
@@ -151,23 +194,10 @@ pub fn load_firewall(cfg: &ClusterConfig) -> Result<Option<Arc<FirewallKeys>>, C
     let orders = raw
         .orders
         .iter()
-        .map(|h| unhex32(h).map(redoubt_crypto::pk::VerifyKey))
+        .map(|h| unhex32(h).map(VerifyKey))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| invalid(cfg, &path, format!("an order key: {e}")))?;
-    let group_bytes = unhex(&raw.group).map_err(|e| invalid(cfg, &path, e))?;
-    let group = GroupKey::from_bytes(&group_bytes).map_err(|e| invalid(cfg, &path, e))?;
-    if group.threshold() != cfg.protocol.g() as usize {
-        return Err(invalid(
-            cfg,
-            &path,
-            format!(
-                "the group key needs {} shares, the cluster's execution nodes g+1 = {}",
-                group.threshold() + 1,
-                cfg.protocol.g() + 1
-            ),
-        ));
-    }
-    Ok(Some(Arc::new(FirewallKeys { orders, group })))
+    Ok((path, raw, orders))
 }
 
 fn load_secret(cfg: &ClusterConfig, name: &str) -> Result<[u8; 32], ConfigError> {

@@ -25,7 +25,9 @@ mod template;
 
 pub use cluster::{override_toml, ClusterConfig};
 pub use error::{ConfigError, Location};
-pub use firewall::{load_firewall, load_order_key, load_reply_share, write_firewall_keys};
+pub use firewall::{
+    load_firewall, load_order_key, load_prime_orders, load_reply_share, write_firewall_keys,
+};
 pub use keys::load_keys;
 pub use redoubt_keyholder::{parse_principal, principal_name};
 pub use sections::{

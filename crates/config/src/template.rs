@@ -340,6 +340,44 @@ const PROTOCOL_OPTIONS: Section = Section {
              nodes. Needs executors > 0 and confidential_bodies. 0: no firewall. Default: {default}.",
         ),
         (
+            "ordering",
+            "The ordering protocol: \"pbft\" (the primary batches requests) or \"prime\" (Amir et al.:\n\
+             every replica introduces its clients' requests, the leader orders summary matrices, and\n\
+             Suspect-Leader replaces a leader slower than the bound measured from round trips; see\n\
+             docs/adr/0007-prime.md). Prime needs [keys] mode = \"session\", executors = 0 and\n\
+             tentative_execution = false; its replicas sign rows with the order keys `redoubt init`\n\
+             deals (file [keys] firewall). Default: {default}.",
+        ),
+        (
+            "prime_window",
+            "Prime: PO-REQUESTs accepted per originator above the last it executed (the pre-ordering\n\
+             window; PO-REQUESTs). Default: {default}.",
+        ),
+        (
+            "prime_preorder_period_ms",
+            "Prime: how often a replica retries introducing waiting requests and sends due\n\
+             acknowledgements and rows (ms; they also go out as soon as they change). Default: {default}.",
+        ),
+        (
+            "prime_proposal_period_ms",
+            "Prime: the leader's proposal period (ms): at most one summary matrix per period. Part of\n\
+             the bound a leader must meet. Default: {default}.",
+        ),
+        (
+            "prime_k_lat_permille",
+            "Prime: K_Lat in thousandths: a leader whose turnaround time exceeds K_Lat times the\n\
+             acceptable one plus the proposal period is replaced. At least 1000. Default: {default}.",
+        ),
+        (
+            "prime_min_rtt_ms",
+            "Prime: the floor of the acceptable turnaround time (ms), so that jitter on a fast network\n\
+             does not replace correct leaders. Default: {default}.",
+        ),
+        (
+            "prime_ping_interval_ms",
+            "Prime: the period of round-trip pings and turnaround reports (ms). Default: {default}.",
+        ),
+        (
             "message_bytes_max",
             "Largest encoded message accepted; bigger frames are rejected before decoding (bytes).\n\
              batch_bytes_max must be at most half of it. Default: {default} (32 MiB).",

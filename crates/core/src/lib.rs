@@ -42,5 +42,6 @@ pub use service::{ExecContext, Service};
 #[cfg(feature = "mutants")]
 pub use types::Mutant;
 pub use types::{
-    ClientId, Config, ExecutorId, FilterId, OrderProtocol, Principal, ReplicaId, Seq, View, VIEW_LIMIT,
+    ClientId, Config, ExecutorId, FilterId, OrderProtocol, Principal, ReplicaId, Seq, View,
+    VIEW_LIMIT,
 };

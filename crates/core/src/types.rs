@@ -498,7 +498,9 @@ impl Config {
         }
         if self.prime() {
             if self.executors > 0 {
-                return Err("ordering = \"prime\" runs the co-located deployment (executors = 0)".into());
+                return Err(
+                    "ordering = \"prime\" runs the co-located deployment (executors = 0)".into(),
+                );
             }
             if self.tentative_execution {
                 return Err("ordering = \"prime\" needs tentative_execution = false".into());

@@ -20,7 +20,7 @@ use redoubt_config::{
     KeysSection, NodeSection, RecoverySection, ReplicaEntry, StateSection, StorageSection,
 };
 use redoubt_core::auth::pairwise_key;
-use redoubt_core::{Config, Principal};
+use redoubt_core::{Config, OrderProtocol, Principal};
 use redoubt_crypto::body::ExecutorSecret;
 use std::fs::DirBuilder;
 use std::io::Write as _;
@@ -60,6 +60,9 @@ pub struct InitOptions {
     pub name: String,
     /// Fixed pairwise MAC keys instead of session keys (no key refresh, no recovery).
     pub static_keys: bool,
+    /// The ordering protocol. Prime needs session keys and the co-located deployment; `init`
+    /// deals the replicas' order keys for it and leaves proactive recovery off.
+    pub ordering: OrderProtocol,
     /// BLAKE3 of the replica executable the monitor may start (`[recovery]
     /// executable_blake3`); `None` leaves the check off.
     pub executable_blake3: Option<String>,
@@ -77,6 +80,7 @@ impl Default for InitOptions {
             host: IpAddr::V4(Ipv4Addr::LOCALHOST),
             name: "redoubt".into(),
             static_keys: false,
+            ordering: OrderProtocol::Pbft,
             executable_blake3: None,
         }
     }
@@ -245,6 +249,9 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
             confidential_bodies: !opts.static_keys,
             executors: e,
             filter_rows: rows,
+            ordering: opts.ordering,
+            // Prime has no tentative execution.
+            tentative_execution: opts.ordering == OrderProtocol::Pbft,
             ..Config::new(f)
         },
         client: ClientSection::default(),
@@ -261,7 +268,8 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
             ..KeysSection::default()
         },
         recovery: RecoverySection {
-            enabled: !opts.static_keys,
+            // Prime does not order recovery requests yet.
+            enabled: !opts.static_keys && opts.ordering == OrderProtocol::Pbft,
             executable_blake3: opts.executable_blake3.clone().unwrap_or_default(),
             ..RecoverySection::default()
         },
@@ -280,7 +288,7 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
     };
     // The firewall's keys: the dealer's randomness from the operating system.
     let result = result.and_then(|()| {
-        if !cfg.protocol.firewall() {
+        if !cfg.protocol.firewall() && !cfg.protocol.prime() {
             return Ok(());
         }
         redoubt_config::write_firewall_keys(&cfg, &mut || {

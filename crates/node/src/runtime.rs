@@ -761,6 +761,10 @@ pub async fn run_replica<S: Service + Send + 'static>(
         Some(keys) => replica.with_firewall(keys, redoubt_config::load_order_key(&cfg, id)?),
         None => replica,
     };
+    let replica = match redoubt_config::load_prime_orders(&cfg)? {
+        Some(orders) => replica.with_prime(orders, redoubt_config::load_order_key(&cfg, id)?),
+        None => replica,
+    };
     info!(
         replica = id,
         base = replica.state().base_seq(),

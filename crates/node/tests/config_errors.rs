@@ -540,6 +540,7 @@ fn init_f2_with_host_and_base_port() {
         host: "127.0.0.2".parse().unwrap(),
         name: "seven".into(),
         static_keys: true,
+        ordering: redoubt_core::OrderProtocol::Pbft,
         executable_blake3: None,
     })
     .unwrap();

@@ -205,6 +205,7 @@ async fn one_size(
         host: IpAddr::V4(Ipv4Addr::LOCALHOST),
         name: "bench-recovery".into(),
         static_keys: false,
+        ordering: redoubt_core::OrderProtocol::Pbft,
         executable_blake3: Some(crate::cmd_init::executable_blake3()?),
     })?;
     let mut cfg = ClusterConfig::load(&config_path)?;

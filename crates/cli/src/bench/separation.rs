@@ -391,6 +391,7 @@ fn make_cluster(
         // holders, bodies sealed); the baseline server has no key holder and runs on static
         // keys with bodies in clear.
         static_keys: system == System::Baseline,
+        ordering: redoubt_core::OrderProtocol::Pbft,
         executable_blake3: None,
     })?;
     let mut cfg = ClusterConfig::load(&config_path)?;

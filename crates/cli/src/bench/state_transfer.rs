@@ -84,6 +84,7 @@ async fn state_transfer(args: StateTransferArgs) -> anyhow::Result<ExitCode> {
         host: IpAddr::V4(Ipv4Addr::LOCALHOST),
         name: "bench-state-transfer".into(),
         static_keys: false,
+        ordering: redoubt_core::OrderProtocol::Pbft,
         executable_blake3: None,
     })?;
     let mut cfg = ClusterConfig::load(&config_path)?;

@@ -69,6 +69,10 @@ pub struct DemoArgs {
     /// compromised execution node tries to leak every value it executes
     #[arg(long, conflicts_with = "separated")]
     firewall: bool,
+    /// The ordering protocol: pbft, or prime (bounded delay under attack)
+    #[arg(long, default_value = "pbft", value_name = "PROTOCOL",
+          conflicts_with_all = ["separated", "firewall"])]
+    ordering: redoubt_core::OrderProtocol,
 }
 
 pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
@@ -270,6 +274,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         host: IpAddr::V4(Ipv4Addr::LOCALHOST),
         name: "demo".into(),
         static_keys: false,
+        ordering: args.ordering,
         executable_blake3: None,
     })
     .with_context(|| format!("cannot create the demo cluster in {}", dir.display()))?;

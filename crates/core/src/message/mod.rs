@@ -8,9 +8,9 @@
 
 use crate::types::{ClientId, Principal, ReplicaId, Seq, View};
 use bytes::Bytes;
-use std::sync::Arc;
 use redoubt_crypto::{Digest, DigestBuilder, Mac, MAC_LEN};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 mod firewall;
 mod frame;

@@ -96,7 +96,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// key (it signs its PO-ARU rows with it). A replica of a Prime cluster does nothing
     /// until it has them.
     pub fn with_prime(mut self, orders: Arc<Vec<VerifyKey>>, order_key: HolderSecrets) -> Self {
-        assert_eq!(orders.len(), self.cfg.n() as usize, "one order key per replica");
+        assert_eq!(
+            orders.len(),
+            self.cfg.n() as usize,
+            "one order key per replica"
+        );
         if let Some(p) = self.prime.as_mut() {
             p.keys = Some(PrimeKeys { order_key, orders });
         }
@@ -277,10 +281,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let f = self.cfg.f as usize;
         let mut e = padded(self.exec.eligible(), n);
         for (_, s) in self.log.from(self.exec.last_executed() + 1) {
-            if let Some(m) = s
-                .pp
-                .and_then(|d| self.batches.get(&d))
-                .and_then(|b| b.matrix.as_ref())
+            if let Some(m) =
+                s.pp.and_then(|d| self.batches.get(&d))
+                    .and_then(|b| b.matrix.as_ref())
             {
                 e = m.eligible_after(&e, f);
             }
@@ -293,8 +296,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if !self.normal || !self.is_primary() || self.exec.transfer_target().is_some() {
             return;
         }
-        if self.next_seq > self.stable_seq + self.cfg.log_size || self.next_seq <= self.stable_seq
-        {
+        if self.next_seq > self.stable_seq + self.cfg.log_size || self.next_seq <= self.stable_seq {
             return;
         }
         let proposed = self.proposed_eligibility();
@@ -336,7 +338,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             if j == self.id {
                 continue;
             }
-            let parts = self.prime.as_ref().expect("prime").po.acks_for(j, ACK_PARTS_MAX);
+            let parts = self
+                .prime
+                .as_ref()
+                .expect("prime")
+                .po
+                .acks_for(j, ACK_PARTS_MAX);
             if !parts.is_empty() {
                 let msg = Message::PoAck(PoAck {
                     replica: self.id,
@@ -445,7 +452,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         Ok(())
     }
 
-    pub(super) fn on_po_request(&mut self, from: ReplicaId, req: Arc<PoRequest>) -> Result<(), Reject> {
+    pub(super) fn on_po_request(
+        &mut self,
+        from: ReplicaId,
+        req: Arc<PoRequest>,
+    ) -> Result<(), Reject> {
         if !self.prime_ready() {
             return Err(Reject::Unexpected);
         }
@@ -632,7 +643,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         };
         match p.po.ready(&pairs) {
             Ok(reqs) => {
-                let requests = reqs.iter().flat_map(|r| r.requests.iter().cloned()).collect();
+                let requests = reqs
+                    .iter()
+                    .flat_map(|r| r.requests.iter().cloned())
+                    .collect();
                 Ok((derived(b, requests), after))
             }
             Err(holes) => {

@@ -19,7 +19,10 @@ impl World {
         let order_keys: Vec<HolderSecrets> = (0..sc.core.n())
             .map(|r| {
                 let what = format!("prime order key r{r}");
-                HolderSecrets::from_seed(blake3::keyed_hash(&super::filters::master_key(master), what.as_bytes()).as_bytes())
+                HolderSecrets::from_seed(
+                    blake3::keyed_hash(&super::filters::master_key(master), what.as_bytes())
+                        .as_bytes(),
+                )
             })
             .collect();
         Some(PrimeDeal {
