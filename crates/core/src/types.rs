@@ -145,11 +145,18 @@ pub enum Mutant {
     /// Firewall: the execution cluster's threshold key is dealt so that g shares sign, and
     /// the top row of filters combines g (g+1 are needed).
     ThresholdAtG,
+    /// Prime: Suspect-Leader never suspects the leader (the bound never fires).
+    LeaderNeverSuspected,
+    /// Prime: f+1 matching PO-ACKs make a PO certificate (2f+1 are needed).
+    PoAcksAtF,
+    /// Prime: what an ordered matrix makes eligible is cut at the highest entry of each
+    /// column, without 2f+1 rows supporting it (the (2f+1)-th highest is the cut).
+    CutWithoutQuorum,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 23] = [
+    pub const ALL: [(&'static str, Mutant); 26] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -176,6 +183,9 @@ impl Mutant {
         ("exec-reply-at-g", Mutant::ExecReplyAtG),
         ("filter-unvouched", Mutant::FilterUnvouched),
         ("threshold-at-g", Mutant::ThresholdAtG),
+        ("leader-never-suspected", Mutant::LeaderNeverSuspected),
+        ("po-acks-at-f", Mutant::PoAcksAtF),
+        ("cut-without-quorum", Mutant::CutWithoutQuorum),
     ];
 }
 

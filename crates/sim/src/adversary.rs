@@ -79,6 +79,48 @@ impl Adversary {
         self.order_keys = keys;
     }
 
+    /// Prime's lies (see [`Behavior::PrimeLiar`]); `None`: the honest message.
+    fn prime_lie(
+        &mut self,
+        rng: &mut ChaCha8Rng,
+        from: ReplicaId,
+        to: Principal,
+        msg: Message,
+    ) -> Option<Vec<Out>> {
+        let lie = match msg {
+            Message::PoRequest(po) => {
+                let Principal::Replica(r) = to else {
+                    return None;
+                };
+                if r % 2 == 0 || po.requests.is_empty() {
+                    return None;
+                }
+                let mut other = (*po).clone();
+                other.requests.pop();
+                Message::PoRequest(std::sync::Arc::new(other))
+            }
+            Message::PoAck(mut ack) => {
+                for p in ack.parts.iter_mut() {
+                    if rng.random_bool(0.5) {
+                        p.digest = Digest(rng.random());
+                    }
+                }
+                Message::PoAck(ack)
+            }
+            Message::PoAru(mut row) => {
+                let key = self.order_keys.get(from as usize)?;
+                for x in row.row.aru.iter_mut() {
+                    *x += 1 + self.cfg.prime_window;
+                }
+                row.row.num = row.row.aru.iter().sum();
+                row.sig = key.sign(&row.row.statement().0);
+                Message::PoAru(row)
+            }
+            _ => return None,
+        };
+        Some(vec![(to, self.seal(from, &lie, to), 0)])
+    }
+
     /// The faulty clients the faulty replicas collude with.
     pub fn set_colluders(&mut self, clients: BTreeSet<u64>) {
         self.colluders = clients;
@@ -175,6 +217,9 @@ impl Adversary {
                 return vec![(to, bytes, 0)];
             }
             return honest;
+        }
+        if behavior == Behavior::PrimeLiar {
+            return self.prime_lie(rng, from, to, msg).unwrap_or(honest);
         }
         match behavior {
             Behavior::Silent => vec![],
@@ -453,7 +498,7 @@ impl Adversary {
                 }
                 _ => honest,
             },
-            Behavior::Mixed | Behavior::Honest => honest,
+            Behavior::Mixed | Behavior::Honest | Behavior::PrimeLiar => honest,
             Behavior::ExtremeNumbers => {
                 if !rng.random_bool(1.0 / 3.0) {
                     return honest;

@@ -33,6 +33,8 @@ pub enum Optimizations {
     Firewall,
     /// Drawn per seed, ordered by Prime ([`Scenario::prime`]).
     Prime,
+    /// [`Optimizations::Prime`] with the bounded-delay check on.
+    PrimeBounded,
 }
 
 /// The scenario of a seed: random, with the given mutant.
@@ -47,6 +49,10 @@ pub fn scenario_for(seed: u64, mutant: Mutant, opts: Optimizations) -> Scenario 
         Optimizations::Separated => s.separate(),
         Optimizations::Firewall => s.firewall(),
         Optimizations::Prime => s.prime(),
+        Optimizations::PrimeBounded => {
+            s.prime();
+            s.bounded_delay = true;
+        }
     }
     s
 }

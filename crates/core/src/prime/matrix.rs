@@ -185,18 +185,29 @@ impl Matrix {
     /// at least f+1 correct ones, hold certificates for originator `i` that far: what they
     /// certify cannot be lost, and no other version of it can be certified.
     pub fn proof_aru(&self, i: usize, f: usize) -> Seq {
+        self.ranked(i, 2 * f)
+    }
+
+    /// Column `i`'s entry of rank `rank` (0: the highest).
+    fn ranked(&self, i: usize, rank: usize) -> Seq {
         let mut column: Vec<Seq> = (0..self.rows.len()).map(|j| self.entry(j, i)).collect();
         column.sort_unstable_by(|a, b| b.cmp(a));
-        column.get(2 * f).copied().unwrap_or(0)
+        column.get(rank).copied().unwrap_or(0)
     }
 
     /// What is eligible after this matrix, given what was eligible before it: per originator
     /// the larger of the two (eligibility never moves backwards, whatever a leader proposes).
     pub fn eligible_after(&self, before: &[Seq], f: usize) -> Vec<Seq> {
+        self.eligible_at_rank(before, 2 * f)
+    }
+
+    /// [`Matrix::eligible_after`] with the cut taken at the entry of rank `rank` of each
+    /// column (the protocol's is 2f; the simulator's mutant takes the highest).
+    pub fn eligible_at_rank(&self, before: &[Seq], rank: usize) -> Vec<Seq> {
         before
             .iter()
             .enumerate()
-            .map(|(i, b)| (*b).max(self.proof_aru(i, f)))
+            .map(|(i, b)| (*b).max(self.ranked(i, rank)))
             .collect()
     }
 

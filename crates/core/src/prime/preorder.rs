@@ -114,6 +114,8 @@ pub struct PreOrder {
     known: Vec<Vec<Seq>>,
     /// Per originator: executed up to here (eligible in an executed ordinal).
     executed: Vec<Seq>,
+    #[cfg(feature = "mutants")]
+    acks_at_f: bool,
 }
 
 impl PreOrder {
@@ -132,11 +134,24 @@ impl PreOrder {
             rows: vec![None; n],
             known: vec![vec![0; n]; n],
             executed: vec![0; n],
+            #[cfg(feature = "mutants")]
+            acks_at_f: false,
         }
     }
 
     fn quorum(&self) -> usize {
+        #[cfg(feature = "mutants")]
+        if self.acks_at_f {
+            return self.cfg.f as usize + 1;
+        }
         2 * self.cfg.f as usize + 1
+    }
+
+    /// The simulator's mutant `po-acks-at-f`: f+1 matching acknowledgements make a
+    /// certificate (2f+1 are needed).
+    #[cfg(feature = "mutants")]
+    pub fn certify_at_f(&mut self) {
+        self.acks_at_f = true;
     }
 
     fn in_window(&self, i: ReplicaId, seq: Seq) -> Result<(), PoError> {
@@ -741,10 +756,10 @@ mod tests {
         assert_eq!(s[1].cum_aru()[3], 1);
         assert_eq!(s[2].cum_aru()[3], 0, "holding the version that lost");
         assert_eq!(s[2].ready(&[(3, 1)]), Err(vec![(3, 1)]));
-        // f+1 copies of the certified version fill the hole; f copies of the other do not.
-        assert!(!s[2].offer(3, a.clone()));
-        assert!(!s[2].offer(1, b.clone()), "a faulty replica's copy alone");
-        assert!(s[2].offer(0, a.clone()), "0 and 3 offered a: f+1 copies");
+        // A copy of the other version does not fill the hole; with the certificate of a
+        // seen, one copy of a does.
+        assert!(!s[2].offer(1, b.clone()), "not the certified version");
+        assert!(s[2].offer(3, a.clone()), "the digest 2f+1 acknowledged");
         assert_eq!(s[2].cum_aru()[3], 1);
         assert_eq!(s[2].ready(&[(3, 1)]).map(|v| v[0].digest()), Ok(a.digest()));
     }
@@ -895,5 +910,43 @@ mod tests {
         assert_eq!(acks.len(), 1);
         s[0].executed_through(&[1, 0, 0, 0]);
         assert_eq!(s[0].unsettled(), (vec![], vec![]));
+    }
+
+    #[test]
+    fn a_hole_without_a_certificate_seen_needs_f_plus_1_matching_copies() {
+        let mut s = PreOrder::new(cfg(), 0);
+        let a = po(2, 1, b"a");
+        let forged = po(2, 1, b"forged");
+        assert!(
+            !s.offer(1, forged.clone()),
+            "one copy may be a faulty replica's"
+        );
+        assert!(!s.offer(3, a.clone()));
+        assert!(
+            !s.offer(1, a.clone()),
+            "a second offer from 1 does not count"
+        );
+        assert!(s.offer(2, a.clone()), "f+1 = 2 replicas offered a");
+        assert_eq!(s.ready(&[(2, 1)]).map(|v| v[0].digest()), Ok(a.digest()));
+    }
+
+    #[test]
+    fn what_peers_hold_and_we_lack_is_fetched_and_lagging_peers_get_our_acks() {
+        let mut s = four();
+        let r = s[0].introduce(vec![client_request(1, b"x")]).unwrap();
+        for store in &mut s[1..3] {
+            store.receive_request(r.clone()).unwrap();
+        }
+        exchange_acks(&mut s);
+        // Replica 3 missed the PO-REQUEST; the others' acknowledgements say they hold it.
+        assert_eq!(s[3].missing(10), vec![(0, 1)]);
+        assert!(s[1].missing(10).is_empty());
+        // Replica 1 holds a certificate; replica 3's row (none yet) says it does not.
+        let parts = s[1].acks_for(3, 10);
+        assert_eq!(parts.len(), 1);
+        assert_eq!(
+            (parts[0].originator, parts[0].seq, parts[0].digest),
+            (0, 1, r.digest())
+        );
     }
 }

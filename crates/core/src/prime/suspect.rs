@@ -117,6 +117,9 @@ pub struct Suspect {
     max_tat_ms: u64,
     max_tat_sent: Option<u64>,
     next_report_ms: u64,
+    /// The simulator's mutant `leader-never-suspected`.
+    #[cfg(feature = "mutants")]
+    never: bool,
 }
 
 impl Suspect {
@@ -139,9 +142,17 @@ impl Suspect {
             max_tat_ms: 0,
             max_tat_sent: None,
             next_report_ms: now_ms,
+            #[cfg(feature = "mutants")]
+            never: false,
         };
         s.reset(view, false, now_ms);
         s
+    }
+
+    /// The simulator's mutant `leader-never-suspected`: the bound never fires.
+    #[cfg(feature = "mutants")]
+    pub fn never_suspect(&mut self) {
+        self.never = true;
     }
 
     /// A new view: everything measured about the old leader and its view goes. `changing`:
@@ -353,6 +364,10 @@ impl Suspect {
 
     /// Whether the leader of this view is too slow: `TAT_leader` above the bound.
     pub fn suspects(&self) -> bool {
+        #[cfg(feature = "mutants")]
+        if self.never {
+            return false;
+        }
         self.bound().is_some_and(|b| self.tat_leader() > b)
     }
 }

@@ -48,7 +48,8 @@ pub(super) struct PrimeSide {
 impl PrimeSide {
     pub(super) fn new(cfg: &Config, me: ReplicaId, view: View) -> PrimeSide {
         let n = cfg.n() as usize;
-        PrimeSide {
+        #[allow(unused_mut)]
+        let mut side = PrimeSide {
             keys: None,
             po: PreOrder::new(
                 PreOrderConfig {
@@ -67,7 +68,24 @@ impl PrimeSide {
             summarized: vec![0; n],
             at_checkpoint: BTreeMap::new(),
             row: None,
+        };
+        #[cfg(feature = "mutants")]
+        match cfg.mutant {
+            crate::types::Mutant::LeaderNeverSuspected => side.sus.never_suspect(),
+            crate::types::Mutant::PoAcksAtF => side.po.certify_at_f(),
+            _ => {}
         }
+        side
+    }
+
+    /// The rank of each column's entry that cuts what an ordered matrix makes eligible:
+    /// the (2f+1)-th highest.
+    fn cut_rank(cfg: &Config) -> usize {
+        #[cfg(feature = "mutants")]
+        if cfg.mutant == crate::types::Mutant::CutWithoutQuorum {
+            return 0;
+        }
+        2 * cfg.f as usize
     }
 }
 
@@ -606,8 +624,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         Ok(())
     }
 
-    /// A pre-prepare of ours or the leader's was accepted in the current view: its matrix
-    /// answers our summaries.
+    /// A proposal of the current view prepared here: its matrix answers our summaries.
     pub(super) fn prime_proposal_accepted(&mut self, batch: &Batch) {
         let now = self.now();
         let f = self.cfg.f as usize;
@@ -630,13 +647,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// missing.
     pub(super) fn prime_derive(&mut self, b: &Batch) -> Result<(Batch, Vec<Seq>), ()> {
         let n = self.cfg.n() as usize;
-        let f = self.cfg.f as usize;
         let before = padded(self.exec.eligible(), n);
         let Some(m) = b.matrix.as_ref() else {
             // Cannot be prepared by 2f+1 replicas checking shapes: runs nothing.
             return Ok((derived(b, Vec::new()), before));
         };
-        let after = m.eligible_after(&before, f);
+        let after = m.eligible_at_rank(&before, PrimeSide::cut_rank(&self.cfg));
         let pairs = newly_eligible(&before, &after);
         let Some(p) = self.prime.as_ref() else {
             return Err(());

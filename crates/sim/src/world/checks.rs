@@ -33,6 +33,9 @@ impl World {
                 stuck.join(", ")
             ));
         }
+        if self.violations.is_empty() && !stopped {
+            self.check_bounded_delay();
+        }
         if let Some(p) = &self.sc.proactive {
             if self.violations.is_empty() && !self.proactive_done() && !stopped {
                 let (c, rec) = (self.stats.compromises, self.stats.recoveries);
@@ -122,6 +125,47 @@ impl World {
         }
     }
 
+    /// Prime's promise (spec prime.md §1): once the network is stable, the latency of a
+    /// correct client's update is bounded, whatever up to f faulty replicas do, a faulty
+    /// leader included (Suspect-Leader replaces one slower than the bound). Measured from
+    /// stabilisation: the heal time, every crash, reboot and pause over, plus time for the
+    /// replicas to settle (view changes, catch-up). The bound is generous against the
+    /// simulated delays but far below what a leader holding its proposals back just under
+    /// the view-change timeout costs each operation.
+    fn check_bounded_delay(&mut self) {
+        if !self.sc.core.prime() || !self.sc.bounded_delay {
+            return;
+        }
+        let windows = self
+            .sc
+            .amnesia
+            .iter()
+            .chain(&self.sc.pauses)
+            .chain(&self.sc.reboots);
+        let stable = windows
+            .map(|w| w.end_ms)
+            .chain([self.sc.heal_ms])
+            .max()
+            .unwrap_or(0)
+            + PRIME_SETTLE_MS;
+        let bound = prime_delay_bound(&self.sc);
+        let late = self
+            .history
+            .iter()
+            .filter(|o| o.client < BYZ_CLIENT_BASE && o.invoke_ms >= stable)
+            .filter_map(|o| {
+                o.complete_ms
+                    .map(|c| (c - o.invoke_ms, o.client, o.invoke_ms))
+            })
+            .max();
+        if let Some((lat, c, at)) = late.filter(|(lat, _, _)| *lat > bound) {
+            self.violation(format!(
+                "bounded delay: c{c}'s operation invoked at {at}ms took {lat}ms after \
+                 stabilisation at {stable}ms (bound {bound}ms)"
+            ));
+        }
+    }
+
     pub(super) fn check_footprints(&mut self) {
         // Recovery requests add one reserved client per replica.
         let clients =
@@ -204,4 +248,15 @@ fn record_kind(name: &str) -> &'static str {
         "?",
     ];
     KINDS.iter().find(|k| **k == name).copied().unwrap_or("?")
+}
+
+/// How long after stabilisation the bounded-delay check starts (ms).
+const PRIME_SETTLE_MS: u64 = 3000;
+
+/// The latency a correct client's update may take after stabilisation in a Prime run (ms):
+/// thirty worst-case one-way delays (the request, pre-ordering, the summary, the three
+/// ordering phases and the reply, with room for a retransmission and a view change to a
+/// correct leader) plus two proposal periods.
+pub(super) fn prime_delay_bound(sc: &crate::scenario::Scenario) -> u64 {
+    30 * sc.delay_ms.1 + 4 * sc.core.prime_proposal_period_ms + 2 * sc.core.status_interval_ms
 }

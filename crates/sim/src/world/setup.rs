@@ -58,6 +58,9 @@ impl World {
         if let Some(d) = &dealt {
             adversary.set_order_keys(d.order_keys.clone());
         }
+        if let Some(p) = &prime {
+            adversary.set_order_keys(p.order_keys.clone());
+        }
         adversary.set_colluders(
             sc.byz_clients
                 .iter()
