@@ -412,11 +412,20 @@ fn every_mutant_is_caught() {
         let opts = match m {
             Mutant::TrustOneOrder | Mutant::ExecReplyAtG => Optimizations::Separated,
             Mutant::FilterUnvouched | Mutant::ThresholdAtG => Optimizations::Firewall,
+            Mutant::PoAcksAtF | Mutant::CutWithoutQuorum => Optimizations::Prime,
+            Mutant::LeaderNeverSuspected => Optimizations::PrimeBounded,
             _ => Optimizations::PerSeed,
         };
         // The default seed budget of `redoubt-sim` (1000 seeds from seed 0); failures on an
-        // open hole of the core do not count as catching the mutant.
-        let s = run_seeds(0, 1000, m, opts, jobs, Some(1), |_| {});
+        // open hole of the core do not count as catching the mutant. The bounded-delay check
+        // fails seed 12 with the correct core too (docs/simulator.md): its mutant is sought
+        // from seed 13 on (the correct core passes seeds 13 to 199 with the check).
+        let start = if m == Mutant::LeaderNeverSuspected {
+            13
+        } else {
+            0
+        };
+        let s = run_seeds(start, 1000, m, opts, jobs, Some(1), |_| {});
         assert!(s.unexplained > 0, "mutant {name} survived 1000 seeds");
     }
 }
