@@ -121,6 +121,22 @@ impl Record {
         }
     }
 
+    /// The record's kind, for reports.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Record::Checkpoint { .. } => "checkpoint",
+            Record::View { .. } => "view",
+            Record::PrePrepared { .. } => "pre-prepared",
+            Record::Prepared { .. } => "prepared",
+            Record::Executed { .. } => "executed",
+            Record::Watermark { .. } => "watermark",
+            Record::Entered { .. } => "entered",
+            Record::Introduced { .. } => "introduced",
+            Record::Ran { .. } => "ran",
+            Record::Acked { .. } => "acked",
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         postcard::to_stdvec(self).expect("records encode")
     }

@@ -194,9 +194,7 @@ impl World {
                 let len = self.disks[r].len();
                 let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
                 for rec in &self.disks[r] {
-                    let kind = format!("{rec:?}");
-                    let name = kind.split([' ', '{', '(']).next().unwrap_or("?");
-                    *kinds.entry(record_kind(name)).or_default() += 1;
+                    *kinds.entry(rec.kind()).or_default() += 1;
                 }
                 self.violation(format!(
                     "r{r} journal holds {len} records, bound {disk_bound}: {kinds:?}"
@@ -230,24 +228,6 @@ impl World {
             }
         }
     }
-}
-
-/// A record kind's name as a static string (for the journal breakdown).
-fn record_kind(name: &str) -> &'static str {
-    const KINDS: [&str; 11] = [
-        "Checkpoint",
-        "View",
-        "PrePrepared",
-        "Prepared",
-        "Executed",
-        "Watermark",
-        "Entered",
-        "Introduced",
-        "Ran",
-        "Acked",
-        "?",
-    ];
-    KINDS.iter().find(|k| **k == name).copied().unwrap_or("?")
 }
 
 /// How long after stabilisation the bounded-delay check starts (ms).
