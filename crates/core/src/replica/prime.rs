@@ -591,12 +591,23 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if f.replica != from || f.wanted.len() > FETCH_MAX {
             return Err(Reject::Inconsistent);
         }
+        // One answer carries at most what a status answer may (a peer asking for everything
+        // at once must not make us send gigabytes); it asks again for the rest.
+        let mut budget = self.status_body_budget();
         let p = self.prime.as_ref().expect("prime");
-        let copies: Vec<Arc<PoRequest>> = f
+        let mut copies: Vec<Arc<PoRequest>> = Vec::new();
+        for c in f
             .wanted
             .iter()
             .filter_map(|(i, s)| p.po.certified_copy(*i, *s))
-            .collect();
+        {
+            let bytes: usize = c.requests.iter().map(|r| r.request.op.len()).sum();
+            if !copies.is_empty() && bytes > budget {
+                break;
+            }
+            budget = budget.saturating_sub(bytes);
+            copies.push(c);
+        }
         for c in copies {
             let msg = Message::PoCopy(PoCopy {
                 replica: self.id,
