@@ -552,17 +552,23 @@ impl PreOrder {
         });
     }
 
-    /// PO-REQUESTs within the window that we lack while a peer says it holds them (from its
-    /// acknowledgements or row): a correct replica that missed one another correct replica
+    /// PO-REQUESTs within the window that we lack while f+1 peers say they hold them (from
+    /// their acknowledgements or rows): a correct replica that missed one another correct replica
     /// holds would otherwise never acknowledge or certify what follows it. At most `max`.
     pub fn missing(&self, max: usize) -> Vec<(ReplicaId, Seq)> {
         let mut out = Vec::new();
         for i in 0..self.cfg.n {
             let iu = i as usize;
-            let top = (0..self.cfg.n as usize)
+            // The (f+1)-th highest of the peers' claims: at least one correct replica holds
+            // that much (f faulty peers claiming more would send us fetching what no one has).
+            let mut claims: Vec<Seq> = (0..self.cfg.n as usize)
                 .filter(|j| *j != self.me as usize)
                 .map(|j| self.known[j][iu])
-                .max()
+                .collect();
+            claims.sort_unstable_by(|a, b| b.cmp(a));
+            let top = claims
+                .get(self.cfg.f as usize)
+                .copied()
                 .unwrap_or(0)
                 .min(self.executed[iu] + self.cfg.window);
             for s in (self.aru[iu] + 1)..=top {
@@ -941,6 +947,17 @@ mod tests {
         // Replica 3 missed the PO-REQUEST; the others' acknowledgements say they hold it.
         assert_eq!(s[3].missing(10), vec![(0, 1)]);
         assert!(s[1].missing(10).is_empty());
+        // One peer (perhaps faulty) acknowledging what no one else holds sends no one
+        // fetching: f+1 must vouch.
+        let made_up = AckPart {
+            originator: 2,
+            seq: 1,
+            digest: Digest([7; 32]),
+        };
+        s[3].receive_acks(1, std::slice::from_ref(&made_up));
+        assert_eq!(s[3].missing(10), vec![(0, 1)]);
+        s[3].receive_acks(2, &[made_up]);
+        assert_eq!(s[3].missing(10), vec![(0, 1), (2, 1)]);
         // Replica 1 holds a certificate; replica 3's row (none yet) says it does not.
         let parts = s[1].acks_for(3, 10);
         assert_eq!(parts.len(), 1);

@@ -31,6 +31,10 @@ pub(super) struct PrimeSide {
     next_preorder_ms: u64,
     next_proposal_ms: u64,
     next_resend_ms: u64,
+    /// When we may next ask for the holes of an ordered matrix, and for what peers hold that
+    /// we lack: separate limits, so the second (which faulty peers can inflate) never delays
+    /// the first.
+    next_hole_fetch_ms: u64,
     next_fetch_ms: u64,
     /// When the leader last proposed (proposals are paced by `Δpp`).
     last_proposal_ms: u64,
@@ -63,6 +67,7 @@ impl PrimeSide {
             next_preorder_ms: 0,
             next_proposal_ms: 0,
             next_resend_ms: 0,
+            next_hole_fetch_ms: 0,
             next_fetch_ms: 0,
             last_proposal_ms: 0,
             summarized: vec![0; n],
@@ -372,7 +377,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let missing = self.prime.as_ref().expect("prime").po.missing(FETCH_MAX);
         if !missing.is_empty() {
-            self.ask_for_holes(missing);
+            self.ask_for(missing, false);
         }
     }
 
@@ -677,22 +682,28 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 Ok((derived(b, requests), after))
             }
             Err(holes) => {
-                self.ask_for_holes(holes);
+                self.ask_for(holes, true);
                 Err(())
             }
         }
     }
 
-    /// Asks every peer for the PO-REQUESTs we lack (at most once per status interval).
-    fn ask_for_holes(&mut self, mut holes: Vec<(ReplicaId, Seq)>) {
+    /// Asks every peer for the PO-REQUESTs we lack: the holes of an ordered matrix
+    /// (`ordered`), or what peers hold; each at most once per status interval.
+    fn ask_for(&mut self, mut holes: Vec<(ReplicaId, Seq)>, ordered: bool) {
         let now = self.now();
         let Some(p) = self.prime.as_mut() else {
             return;
         };
-        if now < p.next_fetch_ms || self.replaying {
+        let next = if ordered {
+            &mut p.next_hole_fetch_ms
+        } else {
+            &mut p.next_fetch_ms
+        };
+        if now < *next || self.replaying {
             return;
         }
-        p.next_fetch_ms = now + self.cfg.status_interval_ms;
+        *next = now + self.cfg.status_interval_ms;
         holes.truncate(FETCH_MAX);
         let msg = Message::PoFetch(PoFetch {
             replica: self.id,
