@@ -93,6 +93,12 @@ pub enum Record {
     /// Prime: acknowledged these PO-REQUESTs (before sending the PO-ACK): after a restart we
     /// never acknowledge another version of one.
     Acked { parts: Vec<AckPart> },
+    /// Prime: accepted another replica's PO-REQUEST (before acknowledging it): after a
+    /// restart we hold it again. Without it, a power failure of every replica could lose the
+    /// only copies of a PO-REQUEST that an ordered matrix made eligible (the originator may have
+    /// run it and forgotten it), and no replica could run what follows. Last in the enum, so
+    /// older journals still decode.
+    Held { request: Arc<PoRequest> },
 }
 
 /// Whether the host compacts the journal after appending `r` (checkpoint and view records,
@@ -117,6 +123,7 @@ impl Record {
             Record::View { .. }
             | Record::Entered { .. }
             | Record::Introduced { .. }
+            | Record::Held { .. }
             | Record::Acked { .. } => None,
         }
     }
@@ -132,6 +139,7 @@ impl Record {
             Record::Watermark { .. } => "watermark",
             Record::Entered { .. } => "entered",
             Record::Introduced { .. } => "introduced",
+            Record::Held { .. } => "held",
             Record::Ran { .. } => "ran",
             Record::Acked { .. } => "acked",
         }
@@ -191,15 +199,25 @@ pub fn kept(records: &[&Record]) -> Vec<bool> {
             _ => None,
         })
         .collect();
-    // Prime: our own PO-REQUESTs at or below what some recorded execution made eligible have
-    // run (a PO-REQUEST only becomes eligible once its predecessors are).
+    // Prime: PO-REQUESTs at or below what some completed execution made eligible have run
+    // (a PO-REQUEST only becomes eligible once its predecessors are). An execution is complete
+    // when its `Executed` record follows its `Ran` record, or a checkpoint covers it: a `Ran`
+    // whose `Executed` a power failure cut off runs again after the restart, and needs the
+    // PO-REQUESTs it names.
     let mut ran: Vec<Seq> = Vec::new();
-    for r in records {
-        if let Record::Ran { eligible, .. } = *r {
-            ran.resize(ran.len().max(eligible.len()), 0);
-            for (x, e) in ran.iter_mut().zip(eligible) {
-                *x = (*x).max(*e);
+    let mut executed_after = BTreeSet::new();
+    for r in records.iter().rev() {
+        match *r {
+            Record::Executed { seq, .. } => {
+                executed_after.insert(*seq);
             }
+            Record::Ran { seq, eligible, .. } if *seq <= h || executed_after.contains(seq) => {
+                ran.resize(ran.len().max(eligible.len()), 0);
+                for (x, e) in ran.iter_mut().zip(eligible) {
+                    *x = (*x).max(*e);
+                }
+            }
+            _ => {}
         }
     }
     let last_ran = records
@@ -232,7 +250,7 @@ pub fn kept(records: &[&Record]) -> Vec<bool> {
             // The last execution stays even below the checkpoint: its eligibility tells
             // later compactions which of our PO-REQUESTs and acknowledgements ran.
             Record::Ran { seq, .. } => *seq > h || Some(i) == last_ran,
-            Record::Introduced { request } => {
+            Record::Introduced { request } | Record::Held { request } => {
                 request.seq > ran.get(request.originator as usize).copied().unwrap_or(0)
             }
             Record::Acked { parts } => parts
@@ -303,6 +321,41 @@ mod tests {
             "old views, old checkpoints and entries at or below the checkpoint are dropped"
         );
         assert_eq!(compact(kept.clone()), kept, "compaction is idempotent");
+    }
+
+    /// Prime: a PO-REQUEST we accepted (or introduced) goes once an execution that made it
+    /// eligible is complete, not on its `Ran` record alone: a power failure between `Ran` and
+    /// `Executed` runs the batch again after the restart, which needs the PO-REQUEST
+    /// (simulator seed 1705 of `--ordering prime`).
+    #[test]
+    fn prime_requests_go_once_their_execution_is_complete() {
+        let req = |o: crate::types::ReplicaId, s: Seq| {
+            Arc::new(PoRequest {
+                originator: o,
+                seq: s,
+                requests: vec![],
+            })
+        };
+        let held = Record::Held { request: req(1, 8) };
+        let own = Record::Introduced { request: req(0, 3) };
+        let ran = Record::Ran {
+            seq: 18,
+            eligible: vec![3, 8],
+            requests: vec![],
+        };
+        let ex = Record::Executed {
+            seq: 18,
+            digest: d(18),
+            batch: None,
+        };
+        let cut_off = vec![view(0), held.clone(), own.clone(), ran.clone()];
+        assert_eq!(
+            compact(cut_off.clone()),
+            cut_off,
+            "the execution may run again"
+        );
+        let done = vec![view(0), held, own, ran.clone(), ex.clone()];
+        assert_eq!(compact(done), vec![view(0), ran, ex]);
     }
 
     #[test]

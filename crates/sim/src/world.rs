@@ -700,7 +700,10 @@ impl World {
                 let keys = replica_keys(self.session_keys(Principal::Replica(r)), self.sc.mutant);
                 let records = self.disks[r as usize].clone();
                 let n = records.len();
-                self.log(|| format!("r{r} REBOOT from {n} journal records"));
+                self.log(|| {
+                    let kinds: Vec<&str> = records.iter().map(|x| x.kind()).collect();
+                    format!("r{r} REBOOT from {n} journal records ({})", kinds.join(" "))
+                });
                 self.unscrubbed.remove(&r);
                 let state = match open_state(Box::new(self.stores[r as usize].clone())) {
                     Ok(s) => s,

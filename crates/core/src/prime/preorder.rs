@@ -201,6 +201,15 @@ impl PreOrder {
         let _ = self.receive_request(req);
     }
 
+    /// Another replica's PO-REQUEST we accepted before a restart (from the journal): held
+    /// again. Its certificate forms again as acknowledgements are resent.
+    pub fn restore_held(&mut self, req: Arc<PoRequest>) {
+        if req.originator == self.me {
+            return;
+        }
+        let _ = self.receive_request(req);
+    }
+
     /// Our acknowledgements from the journal (after a restart): we never acknowledge another
     /// version of what we acknowledged before, or two certificates could exist for one
     /// number.

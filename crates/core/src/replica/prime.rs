@@ -230,16 +230,29 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.send_replica(leader, &msg);
     }
 
-    /// Our matrix changed: a backup tells the leader, the leader proposes (paced by `Δpp`).
+    /// Our matrix changed: a backup tells the leader, the leader proposes.
     fn matrix_changed(&mut self) {
         if self.is_primary() {
-            let now = self.now();
-            let p = self.prime.as_mut().expect("prime");
-            if now >= p.last_proposal_ms + self.cfg.prime_proposal_period_ms {
-                self.prime_propose();
-            }
+            self.leader_may_propose();
         } else {
             self.send_summary();
+        }
+    }
+
+    /// The leader proposes at once while fewer than `inflight_batches_max` of its proposals
+    /// wait to execute (an idle cluster orders a request without waiting for `Δpp`), and
+    /// otherwise at most once per `Δpp` (its periodic proposal comes from the tick).
+    fn leader_may_propose(&mut self) {
+        if !self.is_primary() {
+            return;
+        }
+        let now = self.now();
+        let in_flight = self.next_seq.saturating_sub(self.exec.last_executed() + 1);
+        let p = self.prime.as_ref().expect("prime");
+        if in_flight < self.cfg.inflight_batches_max
+            || now >= p.last_proposal_ms + self.cfg.prime_proposal_period_ms
+        {
+            self.prime_propose();
         }
     }
 
@@ -488,8 +501,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         self.check_po_requests(&req)?;
         let p = self.prime.as_mut().expect("prime");
-        match p.po.receive_request(req) {
+        match p.po.receive_request(req.clone()) {
             Ok(true) => {
+                // Durable before we acknowledge it (the journal is synced before sends).
+                self.persist(Record::Held { request: req });
                 self.send_acks();
                 self.sign_row();
                 self.try_execute();
@@ -733,6 +748,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.replaying {
             return;
         }
+        // A proposal slot freed: the leader orders what waits.
+        self.leader_may_propose();
         for (to, c) in pushes {
             let msg = Message::PoCopy(PoCopy {
                 replica: self.id,
@@ -779,7 +796,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     /// Prime's records from the journal, after the replay: our own PO-REQUESTs not yet run
-    /// (held again, and resent by the retransmission) and our acknowledgements.
+    /// (held again, and resent by the retransmission), the others' we accepted, and our
+    /// acknowledgements.
     pub(super) fn prime_restore(&mut self, records: &[Record]) {
         let Some(p) = self.prime.as_mut() else {
             return;
@@ -787,6 +805,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         for x in records {
             match x {
                 Record::Introduced { request } => p.po.restore_own(request.clone()),
+                Record::Held { request } => p.po.restore_held(request.clone()),
                 Record::Acked { parts } => p.po.restore_acks(parts),
                 _ => {}
             }
