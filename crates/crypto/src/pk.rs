@@ -44,6 +44,9 @@ pub struct SealPublicKey(pub [u8; 32]);
 pub struct HolderSecrets {
     sign: [u8; 32],
     open: [u8; 32],
+    /// `sign` expanded, made at the first signature (expanding costs a fifth of one).
+    #[serde(skip)]
+    signer: std::sync::OnceLock<ed25519_dalek::SigningKey>,
 }
 
 impl fmt::Debug for HolderSecrets {
@@ -69,6 +72,7 @@ impl HolderSecrets {
         HolderSecrets {
             sign: blake3::derive_key("redoubt 2026 holder ed25519 v1", seed),
             open: blake3::derive_key("redoubt 2026 holder x25519 v1", seed),
+            signer: std::sync::OnceLock::new(),
         }
     }
 
@@ -86,7 +90,9 @@ impl HolderSecrets {
     /// Signs `msg` (deterministic Ed25519).
     pub fn sign(&self, msg: &[u8]) -> Signature {
         use ed25519_dalek::Signer;
-        let sk = ed25519_dalek::SigningKey::from_bytes(&self.sign);
+        let sk = self
+            .signer
+            .get_or_init(|| ed25519_dalek::SigningKey::from_bytes(&self.sign));
         Signature(sk.sign(msg).to_bytes())
     }
 
@@ -114,12 +120,39 @@ impl HolderSecrets {
 /// process for the same bytes ([`crate::remember`]).
 pub fn verify(key: &VerifyKey, msg: &[u8], sig: &Signature) -> bool {
     crate::remember::check_once("ed25519", &key.0, msg, &sig.0, || {
-        let Ok(vk) = ed25519_dalek::VerifyingKey::from_bytes(&key.0) else {
+        let Some(vk) = verifying_key(key) else {
             return false;
         };
         let sig = ed25519_dalek::Signature::from_bytes(&sig.0);
         vk.verify_strict(msg, &sig).is_ok()
     })
+}
+
+/// Most decompressed public keys kept (a cluster has a few per principal).
+const VERIFYING_KEYS_MAX: usize = 4096;
+
+/// `key` decompressed, from a process-wide table (decompressing costs about a fifth of a
+/// verification; the same few keys verify everything).
+fn verifying_key(key: &VerifyKey) -> Option<ed25519_dalek::VerifyingKey> {
+    static KEYS: std::sync::Mutex<
+        Option<std::collections::HashMap<[u8; 32], ed25519_dalek::VerifyingKey>>,
+    > = std::sync::Mutex::new(None);
+    if let Some(vk) = KEYS
+        .lock()
+        .expect("key table")
+        .as_ref()
+        .and_then(|m| m.get(&key.0))
+    {
+        return Some(*vk);
+    }
+    let vk = ed25519_dalek::VerifyingKey::from_bytes(&key.0).ok()?;
+    let mut table = KEYS.lock().expect("key table");
+    let map = table.get_or_insert_with(Default::default);
+    if map.len() >= VERIFYING_KEYS_MAX {
+        map.clear();
+    }
+    map.insert(key.0, vk);
+    Some(vk)
 }
 
 /// Seals a 32-byte session key to `to` (HPKE base mode). `info` binds the context (sender,

@@ -128,7 +128,9 @@ pub fn read_holder_file(path: &Path, me: Principal) -> Result<HolderFile, Holder
 }
 
 /// A key holder over a key-holder file: secrets in memory, randomness from the operating
-/// system, the counter persisted in `<file>.counter` before each signature is released, and
+/// system, the counter reserved in blocks of [`COUNTER_RESERVE`] persisted in `<file>.counter`
+/// before a signature of the block is released (after a restart counting resumes above the
+/// block, so no counter value is ever given twice), and
 /// the last NEW-KEY counter admitted from each principal persisted in `<file>.admitted` before
 /// the key it carries is released.
 pub struct FileHolder {
@@ -137,10 +139,15 @@ pub struct FileHolder {
     executor: Option<ExecutorSecret>,
     directory: Arc<Directory>,
     counter: u64,
+    /// The counter value persisted: signatures up to it need no write.
+    reserved: u64,
     counter_path: PathBuf,
     admitted: BTreeMap<Principal, u64>,
     admitted_path: PathBuf,
 }
+
+/// Counter values reserved by one write of `<file>.counter`.
+pub const COUNTER_RESERVE: u64 = 256;
 
 /// `path` with `suffix` appended to its file name.
 pub(crate) fn beside(path: &Path, suffix: &str) -> PathBuf {
@@ -261,6 +268,7 @@ impl FileHolder {
             executor: file.executor,
             directory,
             counter,
+            reserved: counter,
             counter_path,
             admitted,
             admitted_path,
@@ -308,8 +316,14 @@ impl KeyHolder for FileHolder {
         content: &Digest,
     ) -> Result<(u64, Signature), HolderError> {
         let next = self.counter + 1;
-        self.persist_counter(next)
-            .map_err(|e| HolderError::Refused(format!("cannot persist the counter: {e}")))?;
+        if next > self.reserved {
+            // One synchronous write per block of signatures, not per signature (a Prime
+            // client signs every request).
+            let reserve = next + COUNTER_RESERVE - 1;
+            self.persist_counter(reserve)
+                .map_err(|e| HolderError::Refused(format!("cannot persist the counter: {e}")))?;
+            self.reserved = reserve;
+        }
         self.counter = next;
         let st = redoubt_core::keys::holder_statement(purpose, self.who, next, content);
         Ok((next, self.secrets.sign(&st.0)))
