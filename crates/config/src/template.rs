@@ -301,6 +301,13 @@ const PROTOCOL_OPTIONS: Section = Section {
              (clients sign retransmissions). Default: {default}.",
         ),
         (
+            "suspect_on_doubts",
+            "Also suspect a client as soon as f+1 replicas doubt a request of it in a pre-prepare (they\n\
+             could not authenticate it): a client whose MACs verify at the primary only is shut out\n\
+             after its first such request instead of stalling batch after batch (true/false).\n\
+             Default: {default}.",
+        ),
+        (
             "recovery_interval_min_ms",
             "A replica's recovery request is refused when its previous recovery was accepted less than\n\
              this long before (ms, agreed time): repeated recoveries cannot deny service. Keep it at\n\

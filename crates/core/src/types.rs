@@ -285,6 +285,12 @@ pub struct Config {
     /// that did not commit before a view change (ms): meanwhile the primary orders its
     /// requests only when they carry its signature (clients sign retransmissions).
     pub suspect_client_ms: u64,
+    /// Also suspect a client (for `suspect_client_ms`) as soon as f+1 replicas doubt one of
+    /// its requests in a pre-prepare: at least one correct replica could not authenticate it,
+    /// so its client (or its key) is bad. Without it a faulty client whose MACs verify at the
+    /// primary only stalls every batch holding its request until its retransmission reaches
+    /// the backups, without ever causing the view change that would suspect it.
+    pub suspect_on_doubts: bool,
     /// A recovery request from a replica is refused when the same replica's previous recovery
     /// was accepted less than this long before, in agreed time (ms): repeated recoveries
     /// cannot be used to deny service.
@@ -376,6 +382,7 @@ impl Config {
             key_refresh_ms: 15_000,
             client_key_lifetime_ms: 60_000,
             suspect_client_ms: 30_000,
+            suspect_on_doubts: true,
             recovery_interval_min_ms: 30_000,
             clock_skew_max_ms: 60_000,
             request_bytes_max: 64 << 10,

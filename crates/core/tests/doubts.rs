@@ -270,3 +270,31 @@ fn doubted_slots_survive_a_restart() {
         mine.q
     );
 }
+
+/// `suspect_on_doubts`: once f+1 replicas doubt a request of a pre-prepare (one of them is
+/// correct and could not authenticate it), its client is suspected at once: the "big MAC"
+/// client whose MACs verify at the primary only would otherwise stall each batch holding its
+/// request until its retransmission reached the backups, and never be suspected (no view
+/// change). One doubt is not enough (it may be a faulty replica's); with the option off,
+/// nothing changes.
+#[test]
+fn f_plus_one_doubts_put_the_client_under_suspicion_at_once() {
+    for (on, doubters, suspected) in [(true, 1, false), (true, 2, true), (false, 2, false)] {
+        let mut c = Cluster::builder(1)
+            .live([3])
+            .config(|cfg| cfg.suspect_on_doubts = on)
+            .build();
+        // Bad for replicas 1 and 2; replica 3 (the one observed) vouches for it.
+        let pp = pre_prepare(0, 1, vec![request_bad_for(&c, 7, b"seven", &[1, 2])]);
+        let d = pp.digest;
+        c.receive(3, 0, pp);
+        for r in [1, 2].into_iter().take(doubters) {
+            c.receive(3, r, prepare_doubting(0, 1, d, r, vec![0]));
+        }
+        let events = c.events(3);
+        let got = events
+            .iter()
+            .any(|e| matches!(e, Event::ClientSuspected { client: 7 }));
+        assert_eq!(got, suspected, "on {on}, {doubters} doubting PREPAREs");
+    }
+}

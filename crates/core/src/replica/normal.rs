@@ -416,7 +416,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             None => {
                 slot.prepares.insert(from, p.digest);
                 if !p.doubts.is_empty() {
+                    let doubted = p.doubts.clone();
                     slot.doubts.insert(from, p.doubts);
+                    if slot.pp == Some(p.digest) {
+                        for i in doubted {
+                            self.suspect_if_doubted(p.seq, i);
+                        }
+                    }
                 }
             }
         }

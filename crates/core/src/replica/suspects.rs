@@ -10,6 +10,11 @@
 //! correct client signs every retransmission, so it is slowed by one retransmission timeout per
 //! request while suspected; a faulty client that will not sign is shut out.
 //!
+//! With `suspect_on_doubts` a client also comes under suspicion as soon as f+1 replicas doubt
+//! one of its requests in a pre-prepare (one of them is correct and could not authenticate
+//! it): otherwise a client whose MACs verify at the primary only stalls each batch holding its
+//! request until its retransmission reaches the backups, and never causes a view change.
+//!
 //! Suspicion is local: the primary holds back a suspect's unsigned requests, and backups do
 //! not run their view-change timer for them.
 
@@ -45,27 +50,61 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 }
             }
         }
-        let until = self.now() + self.cfg.suspect_client_ms;
         for c in doubted {
-            if recovery::recovery_of(c, self.cfg.n()).is_some() {
-                continue;
-            }
-            if self.suspects.len() >= SUSPECTS_MAX && !self.suspects.contains_key(&c) {
-                let now = self.now();
-                self.suspects.retain(|_, u| *u > now);
-                if self.suspects.len() >= SUSPECTS_MAX {
-                    let first = self
-                        .suspects
-                        .iter()
-                        .min_by_key(|(c, u)| (**u, **c))
-                        .map(|(c, _)| *c)
-                        .expect("full");
-                    self.suspects.remove(&first);
-                }
-            }
-            self.suspects.insert(c, until);
-            self.stats.clients_suspected += 1;
-            self.event(Event::ClientSuspected { client: c });
+            self.suspect_client(c);
         }
+    }
+
+    /// With `suspect_on_doubts`: f+1 replicas doubt request `i` of the batch at `seq`, so a
+    /// correct one could not authenticate it; its client comes under suspicion now.
+    pub(super) fn suspect_if_doubted(&mut self, seq: Seq, i: u16) {
+        if !self.cfg.suspect_on_doubts {
+            return;
+        }
+        let Some(slot) = self.log.get(&seq) else {
+            return;
+        };
+        let doubting = slot
+            .doubts
+            .values()
+            .filter(|d| d.binary_search(&i).is_ok())
+            .count();
+        if doubting <= self.cfg.f as usize {
+            return;
+        }
+        let client = slot
+            .pp
+            .and_then(|d| self.batches.get(&d))
+            .and_then(|b| b.requests.get(i as usize))
+            .map(|r| r.request.client);
+        if let Some(c) = client {
+            if !self.suspected(c) {
+                self.suspect_client(c);
+            }
+        }
+    }
+
+    /// Puts client `c` under suspicion for `suspect_client_ms` (never a recovery client).
+    fn suspect_client(&mut self, c: ClientId) {
+        let until = self.now() + self.cfg.suspect_client_ms;
+        if recovery::recovery_of(c, self.cfg.n()).is_some() {
+            return;
+        }
+        if self.suspects.len() >= SUSPECTS_MAX && !self.suspects.contains_key(&c) {
+            let now = self.now();
+            self.suspects.retain(|_, u| *u > now);
+            if self.suspects.len() >= SUSPECTS_MAX {
+                let first = self
+                    .suspects
+                    .iter()
+                    .min_by_key(|(c, u)| (**u, **c))
+                    .map(|(c, _)| *c)
+                    .expect("full");
+                self.suspects.remove(&first);
+            }
+        }
+        self.suspects.insert(c, until);
+        self.stats.clients_suspected += 1;
+        self.event(Event::ClientSuspected { client: c });
     }
 }
