@@ -25,6 +25,8 @@ pub struct ReplicaProcs {
     kind: Kind,
     /// Extra arguments of some nodes (`redoubt executor --compromised-leak` in the demo).
     extra: std::collections::BTreeMap<u32, Vec<String>>,
+    /// Replicas run by another program and command (the attack harness's faulty replicas).
+    programs: std::collections::BTreeMap<u32, (PathBuf, Vec<String>)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -59,6 +61,7 @@ impl ReplicaProcs {
             holder_sockets,
             kind: Kind::Replica,
             extra: Default::default(),
+            programs: Default::default(),
         }
     }
 
@@ -74,6 +77,7 @@ impl ReplicaProcs {
             holder_sockets: Vec::new(),
             kind: Kind::Executor,
             extra: Default::default(),
+            programs: Default::default(),
         }
     }
 
@@ -87,6 +91,12 @@ impl ReplicaProcs {
     /// Node `id` starts with these extra arguments from now on.
     pub fn set_extra_args(&mut self, id: u32, args: Vec<String>) {
         self.extra.insert(id, args);
+    }
+
+    /// Replica `id` runs as `program <command> --config FILE --id I` from now on (its key
+    /// holder is still this executable's).
+    pub fn set_program(&mut self, id: u32, program: PathBuf, command: Vec<String>) {
+        self.programs.insert(id, (program, command));
     }
 
     fn role(&self) -> &'static str {
@@ -162,6 +172,12 @@ impl ReplicaProcs {
             Kind::Replica => {}
         }
         self.ensure_holder(id)?;
+        if let Some((program, command)) = self.programs.get(&id).cloned() {
+            let exe = std::mem::replace(&mut self.exe, program);
+            let spawned = self.spawn(id, &command, &extra);
+            self.exe = exe;
+            return spawned;
+        }
         self.spawn(
             id,
             &["replica".into()],

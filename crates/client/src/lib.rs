@@ -209,6 +209,22 @@ pub struct ClientSetup {
     pub frame_bytes_max: usize,
     /// Firewall deployment: the keys a certified reply is checked against.
     pub firewall: Option<Arc<redoubt_core::FirewallKeys>>,
+    /// Rewrites every frame before it is sent to a replica (the attack harness's faulty
+    /// clients; `None` for every correct client).
+    pub rewrite: Option<Rewrite>,
+}
+
+/// A rewrite of the frames a client sends: `(replica, frame) -> frame to send instead`.
+#[derive(Clone)]
+pub struct Rewrite(pub Arc<RewriteFn>);
+
+/// The function of a [`Rewrite`].
+pub type RewriteFn = dyn Fn(u32, &[u8]) -> Vec<u8> + Send + Sync;
+
+impl std::fmt::Debug for Rewrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Rewrite(..)")
+    }
 }
 
 impl ClientSetup {
@@ -224,6 +240,7 @@ impl ClientSetup {
             deadline: Duration::from_secs(10),
             frame_bytes_max,
             firewall: None,
+            rewrite: None,
         }
     }
 
@@ -462,6 +479,7 @@ impl Client {
             clock: Clock::start(),
             shared,
             rejected_seen: 0,
+            rewrite: setup.rewrite.clone(),
         };
         tokio::spawn(task.run(command_rx, inbound));
         debug!(client = setup.id, replicas = ?setup.replicas, "client started");
@@ -598,6 +616,7 @@ struct Task {
     shared: Option<(Connections, Arc<AtomicU64>)>,
     /// The core's count of rejected frames last reported.
     rejected_seen: u64,
+    rewrite: Option<Rewrite>,
 }
 
 impl Task {
@@ -787,7 +806,11 @@ impl Task {
                 let Some(link) = self.links.get(r) else {
                     continue;
                 };
-                match link.send(bytes.clone()) {
+                let bytes = match &self.rewrite {
+                    Some(w) => Arc::new((w.0)(r as u32, &bytes)),
+                    None => bytes.clone(),
+                };
+                match link.send(bytes) {
                     Ok(()) => {}
                     Err(LinkError::Full) => self.state.update(|s| s.frames_dropped += 1),
                     Err(e) => trace!(replica = r, error = %e, "frame not sent"),

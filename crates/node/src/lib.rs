@@ -23,7 +23,9 @@ pub mod metrics;
 pub mod runtime;
 pub mod status;
 pub mod storage;
+pub mod tamper;
 
 pub use executor::run_executor;
 pub use filter::run_filter;
-pub use runtime::{run_replica, NodeError};
+pub use runtime::{run_replica, run_replica_with, NodeError};
+pub use tamper::{Hooks, Tamper, Timed};

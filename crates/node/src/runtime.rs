@@ -9,6 +9,7 @@
 use crate::metrics::{self, Metrics};
 use crate::status::{RecoveryBreakdown, StatusReport};
 use crate::storage::{Journal, StorageError};
+use crate::tamper::Hooks;
 use redoubt_config::{load_keys, ClusterConfig, ConfigError};
 use redoubt_core::message::{decode_body, decode_frame, frame_sender, Message, Reject};
 use redoubt_core::open_state;
@@ -205,6 +206,9 @@ struct Node<S: Service> {
     peer_up: Vec<bool>,
     last_slow_sync_warn: Option<Instant>,
     last_status_update: Option<Instant>,
+    /// The attack harness's interposer (none in a correct replica), and the frames it holds.
+    tamper: Option<Box<dyn crate::tamper::Tamper>>,
+    held: crate::tamper::Held,
 }
 
 impl<S: Service> Node<S> {
@@ -449,6 +453,26 @@ impl<S: Service> Node<S> {
             self.last_slow_sync_warn = Some(Instant::now());
         }
         let mut sends = std::mem::take(&mut self.pending_sends);
+        if let Some(t) = self.tamper.as_mut() {
+            // The attack harness's faulty replica: its frames go out changed, or later.
+            let now = Instant::now();
+            let mut timed = Vec::new();
+            for (to, bytes) in sends.drain(..) {
+                t.outgoing(now, to, bytes, &mut timed);
+            }
+            t.tick(now, &mut timed);
+            for x in timed {
+                if x.at <= now {
+                    sends.push((x.to, x.bytes));
+                } else if !self.held.hold(x) {
+                    self.metrics
+                        .frames_dropped
+                        .with_label_values(&["peer"])
+                        .inc();
+                }
+            }
+            self.held.due(now, &mut sends);
+        }
         for (to, bytes) in sends.drain(..) {
             let ok = match to {
                 Principal::Replica(r) => match self.links.get(r as usize) {
@@ -720,8 +744,24 @@ pub async fn run_replica<S: Service + Send + 'static>(
     opts: RunOptions,
     service: S,
 ) -> Result<(), NodeError> {
+    run_replica_with(config_path, id, opts, service, Hooks::none()).await
+}
+
+/// [`run_replica`] with `hooks` altering what the process does: only the attack harness
+/// (`redoubt-attack`) passes any.
+pub async fn run_replica_with<S: Service + Send + 'static>(
+    config_path: &Path,
+    id: ReplicaId,
+    opts: RunOptions,
+    service: S,
+    hooks: Hooks,
+) -> Result<(), NodeError> {
     let process_started_ms = now_ms();
     let cfg = ClusterConfig::load(config_path)?;
+    let mut protocol = cfg.protocol.clone();
+    if let Some(adjust) = hooks.adjust {
+        adjust(&mut protocol);
+    }
     let entry = cfg.replica(id)?.clone();
     let keys = load_keys(&cfg, Principal::Replica(id))?;
     let home = cfg.resolve(&entry.home);
@@ -748,7 +788,7 @@ pub async fn run_replica<S: Service + Send + 'static>(
         .map_err(|e| restore_err(format!("page store in {}: {e}", state_dir.display())))?;
     state.set_page_cache_bytes((cfg.storage.page_cache_mib as usize).saturating_mul(1 << 20));
     let replica = Replica::restore(
-        cfg.protocol.clone(),
+        protocol,
         id,
         keys,
         service,
@@ -854,6 +894,8 @@ pub async fn run_replica<S: Service + Send + 'static>(
         last_slow_sync_warn: None,
         last_status_update: None,
         bytes_received: 0,
+        tamper: hooks.tamper,
+        held: Default::default(),
     };
     node.metrics
         .key_refresh_period_seconds

@@ -1,7 +1,7 @@
 //! What the benchmarks that run real replica processes share: the records they write, and
 //! waiting for the cluster.
 
-use crate::cmd_status::{fetch_all, Probe};
+use crate::cmd_status::{agreement, fetch_all, Probe};
 use crate::procs::{log_tail, ReplicaProcs};
 use redoubt_config::ClusterConfig;
 use redoubt_crypto::DigestBuilder;
@@ -82,6 +82,30 @@ pub(super) async fn wait_for(
             return Ok(());
         }
         anyhow::ensure!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits (at most 30 s) until all four replicas agree on a view, failing if one exits.
+pub(super) async fn wait_until_up(
+    cfg: &ClusterConfig,
+    procs: &mut ReplicaProcs,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let probes = fetch_all(cfg, Duration::from_millis(500)).await;
+        if agreement(&probes).is_some_and(|a| a.replicas == 4) {
+            return Ok(());
+        }
+        for i in 0..4u32 {
+            if let Some(status) = procs.exited(i) {
+                anyhow::bail!(
+                    "replica {i} exited ({status}):\n{}",
+                    log_tail(&procs.log_path(i), 12)
+                );
+            }
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the replicas did not come up");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

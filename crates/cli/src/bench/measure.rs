@@ -331,9 +331,68 @@ pub(super) struct Series {
     pub points: Vec<(f64, f64, u32)>,
 }
 
-const COLORS: [&str; 8] = [
+pub(super) const COLORS: [&str; 8] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
 ];
+
+/// The frame of an SVG plot: its size, margin and scales.
+pub(super) struct PlotFrame {
+    pub w: f64,
+    pub h: f64,
+    pub m: f64,
+    pub max_x: f64,
+    pub max_y: f64,
+}
+
+impl PlotFrame {
+    pub fn x(&self, v: f64) -> f64 {
+        self.m + (self.w - 2.0 * self.m) * v / self.max_x
+    }
+
+    pub fn y(&self, v: f64) -> f64 {
+        self.h - self.m - (self.h - 2.0 * self.m) * v / self.max_y
+    }
+
+    /// The opening of the SVG: background, title, both axes with six ticks each (y values
+    /// with `y_decimals` decimals) and their labels.
+    pub fn start(&self, title: &str, x_label: &str, y_label: &str, y_decimals: usize) -> String {
+        let (w, h, m) = (self.w, self.h, self.m);
+        let mut svg = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{}\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">{title}</text>\n",
+            w / 2.0,
+        );
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{m}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"black\"/><line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{b}\" stroke=\"black\"/>",
+            b = h - m,
+            r = w - m,
+        );
+        for i in 0..=5 {
+            let vx = self.max_x * i as f64 / 5.0;
+            let vy = self.max_y * i as f64 / 5.0;
+            let _ = writeln!(
+                svg,
+                "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{:.0}</text><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{:.*}</text>",
+                self.x(vx),
+                h - m + 18.0,
+                vx,
+                m - 6.0,
+                self.y(vy) + 4.0,
+                y_decimals,
+                vy
+            );
+        }
+        let _ = writeln!(
+            svg,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{x_label}</text><text x=\"16\" y=\"{}\" transform=\"rotate(-90 16 {})\" text-anchor=\"middle\">{y_label}</text>",
+            w / 2.0,
+            h - 16.0,
+            h / 2.0,
+            h / 2.0
+        );
+        svg
+    }
+}
 
 /// Throughput (x) against median latency (y), one line per series, as SVG.
 pub(super) fn plot(path: &Path, title: &str, series: &[Series]) -> anyhow::Result<()> {
@@ -355,41 +414,19 @@ pub(super) fn plot(path: &Path, title: &str, series: &[Series]) -> anyhow::Resul
         .flat_map(|s| finite(s).into_iter().map(|p| p.1))
         .fold(0.01, f64::max)
         * 1.1;
-    let x = |v: f64| m + (w - 2.0 * m) * v / max_x;
-    let y = |v: f64| h - m - (h - 2.0 * m) * v / max_y;
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{}\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">{title} : throughput vs median latency</text>\n",
-        w / 2.0,
-    );
-    let _ = writeln!(
-        svg,
-        "<line x1=\"{m}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/><line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{}\" stroke=\"black\"/>",
-        h - m,
-        w - m,
-        h - m,
-        h - m
-    );
-    for i in 0..=5 {
-        let vx = max_x * i as f64 / 5.0;
-        let vy = max_y * i as f64 / 5.0;
-        let _ = writeln!(
-            svg,
-            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{:.0}</text><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{:.2}</text>",
-            x(vx),
-            h - m + 18.0,
-            vx,
-            m - 6.0,
-            y(vy) + 4.0,
-            vy
-        );
-    }
-    let _ = writeln!(
-        svg,
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">operations/s</text><text x=\"16\" y=\"{}\" transform=\"rotate(-90 16 {})\" text-anchor=\"middle\">median latency (ms)</text>",
-        w / 2.0,
-        h - 16.0,
-        h / 2.0,
-        h / 2.0
+    let frame = PlotFrame {
+        w,
+        h,
+        m,
+        max_x,
+        max_y,
+    };
+    let (x, y) = (|v| frame.x(v), |v| frame.y(v));
+    let mut svg = frame.start(
+        &format!("{title} : throughput vs median latency"),
+        "operations/s",
+        "median latency (ms)",
+        2,
     );
     for (i, s) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];

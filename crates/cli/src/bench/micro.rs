@@ -11,9 +11,8 @@ use super::measure::{
     latency, plot, source_commit, throughput, KillOnDrop, Load, Plan, PlanDefaults, Progress,
     Sample, Series,
 };
-use crate::cmd_status::{agreement, fetch_all};
 use crate::cpucap::{CpuCaps, PERIOD_US};
-use crate::procs::{log_tail, ReplicaProcs};
+use crate::procs::ReplicaProcs;
 use anyhow::Context as _;
 use clap::Args;
 use redoubt_client::{Client, Connections};
@@ -495,23 +494,7 @@ async fn run_system(
                     caps.cap(&format!("replica-{i}"), pid)?;
                 }
             }
-            let deadline = Instant::now() + Duration::from_secs(30);
-            loop {
-                let probes = fetch_all(cfg, Duration::from_millis(500)).await;
-                if agreement(&probes).is_some_and(|a| a.replicas == 4) {
-                    break;
-                }
-                for i in 0..4u32 {
-                    if let Some(status) = procs.exited(i) {
-                        anyhow::bail!(
-                            "replica {i} exited ({status}):\n{}",
-                            log_tail(&procs.log_path(i), 12)
-                        );
-                    }
-                }
-                anyhow::ensure!(Instant::now() < deadline, "the replicas did not come up");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            super::common::wait_until_up(cfg, procs).await?;
         }
         System::Baseline => {
             let log = std::fs::File::create(config_path.with_file_name("baseline.log"))?;

@@ -1,5 +1,6 @@
 //! `redoubt bench ...`: benchmarks that run real replica processes on 127.0.0.1.
 
+mod attack;
 mod common;
 mod measure;
 mod micro;
@@ -28,6 +29,9 @@ enum Bench {
     /// Latency and throughput of the co-located, separated, threshold and firewall
     /// deployments (Yin et al. 2003) against an unreplicated baseline
     Separation(separation::SeparationArgs),
+    /// Throughput and latency of PBFT and Prime second by second, before and during an attack
+    /// by faulty replicas or clients (needs the `redoubt-attack` harness built)
+    Attack(attack::AttackArgs),
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -36,5 +40,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Bench::Recovery(a) => recovery::run(a),
         Bench::StateTransfer(a) => state_transfer::run(a),
         Bench::Separation(a) => separation::run(a),
+        Bench::Attack(a) => attack::run(a),
     }
 }
