@@ -7,14 +7,12 @@
 //! anyone else (its own view-change timers are switched off). A faulty client is the shipped
 //! client library with each request's authenticator rewritten.
 
-mod client;
-mod replica;
-
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
+use redoubt_attack::client;
+use redoubt_attack::replica::{self, ReplicaAttack};
 use redoubt_config::ClusterConfig;
 use redoubt_node::logging::LogFormat;
-use replica::ReplicaAttack;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
