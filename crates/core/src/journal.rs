@@ -99,6 +99,9 @@ pub enum Record {
     /// run it and forgotten it), and no replica could run what follows. Last in the enum, so
     /// older journals still decode.
     Held { request: Arc<PoRequest> },
+    /// Prime: these PO-REQUESTs got certificates (2f+1 matching acknowledgements) here: after
+    /// a restart a copy we hold of one is still the certified version. Last in the enum.
+    Certified { parts: Vec<AckPart> },
 }
 
 /// Whether the host compacts the journal after appending `r` (checkpoint and view records,
@@ -124,6 +127,7 @@ impl Record {
             | Record::Entered { .. }
             | Record::Introduced { .. }
             | Record::Held { .. }
+            | Record::Certified { .. }
             | Record::Acked { .. } => None,
         }
     }
@@ -140,6 +144,7 @@ impl Record {
             Record::Entered { .. } => "entered",
             Record::Introduced { .. } => "introduced",
             Record::Held { .. } => "held",
+            Record::Certified { .. } => "certified",
             Record::Ran { .. } => "ran",
             Record::Acked { .. } => "acked",
         }
@@ -253,7 +258,7 @@ pub fn kept(records: &[&Record]) -> Vec<bool> {
             Record::Introduced { request } | Record::Held { request } => {
                 request.seq > ran.get(request.originator as usize).copied().unwrap_or(0)
             }
-            Record::Acked { parts } => parts
+            Record::Acked { parts } | Record::Certified { parts } => parts
                 .iter()
                 .any(|p| p.seq > ran.get(p.originator as usize).copied().unwrap_or(0)),
             Record::PrePrepared { view: v, seq, .. } => {

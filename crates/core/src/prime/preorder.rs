@@ -114,6 +114,8 @@ pub struct PreOrder {
     known: Vec<Vec<Seq>>,
     /// Per originator: executed up to here (eligible in an executed ordinal).
     executed: Vec<Seq>,
+    /// Certificates formed since the host last took them (it journals them).
+    newly_certified: Vec<AckPart>,
     #[cfg(feature = "mutants")]
     acks_at_f: bool,
 }
@@ -134,6 +136,7 @@ impl PreOrder {
             rows: vec![None; n],
             known: vec![vec![0; n]; n],
             executed: vec![0; n],
+            newly_certified: Vec::new(),
             #[cfg(feature = "mutants")]
             acks_at_f: false,
         }
@@ -208,6 +211,28 @@ impl PreOrder {
             return;
         }
         let _ = self.receive_request(req);
+    }
+
+    /// Certificates formed since the last call (to journal: after a restart a copy we hold is
+    /// still known to be the certified version, which we may execute and hand to peers).
+    pub fn take_certified(&mut self) -> Vec<AckPart> {
+        std::mem::take(&mut self.newly_certified)
+    }
+
+    /// Certificates we saw before a restart (from the journal).
+    pub fn restore_certified(&mut self, parts: &[AckPart]) {
+        for p in parts {
+            if self.in_window(p.originator, p.seq).is_err() {
+                continue;
+            }
+            let slot = self.slots.entry((p.originator, p.seq)).or_default();
+            if slot.held.as_ref().is_some_and(|(d, _)| *d != p.digest) {
+                slot.held = None;
+            }
+            slot.certified.get_or_insert(p.digest);
+            self.advance_held(p.originator);
+            self.advance_certified(p.originator);
+        }
     }
 
     /// Our acknowledgements from the journal (after a restart): we never acknowledge another
@@ -323,6 +348,7 @@ impl PreOrder {
             let matching = slot.acks.values().filter(|d| **d == p.digest).count();
             if matching >= quorum {
                 slot.certified = Some(p.digest);
+                self.newly_certified.push(*p);
                 if slot.held.as_ref().is_some_and(|(d, _)| *d != p.digest) {
                     // We hold a version that did not get certified: it goes, and the hole
                     // is filled like any other.

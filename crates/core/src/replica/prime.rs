@@ -190,10 +190,20 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.send_summary();
     }
 
+    /// Journals the certificates that formed since the last call.
+    fn persist_certified(&mut self) {
+        let p = self.prime.as_mut().expect("prime");
+        let certified = p.po.take_certified();
+        if !certified.is_empty() {
+            self.persist(Record::Certified { parts: certified });
+        }
+    }
+
     /// Acknowledges what we now hold contiguously.
     fn send_acks(&mut self) {
         let p = self.prime.as_mut().expect("prime");
         let acks = p.po.take_acks();
+        self.persist_certified();
         if acks.is_empty() {
             return;
         }
@@ -546,6 +556,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let p = self.prime.as_mut().expect("prime");
         p.po.receive_acks(from, &ack.parts);
+        self.persist_certified();
         self.sign_row();
         self.try_execute();
         Ok(())
@@ -807,6 +818,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 Record::Introduced { request } => p.po.restore_own(request.clone()),
                 Record::Held { request } => p.po.restore_held(request.clone()),
                 Record::Acked { parts } => p.po.restore_acks(parts),
+                Record::Certified { parts } => p.po.restore_certified(parts),
                 _ => {}
             }
         }

@@ -103,8 +103,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 self.suspects.remove(&first);
             }
         }
+        // A client suspected already has its suspicion renewed, not counted again.
+        let renewed = self.suspected(c);
         self.suspects.insert(c, until);
-        self.stats.clients_suspected += 1;
-        self.event(Event::ClientSuspected { client: c });
+        if !renewed {
+            self.stats.clients_suspected += 1;
+            self.event(Event::ClientSuspected { client: c });
+        }
     }
 }
