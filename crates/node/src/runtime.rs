@@ -206,9 +206,8 @@ struct Node<S: Service> {
     peer_up: Vec<bool>,
     last_slow_sync_warn: Option<Instant>,
     last_status_update: Option<Instant>,
-    /// The attack harness's interposer (none in a correct replica), and the frames it holds.
-    tamper: Option<Box<dyn crate::tamper::Tamper>>,
-    held: crate::tamper::Held,
+    /// The attack harness's interposer (none in a correct replica).
+    interposer: Option<crate::tamper::Interposer>,
 }
 
 impl<S: Service> Node<S> {
@@ -453,25 +452,12 @@ impl<S: Service> Node<S> {
             self.last_slow_sync_warn = Some(Instant::now());
         }
         let mut sends = std::mem::take(&mut self.pending_sends);
-        if let Some(t) = self.tamper.as_mut() {
-            // The attack harness's faulty replica: its frames go out changed, or later.
-            let now = Instant::now();
-            let mut timed = Vec::new();
-            for (to, bytes) in sends.drain(..) {
-                t.outgoing(now, to, bytes, &mut timed);
-            }
-            t.tick(now, &mut timed);
-            for x in timed {
-                if x.at <= now {
-                    sends.push((x.to, x.bytes));
-                } else if !self.held.hold(x) {
-                    self.metrics
-                        .frames_dropped
-                        .with_label_values(&["peer"])
-                        .inc();
-                }
-            }
-            self.held.due(now, &mut sends);
+        if let Some(x) = self.interposer.as_mut() {
+            let dropped = x.route(Instant::now(), &mut sends);
+            self.metrics
+                .frames_dropped
+                .with_label_values(&["peer"])
+                .inc_by(dropped);
         }
         for (to, bytes) in sends.drain(..) {
             let ok = match to {
@@ -894,8 +880,7 @@ pub async fn run_replica_with<S: Service + Send + 'static>(
         last_slow_sync_warn: None,
         last_status_update: None,
         bytes_received: 0,
-        tamper: hooks.tamper,
-        held: Default::default(),
+        interposer: hooks.tamper.map(crate::tamper::Interposer::new),
     };
     node.metrics
         .key_refresh_period_seconds

@@ -49,6 +49,42 @@ impl Hooks {
 /// Most frames held for later sending; beyond it a frame is dropped.
 pub const HELD_FRAMES_MAX: usize = 1 << 16;
 
+/// A [`Tamper`] at work in the runtime, with the frames it holds back.
+pub(crate) struct Interposer {
+    tamper: Box<dyn Tamper>,
+    held: Held,
+}
+
+impl Interposer {
+    pub(crate) fn new(tamper: Box<dyn Tamper>) -> Interposer {
+        Interposer {
+            tamper,
+            held: Held::default(),
+        }
+    }
+
+    /// Replaces `sends` by what goes out now: the tamper's answer to each frame and its own
+    /// additions, due ones at once, later ones held, and held ones that fell due. Returns the
+    /// frames dropped because [`HELD_FRAMES_MAX`] were held.
+    pub(crate) fn route(&mut self, now: Instant, sends: &mut Vec<(Principal, Bytes)>) -> u64 {
+        let mut timed = Vec::new();
+        for (to, bytes) in sends.drain(..) {
+            self.tamper.outgoing(now, to, bytes, &mut timed);
+        }
+        self.tamper.tick(now, &mut timed);
+        let mut dropped = 0;
+        for x in timed {
+            if x.at <= now {
+                sends.push((x.to, x.bytes));
+            } else if !self.held.hold(x) {
+                dropped += 1;
+            }
+        }
+        self.held.due(now, sends);
+        dropped
+    }
+}
+
 /// Frames held until their time, earliest first (ties in arrival order).
 #[derive(Default)]
 pub(crate) struct Held {
@@ -136,5 +172,42 @@ mod tests {
         out.clear();
         h.due(t0 + Duration::from_secs(60), &mut out);
         assert!(out.is_empty(), "each frame comes out once");
+    }
+
+    /// Holds every frame 10 ms and adds one of its own per turn.
+    struct Later;
+    impl Tamper for Later {
+        fn outgoing(&mut self, now: Instant, to: Principal, bytes: Bytes, out: &mut Vec<Timed>) {
+            out.push(Timed {
+                at: now + Duration::from_millis(10),
+                to,
+                bytes,
+            });
+        }
+        fn tick(&mut self, now: Instant, out: &mut Vec<Timed>) {
+            out.push(Timed {
+                at: now,
+                to: Principal::Replica(9),
+                bytes: Arc::new(vec![9]),
+            });
+        }
+    }
+
+    #[test]
+    fn the_interposer_sends_what_is_due_and_holds_the_rest() {
+        let mut x = Interposer::new(Box::new(Later));
+        let t0 = Instant::now();
+        let mut sends = vec![(Principal::Replica(1), Arc::new(vec![1]))];
+        assert_eq!(x.route(t0, &mut sends), 0);
+        assert_eq!(sends, vec![(Principal::Replica(9), Arc::new(vec![9]))]);
+        sends.clear();
+        x.route(t0 + Duration::from_millis(10), &mut sends);
+        assert_eq!(
+            sends,
+            vec![
+                (Principal::Replica(9), Arc::new(vec![9])),
+                (Principal::Replica(1), Arc::new(vec![1]))
+            ]
+        );
     }
 }
