@@ -229,7 +229,12 @@ impl<A: KeyTable> Client<A> {
         if self.auth.session_ref().is_none() {
             return;
         }
-        let due = env.now_ms >= self.next_rekey_ms
+        // A periodic refresh waits (at most KEY_FORCE_STALL_MS) for the request in flight to
+        // complete: replies already sent under the keys it replaces no longer verify here.
+        let periodic = env.now_ms >= self.next_rekey_ms
+            && (self.outstanding.is_none()
+                || env.now_ms >= self.next_rekey_ms + KEY_FORCE_STALL_MS);
+        let due = periodic
             || (force
                 && self
                     .last_rekey_ms
@@ -263,6 +268,12 @@ impl<A: KeyTable> Client<A> {
         match s.refresh(&replicas) {
             Ok(nk) => {
                 self.key_refreshes += 1;
+                // Answers to the request in flight under the replaced keys are lost: hear it
+                // again after one round trip, by when the replicas hold the new keys.
+                if let Some(o) = self.outstanding.as_mut() {
+                    let grace = (self.srtt_ms as u64).max(1);
+                    o.deadline_ms = o.deadline_ms.min(env.now_ms + grace);
+                }
                 for r in &targets {
                     self.rekey_for.remove(r);
                     self.last_rekey_of.insert(*r, env.now_ms);
@@ -690,6 +701,7 @@ impl<A: KeyTable> Client<A> {
 
     /// Retransmits when the timeout expired: to every replica, with back-off and jitter.
     pub fn tick(&mut self, env: Env) -> Vec<Effect> {
+        let refreshes = self.key_refreshes;
         self.refresh_keys(env, false);
         let rto = self.rto_ms();
         let max = self.timing.retransmit_max_ms;
@@ -720,9 +732,9 @@ impl<A: KeyTable> Client<A> {
             .as_ref()
             .is_some_and(|o| env.now_ms >= o.deadline_ms && o.backoff >= 1);
         if stalled {
-            let refreshes = self.key_refreshes;
+            let before = self.key_refreshes;
             self.refresh_keys(env, true);
-            if self.key_refreshes == refreshes {
+            if self.key_refreshes == before {
                 // Not re-keyed now: the current NEW-KEY again, for a replica that lost it or
                 // got it after the request it preceded (it ignores one it already holds).
                 if let Some(b) = self.last_new_key.clone() {
@@ -769,6 +781,12 @@ impl<A: KeyTable> Client<A> {
                         to: Principal::Replica(r),
                         bytes: o.bytes.clone(),
                     });
+                }
+                // Re-keyed with this retransmission: the answers to it may come under the
+                // keys just replaced (a NEW-KEY can arrive after the request it preceded).
+                if self.key_refreshes != refreshes {
+                    let grace = (self.srtt_ms as u64).max(1);
+                    o.deadline_ms = o.deadline_ms.min(env.now_ms + grace);
                 }
             }
         }

@@ -138,6 +138,78 @@ fn a_stalled_client_resends_its_current_key_between_rekeys() {
     }
 }
 
+/// No live replica; the client's periodic re-key is due every second.
+fn rekeying_every_second() -> Cluster {
+    Cluster::builder(1)
+        .session_keys()
+        .live([])
+        .clients([])
+        .live_client(CLIENT)
+        .config(|cfg| cfg.key_refresh_ms = 1_000)
+        .build()
+}
+
+/// A periodic re-key waits for the request in flight (answers sent under the keys it would
+/// replace no longer verify at the client), and a re-key that does go out with a
+/// retransmission brings the next retransmission within one round trip instead of after the
+/// backed-off timeout: the bounded-delay sweep found clients waiting out a full back-off for
+/// answers they had dropped.
+#[test]
+fn a_client_re_keys_between_requests_and_listens_again_soon_after_a_re_key() {
+    let mut c = rekeying_every_second();
+    let first = c.tick_client(CLIENT).new_keys();
+    let counter0 = first[0].1.counter;
+    c.advance_to(10);
+    c.invoke(CLIENT, b"op");
+    // No replica answers. Record each fresh NEW-KEY and each request to replica 0.
+    let mut rekeys: Vec<u64> = Vec::new();
+    let mut requests: Vec<u64> = Vec::new();
+    let mut last = counter0;
+    for t in (20..12_000).step_by(5) {
+        c.advance_to(t);
+        let out = c.tick_client(CLIENT);
+        for (to, nk) in out.new_keys() {
+            if to == replica(0) && nk.counter != last {
+                last = nk.counter;
+                rekeys.push(t);
+            }
+        }
+        let to_r0 = out
+            .messages()
+            .into_iter()
+            .filter(|(to, m)| *to == Some(replica(0)) && matches!(m, Message::Request(_)))
+            .count();
+        if to_r0 > 0 {
+            requests.push(t);
+        }
+    }
+    assert!(!rekeys.is_empty(), "re-keyed while stalled: {requests:?}");
+    assert!(
+        rekeys[0] >= 4_000,
+        "the periodic re-key (due at 1 s) waited for the request in flight, to the stall \
+         limit: {rekeys:?}"
+    );
+    let rtt = ClientTiming::default().initial_rtt_ms;
+    for t in &rekeys {
+        let next = requests.iter().find(|r| *r > t).copied();
+        assert!(
+            next.is_some_and(|n| n <= t + rtt + 5),
+            "after the re-key at {t} ms the request went again at {next:?}, not within one \
+             round trip ({rtt} ms): {requests:?}"
+        );
+    }
+
+    // Between requests the periodic re-key goes out on time.
+    let mut idle = rekeying_every_second();
+    let counter0 = idle.tick_client(CLIENT).new_keys()[0].1.counter;
+    idle.advance_to(1_000);
+    let due = idle.tick_client(CLIENT).new_keys();
+    assert!(
+        due.iter().any(|(_, nk)| nk.counter != counter0),
+        "an idle client re-keys when due"
+    );
+}
+
 /// Review finding 3: a replica restarted from its journal accepted again a client NEW-KEY
 /// recorded before the restart (its record of accepted counters was volatile), reinstating a
 /// key an attacker may know and no longer asking the client for a fresh one.

@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 mod checks;
 mod clients;
+mod delay;
 mod effects;
 mod execs;
 mod filters;
@@ -288,6 +289,9 @@ pub struct World {
     watermark_reported: BTreeSet<ReplicaId>,
     /// NEW-KEY frames captured for replays, and the counters replicas accepted.
     new_keys: replay::NewKeys,
+    /// Prime's bounded delay (`--bounded-delay`): when correct replicas received and executed
+    /// each update.
+    delay: delay::DelayProbe,
 }
 
 impl World {
@@ -502,8 +506,13 @@ impl World {
             Event::StateCorrupt { pages } => self.stats.corrupt_pages_found += pages,
             Event::Rejected { .. } => self.stats.rejected += 1,
             Event::TentativeUndone { .. } => self.stats.tentative_undone += 1,
-            Event::Executed { seq, .. } => {
-                self.stats.max_executed = self.stats.max_executed.max(*seq)
+            Event::Executed { seq, requests, .. } => {
+                self.stats.max_executed = self.stats.max_executed.max(*seq);
+                if self.probing_delay() && !self.faulty.contains(&r) && !self.adversary.controls(r)
+                {
+                    let weak = self.sc.core.f + 1;
+                    self.delay.executed(self.now, requests, weak);
+                }
             }
             _ => {}
         }
@@ -802,6 +811,15 @@ impl World {
                 // The adversary sees what its replicas receive before they act on it.
                 if self.adversary.controls(r) {
                     self.adversary_copy_keys(r);
+                }
+                if let Principal::Client(c) = from {
+                    if c < BYZ_CLIENT_BASE
+                        && self.probing_delay()
+                        && !self.faulty.contains(&r)
+                        && !self.adversary.controls(r)
+                    {
+                        self.delay.received(self.now, c, &bytes);
+                    }
                 }
                 let extra = self.adversary.on_delivery(&mut self.rng, r, &bytes);
                 if self.sc.plant.is_some() {

@@ -210,23 +210,6 @@ impl Matrix {
             .map(|(i, b)| (*b).max(self.ranked(i, rank)))
             .collect()
     }
-
-    /// Whether this matrix answers a summary sent earlier (`sent`): no row of it is behind
-    /// the row sent in the same place. A row that is higher in some entries and lower in
-    /// others counts as answering (its sender signed both; the leader chose the one it had).
-    pub fn covers(&self, sent: &Matrix) -> bool {
-        sent.rows.iter().enumerate().all(|(j, s)| {
-            let Some(s) = s else { return true };
-            let mut lower = false;
-            let mut higher = false;
-            for (i, want) in s.row.aru.iter().enumerate() {
-                let have = self.entry(j, i);
-                lower |= have < *want;
-                higher |= have > *want;
-            }
-            !lower || higher
-        })
-    }
 }
 
 /// The PO-REQUESTs an ordinal runs, in execution order: for originators in ascending id,
@@ -319,20 +302,6 @@ mod tests {
             ..old.clone()
         };
         assert_eq!(shrink.compare(&old), RowOrder::Inconsistent);
-    }
-
-    #[test]
-    fn a_matrix_covers_a_summary_when_no_row_is_behind() {
-        let sent = matrix(&[&[1, 1, 0, 0], &[2, 0, 0, 0], &[0, 0, 0, 0], &[0, 0, 0, 0]]);
-        let ahead = matrix(&[&[1, 2, 0, 0], &[2, 0, 0, 0], &[0, 0, 0, 0], &[0, 0, 0, 0]]);
-        assert!(ahead.covers(&sent));
-        let behind = matrix(&[&[1, 0, 0, 0], &[2, 0, 0, 0], &[0, 0, 0, 0], &[0, 0, 0, 0]]);
-        assert!(!behind.covers(&sent));
-        let mut missing = ahead.clone();
-        missing.rows[1] = None;
-        assert!(!missing.covers(&sent), "an empty row is all zeros");
-        let mixed = matrix(&[&[0, 5, 0, 0], &[2, 0, 0, 0], &[0, 0, 0, 0], &[0, 0, 0, 0]]);
-        assert!(mixed.covers(&sent), "higher somewhere counts as answered");
     }
 
     #[test]

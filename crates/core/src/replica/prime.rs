@@ -231,7 +231,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let matrix = p.po.matrix();
         p.summarized = matrix.eligible_after(&p.summarized, f);
-        p.sus.summary_sent(matrix.clone(), now);
+        p.sus.summary_sent(&matrix, now);
         let leader = self.primary();
         let msg = Message::Summary(Summary {
             replica: self.id,

@@ -166,6 +166,7 @@ impl World {
             planting: plant::Planting::default(),
             watermark_reported: BTreeSet::new(),
             new_keys: replay::NewKeys::default(),
+            delay: delay::DelayProbe::default(),
             sc,
         };
         w.schedule_initial();
