@@ -18,6 +18,7 @@
 use super::matrix::{Matrix, PoAru, RowOrder, SignedPoAru};
 use crate::message::SignedRequest;
 use crate::types::{ReplicaId, Seq};
+use redoubt_crypto::pk::Signature;
 use redoubt_crypto::{Digest, DigestBuilder};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -436,6 +437,16 @@ impl PreOrder {
             self.rows[j] = Some(row);
         }
         order
+    }
+
+    /// Whether our matrix holds replica `j`'s row with this statement and signature (its
+    /// signature was checked when it came): a proposal or summary repeating it needs no
+    /// second check.
+    pub fn holds_row(&self, j: ReplicaId, statement: &Digest, sig: &Signature) -> bool {
+        self.rows
+            .get(j as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|r| r.sig == *sig && r.row.statement() == *statement)
     }
 
     /// The summary matrix: the latest row of every replica.

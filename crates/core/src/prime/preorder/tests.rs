@@ -198,9 +198,29 @@ fn rows_replace_older_ones_and_feed_the_summary_matrix() {
     assert_eq!(s.receive_row(shrink), RowOrder::Inconsistent);
     assert_eq!(
         s.matrix().rows[2],
-        Some(r1),
+        Some(r1.clone()),
         "the inconsistent row is not taken"
     );
+    // The row held is known by its statement and signature; any other is checked again.
+    let st = r1.row.statement();
+    assert!(s.holds_row(2, &st, &r1.sig));
+    assert!(!s.holds_row(1, &st, &r1.sig), "another replica's place");
+    assert!(
+        !s.holds_row(2, &shrink_statement(), &r1.sig),
+        "another statement"
+    );
+    let mut other = r1.sig;
+    other.0[0] ^= 1;
+    assert!(!s.holds_row(2, &st, &other), "another signature");
+}
+
+fn shrink_statement() -> redoubt_crypto::Digest {
+    PoAru {
+        replica: 2,
+        num: 2,
+        aru: vec![0, 1, 0, 0],
+    }
+    .statement()
 }
 
 #[test]
