@@ -308,6 +308,13 @@ const PROTOCOL_OPTIONS: Section = Section {
              Default: {default}.",
         ),
         (
+            "primary_pace_window_ms",
+            "PBFT: how often replicas check the primary's pace (ms; 0: never). A window that executes\n\
+             fewer than half the requests of the best of the 4 windows before, with requests waiting,\n\
+             makes a replica start a view change: a primary slow just under the view-change timeout\n\
+             is replaced. Unused under Prime. At least 100. Default: {default}.",
+        ),
+        (
             "recovery_interval_min_ms",
             "A replica's recovery request is refused when its previous recovery was accepted less than\n\
              this long before (ms, agreed time): repeated recoveries cannot deny service. Keep it at\n\

@@ -21,6 +21,8 @@ pub struct Metrics {
     pub entries_retransmitted: IntCounter,
     pub bodies_asked: IntCounter,
     pub primary_stalls: IntCounter,
+    pub slow_primaries: IntCounter,
+    pub leaders_suspected: IntCounter,
     pub execution_stalls: IntCounter,
     pub relayed: IntCounter,
     pub beside_from_replaced: IntCounter,
@@ -395,6 +397,16 @@ impl Metrics {
                 r,
                 "redoubt_primary_stall_view_changes_total",
                 "View changes this replica started as primary because its own proposals did not execute within the view-change timeout",
+            ),
+            slow_primaries: counter(
+                r,
+                "redoubt_slow_primary_view_changes_total",
+                "View changes this replica started because the primary's pace fell below half its recent best (primary_pace_window_ms)",
+            ),
+            leaders_suspected: counter(
+                r,
+                "redoubt_prime_leader_suspected_total",
+                "Prime: view changes this replica started because Suspect-Leader found the leader slower than the bound",
             ),
             execution_stalls: counter(
                 r,

@@ -562,6 +562,10 @@ impl<S: Service> Node<S> {
             .inc_by(s.bodies_asked - self.last_stats.bodies_asked);
         m.primary_stalls
             .inc_by(s.primary_stalls - self.last_stats.primary_stalls);
+        m.slow_primaries
+            .inc_by(s.slow_primaries - self.last_stats.slow_primaries);
+        m.leaders_suspected
+            .inc_by(s.leaders_suspected - self.last_stats.leaders_suspected);
         m.execution_stalls
             .inc_by(s.execution_stalls - self.last_stats.execution_stalls);
         m.relayed.inc_by(s.relayed - self.last_stats.relayed);

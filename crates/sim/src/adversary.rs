@@ -410,6 +410,13 @@ impl Adversary {
                 }
                 _ => honest,
             },
+            Behavior::Sluggish => match msg {
+                Message::PrePrepare(pp) if pp.seq >= crate::scenario::SLUGGISH_FROM => {
+                    let hold = self.cfg.view_change_timeout_ms * 4 / 10;
+                    vec![(to, bytes.to_vec(), hold)]
+                }
+                _ => honest,
+            },
             Behavior::LieState => match msg {
                 Message::StateData(mut d) => {
                     // Honest often enough to stay the designated replier until it lies

@@ -76,6 +76,24 @@ fn slow_primary_does_not_break_safety_or_liveness() {
     named("slow-primary", 0..3);
 }
 
+/// With the pace check, a primary that turns slow (holding every pre-prepare for 40% of the
+/// view-change timeout, so that no request timer fires) is replaced: the workload completes
+/// within a budget that, without the check, the same primary makes it miss.
+#[test]
+fn the_pace_check_replaces_a_sluggish_primary() {
+    for out in named("sluggish-primary", 0..3) {
+        assert!(out.stats.max_view >= 1, "replaced: {:?}", out.stats);
+    }
+    let mut s = Scenario::named("sluggish-primary", 0).expect("scenario exists");
+    s.core.primary_pace_window_ms = 0;
+    let out = run(s, false);
+    assert!(
+        out.violations.iter().any(|v| v.contains("liveness")),
+        "without the check the sluggish primary stretches the workload past the budget: {:?}",
+        out.violations
+    );
+}
+
 #[test]
 fn bogus_new_view_is_rejected() {
     for out in named("bogus-new-view", 0..5) {

@@ -107,6 +107,10 @@ pub struct AttackArgs {
     /// Delay of slow-primary and slow-acks (ms) [default: 40% of view_change_timeout_ms]
     #[arg(long, value_name = "MS")]
     delay_ms: Option<u64>,
+    /// PBFT: the window of the primary's pace check (`[protocol] primary_pace_window_ms`;
+    /// 0: off) of the clusters attacked, instead of the default
+    #[arg(long, value_name = "MS")]
+    primary_pace_window_ms: Option<u64>,
     /// Write the tables, CSV and plots to DIR
     #[arg(long, value_name = "DIR", default_value = ".")]
     out: PathBuf,
@@ -246,6 +250,12 @@ async fn one_run(
     let mut cfg = ClusterConfig::load(&config_path)?;
     cfg.storage.fsync = false;
     cfg.recovery.enabled = false;
+    if let Some(w) = args.primary_pace_window_ms {
+        cfg.protocol.primary_pace_window_ms = w;
+        cfg.protocol
+            .validate()
+            .map_err(|e| anyhow::anyhow!("--primary-pace-window-ms: {e}"))?;
+    }
     std::fs::write(&config_path, cfg.to_toml()?)?;
     let start_file = dir.join("attack-started");
     let mut procs = ReplicaProcs::new(exe.to_path_buf(), config_path.clone(), dir.to_path_buf(), 4);
@@ -409,8 +419,12 @@ fn report(args: &AttackArgs, runs: &[Run]) -> anyhow::Result<()> {
     let csv_path = args.out.join("attack.csv");
     std::fs::write(&csv_path, csv)
         .with_context(|| format!("cannot write {}", csv_path.display()))?;
+    let term = match args.primary_pace_window_ms {
+        Some(w) => format!(", PBFT pace window {w} ms"),
+        None => String::new(),
+    };
     let mut t = format!(
-        "redoubt bench attack at {commit}: 4 replicas (f = 1), {} clients, {} s per run, attack from {} s\n\n",
+        "redoubt bench attack at {commit}: 4 replicas (f = 1), {} clients, {} s per run, attack from {} s{term}\n\n",
         args.clients, args.duration, h
     );
     let _ = writeln!(

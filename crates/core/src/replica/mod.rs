@@ -48,6 +48,7 @@ use std::sync::Arc;
 mod execute;
 mod firewall;
 mod normal;
+mod pace;
 mod prime;
 mod recovery;
 mod requests;
@@ -169,6 +170,9 @@ pub struct Stats {
     /// Prime: view changes this replica started because Suspect-Leader found the leader
     /// slower than the bound.
     pub leaders_suspected: u64,
+    /// PBFT: view changes this replica started because the primary's pace fell below half
+    /// of its recent best (`primary_pace_window_ms`).
+    pub slow_primaries: u64,
 }
 
 /// A replica.
@@ -239,6 +243,8 @@ pub struct Replica<S: Service, A: KeyTable> {
     /// whose own proposals do not execute within the view-change timeout suspects itself
     /// (see `tick`).
     primary_progress_ms: u64,
+    /// PBFT with `primary_pace_window_ms`: the windows of the primary's pace check.
+    pace: Option<pace::PaceWatch>,
 
     next_status_ms: u64,
     /// True while re-executing journaled batches after a restart: no sends, no records.
@@ -335,6 +341,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             pending_pp: BTreeMap::new(),
             req_timer: None,
             primary_progress_ms: 0,
+            pace: None,
             next_status_ms: 0,
             replaying: false,
             sessions_retry: false,
@@ -795,6 +802,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     }
                 }
             }
+            self.check_primary_pace(now);
             // Backups suspect a primary whose requests do not execute; a primary suspects
             // itself when its own proposals do not: the replicas that would commit them may
             // have left the view (their timers fired while messages were lost), and with

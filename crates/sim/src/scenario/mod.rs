@@ -127,7 +127,15 @@ pub enum Behavior {
     /// signs rows claiming certificates far beyond what it holds. Otherwise honest. Not in
     /// [`Behavior::ALL`].
     PrimeLiar,
+    /// As primary, from sequence number [`SLUGGISH_FROM`] on (once clients are under way),
+    /// holds every pre-prepare back for 40% of the view-change timeout: slow by orders of
+    /// magnitude, yet every request executes well within the backups' timers, so the timers
+    /// never replace it (the attack harness's `slow-primary`). Not in [`Behavior::ALL`].
+    Sluggish,
 }
+
+/// Where a [`Behavior::Sluggish`] primary turns slow.
+pub const SLUGGISH_FROM: u64 = 40;
 
 impl Behavior {
     pub const ALL: [Behavior; 15] = [
@@ -485,6 +493,9 @@ impl Scenario {
         core.state_transfer_delay_ms = 150;
         core.state_transfer_retry_ms = 200;
         core.batch_requests_max = 8;
+        // Without the primary's pace check unless a seed draws it (drawn last, see `random`):
+        // seeds play as they did before it existed.
+        core.primary_pace_window_ms = 0;
         // The named scenarios were tuned with every replica replying and every batch
         // executing tentatively; random seeds draw both, `quiet_primary` and
         // `quiet-primary-silent-backup` run a quiet primary, `hybrid` the default's mix.
@@ -796,6 +807,11 @@ impl Scenario {
         // Sealed bodies (confidential_bodies) in half of the seeds, drawn last: a seed that
         // draws clear bodies plays exactly as before the setting existed.
         s.core.confidential_bodies = rng.random_bool(0.5);
+        // The primary's pace check in a fifth of the seeds, drawn after everything else for
+        // the same reason; windows from 100 ms (a few batches each) to 2 s.
+        if rng.random_bool(0.2) {
+            s.core.primary_pace_window_ms = rng.random_range(100..2_000);
+        }
         s
     }
 }

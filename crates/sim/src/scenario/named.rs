@@ -61,6 +61,15 @@ impl Scenario {
                 s.byzantine.push((0, Behavior::Slow));
                 s.ops_per_client = 8;
             }
+            "sluggish-primary" => {
+                // A primary that turns slow just under the backups' timers once clients are
+                // under way, with the pace check on: it is replaced after a window, so a
+                // workload it alone would stretch over 30 s completes within the budget.
+                s.byzantine.push((0, Behavior::Sluggish));
+                s.core.primary_pace_window_ms = 300;
+                s.ops_per_client = 100;
+                s.liveness_bound_ms = 15_000;
+            }
             "bogus-new-view" => {
                 // Replica 1 is the next primary and lies in its NEW-VIEW; replica 0 is silent.
                 s.core.f = 2;
@@ -316,7 +325,7 @@ impl Scenario {
         Some(s)
     }
 
-    pub const NAMED: [&'static str; 31] = [
+    pub const NAMED: [&'static str; 32] = [
         "proactive-recovery",
         "valid-equivocation",
         "view-pusher",
@@ -342,6 +351,7 @@ impl Scenario {
         "two-view-changes",
         "lagging-backup",
         "slow-primary",
+        "sluggish-primary",
         "bogus-new-view",
         "step-down",
         "forged-new-view",

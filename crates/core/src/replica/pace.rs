@@ -1,0 +1,177 @@
+//! PBFT's check of the primary's pace (`primary_pace_window_ms`; Aardvark's required
+//! throughput, Clement et al. 2009): every replica counts the requests executed in windows of
+//! fixed length; a window with fewer than half the requests of the best of the
+//! [`PACE_HISTORY`] windows before it, while requests wait unproposed, makes it start a view
+//! change. A faulty primary that delays each pre-prepare to just under the backups'
+//! view-change timeout, so that no request timer ever fires, is then replaced after one
+//! window instead of never.
+//!
+//! What it does not catch: a primary slow from the cluster's very start (no window measured
+//! a faster one), or one that keeps just above half the pace of the windows before it (each
+//! slower window lowers the reference for the next ones). A legitimate drop in load by more
+//! than half costs at most [`PACE_HISTORY`] view changes, and only while requests wait.
+
+use super::*;
+use crate::types::PACE_HISTORY;
+use std::collections::VecDeque;
+
+/// One replica's windows.
+#[derive(Clone, Debug)]
+pub(super) struct PaceWatch {
+    /// The view the current window belongs to (a view change starts a new window).
+    view: View,
+    /// When the current window started, and the requests executed by then.
+    since_ms: u64,
+    base: u64,
+    /// Requests executed in the last full windows, newest last.
+    history: VecDeque<u64>,
+}
+
+/// What a window's end says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Pace {
+    /// The window is still running, or its count keeps up with the reference.
+    Fine,
+    /// Fewer than half the reference's requests executed in the window just ended.
+    Slow { executed: u64, reference: u64 },
+}
+
+impl PaceWatch {
+    pub(super) fn new(view: View, now_ms: u64, executed: u64) -> PaceWatch {
+        PaceWatch {
+            view,
+            since_ms: now_ms,
+            base: executed,
+            history: VecDeque::with_capacity(PACE_HISTORY),
+        }
+    }
+
+    /// Time passed in `view`, with `executed` requests executed so far; `window_ms` long
+    /// windows. A window cut by a view change is not counted.
+    pub(super) fn tick(&mut self, view: View, now_ms: u64, executed: u64, window_ms: u64) -> Pace {
+        if view != self.view || executed < self.base {
+            self.view = view;
+            self.since_ms = now_ms;
+            self.base = executed;
+            return Pace::Fine;
+        }
+        if now_ms < self.since_ms.saturating_add(window_ms) {
+            return Pace::Fine;
+        }
+        let count = executed - self.base;
+        let reference = self.history.iter().copied().max().unwrap_or(0);
+        if self.history.len() == PACE_HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back(count);
+        self.since_ms = now_ms;
+        self.base = executed;
+        if count.saturating_mul(2) < reference {
+            Pace::Slow {
+                executed: count,
+                reference,
+            }
+        } else {
+            Pace::Fine
+        }
+    }
+}
+
+impl<S: Service, A: KeyTable> Replica<S, A> {
+    /// The pace check, from the tick in normal operation (see the module comment).
+    pub(super) fn check_primary_pace(&mut self, now: u64) {
+        let window = self.cfg.primary_pace_window_ms;
+        if window == 0 || self.prime.is_some() {
+            return;
+        }
+        let executed = self.stats.requests_executed;
+        let view = self.view;
+        let pace = match self.pace.as_mut() {
+            Some(w) => w.tick(view, now, executed, window),
+            None => {
+                self.pace = Some(PaceWatch::new(view, now, executed));
+                return;
+            }
+        };
+        if pace == Pace::Fine
+            || self.recovery.is_some()
+            || self.exec.transfer_target().is_some()
+            || !self.requests_wait_unproposed()
+        {
+            return;
+        }
+        self.stats.slow_primaries += 1;
+        self.start_view_change(self.view.saturating_add(1));
+    }
+
+    /// Whether an orderable request waits here that no batch proposed to us holds.
+    fn requests_wait_unproposed(&self) -> bool {
+        self.pool.in_order().any(|(c, w)| {
+            self.orderable(w) && !self.pool.inflight_covers(c, w.req.request.timestamp)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slow(executed: u64, reference: u64) -> Pace {
+        Pace::Slow {
+            executed,
+            reference,
+        }
+    }
+
+    #[test]
+    fn a_window_with_less_than_half_the_best_recent_one_is_slow() {
+        let mut w = PaceWatch::new(0, 0, 0);
+        assert_eq!(
+            w.tick(0, 500, 400, 1_000),
+            Pace::Fine,
+            "window still running"
+        );
+        assert_eq!(
+            w.tick(0, 1_000, 1_000, 1_000),
+            Pace::Fine,
+            "no reference yet"
+        );
+        assert_eq!(w.tick(0, 2_000, 1_900, 1_000), Pace::Fine, "900 of 1,000");
+        assert_eq!(
+            w.tick(0, 3_000, 2_400, 1_000),
+            Pace::Fine,
+            "500 of 1,000: half"
+        );
+        assert_eq!(w.tick(0, 4_000, 2_799, 1_000), slow(399, 1_000));
+        // The best window ages out after PACE_HISTORY windows.
+        assert_eq!(
+            w.tick(0, 5_000, 2_799 + 600, 1_000),
+            Pace::Fine,
+            "600 of 1,000"
+        );
+        assert_eq!(
+            w.tick(0, 6_000, 3_399 + 400, 1_000),
+            slow(400, 900),
+            "the 1,000 is gone"
+        );
+        assert_eq!(
+            w.tick(0, 7_000, 3_799 + 310, 1_000),
+            Pace::Fine,
+            "310 of 600"
+        );
+    }
+
+    #[test]
+    fn a_view_change_starts_a_new_window_and_keeps_the_reference() {
+        let mut w = PaceWatch::new(0, 0, 0);
+        w.tick(0, 1_000, 1_000, 1_000);
+        // View 1 from 1,300 ms: the cut window is dropped.
+        assert_eq!(w.tick(1, 1_300, 1_250, 1_000), Pace::Fine);
+        assert_eq!(
+            w.tick(1, 2_000, 1_500, 1_000),
+            Pace::Fine,
+            "window from 1,300 ms"
+        );
+        assert_eq!(w.tick(1, 2_300, 1_300, 1_000), slow(50, 1_000));
+    }
+}
