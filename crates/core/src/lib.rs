@@ -37,7 +37,7 @@ pub use journal::Record;
 pub use keys::{Admitted, Directory, KeyHolder, KeyTable, Keys, LocalHolder, NewKey, SessionKeys};
 pub use message::{Message, Reject};
 pub use redoubt_state as state;
-pub use replica::{Footprint, Input, Replica, Stats, VC_VIEWS_AHEAD};
+pub use replica::{Footprint, Input, PrimeFootprint, Replica, Stats, VC_VIEWS_AHEAD};
 pub use service::{ExecContext, Service};
 #[cfg(feature = "mutants")]
 pub use types::Mutant;

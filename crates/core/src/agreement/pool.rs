@@ -24,6 +24,16 @@ pub(crate) struct Waiting {
     pub(crate) signed: bool,
 }
 
+/// What [`RequestPool::next_batch`] does with a waiting request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pick {
+    Take,
+    /// Not now (it stays waiting).
+    Skip,
+    /// Never: the caller drops it.
+    Stale,
+}
+
 pub(crate) struct RequestPool {
     /// Looked up by key only: a hash map, with a fixed hasher so that runs stay
     /// reproducible. `arrivals` keeps their order.
@@ -141,6 +151,43 @@ impl RequestPool {
     /// The waiting requests in arrival order.
     pub(crate) fn in_order(&self) -> impl Iterator<Item = (ClientId, &Waiting)> {
         self.arrivals.values().map(|c| (*c, &self.waiting[c]))
+    }
+
+    /// The next batch: waiting requests not in a proposed batch, in arrival order, that
+    /// `pick` takes, up to `most` requests and `bytes_most` bytes of operations (the first
+    /// always fits); and the clients whose request `pick` found stale.
+    pub(crate) fn next_batch(
+        &self,
+        most: usize,
+        bytes_most: usize,
+        mut pick: impl FnMut(&Waiting) -> Pick,
+    ) -> (Vec<&Waiting>, Vec<ClientId>) {
+        let mut batch = Vec::with_capacity(most.min(self.waiting.len()));
+        let mut stale = Vec::new();
+        let mut bytes = 0usize;
+        for (c, w) in self.in_order() {
+            if batch.len() >= most {
+                break;
+            }
+            if self.inflight_covers(c, w.req.request.timestamp) {
+                continue;
+            }
+            match pick(w) {
+                Pick::Skip => continue,
+                Pick::Stale => {
+                    stale.push(c);
+                    continue;
+                }
+                Pick::Take => {}
+            }
+            let len = w.req.request.op.len();
+            if !batch.is_empty() && bytes + len > bytes_most {
+                break;
+            }
+            bytes += len;
+            batch.push(w);
+        }
+        (batch, stale)
     }
 
     pub(crate) fn is_empty(&self) -> bool {

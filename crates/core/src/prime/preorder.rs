@@ -449,6 +449,17 @@ impl PreOrder {
             .is_some_and(|r| r.sig == *sig && r.row.statement() == *statement)
     }
 
+    /// What the store holds: PO-REQUEST slots, and the acknowledgements and offered copies
+    /// recorded in them.
+    pub fn footprint(&self) -> (usize, usize) {
+        let entries = self
+            .slots
+            .values()
+            .map(|s| s.acks.len() + s.offered.len())
+            .sum();
+        (self.slots.len(), entries)
+    }
+
     /// The summary matrix: the latest row of every replica.
     pub fn matrix(&self) -> Matrix {
         Matrix {

@@ -360,6 +360,12 @@ impl Suspect {
         r[self.cfg.f as usize]
     }
 
+    /// Open challenges and pings awaiting their pong (bounded by `challenges_max` and
+    /// `pings_max`).
+    pub fn footprint(&self) -> (usize, usize) {
+        (self.challenges.len(), self.pings.len())
+    }
+
     /// The largest TAT we measured in this view.
     pub fn max_tat(&self) -> u64 {
         self.max_tat_ms

@@ -22,7 +22,7 @@
 use crate::agreement::certificates::CheckpointVotes;
 use crate::agreement::claims::Claims;
 use crate::agreement::log::{Slot, SlotLog};
-use crate::agreement::pool::{RequestPool, Waiting};
+use crate::agreement::pool::{Pick, RequestPool, Waiting};
 use crate::agreement::reports::ViewReports;
 use crate::agreement::vcstore::{Stored, ViewChangeStore, ACKS_PER_ACKER_MAX};
 use crate::auth::Auth;
@@ -516,6 +516,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             bodies_journaled: self.bodies_journaled.len(),
             body_sessions: self.exec.sessions_len(),
             state: self.exec.state().footprint(),
+            prime: self
+                .prime
+                .as_ref()
+                .map(|p| p.footprint())
+                .unwrap_or_default(),
         }
     }
 
@@ -553,6 +558,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 copied_nodes: 2 * self.exec.state().geometry().pages() as usize * (ckpts + 1),
                 dirty_pages: self.exec.state().geometry().pages() as usize,
                 invalid_pages: self.exec.state().geometry().pages() as usize,
+            },
+            prime: if self.prime.is_some() {
+                prime::prime_bounds(&self.cfg, ckpts)
+            } else {
+                PrimeFootprint::default()
             },
         }
     }
@@ -884,6 +894,21 @@ pub struct Footprint {
     pub bodies_journaled: usize,
     pub body_sessions: usize,
     pub state: StateFootprint,
+    /// Prime's structures (all zero under PBFT).
+    pub prime: PrimeFootprint,
+}
+
+/// Sizes of Prime's bounded structures (see [`Footprint`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PrimeFootprint {
+    /// PO-REQUEST slots, and the acknowledgements and offered copies in them.
+    pub slots: usize,
+    pub slot_entries: usize,
+    /// Suspect-Leader's open challenges and unanswered pings.
+    pub challenges: usize,
+    pub pings: usize,
+    /// Eligibility vectors kept per checkpoint above the stable one.
+    pub checkpoints: usize,
 }
 
 impl Footprint {
@@ -934,6 +959,23 @@ impl Footprint {
                 "state_copied_nodes",
                 self.state.copied_nodes,
                 bound.state.copied_nodes,
+            ),
+            ("prime_slots", self.prime.slots, bound.prime.slots),
+            (
+                "prime_slot_entries",
+                self.prime.slot_entries,
+                bound.prime.slot_entries,
+            ),
+            (
+                "prime_challenges",
+                self.prime.challenges,
+                bound.prime.challenges,
+            ),
+            ("prime_pings", self.prime.pings, bound.prime.pings),
+            (
+                "prime_checkpoints",
+                self.prime.checkpoints,
+                bound.prime.checkpoints,
             ),
         ];
         pairs

@@ -94,6 +94,39 @@ impl PrimeSide {
     }
 }
 
+impl PrimeSide {
+    /// Prime's share of [`Replica::footprint`].
+    pub(super) fn footprint(&self) -> PrimeFootprint {
+        let (slots, slot_entries) = self.po.footprint();
+        let (challenges, pings) = self.sus.footprint();
+        PrimeFootprint {
+            slots,
+            slot_entries,
+            challenges,
+            pings,
+            checkpoints: self.at_checkpoint.len(),
+        }
+    }
+}
+
+/// The bounds of Prime's structures for `cfg`, with `ckpts` checkpoints kept: per originator
+/// a window of PO-REQUESTs above what it executed, and those executed since the stable
+/// checkpoint (each of up to `log_size` ordinals may make a whole window eligible per
+/// originator); each slot records at most one acknowledgement and one offered copy per
+/// replica.
+pub(super) fn prime_bounds(cfg: &Config, ckpts: usize) -> PrimeFootprint {
+    let n = cfg.n() as usize;
+    let slots = n * cfg.prime_window as usize * (cfg.log_size as usize + 1);
+    let sus = suspect_config(cfg);
+    PrimeFootprint {
+        slots,
+        slot_entries: 2 * n * slots,
+        challenges: sus.challenges_max,
+        pings: sus.pings_max,
+        checkpoints: ckpts,
+    }
+}
+
 /// Suspect-Leader's knobs from the protocol configuration.
 fn suspect_config(cfg: &Config) -> SuspectConfig {
     let release = SuspectConfig::release(cfg.f);
@@ -279,23 +312,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if !self.prime.as_ref().is_some_and(|p| p.po.can_introduce()) {
             return;
         }
-        let mut requests = Vec::new();
-        let mut bytes = 0usize;
-        for (c, w) in self.pool.in_order() {
-            if requests.len() >= self.cfg.batch_requests_max {
-                break;
-            }
-            let ts = w.req.request.timestamp;
-            if self.pool.inflight_covers(c, ts) || w.req.sig.is_none() {
-                continue;
-            }
-            let len = w.req.request.op.len();
-            if !requests.is_empty() && bytes + len > self.cfg.batch_bytes_max {
-                break;
-            }
-            bytes += len;
-            requests.push(w.req.clone());
-        }
+        let (picked, _) =
+            self.pool
+                .next_batch(self.cfg.batch_requests_max, self.cfg.batch_bytes_max, |w| {
+                    if w.req.sig.is_some() {
+                        Pick::Take
+                    } else {
+                        Pick::Skip
+                    }
+                });
+        let requests: Vec<SignedRequest> = picked.iter().map(|w| w.req.clone()).collect();
         if requests.is_empty() {
             return;
         }

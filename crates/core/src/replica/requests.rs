@@ -317,38 +317,26 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             {
                 return;
             }
-            let most = self.pool.arrivals_len().min(self.cfg.batch_requests_max);
-            let mut requests = Vec::with_capacity(most);
-            let mut digests = Vec::with_capacity(most);
-            let mut bytes = 0usize;
             // With session keys a pooled request's authenticator goes stale when its client
             // refreshes its keys; backups could not vouch for it. Drop it: the client
             // retransmits under its new keys.
             let recheck = self.uses_session_keys();
-            let mut stale = Vec::new();
-            for (c, w) in self.pool.in_order() {
-                if requests.len() >= self.cfg.batch_requests_max {
-                    break;
-                }
-                let ts = w.req.request.timestamp;
-                if self.pool.inflight_covers(c, ts) || !self.orderable(w) {
-                    continue;
-                }
-                if recheck
-                    && !w.signed
-                    && !self.request_authentic(&w.req.request, &w.digest, &w.req.auth)
-                {
-                    stale.push(c);
-                    continue;
-                }
-                let len = w.req.request.op.len();
-                if !requests.is_empty() && bytes + len > self.cfg.batch_bytes_max {
-                    break;
-                }
-                bytes += len;
-                requests.push(w.req.clone());
-                digests.push(w.digest);
-            }
+            let (picked, stale) =
+                self.pool
+                    .next_batch(self.cfg.batch_requests_max, self.cfg.batch_bytes_max, |w| {
+                        if !self.orderable(w) {
+                            Pick::Skip
+                        } else if recheck
+                            && !w.signed
+                            && !self.request_authentic(&w.req.request, &w.digest, &w.req.auth)
+                        {
+                            Pick::Stale
+                        } else {
+                            Pick::Take
+                        }
+                    });
+            let requests: Vec<SignedRequest> = picked.iter().map(|w| w.req.clone()).collect();
+            let digests: Vec<Digest> = picked.iter().map(|w| w.digest).collect();
             for c in stale {
                 self.pool.remove(c);
             }
