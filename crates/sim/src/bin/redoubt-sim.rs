@@ -70,9 +70,9 @@ struct Args {
     #[arg(long, value_parser = ["pbft", "prime"], default_value = "pbft",
           conflicts_with_all = ["all_optimizations", "quiet_primary", "hybrid", "separated", "firewall"])]
     ordering: String,
-    /// With --ordering prime: also check that correct clients' updates after stabilisation
-    /// stay under the bound computed from the simulated delays (Prime's promise; it does
-    /// not hold in every seed yet, see docs/simulator.md).
+    /// With --ordering prime: also check that correct clients' updates received by a correct
+    /// replica after stabilisation execute within the bound computed from the simulated
+    /// delays (Prime's promise; see docs/simulator.md).
     #[arg(long)]
     bounded_delay: bool,
     /// Run a named scenario (see --list).

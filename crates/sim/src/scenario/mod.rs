@@ -349,8 +349,9 @@ pub struct Scenario {
     /// Firewall deployment (`core.filter_rows > 0`): the faulty filter nodes (at most h).
     pub filter_byzantine: Vec<(FilterId, FilterBehavior)>,
     pub mutant: Mutant,
-    /// Prime: check that correct clients' updates after stabilisation stay under the bound
-    /// (see `world/checks.rs`). Off by default: it does not hold in every seed yet.
+    /// Prime: check that correct clients' updates after stabilisation execute within the
+    /// bound (see `world/checks.rs` and `world/delay.rs`). Off in the plain sweep, on with
+    /// `--bounded-delay`.
     pub bounded_delay: bool,
 }
 
