@@ -11,6 +11,7 @@ use redoubt_core::message::{
     decode_body, decode_frame, Batch, Commit, Message, NewView, PEntry, PrePrepare, Prepare,
     QEntry, Request, SignedRequest, StateItem, ViewChange, NULL_DIGEST,
 };
+use redoubt_core::prime::suspect::SuspectMsg;
 use redoubt_core::seal::seal;
 use redoubt_core::viewchange::{self, Broken};
 use redoubt_core::{Config, Principal, ReplicaId};
@@ -115,6 +116,20 @@ impl Adversary {
                 row.row.num = row.row.aru.iter().sum();
                 row.sig = key.sign(&row.row.statement().0);
                 Message::PoAru(row)
+            }
+            // Suspect-Leader: frame the leader (a huge turnaround), tighten the bound (an
+            // alpha of 0), skew peers' round trips either way, and never answer a ping.
+            Message::Suspicion(mut sus) => {
+                match &mut sus.msg {
+                    SuspectMsg::TatMeasure { max_tat_ms, .. } => *max_tat_ms = 60_000,
+                    SuspectMsg::TatUb { alpha_ms, .. } => *alpha_ms = 0,
+                    SuspectMsg::RttMeasure { rtt_ms, .. } => {
+                        *rtt_ms = if rng.random_bool(0.5) { 0 } else { 60_000 }
+                    }
+                    SuspectMsg::Pong { .. } => return Some(vec![]),
+                    SuspectMsg::Ping { .. } => return None,
+                }
+                Message::Suspicion(sus)
             }
             _ => return None,
         };

@@ -123,9 +123,10 @@ pub enum Behavior {
     /// join rule ignores it). Not in [`Behavior::ALL`].
     PushView,
     /// Prime: equivocates as an originator (receivers with an odd id get another PO-REQUEST
-    /// under the same number: its last request dropped), acknowledges made-up digests, and
-    /// signs rows claiming certificates far beyond what it holds. Otherwise honest. Not in
-    /// [`Behavior::ALL`].
+    /// under the same number: its last request dropped), acknowledges made-up digests, signs
+    /// rows claiming certificates far beyond what it holds, and lies to Suspect-Leader (a
+    /// turnaround of 60 s to frame the leader, an alpha of 0 to tighten the bound, round
+    /// trips of 0 or 60 s, no pongs). Otherwise honest. Not in [`Behavior::ALL`].
     PrimeLiar,
     /// As primary, from sequence number [`SLUGGISH_FROM`] on (once clients are under way),
     /// holds every pre-prepare back for 40% of the view-change timeout: slow by orders of
