@@ -92,6 +92,15 @@ struct Outstanding {
     asked_full: bool,
 }
 
+impl Outstanding {
+    /// Brings the next retransmission forward to one round trip (`srtt_ms`) from `now_ms`,
+    /// if it was due later: the answers the client still lacks should have come by then.
+    fn retransmit_within(&mut self, now_ms: u64, srtt_ms: f64) {
+        let grace = (srtt_ms as u64).max(1);
+        self.deadline_ms = self.deadline_ms.min(now_ms + grace);
+    }
+}
+
 /// One replica's reply to the outstanding request.
 struct Vote {
     view: View,
@@ -271,8 +280,7 @@ impl<A: KeyTable> Client<A> {
                 // Answers to the request in flight under the replaced keys are lost: hear it
                 // again after one round trip, by when the replicas hold the new keys.
                 if let Some(o) = self.outstanding.as_mut() {
-                    let grace = (self.srtt_ms as u64).max(1);
-                    o.deadline_ms = o.deadline_ms.min(env.now_ms + grace);
+                    o.retransmit_within(env.now_ms, self.srtt_ms);
                 }
                 for r in &targets {
                     self.rekey_for.remove(r);
@@ -608,8 +616,7 @@ impl<A: KeyTable> Client<A> {
         if !matching().any(|v| v.result.is_some()) {
             if !o.asked_full {
                 o.asked_full = true;
-                let grace = (self.srtt_ms as u64).max(1);
-                o.deadline_ms = o.deadline_ms.min(env.now_ms + grace);
+                o.retransmit_within(env.now_ms, self.srtt_ms);
                 self.full_result_asks += 1;
             }
             return None;
@@ -785,8 +792,7 @@ impl<A: KeyTable> Client<A> {
                 // Re-keyed with this retransmission: the answers to it may come under the
                 // keys just replaced (a NEW-KEY can arrive after the request it preceded).
                 if self.key_refreshes != refreshes {
-                    let grace = (self.srtt_ms as u64).max(1);
-                    o.deadline_ms = o.deadline_ms.min(env.now_ms + grace);
+                    o.retransmit_within(env.now_ms, self.srtt_ms);
                 }
             }
         }

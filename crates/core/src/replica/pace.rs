@@ -49,7 +49,7 @@ impl PaceWatch {
     /// Time passed in `view`, with `executed` requests executed so far; `window_ms` long
     /// windows. A window cut by a view change is not counted.
     pub(super) fn tick(&mut self, view: View, now_ms: u64, executed: u64, window_ms: u64) -> Pace {
-        if view != self.view || executed < self.base {
+        if view != self.view {
             self.view = view;
             self.since_ms = now_ms;
             self.base = executed;
@@ -58,7 +58,7 @@ impl PaceWatch {
         if now_ms < self.since_ms.saturating_add(window_ms) {
             return Pace::Fine;
         }
-        let count = executed - self.base;
+        let count = executed.saturating_sub(self.base);
         let reference = self.history.iter().copied().max().unwrap_or(0);
         if self.history.len() == PACE_HISTORY {
             self.history.pop_front();

@@ -92,9 +92,7 @@ impl PrimeSide {
         }
         2 * cfg.f as usize
     }
-}
 
-impl PrimeSide {
     /// Prime's share of [`Replica::footprint`].
     pub(super) fn footprint(&self) -> PrimeFootprint {
         let (slots, slot_entries) = self.po.footprint();
