@@ -45,7 +45,7 @@ pub struct InitArgs {
     #[arg(long)]
     static_keys: bool,
     /// The ordering protocol: pbft, or prime (bounded delay under attack; needs session keys
-    /// and the co-located deployment, and runs without proactive recovery for now)
+    /// and the co-located deployment)
     #[arg(long, default_value = "pbft", value_name = "PROTOCOL")]
     ordering: redoubt_core::OrderProtocol,
 }

@@ -507,14 +507,6 @@ impl ClusterConfig {
                 "alert_after_s and watchdog_period_min_s must be positive".into(),
             ));
         }
-        if rc.enabled && self.protocol.prime() {
-            return Err(invalid(
-                "[recovery] enabled",
-                "proactive recovery is not available with ordering = \"prime\" yet (Prime does \
-                 not order recovery requests): set [recovery] enabled = false"
-                    .into(),
-            ));
-        }
         if rc.enabled && !self.keys.session() {
             return Err(invalid(
                 "[recovery] enabled",

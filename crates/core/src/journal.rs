@@ -102,7 +102,14 @@ pub enum Record {
     /// Prime: these PO-REQUESTs got certificates (2f+1 matching acknowledgements) here: after
     /// a restart a copy we hold of one is still the certified version. Last in the enum.
     Certified { parts: Vec<AckPart> },
+    /// Prime: drew a fresh order key for a recovery request (before sending the request): if
+    /// the request runs, our rows are signed with it, also after a restart. The latest
+    /// [`ORDER_KEYS_KEPT`] survive compaction. Last in the enum.
+    OrderKey { seed: [u8; 32] },
 }
+
+/// How many of the latest [`Record::OrderKey`] records compaction keeps.
+pub const ORDER_KEYS_KEPT: usize = 4;
 
 /// Whether the host compacts the journal after appending `r` (checkpoint and view records,
 /// and Prime's executions, which let it drop what ran).
@@ -128,6 +135,7 @@ impl Record {
             | Record::Introduced { .. }
             | Record::Held { .. }
             | Record::Certified { .. }
+            | Record::OrderKey { .. }
             | Record::Acked { .. } => None,
         }
     }
@@ -147,6 +155,7 @@ impl Record {
             Record::Certified { .. } => "certified",
             Record::Ran { .. } => "ran",
             Record::Acked { .. } => "acked",
+            Record::OrderKey { .. } => "order-key",
         }
     }
 
@@ -228,6 +237,13 @@ pub fn kept(records: &[&Record]) -> Vec<bool> {
     let last_ran = records
         .iter()
         .rposition(|r| matches!(r, Record::Ran { .. }));
+    let order_keys: Vec<usize> = records
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| matches!(r, Record::OrderKey { .. }))
+        .map(|(i, _)| i)
+        .collect();
+    let order_keys = &order_keys[order_keys.len().saturating_sub(ORDER_KEYS_KEPT)..];
     let mut body_records = BTreeSet::new();
     for (i, r) in records.iter().enumerate().rev() {
         if let Record::PrePrepared {
@@ -265,6 +281,7 @@ pub fn kept(records: &[&Record]) -> Vec<bool> {
                 (*seq > h && view.is_none_or(|cur| *v >= cur)) || body_records.contains(&i)
             }
             Record::Prepared { view: v, seq, .. } => *seq > h && view.is_none_or(|cur| *v >= cur),
+            Record::OrderKey { .. } => order_keys.contains(&i),
         })
         .collect()
 }

@@ -152,11 +152,14 @@ pub enum Mutant {
     /// Prime: what an ordered matrix makes eligible is cut at the highest entry of each
     /// column, without 2f+1 rows supporting it (the (2f+1)-th highest is the cut).
     CutWithoutQuorum,
+    /// Prime: a recovering replica draws no fresh order key: rows an attacker signed with the
+    /// key it took keep counting after the replica recovered.
+    KeepOrderKeys,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 26] = [
+    pub const ALL: [(&'static str, Mutant); 27] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -186,6 +189,7 @@ impl Mutant {
         ("leader-never-suspected", Mutant::LeaderNeverSuspected),
         ("po-acks-at-f", Mutant::PoAcksAtF),
         ("cut-without-quorum", Mutant::CutWithoutQuorum),
+        ("keep-order-keys", Mutant::KeepOrderKeys),
     ];
 }
 

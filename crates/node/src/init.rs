@@ -61,7 +61,7 @@ pub struct InitOptions {
     /// Fixed pairwise MAC keys instead of session keys (no key refresh, no recovery).
     pub static_keys: bool,
     /// The ordering protocol. Prime needs session keys and the co-located deployment; `init`
-    /// deals the replicas' order keys for it and leaves proactive recovery off.
+    /// deals the replicas' order keys for it (a proactive recovery replaces a replica's).
     pub ordering: OrderProtocol,
     /// BLAKE3 of the replica executable the monitor may start (`[recovery]
     /// executable_blake3`); `None` leaves the check off.
@@ -268,8 +268,7 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
             ..KeysSection::default()
         },
         recovery: RecoverySection {
-            // Prime does not order recovery requests yet.
-            enabled: !opts.static_keys && opts.ordering == OrderProtocol::Pbft,
+            enabled: !opts.static_keys,
             executable_blake3: opts.executable_blake3.clone().unwrap_or_default(),
             ..RecoverySection::default()
         },

@@ -73,6 +73,7 @@ pub struct Metrics {
     pub watchdog_period_seconds: Gauge,
     pub recoveries: IntCounter,
     pub recovery_requests_executed: IntCounter,
+    pub order_keys_installed: IntCounter,
     pub recovery_in_progress: IntGauge,
     pub recovery_last_seconds: GaugeVec,
     pub recovery_overdue: IntCounter,
@@ -482,6 +483,11 @@ impl Metrics {
                 r,
                 "redoubt_recovery_requests_executed_total",
                 "Recovery requests (of any replica) executed here; each one refreshes keys",
+            ),
+            order_keys_installed: counter(
+                r,
+                "redoubt_order_keys_installed_total",
+                "Prime: fresh order keys this replica's recoveries installed (its rows are signed with the latest)",
             ),
             recovery_in_progress: gauge(
                 r,

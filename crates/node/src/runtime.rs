@@ -615,6 +615,8 @@ impl<S: Service> Node<S> {
             .inc_by(s.client_keys_asked - self.last_stats.client_keys_asked);
         m.recovery_requests_executed
             .inc_by(s.recovery_requests_executed - self.last_stats.recovery_requests_executed);
+        m.order_keys_installed
+            .inc_by(s.order_keys_installed - self.last_stats.order_keys_installed);
         m.recovery_in_progress.set(r.recovering() as i64);
         let tv = self.window_of_vulnerability_s();
         m.window_of_vulnerability_seconds.set(tv);

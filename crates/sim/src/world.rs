@@ -177,6 +177,8 @@ pub struct RunStats {
     /// Planting: frames sealed by compromised replicas sent at once, kept back, and released
     /// after their sender recovered; coordinated planted-view-change attacks carried out.
     pub planted_sent: u64,
+    /// Prime: PO-ARU rows planted with an order key taken from a compromised replica.
+    pub rows_planted: u64,
     pub planted_held: u64,
     pub planted_released: u64,
     pub join_attacks: u64,
@@ -283,6 +285,8 @@ pub struct World {
     stolen: Vec<Stolen>,
     last_rekey: BTreeMap<ReplicaId, u64>,
     awaiting_recovery: Option<(ReplicaId, u64)>,
+    /// When the last proactive recovery completed (Prime's bounded delay is promised after it).
+    last_recovered_ms: u64,
     /// What the adversary planted and keeps (`plant`).
     planting: plant::Planting,
     /// Replicas already reported for a fabricated low watermark.
@@ -479,6 +483,7 @@ impl World {
                 if let Some((w, at)) = self.awaiting_recovery {
                     if w == r {
                         self.awaiting_recovery = None;
+                        self.last_recovered_ms = self.now;
                         let last = self.replicas[r as usize].last_executed();
                         self.checker.set_faulty(r, false, last);
                         self.stats.recovery_max_ms = self.stats.recovery_max_ms.max(self.now - at);

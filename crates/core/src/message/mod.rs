@@ -568,20 +568,30 @@ pub struct ReplyStable {
 /// The operation of a recovery request (BFT-PR §4.4): the recovering replica's estimate H_M,
 /// signed by its key holder. It travels as the op of a [`Request`] from the replica's
 /// reserved client id ([`recovery_client`]) whose timestamp is the key holder's counter.
+/// Under Prime it also carries the public half of the replica's fresh order key, which signs
+/// its PO-ARU rows once the request executed (the old one may be in an attacker's hands).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecoveryOp {
     pub replica: ReplicaId,
     pub h_m: Seq,
+    pub row_key: Option<redoubt_crypto::pk::VerifyKey>,
     pub sig: redoubt_crypto::pk::Signature,
 }
 
 impl RecoveryOp {
     /// The digest the key holder signs (with purpose Recovery and its counter).
-    pub fn content_digest(replica: ReplicaId, h_m: Seq) -> Digest {
-        DigestBuilder::new("redoubt.recovery.v1")
-            .u64(replica as u64)
-            .u64(h_m)
-            .finish()
+    pub fn content_digest(
+        replica: ReplicaId,
+        h_m: Seq,
+        row_key: Option<&redoubt_crypto::pk::VerifyKey>,
+    ) -> Digest {
+        let mut b = DigestBuilder::new("redoubt.recovery.v2");
+        b.u64(replica as u64).u64(h_m);
+        match row_key {
+            None => b.u64(0),
+            Some(k) => b.u64(1).bytes(&k.0),
+        };
+        b.finish()
     }
 }
 
@@ -597,6 +607,10 @@ pub struct RecoveryResult {
     /// The checkpoint the recovery waits for: max(H_M, H_R), capped at H_R + L. Until it is
     /// stable, an idle primary proposes empty batches so the recovery can complete.
     pub target: Seq,
+    /// Prime: the replica's order key in force after this request, with its incarnation
+    /// (the counter of the request that installed it); `None` while it is the one dealt at
+    /// `init`.
+    pub row_key: Option<(u64, redoubt_crypto::pk::VerifyKey)>,
 }
 
 /// First client id reserved for recovery requests: replica `r` uses `RECOVERY_CLIENT_BASE + r`.

@@ -11,12 +11,17 @@ use redoubt_crypto::pk::Signature;
 use redoubt_crypto::{Digest, DigestBuilder};
 use serde::{Deserialize, Serialize};
 
-/// `<PO-ARU, replica, num, aru>`: `replica` holds PO certificates from originator `i`
+/// `<PO-ARU, replica, inc, num, aru>`: `replica` holds PO certificates from originator `i`
 /// contiguously up to `aru[i]` (one entry per replica). `num` grows with every row a replica
-/// sends, so a newer row replaces an older one.
+/// sends, so a newer row replaces an older one. `inc` is the incarnation of the order key that
+/// signed it: 0 for the key dealt at `init`, and the key holder's counter of the recovery
+/// request that installed a fresh one (a proactive recovery gives the replica a new order
+/// key, so rows an attacker signed with a key it took stop counting; see
+/// [`Matrix::masked`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoAru {
     pub replica: ReplicaId,
+    pub inc: u64,
     pub num: u64,
     pub aru: Vec<Seq>,
 }
@@ -24,8 +29,9 @@ pub struct PoAru {
 impl PoAru {
     /// What the row's signature covers.
     pub fn statement(&self) -> Digest {
-        let mut b = DigestBuilder::new("redoubt.prime.po-aru.v1");
+        let mut b = DigestBuilder::new("redoubt.prime.po-aru.v2");
         b.u64(self.replica as u64)
+            .u64(self.inc)
             .u64(self.num)
             .u64(self.aru.len() as u64);
         for s in &self.aru {
@@ -34,8 +40,17 @@ impl PoAru {
         b.finish()
     }
 
-    /// How this row relates to `older`, an earlier row of the same replica.
+    /// How this row relates to `older`, an earlier row of the same replica. A row of a later
+    /// incarnation replaces any of an earlier one (the recovered replica starts afresh), and
+    /// one of an earlier incarnation never replaces a later one.
     pub fn compare(&self, older: &PoAru) -> RowOrder {
+        if self.inc != older.inc {
+            return if self.inc > older.inc {
+                RowOrder::Newer
+            } else {
+                RowOrder::NotNewer
+            };
+        }
         if self.num <= older.num {
             return RowOrder::NotNewer;
         }
@@ -87,12 +102,12 @@ pub enum MatrixError {
 }
 
 impl SignedPoAru {
-    /// Checks the row's shape for `n` replicas and its signature (`verify(replica, statement,
-    /// signature)`).
+    /// Checks the row's shape for `n` replicas and its signature (`verify(row, statement,
+    /// signature)`: the row names its replica and the incarnation of the key that signed it).
     pub fn check(
         &self,
         n: usize,
-        verify: &mut impl FnMut(ReplicaId, &Digest, &Signature) -> bool,
+        verify: &mut impl FnMut(&PoAru, &Digest, &Signature) -> bool,
     ) -> Result<(), MatrixError> {
         if self.row.aru.len() != n {
             return Err(MatrixError::RowLength {
@@ -106,7 +121,7 @@ impl SignedPoAru {
                 replica: self.row.replica,
             });
         }
-        if !verify(self.row.replica, &self.row.statement(), &self.sig) {
+        if !verify(&self.row, &self.row.statement(), &self.sig) {
             return Err(MatrixError::BadSignature(self.row.replica));
         }
         Ok(())
@@ -132,7 +147,7 @@ impl Matrix {
     pub fn check(
         &self,
         n: usize,
-        mut verify: impl FnMut(ReplicaId, &Digest, &Signature) -> bool,
+        mut verify: impl FnMut(&PoAru, &Digest, &Signature) -> bool,
     ) -> Result<(), MatrixError> {
         if self.rows.len() != n {
             return Err(MatrixError::Rows {
@@ -169,6 +184,24 @@ impl Matrix {
             }
         }
         b.finish()
+    }
+
+    /// The matrix with every row whose incarnation is not `current(replica)` emptied: what
+    /// an ordinal counts, with `current` read from the state it executes on (every replica
+    /// executing it agrees), so rows signed with an order key a recovery retired count for
+    /// nothing, whoever proposes them.
+    pub fn masked(&self, current: impl Fn(ReplicaId) -> u64) -> Matrix {
+        Matrix {
+            rows: self
+                .rows
+                .iter()
+                .map(|r| {
+                    r.as_ref()
+                        .filter(|r| r.row.inc == current(r.row.replica))
+                        .cloned()
+                })
+                .collect(),
+        }
     }
 
     /// Entry `(j, i)`: how far replica `j` claims certificates from originator `i` (0 for an
@@ -232,6 +265,7 @@ mod tests {
         Some(SignedPoAru {
             row: PoAru {
                 replica,
+                inc: 0,
                 num,
                 aru: aru.to_vec(),
             },
@@ -276,6 +310,7 @@ mod tests {
     fn a_row_replaces_an_older_one_only_if_it_grows() {
         let old = PoAru {
             replica: 1,
+            inc: 0,
             num: 4,
             aru: vec![3, 3, 3, 3],
         };
@@ -302,6 +337,31 @@ mod tests {
             ..old.clone()
         };
         assert_eq!(shrink.compare(&old), RowOrder::Inconsistent);
+        // A recovered replica's first row under its new key replaces whatever the old key
+        // signed (an attacker's row far ahead included); rows of the old key never come back.
+        let fresh = PoAru {
+            inc: 7,
+            num: 1,
+            aru: vec![1, 0, 0, 0],
+            ..old.clone()
+        };
+        assert_eq!(fresh.compare(&replay), RowOrder::Newer);
+        assert_eq!(replay.compare(&fresh), RowOrder::NotNewer);
+    }
+
+    #[test]
+    fn rows_of_a_retired_incarnation_count_for_nothing() {
+        let mut m = matrix(&[&[9, 0, 0, 0], &[9, 0, 0, 0], &[2, 0, 0, 0], &[2, 0, 0, 0]]);
+        assert_eq!(m.proof_aru(0, 1), 2);
+        // Replica 1 recovered (incarnation 5): its old row goes, and the cut follows the
+        // replicas that remain.
+        let current = |r: ReplicaId| if r == 1 { 5 } else { 0 };
+        assert_eq!(m.masked(current).proof_aru(0, 1), 2);
+        assert!(m.masked(current).rows[1].is_none());
+        if let Some(r) = m.rows[1].as_mut() {
+            r.row.inc = 5;
+        }
+        assert_eq!(m.masked(current), m);
     }
 
     #[test]
@@ -309,7 +369,7 @@ mod tests {
         let ok = matrix(&[&[0; 4], &[0; 4], &[0; 4], &[0; 4]]);
         assert_eq!(ok.check(4, |_, _, _| true), Ok(()));
         assert_eq!(
-            ok.check(4, |r, _, _| r != 2),
+            ok.check(4, |r, _, _| r.replica != 2),
             Err(MatrixError::BadSignature(2))
         );
         assert_eq!(

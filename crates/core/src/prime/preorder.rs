@@ -108,6 +108,8 @@ pub struct PreOrder {
     /// Our row as last signed, and its number.
     row_sent: Option<Vec<Seq>>,
     row_num: u64,
+    /// The incarnation of the order key our rows are signed with.
+    inc: u64,
     /// Per replica: its latest row (the summary matrix).
     rows: Vec<Option<SignedPoAru>>,
     /// `known[j][i]`: replica `j` holds originator `i`'s PO-REQUESTs up to here (from its
@@ -134,6 +136,7 @@ impl PreOrder {
             cum_aru: vec![0; n],
             row_sent: None,
             row_num: 0,
+            inc: 0,
             rows: vec![None; n],
             known: vec![vec![0; n]; n],
             executed: vec![0; n],
@@ -253,10 +256,71 @@ impl PreOrder {
         }
     }
 
+    /// Our rows are signed from now on with the order key of incarnation `inc` (installed by
+    /// our recovery): the first under it may report less than the last under the old one.
+    pub fn set_incarnation(&mut self, inc: u64) {
+        if inc != self.inc {
+            self.inc = inc;
+            self.row_sent = None;
+            self.row_num = 0;
+        }
+    }
+
+    /// The incarnation our rows are signed in.
+    pub fn incarnation(&self) -> u64 {
+        self.inc
+    }
+
+    /// Replica `j`'s order key is now of incarnation `inc`: a row of it signed with an
+    /// earlier key goes from our matrix, with what it claimed (an attacker that held the old
+    /// key may have signed anything).
+    pub fn retire_rows(&mut self, j: ReplicaId, inc: u64) {
+        let ju = j as usize;
+        if self
+            .rows
+            .get(ju)
+            .is_some_and(|r| r.as_ref().is_some_and(|r| r.row.inc < inc))
+        {
+            self.rows[ju] = None;
+            self.known[ju] = self.executed.clone();
+        }
+    }
+
+    /// The freshness rule (BFT-PR §4.3) on pre-ordering: our keys changed, so what others
+    /// sent under the old ones no longer counts towards a certificate not yet formed (an
+    /// attacker's acknowledgements from before a recovery must not combine with a later
+    /// one's). Our own acknowledgements stay; peers send theirs again.
+    pub fn drop_uncertified_votes(&mut self) {
+        let me = self.me;
+        for slot in self.slots.values_mut() {
+            if slot.certified.is_none() {
+                slot.acks.retain(|r, _| *r == me);
+                slot.offered.clear();
+            }
+        }
+    }
+
+    /// A recovering replica distrusts what its journal gave back (an attacker may have
+    /// written it): every PO-REQUEST, acknowledgement, certificate and row goes, and it
+    /// learns them again from its peers. What executed stays (the state is checked
+    /// separately).
+    pub fn forget_all(&mut self) {
+        self.slots.clear();
+        self.newly_certified.clear();
+        self.aru = self.executed.clone();
+        self.acked = self.executed.clone();
+        self.cum_aru = self.executed.clone();
+        self.rows = vec![None; self.cfg.n as usize];
+        self.known = vec![self.executed.clone(); self.cfg.n as usize];
+        self.row_sent = None;
+        self.row_num = 0;
+        self.next_own = self.executed[self.me as usize] + 1;
+    }
+
     /// A row we signed before, seen again (in an ordered matrix, after a restart): later rows
     /// never go below it.
     pub fn restore_row(&mut self, row: &PoAru) {
-        if row.replica != self.me || row.aru.len() != self.cfg.n as usize {
+        if row.replica != self.me || row.inc != self.inc || row.aru.len() != self.cfg.n as usize {
             return;
         }
         if row.num >= self.row_num {
@@ -413,6 +477,7 @@ impl PreOrder {
         self.row_sent = Some(self.cum_aru.clone());
         Some(PoAru {
             replica: self.me,
+            inc: self.inc,
             num: self.row_num,
             aru: self.cum_aru.clone(),
         })

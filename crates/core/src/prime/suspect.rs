@@ -447,6 +447,7 @@ mod tests {
             m.rows[j as usize] = Some(SignedPoAru {
                 row: PoAru {
                     replica: j,
+                    inc: 0,
                     num: x,
                     aru: vec![x, 0, 0, 0],
                 },

@@ -207,8 +207,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         });
         self.persist_executed(seq, digest, Some(&proposal));
         let executed = self.apply(seq, &run, false);
-        self.exec.set_eligible(after.clone());
-        self.prime_executed(&proposal, &before, &after);
+        let fenced = self.prime_fence(&after);
+        self.exec.set_eligible(fenced.clone());
+        self.prime_executed(&proposal, &before, &after, &fenced);
+        if fenced != after {
+            // A recovery ran: keys and numbering changed.
+            self.prime_refresh_incarnations();
+        }
         self.finish_execution(seq, digest, Some(&run), executed);
     }
 
@@ -234,8 +239,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             let separated = self.cfg.separated();
             let result = match recovery::recovery_of(req.client, self.cfg.n()) {
                 Some(r) => {
-                    let h_m = postcard::from_bytes::<RecoveryOp>(&req.op).map_or(0, |op| op.h_m);
-                    self.execute_recovery(r, h_m, seq, time_ms)
+                    let op = postcard::from_bytes::<RecoveryOp>(&req.op).ok();
+                    self.execute_recovery(r, op, req.timestamp, seq, time_ms)
                 }
                 // Separated: the execution nodes run it and answer; here it is only ordered.
                 None if separated => Vec::new(),

@@ -116,6 +116,8 @@ pub struct Stats {
     /// Recoveries completed here, and recovery requests (of any replica) executed.
     pub recoveries: u64,
     pub recovery_requests_executed: u64,
+    /// Prime: order keys a recovery of ours installed (our rows are signed with them).
+    pub order_keys_installed: u64,
     /// Batches executed tentatively, and those of them undone by a view change (or a state
     /// transfer) before they committed.
     pub tentative_batches: u64,

@@ -12,16 +12,26 @@
 //! PO-REQUEST.
 
 use super::*;
-use crate::prime::matrix::{newly_eligible, RowOrder};
+use crate::message::{recovery_client, RecoveryResult};
+use crate::prime::matrix::{newly_eligible, PoAru, RowOrder};
 use crate::prime::preorder::{PreOrder, PreOrderConfig};
 use crate::prime::suspect::{Out, Suspect, SuspectConfig};
 use redoubt_crypto::pk::{self, HolderSecrets, VerifyKey};
 
-/// Signing and checking PO-ARU rows: this replica's order key and every replica's public one.
+/// Signing and checking PO-ARU rows: this replica's order keys and every replica's public
+/// one as dealt at `init` (incarnation 0; a recovery installs a fresh one, named in the
+/// replicated result of its recovery request).
 pub(super) struct PrimeKeys {
-    order_key: HolderSecrets,
+    /// The key dealt at `init`.
+    dealt: HolderSecrets,
+    /// The key our rows are signed with, and its incarnation.
+    signing: (u64, HolderSecrets),
     orders: Arc<Vec<VerifyKey>>,
 }
+
+/// Fresh order keys kept per replica (a refused recovery request draws another), as many as
+/// the journal keeps.
+const DRAWN_KEYS_MAX: usize = crate::journal::ORDER_KEYS_KEPT;
 
 /// The replica's Prime state.
 pub(super) struct PrimeSide {
@@ -47,6 +57,13 @@ pub(super) struct PrimeSide {
     /// Our latest signed row (resent at every status interval: rows are not retransmitted
     /// otherwise).
     row: Option<SignedPoAru>,
+    /// Fresh order keys drawn for our recovery requests (the latest few, from the journal
+    /// after a restart): the one our accepted recovery named becomes ours when it executes
+    /// here.
+    drawn: Vec<HolderSecrets>,
+    /// Replicas whose accepted recovery request the ordinal executing now ran: their
+    /// pre-ordering numbering is fenced when it completes.
+    fences: Vec<ReplicaId>,
 }
 
 impl PrimeSide {
@@ -73,6 +90,8 @@ impl PrimeSide {
             summarized: vec![0; n],
             at_checkpoint: BTreeMap::new(),
             row: None,
+            drawn: Vec::new(),
+            fences: Vec::new(),
         };
         #[cfg(feature = "mutants")]
         match cfg.mutant {
@@ -156,44 +175,210 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             "one order key per replica"
         );
         if let Some(p) = self.prime.as_mut() {
-            p.keys = Some(PrimeKeys { order_key, orders });
+            p.keys = Some(PrimeKeys {
+                signing: (0, order_key.clone()),
+                dealt: order_key,
+                orders,
+            });
         }
+        // After a restart: the state may name an order key of ours drawn before it.
+        self.prime_refresh_incarnations();
         self
+    }
+
+    /// Replica `j`'s order key in force and its incarnation, as the state we executed says:
+    /// the key its latest accepted recovery installed, else the one dealt at `init`.
+    pub(super) fn row_key_of(&self, j: ReplicaId) -> Option<(u64, VerifyKey)> {
+        let installed = self
+            .exec
+            .last_reply(recovery_client(j))
+            .and_then(|l| postcard::from_bytes::<RecoveryResult>(&l.result).ok())
+            .and_then(|r| r.row_key);
+        if installed.is_some() {
+            return installed;
+        }
+        let p = self.prime.as_ref()?;
+        p.keys.as_ref()?.orders.get(j as usize).map(|k| (0, *k))
+    }
+
+    /// The incarnation of replica `j`'s order key in force (see [`Replica::row_key_of`]).
+    pub fn incarnation_of(&self, j: ReplicaId) -> u64 {
+        self.row_key_of(j).map_or(0, |(inc, _)| inc)
+    }
+
+    /// Prime: the order key this replica signs its rows with, and its incarnation: what an
+    /// attacker who took the process over holds (the simulator's adversary steals it).
+    pub fn order_key(&self) -> Option<(u64, HolderSecrets)> {
+        let keys = self.prime.as_ref()?.keys.as_ref()?;
+        Some((keys.signing.0, keys.signing.1.clone()))
+    }
+
+    /// Prime: the rows of our summary matrix, and how far we hold certificates per
+    /// originator (for the simulator's checks).
+    pub fn prime_rows(&self) -> Option<(Vec<Option<PoAru>>, Vec<Seq>)> {
+        let p = self.prime.as_ref()?;
+        let rows =
+            p.po.matrix()
+                .rows
+                .into_iter()
+                .map(|r| r.map(|r| r.row))
+                .collect();
+        Some((rows, p.po.cum_aru().to_vec()))
+    }
+
+    /// An order key drawn for our next recovery request (journaled first, so that a restart
+    /// before the request runs can still sign with it).
+    pub(super) fn draw_order_key(&mut self, seed: [u8; 32]) -> Option<VerifyKey> {
+        let p = self.prime.as_mut()?;
+        let key = HolderSecrets::from_seed(&seed);
+        let public = key.public().verify;
+        p.drawn.push(key);
+        if p.drawn.len() > DRAWN_KEYS_MAX {
+            p.drawn.remove(0);
+        }
+        self.persist(Record::OrderKey { seed });
+        Some(public)
+    }
+
+    /// Some replica's order key may have changed (a recovery request ran here, a state was
+    /// fetched, or the journal replayed): rows signed with retired keys leave our matrix, and
+    /// our own rows are signed with the key now in force if we hold it.
+    pub(super) fn prime_refresh_incarnations(&mut self) {
+        let n = self.cfg.n();
+        let Some(incs) = (0..n)
+            .map(|j| self.row_key_of(j))
+            .collect::<Option<Vec<_>>>()
+        else {
+            return;
+        };
+        let me = self.id as usize;
+        let Some(p) = self.prime.as_mut() else {
+            return;
+        };
+        for (j, (inc, _)) in incs.iter().enumerate() {
+            p.po.retire_rows(j as ReplicaId, *inc);
+        }
+        let (inc, key) = incs[me];
+        let Some(keys) = p.keys.as_mut() else {
+            return;
+        };
+        if keys.signing.0 == inc {
+            return;
+        }
+        let found = if inc == 0 {
+            Some(keys.dealt.clone())
+        } else {
+            p.drawn.iter().find(|k| k.public().verify == key).cloned()
+        };
+        if let Some(k) = found {
+            keys.signing = (inc, k);
+            p.po.set_incarnation(inc);
+            p.row = None;
+            self.stats.order_keys_installed += 1;
+        }
+    }
+
+    /// Whether we may introduce PO-REQUESTs and sign rows: our rows' key is the one in force,
+    /// and a recovery of ours has had its request executed here (before that, our numbering
+    /// is about to be fenced, and the key in force is the one an attacker may hold).
+    fn prime_may_speak(&self) -> bool {
+        let Some(inc) = self
+            .prime
+            .as_ref()
+            .and_then(|p| p.keys.as_ref())
+            .map(|k| k.signing.0)
+        else {
+            return false;
+        };
+        inc == self.incarnation_of(self.id) && self.recovery_incarnated(inc)
+    }
+
+    /// Ordinal execution fenced the numbering of the replicas whose recovery request it ran:
+    /// every number up to the window above what it had made eligible counts as executed. The
+    /// old incarnation's PO-REQUESTs in that range (which an attacker may have introduced
+    /// with the replica's keys) never run, and the recovered replica numbers from above it,
+    /// so it never contradicts them. Every correct replica accepted its PO-REQUESTs only
+    /// within the window above what it had executed, which the fence covers.
+    pub(super) fn prime_fence(&mut self, after: &[Seq]) -> Vec<Seq> {
+        let mut fenced = after.to_vec();
+        let window = self.cfg.prime_window;
+        if let Some(p) = self.prime.as_mut() {
+            for r in std::mem::take(&mut p.fences) {
+                if let Some(e) = fenced.get_mut(r as usize) {
+                    *e += window;
+                }
+            }
+        }
+        fenced
+    }
+
+    /// Replica `r`'s recovery request was accepted in the ordinal executing now.
+    pub(super) fn prime_recovered(&mut self, r: ReplicaId) {
+        if let Some(p) = self.prime.as_mut() {
+            p.fences.push(r);
+        }
+    }
+
+    /// A recovery starts here: what the journal gave back of pre-ordering is not trusted.
+    pub(super) fn prime_forget(&mut self) {
+        if let Some(p) = self.prime.as_mut() {
+            p.po.forget_all();
+            p.row = None;
+        }
     }
 
     fn prime_ready(&self) -> bool {
         self.prime.as_ref().is_some_and(|p| p.keys.is_some())
     }
 
-    /// Whether replica `r`'s order key signed `statement`. A row we already hold is not
-    /// checked again: every proposal repeats the rows its backups received themselves (an
-    /// Ed25519 verification each, on the ordering path).
-    fn row_signature_valid(&self, r: ReplicaId, statement: &Digest, sig: &pk::Signature) -> bool {
+    /// Whether the row's replica signed `statement` with its order key in force. A row we
+    /// already hold is not checked again: every proposal repeats the rows its backups
+    /// received themselves (an Ed25519 verification each, on the ordering path). In a
+    /// proposal (`in_proposal`), a row of an incarnation a recovery retired passes unchecked:
+    /// it counts for nothing where the ordinal runs ([`Matrix::masked`]), and a leader that
+    /// has not run the recovery yet may still hold it. Of a later incarnation than we know,
+    /// a row cannot be checked until we run the recovery that installed its key.
+    fn row_signature_valid(
+        &self,
+        row: &PoAru,
+        statement: &Digest,
+        sig: &pk::Signature,
+        in_proposal: bool,
+    ) -> bool {
         let Some(p) = self.prime.as_ref() else {
             return false;
         };
-        if p.po.holds_row(r, statement, sig) {
+        let Some((inc, key)) = self.row_key_of(row.replica) else {
+            return false;
+        };
+        if row.inc < inc && in_proposal {
             return true;
         }
-        p.keys
-            .as_ref()
-            .and_then(|k| k.orders.get(r as usize))
-            .is_some_and(|key| pk::verify(key, &statement.0, sig))
+        if row.inc != inc {
+            return false;
+        }
+        p.po.holds_row(row.replica, statement, sig) || pk::verify(&key, &statement.0, sig)
     }
 
     /// Checks a proposed matrix: shape, and every row's signature.
     pub(super) fn matrix_valid(&self, m: &Matrix) -> bool {
         m.check(self.cfg.n() as usize, |r, st, sig| {
-            self.row_signature_valid(r, st, sig)
+            self.row_signature_valid(r, st, sig, true)
         })
         .is_ok()
+    }
+
+    /// The matrix `m` as the next ordinal counts it: rows of retired incarnations emptied.
+    fn counted(&self, m: &Matrix) -> Matrix {
+        let incs: Vec<u64> = (0..self.cfg.n()).map(|j| self.incarnation_of(j)).collect();
+        m.masked(|j| incs.get(j as usize).copied().unwrap_or(0))
     }
 
     // ----- timers -----------------------------------------------------------------------------
 
     /// Prime's timers: pre-ordering, the leader's proposals, Suspect-Leader, retransmission.
     pub(super) fn prime_tick(&mut self) {
-        if !self.prime_ready() || self.recovery.is_some() {
+        if !self.prime_ready() {
             return;
         }
         let now = self.now();
@@ -307,13 +492,18 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Our waiting clients' requests (signed, not yet introduced) go out in our next
     /// PO-REQUEST.
     fn introduce(&mut self) {
-        if !self.prime.as_ref().is_some_and(|p| p.po.can_introduce()) {
+        if !self.prime_may_speak() || !self.prime.as_ref().is_some_and(|p| p.po.can_introduce()) {
             return;
         }
+        let n = self.cfg.n();
         let (picked, _) =
             self.pool
                 .next_batch(self.cfg.batch_requests_max, self.cfg.batch_bytes_max, |w| {
-                    if w.req.sig.is_some() {
+                    // Clients' requests carry their signatures; a recovering replica's
+                    // carries its key holder's inside.
+                    if w.req.sig.is_some()
+                        || recovery::recovery_of(w.req.request.client, n).is_some()
+                    {
                         Pick::Take
                     } else {
                         Pick::Skip
@@ -339,12 +529,15 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// Signs our row if our certificates grew, keeps it in our own matrix, and sends it.
     fn sign_row(&mut self) {
+        if !self.prime_may_speak() {
+            return;
+        }
         let p = self.prime.as_mut().expect("prime");
         let Some(row) = p.po.new_row() else {
             return;
         };
         let keys = p.keys.as_ref().expect("checked by prime_ready");
-        let sig = keys.order_key.sign(&row.statement().0);
+        let sig = keys.signing.1.sign(&row.statement().0);
         let signed = SignedPoAru { row, sig };
         p.po.receive_row(signed.clone());
         p.row = Some(signed.clone());
@@ -368,7 +561,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         e
     }
 
-    /// The leader proposes its summary matrix if it makes something new eligible.
+    /// The leader proposes its summary matrix if it makes something new eligible (or, idle,
+    /// to reach a recovery point).
     fn prime_propose(&mut self) {
         if !self.normal || !self.is_primary() || self.exec.transfer_target().is_some() {
             return;
@@ -378,7 +572,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let proposed = self.proposed_eligibility();
         let p = self.prime.as_ref().expect("prime");
-        if !p.po.would_advance(&proposed) {
+        // An idle leader still moves the ordinals on to a recovering replica's recovery
+        // point (a matrix that makes nothing new eligible runs nothing), one at a time.
+        let idle_progress = self.next_seq == self.exec.last_executed() + 1
+            && self.recovery_progress_target().is_some();
+        if !p.po.would_advance(&proposed) && !idle_progress {
             return;
         }
         let matrix = Arc::new(p.po.matrix());
@@ -490,18 +688,30 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     ) -> Result<(), Reject> {
         let req = &sr.request;
         let c = req.client;
-        if !matches!(from, Principal::Client(_)) || recovery::recovery_of(c, self.cfg.n()).is_some()
-        {
-            // Clients send to replicas themselves; recovery requests are PBFT's.
-            return Err(Reject::Unexpected);
+        match recovery::recovery_of(c, self.cfg.n()) {
+            // A recovering replica's request comes from it, and the others introduce it (its
+            // own numbering is fenced when the request runs). Its key holder's signature
+            // is inside.
+            Some(r) => {
+                if from != Principal::Replica(r) || r == self.id {
+                    return Err(Reject::Unexpected);
+                }
+                if !self.recovery_authentic(r, req) {
+                    return Err(Reject::BadRequestAuth);
+                }
+            }
+            // Clients send to replicas themselves.
+            None if !matches!(from, Principal::Client(_)) => return Err(Reject::Unexpected),
+            None => {
+                if !sr
+                    .sig
+                    .is_some_and(|s| self.request_signature_valid(req, &digest, &s))
+                {
+                    return Err(Reject::BadRequestAuth);
+                }
+                self.stats.requests_signed += 1;
+            }
         }
-        if !sr
-            .sig
-            .is_some_and(|s| self.request_signature_valid(req, &digest, &s))
-        {
-            return Err(Reject::BadRequestAuth);
-        }
-        self.stats.requests_signed += 1;
         if let Some(last) = self.exec.last_reply(c) {
             if req.timestamp < last.timestamp {
                 return Err(Reject::Stale);
@@ -522,7 +732,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
             _ => self.pool.admit(sr, digest, true),
         }
-        if self.prime_ready() && self.recovery.is_none() {
+        if self.prime_ready() {
             self.introduce();
         }
         self.arm_request_timer();
@@ -562,10 +772,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     fn check_po_requests(&self, req: &PoRequest) -> Result<(), Reject> {
         let n = self.cfg.n();
         for r in &req.requests {
-            if r.request.op.len() > self.cfg.op_bytes_max()
-                || recovery::recovery_of(r.request.client, n).is_some()
-            {
+            if r.request.op.len() > self.cfg.op_bytes_max() {
                 return Err(Reject::Inconsistent);
+            }
+            if let Some(rr) = recovery::recovery_of(r.request.client, n) {
+                if !self.recovery_authentic(rr, &r.request) {
+                    return Err(Reject::BadRequestAuth);
+                }
+                continue;
             }
             let d = r.request.digest();
             if !r
@@ -600,7 +814,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let n = self.cfg.n() as usize;
         if row
-            .check(n, &mut |r, st, sig| self.row_signature_valid(r, st, sig))
+            .check(n, &mut |r, st, sig| {
+                self.row_signature_valid(r, st, sig, false)
+            })
             .is_err()
         {
             return Err(Reject::BadSignature);
@@ -725,6 +941,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             // Cannot be prepared by 2f+1 replicas checking shapes: runs nothing.
             return Ok((derived(b, Vec::new()), before));
         };
+        let m = &self.counted(m);
         let after = m.eligible_at_rank(&before, PrimeSide::cut_rank(&self.cfg));
         let pairs = newly_eligible(&before, &after);
         let Some(p) = self.prime.as_ref() else {
@@ -771,12 +988,19 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// A matrix batch ran: its PO-REQUESTs are forgotten, and the designated senders push
     /// them to the replicas not known to hold them (reconciliation).
-    pub(super) fn prime_executed(&mut self, b: &Batch, before: &[Seq], after: &[Seq]) {
+    pub(super) fn prime_executed(
+        &mut self,
+        b: &Batch,
+        before: &[Seq],
+        after: &[Seq],
+        fenced: &[Seq],
+    ) {
+        let counted = b.matrix.as_ref().map(|m| self.counted(m));
         let Some(p) = self.prime.as_mut() else {
             return;
         };
         let mut pushes = Vec::new();
-        if let Some(m) = b.matrix.as_ref() {
+        if let Some(m) = counted.as_ref() {
             for (i, s) in newly_eligible(before, after) {
                 let to = p.po.reconcile(m, i, s);
                 if !to.is_empty() {
@@ -786,7 +1010,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 }
             }
         }
-        p.po.executed_through(after);
+        p.po.executed_through(fenced);
         if self.replaying {
             return;
         }
@@ -835,6 +1059,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 *s = (*s).max(*x);
             }
         }
+        // The state may have run recoveries we did not.
+        self.prime_refresh_incarnations();
     }
 
     /// Prime's records from the journal, after the replay: our own PO-REQUESTs not yet run
@@ -846,6 +1072,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         };
         for x in records {
             match x {
+                Record::OrderKey { seed } => {
+                    p.drawn.push(HolderSecrets::from_seed(seed));
+                    if p.drawn.len() > DRAWN_KEYS_MAX {
+                        p.drawn.remove(0);
+                    }
+                }
                 Record::Introduced { request } => p.po.restore_own(request.clone()),
                 Record::Held { request } => p.po.restore_held(request.clone()),
                 Record::Acked { parts } => p.po.restore_acks(parts),
@@ -853,6 +1085,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 _ => {}
             }
         }
+        self.prime_refresh_incarnations();
     }
 }
 

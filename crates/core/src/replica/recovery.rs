@@ -24,6 +24,7 @@ use crate::message::{
     recovery_client, recovery_replica, QueryStable, RecoveryOp, RecoveryResult, ReplyStable,
     RequestSig,
 };
+use redoubt_crypto::pk::HolderSecrets;
 use redoubt_crypto::{pk, Mac};
 
 /// The replica whose recovery request client id `c` is (for `n` replicas).
@@ -140,6 +141,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         self.ckpt_votes.forget_others_above(me, stable);
         self.forget_view_changes_of(None);
+        // Prime: acknowledgements and offered copies towards PO certificates not yet formed.
+        if let Some(p) = self.prime.as_mut() {
+            p.po.drop_uncertified_votes();
+        }
         // Ours were never received under any key: send them again under the new ones.
         if !self.normal {
             if let Some((vc, _)) = self.my_vc.clone() {
@@ -394,7 +399,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         pk::verify(&pubkeys.verify, &st.0, &sig.sig)
     }
 
-    fn recovery_authentic(&self, r: ReplicaId, req: &Request) -> bool {
+    pub(super) fn recovery_authentic(&self, r: ReplicaId, req: &Request) -> bool {
         if r >= self.cfg.n() || req.read_only {
             return false;
         }
@@ -408,7 +413,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         else {
             return false;
         };
-        let content = RecoveryOp::content_digest(r, op.h_m);
+        let content = RecoveryOp::content_digest(r, op.h_m, op.row_key.as_ref());
         let st = crate::keys::holder_statement(
             Purpose::Recovery,
             Principal::Replica(r),
@@ -418,22 +423,27 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         op.replica == r && pk::verify(&pubkeys.verify, &st.0, &op.sig)
     }
 
-    /// Executes replica `r`'s recovery request at `seq` (agreed time `time_ms`): refused if
-    /// `r`'s previous accepted recovery is more recent than `recovery_interval_min_ms`;
-    /// otherwise every replica but `r` refreshes its keys, so the keys an attacker may have
-    /// taken from `r` stop working.
+    /// Executes replica `r`'s recovery request (operation `op`, key-holder counter
+    /// `counter`) at `seq` (agreed time `time_ms`): refused if `r`'s previous accepted
+    /// recovery is more recent than `recovery_interval_min_ms`; otherwise every replica but
+    /// `r` refreshes its keys, so the keys an attacker may have taken from `r` stop working,
+    /// and under Prime the order key the request names replaces `r`'s (incarnation
+    /// `counter`) and `r`'s pre-ordering numbering is fenced.
     pub(super) fn execute_recovery(
         &mut self,
         r: ReplicaId,
-        op_h_m: Seq,
+        op: Option<RecoveryOp>,
+        counter: u64,
         seq: Seq,
         time_ms: u64,
     ) -> Vec<u8> {
-        let previous = self
+        let op_h_m = op.map_or(0, |op| op.h_m);
+        let before = self
             .exec
             .last_reply(recovery_client(r))
-            .and_then(|l| postcard::from_bytes::<RecoveryResult>(&l.result).ok())
-            .and_then(|p| p.last_accepted_ms);
+            .and_then(|l| postcard::from_bytes::<RecoveryResult>(&l.result).ok());
+        let previous = before.and_then(|p| p.last_accepted_ms);
+        let previous_key = before.and_then(|p| p.row_key);
         let accepted =
             previous.is_none_or(|t| time_ms.saturating_sub(t) >= self.cfg.recovery_interval_min_ms);
         let (k, l) = (self.cfg.checkpoint_interval, self.cfg.log_size);
@@ -443,12 +453,19 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         } else {
             0
         };
+        let fresh_key = op
+            .and_then(|op| op.row_key)
+            .filter(|_| accepted && self.cfg.prime());
         let result = RecoveryResult {
             seq,
             accepted,
             last_accepted_ms: if accepted { Some(time_ms) } else { previous },
             target,
+            row_key: fresh_key.map(|k| (counter, k)).or(previous_key),
         };
+        if accepted && self.cfg.prime() {
+            self.prime_recovered(r);
+        }
         if accepted {
             self.stats.recovery_requests_executed += 1;
             if !self.replaying {
@@ -495,6 +512,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if let Some(s) = self.auth.session() {
             s.discard_client_keys();
         }
+        self.prime_forget();
         // Which NEW-VIEW it entered its view on came from a journal the attacker may have
         // rewritten: it vouches for none (see `reports.rs`) until it enters a view again.
         self.entered_on = None;
@@ -525,6 +543,22 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Whether a recovery is in progress.
     pub fn recovering(&self) -> bool {
         self.recovery.is_some()
+    }
+
+    /// Prime: whether our rows and PO-REQUESTs may go out with the order key of incarnation
+    /// `inc` as far as a recovery is concerned: none in progress, or its request ran here
+    /// and installed that key.
+    pub(super) fn recovery_incarnated(&self, inc: u64) -> bool {
+        match &self.recovery {
+            None => true,
+            Some(rec) => {
+                rec.phase == Phase::Fetching
+                    && rec
+                        .request
+                        .as_ref()
+                        .is_some_and(|sr| sr.request.timestamp == inc)
+            }
+        }
     }
 
     fn last_checkpoint_seq(&self) -> Seq {
@@ -828,16 +862,28 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     fn make_recovery_request(&mut self, h_m: Seq) -> Result<SignedRequest, String> {
         let me = self.id;
+        // The mutant draws none: the replica keeps the key an attacker may hold.
+        let prime = self.cfg.prime() && !self.mutant("keep-order-keys");
         let Some(s) = self.auth.session() else {
             return Err("static keys: no key holder".into());
         };
-        let content = RecoveryOp::content_digest(me, h_m);
-        let (counter, sig) = s
-            .with_holder(|h| h.sign(Purpose::Recovery, &content))
+        // Prime: a fresh order key, named in the request (the old one may be an attacker's).
+        let (seed, row_key, (counter, sig)) = s
+            .with_holder(|h| {
+                let seed = if prime { Some(h.fresh_key()?.0) } else { None };
+                let row_key = seed.map(|s| HolderSecrets::from_seed(&s).public().verify);
+                let content = RecoveryOp::content_digest(me, h_m, row_key.as_ref());
+                h.sign(Purpose::Recovery, &content)
+                    .map(|signed| (seed, row_key, signed))
+            })
             .map_err(|e| e.to_string())?;
+        if let Some(seed) = seed {
+            self.draw_order_key(seed);
+        }
         let op = RecoveryOp {
             replica: me,
             h_m,
+            row_key,
             sig,
         };
         Ok(SignedRequest {

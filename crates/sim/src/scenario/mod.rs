@@ -445,15 +445,12 @@ impl Scenario {
     }
 
     /// Prime orders requests (ADR 0007), with every other draw of the seed kept: tentative
-    /// execution is off (Prime has none). Proactive recovery is not drawn: Prime does not
-    /// order recovery requests yet.
+    /// execution is off (Prime has none). Proactive recovery stays where the seed drew it;
+    /// compromised replicas then lie about pre-ordering in half of those seeds.
     pub fn prime(&mut self) {
         self.core.ordering = redoubt_core::OrderProtocol::Prime;
         self.core.tentative_execution = false;
         self.core.primary_replies = false;
-        self.proactive = None;
-        self.plant = None;
-        self.tamper_disk = false;
         // Suspect-Leader replaces slow leaders; the view-change timer is the backstop, long
         // enough that a leader holding proposals just under it costs far more than the
         // bounded-delay check allows.
@@ -472,6 +469,11 @@ impl Scenario {
                 *b = Behavior::PrimeLiar;
             } else if roll == 2 {
                 *b = Behavior::Slow;
+            }
+        }
+        if let Some(p) = self.proactive.as_mut() {
+            if rng.random_bool(0.5) {
+                p.behavior = Behavior::PrimeLiar;
             }
         }
         // In 40% of the seeds the clients keep working long after the network healed and

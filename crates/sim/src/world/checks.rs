@@ -35,6 +35,7 @@ impl World {
         }
         if self.violations.is_empty() && !stopped {
             self.check_bounded_delay();
+            self.check_planted_rows();
         }
         if let Some(p) = &self.sc.proactive {
             if self.violations.is_empty() && !self.proactive_done() && !stopped {
@@ -136,7 +137,7 @@ impl World {
     /// from the first receipt of a correct client's update at a correct replica to its
     /// execution at f+1 correct replicas (see `delay.rs`), for updates received after
     /// stabilisation: the heal time, every crash, reboot and pause over, the last hand-over
-    /// done, plus time for the replicas to settle (view changes, catch-up). The bound is
+    /// and the last proactive recovery done, plus time for the replicas to settle (view changes, catch-up). The bound is
     /// generous against the simulated delays but far below what a leader holding its
     /// proposals back just under the view-change timeout costs each update.
     fn check_bounded_delay(&mut self) {
@@ -154,7 +155,7 @@ impl World {
         let stable = windows
             .map(|w| w.end_ms)
             .chain(self.sc.step_downs.iter().copied())
-            .chain([self.sc.heal_ms])
+            .chain([self.sc.heal_ms, self.last_recovered_ms])
             .max()
             .unwrap_or(0)
             + PRIME_SETTLE_MS;
@@ -165,6 +166,54 @@ impl World {
                 "bounded delay: c{c}'s update first received by a correct replica at {at}ms \
                  took {lat}ms to execute at f+1 correct replicas after stabilisation at \
                  {stable}ms (bound {bound}ms)"
+            ));
+        }
+    }
+
+    /// Prime under proactive recovery: at the end, no correct replica's matrix holds a row of
+    /// a replica it knows recovered (it ran the request that installed the replica's order
+    /// key in force) claiming certificates the replica does not hold: rows an attacker signed
+    /// with a key it took from the replica must not outlive the recovery (a planted row far
+    /// ahead is replaced only by a newer one, which the replica never signs).
+    fn check_planted_rows(&mut self) {
+        if !self.sc.core.prime() || self.sc.proactive.is_none() {
+            return;
+        }
+        let n = self.sc.core.n();
+        let mut lies = Vec::new();
+        for j in 0..n {
+            let rj = &self.replicas[j as usize];
+            if self.faulty.contains(&j)
+                || self.compromised == Some(j)
+                || self.up[j as usize] != Up::Running
+            {
+                continue;
+            }
+            let (Some((inc, _)), Some((_, cum))) = (rj.order_key(), rj.prime_rows()) else {
+                continue;
+            };
+            for i in (0..n).filter(|i| *i != j && !self.faulty.contains(i)) {
+                let ri = &self.replicas[i as usize];
+                if self.up[i as usize] != Up::Running || ri.incarnation_of(j) != inc {
+                    continue;
+                }
+                let Some((rows, _)) = ri.prime_rows() else {
+                    continue;
+                };
+                if let Some(row) = rows.get(j as usize).and_then(Option::as_ref) {
+                    if row.aru.iter().zip(&cum).any(|(claim, held)| claim > held) {
+                        lies.push(format!(
+                            "r{i} holds r{j}'s row {:?} (r{j} holds {cum:?})",
+                            row.aru
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(first) = lies.first() {
+            self.violation(format!(
+                "planted rows: {} rows claim more than their recovered replica holds, e.g. {first}",
+                lies.len()
             ));
         }
     }
@@ -186,10 +235,12 @@ impl World {
             // Prime adds per sequence number its execution's requests, and, within the window
             // per originator, what is not yet run: our own PO-REQUESTs, the ones we accepted,
             // and acknowledgement and certificate records (each names one not yet run, twice
-            // over between two compactions).
+            // over between two compactions), and the order keys drawn for recoveries.
             let prime = if cfg.prime() {
                 let n = cfg.n() as usize;
-                cfg.log_size as usize + (1 + n + 2 * n + 2 * n) * cfg.prime_window as usize
+                cfg.log_size as usize
+                    + (1 + n + 2 * n + 2 * n) * cfg.prime_window as usize
+                    + redoubt_core::journal::ORDER_KEYS_KEPT
             } else {
                 0
             };

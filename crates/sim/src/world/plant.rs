@@ -7,6 +7,8 @@
 //! or near `u64::MAX`. Some frames go out at once (receivers accept and may store them: they
 //! are planted); others are kept and released after the replica recovered, through the
 //! forged-frame path (a receiver that re-keyed since they were sealed must reject them).
+//! Under Prime the adversary also plants PO-ARU rows far ahead of what the replica holds,
+//! signed with the order key it took (see `check_planted_rows`).
 //!
 //! With `Plant::join`, the coordinated attack of the review on top: the first f compromised
 //! replicas plant a VIEW-CHANGE for one later view V at every replica (no prepared claims,
@@ -18,6 +20,7 @@
 
 use super::*;
 use redoubt_core::message::{Checkpoint, NewView, ViewChange, ViewChangeAck};
+use redoubt_core::prime::matrix::{PoAru, SignedPoAru};
 use redoubt_core::{Seq, View, VC_VIEWS_AHEAD};
 use redoubt_crypto::Digest;
 
@@ -258,6 +261,14 @@ impl World {
     /// One random message to plant as `r`.
     fn plant_message(&mut self, r: ReplicaId) -> Message {
         let cfg = self.sc.core.clone();
+        // Prime: a PO-ARU row far ahead of what `r` holds, signed with the order key taken
+        // from it, meant to stay in every matrix after `r` recovered (a row is replaced only
+        // by a newer one; the recovery's fresh order key retires it).
+        if cfg.prime() && self.rng.random_bool(0.3) {
+            if let Some(row) = self.planted_row(r) {
+                return Message::PoAru(row);
+            }
+        }
         let (n, k, l) = (cfg.n(), cfg.checkpoint_interval, cfg.log_size);
         let cur = self.max_view(None);
         let other = (r + self.rng.random_range(1..n)) % n;
@@ -352,6 +363,25 @@ impl World {
                 })
             }
         }
+    }
+
+    /// A PO-ARU row of `r` claiming certificates far beyond anything it holds, signed with
+    /// the order key the adversary takes from it.
+    fn planted_row(&mut self, r: ReplicaId) -> Option<SignedPoAru> {
+        let rep = &self.replicas[r as usize];
+        let (inc, key) = rep.order_key()?;
+        let (_, cum) = rep.prime_rows()?;
+        let ahead = 1000 * self.sc.core.prime_window;
+        let aru: Vec<Seq> = cum.iter().map(|s| s + ahead).collect();
+        let row = PoAru {
+            replica: r,
+            inc,
+            num: aru.iter().sum(),
+            aru,
+        };
+        let sig = key.sign(&row.statement().0);
+        self.stats.rows_planted += 1;
+        Some(SignedPoAru { row, sig })
     }
 
     /// Planting while the adversary holds `r` (repeats until the watchdog takes it back).

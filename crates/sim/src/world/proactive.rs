@@ -167,7 +167,12 @@ impl World {
             let d = describe(&bytes);
             self.log(|| format!("FORGED -> r{to} {d} (keys stolen at {stolen_at}ms)"));
         }
-        let rekeyed = self.last_rekey.get(&to).is_some_and(|t| *t > stolen_at);
+        // A frame whose message authenticates itself (a signed PO-ARU row) carries no MAC to
+        // fail: what retires the row is the recovery's fresh order key (`check_planted_rows`).
+        let signed = redoubt_core::message::decode_frame(&bytes, usize::MAX)
+            .and_then(|f| redoubt_core::message::decode_body(&f.body))
+            .is_ok_and(|m| m.required_tag() == redoubt_core::message::TagKind::None);
+        let rekeyed = !signed && self.last_rekey.get(&to).is_some_and(|t| *t > stolen_at);
         let env = self.replica_env(to);
         let eff = self.replicas[to as usize].handle(env, Input::Receive(&bytes));
         let rejected = eff.iter().any(|e| {

@@ -163,6 +163,7 @@ impl World {
             stolen: Vec::new(),
             last_rekey: BTreeMap::new(),
             awaiting_recovery: None,
+            last_recovered_ms: 0,
             planting: plant::Planting::default(),
             watermark_reported: BTreeSet::new(),
             new_keys: replay::NewKeys::default(),

@@ -174,6 +174,7 @@ fn rows_replace_older_ones_and_feed_the_summary_matrix() {
     let mut s = PreOrder::new(cfg(), 0);
     let r1 = sign(PoAru {
         replica: 2,
+        inc: 0,
         num: 1,
         aru: vec![1, 0, 0, 0],
     });
@@ -183,6 +184,7 @@ fn rows_replace_older_ones_and_feed_the_summary_matrix() {
     for j in [1, 3] {
         s.receive_row(sign(PoAru {
             replica: j,
+            inc: 0,
             num: 1,
             aru: vec![1, 0, 0, 0],
         }));
@@ -192,6 +194,7 @@ fn rows_replace_older_ones_and_feed_the_summary_matrix() {
     assert_eq!(s.matrix().proof_aru(0, 1), 1);
     let shrink = sign(PoAru {
         replica: 2,
+        inc: 0,
         num: 2,
         aru: vec![0, 1, 0, 0],
     });
@@ -217,6 +220,7 @@ fn rows_replace_older_ones_and_feed_the_summary_matrix() {
 fn shrink_statement() -> redoubt_crypto::Digest {
     PoAru {
         replica: 2,
+        inc: 0,
         num: 2,
         aru: vec![0, 1, 0, 0],
     }
