@@ -179,8 +179,21 @@ impl Cluster {
         extra: &[&str],
         prepare: impl FnOnce(&Path),
     ) -> Cluster {
+        Cluster::start_monitored_init(&[], clients, period_s, edit, extra, prepare).await
+    }
+
+    /// [`Cluster::start_monitored_with`] with extra `redoubt init` arguments (e.g.
+    /// `--ordering prime`).
+    pub async fn start_monitored_init(
+        init_extra: &[&str],
+        clients: u32,
+        period_s: u64,
+        edit: impl Fn(String) -> String,
+        extra: &[&str],
+        prepare: impl FnOnce(&Path),
+    ) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = init(dir.path(), 4, clients);
+        let config = init_with(dir.path(), 4, clients, init_extra);
         let text = std::fs::read_to_string(&config).expect("config");
         let text = text.replace(
             "\nwatchdog_period_s = 0\n",
