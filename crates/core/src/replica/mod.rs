@@ -13,7 +13,10 @@
 //! - `view_change.rs`: the MAC-only view change (BFT-PR §4.3);
 //! - `status.rs`: receiver-driven retransmission (BFT-PR §4.6.1);
 //! - `restart.rs`: restart from the journal; `recovery.rs`: session keys and proactive
-//!   recovery (BFT-PR §4.4–4.5); `suspects.rs`: clients under suspicion.
+//!   recovery (BFT-PR §4.4–4.5); `suspects.rs`: clients under suspicion;
+//! - `pace.rs`: the primary's pace check; `firewall.rs`, `separated.rs`: the deployments
+//!   with execution apart; `prime.rs` (with `prime/keys.rs`, order keys and incarnations):
+//!   Prime's ordering (ADR 0007).
 //!
 //! Everything it sends leaves as [`Effect`]s. Every bound is explicit: the log holds at most L
 //! slots, checkpoints and checkpoint votes are limited to the window, the request pool holds at
