@@ -13,7 +13,7 @@ use std::process::ExitCode;
 #[derive(Args)]
 pub struct ExecutorArgs {
     /// The cluster configuration file (written by `redoubt init --execution M`)
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "REDOUBT_CONFIG")]
     config: PathBuf,
     /// Which execution node of the configuration to run
     #[arg(long, value_name = "I")]
@@ -79,7 +79,7 @@ pub fn run(args: ExecutorArgs) -> ExitCode {
 #[derive(Args)]
 pub struct FilterArgs {
     /// The cluster configuration file (written by `redoubt init --firewall H`)
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "REDOUBT_CONFIG")]
     config: PathBuf,
     /// Which filter node of the configuration to run
     #[arg(long, value_name = "I")]

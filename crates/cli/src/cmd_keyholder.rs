@@ -10,7 +10,7 @@ use std::process::ExitCode;
 #[derive(Args)]
 pub struct KeyholderArgs {
     /// The cluster configuration file
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "REDOUBT_CONFIG")]
     config: PathBuf,
     /// The replica whose key holder to run (with --executor: the execution node)
     #[arg(long, value_name = "I")]

@@ -2,9 +2,11 @@
 //!
 //! Output is meant for scripts as well as people: `get` writes the value alone (raw bytes and a
 //! newline) on stdout, `scan` one `key<TAB>value` line per pair; everything else goes to
-//! stderr. A negative answer (absent key, failed compare-and-swap) exits with status 3.
+//! stderr. With `-o json` every answer is one JSON object on stdout instead (bytes as a string
+//! if they are UTF-8, else `{"hex": ...}`). A negative answer (absent key, failed
+//! compare-and-swap) exits with status 3 either way.
 
-use crate::{show_bytes, EXIT_NEGATIVE};
+use crate::{json_bytes, show_bytes, Output, EXIT_NEGATIVE};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use redoubt_client::ClientSetup;
@@ -21,12 +23,15 @@ use std::time::Duration;
 #[derive(Args)]
 pub struct KvArgs {
     /// The cluster configuration file (written by `redoubt init`)
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "REDOUBT_CONFIG")]
     config: PathBuf,
     /// Client id to act as; its key file is read from the configuration. Run at most one
     /// process per client id at a time.
-    #[arg(long, value_name = "C")]
+    #[arg(long, value_name = "C", env = "REDOUBT_CLIENT")]
     client: ClientId,
+    /// How to print the answer: text for people, or one JSON object on stdout
+    #[arg(short = 'o', long, value_name = "FORMAT", default_value = "text")]
+    output: Output,
     /// Give up after this many seconds without an answer [default: `[client_timing]
     /// deadline_ms` of the config]
     #[arg(long, value_name = "SECS")]
@@ -84,10 +89,32 @@ pub fn run(args: KvArgs) -> anyhow::Result<ExitCode> {
         setup.deadline = Duration::from_secs_f64(secs);
     }
     let rt = crate::runtime(1)?;
-    rt.block_on(operate(&args.config, setup, args.op))
+    let json = args.output == Output::Json;
+    rt.block_on(operate(&args.config, setup, args.op, json))
 }
 
-async fn operate(config: &Path, setup: ClientSetup, op: KvCommand) -> anyhow::Result<ExitCode> {
+/// Prints a JSON answer (one object and a newline); the exit status is 0, or 3 when the
+/// answer is negative.
+fn emit(
+    out: &mut impl std::io::Write,
+    v: serde_json::Value,
+    positive: bool,
+) -> anyhow::Result<ExitCode> {
+    writeln!(out, "{v}")?;
+    out.flush()?;
+    Ok(if positive {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_NEGATIVE)
+    })
+}
+
+async fn operate(
+    config: &Path,
+    setup: ClientSetup,
+    op: KvCommand,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let kv = KvClient::connect(setup).await.with_context(|| {
         format!(
             "cannot start a client of the cluster in {}",
@@ -108,7 +135,17 @@ async fn operate(config: &Path, setup: ClientSetup, op: KvCommand) -> anyhow::Re
     match op {
         KvCommand::Get { key } => {
             let key = key.into_vec();
-            match kv.get(key.clone()).await.map_err(failed("get"))? {
+            let got = kv.get(key.clone()).await.map_err(failed("get"))?;
+            if json {
+                let v = serde_json::json!({
+                    "op": "get",
+                    "key": json_bytes(&key),
+                    "found": got.is_some(),
+                    "value": got.as_deref().map(json_bytes),
+                });
+                return emit(&mut out, v, got.is_some());
+            }
+            match got {
                 Some(value) => {
                     out.write_all(&value)?;
                     out.write_all(b"\n")?;
@@ -120,10 +157,19 @@ async fn operate(config: &Path, setup: ClientSetup, op: KvCommand) -> anyhow::Re
             }
         }
         KvCommand::Put { key, value } => {
+            let key = key.into_vec();
             let previous = kv
-                .put(key.into_vec(), value.into_vec())
+                .put(key.clone(), value.into_vec())
                 .await
                 .map_err(failed("put"))?;
+            if json {
+                let v = serde_json::json!({
+                    "op": "put",
+                    "key": json_bytes(&key),
+                    "previous": previous.as_deref().map(json_bytes),
+                });
+                return emit(&mut out, v, true);
+            }
             match previous {
                 Some(p) => eprintln!("ok (previous value {})", show_bytes(&p)),
                 None => eprintln!("ok (new key)"),
@@ -131,7 +177,17 @@ async fn operate(config: &Path, setup: ClientSetup, op: KvCommand) -> anyhow::Re
         }
         KvCommand::Delete { key } => {
             let key = key.into_vec();
-            match kv.delete(key.clone()).await.map_err(failed("delete"))? {
+            let was = kv.delete(key.clone()).await.map_err(failed("delete"))?;
+            if json {
+                let v = serde_json::json!({
+                    "op": "delete",
+                    "key": json_bytes(&key),
+                    "deleted": was.is_some(),
+                    "previous": was.as_deref().map(json_bytes),
+                });
+                return emit(&mut out, v, was.is_some());
+            }
+            match was {
                 Some(p) => eprintln!("deleted (value was {})", show_bytes(&p)),
                 None => {
                     eprintln!("(not found) {}: nothing deleted", show_bytes(&key));
@@ -145,14 +201,24 @@ async fn operate(config: &Path, setup: ClientSetup, op: KvCommand) -> anyhow::Re
             absent: _,
             new,
         } => {
+            let key = key.into_vec();
             let (ok, current) = kv
                 .cas(
-                    key.into_vec(),
+                    key.clone(),
                     expected.map(OsStringExt::into_vec),
                     new.into_vec(),
                 )
                 .await
                 .map_err(failed("cas"))?;
+            if json {
+                let v = serde_json::json!({
+                    "op": "cas",
+                    "key": json_bytes(&key),
+                    "swapped": ok,
+                    "current": current.as_deref().map(json_bytes),
+                });
+                return emit(&mut out, v, ok);
+            }
             if ok {
                 eprintln!("ok (swapped)");
             } else {
@@ -168,13 +234,26 @@ async fn operate(config: &Path, setup: ClientSetup, op: KvCommand) -> anyhow::Re
                 .scan(start.into_vec(), end.map(OsStringExt::into_vec), limit)
                 .await
                 .map_err(failed("scan"))?;
+            let more = pairs.len() as u64 >= u64::from(limit) && limit > 0;
+            if json {
+                let list: Vec<serde_json::Value> = pairs
+                    .iter()
+                    .map(|(k, v)| serde_json::json!({"key": json_bytes(k), "value": json_bytes(v)}))
+                    .collect();
+                let v = serde_json::json!({
+                    "op": "scan",
+                    "pairs": list,
+                    "limit_reached": more,
+                });
+                return emit(&mut out, v, true);
+            }
             for (k, v) in &pairs {
                 out.write_all(k)?;
                 out.write_all(b"\t")?;
                 out.write_all(v)?;
                 out.write_all(b"\n")?;
             }
-            if pairs.len() as u64 >= u64::from(limit) && limit > 0 {
+            if more {
                 if let Some((last, _)) = pairs.last() {
                     eprintln!(
                         "(limit of {limit} pairs reached: more may follow the key {})",

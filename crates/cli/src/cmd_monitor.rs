@@ -28,7 +28,7 @@ use tracing::{error, info, warn};
 #[derive(Args)]
 pub struct MonitorArgs {
     /// The cluster configuration file
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "REDOUBT_CONFIG")]
     config: PathBuf,
     /// The replica to run and recover
     #[arg(long, value_name = "I")]

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 #[derive(Args)]
 pub struct ReplicaArgs {
     /// The cluster configuration file (written by `redoubt init`)
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "REDOUBT_CONFIG")]
     config: PathBuf,
     /// Which replica of the configuration to run
     #[arg(long, value_name = "I")]

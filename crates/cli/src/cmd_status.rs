@@ -1,5 +1,7 @@
 //! `redoubt status`: asks every replica's `/status` endpoint (concurrently, short timeout) and
-//! prints one table row per replica, then whether the cluster can serve requests.
+//! prints one table row per replica, then whether the cluster can serve requests. With
+//! `-o json`: one object on stdout, every replica's full status (or why it could not be
+//! asked) and the verdict. Exit status 1 when the cluster cannot serve, either way.
 
 use crate::http;
 use clap::Args;
@@ -15,11 +17,14 @@ use std::time::Duration;
 #[derive(Args)]
 pub struct StatusArgs {
     /// The cluster configuration file (written by `redoubt init`)
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "REDOUBT_CONFIG")]
     config: PathBuf,
     /// How long to wait for each replica, in milliseconds
     #[arg(long, value_name = "MS", default_value_t = 1500)]
     timeout_ms: u64,
+    /// How to print the answer: a table for people, or one JSON object on stdout
+    #[arg(short = 'o', long, value_name = "FORMAT", default_value = "text")]
+    output: crate::Output,
 }
 
 /// What one replica's `/status` said, or why it could not be asked.
@@ -79,14 +84,55 @@ pub fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let rt = crate::runtime(1)?;
     let timeout = Duration::from_millis(args.timeout_ms.max(1));
     let probes = rt.block_on(fetch_all(&cfg, timeout));
-    print!("{}", table(&cfg, &probes));
     let (serving, verdict) = verdict(&cfg, &probes);
+    if args.output == crate::Output::Json {
+        println!("{}", json(&cfg, &probes, serving, &verdict));
+        return Ok(if serving {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+    print!("{}", table(&cfg, &probes));
     if serving {
         println!("{verdict}");
         Ok(ExitCode::SUCCESS)
     } else {
         anyhow::bail!("{verdict}")
     }
+}
+
+/// The JSON answer: per replica its address and full status, or the reason it is down; the
+/// view most replicas agree on; whether the cluster serves, and the verdict sentence.
+pub fn json(cfg: &ClusterConfig, probes: &[Probe], serving: bool, verdict: &str) -> String {
+    let replicas: Vec<serde_json::Value> = cfg
+        .replicas
+        .iter()
+        .zip(probes)
+        .map(|(r, p)| match p {
+            Ok(s) => serde_json::json!({
+                "id": r.id,
+                "address": r.addr.to_string(),
+                "up": true,
+                "status": s,
+            }),
+            Err(e) => serde_json::json!({
+                "id": r.id,
+                "address": r.addr.to_string(),
+                "up": false,
+                "error": e,
+            }),
+        })
+        .collect();
+    let agreed = agreement(probes)
+        .map(|a| serde_json::json!({"view": a.view, "primary": a.primary, "replicas": a.replicas}));
+    serde_json::json!({
+        "replicas": replicas,
+        "agreement": agreed,
+        "serving": serving,
+        "verdict": verdict,
+    })
+    .to_string()
 }
 
 /// The table of replicas, then one line per replica that is down saying why.

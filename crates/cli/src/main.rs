@@ -155,6 +155,25 @@ pub fn runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// Bytes as text for messages: UTF-8 as a quoted string, anything else with `\xNN` escapes.
+/// How a command prints its answer: for people (`text`) or for programs (`json`, one
+/// object on stdout).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+/// Bytes for a JSON answer: the string itself if they are UTF-8, else `{"hex": "..."}`.
+pub fn json_bytes(b: &[u8]) -> serde_json::Value {
+    match std::str::from_utf8(b) {
+        Ok(s) => serde_json::Value::String(s.to_string()),
+        Err(_) => {
+            let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+            serde_json::json!({ "hex": hex })
+        }
+    }
+}
+
 pub fn show_bytes(b: &[u8]) -> String {
     match std::str::from_utf8(b) {
         Ok(s) => format!("{s:?}"),

@@ -486,6 +486,35 @@ async fn kv_and_status_commands() {
     assert_eq!(out.matches(" up ").count(), 4, "{out}");
     assert!(out.contains("cluster is serving"), "{out}");
 
+    // For programs: one JSON object per answer, the same exit statuses; the cluster file and
+    // the client id may come from the environment.
+    let mut cmd = common::redoubt();
+    cmd.env("REDOUBT_CONFIG", &cluster.config)
+        .env("REDOUBT_CLIENT", "1")
+        .args(["kv", "-o", "json", "get", "greeting"]);
+    let out = common::output_within(cmd, Duration::from_secs(30));
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(answer["found"], true, "{answer}");
+    assert_eq!(answer["value"], "bye", "{answer}");
+    let (code, out, err) = kv(&cluster, &["-o", "json", "get", "nothing"]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(out.contains("\"found\":false"), "{out}");
+    let (code, out, err) = kv(&cluster, &["-o", "json", "scan"]);
+    assert_eq!(code, Some(0), "{err}");
+    let answer: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    assert_eq!(answer["pairs"][0]["key"], "greeting", "{answer}");
+    let (code, out, err) = cli(&cluster, &["status", "-o", "json"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let answer: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    assert_eq!(answer["serving"], true, "{answer}");
+    assert_eq!(
+        answer["replicas"].as_array().map(Vec::len),
+        Some(4),
+        "{answer}"
+    );
+    assert_eq!(answer["replicas"][0]["status"]["normal"], true, "{answer}");
+
     // One replica down: still serving (3 = 2f+1 left), the table says `down`.
     cluster.kill(3);
     let (code, out, err) = cli(&cluster, &["status"]);
