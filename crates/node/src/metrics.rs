@@ -1,17 +1,29 @@
-//! Prometheus metrics of a replica, and the small HTTP server that serves them (`/metrics`)
-//! together with a JSON status (`/status`) for `redoubt status` and the demo.
+//! Prometheus metrics of a replica, and the small HTTP server (hyper, HTTP/1.1) that serves
+//! them (`/metrics`) together with a JSON status (`/status`) for `redoubt status` and the
+//! demo, and a liveness probe (`/healthz`). Besides redoubt's own metrics the registry holds
+//! the process's (CPU, memory, file descriptors: `process_*`) and `redoubt_build_info`.
 //!
 //! Names follow `redoubt_<area>_<what>_<unit>`. The list is in `docs/operations.md`.
 
 use crate::status::StatusReport;
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::time::Duration;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+/// Connections the HTTP server serves at once; more wait to be accepted.
+const HTTP_CONNECTIONS_MAX: usize = 32;
+/// How long a connection may take to send its request headers.
+const HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct Metrics {
     pub registry: Registry,
@@ -135,6 +147,21 @@ impl Metrics {
             Registry::new_custom(None, Some([(label.to_string(), id.to_string())].into()))
                 .expect("registry");
         let r = &registry;
+        // The process's own figures (Linux: /proc/self), and what is running.
+        r.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))
+        .expect("unique");
+        let build = IntGaugeVec::new(
+            Opts::new(
+                "redoubt_build_info",
+                "Always 1; the labels say which redoubt is running",
+            ),
+            &["version"],
+        )
+        .expect("valid");
+        r.register(Box::new(build.clone())).expect("unique");
+        build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
         let secs = prometheus::exponential_buckets(0.000_01, 2.0, 20).expect("buckets");
         let rejected = IntCounterVec::new(
             Opts::new(
@@ -529,58 +556,126 @@ impl Metrics {
     }
 }
 
-/// Serves `GET /metrics` and `GET /status` until the task is dropped. Binding errors are
-/// returned so the caller can report a port in use.
+/// Serves `GET /metrics`, `GET /status` and `GET /healthz` until the task is dropped, at most
+/// [`HTTP_CONNECTIONS_MAX`] connections at once. Binding errors are returned so the caller can
+/// report a port in use.
 pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
     status: Arc<Mutex<StatusReport>>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let listener = TcpListener::bind(addr).await?;
+    let slots = Arc::new(Semaphore::new(HTTP_CONNECTIONS_MAX));
     Ok(tokio::spawn(async move {
         loop {
-            let Ok((mut sock, _)) = listener.accept().await else {
+            let Ok(permit) = slots.clone().acquire_owned().await else {
+                return;
+            };
+            let Ok((sock, _)) = listener.accept().await else {
                 continue;
             };
             let metrics = metrics.clone();
             let status = status.clone();
             tokio::spawn(async move {
-                let mut buf = vec![0u8; 2048];
-                let n = match tokio::time::timeout(
-                    std::time::Duration::from_secs(5),
-                    sock.read(&mut buf),
-                )
-                .await
-                {
-                    Ok(Ok(n)) => n,
-                    _ => return,
-                };
-                let req = String::from_utf8_lossy(&buf[..n]);
-                let path = req.split_whitespace().nth(1).unwrap_or("/");
-                let (code, ctype, body) = match path {
-                    "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.encode()),
-                    "/status" => {
-                        let s = status.lock().expect("status lock").clone();
-                        (
-                            "200 OK",
-                            "application/json",
-                            serde_json::to_string(&s).expect("status encodes"),
-                        )
-                    }
-                    _ => (
-                        "404 Not Found",
-                        "text/plain",
-                        "try /metrics or /status\n".into(),
-                    ),
-                };
-                let head = format!(
-                    "HTTP/1.1 {code}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = sock.write_all(head.as_bytes()).await;
-                let _ = sock.write_all(body.as_bytes()).await;
-                let _ = sock.shutdown().await;
+                let service = hyper::service::service_fn(move |req| {
+                    let answer = route(&req, &metrics, &status);
+                    async move { Ok::<_, std::convert::Infallible>(answer) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HTTP_HEADER_TIMEOUT)
+                    .keep_alive(false)
+                    .serve_connection(TokioIo::new(sock), service)
+                    .await;
+                drop(permit);
             });
         }
     }))
+}
+
+/// The answer to one request.
+fn route<B>(
+    req: &Request<B>,
+    metrics: &Metrics,
+    status: &Mutex<StatusReport>,
+) -> Response<Full<Bytes>> {
+    let (code, ctype, body) = match (req.method(), req.uri().path()) {
+        (&Method::GET, "/metrics") => (
+            StatusCode::OK,
+            "text/plain; version=0.0.4",
+            metrics.encode(),
+        ),
+        (&Method::GET, "/status") => {
+            let s = status.lock().expect("status lock").clone();
+            (
+                StatusCode::OK,
+                "application/json",
+                serde_json::to_string(&s).expect("status encodes"),
+            )
+        }
+        // The process is up and answering; `/status` says whether the replica is in normal
+        // operation.
+        (&Method::GET, "/healthz") => (StatusCode::OK, "text/plain", "ok\n".into()),
+        (&Method::GET, _) => (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "try /metrics, /status or /healthz\n".into(),
+        ),
+        _ => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "only GET\n".into(),
+        ),
+    };
+    let mut answer = Response::new(Full::new(Bytes::from(body)));
+    *answer.status_mut() = code;
+    answer.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(ctype),
+    );
+    answer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn ask(addr: SocketAddr, request: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        s.write_all(request.as_bytes()).await.expect("write");
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.expect("read");
+        out
+    }
+
+    #[tokio::test]
+    async fn serves_metrics_status_and_health_and_refuses_the_rest() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port");
+        let metrics = Arc::new(Metrics::new(3));
+        let status = Arc::new(Mutex::new(StatusReport::default()));
+        let _server = serve(port, metrics, status).await.expect("bind");
+        let health = ask(port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+        assert!(health.ends_with("ok\n"), "{health}");
+        let text = ask(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(text.contains("redoubt_build_info{version=\""), "{text}");
+        assert!(text.contains("process_resident_memory_bytes"), "{text}");
+        let status = ask(port, "GET /status HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(status.contains("application/json"), "{status}");
+        let missing = ask(port, "GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+        let post = ask(
+            port,
+            "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+        )
+        .await;
+        assert!(post.starts_with("HTTP/1.1 405"), "{post}");
+        // Garbage gets an error answer or a closed connection, and the server stays up.
+        let _ = ask(port, "\x00\x01 not http\r\n\r\n").await;
+        let again = ask(port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(again.starts_with("HTTP/1.1 200"), "{again}");
+    }
 }
