@@ -78,8 +78,35 @@ enum KvCommand {
     },
 }
 
+/// Holds client id `c` of the cluster file `config` for this process: a second process acting
+/// as the same client at the same time would make both fail (the protocol allows one
+/// outstanding request per client id), and the failure would look like the replicas' fault.
+/// The lock is an advisory lock on a file in the temporary directory, named after the cluster
+/// file and the id; it goes with the process.
+pub fn lock_client(config: &Path, c: ClientId) -> anyhow::Result<std::fs::File> {
+    let canonical = std::fs::canonicalize(config).unwrap_or_else(|_| config.to_path_buf());
+    let tag = blake3::hash(canonical.as_os_str().as_encoded_bytes()).to_hex();
+    let path = std::env::temp_dir().join(format!("redoubt-client-{}-{c}.lock", &tag[..16]));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open the client lock {}", path.display()))?;
+    if file.try_lock().is_err() {
+        anyhow::bail!(
+            "client {c} of {} is in use by another process on this machine (lock {}): one \
+             process per client id at a time; wait for it, or use another client id",
+            config.display(),
+            path.display()
+        );
+    }
+    Ok(file)
+}
+
 pub fn run(args: KvArgs) -> anyhow::Result<ExitCode> {
     let cfg = ClusterConfig::load(&args.config)?;
+    let _lock = lock_client(&args.config, args.client)?;
     let mut setup = ClientSetup::from_cluster(&cfg, args.client)?;
     if let Some(secs) = args.timeout {
         anyhow::ensure!(

@@ -530,6 +530,26 @@ async fn kv_and_status_commands() {
     let (code, _, err) = kv(&cluster, &["--timeout", "1", "put", "k", "v"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("redoubt status"), "{err}");
+    // While one process acts as client 1, a second one fails at once and says why.
+    let mut waiting = common::redoubt();
+    waiting
+        .args(["kv", "--config"])
+        .arg(&cluster.config)
+        .args(["--client", "1", "--timeout", "4", "put", "k", "v"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut waiting = waiting.spawn().expect("spawn");
+    std::thread::sleep(Duration::from_millis(500));
+    let t0 = Instant::now();
+    let (code, _, err) = kv(&cluster, &["get", "k"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("in use by another process"), "{err}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "it waited {:?}",
+        t0.elapsed()
+    );
+    let _ = waiting.wait();
 }
 
 /// Sealed bodies between real processes: a value written and read back through the cluster
