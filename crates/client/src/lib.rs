@@ -49,6 +49,9 @@ use tracing::{debug, trace};
 
 /// How often the background task ticks the core while a request is outstanding.
 const TICK: Duration = Duration::from_millis(5);
+/// An invocation fails with [`ClientError::NoReplicaReachable`] once no replica has been
+/// connected for this long (before its deadline, if that is longer).
+pub const UNREACHABLE_AFTER: Duration = Duration::from_secs(3);
 /// Frames received from all replicas waiting for the background task.
 const INBOUND_QUEUE: usize = 1024;
 /// Frames waiting to be written to one replica. A client has one request outstanding, so a
@@ -308,6 +311,15 @@ pub enum ClientError {
         connected: usize,
         replicas: usize,
     },
+    /// No connection to any replica could be kept open for [`UNREACHABLE_AFTER`] during the
+    /// invocation: the replicas are down, or the addresses are wrong. The request was
+    /// abandoned; if a replica comes up soon, frames still queued for it may reach it.
+    #[error(
+        "no replica reachable for {waited:?} (0 of {replicas} connected): are the replicas \
+         running, and do the cluster file's addresses match them? The operation was not \
+         acknowledged (it may still take effect if a replica comes up now)"
+    )]
+    NoReplicaReachable { waited: Duration, replicas: usize },
     /// The operation is larger than the cluster accepts in one request.
     #[error("operation of {0} bytes exceeds the cluster's request size limit")]
     TooLarge(usize),
@@ -599,6 +611,8 @@ impl Clock {
 struct Pending {
     reply: oneshot::Sender<Result<Completion, ClientError>>,
     deadline: tokio::time::Instant,
+    /// Since when no replica has been connected, if none is.
+    unreachable_since: Option<tokio::time::Instant>,
 }
 
 /// The background task: the only owner of the core state machine.
@@ -682,9 +696,11 @@ impl Task {
                 trace!(client = self.core.id(), timestamp, read_only, "invoke");
                 self.publish();
                 self.route(effects);
+                let now = tokio::time::Instant::now();
                 Some(Pending {
                     reply,
-                    deadline: tokio::time::Instant::now() + self.deadline,
+                    deadline: now + self.deadline,
+                    unreachable_since: (connected(&self.links) == 0).then_some(now),
                 })
             }
             Err(InvokeError::TooLarge(n)) => {
@@ -706,7 +722,27 @@ impl Task {
     }
 
     fn on_tick(&mut self, pending: Option<Pending>) -> Option<Pending> {
-        let p = pending?;
+        let mut p = pending?;
+        let now = tokio::time::Instant::now();
+        if connected(&self.links) > 0 {
+            p.unreachable_since = None;
+        } else {
+            let since = *p.unreachable_since.get_or_insert(now);
+            if now.duration_since(since) >= UNREACHABLE_AFTER && now < p.deadline {
+                self.core.abandon();
+                self.publish();
+                self.state.update(|s| s.unreachable += 1);
+                debug!(
+                    client = self.core.id(),
+                    "no replica reachable: request abandoned"
+                );
+                let _ = p.reply.send(Err(ClientError::NoReplicaReachable {
+                    waited: now.duration_since(since),
+                    replicas: self.links.len(),
+                }));
+                return None;
+            }
+        }
         if p.reply.is_closed() {
             // The caller stopped waiting.
             self.core.abandon();

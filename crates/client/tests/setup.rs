@@ -160,3 +160,31 @@ async fn setup_is_checked() {
         Err(ClientError::InvalidSetup(_))
     ));
 }
+
+#[tokio::test]
+async fn fails_fast_when_no_replica_is_reachable() {
+    let addrs: Vec<SocketAddr> = (0..N).map(|_| dead_addr()).collect();
+    let setup = ClientSetup {
+        deadline: Duration::from_secs(30),
+        timing: ClientTiming::default(),
+        ..ClientSetup::new(1, addrs, Config::new(F), client_keys(1))
+    };
+    let client = Client::connect(setup).await.unwrap();
+    let start = Instant::now();
+    let err = client.invoke(b"op".to_vec()).await.unwrap_err();
+    let took = start.elapsed();
+    assert!(
+        matches!(err, ClientError::NoReplicaReachable { replicas, .. } if replicas == N as usize),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("are the replicas running"),
+        "{err}"
+    );
+    assert!(
+        took >= redoubt_client::UNREACHABLE_AFTER,
+        "gave up early: {took:?}"
+    );
+    assert!(took < Duration::from_secs(6), "gave up late: {took:?}");
+    assert_eq!(client.stats().unreachable, 1);
+}
