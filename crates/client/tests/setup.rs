@@ -110,16 +110,21 @@ async fn a_setup_from_the_cluster_file() {
     assert!(msg.contains("cannot read config file"), "{msg}");
 }
 
-#[tokio::test]
-async fn unreachable_when_no_replica_runs() {
+/// A client of N addresses where nothing listens.
+async fn client_of_dead_replicas(deadline: Duration) -> Client {
     let addrs: Vec<SocketAddr> = (0..N).map(|_| dead_addr()).collect();
-    let deadline = Duration::from_millis(400);
     let setup = ClientSetup {
         deadline,
         timing: ClientTiming::default(),
         ..ClientSetup::new(1, addrs, Config::new(F), client_keys(1))
     };
-    let client = Client::connect(setup).await.unwrap();
+    Client::connect(setup).await.unwrap()
+}
+
+#[tokio::test]
+async fn unreachable_when_no_replica_runs() {
+    let deadline = Duration::from_millis(400);
+    let client = client_of_dead_replicas(deadline).await;
     let start = Instant::now();
     let err = client.invoke(b"op".to_vec()).await.unwrap_err();
     let took = start.elapsed();
@@ -163,13 +168,7 @@ async fn setup_is_checked() {
 
 #[tokio::test]
 async fn fails_fast_when_no_replica_is_reachable() {
-    let addrs: Vec<SocketAddr> = (0..N).map(|_| dead_addr()).collect();
-    let setup = ClientSetup {
-        deadline: Duration::from_secs(30),
-        timing: ClientTiming::default(),
-        ..ClientSetup::new(1, addrs, Config::new(F), client_keys(1))
-    };
-    let client = Client::connect(setup).await.unwrap();
+    let client = client_of_dead_replicas(Duration::from_secs(30)).await;
     let start = Instant::now();
     let err = client.invoke(b"op".to_vec()).await.unwrap_err();
     let took = start.elapsed();
