@@ -399,6 +399,8 @@ enum Command {
     Invoke {
         op: Vec<u8>,
         read_only: bool,
+        /// The invocation's own deadline, if not the setup's.
+        deadline: Option<Duration>,
         reply: oneshot::Sender<Result<Completion, ClientError>>,
     },
 }
@@ -515,7 +517,26 @@ impl Client {
     /// Executes `op` on the replicated service and returns its result, once f+1 replicas
     /// agree on it.
     pub async fn invoke(&self, op: Vec<u8>) -> Result<Vec<u8>, ClientError> {
-        self.call(op, false).await
+        self.call(op, false, None).await
+    }
+
+    /// [`Client::invoke`] with its own deadline instead of the setup's (time waiting for an
+    /// earlier invocation of this client to finish does not count).
+    pub async fn invoke_within(
+        &self,
+        op: Vec<u8>,
+        deadline: Duration,
+    ) -> Result<Vec<u8>, ClientError> {
+        self.call(op, false, Some(deadline)).await
+    }
+
+    /// [`Client::invoke_read_only`] with its own deadline instead of the setup's.
+    pub async fn invoke_read_only_within(
+        &self,
+        op: Vec<u8>,
+        deadline: Duration,
+    ) -> Result<Vec<u8>, ClientError> {
+        self.call(op, true, Some(deadline)).await
     }
 
     /// Like [`Client::invoke`] for an operation that does not modify the state. With
@@ -523,12 +544,22 @@ impl Client {
     /// (one round trip, unordered), falling back to the ordered path when they do not agree in
     /// time; the result is linearizable either way.
     pub async fn invoke_read_only(&self, op: Vec<u8>) -> Result<Vec<u8>, ClientError> {
-        self.call(op, true).await
+        self.call(op, true, None).await
     }
 
-    async fn call(&self, op: Vec<u8>, read_only: bool) -> Result<Vec<u8>, ClientError> {
+    async fn call(
+        &self,
+        op: Vec<u8>,
+        read_only: bool,
+        deadline: Option<Duration>,
+    ) -> Result<Vec<u8>, ClientError> {
         if op.len() > self.inner.request_bytes_max {
             return Err(ClientError::TooLarge(op.len()));
+        }
+        if deadline.is_some_and(|d| d.is_zero()) {
+            return Err(ClientError::InvalidSetup(
+                "the deadline must be positive".into(),
+            ));
         }
         let _turn = self.inner.turn.lock().await;
         let (reply, done) = oneshot::channel();
@@ -537,6 +568,7 @@ impl Client {
             .send(Command::Invoke {
                 op,
                 read_only,
+                deadline,
                 reply,
             })
             .await
@@ -611,6 +643,8 @@ impl Clock {
 struct Pending {
     reply: oneshot::Sender<Result<Completion, ClientError>>,
     deadline: tokio::time::Instant,
+    /// The time it was given.
+    allowed: Duration,
     /// Since when no replica has been connected, if none is.
     unreachable_since: Option<tokio::time::Instant>,
 }
@@ -645,8 +679,9 @@ impl Task {
         loop {
             tokio::select! {
                 command = commands.recv() => match command {
-                    Some(Command::Invoke { op, read_only, reply }) => {
-                        pending = self.start(op, read_only, reply, pending.take());
+                    Some(Command::Invoke { op, read_only, deadline, reply }) => {
+                        let deadline = deadline.unwrap_or(self.deadline);
+                        pending = self.start(op, read_only, deadline, reply, pending.take());
                     }
                     None => break, // every handle is gone
                 },
@@ -681,6 +716,7 @@ impl Task {
         &mut self,
         op: Vec<u8>,
         read_only: bool,
+        deadline: Duration,
         reply: oneshot::Sender<Result<Completion, ClientError>>,
         previous: Option<Pending>,
     ) -> Option<Pending> {
@@ -699,7 +735,8 @@ impl Task {
                 let now = tokio::time::Instant::now();
                 Some(Pending {
                     reply,
-                    deadline: now + self.deadline,
+                    deadline: now + deadline,
+                    allowed: deadline,
                     unreachable_since: (connected(&self.links) == 0).then_some(now),
                 })
             }
@@ -759,7 +796,7 @@ impl Task {
                 connected, "request abandoned at the deadline"
             );
             let _ = p.reply.send(Err(ClientError::Unreachable {
-                deadline: self.deadline,
+                deadline: p.allowed,
                 connected,
                 replicas: self.links.len(),
             }));

@@ -187,3 +187,24 @@ async fn fails_fast_when_no_replica_is_reachable() {
     assert!(took < Duration::from_secs(6), "gave up late: {took:?}");
     assert_eq!(client.stats().unreachable, 1);
 }
+
+#[tokio::test]
+async fn a_call_may_bring_its_own_deadline() {
+    let client = client_of_dead_replicas(Duration::from_secs(30)).await;
+    let start = Instant::now();
+    let err = client
+        .invoke_within(b"op".to_vec(), Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    let took = start.elapsed();
+    assert!(
+        matches!(err, ClientError::Unreachable { deadline, .. } if deadline == Duration::from_millis(300)),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    let err = client
+        .invoke_read_only_within(b"op".to_vec(), Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::InvalidSetup(_)), "{err}");
+}

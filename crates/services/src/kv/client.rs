@@ -24,12 +24,26 @@ pub enum KvClientError {
 #[derive(Clone, Debug)]
 pub struct KvClient {
     client: Client,
+    /// The deadline of every operation, if not the client setup's.
+    deadline: Option<std::time::Duration>,
 }
 
 impl KvClient {
     /// Wraps a connected client.
     pub fn new(client: Client) -> Self {
-        KvClient { client }
+        KvClient {
+            client,
+            deadline: None,
+        }
+    }
+
+    /// This client with `deadline` for every operation instead of the setup's, e.g.
+    /// `kv.with_deadline(Duration::from_secs(2)).get("k")`; clones share the connection.
+    pub fn with_deadline(&self, deadline: std::time::Duration) -> KvClient {
+        KvClient {
+            client: self.client.clone(),
+            deadline: Some(deadline),
+        }
     }
 
     /// Connects a client (see [`Client::connect`]) and wraps it.
@@ -131,10 +145,11 @@ impl KvClient {
 
     async fn run(&self, op: KvOp, name: &'static str) -> Result<KvResult, KvClientError> {
         let bytes = op.encode();
-        let reply = if op.is_read_only() {
-            self.client.invoke_read_only(bytes).await?
-        } else {
-            self.client.invoke(bytes).await?
+        let reply = match (op.is_read_only(), self.deadline) {
+            (true, None) => self.client.invoke_read_only(bytes).await?,
+            (false, None) => self.client.invoke(bytes).await?,
+            (true, Some(d)) => self.client.invoke_read_only_within(bytes, d).await?,
+            (false, Some(d)) => self.client.invoke_within(bytes, d).await?,
         };
         match KvResult::decode(&reply) {
             Ok(KvResult::Error(msg)) => Err(KvClientError::Refused(msg)),
