@@ -53,7 +53,7 @@ pub fn run(args: ExecutorArgs) -> ExitCode {
     let rt = match crate::runtime_with(cfg.node.worker_threads) {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: execution node {}: {e:#}", args.id);
+            eprintln!("error: execution node {}: {}", args.id, crate::report(&e));
             return ExitCode::from(EXIT_FAILURE);
         }
     };
@@ -98,7 +98,7 @@ pub fn run_filter(args: FilterArgs) -> ExitCode {
     let rt = match crate::runtime_with(cfg.node.worker_threads) {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: filter node {}: {e:#}", args.id);
+            eprintln!("error: filter node {}: {}", args.id, crate::report(&e));
             return ExitCode::from(EXIT_FAILURE);
         }
     };

@@ -57,7 +57,7 @@ pub fn run(args: ReplicaArgs) -> ExitCode {
     let rt = match crate::runtime_with(threads) {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: replica {}: {e:#}", args.id);
+            eprintln!("error: replica {}: {}", args.id, crate::report(&e));
             return ExitCode::from(EXIT_FAILURE);
         }
     };

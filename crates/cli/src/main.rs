@@ -124,9 +124,43 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", report(&e));
             ExitCode::from(EXIT_FAILURE)
         }
+    }
+}
+
+/// An error and its causes on one line, each cause once: messages that already name their
+/// cause (most of ours do, with advice after it) are not followed by it again.
+pub fn report(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !msg.contains(&c) {
+            msg.push_str(": ");
+            msg.push_str(&c);
+        }
+    }
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::report;
+
+    #[test]
+    fn a_cause_the_message_names_is_not_repeated() {
+        let missing = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let named = redoubt_config::ConfigError::Read {
+            path: "/nope.toml".into(),
+            source: missing,
+        };
+        let line = report(&anyhow::Error::from(named));
+        assert_eq!(line.matches("no such file").count(), 1, "{line}");
+        assert!(line.ends_with("create one with `redoubt init`"), "{line}");
+        // A cause the message does not name is still shown.
+        let e = anyhow::anyhow!("disk full").context("cannot write the journal");
+        assert_eq!(report(&e), "cannot write the journal: disk full");
     }
 }
 
