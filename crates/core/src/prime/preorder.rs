@@ -540,6 +540,16 @@ impl PreOrder {
         (0..self.rows.len()).any(|i| m.proof_aru(i, f) > eligible.get(i).copied().unwrap_or(0))
     }
 
+    /// How far replica `j` holds originator `i`'s PO-REQUESTs, as its acknowledgements and
+    /// rows told us.
+    pub fn known(&self, j: ReplicaId, i: ReplicaId) -> Seq {
+        self.known
+            .get(j as usize)
+            .and_then(|k| k.get(i as usize))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// What we hold certificates for, per originator (our row's content).
     pub fn cum_aru(&self) -> &[Seq] {
         &self.cum_aru

@@ -367,18 +367,35 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.propose(Vec::new(), &[], Some(matrix));
     }
 
-    /// Retransmission: our own PO-REQUESTs not yet certified, acknowledgements of what is not
-    /// yet certified, and our latest row.
+    /// Retransmission: our own PO-REQUESTs not yet executed (to everyone while not certified,
+    /// then to the peers not known to hold them), acknowledgements of what is not yet
+    /// certified, and our latest row. A certified PO-REQUEST still goes to a peer that lacks
+    /// it: a replica that recovered forgot what it held, and with it gone and a faulty
+    /// acknowledger silent, the others' certificates may wait for its acknowledgement, which
+    /// it can give only once it holds the PO-REQUEST from us (one copy from a peer is not
+    /// enough to take it; simulator seed 5832).
     fn prime_resend(&mut self) {
+        let me = self.id;
+        let n = self.cfg.n();
         let p = self.prime.as_ref().expect("prime");
         let (own, acks) = p.po.unsettled();
         let row = p.row.clone();
-        let uncertified: Vec<Arc<PoRequest>> = own
-            .into_iter()
-            .filter(|r| p.po.certified_copy(r.originator, r.seq).is_none())
-            .collect();
-        for r in uncertified {
-            self.broadcast(&Message::PoRequest(r));
+        let mut sends: Vec<(Option<ReplicaId>, Arc<PoRequest>)> = Vec::new();
+        for r in own {
+            if p.po.certified_copy(r.originator, r.seq).is_none() {
+                sends.push((None, r));
+                continue;
+            }
+            for j in (0..n).filter(|j| *j != me && p.po.known(*j, me) < r.seq) {
+                sends.push((Some(j), r.clone()));
+            }
+        }
+        for (to, r) in sends {
+            let msg = Message::PoRequest(r);
+            match to {
+                None => self.broadcast(&msg),
+                Some(j) => self.send_replica(j, &msg),
+            }
         }
         if !acks.is_empty() {
             let msg = Message::PoAck(PoAck {
