@@ -110,6 +110,8 @@ pub struct PreOrder {
     row_num: u64,
     /// The incarnation of the order key our rows are signed with.
     inc: u64,
+    /// Per replica: the incarnation of its order key we last learnt of.
+    incs: Vec<u64>,
     /// Per replica: its latest row (the summary matrix).
     rows: Vec<Option<SignedPoAru>>,
     /// `known[j][i]`: replica `j` holds originator `i`'s PO-REQUESTs up to here (from its
@@ -137,6 +139,7 @@ impl PreOrder {
             row_sent: None,
             row_num: 0,
             inc: 0,
+            incs: vec![0; n],
             rows: vec![None; n],
             known: vec![vec![0; n]; n],
             executed: vec![0; n],
@@ -276,13 +279,18 @@ impl PreOrder {
     /// key may have signed anything).
     pub fn retire_rows(&mut self, j: ReplicaId, inc: u64) {
         let ju = j as usize;
-        if self
-            .rows
-            .get(ju)
-            .is_some_and(|r| r.as_ref().is_some_and(|r| r.row.inc < inc))
-        {
+        let Some(seen) = self.incs.get_mut(ju) else {
+            return;
+        };
+        if inc <= *seen {
+            return;
+        }
+        *seen = inc;
+        // What it held before (from its rows and acknowledgements) it forgot in its recovery:
+        // it is not known to hold anything beyond what executed.
+        self.known[ju] = self.executed.clone();
+        if self.rows[ju].as_ref().is_some_and(|r| r.row.inc < inc) {
             self.rows[ju] = None;
-            self.known[ju] = self.executed.clone();
         }
     }
 
