@@ -57,7 +57,13 @@ pub fn run(args: ExecutorArgs) -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    let service = redoubt_services::kv::KvService::new();
+    let service = match crate::cmd_replica::hosted_service(&args.config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: execution node {}: {e}", args.id);
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
     let out = rt.block_on(redoubt_node::run_executor(
         &args.config,
         args.id,

@@ -48,6 +48,10 @@ pub struct InitArgs {
     /// and the co-located deployment)
     #[arg(long, default_value = "pbft", value_name = "PROTOCOL")]
     ordering: redoubt_core::OrderProtocol,
+    /// The service the replicas host: kv (the key-value store) or sql (the SQL database,
+    /// reached through `redoubt sql-gateway`)
+    #[arg(long, default_value = "kv", value_name = "SERVICE", value_parser = ["kv", "sql"])]
+    service: String,
 }
 
 /// BLAKE3 of this executable (hex): what `[recovery] executable_blake3` pins.
@@ -68,6 +72,7 @@ pub fn run(args: InitArgs) -> anyhow::Result<()> {
         name: args.name,
         static_keys: args.static_keys,
         ordering: args.ordering,
+        service: args.service,
         executable_blake3: if args.static_keys {
             None
         } else {

@@ -67,9 +67,16 @@ pub fn run(args: ReplicaArgs) -> ExitCode {
         save_ms: args.save_ms,
         watchdog_period_ms: args.watchdog_period_ms,
     };
-    // `redoubt replica` hosts the key-value store; another service is hosted by its own
-    // binary calling `redoubt_node::run_replica` (see examples/counter).
-    let service = redoubt_services::kv::KvService::new();
+    // `redoubt replica` hosts the built-in service the cluster file names ([state] service);
+    // another service is hosted by its own binary calling `redoubt_node::run_replica` (see
+    // examples/counter).
+    let service = match hosted_service(&args.config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: replica {}: {e}", args.id);
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
     match rt.block_on(redoubt_node::run_replica(
         &args.config,
         args.id,
@@ -82,4 +89,15 @@ pub fn run(args: ReplicaArgs) -> ExitCode {
             ExitCode::from(EXIT_FAILURE)
         }
     }
+}
+
+/// The built-in service the cluster file at `config` names. A file that does not load is
+/// reported by the node itself, with its reasons: the default service stands in until then.
+pub fn hosted_service(
+    config: &std::path::Path,
+) -> Result<redoubt_services::hosted::Hosted, String> {
+    let kind = ClusterConfig::load(config)
+        .map(|c| c.state.service)
+        .unwrap_or_else(|_| "kv".into());
+    redoubt_services::hosted::Hosted::named(&kind)
 }

@@ -539,6 +539,17 @@ impl Client {
         self.call(op, true, Some(deadline)).await
     }
 
+    /// [`Client::invoke`] (`read_only` false) or [`Client::invoke_read_only`] (true), with
+    /// `deadline` instead of the setup's when given: for typed clients that choose per call.
+    pub async fn invoke_as(
+        &self,
+        op: Vec<u8>,
+        read_only: bool,
+        deadline: Option<Duration>,
+    ) -> Result<Vec<u8>, ClientError> {
+        self.call(op, read_only, deadline).await
+    }
+
     /// Like [`Client::invoke`] for an operation that does not modify the state. With
     /// `read_only_fast_path` it goes to every replica and completes with 2f+1 matching answers
     /// (one round trip, unordered), falling back to the ordered path when they do not agree in

@@ -3,7 +3,7 @@
 use crate::error::{ConfigError, Location};
 use crate::sections::{
     ClientEntry, ClientSection, ClusterSection, FilterEntry, KeysSection, NodeSection,
-    RecoverySection, ReplicaEntry, StateSection, StorageSection, KEY_MODES, LOG_FORMATS,
+    RecoverySection, ReplicaEntry, StateSection, StorageSection, KEY_MODES, LOG_FORMATS, SERVICES,
 };
 use redoubt_core::{ClientId, ClientTiming, Config, Principal, ReplicaId};
 use serde::Deserialize;
@@ -490,6 +490,15 @@ impl ClusterConfig {
         }
         if let Err(problem) = self.state.geometry() {
             return Err(invalid("[state]", problem));
+        }
+        if !SERVICES.contains(&self.state.service.as_str()) {
+            return Err(invalid(
+                "[state] service",
+                format!(
+                    "\"{}\" is not one of \"kv\", \"sql\"",
+                    self.state.service.escape_debug()
+                ),
+            ));
         }
         if !KEY_MODES.contains(&self.keys.mode.as_str()) {
             return Err(invalid(

@@ -184,6 +184,8 @@ impl Default for RecoverySection {
 
 /// Accepted values of `[node] log_format`.
 pub const LOG_FORMATS: [&str; 2] = ["human", "json"];
+/// Valid `[state] service` values: the key-value store and the SQL database.
+pub const SERVICES: [&str; 2] = ["kv", "sql"];
 
 /// `[storage]`: the replica's journal and page store.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -215,6 +217,8 @@ impl Default for StorageSection {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StateSection {
+    /// The service the replicas host: one of [`SERVICES`].
+    pub service: String,
     /// Size of the service state (MiB); the page file is this large (sparse on disk).
     pub size_mib: u64,
     /// Page size (bytes): a power of two between 64 and 1 MiB.
@@ -228,6 +232,7 @@ pub struct StateSection {
 impl Default for StateSection {
     fn default() -> Self {
         StateSection {
+            service: "kv".into(),
             size_mib: 64,
             page_bytes: redoubt_core::state::DEFAULT_PAGE_SIZE,
             fanout: redoubt_core::state::DEFAULT_FANOUT,

@@ -489,6 +489,11 @@ const STATE_OPTIONS: Section = Section {
     about: "The replicated service state: pages under a partition tree. Identical on every replica.",
     options: &[
         (
+            "service",
+            "The service every replica hosts: \"kv\" (the key-value store) or \"sql\" (the SQL database;\n\
+             clients reach it through `redoubt sql-gateway`). Default: {default}.",
+        ),
+        (
             "size_mib",
             "Size of the service state (MiB); the page file is this large (sparse on disk).\n\
              Default: {default}.",

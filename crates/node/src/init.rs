@@ -63,6 +63,8 @@ pub struct InitOptions {
     /// The ordering protocol. Prime needs session keys and the co-located deployment; `init`
     /// deals the replicas' order keys for it (a proactive recovery replaces a replica's).
     pub ordering: OrderProtocol,
+    /// The service the replicas host (`[state] service`: "kv" or "sql").
+    pub service: String,
     /// BLAKE3 of the replica executable the monitor may start (`[recovery]
     /// executable_blake3`); `None` leaves the check off.
     pub executable_blake3: Option<String>,
@@ -81,6 +83,7 @@ impl Default for InitOptions {
             name: "redoubt".into(),
             static_keys: false,
             ordering: OrderProtocol::Pbft,
+            service: "kv".into(),
             executable_blake3: None,
         }
     }
@@ -257,7 +260,10 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
         client: ClientSection::default(),
         node: NodeSection::default(),
         storage: StorageSection::default(),
-        state: StateSection::default(),
+        state: StateSection {
+            service: opts.service.clone(),
+            ..StateSection::default()
+        },
         keys: KeysSection {
             mode: if opts.static_keys {
                 "static"

@@ -1,5 +1,7 @@
 //! Replicated application services for redoubt.
 //!
+//! [`hosted::Hosted`] is the one `redoubt replica` runs, chosen by the cluster file.
+//!
 //! Each service here implements [`redoubt_core::Service`]: a state machine that every correct
 //! replica executes on the same agreed sequence of operations. Replicas only stay consistent if
 //! execution is a pure function of the current state, the operation bytes and the agreed
@@ -14,5 +16,7 @@
 //! application calls over `redoubt_client::Client`. A client runs in the application's process,
 //! not on the replicas; the rules above are for the services.
 
+pub mod hosted;
 pub mod kv;
 pub mod pagedkv;
+pub mod sql;

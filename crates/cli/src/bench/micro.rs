@@ -197,6 +197,7 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         // costs one NEW-KEY per node every key_refresh_ms, nothing per request).
         static_keys: true,
         ordering: redoubt_core::OrderProtocol::Pbft,
+        service: "kv".into(),
         executable_blake3: None,
     })?;
     let mut cfg = ClusterConfig::load(&config_path)?;

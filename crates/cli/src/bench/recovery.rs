@@ -206,6 +206,7 @@ async fn one_size(
         name: "bench-recovery".into(),
         static_keys: false,
         ordering: redoubt_core::OrderProtocol::Pbft,
+        service: "kv".into(),
         executable_blake3: Some(crate::cmd_init::executable_blake3()?),
     })?;
     let mut cfg = ClusterConfig::load(&config_path)?;

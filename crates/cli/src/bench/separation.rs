@@ -392,6 +392,7 @@ fn make_cluster(
         // keys with bodies in clear.
         static_keys: system == System::Baseline,
         ordering: redoubt_core::OrderProtocol::Pbft,
+        service: "kv".into(),
         executable_blake3: None,
     })?;
     let mut cfg = ClusterConfig::load(&config_path)?;

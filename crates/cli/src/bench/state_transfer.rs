@@ -85,6 +85,7 @@ async fn state_transfer(args: StateTransferArgs) -> anyhow::Result<ExitCode> {
         name: "bench-state-transfer".into(),
         static_keys: false,
         ordering: redoubt_core::OrderProtocol::Pbft,
+        service: "kv".into(),
         executable_blake3: None,
     })?;
     let mut cfg = ClusterConfig::load(&config_path)?;

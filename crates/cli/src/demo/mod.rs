@@ -14,6 +14,7 @@ use redoubt_config::ClusterConfig;
 use redoubt_node::init::free_base_port;
 use redoubt_node::init::{init_cluster, InitOptions, METRICS_PORT_OFFSET};
 use redoubt_services::kv::{KvClient, KvClientError};
+use redoubt_services::sql::SqlClient;
 use std::collections::BTreeMap;
 use std::io::{IsTerminal as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr};
@@ -73,6 +74,10 @@ pub struct DemoArgs {
     #[arg(long, default_value = "pbft", value_name = "PROTOCOL",
           conflicts_with_all = ["separated", "firewall"])]
     ordering: redoubt_core::OrderProtocol,
+    /// The service: kv (clients put and read back keys) or sql (a bank: serializable
+    /// transfers between accounts and audits of the total, checked at the end)
+    #[arg(long, default_value = "kv", value_name = "SERVICE", value_parser = ["kv", "sql"])]
+    service: String,
 }
 
 pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
@@ -136,6 +141,8 @@ struct Workload {
     /// From the kill to the completion of the first operation invoked after it.
     recovered: Mutex<Option<Duration>>,
     clients: Vec<Mutex<ClientRecord>>,
+    /// The SQL workload's transfers, per client (`--service sql`).
+    bank: Vec<Mutex<bank::BankRecord>>,
 }
 
 #[derive(Default)]
@@ -275,6 +282,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         name: "demo".into(),
         static_keys: false,
         ordering: args.ordering,
+        service: args.service.clone(),
         executable_blake3: None,
     })
     .with_context(|| format!("cannot create the demo cluster in {}", dir.display()))?;
@@ -446,22 +454,41 @@ async fn scenario(
         clients: (0..args.clients)
             .map(|_| Mutex::new(ClientRecord::default()))
             .collect(),
+        bank: (0..args.clients)
+            .map(|_| Mutex::new(bank::BankRecord::default()))
+            .collect(),
     });
-    let mut kvs = Vec::new();
+    let sql = cfg.state.service == "sql";
+    let mut clients = Vec::new();
     for c in 1..=u64::from(args.clients) {
         let setup = redoubt_client::ClientSetup::from_cluster(cfg, c)?;
-        kvs.push(
-            KvClient::connect(setup)
+        clients.push(
+            redoubt_client::Client::connect(setup)
                 .await
                 .with_context(|| format!("cannot start client {c}"))?,
         );
     }
+    let kvs: Vec<KvClient> = clients.iter().cloned().map(KvClient::new).collect();
+    let sqls: Vec<SqlClient> = clients.into_iter().map(SqlClient::new).collect();
+    if sql {
+        bank::setup(&sqls[0])
+            .await
+            .map_err(|e| anyhow::anyhow!(e))?;
+    }
     let d = Duration::from_secs(args.duration);
     let (kill_time, restart_time) = (d / 2, d * 3 / 4);
-    ui.event(format!(
-        "workload: {} clients, each putting fresh values to its own {KEYS_PER_CLIENT} keys and reading every write back",
-        args.clients
-    ));
+    ui.event(if sql {
+        format!(
+            "workload: {} clients moving money between {} accounts in serializable transactions, auditing the total every fourth operation",
+            args.clients,
+            bank::ACCOUNTS
+        )
+    } else {
+        format!(
+            "workload: {} clients, each putting fresh values to its own {KEYS_PER_CLIENT} keys and reading every write back",
+            args.clients
+        )
+    });
     ui.event(format!(
         "  the primary is killed at {:.0} s and restarted at {:.0} s",
         kill_time.as_secs_f64(),
@@ -470,8 +497,12 @@ async fn scenario(
     let start = Instant::now();
     *lock(&ui.start) = Some(start);
     let mut tasks = tokio::task::JoinSet::new();
-    for (idx, kv) in kvs.iter().enumerate() {
-        tasks.spawn(client_loop(workload.clone(), idx, kv.clone()));
+    for idx in 0..kvs.len() {
+        if sql {
+            tasks.spawn(bank::client_loop(workload.clone(), idx, sqls[idx].clone()));
+        } else {
+            tasks.spawn(client_loop(workload.clone(), idx, kvs[idx].clone()));
+        }
     }
 
     let k = cfg.protocol.checkpoint_interval;
@@ -616,8 +647,13 @@ async fn scenario(
     }
 
     // Verification: every key through the cluster.
-    ui.event("verifying: reading every written key back through the cluster");
-    let verification = verify(&workload, &kvs).await;
+    let verification = if sql {
+        ui.event("verifying: auditing the accounts against the transfer log through the cluster");
+        bank::verify(&workload, &sqls[0]).await
+    } else {
+        ui.event("verifying: reading every written key back through the cluster");
+        verify(&workload, &kvs).await
+    };
 
     // Summary.
     let mut latencies: Vec<u64> = Vec::new();
@@ -641,7 +677,9 @@ async fn scenario(
     println!();
     println!("summary");
     println!(
-        "  operations     {ops} completed ({puts} puts, {reads} reads){}",
+        "  operations     {ops} completed ({puts} {}, {reads} {}){}",
+        if sql { "transfers" } else { "puts" },
+        if sql { "audits" } else { "reads" },
         if failed > 0 {
             format!(", {failed} gave up at the client deadline (their effect is unknown; verification allows for it)")
         } else {
@@ -849,25 +887,32 @@ async fn verify(w: &Workload, kvs: &[KvClient]) -> Result<String, String> {
             }
         }
     }
-    if problems.is_empty() {
-        Ok(format!(
+    outcome(problems, || {
+        format!(
             "all {checked} keys hold their last acknowledged value{}",
             if late > 0 {
                 format!(" ({late} hold a later write whose acknowledgement the client gave up on)")
             } else {
                 String::new()
             }
-        ))
-    } else {
-        let total = problems.len();
-        problems.truncate(5);
-        Err(format!(
-            "{total} problem{}: {}",
-            if total == 1 { "" } else { "s" },
-            problems.join("; ")
-        ))
-    }
+        )
+    })
 }
 
+/// The verification's verdict: `passed()` if there are no problems, else the first five.
+fn outcome(mut problems: Vec<String>, passed: impl FnOnce() -> String) -> Result<String, String> {
+    if problems.is_empty() {
+        return Ok(passed());
+    }
+    let total = problems.len();
+    problems.truncate(5);
+    Err(format!(
+        "{total} problem{}: {}",
+        if total == 1 { "" } else { "s" },
+        problems.join("; ")
+    ))
+}
+
+mod bank;
 mod deployments;
 use deployments::{firewall_check, ExecStory, FW_LEAKER, FW_VICTIM};

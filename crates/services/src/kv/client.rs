@@ -145,12 +145,10 @@ impl KvClient {
 
     async fn run(&self, op: KvOp, name: &'static str) -> Result<KvResult, KvClientError> {
         let bytes = op.encode();
-        let reply = match (op.is_read_only(), self.deadline) {
-            (true, None) => self.client.invoke_read_only(bytes).await?,
-            (false, None) => self.client.invoke(bytes).await?,
-            (true, Some(d)) => self.client.invoke_read_only_within(bytes, d).await?,
-            (false, Some(d)) => self.client.invoke_within(bytes, d).await?,
-        };
+        let reply = self
+            .client
+            .invoke_as(bytes, op.is_read_only(), self.deadline)
+            .await?;
         match KvResult::decode(&reply) {
             Ok(KvResult::Error(msg)) => Err(KvClientError::Refused(msg)),
             Ok(result) => Ok(result),

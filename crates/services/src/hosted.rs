@@ -1,0 +1,54 @@
+//! The services `redoubt replica` can host, chosen by the cluster file's `[state] service`.
+
+use crate::kv::KvService;
+use crate::sql::SqlService;
+use redoubt_core::{ExecContext, Service};
+use redoubt_state::{StateRead, StateWrite};
+
+/// One of the built-in services (every replica of a cluster hosts the same one).
+pub enum Hosted {
+    Kv(KvService),
+    Sql(SqlService),
+}
+
+impl Hosted {
+    /// The service named `kind` (`[state] service`: "kv" or "sql").
+    pub fn named(kind: &str) -> Result<Hosted, String> {
+        match kind {
+            "kv" => Ok(Hosted::Kv(KvService::new())),
+            "sql" => Ok(Hosted::Sql(SqlService::new())),
+            other => Err(format!(
+                "unknown service \"{}\": expected \"kv\" or \"sql\"",
+                other.escape_debug()
+            )),
+        }
+    }
+
+    fn inner(&self) -> &dyn Service {
+        match self {
+            Hosted::Kv(s) => s,
+            Hosted::Sql(s) => s,
+        }
+    }
+
+    fn inner_mut(&mut self) -> &mut dyn Service {
+        match self {
+            Hosted::Kv(s) => s,
+            Hosted::Sql(s) => s,
+        }
+    }
+}
+
+impl Service for Hosted {
+    fn execute(&mut self, state: &mut dyn StateWrite, op: &[u8], ctx: &ExecContext) -> Vec<u8> {
+        self.inner_mut().execute(state, op, ctx)
+    }
+
+    fn execute_read_only(&self, state: &dyn StateRead, op: &[u8]) -> Option<Vec<u8>> {
+        self.inner().execute_read_only(state, op)
+    }
+
+    fn load(&mut self, state: &dyn StateRead) -> Result<(), String> {
+        self.inner_mut().load(state)
+    }
+}
