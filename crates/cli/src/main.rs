@@ -6,6 +6,7 @@
 //! - `redoubt keyholder`: only a replica's key holder;
 //! - `redoubt kv`: one key-value operation through the cluster;
 //! - `redoubt status`: a table of every replica's view, progress and health;
+//! - `redoubt sql-gateway`: a PostgreSQL wire-protocol gateway to the SQL service;
 //! - `redoubt demo`: a real 4-process cluster on 127.0.0.1 under load, with a primary crash.
 //!
 //! Exit status: 0 success, 1 failure (one message on stderr says what, where, and what to do),
@@ -18,6 +19,7 @@ mod cmd_keyholder;
 mod cmd_kv;
 mod cmd_monitor;
 mod cmd_replica;
+mod cmd_sql_gateway;
 mod cmd_status;
 mod cpucap;
 mod demo;
@@ -68,6 +70,8 @@ enum Command {
     Kv(cmd_kv::KvArgs),
     /// Show every replica's view, progress and health
     Status(cmd_status::StatusArgs),
+    /// Serve PostgreSQL clients from a cluster running the SQL service (no authentication)
+    SqlGateway(cmd_sql_gateway::SqlGatewayArgs),
     /// Run a 4-replica cluster on 127.0.0.1 under load, crash its primary, verify every write
     Demo(demo::DemoArgs),
     /// Benchmarks on a local cluster (state-transfer, micro)
@@ -97,7 +101,8 @@ fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
         None => cfg.replica(0)?.addr,
     };
     let threads = args.worker_threads.unwrap_or(cfg.node.worker_threads);
-    let service = redoubt_services::kv::KvService::new();
+    // The service the cluster file names ([state] service), as `redoubt replica` hosts it.
+    let service = cmd_replica::hosted_service(&args.config).map_err(|e| anyhow::anyhow!(e))?;
     runtime_with(threads)?.block_on(redoubt_node::baseline::run_baseline(
         &args.config,
         addr,
@@ -117,6 +122,7 @@ fn main() -> ExitCode {
         Command::Keyholder(a) => cmd_keyholder::run(a),
         Command::Kv(a) => cmd_kv::run(a),
         Command::Status(a) => cmd_status::run(a),
+        Command::SqlGateway(a) => cmd_sql_gateway::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Baseline(a) => baseline(a),

@@ -147,8 +147,13 @@ impl Cluster {
     /// `redoubt init` with free ports, every replica started, all answering `/status` in the
     /// same view.
     pub async fn start(clients: u32) -> Cluster {
+        Cluster::start_init(&[], clients).await
+    }
+
+    /// [`Cluster::start`] with extra `redoubt init` arguments (e.g. `--service sql`).
+    pub async fn start_init(init_extra: &[&str], clients: u32) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = init(dir.path(), 4, clients);
+        let config = init_with(dir.path(), 4, clients, init_extra);
         let mut c = Cluster::new(dir, config, false);
         for i in 0..c.children.len() as u32 {
             c.spawn_holder(i);
