@@ -18,6 +18,8 @@
 pub mod server;
 pub mod session;
 pub mod split;
+#[cfg(test)]
+mod testing;
 pub mod types;
 
 pub use server::{serve, Gateway, GatewayConfig, GatewayError};

@@ -579,14 +579,4 @@ impl ExtendedQueryHandler for Connection {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::tag_prefix;
-
-    #[test]
-    fn tag_prefixes_leave_pgwire_the_row_count() {
-        assert_eq!(tag_prefix("SELECT 3"), "SELECT");
-        assert_eq!(tag_prefix("INSERT 0 2"), "INSERT 0");
-        assert_eq!(tag_prefix("CREATE TABLE"), "CREATE TABLE");
-        assert_eq!(tag_prefix("SHOW"), "SHOW");
-    }
-}
+mod tests;

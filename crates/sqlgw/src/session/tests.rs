@@ -2,131 +2,7 @@
 //! outcomes and the transaction status after each query.
 
 use super::*;
-use redoubt_services::sql::{SqlError, SqlErrorKind};
-use std::sync::atomic::AtomicBool;
-use std::sync::Mutex;
-
-/// A backend that records its calls. A statement containing `fail` fails (undefined
-/// table); commits conflict while `conflict` is set; describing a statement containing
-/// `new_table` fails (the table does not exist in the committed database).
-#[derive(Default)]
-struct Fake {
-    calls: Mutex<Vec<String>>,
-    conflict: AtomicBool,
-}
-
-struct FakeTx<'a> {
-    fake: &'a Fake,
-    stmts: Vec<String>,
-}
-
-fn result_of(sql: &str) -> StmtResult {
-    let verb = redoubt_services::sql::leading_keyword(sql);
-    let select = verb == "SELECT";
-    StmtResult {
-        columns: if select {
-            vec![Column {
-                name: "x".into(),
-                decl_type: None,
-            }]
-        } else {
-            Vec::new()
-        },
-        rows: if select {
-            vec![vec![Value::Integer(1)]]
-        } else {
-            Vec::new()
-        },
-        changes: matches!(verb.as_str(), "INSERT" | "UPDATE" | "DELETE") as u64,
-        verb,
-    }
-}
-
-fn failure(index: usize) -> SqlClientError {
-    SqlClientError::Sql {
-        index: index as u32,
-        error: SqlError {
-            kind: SqlErrorKind::UndefinedTable,
-            message: "no such table: fail".into(),
-        },
-    }
-}
-
-impl Fake {
-    fn log(&self, s: String) {
-        self.calls.lock().unwrap().push(s);
-    }
-
-    fn take_calls(&self) -> Vec<String> {
-        std::mem::take(&mut *self.calls.lock().unwrap())
-    }
-}
-
-impl Backend for Fake {
-    type Tx<'a> = FakeTx<'a>;
-
-    fn client_id(&self) -> u64 {
-        0
-    }
-
-    fn execute(
-        &self,
-        stmts: Vec<Statement>,
-    ) -> impl Future<Output = Result<Vec<StmtResult>, SqlClientError>> + Send {
-        let sqls: Vec<&str> = stmts.iter().map(|s| s.sql.as_str()).collect();
-        self.log(format!("execute {}", sqls.join(" | ")));
-        let r = match sqls.iter().position(|s| s.contains("fail")) {
-            Some(i) => Err(failure(i)),
-            None => Ok(sqls.iter().map(|s| result_of(s)).collect()),
-        };
-        std::future::ready(r)
-    }
-
-    fn describe(
-        &self,
-        sql: &str,
-    ) -> impl Future<Output = Result<(u32, Vec<Column>), SqlClientError>> + Send {
-        self.log(format!("describe {sql}"));
-        let r = if sql.contains("new_table") || sql.contains("fail") {
-            Err(failure(0))
-        } else {
-            Ok((placeholders(sql) as u32, result_of(sql).columns))
-        };
-        std::future::ready(r)
-    }
-
-    fn begin(&self) -> FakeTx<'_> {
-        self.log("begin".into());
-        FakeTx {
-            fake: self,
-            stmts: Vec::new(),
-        }
-    }
-
-    fn run<'a>(
-        tx: &mut Self::Tx<'a>,
-        stmt: Statement,
-    ) -> impl Future<Output = Result<StmtResult, SqlClientError>> + Send {
-        tx.fake.log(format!("run {}", stmt.sql));
-        let r = if stmt.sql.contains("fail") {
-            Err(failure(tx.stmts.len()))
-        } else {
-            tx.stmts.push(stmt.sql.clone());
-            Ok(result_of(&stmt.sql))
-        };
-        std::future::ready(r)
-    }
-
-    fn commit(tx: Self::Tx<'_>) -> impl Future<Output = Result<(), SqlClientError>> + Send {
-        tx.fake.log(format!("commit {}", tx.stmts.join(" | ")));
-        let r = if tx.fake.conflict.load(Ordering::Relaxed) {
-            Err(SqlClientError::Conflict { index: 0 })
-        } else {
-            Ok(())
-        };
-        std::future::ready(r)
-    }
-}
+use crate::testing::Fake;
 
 /// The outcomes as short strings: the tag, `!CODE` for an error, `warn CODE` first.
 fn show_outcomes(out: &[Outcome]) -> Vec<String> {
@@ -338,7 +214,7 @@ async fn prepare_describes_service_statements_only() {
     let p = s.prepare("SELECT $1, $2;").await.unwrap().unwrap();
     assert_eq!(p.sql, "SELECT $1, $2");
     assert_eq!(p.params, 2);
-    assert_eq!(p.columns.as_ref().map(Vec::len), Some(1));
+    assert_eq!(p.columns.as_ref().map(Vec::len), Some(2));
     assert_eq!(fake.take_calls(), ["describe SELECT $1, $2"]);
     let p = s.prepare("BEGIN").await.unwrap().unwrap();
     assert_eq!(
