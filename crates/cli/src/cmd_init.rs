@@ -48,9 +48,9 @@ pub struct InitArgs {
     /// and the co-located deployment)
     #[arg(long, default_value = "pbft", value_name = "PROTOCOL")]
     ordering: redoubt_core::OrderProtocol,
-    /// The service the replicas host: kv (the key-value store) or sql (the SQL database,
-    /// reached through `redoubt sql-gateway`)
-    #[arg(long, default_value = "kv", value_name = "SERVICE", value_parser = ["kv", "sql"])]
+    /// The service the replicas host: kv (the key-value store), sql (the SQL database,
+    /// reached through `redoubt sql-gateway`) or files (the file system, `redoubt mount`)
+    #[arg(long, default_value = "kv", value_name = "SERVICE", value_parser = ["kv", "sql", "files"])]
     service: String,
 }
 

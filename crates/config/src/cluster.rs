@@ -495,7 +495,7 @@ impl ClusterConfig {
             return Err(invalid(
                 "[state] service",
                 format!(
-                    "\"{}\" is not one of \"kv\", \"sql\"",
+                    "\"{}\" is not one of \"kv\", \"sql\", \"files\"",
                     self.state.service.escape_debug()
                 ),
             ));

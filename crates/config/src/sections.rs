@@ -184,8 +184,8 @@ impl Default for RecoverySection {
 
 /// Accepted values of `[node] log_format`.
 pub const LOG_FORMATS: [&str; 2] = ["human", "json"];
-/// Valid `[state] service` values: the key-value store and the SQL database.
-pub const SERVICES: [&str; 2] = ["kv", "sql"];
+/// Valid `[state] service` values: the key-value store, the SQL database, the file system.
+pub const SERVICES: [&str; 3] = ["kv", "sql", "files"];
 
 /// `[storage]`: the replica's journal and page store.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

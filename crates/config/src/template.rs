@@ -490,8 +490,9 @@ const STATE_OPTIONS: Section = Section {
     options: &[
         (
             "service",
-            "The service every replica hosts: \"kv\" (the key-value store) or \"sql\" (the SQL database;\n\
-             clients reach it through `redoubt sql-gateway`). Default: {default}.",
+            "The service every replica hosts: \"kv\" (the key-value store), \"sql\" (the SQL database;\n\
+             clients reach it through `redoubt sql-gateway`) or \"files\" (the file system; `redoubt\n\
+             mount`). Default: {default}.",
         ),
         (
             "size_mib",

@@ -63,7 +63,7 @@ pub struct InitOptions {
     /// The ordering protocol. Prime needs session keys and the co-located deployment; `init`
     /// deals the replicas' order keys for it (a proactive recovery replaces a replica's).
     pub ordering: OrderProtocol,
-    /// The service the replicas host (`[state] service`: "kv" or "sql").
+    /// The service the replicas host (`[state] service`: "kv", "sql" or "files").
     pub service: String,
     /// BLAKE3 of the replica executable the monitor may start (`[recovery]
     /// executable_blake3`); `None` leaves the check off.

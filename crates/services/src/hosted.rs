@@ -1,5 +1,6 @@
 //! The services `redoubt replica` can host, chosen by the cluster file's `[state] service`.
 
+use crate::files::FileService;
 use crate::kv::KvService;
 use crate::sql::SqlService;
 use redoubt_core::{ExecContext, Service};
@@ -9,16 +10,18 @@ use redoubt_state::{StateRead, StateWrite};
 pub enum Hosted {
     Kv(KvService),
     Sql(SqlService),
+    Files(FileService),
 }
 
 impl Hosted {
-    /// The service named `kind` (`[state] service`: "kv" or "sql").
+    /// The service named `kind` (`[state] service`: "kv", "sql" or "files").
     pub fn named(kind: &str) -> Result<Hosted, String> {
         match kind {
             "kv" => Ok(Hosted::Kv(KvService::new())),
             "sql" => Ok(Hosted::Sql(SqlService::new())),
+            "files" => Ok(Hosted::Files(FileService::new())),
             other => Err(format!(
-                "unknown service \"{}\": expected \"kv\" or \"sql\"",
+                "unknown service \"{}\": expected \"kv\", \"sql\" or \"files\"",
                 other.escape_debug()
             )),
         }
@@ -28,6 +31,7 @@ impl Hosted {
         match self {
             Hosted::Kv(s) => s,
             Hosted::Sql(s) => s,
+            Hosted::Files(s) => s,
         }
     }
 
@@ -35,6 +39,7 @@ impl Hosted {
         match self {
             Hosted::Kv(s) => s,
             Hosted::Sql(s) => s,
+            Hosted::Files(s) => s,
         }
     }
 }

@@ -16,6 +16,7 @@
 //! application calls over `redoubt_client::Client`. A client runs in the application's process,
 //! not on the replicas; the rules above are for the services.
 
+pub mod files;
 pub mod hosted;
 pub mod kv;
 pub mod pagedkv;

@@ -21,10 +21,13 @@
 //! ([`Transaction`]).
 
 mod client;
+mod engine;
 mod op;
 mod vfs;
 
 pub use client::{leading_keyword, looks_read_only, SqlClient, SqlClientError, Transaction};
+pub use engine::Engine;
+pub(crate) use op::{decode_exact, encode};
 pub use op::{
     Column, DecodeError, SqlError, SqlErrorKind, SqlOp, SqlReply, Statement, StmtResult, Value,
 };
@@ -35,7 +38,6 @@ use redoubt_state::{StateRead, StateWrite};
 use rusqlite::{ffi, Connection, OpenFlags};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use vfs::{with_backing, Backing};
 
 /// The most virtual-machine steps one operation may take (all its statements together).
 pub const STEPS_MAX: u64 = 20_000_000;
@@ -68,7 +70,7 @@ static SQLITE_TURN: Mutex<()> = Mutex::new(());
 
 /// The replicated SQL service (see the module documentation).
 pub struct SqlService {
-    db: Mutex<Option<Db>>,
+    engine: Engine,
 }
 
 /// The connection and what its hooks read.
@@ -90,18 +92,9 @@ impl Default for SqlService {
 
 impl SqlService {
     pub fn new() -> Self {
-        vfs::register();
         SqlService {
-            db: Mutex::new(None),
+            engine: Engine::new(),
         }
-    }
-
-    fn with_db<R>(&self, f: impl FnOnce(&mut Db) -> R) -> Result<R, String> {
-        let mut guard = self.db.lock().unwrap_or_else(|p| p.into_inner());
-        if guard.is_none() {
-            *guard = Some(Db::open()?);
-        }
-        Ok(f(guard.as_mut().expect("opened above")))
     }
 }
 
@@ -478,30 +471,22 @@ impl Service for SqlService {
             Ok(op) => op,
             Err(e) => return bad_operation(e),
         };
-        let _turn = SQLITE_TURN.lock().unwrap_or_else(|p| p.into_inner());
-        match op {
+        let reply = match op {
             SqlOp::Write { stmts, expect } => {
                 if let Some(r) = too_many(&stmts, &[]) {
                     return r.encode();
                 }
-                let mut backing = match Backing::write(state, ctx.time_ms) {
-                    Ok(b) => b,
-                    Err(e) => return corrupt(e),
-                };
-                let reply = with_backing(&mut backing, || {
-                    self.with_db(|db| {
-                        db.start(ctx.seed());
-                        write(db, &stmts, &expect)
-                    })
-                });
-                let reply = reply.unwrap_or_else(corrupt_reply);
-                if matches!(reply, SqlReply::Done(_)) {
-                    backing.stamp_time();
-                }
-                reply.encode()
+                self.engine.run_write(state, ctx, |db| {
+                    let reply = write(db, &stmts, &expect);
+                    let wrote = matches!(reply, SqlReply::Done(_));
+                    (reply, wrote)
+                })
             }
-            read => self.read_only(&*state, read, ctx.seed()).encode(),
-        }
+            read => self
+                .engine
+                .run_read(&*state, ctx.seed(), |db| read_only(db, read)),
+        };
+        reply.unwrap_or_else(corrupt_reply).encode()
     }
 
     fn execute_read_only(&self, state: &dyn StateRead, op: &[u8]) -> Option<Vec<u8>> {
@@ -517,53 +502,24 @@ impl Service for SqlService {
                 .try_into()
                 .expect("8 bytes"),
         );
-        let _turn = SQLITE_TURN.lock().unwrap_or_else(|p| p.into_inner());
-        Some(self.read_only(state, op, seed).encode())
+        let reply = self.engine.run_read(state, seed, |db| read_only(db, op));
+        Some(reply.unwrap_or_else(corrupt_reply).encode())
     }
 
     fn load(&mut self, state: &dyn StateRead) -> Result<(), String> {
-        let mut backing = Backing::overlay(state)?;
-        let mut guard = self.db.lock().unwrap_or_else(|p| p.into_inner());
-        // A new connection: SQLite's page cache must not outlive a rollback or a transfer.
-        *guard = None;
-        let _turn = SQLITE_TURN.lock().unwrap_or_else(|p| p.into_inner());
-        let db = with_backing(&mut backing, || {
-            let db = Db::open()?;
-            // The schema must parse: a state that holds no usable database is corrupt.
-            db.internal.store(true, Relaxed);
-            let schema = db
-                .conn
-                .query_row("PRAGMA schema_version", [], |r| r.get::<_, i64>(0));
-            db.internal.store(false, Relaxed);
-            schema.map_err(|e| format!("reading the SQL database's schema: {e}"))?;
-            Ok::<_, String>(db)
-        })?;
-        *guard = Some(db);
-        Ok(())
+        self.engine.load(state)
     }
 }
 
-impl SqlService {
-    fn read_only(&self, state: &dyn StateRead, op: SqlOp, seed: u64) -> SqlReply {
-        let mut backing = match Backing::overlay(state) {
-            Ok(b) => b,
-            Err(e) => return corrupt_reply(e),
-        };
-        let reply = with_backing(&mut backing, || {
-            self.with_db(|db| {
-                db.start(seed);
-                match op {
-                    SqlOp::Read {
-                        prefix,
-                        expect,
-                        stmts,
-                    } => read(db, &prefix, &expect, &stmts),
-                    SqlOp::Describe { sql } => describe(db, &sql),
-                    SqlOp::Write { .. } => unreachable!("writes are ordered"),
-                }
-            })
-        });
-        reply.unwrap_or_else(corrupt_reply)
+fn read_only(db: &Db, op: SqlOp) -> SqlReply {
+    match op {
+        SqlOp::Read {
+            prefix,
+            expect,
+            stmts,
+        } => read(db, &prefix, &expect, &stmts),
+        SqlOp::Describe { sql } => describe(db, &sql),
+        SqlOp::Write { .. } => unreachable!("writes are ordered"),
     }
 }
 
@@ -678,10 +634,6 @@ fn corrupt_reply(e: String) -> SqlReply {
             message: format!("the replicated database is unusable: {e}"),
         },
     }
-}
-
-fn corrupt(e: String) -> Vec<u8> {
-    corrupt_reply(e).encode()
 }
 
 #[cfg(test)]

@@ -192,12 +192,12 @@ pub enum DecodeError {
     TrailingBytes(usize),
 }
 
-fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+pub(crate) fn encode<T: Serialize>(v: &T) -> Vec<u8> {
     // Serializing these types into a growable vector cannot fail.
     postcard::to_stdvec(v).expect("postcard encoding into a Vec is infallible")
 }
 
-fn decode_exact<'a, T: Deserialize<'a>>(b: &'a [u8]) -> Result<T, DecodeError> {
+pub(crate) fn decode_exact<'a, T: Deserialize<'a>>(b: &'a [u8]) -> Result<T, DecodeError> {
     let (v, rest) = postcard::take_from_bytes(b)?;
     if !rest.is_empty() {
         return Err(DecodeError::TrailingBytes(rest.len()));
