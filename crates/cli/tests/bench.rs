@@ -158,3 +158,40 @@ fn recovery_bench_runs_and_reports_every_step() {
         .collect();
     assert_eq!(recoveries, ["0", "2"], "{runs}");
 }
+
+/// `redoubt bench sql` on two small tables and short points: both systems load them, run
+/// every mix (the benchmark fails on any failed update or query, or on a sum of values other
+/// than the updates acknowledged) and the three outputs are written.
+#[test]
+fn sql_bench_runs_and_writes_its_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = common::redoubt();
+    cmd.args([
+        "bench",
+        "sql",
+        "--quick",
+        "--seconds",
+        "0.3",
+        "--tables",
+        "2",
+        "--rows",
+        "50",
+        "--out",
+    ])
+    .arg(dir.path());
+    let stdout = common::stdout_of_success(cmd, Duration::from_secs(120));
+    let csv = std::fs::read_to_string(dir.path().join("sql.csv")).unwrap();
+    // Both systems, three mixes, two client counts.
+    assert_eq!(csv.lines().count(), 1 + 2 * 3 * 2, "{csv}");
+    let svg = std::fs::read_to_string(dir.path().join("sql.svg")).unwrap();
+    assert_eq!(svg.matches("<polyline").count(), 6, "{svg}");
+    let md = std::fs::read_to_string(dir.path().join("sql.md")).unwrap();
+    for part in [
+        "| updates only | 4 |",
+        "| queries only |",
+        "updates acknowledged",
+    ] {
+        assert!(md.contains(part), "no {part:?} in:\n{md}");
+    }
+    assert!(stdout.contains("redoubt / baseline"), "{stdout}");
+}

@@ -5,6 +5,7 @@ use anyhow::Context as _;
 use redoubt_client::Client;
 use redoubt_services::kv::KvResult;
 use std::fmt::Write as _;
+use std::future::Future;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -171,25 +172,49 @@ pub(super) async fn throughput(
     server_pids: &[u32],
     replica_metrics: Option<SocketAddr>,
 ) -> anyhow::Result<Sample> {
+    let pool = &pool[..(n as usize).min(pool.len())];
+    let steps = pool
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let c = c.clone();
+            let bytes = (load.bytes)(i as u64 + 1);
+            let (label, read_only) = (load.label.to_string(), load.read_only);
+            move || {
+                let (c, label, bytes) = (c.clone(), label.clone(), bytes.clone());
+                async move { call(&c, &label, read_only, bytes).await }
+            }
+        })
+        .collect();
+    closed_loop(pool, steps, seconds, server_pids, replica_metrics).await
+}
+
+/// Runs one closed-loop client per element of `steps` for `seconds`: each call of a step
+/// makes that client's next operation, which must succeed. `pool` holds the clients the steps
+/// use (their retransmissions are counted); the rest as in [`throughput`].
+pub(super) async fn closed_loop<S, F>(
+    pool: &[Client],
+    steps: Vec<S>,
+    seconds: f64,
+    server_pids: &[u32],
+    replica_metrics: Option<SocketAddr>,
+) -> anyhow::Result<Sample>
+where
+    S: FnMut() -> F + Send + 'static,
+    F: Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    let n = steps.len() as u32;
     let batches0 = batch_counters(replica_metrics).await;
-    let retransmissions = || -> u64 {
-        pool.iter()
-            .take(n as usize)
-            .map(|c| c.stats().retransmissions)
-            .sum()
-    };
+    let retransmissions = || -> u64 { pool.iter().map(|c| c.stats().retransmissions).sum() };
     let retransmissions0 = retransmissions();
     let stop = Instant::now() + Duration::from_secs_f64(seconds);
     let mut tasks = tokio::task::JoinSet::new();
-    for (i, c) in pool.iter().take(n as usize).enumerate() {
-        let c = c.clone();
-        let bytes = (load.bytes)(i as u64 + 1);
-        let (label, read_only) = (load.label.to_string(), load.read_only);
+    for mut step in steps {
         tasks.spawn(async move {
             let mut lat = Vec::new();
             while Instant::now() < stop {
                 let t = Instant::now();
-                call(&c, &label, read_only, bytes.clone()).await?;
+                step().await?;
                 lat.push(t.elapsed().as_secs_f64() * 1000.0);
             }
             anyhow::Ok(lat)

@@ -8,21 +8,16 @@
 //! closed-loop clients grows.
 
 use super::measure::{
-    latency, plot, source_commit, throughput, KillOnDrop, Load, Plan, PlanDefaults, Progress,
-    Sample, Series,
+    latency, plot, source_commit, throughput, Load, Plan, PlanDefaults, Progress, Sample, Series,
 };
+use super::versus::{self, System};
 use crate::cpucap::{CpuCaps, PERIOD_US};
 use crate::procs::ReplicaProcs;
 use anyhow::Context as _;
 use clap::Args;
-use redoubt_client::{Client, Connections};
-use redoubt_config::ClusterConfig;
-use redoubt_node::init::free_base_port;
-use redoubt_node::init::{init_cluster, InitOptions};
 use redoubt_services::kv::{KvOp, KvResult};
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -65,21 +60,6 @@ pub struct MicroArgs {
     /// Directory for micro.csv and the plots
     #[arg(long, value_name = "DIR", default_value = "bench-micro")]
     out: PathBuf,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum System {
-    Baseline,
-    Redoubt,
-}
-
-impl System {
-    fn name(self) -> &'static str {
-        match self {
-            System::Baseline => "baseline",
-            System::Redoubt => "redoubt",
-        }
-    }
 }
 
 /// One benchmarked operation.
@@ -177,42 +157,7 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         Some(cores) => Some(CpuCaps::new(cores)?.cores()),
         None => None,
     };
-    let exe = std::env::current_exe().context("cannot find the path of this program")?;
-    let tmp = tempfile::Builder::new()
-        .prefix("redoubt-micro-")
-        .tempdir()
-        .context("cannot create a temporary directory")?;
-    let dir = tmp.path().to_path_buf();
-    let base = free_base_port(4)?;
-    let config_path = init_cluster(&InitOptions {
-        replicas: 4,
-        executors: 0,
-        firewall: None,
-        clients: max_clients + 1,
-        out: dir.clone(),
-        base_port: base,
-        host: IpAddr::V4(Ipv4Addr::LOCALHOST),
-        name: "bench-micro".into(),
-        // The baseline server has no key holder: both sides run on static keys (key refresh
-        // costs one NEW-KEY per node every key_refresh_ms, nothing per request).
-        static_keys: true,
-        ordering: redoubt_core::OrderProtocol::Pbft,
-        service: "kv".into(),
-        executable_blake3: None,
-    })?;
-    let mut cfg = ClusterConfig::load(&config_path)?;
-    cfg.storage.fsync = args.fsync;
-    cfg.node.client_connections_max = cfg
-        .node
-        .client_connections_max
-        .max(max_clients as usize * 2 + 64);
-    let text = redoubt_config::override_toml(&cfg.to_toml()?, &args.sets)
-        .map_err(|e| anyhow::anyhow!("--set: {e}"))?;
-    std::fs::write(&config_path, text)?;
-    let cfg = ClusterConfig::load(&config_path)?;
-    for s in &args.sets {
-        println!("  setting {s}");
-    }
+    let cluster = versus::make_cluster("micro", "kv", max_clients, args.fsync, &args.sets)?;
     println!(
         "redoubt bench micro: redoubt (n = 4, f = 1, journal fsync {}) against an unreplicated baseline, on {} cores; {}",
         if args.fsync { "on" } else { "off" },
@@ -245,16 +190,14 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
     };
     let mut throttled = Vec::new();
     for &system in systems {
-        let mut procs = ReplicaProcs::new(exe.clone(), config_path.clone(), dir.clone(), 4);
+        let mut procs = cluster.replicas();
         let mut caps = server_cpu.map(CpuCaps::new).transpose()?;
         let result = run_system(
             system,
-            &cfg,
+            &cluster,
             &mut procs,
             caps.as_mut(),
             args.baseline_threads,
-            &exe,
-            &config_path,
             &clients,
             latency_ops,
             seconds,
@@ -441,10 +384,7 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
                     .collect();
                 pts.sort_by_key(|p| p.s.clients);
                 Series {
-                    name: match system {
-                        System::Baseline => "baseline (1 server)".into(),
-                        System::Redoubt => "redoubt (n = 4)".into(),
-                    },
+                    name: system.legend().into(),
                     points: pts
                         .iter()
                         .map(|p| (p.s.ops_per_s, p.s.p50_ms, p.s.clients))
@@ -466,19 +406,17 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    drop(tmp);
+    drop(cluster);
     Ok(ExitCode::SUCCESS)
 }
 
 #[allow(clippy::too_many_arguments)]
 async fn run_system(
     system: System,
-    cfg: &ClusterConfig,
+    cluster: &versus::Cluster,
     procs: &mut ReplicaProcs,
-    mut caps: Option<&mut CpuCaps>,
+    caps: Option<&mut CpuCaps>,
     baseline_threads: Option<usize>,
-    exe: &Path,
-    config_path: &Path,
     clients: &[u32],
     latency_ops: u32,
     seconds: f64,
@@ -486,93 +424,28 @@ async fn run_system(
     progress: &mut Progress,
 ) -> anyhow::Result<Vec<Point>> {
     let max_clients = *clients.iter().max().expect("non-empty");
-    let mut baseline_child = None;
-    match system {
-        System::Redoubt => {
-            for i in 0..4 {
-                procs.start(i)?;
-                if let (Some(caps), Some(pid)) = (caps.as_deref_mut(), procs.pid(i)) {
-                    caps.cap(&format!("replica-{i}"), pid)?;
-                }
+    let baseline_child = versus::start(system, cluster, procs, caps, baseline_threads).await?;
+    let pool = versus::connect(&cluster.cfg, system, max_clients, own_connections).await?;
+    // Preload the 4 KiB value, retrying while the baseline starts.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let op = KvOp::Set {
+            key: b"big".to_vec(),
+            value: vec![9; 4096],
+        };
+        match tokio::time::timeout(Duration::from_secs(2), pool[0].invoke(op.encode())).await {
+            Ok(Ok(r)) if KvResult::decode(&r).is_ok_and(|r| r == KvResult::Done) => break,
+            _ if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            super::common::wait_until_up(cfg, procs).await?;
-        }
-        System::Baseline => {
-            let log = std::fs::File::create(config_path.with_file_name("baseline.log"))?;
-            let child = std::process::Command::new(exe)
-                .arg("baseline")
-                .arg("--config")
-                .arg(config_path)
-                .args(
-                    baseline_threads
-                        .map(|n| vec!["--worker-threads".to_string(), n.to_string()])
-                        .unwrap_or_default(),
-                )
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .spawn()
-                .context("cannot start the baseline server")?;
-            let child = KillOnDrop(child);
-            if let Some(caps) = caps {
-                caps.cap("baseline", child.0.id())?;
-            }
-            baseline_child = Some(child);
+            other => anyhow::bail!(
+                "{} does not answer: {:?}",
+                system.name(),
+                other.map(|r| r.map(|_| ()))
+            ),
         }
     }
-    let setup = |c: u64| -> anyhow::Result<redoubt_client::ClientSetup> {
-        let mut s = redoubt_client::ClientSetup::from_cluster(cfg, c)?;
-        s.deadline = Duration::from_secs(30);
-        if system == System::Baseline {
-            s.core.f = 0;
-            s.replicas.truncate(1);
-        }
-        Ok(s)
-    };
-    let shared = (!own_connections).then(|| {
-        let s = setup(1).expect("client 1 is configured");
-        Connections::open(&s.replicas, max_clients as usize, s.frame_bytes_max)
-    });
-    let connect = |s: redoubt_client::ClientSetup| {
-        let shared = shared.clone();
-        async move {
-            match &shared {
-                Some(conns) => Client::connect_over(s, conns).await,
-                None => Client::connect(s).await,
-            }
-        }
-    };
-    // Connect (retrying while the baseline starts) and preload the 4 KiB value.
-    let first = {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let c = connect(setup(1)?).await?;
-        loop {
-            let op = KvOp::Set {
-                key: b"big".to_vec(),
-                value: vec![9; 4096],
-            };
-            match tokio::time::timeout(Duration::from_secs(2), c.invoke(op.encode())).await {
-                Ok(Ok(r)) if KvResult::decode(&r).is_ok_and(|r| r == KvResult::Done) => {
-                    break c.clone()
-                }
-                _ if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                other => anyhow::bail!(
-                    "{} does not answer: {:?}",
-                    system.name(),
-                    other.map(|r| r.map(|_| ()))
-                ),
-            }
-        }
-    };
-    let server_pids: Vec<u32> = match &baseline_child {
-        Some(c) => vec![c.0.id()],
-        None => (0..4).filter_map(|i| procs.pid(i)).collect(),
-    };
-    let mut pool: Vec<Client> = vec![first];
-    for c in 2..=u64::from(max_clients) {
-        pool.push(connect(setup(c)?).await?);
-    }
+    let server_pids = versus::server_pids(baseline_child.as_ref(), procs);
     let mut points = Vec::new();
     for op in OPS {
         let label = op.label();

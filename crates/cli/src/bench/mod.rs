@@ -6,7 +6,9 @@ mod measure;
 mod micro;
 mod recovery;
 mod separation;
+mod sql;
 mod state_transfer;
+mod versus;
 
 use clap::{Args, Subcommand};
 use std::process::ExitCode;
@@ -32,6 +34,9 @@ enum Bench {
     /// Throughput and latency of PBFT and Prime second by second, before and during an attack
     /// by faulty replicas or clients (needs the `redoubt-attack` harness built)
     Attack(attack::AttackArgs),
+    /// SQL throughput and latency (updates and queries of the JHU replication benchmark)
+    /// against the same engine unreplicated
+    Sql(sql::SqlArgs),
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -41,5 +46,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Bench::StateTransfer(a) => state_transfer::run(a),
         Bench::Separation(a) => separation::run(a),
         Bench::Attack(a) => attack::run(a),
+        Bench::Sql(a) => sql::run(a),
     }
 }

@@ -21,7 +21,7 @@ use crate::cpucap::CpuCaps;
 use crate::procs::{log_tail, ReplicaProcs};
 use anyhow::Context as _;
 use clap::Args;
-use redoubt_client::{Client, ClientSetup, Connections};
+use redoubt_client::{Client, Connections};
 use redoubt_config::ClusterConfig;
 use redoubt_node::init::{free_base_port, init_cluster, InitOptions};
 use redoubt_services::kv::{KvOp, KvResult};
@@ -399,13 +399,7 @@ fn make_cluster(
     cfg.storage.fsync = false;
     // Nodes are not restarted for proactive recovery while they are measured.
     cfg.recovery.enabled = false;
-    cfg.node.client_connections_max = cfg
-        .node
-        .client_connections_max
-        .max(max_clients as usize * 2 + 64);
-    let text = redoubt_config::override_toml(&cfg.to_toml()?, sets)
-        .map_err(|e| anyhow::anyhow!("--set: {e}"))?;
-    std::fs::write(&config_path, text)?;
+    super::versus::rewrite_config(&config_path, cfg, max_clients, sets)?;
     Ok(config_path)
 }
 
@@ -544,15 +538,7 @@ async fn measure(
     progress: &mut Progress,
 ) -> anyhow::Result<Vec<Point>> {
     let max_clients = *clients.iter().max().expect("non-empty");
-    let setup = |c: u64| -> anyhow::Result<ClientSetup> {
-        let mut s = ClientSetup::from_cluster(cfg, c)?;
-        s.deadline = Duration::from_secs(30);
-        if system == System::Baseline {
-            s.core.f = 0;
-            s.replicas.truncate(1);
-        }
-        Ok(s)
-    };
+    let setup = |c: u64| super::versus::client_setup(cfg, c, system == System::Baseline);
     let first = setup(1)?;
     let conns = Connections::open(&first.replicas, max_clients as usize, first.frame_bytes_max);
     // Connect (retrying while the servers start) and preload the two values read.
