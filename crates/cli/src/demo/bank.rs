@@ -97,7 +97,7 @@ pub async fn client_loop(w: Arc<Workload>, idx: usize, sql: SqlClient) {
     while !w.stop.load(Relaxed) {
         seq += 1;
         let t0 = Instant::now();
-        if seq % 4 == 0 {
+        if seq.is_multiple_of(4) {
             match audit(&sql).await {
                 Ok(()) => {
                     w.completed(t0);

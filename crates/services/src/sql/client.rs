@@ -122,6 +122,7 @@ impl SqlClient {
                 prefix: Vec::new(),
                 expect: Vec::new(),
                 stmts,
+                transaction: false,
             };
             match self.run(&op).await? {
                 SqlReply::NotReadOnly => {}
@@ -198,6 +199,7 @@ impl Transaction<'_> {
             prefix: self.stmts.clone(),
             expect: self.seen.iter().copied().map(Some).collect(),
             stmts: vec![stmt],
+            transaction: true,
         };
         let reply = self.client.run(&op).await?;
         let SqlOp::Read { mut stmts, .. } = op else {

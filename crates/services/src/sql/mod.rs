@@ -517,7 +517,8 @@ fn read_only(db: &Db, op: SqlOp) -> SqlReply {
             prefix,
             expect,
             stmts,
-        } => read(db, &prefix, &expect, &stmts),
+            transaction,
+        } => read(db, &prefix, &expect, &stmts, transaction),
         SqlOp::Describe { sql } => describe(db, &sql),
         SqlOp::Write { .. } => unreachable!("writes are ordered"),
     }
@@ -555,6 +556,7 @@ fn read(
     prefix: &[Statement],
     expect: &[Option<[u8; 32]>],
     stmts: &[Statement],
+    transaction: bool,
 ) -> SqlReply {
     if let Some(r) = too_many(prefix, stmts) {
         return r;
@@ -571,7 +573,7 @@ fn read(
         .and_then(|_| {
             // The prefix's results are the client's already: only this call's count.
             budget = RESULT_BYTES_MAX;
-            db.run_all(stmts, &[], prefix.len(), prefix.is_empty(), &mut budget)
+            db.run_all(stmts, &[], prefix.len(), !transaction, &mut budget)
         });
     let _ = db.control("ROLLBACK");
     match reply {

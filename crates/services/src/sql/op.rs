@@ -51,16 +51,18 @@ pub enum SqlOp {
         expect: Vec<Option<[u8; 32]>>,
     },
     /// Read-only path: runs `prefix` then `stmts` in a transaction that is always rolled
-    /// back, and returns the results of `stmts`. With an empty prefix every statement must be
-    /// read-only, else the reply is [`SqlReply::NotReadOnly`] and the client submits a
-    /// [`SqlOp::Write`]; with a prefix (a transaction in progress at the client) statements
-    /// may write: their effects are seen by later statements and then discarded. `expect`
+    /// back, and returns the results of `stmts`. Outside a `transaction` every statement must
+    /// be read-only, else the reply is [`SqlReply::NotReadOnly`] and the client submits a
+    /// [`SqlOp::Write`]; inside one (an interactive transaction in progress at the client,
+    /// its earlier statements the prefix) statements may write: their effects are seen by
+    /// later statements and then discarded. `expect`
     /// works as in [`SqlOp::Write`], for the prefix: a transaction whose earlier statements
     /// would now read otherwise learns at once that it cannot commit.
     Read {
         prefix: Vec<Statement>,
         expect: Vec<Option<[u8; 32]>>,
         stmts: Vec<Statement>,
+        transaction: bool,
     },
     /// Read-only path: the parameter count and result columns of a statement, without
     /// running it.
@@ -177,7 +179,7 @@ pub enum SqlReply {
     /// client expected: a concurrent transaction changed what it read. Nothing remains; the
     /// client retries the transaction (SQLSTATE 40001).
     Conflict { index: u32 },
-    /// A [`SqlOp::Read`] without prefix contained a statement that writes.
+    /// A [`SqlOp::Read`] outside a transaction contained a statement that writes.
     NotReadOnly,
     /// The answer to a [`SqlOp::Describe`].
     Described { params: u32, columns: Vec<Column> },

@@ -57,6 +57,7 @@ impl Db {
             prefix: vec![],
             expect: vec![],
             stmts: vec![Statement::new(sql)],
+            transaction: false,
         }) {
             SqlReply::Done(mut r) => r.pop().unwrap(),
             other => panic!("{sql}: {other:?}"),
@@ -122,6 +123,7 @@ fn tables_rows_and_joins_live_in_the_state() {
                 prefix: vec![],
                 expect: vec![],
                 stmts: vec![Statement::new("SELECT count(*) FROM b")],
+                transaction: false,
             }
             .encode(),
         )
@@ -153,6 +155,7 @@ fn replicas_running_the_same_operations_hold_identical_bytes() {
             prefix: vec![],
             expect: vec![],
             stmts: vec![Statement::new("SELECT random(), randomblob(4)")],
+            transaction: false,
         });
         if i == 2 {
             b.svc.load(&b.state).unwrap();
@@ -212,6 +215,7 @@ fn reads_never_modify_the_state_and_writes_are_sent_back() {
             prefix: vec![],
             expect: vec![],
             stmts: vec![Statement::new("INSERT INTO t VALUES (2)")],
+            transaction: false,
         }),
         SqlReply::NotReadOnly
     );
@@ -223,10 +227,20 @@ fn reads_never_modify_the_state_and_writes_are_sent_back() {
             Statement::new("INSERT INTO t VALUES (10)"),
             Statement::new("SELECT sum(v) FROM t"),
         ],
+        transaction: true,
     }));
     assert_eq!(ints(&r[1]), vec![13]);
     assert_eq!(before, db.state);
     assert_eq!(ints(&db.query("SELECT sum(v) FROM t")), vec![1]);
+    // A transaction's first statement may write: it is not sent back.
+    let r = done(db.read_only(SqlOp::Read {
+        prefix: vec![],
+        expect: vec![],
+        stmts: vec![Statement::new("UPDATE t SET v = 5")],
+        transaction: true,
+    }));
+    assert_eq!(r[0].changes, 1);
+    assert_eq!(before, db.state);
     // The service refuses a write on the read-only path outright.
     let w = SqlOp::Write {
         stmts: vec![Statement::new("DELETE FROM t")],
@@ -248,6 +262,7 @@ fn a_transaction_commits_only_if_what_it_read_still_holds() {
         prefix: vec![],
         expect: vec![],
         stmts: vec![read.clone()],
+        transaction: false,
     }));
     let digest = seen[0].digest();
     let update = Statement::with_params(
@@ -262,6 +277,7 @@ fn a_transaction_commits_only_if_what_it_read_still_holds() {
             prefix: vec![read.clone()],
             expect: vec![Some(digest)],
             stmts: vec![update.clone()],
+            transaction: true,
         }),
         SqlReply::Conflict { index: 0 }
     );
@@ -279,6 +295,7 @@ fn a_transaction_commits_only_if_what_it_read_still_holds() {
         prefix: vec![],
         expect: vec![],
         stmts: vec![read.clone()],
+        transaction: false,
     }));
     let commit = SqlOp::Write {
         stmts: vec![read, update],
@@ -376,6 +393,7 @@ fn an_endless_query_stops_at_the_same_step_everywhere() {
         prefix: vec![],
         expect: vec![],
         stmts: vec![Statement::new(endless)],
+        transaction: false,
     });
     assert_eq!(failed(r).1.kind, SqlErrorKind::StepLimit);
     // A result set over the reply limit is refused, not truncated.
@@ -385,6 +403,7 @@ fn an_endless_query_stops_at_the_same_step_everywhere() {
         prefix: vec![],
         expect: vec![],
         stmts: vec![Statement::new(big)],
+        transaction: false,
     });
     assert_eq!(failed(r).1.kind, SqlErrorKind::ResultTooLarge);
 }
