@@ -231,7 +231,7 @@ impl std::fmt::Debug for Rewrite {
 }
 
 impl ClientSetup {
-    /// A setup with default timing, a 10 s deadline and the core's message size limit.
+    /// A setup with default timing, a 5 s deadline (the cluster file's default) and the core's message size limit.
     pub fn new(id: ClientId, replicas: Vec<SocketAddr>, core: Config, keys: Keys) -> Self {
         let frame_bytes_max = core.message_bytes_max;
         ClientSetup {
@@ -240,7 +240,7 @@ impl ClientSetup {
             core,
             timing: ClientTiming::default(),
             keys,
-            deadline: Duration::from_secs(10),
+            deadline: Duration::from_secs(5),
             frame_bytes_max,
             firewall: None,
             rewrite: None,

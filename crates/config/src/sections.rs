@@ -75,7 +75,7 @@ impl Default for ClientSection {
             retransmit_min_ms: t.retransmit_min_ms,
             retransmit_max_ms: t.retransmit_max_ms,
             initial_rtt_ms: t.initial_rtt_ms,
-            deadline_ms: 30_000,
+            deadline_ms: 5_000,
         }
     }
 }

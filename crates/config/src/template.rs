@@ -418,7 +418,8 @@ const CLIENT_TIMING_OPTIONS: Section = Section {
         ),
         (
             "deadline_ms",
-            "An invocation gives up after this long without a reply certificate (ms). Default: {default}.",
+            "An invocation gives up after this long without a reply certificate (ms): long enough for a\n\
+             view change, short enough that an application learns of an outage. Default: {default}.",
         ),
     ],
 };

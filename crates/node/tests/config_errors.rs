@@ -64,7 +64,7 @@ fn minimal_config_loads_with_defaults() {
     assert_eq!(cfg.protocol, redoubt_core::Config::new(1));
     assert_eq!(cfg.replicas.len(), 4);
     assert!(cfg.clients.is_empty());
-    assert_eq!(cfg.client.deadline_ms, 30_000);
+    assert_eq!(cfg.client.deadline_ms, 5_000);
     assert_eq!(cfg.client_timing(), redoubt_core::ClientTiming::default());
     assert_eq!(cfg.node.tick_ms, 5);
     assert_eq!(cfg.node.peer_queue_frames_max, 8192);
