@@ -44,7 +44,9 @@ fn sql_bank_conserves_money_across_a_primary_crash() {
         "killed replica",
         "view change: view",
         "restarted replica",
+        "gateway    PostgreSQL wire protocol on 127.0.0.1:",
         "verification   passed: total conserved (16000 in 16 accounts), all ",
+        "through the PostgreSQL gateway) in the log",
         "stopped 4 replicas cleanly",
     ] {
         assert!(stdout.contains(fact), "no {fact:?} in:\n{stdout}");

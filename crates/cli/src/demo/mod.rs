@@ -470,10 +470,28 @@ async fn scenario(
     }
     let kvs: Vec<KvClient> = clients.iter().cloned().map(KvClient::new).collect();
     let sqls: Vec<SqlClient> = clients.into_iter().map(SqlClient::new).collect();
+    // SQL: every second client goes through the PostgreSQL gateway with a Postgres driver.
+    let mut conns: Vec<Option<bank::Conn>> = Vec::new();
     if sql {
         bank::setup(&sqls[0])
             .await
             .map_err(|e| anyhow::anyhow!(e))?;
+        let (pg, addr) = bank::gateway(cfg, args.clients).await?;
+        ui.event(format!(
+            "  gateway    PostgreSQL wire protocol on {addr} for clients {}",
+            pg.iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        for (idx, s) in sqls.iter().enumerate() {
+            let id = idx as u64 + 1;
+            conns.push(Some(if pg.contains(&id) {
+                bank::Conn::Pg(bank::pg_connect(addr).await?)
+            } else {
+                bank::Conn::Direct(s.clone())
+            }));
+        }
     }
     let d = Duration::from_secs(args.duration);
     let (kill_time, restart_time) = (d / 2, d * 3 / 4);
@@ -497,13 +515,14 @@ async fn scenario(
     let start = Instant::now();
     *lock(&ui.start) = Some(start);
     let mut tasks = tokio::task::JoinSet::new();
-    for idx in 0..kvs.len() {
-        if sql {
-            tasks.spawn(bank::client_loop(workload.clone(), idx, sqls[idx].clone()));
+    for (idx, kv) in kvs.iter().enumerate() {
+        if let Some(conn) = conns.get_mut(idx).and_then(Option::take) {
+            tasks.spawn(bank::client_loop(workload.clone(), idx, conn));
         } else {
-            tasks.spawn(client_loop(workload.clone(), idx, kvs[idx].clone()));
+            tasks.spawn(client_loop(workload.clone(), idx, kv.clone()));
         }
     }
+
 
     let k = cfg.protocol.checkpoint_interval;
     // Separated: execution node 1 killed at a quarter, restarted at three eighths.
