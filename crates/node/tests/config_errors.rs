@@ -541,6 +541,7 @@ fn init_f2_with_host_and_base_port() {
         name: "seven".into(),
         static_keys: true,
         ordering: redoubt_core::OrderProtocol::Pbft,
+        service: "kv".into(),
         executable_blake3: None,
     })
     .unwrap();
