@@ -523,7 +523,6 @@ async fn scenario(
         }
     }
 
-
     let k = cfg.protocol.checkpoint_interval;
     // Separated: execution node 1 killed at a quarter, restarted at three eighths.
     let mut exec_story = ExecStory::default();
