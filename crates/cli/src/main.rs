@@ -7,6 +7,7 @@
 //! - `redoubt kv`: one key-value operation through the cluster;
 //! - `redoubt status`: a table of every replica's view, progress and health;
 //! - `redoubt sql-gateway`: a PostgreSQL wire-protocol gateway to the SQL service;
+//! - `redoubt mount`: the replicated file system as a FUSE mount;
 //! - `redoubt demo`: a real 4-process cluster on 127.0.0.1 under load, with a primary crash.
 //!
 //! Exit status: 0 success, 1 failure (one message on stderr says what, where, and what to do),
@@ -18,6 +19,7 @@ mod cmd_init;
 mod cmd_keyholder;
 mod cmd_kv;
 mod cmd_monitor;
+mod cmd_mount;
 mod cmd_replica;
 mod cmd_sql_gateway;
 mod cmd_status;
@@ -72,6 +74,8 @@ enum Command {
     Status(cmd_status::StatusArgs),
     /// Serve PostgreSQL clients from a cluster running the SQL service (no authentication)
     SqlGateway(cmd_sql_gateway::SqlGatewayArgs),
+    /// Mount the replicated file system (`init --service files`) with FUSE until SIGINT/SIGTERM
+    Mount(cmd_mount::MountArgs),
     /// Run a 4-replica cluster on 127.0.0.1 under load, crash its primary, verify every write
     Demo(demo::DemoArgs),
     /// Benchmarks on a local cluster (state-transfer, micro)
@@ -123,6 +127,7 @@ fn main() -> ExitCode {
         Command::Kv(a) => cmd_kv::run(a),
         Command::Status(a) => cmd_status::run(a),
         Command::SqlGateway(a) => cmd_sql_gateway::run(a),
+        Command::Mount(a) => cmd_mount::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Baseline(a) => baseline(a),

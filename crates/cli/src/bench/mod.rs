@@ -1,5 +1,6 @@
 //! `redoubt bench ...`: benchmarks that run real replica processes on 127.0.0.1.
 
+mod andrew;
 mod attack;
 mod common;
 mod measure;
@@ -37,6 +38,9 @@ enum Bench {
     /// SQL throughput and latency (updates and queries of the JHU replication benchmark)
     /// against the same engine unreplicated
     Sql(sql::SqlArgs),
+    /// The Andrew benchmark's five phases on redoubt's FUSE mount, an unreplicated FUSE mount
+    /// and the plain file system (needs root and /dev/fuse)
+    Andrew(andrew::AndrewArgs),
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -47,5 +51,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Bench::Separation(a) => separation::run(a),
         Bench::Attack(a) => attack::run(a),
         Bench::Sql(a) => sql::run(a),
+        Bench::Andrew(a) => andrew::run(a),
     }
 }
