@@ -31,7 +31,7 @@ pub struct SqlArgs {
     /// A short run: 1 and 4 clients, 1 s a point
     #[arg(long)]
     quick: bool,
-    /// Closed-loop client counts [default: 1,2,4,8,16,32; quick: 1,4]
+    /// Closed-loop client counts [default: 1,2,4,8,16,32,64,128; quick: 1,4]
     #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
     clients: Vec<u32>,
     /// The mixes, as percentages of updates (the rest are queries) [default: 100,50,0]
@@ -119,7 +119,7 @@ async fn sql(args: SqlArgs) -> anyhow::Result<ExitCode> {
         None,
         args.seconds,
         PlanDefaults {
-            full: (&[1, 2, 4, 8, 16, 32], 1),
+            full: (&[1, 2, 4, 8, 16, 32, 64, 128], 1),
             quick: (&[1, 4], 1),
         },
     )?;
