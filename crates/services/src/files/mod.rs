@@ -20,10 +20,14 @@ pub use op::{
 use crate::sql::Engine;
 use redoubt_core::{ExecContext, Service};
 use redoubt_state::{StateRead, StateWrite};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// The replicated file service (see the module documentation).
 pub struct FileService {
     engine: Engine,
+    /// The state holds the tables (learnt at load, set by the first write): operations then
+    /// skip creating them.
+    schema: AtomicBool,
 }
 
 impl Default for FileService {
@@ -36,6 +40,7 @@ impl FileService {
     pub fn new() -> Self {
         FileService {
             engine: Engine::new(),
+            schema: AtomicBool::new(false),
         }
     }
 }
@@ -54,16 +59,22 @@ impl Service for FileService {
             return FileReply::Error(Errno::Inval).encode();
         };
         let size = state.size();
+        let ready = self.schema.load(Relaxed);
         if op.is_read_only() {
             return reply_of(
                 self.engine
-                    .read_tx(&*state, ctx.seed(), |c| store::read(c, &op, size)),
+                    .read_tx(&*state, ctx.seed(), |c| store::read(c, &op, size, ready)),
             );
         }
-        reply_of(
-            self.engine
-                .write_tx(state, ctx, |c| store::write(c, op, ctx.time_ms)),
-        )
+        let r = self
+            .engine
+            .write_tx(state, ctx, |c| store::write(c, op, ctx.time_ms, ready));
+        // A write creates the tables inside its own transaction: only a committed one leaves
+        // them in the state.
+        if matches!(r, Ok(Ok(_))) {
+            self.schema.store(true, Relaxed);
+        }
+        reply_of(r)
     }
 
     fn execute_read_only(&self, state: &dyn StateRead, op: &[u8]) -> Option<Vec<u8>> {
@@ -74,13 +85,18 @@ impl Service for FileService {
             return None;
         }
         let size = state.size();
+        let ready = self.schema.load(Relaxed);
         Some(reply_of(
-            self.engine.read_tx(state, 0, |c| store::read(c, &op, size)),
+            self.engine
+                .read_tx(state, 0, |c| store::read(c, &op, size, ready)),
         ))
     }
 
     fn load(&mut self, state: &dyn StateRead) -> Result<(), String> {
-        self.engine.load(state)
+        self.engine.load(state)?;
+        let present = self.engine.read_tx(state, 0, store::schema_present)?;
+        self.schema.store(present, Relaxed);
+        Ok(())
     }
 }
 

@@ -53,8 +53,22 @@ fn kind_of(code: i64) -> Kind {
     }
 }
 
-fn ensure_schema(c: &Connection) -> Res<()> {
+/// Creates the tables unless `ready` says the state holds them.
+fn ensure_schema(c: &Connection, ready: bool) -> Res<()> {
+    if ready {
+        return Ok(());
+    }
     c.execute_batch(SCHEMA).map_err(db)
+}
+
+/// Whether the state holds the file system's tables.
+pub(super) fn schema_present(c: &Connection) -> bool {
+    c.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'blocks'",
+        [],
+        |r| r.get::<_, i64>(0),
+    )
+    .is_ok_and(|n| n == 1)
 }
 
 fn attr(c: &Connection, ino: Ino) -> Res<Attr> {
@@ -343,8 +357,8 @@ fn truncate(c: &Connection, a: &Attr, size: u64) -> Res<()> {
 }
 
 /// A read-only operation.
-pub(super) fn read(c: &Connection, op: &FileOp, state_bytes: u64) -> Res<FileReply> {
-    ensure_schema(c)?;
+pub(super) fn read(c: &Connection, op: &FileOp, state_bytes: u64, ready: bool) -> Res<FileReply> {
+    ensure_schema(c, ready)?;
     Ok(match op {
         FileOp::Lookup { parent, name } => {
             dir(c, *parent)?;
@@ -426,8 +440,8 @@ pub(super) fn read(c: &Connection, op: &FileOp, state_bytes: u64) -> Res<FileRep
 }
 
 /// An ordered operation at agreed time `now`.
-pub(super) fn write(c: &Connection, op: FileOp, now: u64) -> Res<FileReply> {
-    ensure_schema(c)?;
+pub(super) fn write(c: &Connection, op: FileOp, now: u64, ready: bool) -> Res<FileReply> {
+    ensure_schema(c, ready)?;
     Ok(match op {
         FileOp::Create {
             parent,

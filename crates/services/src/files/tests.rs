@@ -284,3 +284,19 @@ fn a_full_state_refuses_the_write_and_keeps_the_rest() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_state_rolled_back_to_empty_gets_its_tables_again() {
+    let mut fs = Fs::new(1);
+    let f = fs.create(ROOT, "kept").unwrap();
+    fs.write(f.ino, 0, b"x");
+    // The library rolls back to a state from before the first write and reloads.
+    fs.state = FlatState::new(1 << 20);
+    fs.svc.load(&fs.state).unwrap();
+    assert_eq!(fs.lookup(ROOT, "kept"), Err(Errno::NoEnt));
+    let g = fs.create(ROOT, "new").unwrap();
+    assert_eq!(fs.write(g.ino, 0, b"yz").size, 2);
+    // And a reload of a state that has them skips nothing it needs.
+    fs.svc.load(&fs.state).unwrap();
+    assert_eq!(fs.read(g.ino, 0, 10), b"yz");
+}

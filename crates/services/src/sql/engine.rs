@@ -32,10 +32,11 @@ impl Engine {
     /// Opens a new connection on `state` (SQLite's page cache must not outlive a rollback or
     /// a state transfer) and checks that the state holds a database.
     pub fn load(&self, state: &dyn StateRead) -> Result<(), String> {
+        // The same lock order as run_write and run_read: the turn, then the connection.
+        let _turn = SQLITE_TURN.lock().unwrap_or_else(|p| p.into_inner());
         let mut backing = Backing::overlay(state)?;
         let mut guard = self.db.lock().unwrap_or_else(|p| p.into_inner());
         *guard = None;
-        let _turn = SQLITE_TURN.lock().unwrap_or_else(|p| p.into_inner());
         let db = with_backing(&mut backing, || {
             let db = Db::open()?;
             db.internal.store(true, Relaxed);
