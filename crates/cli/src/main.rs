@@ -23,6 +23,7 @@ mod cmd_mount;
 mod cmd_replica;
 mod cmd_sql_gateway;
 mod cmd_status;
+mod cmd_vip;
 mod cpucap;
 mod demo;
 mod http;
@@ -82,6 +83,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Run the unreplicated baseline server of the benchmarks (one server, no agreement)
     Baseline(BaselineArgs),
+    /// Keep virtual IP addresses covered by a group of servers (Wackamole fail-over)
+    Vip(cmd_vip::VipArgs),
 }
 
 #[derive(clap::Args)]
@@ -131,6 +134,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Baseline(a) => baseline(a),
+        Command::Vip(a) => cmd_vip::run(a),
     };
     match result {
         Ok(code) => code,
