@@ -265,6 +265,13 @@ const PROTOCOL_OPTIONS: Section = Section {
              replies to batches that execute tentatively (true/false). Default: {default}.",
         ),
         (
+            "defer_tentative_commits",
+            "Whether a replica holds back its COMMIT for a batch that executes tentatively until its\n\
+             next broadcast (the next batch's PREPARE or PRE-PREPARE carries it in the same write) or\n\
+             tick: the commit is off the client's path, and a light closed loop saves a third of its\n\
+             messages (true/false). Default: {default}.",
+        ),
+        (
             "large_request_bytes",
             "Requests with operations of at least this many bytes travel beside the pre-prepare: the\n\
              client sends them to every replica and the primary names them by digest (bytes; 0: all\n\

@@ -273,6 +273,15 @@ pub struct Config {
     /// faulty backup stall every request. With it off, the replica that sends a long result
     /// in full (digest replies) is always a backup.
     pub primary_replies: bool,
+    /// Whether a replica holds back its COMMIT for a batch that executes tentatively until
+    /// its next broadcast (the PREPARE or PRE-PREPARE of the following batch, which then
+    /// carries it in the same write) or its next tick, whichever comes first. The commit of
+    /// such a batch is off the client's path (the tentative replies already went out), so
+    /// holding it costs no latency, and under a closed loop of light load it saves a third of
+    /// the messages of each operation (3f+1 x 3f COMMITs ride with the next batch's
+    /// messages). Batches that execute once committed never hold their COMMIT.
+    #[serde(default = "defaults::defer_tentative_commits")]
+    pub defer_tentative_commits: bool,
     /// Requests whose operation has at least this many bytes travel beside the pre-prepare
     /// (PBFT §4.2): the client multicasts them to every replica and the pre-prepare names
     /// them by digest instead of carrying them, so the primary does not send them again.
@@ -393,6 +402,7 @@ impl Config {
             tentative_execution: true,
             tentative_batch_max: 1,
             primary_replies: false,
+            defer_tentative_commits: true,
             large_request_bytes: 1024,
             transfer_reply_bytes_max: 1 << 20,
             transfer_rate_bytes_per_sec: 256 << 20,
@@ -639,6 +649,9 @@ impl Config {
 
 /// Defaults of the options a file may leave out (serde needs functions).
 mod defaults {
+    pub fn defer_tentative_commits() -> bool {
+        true
+    }
     pub fn primary_pace_window_ms() -> u64 {
         1_000
     }

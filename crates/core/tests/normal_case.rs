@@ -212,3 +212,89 @@ fn at_n_7_2f_commits_do_not_commit_a_request() {
     assert_eq!(c.replica(4).last_executed(), 1, "replica 4 got 2f+1");
     completes_once_lifted(&mut c, lost, ts, 2);
 }
+
+/// COMMITs of (from, seq) sent so far.
+fn commits_sent(c: &Cluster) -> Vec<(Principal, u64)> {
+    c.sent()
+        .iter()
+        .filter_map(|e| match &e.msg {
+            Message::Commit(m) => Some((e.from, m.seq)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn commits_of_tentative_batches_ride_with_the_next_batch_or_leave_on_a_tick() {
+    let mut c = Cluster::builder(1)
+        .config(|c| {
+            c.tentative_execution = true;
+            c.tentative_batch_max = 1;
+            c.defer_tentative_commits = true;
+        })
+        .build();
+    c.advance(1);
+    let first = c.request(7, 1, b"put");
+    c.send(client(7), replica(0), first);
+    c.deliver_all();
+    // Executed tentatively and answered at every replica; no COMMIT left yet.
+    assert!(c.completed(7, 1) || c.sent().iter().any(|e| e.to == client(7)));
+    assert!(commits_sent(&c).is_empty(), "{:?}", commits_sent(&c));
+    // The next batch: each replica's COMMIT for n1 goes out just before its first message
+    // of n2 (the pre-prepare from the primary, the PREPAREs from the backups), in the same
+    // turn, and n1 commits everywhere.
+    let second = c.request(7, 2, b"put");
+    c.send(client(7), replica(0), second);
+    c.deliver_all();
+    let sent = c.sent().to_vec();
+    for r in 0..4u32 {
+        let from = replica(r);
+        let commit1 = sent
+            .iter()
+            .position(|e| e.from == from && matches!(&e.msg, Message::Commit(m) if m.seq == 1));
+        let first_of_2 = sent.iter().position(|e| {
+            e.from == from
+                && matches!(&e.msg,
+                    Message::PrePrepare(m) if m.seq == 2)
+                || e.from == from && matches!(&e.msg, Message::Prepare(m) if m.seq == 2)
+        });
+        let (Some(a), Some(b)) = (commit1, first_of_2) else {
+            panic!("replica {r}: commit of n1 at {commit1:?}, first message of n2 at {first_of_2:?}");
+        };
+        assert!(a < b, "replica {r}: the COMMIT for n1 left after its n2 message");
+    }
+    assert!(commits_sent(&c).iter().all(|(_, s)| *s == 1));
+    // Nothing follows n2: its COMMITs leave on the next tick.
+    c.advance(5);
+    c.tick_all();
+    c.deliver_all();
+    let of_2: std::collections::BTreeSet<(Principal, Principal)> = c
+        .sent()
+        .iter()
+        .filter(|e| matches!(&e.msg, Message::Commit(m) if m.seq == 2))
+        .map(|e| (e.from, e.to))
+        .collect();
+    assert_eq!(of_2.len(), 4 * 3, "each replica's COMMIT for n2 to the three others");
+}
+
+#[test]
+fn commits_of_batches_that_execute_once_committed_are_never_held() {
+    for (tentative_batch_max, defer) in [(0, true), (1, false)] {
+        let mut c = Cluster::builder(1)
+            .config(|c| {
+                c.tentative_execution = true;
+                c.tentative_batch_max = tentative_batch_max;
+                c.defer_tentative_commits = defer;
+            })
+            .build();
+        c.advance(1);
+        let sr = c.request(7, 1, b"put");
+        c.send(client(7), replica(0), sr);
+        c.deliver_all();
+        assert_eq!(
+            commits_sent(&c).len(),
+            4 * 3,
+            "tentative_batch_max {tentative_batch_max}, defer {defer}"
+        );
+    }
+}

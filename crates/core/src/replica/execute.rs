@@ -97,21 +97,26 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let Some(batch) = self.batches.get(&d).cloned() else {
             return;
         };
-        if !self.cfg.tentative_for(batch.requests.len()) || !self.learn_sessions(&batch) {
-            return;
-        }
-        let nn = self.cfg.n();
-        if batch
-            .requests
-            .iter()
-            .any(|r| recovery::recovery_of(r.request.client, nn).is_some())
-        {
+        if !self.executes_tentatively(&batch) || !self.learn_sessions(&batch) {
             return;
         }
         self.exec.begin_tentative();
         let executed = self.apply(n, &batch, true);
         self.stats.tentative_batches += 1;
         self.exec.hold_tentative(n, d, batch, executed);
+    }
+
+    /// Whether `batch` is of the kind that executes tentatively once prepared: small enough
+    /// (`tentative_batch_max`), in the co-located deployment, and holding no recovery request
+    /// (its effects on keys are not undone). The same at every replica.
+    pub(super) fn executes_tentatively(&self, batch: &Batch) -> bool {
+        let nn = self.cfg.n();
+        self.cfg.tentative_for(batch.requests.len())
+            && !self.cfg.separated()
+            && !batch
+                .requests
+                .iter()
+                .any(|r| recovery::recovery_of(r.request.client, nn).is_some())
     }
 
     /// The tentative batch committed: its effects stay, and it completes like any batch.

@@ -244,6 +244,9 @@ pub struct Replica<S: Service, A: KeyTable> {
     /// most one per sequence number in the log window).
     pending_pp: BTreeMap<Seq, PendingPp>,
     req_timer: Option<(u64, ClientId, u64)>,
+    /// COMMITs of batches that execute tentatively, held back until the next broadcast or
+    /// tick (`defer_tentative_commits`); at most one per slot of the log window.
+    deferred_commits: Vec<Commit>,
     /// While primary: the last time it executed a batch or had none in flight. A primary
     /// whose own proposals do not execute within the view-change timeout suspects itself
     /// (see `tick`).
@@ -345,6 +348,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             pool,
             pending_pp: BTreeMap::new(),
             req_timer: None,
+            deferred_commits: Vec::new(),
             primary_progress_ms: 0,
             pace: None,
             next_status_ms: 0,
@@ -635,8 +639,19 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.above_cap(msg) {
             return;
         }
+        // Held-back COMMITs go first, in the same turn: the host writes them to each peer
+        // together with this message, so they cost no write or wake-up of their own.
+        self.flush_deferred_commits();
         let bytes = self.seal(msg, None);
         self.effects.push(Effect::Broadcast { bytes });
+    }
+
+    /// Sends the COMMITs held back for tentative batches.
+    fn flush_deferred_commits(&mut self) {
+        for c in std::mem::take(&mut self.deferred_commits) {
+            let bytes = self.seal(&Message::Commit(c), None);
+            self.effects.push(Effect::Broadcast { bytes });
+        }
     }
 
     /// Hands the state's new moves of its durable base to the host, ahead of whatever the
@@ -790,6 +805,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     fn tick(&mut self) {
         let now = self.now();
+        self.flush_deferred_commits();
         if self.normal {
             if let Some((deadline, c, ts)) = self.req_timer {
                 if now >= deadline {

@@ -462,6 +462,17 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         Ok(())
     }
 
+    /// Whether this replica holds back its COMMIT for the batch `digest` prepared here: only
+    /// batches that execute tentatively (their replies do not wait for the commit), and only
+    /// with `defer_tentative_commits`.
+    fn defers_commit(&self, digest: &Digest) -> bool {
+        self.cfg.defer_tentative_commits
+            && self
+                .batches
+                .get(digest)
+                .is_some_and(|b| self.executes_tentatively(b))
+    }
+
     /// The `ignore-doubts` mutant: doubting PREPAREs count as vouching.
     fn ignores_doubts(&self) -> bool {
         #[cfg(feature = "mutants")]
@@ -502,7 +513,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 digest,
                 replica: self.id,
             };
-            self.broadcast(&Message::Commit(c));
+            if self.defers_commit(&digest) {
+                debug_assert!(self.deferred_commits.len() < self.cfg.log_size as usize);
+                self.deferred_commits.push(c);
+            } else {
+                self.broadcast(&Message::Commit(c));
+            }
         }
         if committed || (prepared && self.cfg.tentative_execution) {
             self.try_execute();

@@ -304,7 +304,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         }
         loop {
-            let in_flight = self.next_seq.saturating_sub(self.exec.last_executed() + 1);
+            // A batch executed tentatively here no longer counts as in flight: its replies
+            // went out, and the next pre-prepare carries the COMMIT held back for it
+            // (`defer_tentative_commits`), which the backups answer with theirs.
+            let executed = self
+                .exec
+                .tentative()
+                .map_or(self.exec.last_executed(), |t| t.seq);
+            let in_flight = self.next_seq.saturating_sub(executed + 1);
             if in_flight == 0 {
                 // Nothing of ours waits to execute: a stall is measured from here (the
                 // first tick may come after the first proposal).

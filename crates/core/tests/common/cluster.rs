@@ -189,15 +189,19 @@ pub struct Cluster {
 
 impl Cluster {
     /// A cluster tolerating `f` faults: by default every replica live, the default
-    /// configuration, static keys, scripted clients 7, 8 and 9.
+    /// configuration except that COMMITs are never held back (`defer_tentative_commits`
+    /// off: these tests read a replica's COMMIT as the sign that it prepared; the tests of
+    /// held-back COMMITs switch it on), static keys, scripted clients 7, 8 and 9.
     pub fn builder(f: u32) -> Builder {
+        let mut cfg = Config::new(f);
+        cfg.defer_tentative_commits = false;
         Builder {
             f,
             mode: KeyMode::Static,
             scripted: BTreeSet::new(),
             clients: [7, 8, 9].into(),
             live_clients: BTreeSet::new(),
-            cfg: Config::new(f),
+            cfg,
             step_ms: 10,
         }
     }
