@@ -7,6 +7,7 @@
 //! latency with one client (p50, p99), then throughput and median latency as the number of
 //! closed-loop clients grows.
 
+use super::flame;
 use super::measure::{
     latency, plot, source_commit, throughput, Load, Plan, PlanDefaults, Progress, Sample, Series,
 };
@@ -17,7 +18,7 @@ use anyhow::Context as _;
 use clap::Args;
 use redoubt_services::kv::{KvOp, KvResult};
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -26,7 +27,8 @@ pub struct MicroArgs {
     /// A smoke run under two minutes: fewer operations, three client counts, 1 s each
     #[arg(long)]
     quick: bool,
-    /// Client counts of the throughput curve [default: 1,2,5,10,20,50,100,200; quick: 1,10,50]
+    /// Client counts of the throughput curve [default: 1,2,5,10,20,50,100,200,500,1000; quick:
+    /// 1,10,50]
     #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
     clients: Vec<u32>,
     /// Operations timed with one client, per operation [default: 3000; quick: 400]
@@ -42,10 +44,19 @@ pub struct MicroArgs {
     /// (repeatable; see docs/configuration.md)
     #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
     sets: Vec<String>,
-    /// Give every benchmark client its own connections to the servers instead of sharing one
-    /// connection per server among all of them (both systems alike)
+    /// How the benchmark clients connect, both systems alike: `own` (every client its own
+    /// connections to each server, as independent applications connect), `shared` (all of
+    /// them multiplexed on one connection per server), or `both`, own first
+    #[arg(long, value_enum, default_value = "both")]
+    connections: Connections,
+    /// Only these operations, e.g. `0/0-ordered,0/0-read-only` [default: 0/0-ordered,
+    /// 0/0-read-only, 0/4-ordered, 4/0-ordered]
+    #[arg(long, value_delimiter = ',', value_name = "OP,OP,...")]
+    ops: Vec<String>,
+    /// Profile the replicas during one more point at the peak of each operation (own
+    /// connections) and draw the busiest replica's flame graph (`flame-*.svg`); needs `perf`
     #[arg(long)]
-    own_connections: bool,
+    flamegraph: bool,
     /// Cap every server process (the baseline's server and each replica alike) at this many CPU
     /// cores, each in a control group of its own, as if each ran on a machine of its own; the
     /// clients stay uncapped. Needs root and the cgroup cpu controller (e.g. 0.25)
@@ -118,7 +129,44 @@ impl Op {
     }
 }
 
+/// How the benchmark clients connect to the servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Connections {
+    Own,
+    Shared,
+    Both,
+}
+
+impl Connections {
+    /// The client models this choice runs, in the order of the report.
+    fn models(self) -> &'static [Connections] {
+        match self {
+            Connections::Own => &[Connections::Own],
+            Connections::Shared => &[Connections::Shared],
+            Connections::Both => &[Connections::Own, Connections::Shared],
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Connections::Own => "own",
+            Connections::Shared => "shared",
+            Connections::Both => "both",
+        }
+    }
+
+    fn heading(self) -> &'static str {
+        match self {
+            Connections::Own => "Every client on its own connections",
+            Connections::Shared => "The clients multiplexed on one connection per server",
+            Connections::Both => "",
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
 struct Point {
+    conn: Connections,
     system: System,
     op: Op,
     s: Sample,
@@ -130,6 +178,26 @@ fn peak<'a>(points: &'a [Point], system: System, op: &Op) -> Option<&'a Point> {
         .iter()
         .filter(|p| p.system == system && p.op.label() == op.label() && p.s.clients > 0)
         .max_by(|a, b| a.s.ops_per_s.total_cmp(&b.s.ops_per_s))
+}
+
+/// The operations `--ops` names (all of them when empty).
+fn selected_ops(names: &[String]) -> anyhow::Result<Vec<Op>> {
+    if names.is_empty() {
+        return Ok(OPS.to_vec());
+    }
+    names
+        .iter()
+        .map(|n| {
+            OPS.iter()
+                .find(|op| op.label().replace(' ', "-") == *n)
+                .copied()
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "unknown operation `{n}` in --ops; known: 0/0-ordered, 0/0-read-only, 0/4-ordered, 4/0-ordered"
+                    )
+                })
+        })
+        .collect()
 }
 
 pub fn run(args: MicroArgs) -> anyhow::Result<ExitCode> {
@@ -147,26 +215,31 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         args.latency_ops,
         args.seconds,
         PlanDefaults {
-            full: (&[1, 2, 5, 10, 20, 50, 100, 200], 3000),
+            full: (&[1, 2, 5, 10, 20, 50, 100, 200, 500, 1000], 3000),
             quick: (&[1, 10, 50], 400),
         },
     )?;
     let max_clients = *clients.iter().max().expect("non-empty");
+    let ops = selected_ops(&args.ops)?;
     // Checked before anything starts: a machine without the controller fails at once.
     let server_cpu = match args.server_cpu {
         Some(cores) => Some(CpuCaps::new(cores)?.cores()),
         None => None,
     };
     let cluster = versus::make_cluster("micro", "kv", max_clients, args.fsync, &args.sets)?;
+    let models = args.connections.models();
     println!(
-        "redoubt bench micro: redoubt (n = 4, f = 1, journal fsync {}) against an unreplicated baseline, on {} cores; {}",
+        "redoubt bench micro: redoubt (n = 4, f = 1, journal fsync {}) against an unreplicated baseline, on {} cores; clients on {}",
         if args.fsync { "on" } else { "off" },
         std::thread::available_parallelism().map_or(1, |n| n.get()),
-        if args.own_connections {
-            "each benchmark client on its own connections"
-        } else {
-            "the benchmark clients share one connection per server"
-        }
+        models
+            .iter()
+            .map(|m| match m {
+                Connections::Own => "their own connections",
+                _ => "one shared connection per server",
+            })
+            .collect::<Vec<_>>()
+            .join(", then ")
     );
     if let Some(cores) = server_cpu {
         println!(
@@ -180,43 +253,59 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         "  latency: {latency_ops} operations from one client after a warm-up; throughput: closed-loop clients {clients:?}, {seconds} s each"
     );
 
-    let mut progress =
-        Progress::new(if args.redoubt_only { 1 } else { 2 } * OPS.len() * (1 + clients.len()));
-    let mut points = Vec::new();
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
     let systems: &[System] = if args.redoubt_only {
         &[System::Redoubt]
     } else {
         &[System::Baseline, System::Redoubt]
     };
+    let profiles_per_model = if args.flamegraph { ops.len() } else { 0 };
+    let mut progress = Progress::new(
+        models.len() * (systems.len() * ops.len() * (1 + clients.len()) + profiles_per_model),
+    );
+    let mut points = Vec::new();
     let mut throttled = Vec::new();
-    for &system in systems {
-        let mut procs = cluster.replicas();
-        let mut caps = server_cpu.map(CpuCaps::new).transpose()?;
-        let result = run_system(
-            system,
-            &cluster,
-            &mut procs,
-            caps.as_mut(),
-            args.baseline_threads,
-            &clients,
-            latency_ops,
-            seconds,
-            args.own_connections,
-            &mut progress,
-        )
-        .await;
-        procs.stop_all(Duration::from_secs(5));
-        if let Some(caps) = &caps {
-            throttled.push((system, caps.throttled_periods()));
+    let mut flames = Vec::new();
+    for &conn in models {
+        for &system in systems {
+            let mut procs = cluster.replicas();
+            let mut caps = server_cpu.map(CpuCaps::new).transpose()?;
+            let plan = SystemPlan {
+                system,
+                conn,
+                ops: &ops,
+                clients: &clients,
+                latency_ops,
+                seconds,
+                flamegraph: (args.flamegraph && conn == Connections::Own)
+                    .then_some(args.out.as_path()),
+            };
+            let result = run_system(
+                &plan,
+                &cluster,
+                &mut procs,
+                caps.as_mut(),
+                args.baseline_threads,
+                &mut progress,
+            )
+            .await;
+            procs.stop_all(Duration::from_secs(5));
+            if let Some(caps) = &caps {
+                throttled.push((conn, system, caps.throttled_periods()));
+            }
+            drop(caps);
+            let (pts, fl) = result?;
+            points.extend(pts);
+            flames.extend(fl);
         }
-        drop(caps);
-        points.extend(result?);
     }
     progress.finish();
     if args.redoubt_only {
         for p in &points {
             println!(
-                "{} {} clients: {:.0} ops/s, p50 {:.3} ms, p99 {:.3} ms; CPU per op: replicas {:.1} µs, busiest {:.1} µs, clients {:.1} µs",
+                "{} {} {} clients: {:.0} ops/s, p50 {:.3} ms, p99 {:.3} ms; CPU per op: replicas {:.1} µs, busiest {:.1} µs, clients {:.1} µs",
+                p.conn.name(),
                 p.op.label(),
                 p.s.clients,
                 p.s.ops_per_s,
@@ -226,6 +315,9 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
                 p.s.busiest_cpu_us,
                 p.s.client_cpu_us
             );
+        }
+        for f in &flames {
+            println!("{f}");
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -247,16 +339,102 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
             PERIOD_US / 1000,
             throttled
                 .iter()
-                .map(|(s, n)| format!("{} {n}", s.name()))
+                .map(|(c, s, n)| format!("{} ({} connections) {n}", s.name(), c.name()))
                 .collect::<Vec<_>>()
                 .join(", ")
         );
     }
+    for &conn in models {
+        let pts: Vec<Point> = points.iter().filter(|p| p.conn == conn).copied().collect();
+        if models.len() > 1 {
+            let _ = writeln!(report, "\n## {}", conn.heading());
+        }
+        tables(&mut report, &pts, &ops, &clients);
+    }
+    if !flames.is_empty() {
+        let _ = writeln!(
+            report,
+            "\nFlame graphs of the busiest replica at each operation's peak (own connections; one more point, profiled, after the measured ones):\n"
+        );
+        for f in &flames {
+            let _ = writeln!(report, "- {f}");
+        }
+    }
+    print!("{report}");
+
+    let csv = args.out.join("micro.csv");
+    let mut text = format!("connections,system,operation,mode,{}\n", Sample::CSV_HEADER);
+    for p in &points {
+        let _ = writeln!(
+            text,
+            "{},{},{},{},{}",
+            p.conn.name(),
+            p.system.name(),
+            p.op.name,
+            p.op.mode(),
+            p.s.csv()
+        );
+    }
+    std::fs::write(&csv, text)?;
+    std::fs::write(args.out.join("micro.md"), &report)?;
+    let mut plots = Vec::new();
+    for &conn in models {
+        for op in &ops {
+            let path = args.out.join(format!(
+                "micro-{}-{}-{}.svg",
+                conn.name(),
+                op.name.replace('/', "-"),
+                op.mode()
+            ));
+            let series: Vec<Series> = [System::Baseline, System::Redoubt]
+                .into_iter()
+                .map(|system| {
+                    let mut pts: Vec<&Point> = points
+                        .iter()
+                        .filter(|p| {
+                            p.conn == conn
+                                && p.system == system
+                                && p.op.label() == op.label()
+                                && p.s.clients > 0
+                        })
+                        .collect();
+                    pts.sort_by_key(|p| p.s.clients);
+                    Series {
+                        name: system.legend().into(),
+                        points: pts
+                            .iter()
+                            .map(|p| (p.s.ops_per_s, p.s.p50_ms, p.s.clients))
+                            .collect(),
+                    }
+                })
+                .collect();
+            let title = format!("{}, {} connections", op.label(), conn.name());
+            plot(&path, &title, &series)?;
+            plots.push(path);
+        }
+    }
+    println!(
+        "\nwrote {}, {} and {} plots ({})",
+        csv.display(),
+        args.out.join("micro.md").display(),
+        plots.len(),
+        plots
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    drop(cluster);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The tables of one client model: one-client latency, peaks, every point, CPU per operation.
+fn tables(report: &mut String, points: &[Point], ops: &[Op], clients: &[u32]) {
     let _ = writeln!(
         report,
         "\nLatency with one client (ms):\n\n| operation | baseline p50 | baseline p99 | redoubt p50 | redoubt p99 | p50 ratio |\n|---|---:|---:|---:|---:|---:|"
     );
-    for op in OPS {
+    for op in ops {
         let find = |s: System| {
             points
                 .iter()
@@ -279,10 +457,10 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         report,
         "\nPeak throughput over the client counts (operations/s):\n\n| operation | baseline | at clients | redoubt | at clients | ratio |\n|---|---:|---:|---:|---:|---:|"
     );
-    for op in OPS {
+    for op in ops {
         if let (Some(b), Some(r)) = (
-            peak(&points, System::Baseline, &op),
-            peak(&points, System::Redoubt, &op),
+            peak(points, System::Baseline, op),
+            peak(points, System::Redoubt, op),
         ) {
             let _ = writeln!(
                 report,
@@ -300,8 +478,8 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         report,
         "\nThroughput (operations/s) and median latency (ms) by clients:\n\n| operation | clients | baseline ops/s | baseline p50 | redoubt ops/s | redoubt p50 |\n|---|---:|---:|---:|---:|---:|"
     );
-    for op in OPS {
-        for c in &clients {
+    for op in ops {
+        for c in clients {
             let find = |s: System| {
                 points
                     .iter()
@@ -324,10 +502,10 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         report,
         "\nCPU time per operation (µs) at each system's peak: the servers (redoubt: the four replicas together, on average, and the busiest one, usually the primary, with the cores it used) and the benchmark's clients, which share the same cores:\n\n| operation | baseline server | baseline clients | redoubt replicas | redoubt per replica | redoubt busiest replica | its cores | redoubt clients | total ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
-    for op in OPS {
+    for op in ops {
         if let (Some(b), Some(r)) = (
-            peak(&points, System::Baseline, &op),
-            peak(&points, System::Redoubt, &op),
+            peak(points, System::Baseline, op),
+            peak(points, System::Redoubt, op),
         ) {
             let base = b.s.server_cpu_us + b.s.client_cpu_us;
             // No CPU accounting without /proc: say so rather than print a ratio of zeros.
@@ -350,82 +528,40 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    print!("{report}");
-
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
-    let csv = args.out.join("micro.csv");
-    let mut text = format!("system,operation,mode,{}\n", Sample::CSV_HEADER);
-    for p in &points {
-        let _ = writeln!(
-            text,
-            "{},{},{},{}",
-            p.system.name(),
-            p.op.name,
-            p.op.mode(),
-            p.s.csv()
-        );
-    }
-    std::fs::write(&csv, text)?;
-    std::fs::write(args.out.join("micro.md"), &report)?;
-    let mut plots = Vec::new();
-    for op in OPS {
-        let path = args.out.join(format!(
-            "micro-{}-{}.svg",
-            op.name.replace('/', "-"),
-            op.mode()
-        ));
-        let series: Vec<Series> = [System::Baseline, System::Redoubt]
-            .into_iter()
-            .map(|system| {
-                let mut pts: Vec<&Point> = points
-                    .iter()
-                    .filter(|p| p.system == system && p.op.label() == op.label() && p.s.clients > 0)
-                    .collect();
-                pts.sort_by_key(|p| p.s.clients);
-                Series {
-                    name: system.legend().into(),
-                    points: pts
-                        .iter()
-                        .map(|p| (p.s.ops_per_s, p.s.p50_ms, p.s.clients))
-                        .collect(),
-                }
-            })
-            .collect();
-        plot(&path, &op.label(), &series)?;
-        plots.push(path);
-    }
-    println!(
-        "\nwrote {}, {} and {} plots ({})",
-        csv.display(),
-        args.out.join("micro.md").display(),
-        plots.len(),
-        plots
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    drop(cluster);
-    Ok(ExitCode::SUCCESS)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run_system(
+/// What one system runs in one client model.
+struct SystemPlan<'a> {
     system: System,
+    conn: Connections,
+    ops: &'a [Op],
+    clients: &'a [u32],
+    latency_ops: u32,
+    seconds: f64,
+    /// Where to draw flame graphs of the replicas at each operation's peak (redoubt only).
+    flamegraph: Option<&'a Path>,
+}
+
+async fn run_system(
+    plan: &SystemPlan<'_>,
     cluster: &versus::Cluster,
     procs: &mut ReplicaProcs,
     caps: Option<&mut CpuCaps>,
     baseline_threads: Option<usize>,
-    clients: &[u32],
-    latency_ops: u32,
-    seconds: f64,
-    own_connections: bool,
     progress: &mut Progress,
-) -> anyhow::Result<Vec<Point>> {
+) -> anyhow::Result<(Vec<Point>, Vec<String>)> {
+    let SystemPlan {
+        system,
+        conn,
+        ops,
+        clients,
+        latency_ops,
+        seconds,
+        flamegraph,
+    } = *plan;
     let max_clients = *clients.iter().max().expect("non-empty");
     let baseline_child = versus::start(system, cluster, procs, caps, baseline_threads).await?;
-    let pool = versus::connect(&cluster.cfg, system, max_clients, own_connections).await?;
+    let pool = versus::connect(&cluster.cfg, system, max_clients, conn == Connections::Own).await?;
     // Preload the 4 KiB value, retrying while the baseline starts.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -447,7 +583,9 @@ async fn run_system(
     }
     let server_pids = versus::server_pids(baseline_child.as_ref(), procs);
     let mut points = Vec::new();
-    for op in OPS {
+    let mut flames = Vec::new();
+    for op in ops {
+        let op = *op;
         let label = op.label();
         let bytes = |c: u64| op.bytes(c);
         let load = Load {
@@ -456,14 +594,61 @@ async fn run_system(
             bytes: &bytes,
         };
         let s = latency(&pool[0], &load, latency_ops).await?;
-        points.push(Point { system, op, s });
+        points.push(Point {
+            conn,
+            system,
+            op,
+            s,
+        });
         progress.step(&format!("{} {label} latency", system.name()));
         for &n in clients {
             let s = throughput(&pool, n, &load, seconds, &server_pids, None).await?;
-            points.push(Point { system, op, s });
+            points.push(Point {
+                conn,
+                system,
+                op,
+                s,
+            });
             progress.step(&format!("{} {label} {n} clients", system.name()));
         }
+        let Some(dir) = flamegraph.filter(|_| system == System::Redoubt) else {
+            continue;
+        };
+        let at = points
+            .iter()
+            .filter(|p| p.op.label() == label && p.s.clients > 0)
+            .max_by(|a, b| a.s.ops_per_s.total_cmp(&b.s.ops_per_s))
+            .map_or(1, |p| p.s.clients);
+        let replicas: Vec<(u32, u32)> = (0..4)
+            .filter_map(|i| procs.pid(i).map(|p| (i, p)))
+            .collect();
+        let stem = format!("flame-{}-{}", op.name.replace('/', "-"), op.mode());
+        let data = dir.join(format!("{stem}.perf.data"));
+        let drawn = match flame::start(&replicas, seconds, &data) {
+            Ok(rec) => {
+                throughput(&pool, at, &load, seconds, &server_pids, None).await?;
+                rec.finish(&format!("{label} at {at} clients"), |r| {
+                    dir.join(format!("{stem}-replica-{r}.svg"))
+                })
+            }
+            Err(e) => Err(e),
+        };
+        flames.push(match drawn {
+            Ok(d) => format!(
+                "{label} at {at} clients: replica {} ({} samples): [{}]({})",
+                d.replica,
+                d.samples,
+                d.svg
+                    .file_name()
+                    .map_or_else(String::new, |f| f.to_string_lossy().into_owned()),
+                d.svg
+                    .file_name()
+                    .map_or_else(String::new, |f| f.to_string_lossy().into_owned()),
+            ),
+            Err(e) => format!("{label}: no flame graph: {e:#}"),
+        });
+        progress.step(&format!("{} {label} profiled", system.name()));
     }
     drop(baseline_child);
-    Ok(points)
+    Ok((points, flames))
 }

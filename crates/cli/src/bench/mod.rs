@@ -3,6 +3,7 @@
 mod andrew;
 mod attack;
 mod common;
+mod flame;
 mod measure;
 mod micro;
 mod recovery;
