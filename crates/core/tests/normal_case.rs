@@ -259,9 +259,14 @@ fn commits_of_tentative_batches_ride_with_the_next_batch_or_leave_on_a_tick() {
                 || e.from == from && matches!(&e.msg, Message::Prepare(m) if m.seq == 2)
         });
         let (Some(a), Some(b)) = (commit1, first_of_2) else {
-            panic!("replica {r}: commit of n1 at {commit1:?}, first message of n2 at {first_of_2:?}");
+            panic!(
+                "replica {r}: commit of n1 at {commit1:?}, first message of n2 at {first_of_2:?}"
+            );
         };
-        assert!(a < b, "replica {r}: the COMMIT for n1 left after its n2 message");
+        assert!(
+            a < b,
+            "replica {r}: the COMMIT for n1 left after its n2 message"
+        );
     }
     assert!(commits_sent(&c).iter().all(|(_, s)| *s == 1));
     // Nothing follows n2: its COMMITs leave on the next tick.
@@ -274,7 +279,11 @@ fn commits_of_tentative_batches_ride_with_the_next_batch_or_leave_on_a_tick() {
         .filter(|e| matches!(&e.msg, Message::Commit(m) if m.seq == 2))
         .map(|e| (e.from, e.to))
         .collect();
-    assert_eq!(of_2.len(), 4 * 3, "each replica's COMMIT for n2 to the three others");
+    assert_eq!(
+        of_2.len(),
+        4 * 3,
+        "each replica's COMMIT for n2 to the three others"
+    );
 }
 
 #[test]
