@@ -256,7 +256,7 @@ fn commits_of_tentative_batches_ride_with_the_next_batch_or_leave_on_a_tick() {
             e.from == from
                 && matches!(&e.msg,
                     Message::PrePrepare(m) if m.seq == 2)
-                || e.from == from && matches!(&e.msg, Message::Prepare(m) if m.seq == 2)
+                || matches!(&e.msg, Message::Prepare(m) if e.from == from && m.seq == 2)
         });
         let (Some(a), Some(b)) = (commit1, first_of_2) else {
             panic!(
