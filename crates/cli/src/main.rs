@@ -20,6 +20,7 @@ mod cmd_keyholder;
 mod cmd_kv;
 mod cmd_monitor;
 mod cmd_mount;
+mod cmd_overlay;
 mod cmd_replica;
 mod cmd_sql_gateway;
 mod cmd_status;
@@ -85,6 +86,8 @@ enum Command {
     Baseline(BaselineArgs),
     /// Keep virtual IP addresses covered by a group of servers (Wackamole fail-over)
     Vip(cmd_vip::VipArgs),
+    /// Run one overlay daemon (hop-by-hop links, ODSBR routing, WAN emulation, replica tunnels)
+    Overlay(cmd_overlay::OverlayArgs),
 }
 
 #[derive(clap::Args)]
@@ -135,6 +138,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::run(a),
         Command::Baseline(a) => baseline(a),
         Command::Vip(a) => cmd_vip::run(a),
+        Command::Overlay(a) => cmd_overlay::run(a),
     };
     match result {
         Ok(code) => code,

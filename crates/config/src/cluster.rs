@@ -3,7 +3,8 @@
 use crate::error::{ConfigError, Location};
 use crate::sections::{
     ClientEntry, ClientSection, ClusterSection, FilterEntry, KeysSection, NodeSection,
-    RecoverySection, ReplicaEntry, StateSection, StorageSection, KEY_MODES, LOG_FORMATS, SERVICES,
+    OverlayTunnel, RecoverySection, ReplicaEntry, StateSection, StorageSection, KEY_MODES,
+    LOG_FORMATS, SERVICES,
 };
 use redoubt_core::{ClientId, ClientTiming, Config, Principal, ReplicaId};
 use serde::Deserialize;
@@ -73,6 +74,8 @@ struct RawConfig {
     keys: KeysSection,
     #[serde(default)]
     recovery: RecoverySection,
+    #[serde(rename = "overlay_tunnel", default)]
+    overlay_tunnels: Vec<OverlayTunnel>,
 }
 
 /// The whole cluster configuration, validated.
@@ -107,6 +110,8 @@ pub struct ClusterConfig {
     pub keys: KeysSection,
     /// `[recovery]`.
     pub recovery: RecoverySection,
+    /// `[[overlay_tunnel]]` (overlay mode): replica pairs that talk through overlay daemons.
+    pub overlay_tunnels: Vec<OverlayTunnel>,
 }
 
 /// Applies `section.key=value` assignments to configuration text (values parse as TOML:
@@ -182,6 +187,7 @@ impl ClusterConfig {
             state: raw.state,
             keys: raw.keys,
             recovery: raw.recovery,
+            overlay_tunnels: raw.overlay_tunnels,
         };
 
         cfg.protocol
@@ -362,6 +368,24 @@ impl ClusterConfig {
                     self.filters.len()
                 ),
             ));
+        }
+        let mut tunnels = BTreeSet::new();
+        for t in &self.overlay_tunnels {
+            if t.replica as usize >= n || t.peer as usize >= n || t.replica == t.peer {
+                return Err(invalid(
+                    "[[overlay_tunnel]]",
+                    format!(
+                        "replica {} -> peer {}: both must be different replica ids below {n}",
+                        t.replica, t.peer
+                    ),
+                ));
+            }
+            if !tunnels.insert((t.replica, t.peer)) {
+                return Err(invalid(
+                    "[[overlay_tunnel]]",
+                    format!("replica {} -> peer {} is listed twice", t.replica, t.peer),
+                ));
+            }
         }
         let mut endpoints: BTreeMap<SocketAddr, String> = BTreeMap::new();
         let nodes = self
@@ -570,6 +594,15 @@ impl ClusterConfig {
                     format!("valid client ids are {}", ids.join(", "))
                 },
             })
+    }
+
+    /// The address replica `from` dials to reach replica `to`: its overlay tunnel port when
+    /// the file has an `[[overlay_tunnel]]` for the pair, else `to`'s own `addr`.
+    pub fn peer_addr(&self, from: ReplicaId, to: ReplicaId) -> SocketAddr {
+        self.overlay_tunnels
+            .iter()
+            .find(|t| t.replica == from && t.peer == to)
+            .map_or(self.replicas[to as usize].addr, |t| t.addr)
     }
 
     /// Resolves a path of the file: absolute paths as they are, relative ones against the
@@ -791,6 +824,11 @@ pub(crate) mod tests {
                 watchdog_period_s: 90,
                 ..RecoverySection::default()
             },
+            overlay_tunnels: vec![OverlayTunnel {
+                replica: 0,
+                peer: 1,
+                addr: "127.0.0.1:7601".parse().unwrap(),
+            }],
         }
     }
 

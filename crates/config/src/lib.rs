@@ -32,5 +32,6 @@ pub use keys::load_keys;
 pub use redoubt_keyholder::{parse_principal, principal_name};
 pub use sections::{
     ClientEntry, ClientSection, ClusterSection, FilterEntry, KeysSection, NodeSection,
-    RecoverySection, ReplicaEntry, StateSection, StorageSection, KEY_MODES, LOG_FORMATS, SERVICES,
+    OverlayTunnel, RecoverySection, ReplicaEntry, StateSection, StorageSection, KEY_MODES,
+    LOG_FORMATS, SERVICES,
 };

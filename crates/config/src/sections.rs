@@ -34,6 +34,17 @@ pub struct ReplicaEntry {
     pub holder_socket: Option<PathBuf>,
 }
 
+/// One `[[overlay_tunnel]]` entry (overlay mode): replica `replica` reaches replica `peer`
+/// by dialling `addr`, a tunnel port of its local overlay daemon (`redoubt overlay`), instead
+/// of the peer's `addr`. Replica pairs without an entry talk directly.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverlayTunnel {
+    pub replica: ReplicaId,
+    pub peer: ReplicaId,
+    pub addr: SocketAddr,
+}
+
 /// One `[[filter]]` entry (firewall deployment). Filters hold no keys and no state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

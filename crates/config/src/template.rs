@@ -114,6 +114,14 @@ id = {id}
             )?,
         ];
         out.push_str(&sections.join("\n"));
+        for t in &self.overlay_tunnels {
+            let _ = write!(
+                out,
+                "\n# Overlay mode: replica {} reaches replica {} through its overlay daemon.\n\
+                 [[overlay_tunnel]]\nreplica = {}\npeer = {}\naddr = \"{}\"\n",
+                t.replica, t.peer, t.replica, t.peer, t.addr
+            );
+        }
         Ok(out)
     }
 

@@ -278,6 +278,7 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
             executable_blake3: opts.executable_blake3.clone().unwrap_or_default(),
             ..RecoverySection::default()
         },
+        overlay_tunnels: Vec::new(),
     };
     cfg.validate()?;
     let text = cfg.to_toml()?;

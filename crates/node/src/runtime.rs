@@ -823,7 +823,10 @@ pub async fn run_replica_with<S: Service + Send + 'static>(
     let links = cfg
         .replicas
         .iter()
-        .map(|r| (r.id != id).then(|| Link::spawn(r.addr, link_cfg.clone(), link_tx.clone())))
+        .map(|r| {
+            (r.id != id)
+                .then(|| Link::spawn(cfg.peer_addr(id, r.id), link_cfg.clone(), link_tx.clone()))
+        })
         .collect();
     // Behind a firewall the replicas reach the bottom row of filters, never an execution
     // node.

@@ -26,7 +26,7 @@ impl PairKeys {
     fn derive(pairwise: &MacKey) -> PairKeys {
         let d = |purpose: &str| MacKey::derive(purpose, &pairwise.0);
         PairKeys {
-            link: d("redoubt-overlay v1 link"),
+            link: link_key(pairwise),
             data: d("redoubt-overlay v1 data"),
             hop: d("redoubt-overlay v1 hop"),
             ack: d("redoubt-overlay v1 ack"),
@@ -67,6 +67,12 @@ impl Keys {
     pub fn with(&self, other: NodeId) -> Option<&PairKeys> {
         self.pairs.get(other.index()).and_then(|p| p.as_ref())
     }
+}
+
+/// The link-MAC key a node derives from its pairwise key with a neighbour. Public for hosts
+/// that must open and reseal their own datagrams (the daemon's test-only faulty relay).
+pub fn link_key(pairwise: &MacKey) -> MacKey {
+    MacKey::derive("redoubt-overlay v1 link", &pairwise.0)
 }
 
 /// A deterministic pairwise key for tests and the simulator: both ends derive the same key

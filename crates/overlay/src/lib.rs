@@ -85,7 +85,7 @@ pub mod types;
 pub mod wire;
 
 pub use config::{Config, ConfigError, Mutant, Recovery, RoutingMode};
-pub use keys::{key_map_for_tests, pairwise_key_for_tests};
+pub use keys::{key_map_for_tests, link_key, pairwise_key_for_tests};
 pub use node::{Effect, Event, Input, LinkStatus, Node, SubmitError};
 pub use stats::{DropReason, Stats};
 pub use types::{Delivery, LinkId, NodeId};

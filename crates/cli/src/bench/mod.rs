@@ -6,6 +6,7 @@ mod common;
 mod flame;
 mod measure;
 mod micro;
+mod overlay;
 mod recovery;
 mod separation;
 mod sql;
@@ -42,6 +43,9 @@ enum Bench {
     /// The Andrew benchmark's five phases on redoubt's FUSE mount, an unreplicated FUSE mount
     /// and the plain file system (needs root and /dev/fuse)
     Andrew(andrew::AndrewArgs),
+    /// The overlay daemon against Amir et al. 2004: hop-by-hop against end-to-end recovery on
+    /// the report's chain, ODSBR against a Byzantine relay, a cluster over the overlay
+    Overlay(overlay::OverlayArgs),
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -53,5 +57,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Bench::Attack(a) => attack::run(a),
         Bench::Sql(a) => sql::run(a),
         Bench::Andrew(a) => andrew::run(a),
+        Bench::Overlay(a) => overlay::run(a),
     }
 }

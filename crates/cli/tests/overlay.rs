@@ -1,0 +1,410 @@
+//! Process-level tests of the overlay daemon (`redoubt overlay`): daemons on 127.0.0.1 carry
+//! replica frames through their tunnels in order, heal around a link that starts losing
+//! everything, route around a relay that drops 30% of what it forwards (ODSBR), and carry a
+//! four-replica cluster's traffic while clients run `redoubt kv`.
+
+mod common;
+
+use common::{redoubt, stdout_of_success, Cluster};
+use std::fmt::Write as _;
+use std::fs::File;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+
+fn free_udp() -> SocketAddr {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("free UDP port")
+}
+
+fn free_tcp() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("free TCP port")
+}
+
+/// One `[[link]]`: ends, delay, loss.
+type LinkSpec = (u16, u16, u64, f64);
+
+/// Writes an overlay file; `tunnels` are (node, peer, listen), `replicas` the nodes'
+/// replica addresses, `faulty` (node, fraction).
+fn write_overlay(
+    dir: &Path,
+    udp: &[SocketAddr],
+    replicas: &[Option<SocketAddr>],
+    links: &[LinkSpec],
+    tunnels: &[(u16, u16, SocketAddr)],
+    faulty: &[(u16, f64)],
+) -> PathBuf {
+    std::fs::write(dir.join("overlay.secret"), [42u8; 32]).expect("secret");
+    let mut s = String::from(
+        "[overlay]\nrouting = \"odsbr\"\nrecovery = \"hop_by_hop\"\nsecret_file = \"overlay.secret\"\nstatus_interval_ms = 2000\n",
+    );
+    for (i, a) in udp.iter().enumerate() {
+        let _ = write!(s, "\n[[node]]\nid = {i}\naddr = \"{a}\"\n");
+        if let Some(r) = replicas[i] {
+            let _ = writeln!(s, "replica_addr = \"{r}\"");
+        }
+    }
+    for (a, b, delay, loss) in links {
+        let _ = write!(
+            s,
+            "\n[[link]]\na = {a}\nb = {b}\ndelay_ms = {delay}\nloss = {loss:?}\n"
+        );
+    }
+    for (node, peer, listen) in tunnels {
+        let _ = write!(
+            s,
+            "\n[[tunnel]]\nnode = {node}\npeer = {peer}\nlisten = \"{listen}\"\n"
+        );
+    }
+    for (node, f) in faulty {
+        let _ = write!(s, "\n[[faulty]]\nnode = {node}\ndrop_forwarded = {f:?}\n");
+    }
+    let path = dir.join("overlay.toml");
+    std::fs::write(&path, s).expect("overlay file");
+    path
+}
+
+/// Overlay daemons, killed on drop.
+struct Daemons {
+    children: Vec<Option<Child>>,
+    logs: Vec<PathBuf>,
+}
+
+impl Daemons {
+    fn start(dir: &Path, file: &Path, n: u16) -> Daemons {
+        let mut d = Daemons {
+            children: Vec::new(),
+            logs: Vec::new(),
+        };
+        for i in 0..n {
+            let log = dir.join(format!("overlay-{i}.log"));
+            let child = redoubt()
+                .args(["overlay", "--config"])
+                .arg(file)
+                .args(["--id", &i.to_string()])
+                .env("RUST_LOG", "info")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(File::create(&log).expect("log"))
+                .spawn()
+                .expect("spawn redoubt overlay");
+            d.children.push(Some(child));
+            d.logs.push(log);
+        }
+        d
+    }
+
+    fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(&self.logs[i]).unwrap_or_default()
+    }
+
+    fn all_logs(&self) -> String {
+        (0..self.logs.len())
+            .map(|i| format!("--- overlay {i} ---\n{}", self.log(i)))
+            .collect()
+    }
+
+    fn signal(&self, i: usize, sig: i32) {
+        if let Some(c) = &self.children[i] {
+            // SAFETY: kill(2) on the id of a child we started and have not reaped.
+            unsafe { libc::kill(c.id() as i32, sig) };
+        }
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Daemons {
+    fn drop(&mut self) {
+        for i in 0..self.children.len() {
+            self.kill(i);
+        }
+    }
+}
+
+/// Sends numbered frames into a tunnel and reads them from the destination's replica
+/// address; returns how many arrived, asserting they arrive in order without duplicates.
+struct Stream {
+    tunnel: TcpStream,
+    rx: tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
+    next_sent: u64,
+    next_expected: u64,
+}
+
+impl Stream {
+    async fn open(tunnel: SocketAddr, replica: TcpListener) -> Stream {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = replica.accept().await {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    while let Ok(f) = redoubt_transport::read_frame(&mut conn, 1 << 20).await {
+                        if tx.send(f).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let tunnel = loop {
+            match TcpStream::connect(tunnel).await {
+                Ok(s) => break s,
+                Err(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("tunnel {tunnel} never opened: {e}"),
+            }
+        };
+        Stream {
+            tunnel,
+            rx,
+            next_sent: 0,
+            next_expected: 0,
+        }
+    }
+
+    /// A frame of `len` bytes carrying its number.
+    async fn send(&mut self, len: usize) {
+        let mut f = vec![0xab; len.max(8)];
+        f[..8].copy_from_slice(&self.next_sent.to_be_bytes());
+        self.next_sent += 1;
+        redoubt_transport::write_frame(&mut self.tunnel, &f)
+            .await
+            .expect("write to the tunnel");
+        self.tunnel.flush().await.expect("flush");
+    }
+
+    /// Waits until every frame sent so far arrived (in order) or `limit` passes.
+    async fn drain(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while self.next_expected < self.next_sent {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, self.rx.recv()).await {
+                Ok(Some(f)) => {
+                    let n = u64::from_be_bytes(f[..8].try_into().expect("8 bytes"));
+                    assert_eq!(n, self.next_expected, "frames out of order or duplicated");
+                    self.next_expected += 1;
+                }
+                _ => return false,
+            }
+        }
+        true
+    }
+}
+
+/// A square 0-1-3 / 0-2-3 with the path through 1 shorter; a tunnel from 0 to 3.
+struct Square {
+    dir: tempfile::TempDir,
+    udp: Vec<SocketAddr>,
+    replica3: SocketAddr,
+    tunnel: SocketAddr,
+    links: Vec<LinkSpec>,
+}
+
+impl Square {
+    fn new() -> Square {
+        Square {
+            dir: tempfile::tempdir().expect("tempdir"),
+            udp: (0..4).map(|_| free_udp()).collect(),
+            replica3: free_tcp(),
+            tunnel: free_tcp(),
+            links: vec![
+                (0, 1, 2, 0.0),
+                (1, 3, 2, 0.0),
+                (0, 2, 15, 0.0),
+                (2, 3, 15, 0.0),
+            ],
+        }
+    }
+
+    fn write(&self, faulty: &[(u16, f64)]) -> PathBuf {
+        let mut replicas = vec![None; 4];
+        replicas[3] = Some(self.replica3);
+        write_overlay(
+            self.dir.path(),
+            &self.udp,
+            &replicas,
+            &self.links,
+            &[(0, 3, self.tunnel)],
+            faulty,
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_arrive_in_order_and_heal_around_a_dead_link() {
+    let mut sq = Square::new();
+    let file = sq.write(&[]);
+    let replica = TcpListener::bind(sq.replica3).await.expect("replica addr");
+    let daemons = Daemons::start(sq.dir.path(), &file, 4);
+    let mut s = Stream::open(sq.tunnel, replica).await;
+    // Frames of every size class, including one cut into several overlay messages.
+    for i in 0..200 {
+        s.send(if i % 50 == 7 { 40_000 } else { 100 + i }).await;
+    }
+    assert!(
+        s.drain(Duration::from_secs(20)).await,
+        "only {} of {} frames arrived\n{}",
+        s.next_expected,
+        s.next_sent,
+        daemons.all_logs()
+    );
+    // Link 1-3 starts losing everything (both ends reread the file).
+    sq.links[1].3 = 1.0;
+    sq.write(&[]);
+    daemons.signal(1, libc::SIGHUP);
+    daemons.signal(3, libc::SIGHUP);
+    let t0 = Instant::now();
+    for _ in 0..300 {
+        s.send(500).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        s.drain(Duration::from_secs(30)).await,
+        "after the link died only {} of {} frames arrived\n{}",
+        s.next_expected,
+        s.next_sent,
+        daemons.all_logs()
+    );
+    let log1 = daemons.log(1);
+    assert!(log1.contains("link emulation changed"), "{log1}");
+    eprintln!(
+        "healed: 300 frames after the link died in {:?}",
+        t0.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_drops_30_percent_is_accused_and_avoided() {
+    let sq = Square::new();
+    let file = sq.write(&[(1, 0.3)]);
+    let replica = TcpListener::bind(sq.replica3).await.expect("replica addr");
+    let daemons = Daemons::start(sq.dir.path(), &file, 4);
+    let mut s = Stream::open(sq.tunnel, replica).await;
+    let t0 = Instant::now();
+    let mut accused = false;
+    while t0.elapsed() < Duration::from_secs(50) {
+        for _ in 0..20 {
+            s.send(1_000).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if daemons.log(0).contains("accused link") {
+            accused = true;
+            break;
+        }
+    }
+    let log0 = daemons.log(0);
+    assert!(accused, "no accusation in 50 s\n{}", daemons.all_logs());
+    // ODSBR accuses a link with a faulty end: here 0-1 or 1-3.
+    let accusation = log0
+        .lines()
+        .find(|l| l.contains("accused link"))
+        .expect("accusation line");
+    assert!(
+        accusation.contains("n0-n1") || accusation.contains("n1-n3"),
+        "{accusation}"
+    );
+    // Everything still arrives, in order, over the other path.
+    for _ in 0..200 {
+        s.send(1_000).await;
+    }
+    assert!(
+        s.drain(Duration::from_secs(30)).await,
+        "only {} of {} frames arrived\n{}",
+        s.next_expected,
+        s.next_sent,
+        daemons.all_logs()
+    );
+    eprintln!("accused after {:?}: {accusation}", t0.elapsed());
+}
+
+/// Four replicas, each beside an overlay daemon on a ring with a diagonal (0-1-2-3-0, 0-2),
+/// every replica-to-replica frame through the overlay; clients use `redoubt kv`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_runs_kv_over_the_overlay() {
+    let udp: Vec<SocketAddr> = (0..4).map(|_| free_udp()).collect();
+    let tunnels: Vec<(u16, u16, SocketAddr)> = (0..4u16)
+        .flat_map(|i| (0..4u16).filter(move |&j| j != i).map(move |j| (i, j)))
+        .map(|(i, j)| (i, j, free_tcp()))
+        .collect();
+    let links: Vec<LinkSpec> = vec![
+        (0, 1, 5, 0.0),
+        (1, 2, 5, 0.0),
+        (2, 3, 5, 0.0),
+        (3, 0, 5, 0.0),
+        (0, 2, 5, 0.0),
+    ];
+    let mut daemons = None;
+    let tunnel_text: String = tunnels
+        .iter()
+        .map(|(i, j, a)| {
+            format!("\n[[overlay_tunnel]]\nreplica = {i}\npeer = {j}\naddr = \"{a}\"\n")
+        })
+        .collect();
+    let mut cluster = Cluster::start_monitored_with(
+        1,
+        0,
+        |text| format!("{text}{tunnel_text}"),
+        &[],
+        |dir| {
+            let cfg = redoubt_config::ClusterConfig::load(&dir.join("redoubt.toml"))
+                .expect("cluster file");
+            let replicas: Vec<Option<SocketAddr>> =
+                cfg.replicas.iter().map(|r| Some(r.addr)).collect();
+            let file = write_overlay(dir, &udp, &replicas, &links, &tunnels, &[]);
+            daemons = Some(Daemons::start(dir, &file, 4));
+        },
+    )
+    .await;
+    let daemons = daemons.expect("daemons started");
+    assert_eq!(cluster.cfg.overlay_tunnels.len(), 12);
+    let kv = |args: &[&str]| {
+        let mut c = redoubt();
+        c.arg("kv")
+            .arg("--config")
+            .arg(cluster.config_path())
+            .args(["--client", "1"])
+            .args(args);
+        stdout_of_success(c, Duration::from_secs(20))
+    };
+    for i in 0..20 {
+        kv(&["put", &format!("k{i}"), &format!("v{i}")]);
+    }
+    for i in (0..20).step_by(7) {
+        let out = kv(&["get", &format!("k{i}")]);
+        assert!(out.contains(&format!("v{i}")), "get k{i}: {out}");
+    }
+    // The replicas' frames went through the tunnels: every daemon delivered frames.
+    let mut delivered = 0;
+    for i in 0..4 {
+        daemons.signal(i, libc::SIGUSR1);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in 0..4 {
+        let log = daemons.log(i);
+        let last = log
+            .lines()
+            .rev()
+            .find_map(|l| l.split("\"tunnel_frames_out\":").nth(1))
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        if last > 0 {
+            delivered += 1;
+        }
+    }
+    assert!(delivered >= 3, "{}", daemons.all_logs());
+    cluster.stop_all();
+}
