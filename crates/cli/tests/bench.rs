@@ -55,12 +55,26 @@ fn micro_bench_runs_and_writes_its_outputs() {
     let cmd = micro(&dir, &["--clients", "1,2", "--latency-ops", "30"]);
     let stdout = common::stdout_of_success(cmd, Duration::from_secs(180));
     let csv = std::fs::read_to_string(dir.path().join("micro.csv")).unwrap();
-    // Both systems, every operation, latency row plus two client counts.
-    assert_eq!(csv.lines().count(), 1 + 2 * 4 * 3, "{csv}");
-    for op in ["0-0-ordered", "0-0-read-only", "0-4-ordered", "4-0-ordered"] {
-        let svg = std::fs::read_to_string(dir.path().join(format!("micro-{op}.svg"))).unwrap();
-        assert!(svg.contains("<polyline"), "{op}");
+    // Both client models, both systems, every operation, latency row plus two client counts.
+    assert_eq!(csv.lines().count(), 1 + 2 * 2 * 4 * 3, "{csv}");
+    for model in ["own", "shared"] {
+        assert_eq!(
+            csv.lines()
+                .filter(|l| l.starts_with(&format!("{model},")))
+                .count(),
+            2 * 4 * 3,
+            "{csv}"
+        );
+        for op in ["0-0-ordered", "0-0-read-only", "0-4-ordered", "4-0-ordered"] {
+            let svg = dir.path().join(format!("micro-{model}-{op}.svg"));
+            let svg = std::fs::read_to_string(svg).unwrap();
+            assert!(svg.contains("<polyline"), "{model} {op}");
+        }
     }
+    // The report leads with the clients on their own connections.
+    let own = stdout.find("## Every client on its own connections");
+    let shared = stdout.find("## The clients multiplexed");
+    assert!(own.is_some() && own < shared, "{stdout}");
     assert!(stdout.contains("Peak throughput"), "{stdout}");
 }
 
