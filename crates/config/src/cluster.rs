@@ -849,6 +849,26 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn overlay_tunnels_route_only_their_pair_and_are_checked() {
+        let cfg = sample();
+        // Replica 0 reaches 1 through its tunnel; every other pair (1 -> 0 included) directly.
+        assert_eq!(cfg.peer_addr(0, 1), "127.0.0.1:7601".parse().unwrap());
+        assert_eq!(cfg.peer_addr(1, 0), cfg.replicas[0].addr);
+        assert_eq!(cfg.peer_addr(0, 2), cfg.replicas[2].addr);
+        let text = cfg.to_toml().unwrap();
+        let bad = |entry: &str| {
+            let t = format!("{text}\n[[overlay_tunnel]]\n{entry}\n");
+            ClusterConfig::parse(&cfg.path, &t).unwrap_err().to_string()
+        };
+        let e = bad("replica = 0\npeer = 1\naddr = \"127.0.0.1:7602\"");
+        assert!(e.contains("listed twice"), "{e}");
+        let e = bad("replica = 2\npeer = 2\naddr = \"127.0.0.1:7602\"");
+        assert!(e.contains("different replica ids"), "{e}");
+        let e = bad("replica = 1\npeer = 4\naddr = \"127.0.0.1:7602\"");
+        assert!(e.contains("below 4"), "{e}");
+    }
+
+    #[test]
     fn override_toml_sets_options() {
         let text = sample().to_toml().unwrap();
         let changed = override_toml(
