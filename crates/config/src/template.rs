@@ -276,8 +276,8 @@ const PROTOCOL_OPTIONS: Section = Section {
             "defer_tentative_commits",
             "Whether a replica holds back its COMMIT for a batch that executes tentatively until its\n\
              next broadcast (the next batch's PREPARE or PRE-PREPARE carries it in the same write) or\n\
-             tick: the commit is off the client's path, and a light closed loop saves a third of its\n\
-             messages (true/false). Default: {default}.",
+             tick: the commit is off the client's path, and under a light closed loop the COMMITs\n\
+             cost no writes or wake-ups of their own (true/false). Default: {default}.",
         ),
         (
             "large_request_bytes",

@@ -277,9 +277,9 @@ pub struct Config {
     /// its next broadcast (the PREPARE or PRE-PREPARE of the following batch, which then
     /// carries it in the same write) or its next tick, whichever comes first. The commit of
     /// such a batch is off the client's path (the tentative replies already went out), so
-    /// holding it costs no latency, and under a closed loop of light load it saves a third of
-    /// the messages of each operation (3f+1 x 3f COMMITs ride with the next batch's
-    /// messages). Batches that execute once committed never hold their COMMIT.
+    /// holding it costs no latency, and under a closed loop of light load the 3f+1 x 3f
+    /// COMMITs of each operation ride with the next batch's messages instead of costing
+    /// writes and wake-ups of their own. Batches that execute once committed never hold their COMMIT.
     #[serde(default = "defaults::defer_tentative_commits")]
     pub defer_tentative_commits: bool,
     /// Requests whose operation has at least this many bytes travel beside the pre-prepare

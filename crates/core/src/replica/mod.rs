@@ -646,14 +646,6 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.effects.push(Effect::Broadcast { bytes });
     }
 
-    /// Sends the COMMITs held back for tentative batches.
-    fn flush_deferred_commits(&mut self) {
-        for c in std::mem::take(&mut self.deferred_commits) {
-            let bytes = self.seal(&Message::Commit(c), None);
-            self.effects.push(Effect::Broadcast { bytes });
-        }
-    }
-
     /// Hands the state's new moves of its durable base to the host, ahead of whatever the
     /// host does next: a journal record that follows may rely on them.
     fn hand_over_state_commits(&mut self) {

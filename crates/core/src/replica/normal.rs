@@ -462,6 +462,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         Ok(())
     }
 
+    /// Sends the COMMITs held back for tentative batches.
+    pub(super) fn flush_deferred_commits(&mut self) {
+        for c in std::mem::take(&mut self.deferred_commits) {
+            let bytes = self.seal(&Message::Commit(c), None);
+            self.effects.push(Effect::Broadcast { bytes });
+        }
+    }
+
     /// Whether this replica holds back its COMMIT for the batch `digest` prepared here: only
     /// batches that execute tentatively (their replies do not wait for the commit), and only
     /// with `defer_tentative_commits`.
