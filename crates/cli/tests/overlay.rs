@@ -316,18 +316,17 @@ async fn a_relay_that_drops_30_percent_is_accused_and_avoided() {
         accusation.contains("n0-n1") || accusation.contains("n1-n3"),
         "{accusation}"
     );
-    // Frames keep arriving, in order (the stream checks the order), after the accusation.
-    // Not yet all of them within the wait: the route returns through the faulty relay each
-    // time the accused link's weight is halved again (ODSBR's rehabilitation), and every
-    // frame it drops stalls the ordered flow for an end-to-end timeout (open; see
-    // docs/bench/overlay.md, part b).
+    // Every frame sent after the accusation arrives, in order (the stream checks the order):
+    // the frames the relay drops are sent again by the source, and the route leaves node 1
+    // once its links weigh enough (the path through 1 is 7.5 times cheaper, so that takes
+    // several convictions, each ban four times the last).
     let before = s.next_expected;
     for _ in 0..200 {
         s.send(1_000).await;
     }
     let all = s.drain(Duration::from_secs(30)).await;
     assert!(
-        s.next_expected >= before + 40,
+        all,
         "only {} of {} frames arrived ({} after the accusation)\n{}",
         s.next_expected,
         s.next_sent,

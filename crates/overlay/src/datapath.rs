@@ -119,7 +119,7 @@ impl Node {
             msg_seq: seq,
             packet_id,
             ttl: self.cfg.route_hops_max as u8,
-            route,
+            route: route.clone(),
             probes,
             payload: msg.payload.clone(),
             hop_macs: Vec::new(),
@@ -155,9 +155,17 @@ impl Node {
                 path_epoch,
                 ackers,
                 first_hop,
+                route,
             },
         );
         self.pending_deadlines.insert((deadline, dst, packet_id));
+        if let Some(path) = self
+            .paths
+            .get_mut(&dst)
+            .filter(|p| Some(p.epoch) == path_epoch)
+        {
+            path.sent(packet_id);
+        }
         self.stats.packets_sent += 1;
         self.send_to_neighbour(first_hop, self.me, OverlayMsg::Data(d));
         true
@@ -176,7 +184,7 @@ impl Node {
 
     /// ODSBR route choice: the least-weight path over the topology, weighted by this source's
     /// weight list; the current route is kept while it is within the hysteresis of the best
-    /// (so that measurement jitter does not reset fault detection).
+    /// (so that measurement jitter does not reset fault detection) and crosses no accused link.
     pub(crate) fn current_path(&mut self, dst: NodeId) -> Option<&PathState> {
         let versions = (self.db.version(), self.weights.version());
         if self.paths.contains_key(&dst) && self.path_versions.get(&dst) == Some(&versions) {
@@ -207,13 +215,31 @@ impl Node {
             return None;
         };
         let best_cost = tree.dist[dst.index()].expect("reached");
+        // Hysteresis never shelters a route through an accused link: a source that keeps the
+        // route it just convicted (because the accusation left it within the margin of the
+        // best) would convict it again and again while its flows pay the losses.
+        let accused_on = |route: &[NodeId]| {
+            !ignore_weights
+                && route
+                    .windows(2)
+                    .any(|w| weights.weight(LinkId::new(w[0], w[1])) > 1)
+        };
         let keep = self.paths.get(&dst).is_some_and(|p| {
-            route_cost(self.db.graph(), &p.route, cost).is_some_and(|c| {
-                c as u128 * 100
-                    <= best_cost as u128 * self.cfg.route_switch_hysteresis_percent as u128
-            })
+            p.route == best
+                || (!accused_on(&p.route)
+                    && route_cost(self.db.graph(), &p.route, cost).is_some_and(|c| {
+                        c as u128 * 100
+                            <= best_cost as u128 * self.cfg.route_switch_hysteresis_percent as u128
+                    }))
         });
         if !keep {
+            // Messages in flight on the old route go again on the new one: after an
+            // accusation the old route is the one that lost them, and the destination's gap
+            // reports would only arrive once new messages fill the window, which the holes
+            // block (duplicates are discarded at the destination).
+            if self.paths.contains_key(&dst) {
+                self.resend_in_flight(dst);
+            }
             self.fresh_epoch += 1;
             self.stats.route_changes += 1;
             self.out.push(Effect::Event(Event::RouteChanged {
@@ -224,6 +250,17 @@ impl Node {
                 .insert(dst, PathState::new(best, self.fresh_epoch));
         }
         self.paths.get(&dst)
+    }
+
+    fn resend_in_flight(&mut self, dst: NodeId) {
+        for (_, flow) in self.out_flows.iter_mut().filter(|((d, _), _)| *d == dst) {
+            let sent = flow
+                .in_flight
+                .iter()
+                .filter(|(_, m)| m.last_sent_ms.is_some());
+            let seqs: Vec<u64> = sent.map(|(&s, _)| s).collect();
+            flow.to_send.extend(seqs);
+        }
     }
 
     pub(crate) fn on_data(&mut self, from: NodeId, mut d: DataPacket) {
@@ -440,15 +477,25 @@ impl Node {
             self.stats.packets_acked += 1;
             self.e2e_rtt_sample(a.dst, self.now_ms.saturating_sub(p.sent_ms));
             if let Some(fa) = a.flow_ack.as_ref().filter(|f| f.delivery == p.delivery) {
-                let recovery = self.cfg.recovery;
                 let now = self.now_ms;
                 let srtt = self.e2e_rtt.get(&a.dst).map_or(0, |r| r.0);
+                // Fast retransmission of the gaps the destination reports, once the message
+                // had time to arrive: a round trip end to end; two in ODSBR with hop-by-hop
+                // recovery, where a gap is usually a link retransmission in progress but may
+                // be a faulty relay's drop that only the source can repair (without this,
+                // each such drop stalls the ordered flow for the route's whole ack timeout).
+                // Link-state hop-by-hop leaves gaps to the links.
+                let resend_after = match (self.cfg.routing, self.cfg.recovery) {
+                    (_, Recovery::EndToEnd) => Some(srtt),
+                    (RoutingMode::Odsbr, Recovery::HopByHop) => Some(2 * srtt),
+                    (RoutingMode::LinkState, Recovery::HopByHop) => None,
+                };
                 if let Some(flow) = self.out_flows.get_mut(&(a.dst, p.delivery)) {
                     let (_, nacks) = flow.on_flow_ack(fa);
-                    if recovery == Recovery::EndToEnd {
+                    if let Some(after) = resend_after {
                         for s in nacks {
                             let m = flow.in_flight.get(&s).expect("nacks are in flight");
-                            if m.last_sent_ms.is_some_and(|t| now >= t + srtt) {
+                            if m.last_sent_ms.is_some_and(|t| now >= t + after) {
                                 flow.to_send.insert(s);
                             }
                         }
@@ -456,8 +503,8 @@ impl Node {
                 }
             }
             if self.cfg.routing == RoutingMode::Odsbr {
-                self.weights.on_delivered();
-                self.record_outcome(a.dst, &p, None);
+                self.weights.on_delivered(&p.route);
+                self.record_outcome(a.dst, a.packet_id, &p, None);
             }
             // Acked packet whose message the destination did not keep (beyond its window):
             // send it again.
@@ -465,7 +512,7 @@ impl Node {
         } else {
             self.stats.packets_lost += 1;
             if self.cfg.routing == RoutingMode::Odsbr {
-                self.record_outcome(a.dst, &p, Some(verified));
+                self.record_outcome(a.dst, a.packet_id, &p, Some(verified));
             }
             self.resend_if_unacked(a.dst, &p);
         }
@@ -506,7 +553,7 @@ impl Node {
             self.stats.packets_lost += 1;
             match self.cfg.routing {
                 // No ack at all: the loss is in the interval before the first probe.
-                RoutingMode::Odsbr => self.record_outcome(dst, &p, Some(0)),
+                RoutingMode::Odsbr => self.record_outcome(dst, id, &p, Some(0)),
                 RoutingMode::LinkState => {
                     let e = self
                         .e2e_rtt
@@ -520,8 +567,8 @@ impl Node {
     }
 
     /// Feeds a packet's outcome to the fault detector of its path, if the path and probe set
-    /// it was sent under are still current, and acts on the verdict.
-    fn record_outcome(&mut self, dst: NodeId, p: &Pending, lost_in: Option<usize>) {
+    /// it was sent under are still current, and acts on the verdicts.
+    fn record_outcome(&mut self, dst: NodeId, packet_id: u64, p: &Pending, lost_in: Option<usize>) {
         let cfg = &self.cfg;
         let Some(path) = self.paths.get_mut(&dst) else {
             return;
@@ -529,13 +576,21 @@ impl Node {
         if Some(path.epoch) != p.path_epoch {
             return;
         }
-        let verdict = path.record(
+        let verdicts = path.resolve(
+            packet_id,
             lost_in,
             cfg.odsbr_loss_threshold_permille,
             cfg.odsbr_window_packets,
             cfg.mutant,
             &mut self.fresh_epoch,
         );
+        for verdict in verdicts {
+            self.act_on(dst, verdict);
+        }
+    }
+
+    fn act_on(&mut self, dst: NodeId, verdict: Verdict) {
+        let cfg = &self.cfg;
         match verdict {
             Verdict::Nothing => {}
             Verdict::Split { probe } => {

@@ -9,7 +9,9 @@
 //! - **ODSBR** (Awerbuch, Holmer, Nita-Rotaru, Rubens, WiSe 2002): source routing with
 //!   authenticated destination acks, a per-path loss threshold, adaptive probing whose binary
 //!   search localises a fault to one link, and link weights that double on accusation and
-//!   recover with good traffic, so routes avoid links that lose packets.
+//!   recover with good traffic, so routes avoid links that lose packets (a link convicted
+//!   again waits four times longer than the last time; see the `odsbr` module's differences
+//!   from the paper).
 //!
 //! # How a host drives a node
 //!
@@ -59,8 +61,10 @@
 //!
 //! `--start-seed S` picks the first seed, `--seed S --verbose --trace` replays one with its
 //! protocol events, `--mutant NAME` runs a deliberately broken variant ([`Mutant`]) to show the
-//! checkers catch it, and `--chain-bench` compares hop-by-hop with end-to-end recovery on the
-//! report's A-F chain.
+//! checkers catch it, `--chain-bench` compares hop-by-hop with end-to-end recovery on the
+//! report's A-F chain, and `--byzantine-bench [--alt-latency-ms M]` runs the routing
+//! experiment of `redoubt bench overlay` (a relay that starts dropping 30% of what it
+//! forwards) with `--verbose` listing the source's probes, accusations and route changes.
 //!
 //! # Simplifications (deliberate, documented where they live)
 //!

@@ -136,6 +136,8 @@ pub(crate) struct Pending {
     pub ackers: Vec<NodeId>,
     /// Neighbour it went to (ODSBR: its ack must come back from there).
     pub first_hop: NodeId,
+    /// ODSBR: the source route (empty in link-state mode).
+    pub route: Vec<NodeId>,
 }
 
 /// One overlay node. See the crate documentation for how a host drives it.

@@ -13,12 +13,26 @@
 //!   the next probe, so (given timeouts above the benign round trip and benign loss below τ) one
 //!   of its two ends is faulty. ODSBR never says which: it accuses the link, not a node.
 //! - **Weights.** An accusation doubles the link's weight and adds `μ/τ` to its counter; each
-//!   acknowledged packet takes `1/m` off every non-zero counter (`m` of them); a counter that
-//!   returns to zero halves the weight. The paper's bound counts one halving per conviction
-//!   (`w_e = 2^(j_e - a_e)`), so while the weight stays above 1 its counter is re-armed with the
-//!   last conviction's `μ/τ`.
+//!   acknowledged packet takes `1/m` off the counter of each of the `m` links above weight 1;
+//!   a counter that returns to zero halves the weight. The paper's bound counts one halving per
+//!   conviction (`w_e = 2^(j_e - a_e)`), so while the weight stays above 1 its counter is
+//!   re-armed with the last conviction's quantum.
 //!
 //! Differences from the paper, and why:
+//! - Outcomes count in send order. An ack comes back in a round trip, a loss is declared only
+//!   at the route's timeout (hops times the per-hop bound); recorded as they come, the acks of
+//!   a fast flow's later packets would retire a freshly added probe before the losses that
+//!   justified it were counted, and the search would start over for ever.
+//! - Repeat offenders wait longer. The paper's quantum is the last conviction's `μ/τ`, a few
+//!   dozen packets, so a relay on the cheapest route that drops a share of what it forwards is
+//!   back on the route a fraction of a second after each conviction, and every return costs the
+//!   flow the losses that convict it again. Here the quantum grows fourfold with each conviction the
+//!   source remembers (at most [`CONVICTIONS_MAX`]), and a conviction is forgotten only after
+//!   [`PROBATION_QUANTA`] quanta of packets delivered across the link once its weight is back
+//!   to 1 (probation: a link earns back trust by carrying traffic, not by being avoided). This
+//!   only slows rehabilitation, so the paper's bound on the losses a faulty link can cause per
+//!   delivered packet still holds; the price is that a link accused for benign loss several
+//!   times in a row stays avoided longer.
 //! - Route discovery: the overlay already floods authenticated link-state updates, so the
 //!   source computes the least-weight path over that topology (with its own weight list, as
 //!   ODSBR's response flood does) instead of flooding signed requests and responses.
@@ -43,11 +57,22 @@ fn mu_over_tau_milli(mu: u32, tau_permille: u32) -> u64 {
     mu as u64 * 1_000_000 / tau_permille.max(1) as u64
 }
 
+/// Convictions of one link a source remembers; the rehabilitation quantum stops doubling here.
+const CONVICTIONS_MAX: u32 = 16;
+/// A conviction is forgotten after this many rehabilitation quanta of packets delivered across
+/// the link once its weight is back to 1.
+const PROBATION_QUANTA: u64 = 16;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct WeightEntry {
     weight: u32,
+    /// Weight above 1: packets (thousandths) until the next halving. Weight 1 (probation):
+    /// packets across the link until one conviction is forgotten.
     counter_milli: u64,
-    last_mu_over_tau_milli: u64,
+    /// Packets per halving: the last conviction's `μ/τ`, times four for each earlier
+    /// conviction still remembered.
+    quantum_milli: u64,
+    convictions: u32,
 }
 
 /// A source's weight list (ODSBR `weight_list`): unlisted links weigh 1.
@@ -69,43 +94,61 @@ impl WeightList {
 
     /// Conviction of `link` after `mu` losses: the weight doubles. Returns the new weight.
     pub fn accuse(&mut self, link: LinkId, mu: u32, tau_permille: u32, weight_max: u32) -> u32 {
-        let add = mu_over_tau_milli(mu.max(1), tau_permille);
         let e = self.entries.entry(link).or_insert(WeightEntry {
             weight: 1,
             counter_milli: 0,
-            last_mu_over_tau_milli: add,
+            quantum_milli: 0,
+            convictions: 0,
         });
+        e.convictions = (e.convictions + 1).min(CONVICTIONS_MAX);
+        e.quantum_milli = mu_over_tau_milli(mu.max(1), tau_permille)
+            .saturating_mul(1 << (2 * (e.convictions - 1)));
+        if e.weight == 1 {
+            // New, or on probation: the probation counter is not rehabilitation credit.
+            e.counter_milli = 0;
+        }
         e.weight = e.weight.saturating_mul(2).min(weight_max);
-        e.counter_milli += add;
-        e.last_mu_over_tau_milli = add;
+        e.counter_milli = e.counter_milli.saturating_add(e.quantum_milli);
         self.version += 1;
         e.weight
     }
 
-    /// One packet was delivered: rehabilitation progresses.
-    pub fn on_delivered(&mut self) {
-        let m = self
-            .entries
-            .values()
-            .filter(|e| e.counter_milli > 0)
-            .count() as u64;
-        if m == 0 {
-            return;
-        }
-        let step = (1_000 / m).max(1);
+    /// One packet was delivered over `route`: rehabilitation progresses. The packet is shared
+    /// among the `m` links above weight 1 (`1/m` each, as ODSBR); a link on probation counts
+    /// it whole if the packet crossed it (a link earns back trust by carrying traffic).
+    pub fn on_delivered(&mut self, route: &[NodeId]) {
+        let m = self.entries.values().filter(|e| e.weight > 1).count() as u64;
+        let step = (1_000 / m.max(1)).max(1);
         let mut changed = false;
-        for e in self.entries.values_mut().filter(|e| e.counter_milli > 0) {
-            e.counter_milli = e.counter_milli.saturating_sub(step);
-            if e.counter_milli == 0 {
-                e.weight = (e.weight / 2).max(1);
+        for (link, e) in self.entries.iter_mut() {
+            let heavy = e.weight > 1;
+            let credit = if heavy {
+                step
+            } else if route.windows(2).any(|w| LinkId::new(w[0], w[1]) == *link) {
+                1_000
+            } else {
+                continue;
+            };
+            e.counter_milli = e.counter_milli.saturating_sub(credit);
+            if e.counter_milli > 0 {
+                continue;
+            }
+            if heavy {
+                e.weight /= 2;
                 changed = true;
-                if e.weight > 1 {
-                    e.counter_milli = e.last_mu_over_tau_milli;
-                }
+                e.counter_milli = if e.weight > 1 {
+                    e.quantum_milli
+                } else {
+                    e.quantum_milli.saturating_mul(PROBATION_QUANTA)
+                };
+            } else {
+                e.convictions -= 1;
+                e.quantum_milli /= 2;
+                e.counter_milli = e.quantum_milli.saturating_mul(PROBATION_QUANTA);
             }
         }
         self.entries
-            .retain(|_, e| e.weight > 1 || e.counter_milli > 0);
+            .retain(|_, e| e.weight > 1 || (e.convictions > 0 && e.counter_milli > 0));
         if changed {
             self.version += 1;
         }
@@ -151,6 +194,13 @@ pub(crate) struct PathState {
     pub epoch: u64,
     /// Outcomes of recent packets of this epoch: `None` acked, `Some(i)` lost in interval `i`.
     window: VecDeque<Option<usize>>,
+    /// Packets sent under this epoch whose outcome is not known yet (ids grow in send order).
+    unresolved: BTreeSet<u64>,
+    /// Known outcomes waiting for those of earlier packets: outcomes are recorded in send
+    /// order, so that the acks of later packets, which come back long before an earlier
+    /// packet's loss is declared at its timeout, cannot retire a probe (or hide a fault)
+    /// before that loss is counted.
+    resolved: BTreeMap<u64, Option<usize>>,
 }
 
 impl PathState {
@@ -162,6 +212,8 @@ impl PathState {
             counters_milli: vec![0],
             epoch,
             window: VecDeque::new(),
+            unresolved: BTreeSet::new(),
+            resolved: BTreeMap::new(),
         }
     }
 
@@ -263,6 +315,47 @@ impl PathState {
         *fresh_epoch += 1;
         self.epoch = *fresh_epoch;
         self.window.clear();
+        self.unresolved.clear();
+        self.resolved.clear();
+    }
+
+    /// Packet `packet_id` was sent under the current epoch.
+    pub fn sent(&mut self, packet_id: u64) {
+        self.unresolved.insert(packet_id);
+    }
+
+    /// The outcome of packet `packet_id` of the current epoch is known; records, in send
+    /// order, every outcome no longer waiting for an earlier packet's, and returns the
+    /// verdicts (the first one that changes the epoch ends the run).
+    pub fn resolve(
+        &mut self,
+        packet_id: u64,
+        lost_in: Option<usize>,
+        tau_permille: u32,
+        window_packets: u32,
+        mutant: Mutant,
+        fresh_epoch: &mut u64,
+    ) -> Vec<Verdict> {
+        if !self.unresolved.remove(&packet_id) {
+            return Vec::new();
+        }
+        self.resolved.insert(packet_id, lost_in);
+        let mut verdicts = Vec::new();
+        while let Some((&id, _)) = self.resolved.first_key_value() {
+            if self.unresolved.first().is_some_and(|&u| u < id) {
+                break;
+            }
+            let outcome = self.resolved.remove(&id).expect("just seen");
+            let epoch = self.epoch;
+            let v = self.record(outcome, tau_permille, window_packets, mutant, fresh_epoch);
+            if v != Verdict::Nothing {
+                verdicts.push(v);
+            }
+            if self.epoch != epoch {
+                break;
+            }
+        }
+        verdicts
     }
 }
 
@@ -501,35 +594,82 @@ mod tests {
         }
     }
 
+    /// Delivers packets over the route 1-2-5 (across link 1-2 of the tests).
+    fn deliver(w: &mut WeightList, packets: u32) {
+        for _ in 0..packets {
+            w.on_delivered(&[NodeId(1), NodeId(2), NodeId(5)]);
+        }
+    }
+
     #[test]
     fn weights_double_on_conviction_and_halve_on_rehabilitation() {
         let mut w = WeightList::default();
         let l = LinkId::new(NodeId(1), NodeId(2));
         assert_eq!(w.weight(l), 1);
         assert_eq!(w.accuse(l, 2, TAU, 1 << 20), 2);
+        // Second conviction: the quantum grows fourfold (2 / 0.1 = 20, then 80): 20 + 80.
         assert_eq!(w.accuse(l, 2, TAU, 1 << 20), 4);
-        // Counter: 2 * (2 / 0.1) = 40 packets; then halves to 2, re-armed with 20.
-        for _ in 0..39 {
-            w.on_delivered();
-        }
+        deliver(&mut w, 99);
         assert_eq!(w.weight(l), 4);
-        w.on_delivered();
+        deliver(&mut w, 1);
         assert_eq!(w.weight(l), 2);
-        for _ in 0..20 {
-            w.on_delivered();
-        }
+        // Re-armed with the quantum, 80.
+        deliver(&mut w, 79);
+        assert_eq!(w.weight(l), 2);
+        deliver(&mut w, 1);
         assert_eq!(w.weight(l), 1);
         assert_eq!(w.heavy().count(), 0);
         // Two links share the rehabilitation: each loses 1/2 per packet.
+        let mut w = WeightList::default();
         let l2 = LinkId::new(NodeId(3), NodeId(4));
         w.accuse(l, 1, TAU, 1 << 20);
         w.accuse(l2, 1, TAU, 1 << 20);
-        for _ in 0..19 {
-            w.on_delivered();
-        }
+        deliver(&mut w, 19);
         assert_eq!((w.weight(l), w.weight(l2)), (2, 2));
-        w.on_delivered();
+        deliver(&mut w, 1);
         assert_eq!((w.weight(l), w.weight(l2)), (1, 1));
+    }
+
+    #[test]
+    fn repeat_offenders_wait_longer_until_probation_forgets_them() {
+        let mut w = WeightList::default();
+        let l = LinkId::new(NodeId(1), NodeId(2));
+        // Convicted, rehabilitated, convicted again: each ban four times the last.
+        let mut bans = Vec::new();
+        for _ in 0..4 {
+            assert_eq!(w.accuse(l, 2, TAU, 1 << 20), 2);
+            let mut packets = 0;
+            while w.weight(l) > 1 {
+                // Bans are served whatever route carries the traffic.
+                w.on_delivered(&[NodeId(0), NodeId(3)]);
+                packets += 1;
+            }
+            bans.push(packets);
+        }
+        assert_eq!(bans, [20, 80, 320, 1280]);
+        // On probation, only traffic across the link counts.
+        for _ in 0..100_000 {
+            w.on_delivered(&[NodeId(0), NodeId(3)]);
+        }
+        assert_eq!(w.entries[&l].convictions, 4);
+        // A conviction is forgotten per PROBATION_QUANTA quanta of packets across the link
+        // (160 * Q, then 80 * Q, ...); once all four are, the next ban is the first's again.
+        deliver(&mut w, (160 + 80 + 40 + 20) * PROBATION_QUANTA as u32 - 1);
+        assert_eq!(w.accuse(l, 2, TAU, 1 << 20), 2);
+        let mut w2 = w.clone();
+        deliver(&mut w2, 39);
+        assert_eq!(
+            w2.weight(l),
+            2,
+            "one conviction still remembered: a 40-packet ban"
+        );
+        let mut w = WeightList::default();
+        w.accuse(l, 2, TAU, 1 << 20);
+        deliver(&mut w, 20 + 20 * PROBATION_QUANTA as u32);
+        assert_eq!(w.entries.len(), 0, "forgotten entries are dropped");
+        assert_eq!(w.accuse(l, 2, TAU, 1 << 20), 2);
+        deliver(&mut w, 20);
+        assert_eq!(w.weight(l), 1, "a forgotten offender starts over");
     }
 
     #[test]

@@ -382,7 +382,7 @@ async fn chain(args: &OverlayArgs) -> anyhow::Result<()> {
 }
 
 async fn byzantine(args: &OverlayArgs) -> anyhow::Result<()> {
-    println!("== Byzantine relay: 0-1-3 (10 ms links) and 0-2-3 (11 ms links); node 1 starts");
+    println!("== Byzantine relay: 0-1-3 (10 ms links) and 0-2-3 (14 ms links); node 1 starts");
     println!("   dropping 30% of what it forwards; 1,000-byte messages at 1 Mbit/s from 0 to 3 ==");
     let dir = tempfile::tempdir()?;
     let e = |delay_ms| Emulation {
@@ -390,9 +390,11 @@ async fn byzantine(args: &OverlayArgs) -> anyhow::Result<()> {
         bandwidth_kbps: 10_000,
         ..Emulation::default()
     };
-    // The path through 1 is the shorter by 2 ms, so that one accusation (a doubled weight)
-    // is enough to prefer the other.
-    let links = [(0, 1, e(10)), (1, 3, e(10)), (0, 2, e(11)), (2, 3, e(11))];
+    // The path through 1 is the cheaper by 40%, beyond the route hysteresis (25%), so the
+    // stream always starts on it whatever order the links came up in; one accusation (a
+    // doubled weight) is enough to prefer the other, and each time the weight falls back the
+    // source tries node 1 again (ODSBR's rehabilitation) until its bans grow long.
+    let links = [(0, 1, e(10)), (1, 3, e(10)), (0, 2, e(14)), (2, 3, e(14))];
     let sink_addr = free_tcp()?;
     let tunnel = free_tcp()?;
     let file = overlay_file(
@@ -414,7 +416,9 @@ async fn byzantine(args: &OverlayArgs) -> anyhow::Result<()> {
     // Seen from the stream's start: the first accusation by the source, and its route.
     let mut accused: Option<(Duration, String)> = None;
     let mut route_after = None;
+    let mut route_at_fault = None;
     let mut rerouted: Option<Duration> = None;
+    let (mut accusations, mut route_changes) = (0u32, 0u32);
     let events = &mut daemons[0].events;
     let (sent, got) = p
         .stream(
@@ -425,12 +429,16 @@ async fn byzantine(args: &OverlayArgs) -> anyhow::Result<()> {
             |t| {
                 if !armed && t >= fault_at {
                     armed = true;
+                    route_at_fault = route_after.clone();
                     let _ = relay.try_send(Control::SetFaulty(0.3));
                 }
                 while let Ok((_, ev)) = events.try_recv() {
                     match ev {
-                        Event::Accused { link, .. } if armed && accused.is_none() => {
-                            accused = Some((t, format!("{link:?}")));
+                        Event::Accused { link, .. } if armed => {
+                            accusations += 1;
+                            if accused.is_none() {
+                                accused = Some((t, format!("{link:?}")));
+                            }
                         }
                         Event::RouteChanged {
                             dst: NodeId(3),
@@ -439,6 +447,7 @@ async fn byzantine(args: &OverlayArgs) -> anyhow::Result<()> {
                             if armed && rerouted.is_none() && !route.contains(&NodeId(1)) {
                                 rerouted = Some(t);
                             }
+                            route_changes += u32::from(armed);
                             route_after = Some(route);
                         }
                         _ => {}
@@ -456,6 +465,7 @@ async fn byzantine(args: &OverlayArgs) -> anyhow::Result<()> {
     println!("sent {sent}, delivered {}", got_sorted.len());
     let mut csv = String::from("second_since_start,delivered_kbit_per_s,mean_delay_ms\n");
     let secs = args.byzantine_secs;
+    let mut steady_from = 0;
     for s in 0..secs {
         let lo = stream_start_us + s * 1_000_000;
         let hi = lo + 1_000_000;
@@ -466,6 +476,10 @@ async fn byzantine(args: &OverlayArgs) -> anyhow::Result<()> {
         let kbps = bin.len() as f64 * 8.0;
         let mean = bin.iter().map(|g| g.2 as f64 / 1e3).sum::<f64>() / bin.len().max(1) as f64;
         let _ = writeln!(csv, "{s},{kbps:.0},{mean:.2}");
+        // Steady: the full rate at under 100 ms, every second from here on.
+        if kbps < 900.0 || mean >= 100.0 {
+            steady_from = s + 1;
+        }
     }
     let phase = |lo: u64, hi: u64| {
         let bin: Vec<&(u64, u64, u64)> = got_sorted
@@ -493,7 +507,27 @@ async fn byzantine(args: &OverlayArgs) -> anyhow::Result<()> {
                 println!("route to 3 avoided node 1 {ms} ms after the relay turned faulty");
                 let _ = writeln!(csv, "# rerouted_ms={ms}");
             }
-            println!("route to 3 afterwards: {route_after:?}");
+            println!(
+                "route to 3 when the fault began: {route_at_fault:?}, at the end: {route_after:?}"
+            );
+            println!(
+                "after the fault: {accusations} accusations by node 0, {route_changes} route changes"
+            );
+            let _ = writeln!(
+                csv,
+                "# accusations={accusations} route_changes={route_changes}"
+            );
+            let fault_s = fault_at.as_secs();
+            if steady_from < secs {
+                let after_fault = steady_from.saturating_sub(fault_s);
+                println!(
+                    "steady again (1 Mbit/s, mean delay under 100 ms, every second to the end) \
+                     {after_fault} s after the relay turned faulty"
+                );
+                let _ = writeln!(csv, "# steady_after_fault_s={after_fault}");
+            } else {
+                println!("not steady again by the end of the stream");
+            }
             println!("phase     kbit/s  mean_delay_ms  >100ms%");
             for (name, (k, d, o)) in [("before", before), ("during", during), ("after", after)] {
                 println!("{name:<8} {k:>7.0}  {d:>13.1}  {o:>7.1}");

@@ -24,6 +24,8 @@ pub struct Adversary {
     recorded: Vec<(NodeId, Vec<u8>)>,
     /// Per correct source: times at which this node destroyed one of its packets or acks.
     pub damage: BTreeMap<NodeId, Vec<u64>>,
+    /// The node behaves correctly before this time (benchmarks: a fault that starts mid-run).
+    pub active_from_ms: u64,
 }
 
 /// Most messages waiting to be slipped to one neighbour.
@@ -45,6 +47,7 @@ impl Adversary {
             slipped: BTreeMap::new(),
             recorded: Vec::new(),
             damage: BTreeMap::new(),
+            active_from_ms: 0,
         }
     }
 
@@ -72,6 +75,9 @@ impl Adversary {
             .get(&to)
             .expect("the node only sends to neighbours")
             .clone();
+        if now_ms < self.active_from_ms {
+            return vec![(to, bytes)];
+        }
         let (_, mut frame) =
             wire::open(&bytes, to, &self.limits, |n| (n == self.me).then_some(&key))
                 .expect("the node's own datagrams open");
