@@ -38,13 +38,18 @@ pub(super) fn start(pids: &[(u32, u32)], seconds: f64, data: &Path) -> anyhow::R
         .map(|(_, p)| p.to_string())
         .collect::<Vec<_>>()
         .join(",");
+    // perf's messages go to a file, not a pipe nobody reads until it ends (a full pipe would
+    // stall it).
+    let log_path = data.with_extension("log");
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
     let child = Command::new("perf")
         .args(["record", "-q", "-F", &FREQUENCY_HZ.to_string(), "-g"])
         .args(["--call-graph", "dwarf,16384", "-p", &list, "-o"])
         .arg(data)
         .args(["--", "sleep", &format!("{seconds:.1}")])
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::from(log))
         .spawn()
         .context("cannot run `perf` (install it, e.g. `apt-get install linux-perf`)")?;
     Ok(Recording {
@@ -62,16 +67,13 @@ impl Recording {
         title: &str,
         svg_for: impl Fn(u32) -> PathBuf,
     ) -> anyhow::Result<Drawn> {
-        let out = self
-            .child
-            .wait_with_output()
-            .context("waiting for perf record")?;
-        if !out.status.success() {
-            anyhow::bail!(
-                "perf record failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
+        let mut child = self.child;
+        let status = child.wait().context("waiting for perf record")?;
+        let log_path = self.data.with_extension("log");
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let _ = std::fs::remove_file(&log_path);
+        if !status.success() {
+            anyhow::bail!("perf record failed ({status}): {}", log.trim());
         }
         let script = Command::new("perf")
             .args(["script", "-F", "comm,pid,tid,time,event,ip,sym,dso", "-i"])

@@ -204,6 +204,41 @@ pub fn run(args: MicroArgs) -> anyhow::Result<ExitCode> {
     crate::runtime(2)?.block_on(micro(args))
 }
 
+/// Raises this process's soft limit on open files to `needed` (within the hard limit), or
+/// says why the run cannot go ahead.
+fn raise_open_files_limit(needed: u64) -> anyhow::Result<()> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed by pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        anyhow::bail!(
+            "getrlimit(RLIMIT_NOFILE): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    if lim.rlim_cur >= needed {
+        return Ok(());
+    }
+    if lim.rlim_max < needed {
+        anyhow::bail!(
+            "this many clients need about {needed} open files, but the hard limit is {}: \
+             raise it (`ulimit -Hn`, or LimitNOFILE in a unit file) or run fewer clients",
+            lim.rlim_max
+        );
+    }
+    lim.rlim_cur = needed;
+    // SAFETY: as above.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+        anyhow::bail!(
+            "setrlimit(RLIMIT_NOFILE, {needed}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
 async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
     let Plan {
         clients,
@@ -220,6 +255,9 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         },
     )?;
     let max_clients = *clients.iter().max().expect("non-empty");
+    // Each client with its own connections holds one socket per replica (and the baseline's
+    // one), all in this process: 1,000 clients need about 5,000 descriptors.
+    raise_open_files_limit(max_clients as u64 * 5 + 256)?;
     let ops = selected_ops(&args.ops)?;
     // Checked before anything starts: a machine without the controller fails at once.
     let server_cpu = match args.server_cpu {
@@ -651,4 +689,25 @@ async fn run_system(
     }
     drop(baseline_child);
     Ok((points, flames))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::raise_open_files_limit;
+
+    #[test]
+    fn open_files_limit_is_raised_within_the_hard_limit_or_refused_with_the_reason() {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit only writes the struct passed by pointer.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+        raise_open_files_limit(64).expect("below the current limit: nothing to do");
+        if lim.rlim_max < u64::MAX {
+            let e = raise_open_files_limit(lim.rlim_max + 1).expect_err("beyond the hard limit");
+            assert!(e.to_string().contains("hard limit"), "{e}");
+        }
+        raise_open_files_limit(lim.rlim_max.min(lim.rlim_cur + 16)).expect("within the hard limit");
+    }
 }
