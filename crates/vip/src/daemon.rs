@@ -230,33 +230,15 @@ impl Host {
                 }
                 Effect::Acquire { addr } => {
                     self.retry.remove(&addr);
-                    match self.ip.add(&addr).await {
-                        Ok(()) => {
-                            info!(member = self.me, %addr, "acquired");
-                            self.stats.acquired += 1;
-                        }
-                        Err(e) => {
-                            error!(member = self.me, %addr, error = %e, "cannot acquire; will retry");
-                            self.stats.ip_failures += 1;
-                            self.retry.insert(addr, Op::Add);
-                            self.next_retry_ms = now + self.retry_ms;
-                        }
+                    if !self.change_address(Op::Add, addr, false).await {
+                        self.next_retry_ms = now + self.retry_ms;
                     }
                 }
                 Effect::Release { addr } => {
                     self.retry.remove(&addr);
                     self.arp_due.retain(|d| d.addr != addr);
-                    match self.ip.del(&addr).await {
-                        Ok(()) => {
-                            info!(member = self.me, %addr, "released");
-                            self.stats.released += 1;
-                        }
-                        Err(e) => {
-                            error!(member = self.me, %addr, error = %e, "cannot release; will retry");
-                            self.stats.ip_failures += 1;
-                            self.retry.insert(addr, Op::Del);
-                            self.next_retry_ms = now + self.retry_ms;
-                        }
+                    if !self.change_address(Op::Del, addr, false).await {
+                        self.next_retry_ms = now + self.retry_ms;
                     }
                 }
                 Effect::AnnounceArp { addr } => {
@@ -276,6 +258,45 @@ impl Host {
             .retry
             .iter()
             .all(|(a, op)| (*op == Op::Add) == machine.holds(a)));
+    }
+
+    /// Adds or removes a virtual address on the interface; on failure, counts and logs it
+    /// and leaves it to the retry timer. `true` if it took effect.
+    async fn change_address(&mut self, op: Op, addr: Cidr, retrying: bool) -> bool {
+        let result = match op {
+            Op::Add => self.ip.add(&addr).await,
+            Op::Del => self.ip.del(&addr).await,
+        };
+        let done = match (op, retrying) {
+            (Op::Add, false) => "acquired",
+            (Op::Add, true) => "acquired on retry",
+            (Op::Del, false) => "released",
+            (Op::Del, true) => "released on retry",
+        };
+        match result {
+            Ok(()) => {
+                info!(member = self.me, %addr, "{done}");
+                match op {
+                    Op::Add => self.stats.acquired += 1,
+                    Op::Del => self.stats.released += 1,
+                }
+                true
+            }
+            Err(e) => {
+                let what = match op {
+                    Op::Add => "acquire",
+                    Op::Del => "release",
+                };
+                if retrying {
+                    warn!(member = self.me, %addr, error = %e, "cannot {what} yet; will retry");
+                } else {
+                    error!(member = self.me, %addr, error = %e, "cannot {what}; will retry");
+                }
+                self.stats.ip_failures += 1;
+                self.retry.insert(addr, op);
+                false
+            }
+        }
     }
 
     /// First announcement now, the rest every `arp_interval_ms`.
@@ -327,29 +348,15 @@ impl Host {
         for (addr, op) in std::mem::take(&mut self.retry) {
             let wanted = machine.holds(&addr);
             match op {
-                Op::Add if wanted => match self.ip.add(&addr).await {
-                    Ok(()) => {
-                        info!(member = self.me, %addr, "acquired on retry");
-                        self.stats.acquired += 1;
+                Op::Add if wanted => {
+                    let added = self.change_address(op, addr, true).await;
+                    if added {
                         self.announce(addr, now);
                     }
-                    Err(e) => {
-                        warn!(member = self.me, %addr, error = %e, "acquisition still failing");
-                        self.stats.ip_failures += 1;
-                        self.retry.insert(addr, op);
-                    }
-                },
-                Op::Del if !wanted => match self.ip.del(&addr).await {
-                    Ok(()) => {
-                        info!(member = self.me, %addr, "released on retry");
-                        self.stats.released += 1;
-                    }
-                    Err(e) => {
-                        warn!(member = self.me, %addr, error = %e, "release still failing");
-                        self.stats.ip_failures += 1;
-                        self.retry.insert(addr, op);
-                    }
-                },
+                }
+                Op::Del if !wanted => {
+                    self.change_address(op, addr, true).await;
+                }
                 // The core changed its mind since: nothing left to do.
                 _ => {}
             }
