@@ -86,7 +86,8 @@ enum Command {
     Baseline(BaselineArgs),
     /// Keep virtual IP addresses covered by a group of servers (Wackamole fail-over)
     Vip(cmd_vip::VipArgs),
-    /// Run one overlay daemon (hop-by-hop links, ODSBR routing, WAN emulation, replica tunnels)
+    /// Run one overlay daemon (hop-by-hop links, ODSBR routing, WAN emulation, connection
+    /// tunnels for replicas and clients), or deal its nodes' keys (`overlay keygen`)
     Overlay(cmd_overlay::OverlayArgs),
 }
 

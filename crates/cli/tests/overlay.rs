@@ -1,7 +1,8 @@
-//! Process-level tests of the overlay daemon (`redoubt overlay`): daemons on 127.0.0.1 carry
-//! replica frames through their tunnels in order, heal around a link that starts losing
-//! everything, route around a relay that drops 30% of what it forwards (ODSBR), and carry a
-//! four-replica cluster's traffic while clients run `redoubt kv`.
+//! Process-level tests of the overlay daemon (`redoubt overlay`, keys dealt by `redoubt overlay
+//! keygen`): daemons on 127.0.0.1 carry replica frames through their tunnels in order, heal
+//! around a link that starts losing everything, route around a relay that drops 30% of what
+//! it forwards (ODSBR), and carry a four-replica cluster's traffic, its client's included,
+//! while the client runs `redoubt kv`.
 
 mod common;
 
@@ -31,7 +32,8 @@ fn free_tcp() -> SocketAddr {
 type LinkSpec = (u16, u16, u64, f64);
 
 /// Writes an overlay file; `tunnels` are (node, peer, listen), `replicas` the nodes'
-/// replica addresses, `faulty` (node, fraction).
+/// replica addresses, `faulty` (node, fraction). Deals the nodes' key files with `redoubt
+/// overlay keygen` the first time.
 fn write_overlay(
     dir: &Path,
     udp: &[SocketAddr],
@@ -40,12 +42,14 @@ fn write_overlay(
     tunnels: &[(u16, u16, SocketAddr)],
     faulty: &[(u16, f64)],
 ) -> PathBuf {
-    std::fs::write(dir.join("overlay.secret"), [42u8; 32]).expect("secret");
     let mut s = String::from(
-        "[overlay]\nrouting = \"odsbr\"\nrecovery = \"hop_by_hop\"\nsecret_file = \"overlay.secret\"\nstatus_interval_ms = 2000\n",
+        "[overlay]\nrouting = \"odsbr\"\nrecovery = \"hop_by_hop\"\nstatus_interval_ms = 2000\n",
     );
     for (i, a) in udp.iter().enumerate() {
-        let _ = write!(s, "\n[[node]]\nid = {i}\naddr = \"{a}\"\n");
+        let _ = write!(
+            s,
+            "\n[[node]]\nid = {i}\naddr = \"{a}\"\nkey_file = \"keys/overlay-{i}.key\"\n"
+        );
         if let Some(r) = replicas[i] {
             let _ = writeln!(s, "replica_addr = \"{r}\"");
         }
@@ -67,7 +71,35 @@ fn write_overlay(
     }
     let path = dir.join("overlay.toml");
     std::fs::write(&path, s).expect("overlay file");
+    if !dir.join("keys/overlay-0.key").exists() {
+        let mut keygen = redoubt();
+        keygen.args(["overlay", "keygen", "--config"]).arg(&path);
+        let out = stdout_of_success(keygen, Duration::from_secs(20));
+        assert!(
+            out.contains(&format!("wrote {} key files", udp.len())),
+            "{out}"
+        );
+        // Dealt once: a second run must not replace them.
+        let again = redoubt()
+            .args(["overlay", "keygen", "--config"])
+            .arg(&path)
+            .output()
+            .expect("run keygen");
+        assert!(!again.status.success());
+        let err = String::from_utf8_lossy(&again.stderr);
+        assert!(err.contains("already exists"), "{err}");
+    }
     path
+}
+
+/// The last value of the daemon counter `name` in `log`'s status lines (0 if none).
+fn counter(log: &str, name: &str) -> u64 {
+    log.lines()
+        .rev()
+        .find_map(|l| l.split(&format!("\"{name}\":")).nth(1))
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0)
 }
 
 /// Overlay daemons, killed on drop.
@@ -342,13 +374,21 @@ async fn a_relay_that_drops_30_percent_is_accused_and_avoided() {
 }
 
 /// Four replicas, each beside an overlay daemon on a ring with a diagonal (0-1-2-3-0, 0-2),
-/// every replica-to-replica frame through the overlay; clients use `redoubt kv`.
+/// every replica-to-replica frame through the overlay; the client runs `redoubt kv` beside a
+/// fifth daemon (linked to 1 and 3) and reaches every replica through its tunnels.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_runs_kv_over_the_overlay() {
-    let udp: Vec<SocketAddr> = (0..4).map(|_| free_udp()).collect();
-    let tunnels: Vec<(u16, u16, SocketAddr)> = (0..4u16)
+    let udp: Vec<SocketAddr> = (0..5).map(|_| free_udp()).collect();
+    let replica_tunnels: Vec<(u16, u16, SocketAddr)> = (0..4u16)
         .flat_map(|i| (0..4u16).filter(move |&j| j != i).map(move |j| (i, j)))
         .map(|(i, j)| (i, j, free_tcp()))
+        .collect();
+    let client_tunnels: Vec<(u16, u16, SocketAddr)> =
+        (0..4u16).map(|j| (4, j, free_tcp())).collect();
+    let tunnels: Vec<(u16, u16, SocketAddr)> = replica_tunnels
+        .iter()
+        .chain(&client_tunnels)
+        .copied()
         .collect();
     let links: Vec<LinkSpec> = vec![
         (0, 1, 5, 0.0),
@@ -356,13 +396,18 @@ async fn a_cluster_runs_kv_over_the_overlay() {
         (2, 3, 5, 0.0),
         (3, 0, 5, 0.0),
         (0, 2, 5, 0.0),
+        (4, 1, 5, 0.0),
+        (4, 3, 5, 0.0),
     ];
     let mut daemons = None;
-    let tunnel_text: String = tunnels
+    let tunnel_text: String = replica_tunnels
         .iter()
         .map(|(i, j, a)| {
             format!("\n[[overlay_tunnel]]\nreplica = {i}\npeer = {j}\naddr = \"{a}\"\n")
         })
+        .chain(client_tunnels.iter().map(|(_, j, a)| {
+            format!("\n[[overlay_tunnel]]\nclient = 1\npeer = {j}\naddr = \"{a}\"\n")
+        }))
         .collect();
     let mut cluster = Cluster::start_monitored_with(
         1,
@@ -372,15 +417,20 @@ async fn a_cluster_runs_kv_over_the_overlay() {
         |dir| {
             let cfg = redoubt_config::ClusterConfig::load(&dir.join("redoubt.toml"))
                 .expect("cluster file");
-            let replicas: Vec<Option<SocketAddr>> =
+            let mut replicas: Vec<Option<SocketAddr>> =
                 cfg.replicas.iter().map(|r| Some(r.addr)).collect();
+            replicas.push(None);
             let file = write_overlay(dir, &udp, &replicas, &links, &tunnels, &[]);
-            daemons = Some(Daemons::start(dir, &file, 4));
+            daemons = Some(Daemons::start(dir, &file, 5));
         },
     )
     .await;
     let daemons = daemons.expect("daemons started");
-    assert_eq!(cluster.cfg.overlay_tunnels.len(), 12);
+    assert_eq!(cluster.cfg.overlay_tunnels.len(), 16);
+    // The client dials only tunnel ports of node 4, never a replica.
+    let setup = redoubt_client::ClientSetup::from_cluster(&cluster.cfg, 1).expect("client setup");
+    let ports: Vec<SocketAddr> = client_tunnels.iter().map(|t| t.2).collect();
+    assert_eq!(setup.replicas, ports);
     let kv = |args: &[&str]| {
         let mut c = redoubt();
         c.arg("kv")
@@ -397,25 +447,29 @@ async fn a_cluster_runs_kv_over_the_overlay() {
         let out = kv(&["get", &format!("k{i}")]);
         assert!(out.contains(&format!("v{i}")), "get k{i}: {out}");
     }
-    // The replicas' frames went through the tunnels: every daemon delivered frames.
-    let mut delivered = 0;
-    for i in 0..4 {
+    for i in 0..5 {
         daemons.signal(i, libc::SIGUSR1);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    for i in 0..4 {
-        let log = daemons.log(i);
-        let last = log
-            .lines()
-            .rev()
-            .find_map(|l| l.split("\"tunnel_frames_out\":").nth(1))
-            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0);
-        if last > 0 {
-            delivered += 1;
-        }
-    }
+    // The replicas' frames went through the tunnels: the replicas' daemons delivered frames.
+    let delivered = (0..4)
+        .filter(|&i| counter(&daemons.log(i), "tunnel_frames_out") > 0)
+        .count();
     assert!(delivered >= 3, "{}", daemons.all_logs());
+    // The client's requests went in at node 4 and the replies came back out of it.
+    let log4 = daemons.log(4);
+    assert!(
+        counter(&log4, "tunnel_conns_accepted") >= 4
+            && counter(&log4, "tunnel_frames_in") > 0
+            && counter(&log4, "tunnel_frames_out") > 0
+            && counter(&log4, "tunnel_conns_opened") == 0,
+        "{}",
+        daemons.all_logs()
+    );
+    // And the replicas' daemons opened connections to their replicas for node 4's.
+    let opened: u64 = (0..4)
+        .map(|i| counter(&daemons.log(i), "tunnel_conns_opened"))
+        .sum();
+    assert!(opened >= 4, "{}", daemons.all_logs());
     cluster.stop_all();
 }

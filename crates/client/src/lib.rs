@@ -254,7 +254,8 @@ impl ClientSetup {
         Self::from_cluster(&ClusterConfig::load(path)?, id)
     }
 
-    /// Like [`ClientSetup::from_config`], for a cluster file already loaded.
+    /// Like [`ClientSetup::from_config`], for a cluster file already loaded. A replica the file
+    /// gives this client an `[[overlay_tunnel]]` to is reached through that tunnel port.
     pub fn from_cluster(cfg: &ClusterConfig, id: ClientId) -> Result<Self, ConfigError> {
         cfg.client_entry(id)?;
         let keys = redoubt_config::load_keys(cfg, Principal::Client(id))?;
@@ -264,7 +265,10 @@ impl ClientSetup {
             deadline: Duration::from_millis(cfg.client.deadline_ms),
             ..ClientSetup::new(
                 id,
-                cfg.replicas.iter().map(|r| r.addr).collect(),
+                cfg.replicas
+                    .iter()
+                    .map(|r| cfg.client_peer_addr(id, r.id))
+                    .collect(),
                 cfg.protocol.clone(),
                 keys,
             )

@@ -369,24 +369,7 @@ impl ClusterConfig {
                 ),
             ));
         }
-        let mut tunnels = BTreeSet::new();
-        for t in &self.overlay_tunnels {
-            if t.replica as usize >= n || t.peer as usize >= n || t.replica == t.peer {
-                return Err(invalid(
-                    "[[overlay_tunnel]]",
-                    format!(
-                        "replica {} -> peer {}: both must be different replica ids below {n}",
-                        t.replica, t.peer
-                    ),
-                ));
-            }
-            if !tunnels.insert((t.replica, t.peer)) {
-                return Err(invalid(
-                    "[[overlay_tunnel]]",
-                    format!("replica {} -> peer {} is listed twice", t.replica, t.peer),
-                ));
-            }
-        }
+        self.validate_overlay_tunnels()?;
         let mut endpoints: BTreeMap<SocketAddr, String> = BTreeMap::new();
         let nodes = self
             .replicas
@@ -601,8 +584,71 @@ impl ClusterConfig {
     pub fn peer_addr(&self, from: ReplicaId, to: ReplicaId) -> SocketAddr {
         self.overlay_tunnels
             .iter()
-            .find(|t| t.replica == from && t.peer == to)
+            .find(|t| t.replica == Some(from) && t.peer == to)
             .map_or(self.replicas[to as usize].addr, |t| t.addr)
+    }
+
+    /// The address client `client` dials to reach replica `to`: an overlay tunnel port when
+    /// the file has an `[[overlay_tunnel]]` with `client` for the pair, else `to`'s `addr`.
+    pub fn client_peer_addr(&self, client: ClientId, to: ReplicaId) -> SocketAddr {
+        self.overlay_tunnels
+            .iter()
+            .find(|t| t.client == Some(client) && t.peer == to)
+            .map_or(self.replicas[to as usize].addr, |t| t.addr)
+    }
+
+    /// `[[overlay_tunnel]]`: exactly one of replica and client, both ends known, each pair
+    /// once.
+    fn validate_overlay_tunnels(&self) -> Result<(), ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            path: self.path.clone(),
+            field: "[[overlay_tunnel]]".into(),
+            message,
+        };
+        let n = self.replicas.len();
+        let mut tunnels = BTreeSet::new();
+        for t in &self.overlay_tunnels {
+            let from = match (t.replica, t.client) {
+                (Some(r), None) => {
+                    if r as usize >= n || r == t.peer {
+                        return Err(invalid(format!(
+                            "replica {r} -> peer {}: both must be different replica ids below {n}",
+                            t.peer
+                        )));
+                    }
+                    format!("replica {r}")
+                }
+                (None, Some(c)) => {
+                    if self.clients.iter().all(|e| e.id != c) {
+                        return Err(invalid(format!(
+                            "client {c} -> peer {}: client {c} has no [[client]] entry",
+                            t.peer
+                        )));
+                    }
+                    format!("client {c}")
+                }
+                _ => {
+                    return Err(invalid(format!(
+                        "the entry for peer {} (addr {}) must name exactly one of replica and \
+                         client: the one that dials addr",
+                        t.peer, t.addr
+                    )))
+                }
+            };
+            if t.peer as usize >= n {
+                return Err(invalid(format!(
+                    "{from} -> peer {}: the peer must be a replica id below {n}",
+                    t.peer
+                )));
+            }
+            if !tunnels.insert((from.clone(), t.peer)) {
+                return Err(invalid(format!(
+                    "{from} -> peer {} is listed twice",
+                    t.peer
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Resolves a path of the file: absolute paths as they are, relative ones against the
@@ -824,11 +870,20 @@ pub(crate) mod tests {
                 watchdog_period_s: 90,
                 ..RecoverySection::default()
             },
-            overlay_tunnels: vec![OverlayTunnel {
-                replica: 0,
-                peer: 1,
-                addr: "127.0.0.1:7601".parse().unwrap(),
-            }],
+            overlay_tunnels: vec![
+                OverlayTunnel {
+                    replica: Some(0),
+                    client: None,
+                    peer: 1,
+                    addr: "127.0.0.1:7601".parse().unwrap(),
+                },
+                OverlayTunnel {
+                    replica: None,
+                    client: Some(9),
+                    peer: 2,
+                    addr: "127.0.0.1:7602".parse().unwrap(),
+                },
+            ],
         }
     }
 
@@ -866,6 +921,44 @@ pub(crate) mod tests {
         assert!(e.contains("different replica ids"), "{e}");
         let e = bad("replica = 1\npeer = 4\naddr = \"127.0.0.1:7602\"");
         assert!(e.contains("below 4"), "{e}");
+    }
+
+    #[test]
+    fn client_overlay_tunnels_route_only_their_client_and_are_checked() {
+        let cfg = sample();
+        // Client 9 reaches replica 2 through the tunnel, the others directly; replica 0's
+        // tunnel to 1 is not the client's.
+        assert_eq!(
+            cfg.client_peer_addr(9, 2),
+            "127.0.0.1:7602".parse().unwrap()
+        );
+        assert_eq!(cfg.client_peer_addr(9, 1), cfg.replicas[1].addr);
+        assert_eq!(cfg.client_peer_addr(8, 2), cfg.replicas[2].addr);
+        assert_eq!(cfg.peer_addr(0, 2), cfg.replicas[2].addr);
+        let text = cfg.to_toml().unwrap();
+        let bad = |entry: &str| {
+            let t = format!("{text}\n[[overlay_tunnel]]\n{entry}\n");
+            ClusterConfig::parse(&cfg.path, &t).unwrap_err().to_string()
+        };
+        let e = bad("client = 9\npeer = 2\naddr = \"127.0.0.1:7603\"");
+        assert!(e.contains("client 9 -> peer 2 is listed twice"), "{e}");
+        let e = bad("client = 7\npeer = 2\naddr = \"127.0.0.1:7603\"");
+        assert!(e.contains("no [[client]] entry"), "{e}");
+        let e = bad("client = 9\npeer = 4\naddr = \"127.0.0.1:7603\"");
+        assert!(e.contains("below 4"), "{e}");
+        let e = bad("replica = 1\nclient = 9\npeer = 3\naddr = \"127.0.0.1:7603\"");
+        assert!(e.contains("exactly one of replica and client"), "{e}");
+        let e = bad("peer = 3\naddr = \"127.0.0.1:7603\"");
+        assert!(e.contains("exactly one of replica and client"), "{e}");
+        // One client may reach every replica through tunnels, another replica's too.
+        let ok = format!(
+            "{text}\n[[overlay_tunnel]]\nclient = 9\npeer = 0\naddr = \"127.0.0.1:7601\"\n"
+        );
+        let back = ClusterConfig::parse(&cfg.path, &ok).unwrap();
+        assert_eq!(
+            back.client_peer_addr(9, 0),
+            "127.0.0.1:7601".parse().unwrap()
+        );
     }
 
     #[test]

@@ -34,13 +34,17 @@ pub struct ReplicaEntry {
     pub holder_socket: Option<PathBuf>,
 }
 
-/// One `[[overlay_tunnel]]` entry (overlay mode): replica `replica` reaches replica `peer`
-/// by dialling `addr`, a tunnel port of its local overlay daemon (`redoubt overlay`), instead
-/// of the peer's `addr`. Replica pairs without an entry talk directly.
+/// One `[[overlay_tunnel]]` entry (overlay mode): replica `replica`, or client `client`
+/// (exactly one of the two), reaches replica `peer` by dialling `addr`, a tunnel port of an
+/// overlay daemon (`redoubt overlay`: its own, or one beside it), instead of the peer's
+/// `addr`. Pairs without an entry talk directly.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OverlayTunnel {
-    pub replica: ReplicaId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<ReplicaId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<ClientId>,
     pub peer: ReplicaId,
     pub addr: SocketAddr,
 }

@@ -115,11 +115,17 @@ id = {id}
         ];
         out.push_str(&sections.join("\n"));
         for t in &self.overlay_tunnels {
+            let (who, key, id) = match (t.replica, t.client) {
+                (Some(r), _) => ("replica", "replica", u64::from(r)),
+                (None, Some(c)) => ("client", "client", c),
+                // Refused by validation; written as it is so that the error names it.
+                (None, None) => ("nobody", "# neither replica nor client", 0),
+            };
             let _ = write!(
                 out,
-                "\n# Overlay mode: replica {} reaches replica {} through its overlay daemon.\n\
-                 [[overlay_tunnel]]\nreplica = {}\npeer = {}\naddr = \"{}\"\n",
-                t.replica, t.peer, t.replica, t.peer, t.addr
+                "\n# Overlay mode: {who} {id} reaches replica {} through an overlay daemon.\n\
+                 [[overlay_tunnel]]\n{key} = {id}\npeer = {}\naddr = \"{}\"\n",
+                t.peer, t.peer, t.addr
             );
         }
         Ok(out)

@@ -1,7 +1,7 @@
-//! The overlay file (TOML): nodes and their UDP addresses, links and their emulated wide-area
-//! behaviour, the routing and recovery modes, the key material, the replica tunnels, and the
-//! test-only faulty behaviours. Read once at start; `[[link]]` and `[[faulty]]` are read again
-//! on SIGHUP.
+//! The overlay file (TOML): nodes and their UDP addresses and key files, links and their
+//! emulated wide-area behaviour, the routing and recovery modes, the tunnels, and the test-only
+//! faulty behaviours (and shared secret). Read once at start; `[[link]]` and `[[faulty]]` are
+//! read again on SIGHUP.
 
 use redoubt_crypto::MacKey;
 use redoubt_overlay::{Config, NodeId, Recovery, RoutingMode};
@@ -22,9 +22,16 @@ pub enum OverlayConfigError {
     Parse { path: PathBuf, message: String },
     #[error("{path}: {message}")]
     Invalid { path: PathBuf, message: String },
+    #[error("overlay key file {path}: {message}")]
+    Key { path: PathBuf, message: String },
+    #[error(
+        "overlay key file {path} already exists; keys are never replaced silently: pass \
+         --force to deal new keys to every node (then copy each node's file again), or remove it"
+    )]
+    KeyExists { path: PathBuf },
 }
 
-/// Shortest accepted shared secret.
+/// Shortest accepted shared secret (`[overlay] secret_file`, TEST ONLY).
 pub const SECRET_BYTES_MIN: usize = 32;
 
 fn default_routing() -> String {
@@ -57,6 +64,12 @@ fn default_payload_bytes_max() -> usize {
 fn default_tunnel_conns_max() -> usize {
     8
 }
+fn default_tunnel_conns_total_max() -> usize {
+    512
+}
+fn default_tunnel_conn_queue_bytes_max() -> usize {
+    32 << 20
+}
 
 /// `[overlay]`: settings shared by every daemon of the overlay.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -68,9 +81,11 @@ pub struct OverlaySection {
     /// `"hop_by_hop"` (Spines) or `"end_to_end"` (for comparison).
     #[serde(default = "default_recovery")]
     pub recovery: String,
-    /// File holding the shared secret (at least 32 bytes) every pairwise key derives from;
-    /// relative to the overlay file's directory.
-    pub secret_file: PathBuf,
+    /// TEST ONLY: a file holding a secret (at least 32 bytes) every pairwise key derives from,
+    /// relative to the overlay file's directory, instead of per-node `key_file`s. Any daemon
+    /// holding it can forge the MACs of every pair; the daemon warns at start.
+    #[serde(default)]
+    pub secret_file: Option<PathBuf>,
     /// How often the daemon logs its status line.
     #[serde(default = "default_status_interval_ms")]
     pub status_interval_ms: u64,
@@ -83,16 +98,24 @@ pub struct OverlaySection {
     /// Largest replica frame a tunnel carries (larger frames close the tunnel connection).
     #[serde(default = "default_tunnel_frame_bytes_max")]
     pub tunnel_frame_bytes_max: usize,
-    /// Frames queued towards the local replica per source before new ones are dropped.
+    /// Frames queued towards one local tunnel connection before new ones are dropped.
     #[serde(default = "default_tunnel_queue_frames_max")]
     pub tunnel_queue_frames_max: usize,
+    /// Bytes queued towards one local tunnel connection before new frames are dropped (a
+    /// frame is always taken into an empty queue).
+    #[serde(default = "default_tunnel_conn_queue_bytes_max")]
+    pub tunnel_conn_queue_bytes_max: usize,
     /// Bytes of tunnel frames waiting for the overlay per destination before new frames are
     /// dropped (the replicas retransmit).
     #[serde(default = "default_tunnel_backlog_bytes_max")]
     pub tunnel_backlog_bytes_max: usize,
-    /// Simultaneous connections one tunnel port accepts.
+    /// Simultaneous connections one tunnel port accepts (and, at the far end, that the
+    /// daemon opens to its replica per tunnel port of the source).
     #[serde(default = "default_tunnel_conns_max")]
     pub tunnel_conns_max: usize,
+    /// Simultaneous tunnel connections of one daemon, accepted and opened together.
+    #[serde(default = "default_tunnel_conns_total_max")]
+    pub tunnel_conns_total_max: usize,
     /// Largest overlay message; tunnel frames are cut into chunks of this size.
     #[serde(default = "default_payload_bytes_max")]
     pub payload_bytes_max: usize,
@@ -105,10 +128,14 @@ pub struct NodeEntry {
     pub id: u16,
     /// UDP address the daemon binds and its neighbours send to.
     pub addr: SocketAddr,
-    /// The local replica's protocol address, where frames tunnelled to this node are written
-    /// (one TCP connection per source). Absent: this node carries no replica.
+    /// The local replica's protocol address: for each connection a tunnel carries to this
+    /// node, the daemon opens one TCP connection there. Absent: this node carries no replica.
     #[serde(default)]
     pub replica_addr: Option<SocketAddr>,
+    /// This node's key file (`redoubt overlay keygen` writes it), relative to the overlay
+    /// file's directory: the key it shares with each other node, and no other.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
 }
 
 /// Emulated wide-area behaviour of one link, applied by each end to what it sends.
@@ -139,7 +166,9 @@ pub struct LinkEntry {
     pub emulation: Emulation,
 }
 
-/// `[[tunnel]]`: node `node` accepts replica frames for `peer` on `listen` (TCP).
+/// `[[tunnel]]`: node `node` accepts TCP connections on `listen` and carries each, both ways,
+/// to a connection that `peer`'s daemon opens to its replica. A pair may have several
+/// tunnels (e.g. one for the replica, one for clients), each with its own `listen`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TunnelEntry {
@@ -265,10 +294,11 @@ impl OverlayFile {
                     t.node, t.peer
                 )));
             }
-            if !seen.insert((t.node, t.peer)) {
-                return Err(
-                    self.invalid(format!("[[tunnel]] {}->{} is listed twice", t.node, t.peer))
-                );
+            if !seen.insert((t.node, t.listen)) {
+                return Err(self.invalid(format!(
+                    "[[tunnel]] {}->{}: node {} listens on {} twice",
+                    t.node, t.peer, t.node, t.listen
+                )));
             }
             if self.nodes[t.peer as usize].replica_addr.is_none() {
                 return Err(self.invalid(format!(
@@ -277,6 +307,7 @@ impl OverlayFile {
                 )));
             }
         }
+        self.validate_keys()?;
         for x in &self.faulty {
             if x.node >= n || !(0.0..=1.0).contains(&x.drop_forwarded) {
                 return Err(self.invalid(format!(
@@ -292,12 +323,74 @@ impl OverlayFile {
             || o.tunnel_queue_frames_max == 0
             || o.tunnel_backlog_bytes_max == 0
             || o.tunnel_conns_max == 0
+            || o.tunnel_conns_total_max == 0
+            || o.tunnel_conn_queue_bytes_max == 0
         {
             return Err(self.invalid(
                 "[overlay] status_interval_ms, link_queue_bytes_max and the tunnel_* limits must be positive".into(),
             ));
         }
         Ok(())
+    }
+
+    /// Either every node has its own key file, or (TEST ONLY) the file names a shared secret.
+    fn validate_keys(&self) -> Result<(), OverlayConfigError> {
+        let with_key: Vec<u16> = self
+            .nodes
+            .iter()
+            .filter(|n| n.key_file.is_some())
+            .map(|n| n.id)
+            .collect();
+        if self.overlay.secret_file.is_some() {
+            if let Some(i) = with_key.first() {
+                return Err(self.invalid(format!(
+                    "[overlay] secret_file (TEST ONLY) and [[node]] {i} key_file are both set: \
+                     use per-node key files (and remove secret_file), or the test-only secret alone"
+                )));
+            }
+            return Ok(());
+        }
+        if let Some(n) = self.nodes.iter().find(|n| n.key_file.is_none()) {
+            return Err(self.invalid(format!(
+                "[[node]] {} has no key_file: give every node its own, e.g. key_file = \
+                 \"keys/overlay-{}.key\", and deal them with `redoubt overlay keygen --config \
+                 FILE`",
+                n.id, n.id
+            )));
+        }
+        let mut paths = BTreeMap::new();
+        for n in &self.nodes {
+            if let Some(other) = self.key_file_of(n.id).and_then(|p| paths.insert(p, n.id)) {
+                return Err(self.invalid(format!(
+                    "[[node]] {} and {other} name the same key_file: each node needs its own",
+                    n.id
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves a path of the file: relative ones against the overlay file's directory.
+    pub fn resolve(&self, rel: &Path) -> PathBuf {
+        if rel.is_absolute() {
+            rel.to_path_buf()
+        } else {
+            self.path
+                .parent()
+                .unwrap_or_else(|| Path::new("."))
+                .join(rel)
+        }
+    }
+
+    /// Node `id`'s key file, resolved; `None` when it has none (or is not in the file).
+    pub fn key_file_of(&self, id: u16) -> Option<PathBuf> {
+        let rel = self.nodes.get(id as usize)?.key_file.as_ref()?;
+        Some(self.resolve(rel))
+    }
+
+    /// Whether the daemons take their keys from the test-only shared secret.
+    pub fn uses_shared_secret(&self) -> bool {
+        self.overlay.secret_file.is_some()
     }
 
     /// The core's configuration for this overlay.
@@ -351,17 +444,17 @@ impl OverlayFile {
             .map_or(0.0, |x| x.drop_forwarded)
     }
 
-    /// Reads the shared secret and derives `me`'s pairwise key with every other node.
+    /// `me`'s pairwise key with every other node: from its key file, or (TEST ONLY) derived
+    /// from the shared secret.
     pub fn pairwise_keys(&self, me: u16) -> Result<BTreeMap<NodeId, MacKey>, OverlayConfigError> {
-        let rel = &self.overlay.secret_file;
-        let path = if rel.is_absolute() {
-            rel.clone()
-        } else {
-            self.path
-                .parent()
-                .unwrap_or_else(|| Path::new("."))
-                .join(rel)
+        let n = self.nodes.len() as u16;
+        if let Some(path) = self.key_file_of(me) {
+            return crate::keys::load_node_keys(&path, me, n);
+        }
+        let Some(rel) = &self.overlay.secret_file else {
+            return Err(self.invalid(format!("[[node]] {me} has no key_file")));
         };
+        let path = self.resolve(rel);
         let secret = std::fs::read(&path).map_err(|source| OverlayConfigError::Read {
             path: path.clone(),
             source,
@@ -373,14 +466,24 @@ impl OverlayFile {
                 secret.len()
             )));
         }
-        Ok((0..self.nodes.len() as u16)
-            .filter(|&n| n != me)
-            .map(|n| (NodeId(n), pairwise_key(&secret, me, n)))
+        Ok((0..n)
+            .filter(|&j| j != me)
+            .map(|j| (NodeId(j), pairwise_key(&secret, me, j)))
             .collect())
+    }
+
+    /// How many tunnels `src` has to `dst`: `dst` opens at most this many times
+    /// `tunnel_conns_max` connections to its replica for `src`.
+    pub fn tunnels_between(&self, src: u16, dst: u16) -> usize {
+        self.tunnels
+            .iter()
+            .filter(|t| t.node == src && t.peer == dst)
+            .count()
     }
 }
 
-/// The key nodes `a` and `b` share: derived from the secret and the unordered pair.
+/// The key nodes `a` and `b` share: derived from a secret (the master `redoubt overlay
+/// keygen` draws and forgets, or the test-only shared secret) and the unordered pair.
 pub fn pairwise_key(secret: &[u8], a: u16, b: u16) -> MacKey {
     let (lo, hi) = (a.min(b), a.max(b));
     let mut material = secret.to_vec();
@@ -396,16 +499,17 @@ mod tests {
     const SAMPLE: &str = r#"
 [overlay]
 routing = "link_state"
-secret_file = "s"
 
 [[node]]
 id = 1
 addr = "127.0.0.1:9001"
 replica_addr = "127.0.0.1:7001"
+key_file = "keys/overlay-1.key"
 
 [[node]]
 id = 0
 addr = "127.0.0.1:9000"
+key_file = "/etc/overlay-0.key"
 
 [[link]]
 a = 0
@@ -428,6 +532,56 @@ listen = "127.0.0.1:17001"
         assert_eq!(f.neighbours(1)[&NodeId(0)].bandwidth_kbps, 1000);
         assert_eq!(f.protocol_config().unwrap().routing, RoutingMode::LinkState);
         assert_eq!(f.faulty_drop(0), 0.0);
+        assert_eq!(
+            f.key_file_of(1).unwrap(),
+            PathBuf::from("/x/keys/overlay-1.key")
+        );
+        assert_eq!(
+            f.key_file_of(0).unwrap(),
+            PathBuf::from("/etc/overlay-0.key")
+        );
+        assert!(!f.uses_shared_secret());
+    }
+
+    #[test]
+    fn key_files_or_the_test_secret_not_both() {
+        let parse = |t: &str| OverlayFile::parse(Path::new("o.toml"), t);
+        // A node without a key file.
+        let e = parse(&SAMPLE.replace("key_file = \"/etc/overlay-0.key\"", ""))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[[node]] 0 has no key_file") && e.contains("keygen"),
+            "{e}"
+        );
+        // Two nodes sharing one file.
+        let e = parse(&SAMPLE.replace("/etc/overlay-0.key", "keys/overlay-1.key"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("same key_file"), "{e}");
+        // The test-only secret beside key files.
+        let both = SAMPLE.replace("[overlay]\n", "[overlay]\nsecret_file = \"s\"\n");
+        let e = parse(&both).unwrap_err().to_string();
+        assert!(e.contains("both set"), "{e}");
+        // The test-only secret alone.
+        let secret = both
+            .replace("key_file = \"/etc/overlay-0.key\"", "")
+            .replace("key_file = \"keys/overlay-1.key\"", "");
+        assert!(parse(&secret).unwrap().uses_shared_secret());
+    }
+
+    #[test]
+    fn a_pair_may_have_several_tunnels_on_distinct_ports() {
+        let more =
+            format!("{SAMPLE}\n[[tunnel]]\nnode = 0\npeer = 1\nlisten = \"127.0.0.1:17002\"\n");
+        let f = OverlayFile::parse(Path::new("o.toml"), &more).unwrap();
+        assert_eq!(f.tunnels_between(0, 1), 2);
+        assert_eq!(f.tunnels_between(1, 0), 0);
+        let same = more.replace("17002", "17001");
+        let e = OverlayFile::parse(Path::new("o.toml"), &same)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("twice"), "{e}");
     }
 
     #[test]

@@ -1,35 +1,32 @@
 //! The daemon's event loop: one task owns the [`Node`], reads datagrams from its UDP socket,
 //! passes the node's datagrams through the faulty relay (test only) and the per-link WAN
-//! emulation, ticks it at its deadlines, feeds it the frames of the local tunnel ports and
-//! writes the frames it delivers to the local replica.
+//! emulation, ticks it at its deadlines, and carries the tunnel connections ([`Conns`]):
+//! what the local connections read goes into the overlay, what the overlay delivers goes to
+//! them.
 
 use crate::config::{Emulation, OverlayFile};
+use crate::conns::{Admit, Conns, Inbox, Limits, Outgoing, TunnelCounters};
 use crate::faulty::FaultyRelay;
-use crate::tunnel::{chunk, Reassembly};
+use crate::tunnel::{chunk, Reassembly, HEADER_BYTES};
 use crate::wan::{WanDrop, WanLink};
 use redoubt_overlay::{Delivery, Effect, Event, Input, Node, NodeId, SubmitError};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::net::{TcpListener, UdpSocket};
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 /// Largest datagram the daemon reads (the largest UDP payload).
 const DATAGRAM_BYTES_MAX: usize = 65_536;
-/// Frames from all tunnel ports waiting for the event loop.
-const TUNNEL_INBOX_FRAMES_MAX: usize = 1_024;
+/// Frames and connection reports from all tunnel connections waiting for the event loop.
+const TUNNEL_INBOX_MAX: usize = 1_024;
 /// Control requests waiting for the event loop.
 const CONTROL_QUEUE_MAX: usize = 64;
 /// Events kept for an in-process observer that does not read them.
 const EVENT_QUEUE_MAX: usize = 4_096;
-/// Back-off between attempts to connect to the local replica.
-const REPLICA_RETRY_MS_MIN: u64 = 50;
-const REPLICA_RETRY_MS_MAX: u64 = 2_000;
 
 /// Why the daemon could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -76,14 +73,9 @@ pub struct Counters {
     pub datagrams_send_failed: u64,
     pub wan_lost: u64,
     pub wan_queue_full: u64,
-    pub tunnel_frames_in: u64,
-    pub tunnel_frames_out: u64,
-    /// Frames refused because the destination's backlog was full.
-    pub tunnel_frames_backlog_full: u64,
-    /// Frames dropped because the local replica's queue was full.
-    pub tunnel_frames_replica_full: u64,
-    /// Chunks that did not glue into a frame (malformed, oversized, or no replica here).
-    pub tunnel_chunks_bad: u64,
+    /// The tunnel connections' counters (kept by the tunnel table, copied here for status).
+    #[serde(flatten)]
+    pub tunnels: TunnelCounters,
     pub unordered_ignored: u64,
     pub faulty_dropped: u64,
 }
@@ -127,10 +119,10 @@ struct Daemon {
     by_addr: BTreeMap<SocketAddr, NodeId>,
     wan: BTreeMap<NodeId, WanLink>,
     faulty: FaultyRelay,
-    tunnel_rx: mpsc::Receiver<(NodeId, Vec<u8>)>,
+    inbox: mpsc::Receiver<Inbox>,
+    conns: Conns,
     backlog: BTreeMap<NodeId, (VecDeque<Vec<u8>>, usize)>,
     reassembly: BTreeMap<NodeId, Reassembly>,
-    writers: BTreeMap<NodeId, mpsc::Sender<Vec<u8>>>,
     events: Option<mpsc::Sender<(u64, Event)>>,
     counters: Counters,
     /// Set when a submission was refused for a full flow backlog.
@@ -150,6 +142,13 @@ impl Daemon {
             .ok_or(DaemonError::UnknownNode(id))?;
         let me = NodeId(id);
         let cfg = file.protocol_config()?;
+        if file.uses_shared_secret() {
+            warn!(
+                node = id,
+                "TEST ONLY: keys derive from [overlay] secret_file, which gives every daemon every \
+                 pair's key; deal per-node key files with `redoubt overlay keygen` instead"
+            );
+        }
         let pairwise = file.pairwise_keys(id)?;
         let neighbours = file.neighbours(id);
         let ids: Vec<NodeId> = neighbours.keys().copied().collect();
@@ -193,8 +192,13 @@ impl Daemon {
                 "TEST ONLY: this node drops forwarded packets ([[faulty]] in the overlay file)"
             );
         }
-        let (tunnel_tx, tunnel_rx) = mpsc::channel(TUNNEL_INBOX_FRAMES_MAX);
-        for t in file.tunnels.iter().filter(|t| t.node == id) {
+        let (inbox_tx, inbox) = mpsc::channel(TUNNEL_INBOX_MAX);
+        for (port, t) in file
+            .tunnels
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.node == id)
+        {
             let listener =
                 TcpListener::bind(t.listen)
                     .await
@@ -206,12 +210,31 @@ impl Daemon {
             info!(node = id, peer = t.peer, listen = %t.listen, "tunnel port open");
             tokio::spawn(accept_tunnel(
                 listener,
+                port,
                 NodeId(t.peer),
-                tunnel_tx.clone(),
-                file.overlay.tunnel_frame_bytes_max,
-                file.overlay.tunnel_conns_max,
+                inbox_tx.clone(),
             ));
         }
+        let o = &file.overlay;
+        let limits = Limits {
+            per_port: o.tunnel_conns_max,
+            total: o.tunnel_conns_total_max,
+            queue_frames: o.tunnel_queue_frames_max,
+            queue_bytes: o.tunnel_conn_queue_bytes_max,
+            frame_bytes_max: o.tunnel_frame_bytes_max,
+        };
+        let tunnels_from = (0..file.nodes.len() as u16)
+            .map(|src| (NodeId(src), file.tunnels_between(src, id)))
+            .filter(|(_, k)| *k > 0)
+            .collect();
+        let conns = Conns::new(
+            me,
+            epoch,
+            entry.replica_addr,
+            limits,
+            tunnels_from,
+            inbox_tx,
+        );
         info!(
             node = id,
             addr = %entry.addr,
@@ -230,10 +253,10 @@ impl Daemon {
             by_addr,
             wan,
             faulty,
-            tunnel_rx,
+            inbox,
+            conns,
             backlog: BTreeMap::new(),
             reassembly: BTreeMap::new(),
-            writers: BTreeMap::new(),
             events,
             counters: Counters::default(),
             backlog_refused: false,
@@ -284,7 +307,7 @@ impl Daemon {
                     Ok((len, from)) => self.on_datagram(from, buf[..len].to_vec()),
                     Err(e) => debug!(error = %e, "UDP receive failed"),
                 },
-                Some((dst, frame)) = self.tunnel_rx.recv(), if room => self.on_tunnel_frame(dst, frame),
+                Some(item) = self.inbox.recv(), if room => self.on_inbox(item),
                 c = control.recv() => match c {
                     Some(Control::SetLink { neighbour, emulation }) => self.set_link(neighbour, emulation),
                     Some(Control::SetFaulty(f)) => {
@@ -334,17 +357,52 @@ impl Daemon {
         self.on_effects(effects);
     }
 
-    fn on_tunnel_frame(&mut self, dst: NodeId, frame: Vec<u8>) {
-        self.counters.tunnel_frames_in += 1;
-        let max = self.file.overlay.tunnel_backlog_bytes_max;
-        let (q, bytes) = self.backlog.entry(dst).or_default();
-        if *bytes + frame.len() > max {
-            self.counters.tunnel_frames_backlog_full += 1;
-            return;
+    fn on_inbox(&mut self, item: Inbox) {
+        let mut out = Vec::new();
+        match item {
+            Inbox::Accepted {
+                port,
+                peer,
+                stream,
+                from,
+            } => {
+                let queued = self.backlog.get(&peer).map_or(0, |(_, b)| *b);
+                if queued >= self.file.overlay.tunnel_backlog_bytes_max {
+                    // Dropping the stream closes it: the dialler retries later.
+                    self.conns
+                        .refused(peer, "the overlay backlog to the peer is full");
+                } else {
+                    self.conns.accept(port, peer, stream, from, &mut out);
+                }
+            }
+            Inbox::Frame { slot, frame } => self.conns.on_local_frame(slot, frame, &mut out),
+            Inbox::Closed { slot, reason } => self.conns.on_local_closed(slot, &reason, &mut out),
         }
-        for c in chunk(&frame, self.file.overlay.payload_bytes_max) {
-            *bytes += c.len();
-            q.push_back(c);
+        self.enqueue(out);
+    }
+
+    /// Puts tunnel messages, whole, into their destinations' backlogs, within their bounds.
+    fn enqueue(&mut self, out: Vec<Outgoing>) {
+        let max = self.file.overlay.tunnel_backlog_bytes_max;
+        for Outgoing { dst, msg, admit } in out {
+            let (q, bytes) = self.backlog.entry(dst).or_default();
+            let admitted = match admit {
+                Admit::Data => *bytes + msg.len() <= max,
+                Admit::Always => true,
+                Admit::IfRoom => *bytes < max,
+            };
+            if !admitted {
+                let c = &mut self.conns.counters;
+                match admit {
+                    Admit::Data => c.tunnel_frames_backlog_full += 1,
+                    _ => c.tunnel_closes_dropped += 1,
+                }
+                continue;
+            }
+            for c in chunk(&msg, self.file.overlay.payload_bytes_max) {
+                *bytes += c.len();
+                q.push_back(c);
+            }
         }
     }
 
@@ -405,7 +463,7 @@ impl Daemon {
                     SubmitError::BacklogFull => self.backlog_refused = true,
                     other => {
                         warn!(node = self.me.0, %dst, reason = %other, "tunnel chunk refused");
-                        self.counters.tunnel_chunks_bad += 1;
+                        self.conns.counters.tunnel_chunks_bad += 1;
                     }
                 },
                 Effect::Event(ev) => self.on_event(now_us / 1_000, ev),
@@ -437,36 +495,27 @@ impl Daemon {
             self.counters.unordered_ignored += 1;
             return;
         }
-        let Some(replica) = self.file.nodes[self.me.index()].replica_addr else {
-            self.counters.tunnel_chunks_bad += 1;
-            return;
-        };
-        let max = self.file.overlay.tunnel_frame_bytes_max;
+        if seq == 0 {
+            // A flow starts at 0 once per incarnation of its source.
+            self.conns.on_peer_restart(src);
+        }
+        let max = self.file.overlay.tunnel_frame_bytes_max + HEADER_BYTES;
         let r = self
             .reassembly
             .entry(src)
             .or_insert_with(|| Reassembly::new(max));
-        let frame = match r.push(seq, &payload) {
-            Ok(Some(f)) => f,
+        let msg = match r.push(seq, &payload) {
+            Ok(Some(m)) => m,
             Ok(None) => return,
             Err(e) => {
-                self.counters.tunnel_chunks_bad += 1;
+                self.conns.counters.tunnel_chunks_bad += 1;
                 warn!(node = self.me.0, %src, error = %e, "tunnel chunk dropped");
                 return;
             }
         };
-        let depth = self.file.overlay.tunnel_queue_frames_max;
-        let me = self.me;
-        let tx = self.writers.entry(src).or_insert_with(|| {
-            let (tx, rx) = mpsc::channel(depth);
-            tokio::spawn(write_to_replica(me, src, replica, rx));
-            tx
-        });
-        if tx.try_send(frame).is_ok() {
-            self.counters.tunnel_frames_out += 1;
-        } else {
-            self.counters.tunnel_frames_replica_full += 1;
-        }
+        let mut out = Vec::new();
+        self.conns.on_message(src, &msg, &mut out);
+        self.enqueue(out);
     }
 
     fn flush_wan(&mut self) {
@@ -551,7 +600,10 @@ impl Daemon {
         serde_json::json!({
             "node": self.me.0,
             "uptime_ms": self.started.elapsed().as_millis() as u64,
-            "daemon": self.counters,
+            "daemon": Counters {
+                tunnels: self.conns.counters.clone(),
+                ..self.counters.clone()
+            },
             "core": {
                 "frames_received": s.frames_received, "frames_sent": s.frames_sent,
                 "link_retransmits": s.link_retransmits, "e2e_retransmits": s.e2e_retransmits,
@@ -578,95 +630,29 @@ async fn recv_opt(s: Option<&mut tokio::signal::unix::Signal>) {
     }
 }
 
-/// Accepts the local replica's connections for one peer and reads whole frames from them.
+/// Accepts the local connections of one tunnel port and hands them to the event loop.
 async fn accept_tunnel(
     listener: TcpListener,
+    port: usize,
     peer: NodeId,
-    tx: mpsc::Sender<(NodeId, Vec<u8>)>,
-    frame_bytes_max: usize,
-    conns_max: usize,
+    inbox: mpsc::Sender<Inbox>,
 ) {
-    let permits = Arc::new(Semaphore::new(conns_max));
     loop {
-        let (mut conn, from) = match listener.accept().await {
-            Ok(c) => c,
+        match listener.accept().await {
+            Ok((stream, from)) => {
+                let item = Inbox::Accepted {
+                    port,
+                    peer,
+                    stream,
+                    from,
+                };
+                if inbox.send(item).await.is_err() {
+                    return;
+                }
+            }
             Err(e) => {
                 warn!(%peer, error = %e, "tunnel accept failed");
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            warn!(%peer, %from, "tunnel connection refused: tunnel_conns_max reached");
-            continue;
-        };
-        let _ = conn.set_nodelay(true);
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            loop {
-                match redoubt_transport::read_frame(&mut conn, frame_bytes_max).await {
-                    Ok(frame) => {
-                        if tx.send((peer, frame)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => {
-                        debug!(%peer, %from, error = %e, "tunnel connection closed");
-                        return;
-                    }
-                }
-            }
-        });
-    }
-}
-
-/// Keeps one connection to the local replica for frames from `src` and writes them to it.
-async fn write_to_replica(
-    me: NodeId,
-    src: NodeId,
-    replica: SocketAddr,
-    mut rx: mpsc::Receiver<Vec<u8>>,
-) {
-    let mut backoff_ms = REPLICA_RETRY_MS_MIN;
-    let mut conn: Option<TcpStream> = None;
-    while let Some(frame) = rx.recv().await {
-        loop {
-            if conn.is_none() {
-                match TcpStream::connect(replica).await {
-                    Ok(c) => {
-                        let _ = c.set_nodelay(true);
-                        debug!(node = me.0, %src, %replica, "connected to the local replica");
-                        conn = Some(c);
-                        backoff_ms = REPLICA_RETRY_MS_MIN;
-                    }
-                    Err(e) => {
-                        debug!(node = me.0, %replica, error = %e, "local replica unreachable");
-                        tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
-                        backoff_ms = (backoff_ms * 2).min(REPLICA_RETRY_MS_MAX);
-                        // Frames that waited through the back-off are stale; the replicas
-                        // retransmit what matters.
-                        while rx.len() > rx.max_capacity() / 2 {
-                            let _ = rx.try_recv();
-                        }
-                        continue;
-                    }
-                }
-            }
-            let Some(c) = conn.as_mut() else { continue };
-            let res = async {
-                redoubt_transport::write_frame(c, &frame).await?;
-                c.flush().await
-            }
-            .await;
-            match res {
-                Ok(()) => break,
-                Err(e) => {
-                    debug!(node = me.0, %replica, error = %e, "write to the local replica failed");
-                    // The frame may be half written: drop the connection and the frame.
-                    conn = None;
-                    break;
-                }
             }
         }
     }

@@ -1,16 +1,121 @@
-//! Replica frames over the overlay. A replica's outgoing connection to a peer is one-way
-//! length-prefixed frames; the daemon cuts each whole frame into overlay messages of at most
-//! `payload_bytes_max` bytes (one flag byte, then data) sent in the ordered flow to the peer's
-//! daemon, which glues them back and writes the frame to its replica. Only whole frames enter
-//! the flow, so a dropped frame never leaves half a frame behind; the reassembly buffer is
-//! bounded and is reset when the source's incarnation starts over (sequence 0).
+//! Tunnel messages over the overlay. Each tunnel connection is carried as messages in the
+//! ordered overlay flow between the two daemons: OPEN (the connecting daemon accepted a local
+//! connection), DATA (one whole length-prefixed frame read from one end's local connection),
+//! CLOSE (one end's local connection ended). A message names its connection by the number
+//! the accepting daemon gave it and that daemon's incarnation, so connections of a daemon
+//! that restarted never mix with the new ones ([`Header`]).
+//!
+//! The daemon cuts each whole message into overlay payloads of at most `payload_bytes_max`
+//! bytes (one flag byte, then data); the peer's daemon glues them back. Only whole messages
+//! enter the flow, so a dropped one never leaves half a message behind; the reassembly buffer
+//! is bounded and is reset when the source's incarnation starts over (sequence 0).
+
+/// What a tunnel message says about its connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// The sender accepted a local connection: the receiver connects to its replica.
+    Open,
+    /// One frame, written to the receiver's local end of the connection.
+    Data,
+    /// The sender's local end closed: the receiver closes its end.
+    Close,
+}
+
+/// Whose numbering the message's connection id and incarnation are in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// The sender accepted the connection (its number, its incarnation).
+    Sender,
+    /// The receiver accepted it: the sender is the end that connected to its replica.
+    Receiver,
+}
+
+/// The fixed part of a tunnel message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub kind: Kind,
+    pub origin: Origin,
+    /// Incarnation of the daemon that accepted the connection.
+    pub epoch: u64,
+    /// The number that daemon gave the connection.
+    pub conn: u64,
+}
+
+/// Bytes of an encoded [`Header`]: kind, origin, epoch and connection id.
+pub const HEADER_BYTES: usize = 18;
+
+/// Why a glued message was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MessageError {
+    #[error("message shorter than its {HEADER_BYTES}-byte header")]
+    Short,
+    #[error("unknown message kind {0}")]
+    Kind(u8),
+    #[error("unknown origin {0}")]
+    Origin(u8),
+    #[error("OPEN or CLOSE message with a body")]
+    Body,
+}
+
+/// Encodes a message: the header, then `body` (a frame for DATA, empty otherwise).
+pub fn encode(h: Header, body: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(HEADER_BYTES + body.len());
+    v.push(match h.kind {
+        Kind::Open => 1,
+        Kind::Data => 2,
+        Kind::Close => 3,
+    });
+    v.push(match h.origin {
+        Origin::Sender => 0,
+        Origin::Receiver => 1,
+    });
+    v.extend_from_slice(&h.epoch.to_le_bytes());
+    v.extend_from_slice(&h.conn.to_le_bytes());
+    v.extend_from_slice(body);
+    v
+}
+
+/// Decodes a glued message into its header and body.
+pub fn decode(msg: &[u8]) -> Result<(Header, &[u8]), MessageError> {
+    let (head, body) = msg
+        .split_first_chunk::<HEADER_BYTES>()
+        .ok_or(MessageError::Short)?;
+    let kind = match head[0] {
+        1 => Kind::Open,
+        2 => Kind::Data,
+        3 => Kind::Close,
+        k => return Err(MessageError::Kind(k)),
+    };
+    let origin = match head[1] {
+        0 => Origin::Sender,
+        1 => Origin::Receiver,
+        o => return Err(MessageError::Origin(o)),
+    };
+    if kind != Kind::Data && !body.is_empty() {
+        return Err(MessageError::Body);
+    }
+    let word = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&head[at..at + 8]);
+        u64::from_le_bytes(b)
+    };
+    Ok((
+        Header {
+            kind,
+            origin,
+            epoch: word(2),
+            conn: word(10),
+        },
+        body,
+    ))
+}
 
 /// Flag byte of the chunk that ends a frame.
 const LAST: u8 = 1;
 /// Flag byte of any other chunk.
 const MORE: u8 = 0;
 
-/// Cuts `frame` into overlay payloads of at most `payload_bytes_max` bytes (at least 2).
+/// Cuts a message `frame` into overlay payloads of at most `payload_bytes_max` bytes (at least 2).
 pub fn chunk(frame: &[u8], payload_bytes_max: usize) -> Vec<Vec<u8>> {
     let room = payload_bytes_max.max(2) - 1;
     if frame.is_empty() {
@@ -34,11 +139,11 @@ pub fn chunk(frame: &[u8], payload_bytes_max: usize) -> Vec<Vec<u8>> {
 pub enum ChunkError {
     #[error("empty or badly flagged chunk")]
     Malformed,
-    #[error("frame larger than tunnel_frame_bytes_max")]
+    #[error("message larger than tunnel_frame_bytes_max and its header")]
     TooLarge,
 }
 
-/// Glues the chunks of one source back into frames.
+/// Glues the chunks of one source back into messages.
 pub struct Reassembly {
     buf: Vec<u8>,
     frame_bytes_max: usize,
@@ -122,6 +227,32 @@ mod tests {
         }
         assert_eq!(errors, 1);
         assert_eq!(r.push(9, &small[0]).unwrap(), Some(vec![2; 5]));
+    }
+
+    #[test]
+    fn messages_round_trip_and_bad_ones_are_refused() {
+        let h = Header {
+            kind: Kind::Data,
+            origin: Origin::Receiver,
+            epoch: 1_700_000_000_123,
+            conn: 42,
+        };
+        let m = encode(h, b"frame");
+        assert_eq!(decode(&m).unwrap(), (h, &b"frame"[..]));
+        let open = Header {
+            kind: Kind::Open,
+            origin: Origin::Sender,
+            ..h
+        };
+        assert_eq!(decode(&encode(open, b"")).unwrap(), (open, &b""[..]));
+        assert_eq!(decode(&encode(open, b"x")), Err(MessageError::Body));
+        assert_eq!(decode(&m[..HEADER_BYTES - 1]), Err(MessageError::Short));
+        let mut bad = m.clone();
+        bad[0] = 9;
+        assert_eq!(decode(&bad), Err(MessageError::Kind(9)));
+        bad[0] = 2;
+        bad[1] = 7;
+        assert_eq!(decode(&bad), Err(MessageError::Origin(7)));
     }
 
     #[test]

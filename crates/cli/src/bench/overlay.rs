@@ -5,8 +5,9 @@
 //!   recovery: average delay, jitter, share of messages over 60 and 100 ms;
 //! - `byzantine`: a relay on the best path starts dropping 30% of what it forwards; delivered
 //!   throughput and delay before, during and after ODSBR localises it, and the time it took;
-//! - `cluster`: a four-replica cluster whose replica-to-replica traffic crosses the overlay
-//!   (20-50 ms links), with and without a faulty relay, under a closed kv load.
+//! - `cluster`: a four-replica cluster whose replica-to-replica traffic, and its clients'
+//!   traffic to replicas 1-3, crosses the overlay (20-50 ms links; the clients sit beside
+//!   replica 0), with and without a faulty relay, under a closed kv load.
 //!
 //! The overlay daemons run in this process (the same event loop as `redoubt overlay`), on
 //! 127.0.0.1 with the user-space WAN emulation; the replicas are processes. Messages enter
@@ -105,6 +106,7 @@ fn overlay_file(
             id,
             addr: free_udp()?,
             replica_addr: replicas.iter().find(|r| r.0 == id).map(|r| r.1),
+            key_file: None,
         });
     }
     let file = OverlayFile {
@@ -112,7 +114,8 @@ fn overlay_file(
         overlay: OverlaySection {
             routing: "odsbr".into(),
             recovery: recovery.into(),
-            secret_file: "overlay.secret".into(),
+            // TEST ONLY (one secret for every daemon): fine in one benchmark process.
+            secret_file: Some("overlay.secret".into()),
             status_interval_ms: 600_000,
             emulation_seed: 7,
             link_queue_bytes_max: 1 << 20,
@@ -120,6 +123,8 @@ fn overlay_file(
             tunnel_queue_frames_max: 4_096,
             tunnel_backlog_bytes_max: 8 << 20,
             tunnel_conns_max: 8,
+            tunnel_conns_total_max: 512,
+            tunnel_conn_queue_bytes_max: 32 << 20,
             payload_bytes_max: 16_384,
         },
         nodes,
@@ -549,7 +554,7 @@ async fn byzantine(args: &OverlayArgs) -> anyhow::Result<()> {
 async fn cluster(args: &OverlayArgs) -> anyhow::Result<()> {
     println!("== 4 replicas over the overlay: links 0-1, 1-2, 2-3 of 20 ms, 3-0, 0-2, 1-3 of");
     println!(
-        "   50 ms; {} kv clients, {} s per run ==",
+        "   50 ms; {} kv clients beside replica 0, through its daemon; {} s per run ==",
         args.clients, args.cluster_secs
     );
     println!("run             ops/s  p50_ms  p99_ms");
@@ -611,10 +616,16 @@ async fn cluster_run(args: &OverlayArgs, faulty: Option<f64>) -> anyhow::Result<
                 tunnels.push((i, j, free_tcp()?));
             }
         }
+        // The clients sit beside replica 0: one more port of its daemon towards each other
+        // replica, shared by all of them (replica 0 itself they reach directly).
+        let replica_tunnels = tunnels.len();
+        for j in 1..4u16 {
+            tunnels.push((0, j, free_tcp()?));
+        }
         let replicas: Vec<(u16, SocketAddr)> =
             cfg.replicas.iter().map(|r| (r.id as u16, r.addr)).collect();
         let faulty_nodes: Vec<(u16, f64)> = if f > 0.0 { vec![(1, f)] } else { vec![] };
-        let file = overlay_file(
+        let mut file = overlay_file(
             dir.path(),
             4,
             "hop_by_hop",
@@ -623,14 +634,26 @@ async fn cluster_run(args: &OverlayArgs, faulty: Option<f64>) -> anyhow::Result<
             &tunnels,
             &faulty_nodes,
         )?;
-        cfg.overlay_tunnels = tunnels
+        file.overlay.tunnel_conns_max = file.overlay.tunnel_conns_max.max(args.clients as usize);
+        cfg.overlay_tunnels = tunnels[..replica_tunnels]
             .iter()
             .map(|&(i, j, addr)| OverlayTunnel {
-                replica: i.into(),
+                replica: Some(i.into()),
+                client: None,
                 peer: j.into(),
                 addr,
             })
             .collect();
+        for c in 1..=u64::from(args.clients) {
+            for &(_, j, addr) in &tunnels[replica_tunnels..] {
+                cfg.overlay_tunnels.push(OverlayTunnel {
+                    replica: None,
+                    client: Some(c),
+                    peer: j.into(),
+                    addr,
+                });
+            }
+        }
         std::fs::write(&config_path, cfg.to_toml()?)?;
         cfg = ClusterConfig::load(&config_path)?;
         daemons = spawn_all(&file).await?;
