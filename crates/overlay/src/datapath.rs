@@ -104,6 +104,7 @@ impl Node {
             .out_flows
             .get_mut(&(dst, delivery))
             .expect("caller's flow");
+        let flow_base = *flow.in_flight.keys().next().expect("seq is in flight");
         let msg = flow.in_flight.get_mut(&seq).expect("to_send is in flight");
         msg.sends += 1;
         msg.last_sent_ms = Some(self.now_ms);
@@ -117,6 +118,7 @@ impl Node {
             src_epoch: self.epoch,
             delivery,
             msg_seq: seq,
+            flow_base,
             packet_id,
             ttl: self.cfg.route_hops_max as u8,
             route: route.clone(),
@@ -347,13 +349,13 @@ impl Node {
         let flow = self
             .in_flows
             .entry((d.src, d.delivery))
-            .or_insert_with(|| DestFlow::new(d.delivery, d.src_epoch));
+            .or_insert_with(|| DestFlow::new(d.delivery, d.src_epoch, d.flow_base));
         if d.src_epoch < flow.src_epoch {
             self.stats.count(DropReason::E2eStaleEpoch);
             return;
         }
         if d.src_epoch > flow.src_epoch {
-            *flow = DestFlow::new(d.delivery, d.src_epoch);
+            *flow = DestFlow::new(d.delivery, d.src_epoch, d.flow_base);
         }
         match flow.receive(d.msg_seq, d.payload, self.cfg.reorder_msgs_max) {
             Ok(msgs) => {

@@ -125,11 +125,13 @@ pub(crate) struct DestFlow {
 }
 
 impl DestFlow {
-    pub fn new(delivery: Delivery, src_epoch: u64) -> DestFlow {
+    /// A flow this node has no state for, whose source says every message below `base` was
+    /// acknowledged (by this node's earlier incarnation if it restarted; `0` for a new flow).
+    pub fn new(delivery: Delivery, src_epoch: u64, base: u64) -> DestFlow {
         DestFlow {
             delivery,
             src_epoch,
-            cum: 0,
+            cum: base,
             buffer: BTreeMap::new(),
             seen: BTreeSet::new(),
         }
@@ -205,7 +207,7 @@ mod tests {
 
     #[test]
     fn ordered_flow_reorders_and_suppresses_duplicates() {
-        let mut d = DestFlow::new(Delivery::Ordered, 1);
+        let mut d = DestFlow::new(Delivery::Ordered, 1, 0);
         assert_eq!(d.receive(1, vec![1], 64).unwrap(), vec![]);
         assert_eq!(d.receive(2, vec![2], 64).unwrap(), vec![]);
         assert_eq!(d.receive(2, vec![2], 64), Err(DropReason::E2eDuplicate));
@@ -224,7 +226,7 @@ mod tests {
 
     #[test]
     fn unordered_flow_delivers_at_once_exactly_once() {
-        let mut d = DestFlow::new(Delivery::Unordered, 1);
+        let mut d = DestFlow::new(Delivery::Unordered, 1, 0);
         assert_eq!(d.receive(2, vec![2], 64).unwrap(), vec![(2, vec![2])]);
         assert_eq!(d.receive(2, vec![2], 64), Err(DropReason::E2eDuplicate));
         assert_eq!(d.receive(0, vec![0], 64).unwrap(), vec![(0, vec![0])]);

@@ -659,6 +659,7 @@ mod tests {
             src_epoch: 1,
             delivery: Delivery::Ordered,
             msg_seq: i,
+            flow_base: 0,
             packet_id: i,
             ttl: 8,
             route: vec![],

@@ -149,6 +149,9 @@ pub struct DataPacket {
     pub delivery: Delivery,
     /// Position of the message in its flow `(src, dst, delivery)`, from 0.
     pub msg_seq: u64,
+    /// Every message of the flow below this one was acknowledged to the source: a
+    /// destination that has no state for the flow (it restarted) starts it here.
+    pub flow_base: u64,
     /// Unique per transmission from this source incarnation; acks name it.
     pub packet_id: u64,
     /// Hops left (link-state forwarding only; not authenticated, it changes on the way).
@@ -174,6 +177,7 @@ impl DataPacket {
             .u64(self.src_epoch)
             .u64(delivery_tag(self.delivery))
             .u64(self.msg_seq)
+            .u64(self.flow_base)
             .u64(self.packet_id);
         b.u64(self.route.len() as u64);
         for n in &self.route {
@@ -554,6 +558,7 @@ mod tests {
             src_epoch: 1,
             delivery: Delivery::Ordered,
             msg_seq: 7,
+            flow_base: 3,
             packet_id: 9,
             ttl: 16,
             route: vec![NodeId(0), NodeId(1), NodeId(2), NodeId(3)],

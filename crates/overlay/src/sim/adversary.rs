@@ -254,6 +254,7 @@ impl Adversary {
                     src_epoch: rng.random_range(1..3),
                     delivery: crate::types::Delivery::Ordered,
                     msg_seq: rng.random_range(0..40),
+                    flow_base: 0,
                     packet_id: rng.random(),
                     ttl: 16,
                     route,

@@ -49,6 +49,8 @@ enum Kind {
     },
     Flood(NodeId),
     Crash(NodeId),
+    /// A crashed node comes back as a new incarnation with empty state.
+    Restart(NodeId),
     Submit {
         node: NodeId,
         dst: NodeId,
@@ -181,6 +183,14 @@ impl World {
         }
     }
 
+    /// Crashes correct node `node` at `at` and brings it back `down_ms` later with empty state
+    /// (tests: a daemon restarted). The run's checks are the test's business then: messages
+    /// to or from the node around the restart may be lost or delivered again.
+    pub fn restart_at(&mut self, at: u64, node: NodeId, down_ms: u64) {
+        self.push(at, Kind::Crash(node));
+        self.push(at + down_ms, Kind::Restart(node));
+    }
+
     /// Lets a host outside the scenario submit (tests).
     pub fn submit_at(
         &mut self,
@@ -303,6 +313,23 @@ impl World {
             }
             Kind::Crash(x) => {
                 self.nodes[x.index()] = None;
+            }
+            Kind::Restart(x) => {
+                let n = self.sc.nodes();
+                let keys = key_map_for_tests(&self.sc.seed.to_le_bytes(), x, n);
+                let neighbours = self.sc.neighbours(x);
+                // Incarnations grow with time, as the daemon's wall-clock ones do.
+                let node = Node::new(
+                    self.sc.cfg.clone(),
+                    x,
+                    &neighbours,
+                    &keys,
+                    2 + self.now_ms,
+                    self.now_ms,
+                )
+                .expect("scenarios build valid nodes");
+                self.nodes[x.index()] = Some(node);
+                self.schedule_wake(x, self.now_ms);
             }
             Kind::Submit {
                 node,
