@@ -5,8 +5,42 @@ use crate::cmd_status::{agreement, fetch_all, Probe};
 use crate::procs::{log_tail, ReplicaProcs};
 use redoubt_config::ClusterConfig;
 use redoubt_crypto::DigestBuilder;
+use redoubt_node::init::{free_base_port, init_cluster, InitOptions};
 use redoubt_services::kv::KvClient;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// Writes a four-replica PBFT cluster serving kv on 127.0.0.1 (session keys, `clients`
+/// clients, free ports) into `out`, as `redoubt init` would; `monitored` records this
+/// program's hash for `redoubt monitor`. Returns the cluster file and its contents.
+pub(super) fn kv_cluster(
+    name: &str,
+    clients: u32,
+    out: &Path,
+    monitored: bool,
+) -> anyhow::Result<(PathBuf, ClusterConfig)> {
+    let path = init_cluster(&InitOptions {
+        replicas: 4,
+        executors: 0,
+        firewall: None,
+        clients,
+        out: out.to_path_buf(),
+        base_port: free_base_port(4)?,
+        host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        name: name.into(),
+        static_keys: false,
+        ordering: redoubt_core::OrderProtocol::Pbft,
+        service: "kv".into(),
+        executable_blake3: if monitored {
+            Some(crate::cmd_init::executable_blake3()?)
+        } else {
+            None
+        },
+    })?;
+    let cfg = ClusterConfig::load(&path)?;
+    Ok((path, cfg))
+}
 
 /// Value bytes of each record: with its key and header a record spans 15-16 pages.
 pub(super) const VALUE_BYTES: usize = 60 << 10;

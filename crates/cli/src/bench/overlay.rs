@@ -14,12 +14,11 @@
 //! through a tunnel port and leave through the destination's replica connection, so every
 //! figure includes both TCP hops on loopback.
 
-use super::common::wait_until_up;
+use super::common::{kv_cluster, wait_until_up};
 use crate::procs::ReplicaProcs;
 use anyhow::Context as _;
 use clap::Args;
 use redoubt_config::{ClusterConfig, OverlayTunnel};
-use redoubt_node::init::{free_base_port, init_cluster, InitOptions};
 use redoubt_overlay::{Event, NodeId};
 use redoubt_overlayd::config::{
     Emulation, FaultyEntry, LinkEntry, NodeEntry, OverlaySection, TunnelEntry,
@@ -27,7 +26,7 @@ use redoubt_overlayd::config::{
 use redoubt_overlayd::{Control, DaemonHandle, OverlayFile};
 use redoubt_services::kv::KvClient;
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -277,6 +276,24 @@ struct DelaySummary {
     over_min50_pct: f64,
 }
 
+impl DelaySummary {
+    /// The figures in the order of the table and the CSV, with their decimals.
+    fn columns(&self) -> [(f64, usize); 10] {
+        [
+            (self.sent as f64, 0),
+            (self.delivered as f64, 0),
+            (self.mean_ms, 1),
+            (self.jitter_ms, 2),
+            (self.over_60_pct, 1),
+            (self.over_100_pct, 1),
+            (self.max_ms, 0),
+            (self.min_ms, 1),
+            (self.over_min10_pct, 1),
+            (self.over_min50_pct, 1),
+        ]
+    }
+}
+
 fn summarise(sent: u64, mut got: Vec<(u64, u64, u64)>) -> DelaySummary {
     got.sort_by_key(|g| g.0);
     let d: Vec<f64> = got.iter().map(|g| g.2 as f64 / 1_000.0).collect();
@@ -300,9 +317,20 @@ fn summarise(sent: u64, mut got: Vec<(u64, u64, u64)>) -> DelaySummary {
 
 async fn chain(args: &OverlayArgs) -> anyhow::Result<()> {
     println!("== chain A-B-C-D-E-F, five 10 ms links, loss on C-D, 1,000-byte messages ==");
-    println!(
-        "recovery    loss  kbit/s  sent  delivered  mean_ms  jitter_ms  >60ms%  >100ms%  max_ms  min_ms  >min+10%  >min+50%"
-    );
+    let names = [
+        "sent",
+        "delivered",
+        "mean_ms",
+        "jitter_ms",
+        ">60ms%",
+        ">100ms%",
+        "max_ms",
+        "min_ms",
+        ">min+10%",
+        ">min+50%",
+    ];
+    let head: String = names.iter().map(|n| format!("  {n:>9}")).collect();
+    println!("recovery    loss  kbit/s{head}");
     let mut csv = String::from(
         "recovery,loss,kbit_per_s,sent,delivered,mean_ms,jitter_ms,over_60ms_pct,over_100ms_pct,max_ms,min_ms,over_min_plus_10ms_pct,over_min_plus_50ms_pct\n",
     );
@@ -349,34 +377,11 @@ async fn chain(args: &OverlayArgs) -> anyhow::Result<()> {
                     .await?;
                 stop_all(daemons).await;
                 let s = summarise(sent, got);
-                println!(
-                    "{recovery:<10} {:>4.0}%  {kbps:>6}  {:>4}  {:>9}  {:>7.1}  {:>9.2}  {:>6.1}  {:>7.1}  {:>6.0}  {:>6.1}  {:>8.1}  {:>8.1}",
-                    loss * 100.0,
-                    s.sent,
-                    s.delivered,
-                    s.mean_ms,
-                    s.jitter_ms,
-                    s.over_60_pct,
-                    s.over_100_pct,
-                    s.max_ms,
-                    s.min_ms,
-                    s.over_min10_pct,
-                    s.over_min50_pct
-                );
-                let _ = writeln!(
-                    csv,
-                    "{recovery},{loss},{kbps},{},{},{:.2},{:.3},{:.2},{:.2},{:.1},{:.2},{:.2},{:.2}",
-                    s.sent,
-                    s.delivered,
-                    s.mean_ms,
-                    s.jitter_ms,
-                    s.over_60_pct,
-                    s.over_100_pct,
-                    s.max_ms,
-                    s.min_ms,
-                    s.over_min10_pct,
-                    s.over_min50_pct
-                );
+                let cols = s.columns();
+                let table: String = cols.iter().map(|(v, p)| format!("  {v:>9.p$}")).collect();
+                println!("{recovery:<10} {:>4.0}%  {kbps:>6}{table}", loss * 100.0);
+                let row: String = cols.iter().map(|(v, p)| format!(",{v:.p$}")).collect();
+                let _ = writeln!(csv, "{recovery},{loss},{kbps}{row}");
             }
         }
     }
@@ -579,22 +584,7 @@ async fn cluster(args: &OverlayArgs) -> anyhow::Result<()> {
 async fn cluster_run(args: &OverlayArgs, faulty: Option<f64>) -> anyhow::Result<(f64, f64, f64)> {
     let dir = tempfile::tempdir()?;
     let exe = std::env::current_exe().context("cannot find the path of this program")?;
-    let base = free_base_port(4)?;
-    let config_path = init_cluster(&InitOptions {
-        replicas: 4,
-        executors: 0,
-        firewall: None,
-        clients: args.clients,
-        out: dir.path().to_path_buf(),
-        base_port: base,
-        host: IpAddr::V4(Ipv4Addr::LOCALHOST),
-        name: "bench-overlay".into(),
-        static_keys: false,
-        ordering: redoubt_core::OrderProtocol::Pbft,
-        service: "kv".into(),
-        executable_blake3: Some(crate::cmd_init::executable_blake3()?),
-    })?;
-    let mut cfg = ClusterConfig::load(&config_path)?;
+    let (config_path, mut cfg) = kv_cluster("bench-overlay", args.clients, dir.path(), true)?;
     let mut daemons = Vec::new();
     if let Some(f) = faulty {
         let e = |delay_ms| Emulation {

@@ -14,18 +14,15 @@
 //! given). The throughput ratio is the cost of recovery at that schedule. The window of
 //! vulnerability is T_v = 2 T_k + T_r with T_r = T_w + the longest recovery measured.
 
-use super::common::{put_all, record_bytes, wait_for, STATUS_TIMEOUT};
+use super::common::{kv_cluster, put_all, record_bytes, wait_for, STATUS_TIMEOUT};
 use crate::cmd_status::{agreement, fetch};
 use crate::procs::{log_tail, ReplicaProcs};
 use anyhow::Context as _;
 use clap::Args;
 use redoubt_config::ClusterConfig;
-use redoubt_node::init::free_base_port;
-use redoubt_node::init::{init_cluster, InitOptions};
 use redoubt_node::status::RecoveryBreakdown;
 use redoubt_services::kv::KvClient;
 use std::io::{IsTerminal as _, Write as _};
-use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -194,22 +191,7 @@ async fn one_size(
     earlier: &[SizeResult],
 ) -> anyhow::Result<(SizeResult, Option<(Window, Run, Run)>)> {
     let exe = std::env::current_exe().context("cannot find the path of this program")?;
-    let base = free_base_port(N as u16)?;
-    let config_path = init_cluster(&InitOptions {
-        replicas: N,
-        executors: 0,
-        firewall: None,
-        clients: args.clients,
-        out: dir.to_path_buf(),
-        base_port: base,
-        host: IpAddr::V4(Ipv4Addr::LOCALHOST),
-        name: "bench-recovery".into(),
-        static_keys: false,
-        ordering: redoubt_core::OrderProtocol::Pbft,
-        service: "kv".into(),
-        executable_blake3: Some(crate::cmd_init::executable_blake3()?),
-    })?;
-    let mut cfg = ClusterConfig::load(&config_path)?;
+    let (config_path, mut cfg) = kv_cluster("bench-recovery", args.clients, dir, true)?;
     cfg.state.size_mib = mib;
     if args.quick {
         // Recoveries come every 5 s: the rate limit must let each replica's through.

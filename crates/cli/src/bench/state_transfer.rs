@@ -6,18 +6,17 @@
 //! state-transfer answers it received, their ratio to the state size, and the time from the
 //! restart until it had caught up.
 
-use super::common::{put_all, record_bytes, wait_for, PHASE_TIMEOUT, STATUS_TIMEOUT, VALUE_BYTES};
+use super::common::{
+    kv_cluster, put_all, record_bytes, wait_for, PHASE_TIMEOUT, STATUS_TIMEOUT, VALUE_BYTES,
+};
 use crate::cmd_status::{agreement, fetch, fetch_all};
 use crate::procs::{log_tail, ReplicaProcs};
 use anyhow::Context as _;
 use clap::Args;
 use redoubt_config::ClusterConfig;
-use redoubt_node::init::free_base_port;
-use redoubt_node::init::{init_cluster, InitOptions};
 use redoubt_node::status::StatusReport;
 use redoubt_services::kv::KvClient;
 use std::io::Write as _;
-use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -73,22 +72,7 @@ pub(super) fn run(a: StateTransferArgs) -> anyhow::Result<ExitCode> {
 async fn state_transfer(args: StateTransferArgs) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("cannot find the path of this program")?;
     let (tempdir, dir) = crate::procs::work_dir(args.keep.as_deref(), "redoubt-bench-")?;
-    let base = free_base_port(4)?;
-    let config_path = init_cluster(&InitOptions {
-        replicas: 4,
-        executors: 0,
-        firewall: None,
-        clients: args.clients,
-        out: dir.clone(),
-        base_port: base,
-        host: IpAddr::V4(Ipv4Addr::LOCALHOST),
-        name: "bench-state-transfer".into(),
-        static_keys: false,
-        ordering: redoubt_core::OrderProtocol::Pbft,
-        service: "kv".into(),
-        executable_blake3: None,
-    })?;
-    let mut cfg = ClusterConfig::load(&config_path)?;
+    let (config_path, mut cfg) = kv_cluster("bench-state-transfer", args.clients, &dir, false)?;
     cfg.state.size_mib = args.state_mib;
     // A short log, so the rewrite moves the others past the stopped replica's window.
     cfg.protocol.checkpoint_interval = 32;
