@@ -54,7 +54,8 @@ pub struct MicroArgs {
     #[arg(long, value_delimiter = ',', value_name = "OP,OP,...")]
     ops: Vec<String>,
     /// Profile the replicas during one more point at the peak of each operation (own
-    /// connections) and draw the busiest replica's flame graph (`flame-*.svg`); needs `perf`
+    /// connections) and draw the busiest replica's flame graph (`flame-*.svg`); needs `perf`,
+    /// and a binary built with `--profile profiling` for inlined frames and lines
     #[arg(long)]
     flamegraph: bool,
     /// Cap every server process (the baseline's server and each replica alike) at this many CPU
