@@ -555,7 +555,8 @@ impl Client {
     }
 
     /// Like [`Client::invoke`] for an operation that does not modify the state. With
-    /// `read_only_fast_path` it goes to every replica and completes with 2f+1 matching answers
+    /// `read_only_fast_path` it goes to 2f+1 replicas (to the others too when their answers are
+    /// late or differ) and completes with 2f+1 matching answers
     /// (one round trip, unordered), falling back to the ordered path when they do not agree in
     /// time; the result is linearizable either way.
     pub async fn invoke_read_only(&self, op: Vec<u8>) -> Result<Vec<u8>, ClientError> {

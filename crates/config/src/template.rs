@@ -255,6 +255,11 @@ const PROTOCOL_OPTIONS: Section = Section {
              (true/false). Default: {default}.",
         ),
         (
+            "read_only_to_quorum",
+            "With the read-only fast path, a client sends each read to 2f+1 replicas first and to the\n\
+             others only when those answers are late or do not match (true/false). Default: {default}.",
+        ),
+        (
             "digest_replies",
             "Digest replies: for results over 32 bytes, one replica per request (chosen by a hash of the\n\
              client and timestamp) sends the result and the others its digest (true/false).\n\

@@ -9,13 +9,19 @@
 //! answer without ordering it; the client needs 2f+1 matching replies. If they do not arrive
 //! within the retransmission timeout (concurrent writes, a replica down), it is reissued as an
 //! ordered request under a fresh timestamp, so late read-only answers cannot count towards it.
+//! With `read_only_to_quorum` the read goes to 2f+1 replicas first, and to the other f only
+//! if their answers are not all in and matching after two smoothed round trips (a replica
+//! that was late is then left out of this client's next reads).
 
 use crate::bodies::{self, Opened};
 use crate::effect::{Bytes, Effect, Env};
 use crate::keys::KeyTable;
 use crate::keys::Purpose;
 use crate::message::{decode_body, FrameRef};
-use crate::message::{decode_frame_ref, reply_header, Message, Request, RequestSig, SignedRequest};
+use crate::message::{
+    decode_frame_ref, designated_replier, designated_replier_except, reply_header, Message,
+    Request, RequestSig, SignedRequest,
+};
 use crate::seal::{open, request_authenticator, seal};
 use crate::types::{ClientId, Config, Principal, ReplicaId, View};
 use redoubt_crypto::body::{BodyKey, ENC_LEN};
@@ -79,6 +85,9 @@ struct Outstanding {
     session: Option<BodyKey>,
     /// On the read-only fast path (2f+1 matching replies needed).
     fast_read: bool,
+    /// A fast read sent to 2f+1 replicas: the others, not asked yet, and when they will be.
+    unasked: Vec<ReplicaId>,
+    widen_ms: u64,
     bytes: Bytes,
     started_ms: u64,
     deadline_ms: u64,
@@ -111,6 +120,9 @@ struct Vote {
     tentative: bool,
 }
 
+/// How many fast reads leave out a replica that was late to answer one.
+const READ_SKIP_READS: u32 = 1_000;
+
 /// Shortest interval between NEW-KEYs a client sends because replicas stopped answering (ms).
 const KEY_FORCE_MIN_MS: u64 = 1000;
 /// Least time between NEW-KEYs forced by retransmissions that go unanswered; in between, the
@@ -133,6 +145,13 @@ pub struct Client<A: KeyTable> {
     pub rejected: u64,
     /// Read-only operations reissued on the ordered path.
     pub fallbacks: u64,
+    /// Fast reads sent to 2f+1 replicas that had to ask the others too.
+    pub read_widenings: u64,
+    /// A replica that was late to answer a fast read, left out of the next reads (and how
+    /// many more).
+    read_skip: Option<(ReplicaId, u32)>,
+    /// Fast reads sent to 2f+1 replicas (turns the replicas left out).
+    reads_narrowed: u64,
     /// Replies dropped unverified because they answer no outstanding request (the replies
     /// beyond a certificate, late ones, retransmitted ones).
     pub unwanted: u64,
@@ -176,6 +195,9 @@ impl<A: KeyTable> Client<A> {
             effects: Vec::new(),
             rejected: 0,
             fallbacks: 0,
+            read_widenings: 0,
+            read_skip: None,
+            reads_narrowed: 0,
             unwanted: 0,
             next_rekey_ms: 0,
             last_rekey_ms: None,
@@ -447,6 +469,7 @@ impl<A: KeyTable> Client<A> {
             None
         };
         let bytes = self.seal_request(&request, sig);
+        let mut unasked = Vec::new();
         if prime {
             let home = (self.id % self.cfg.n() as u64) as u32;
             self.effects.push(Effect::Send {
@@ -454,7 +477,12 @@ impl<A: KeyTable> Client<A> {
                 bytes: bytes.clone(),
             });
         } else if fast_read || self.cfg.travels_beside(request.op.len()) {
-            for r in 0..self.cfg.n() {
+            unasked = if fast_read {
+                self.read_skips(timestamp)
+            } else {
+                Vec::new()
+            };
+            for r in (0..self.cfg.n()).filter(|r| !unasked.contains(r)) {
                 self.effects.push(Effect::Send {
                     to: Principal::Replica(r),
                     bytes: bytes.clone(),
@@ -472,6 +500,8 @@ impl<A: KeyTable> Client<A> {
             plain,
             session: session.map(|(_, key)| key),
             fast_read,
+            unasked,
+            widen_ms: env.now_ms + self.read_widen_ms(),
             bytes: bytes.clone(),
             started_ms,
             deadline_ms: env.now_ms + self.rto_ms(),
@@ -481,6 +511,46 @@ impl<A: KeyTable> Client<A> {
             asked_full: false,
         });
         Some((timestamp, bytes))
+    }
+
+    /// The f replicas a fast read under `timestamp` leaves out at first (none without
+    /// `read_only_to_quorum`): the replica lately late to answer, if any, then the others in
+    /// turn from one that moves on with every read, so reads spread over every replica,
+    /// passing over the replica that sends the full result (digest replies) as this client
+    /// knows the primary.
+    fn read_skips(&mut self, timestamp: u64) -> Vec<ReplicaId> {
+        let n = self.cfg.n();
+        let leave = n as usize - self.cfg.quorum();
+        if !self.cfg.read_only_to_quorum || leave == 0 {
+            return Vec::new();
+        }
+        let designated = if self.cfg.primary_replies {
+            designated_replier(self.id, timestamp, n)
+        } else {
+            designated_replier_except(self.id, timestamp, n, self.cfg.primary(self.view))
+        };
+        let mut skips = Vec::with_capacity(leave);
+        if let Some((r, left)) = self.read_skip {
+            skips.push(r);
+            self.read_skip = left.checked_sub(1).map(|l| (r, l)).filter(|(_, l)| *l > 0);
+        }
+        self.reads_narrowed = self.reads_narrowed.wrapping_add(1);
+        let start = (self.id.wrapping_add(self.reads_narrowed) % n as u64) as ReplicaId;
+        for r in (0..n).map(|i| (start + i) % n) {
+            if skips.len() == leave {
+                break;
+            }
+            if r != designated && !skips.contains(&r) {
+                skips.push(r);
+            }
+        }
+        skips
+    }
+
+    /// How long a fast read sent to 2f+1 replicas waits for their answers before it asks the
+    /// others too: two smoothed round trips, at least 1 ms.
+    fn read_widen_ms(&self) -> u64 {
+        ((self.srtt_ms * 2.0).ceil() as u64).max(1)
     }
 
     /// Forgets the outstanding request (the caller gave up on it). Its outcome is unknown.
@@ -605,7 +675,12 @@ impl<A: KeyTable> Client<A> {
             .filter(|v| !v.tentative || weak_tentative)
             .count();
         let certified = matching().count() >= strong || (!o.fast_read && committed >= weak);
+        let all_asked_answered =
+            || (0..repliers).all(|r| o.unasked.contains(&r) || o.replies.contains_key(&r));
         if !certified {
+            if !o.unasked.is_empty() && all_asked_answered() {
+                o.widen_ms = env.now_ms; // they do not match: ask the others at once
+            }
             return None;
         }
         // Enough matching digests, and the result itself from one of them. Without it, the
@@ -614,6 +689,12 @@ impl<A: KeyTable> Client<A> {
         // needed retransmitting), ask again after one more round trip, when every replier
         // answers in full.
         if !matching().any(|v| v.result.is_some()) {
+            if !o.unasked.is_empty() {
+                // The replica sending the result in full is one not asked yet (this client's
+                // view is stale): ask the others at the next tick.
+                o.widen_ms = env.now_ms;
+                return None;
+            }
             if !o.asked_full {
                 o.asked_full = true;
                 o.retransmit_within(env.now_ms, self.srtt_ms);
@@ -712,6 +793,28 @@ impl<A: KeyTable> Client<A> {
         self.refresh_keys(env, false);
         let rto = self.rto_ms();
         let max = self.timing.retransmit_max_ms;
+        if let Some(o) = self
+            .outstanding
+            .as_mut()
+            .filter(|o| !o.unasked.is_empty() && env.now_ms >= o.widen_ms.min(o.deadline_ms))
+        {
+            // The 2f+1 replicas a fast read went to did not all answer alike in time: ask the
+            // others, and leave the first late one out of the next reads.
+            let late = (0..self.cfg.n())
+                .find(|r| !o.unasked.contains(r) && !o.replies.contains_key(r));
+            if let Some(r) = late {
+                self.read_skip = Some((r, READ_SKIP_READS));
+            }
+            for r in o.unasked.drain(..) {
+                self.effects.push(Effect::Send {
+                    to: Principal::Replica(r),
+                    bytes: o.bytes.clone(),
+                });
+            }
+            o.deadline_ms = o.deadline_ms.max(env.now_ms + rto);
+            self.read_widenings += 1;
+            return std::mem::take(&mut self.effects);
+        }
         if self
             .outstanding
             .as_ref()

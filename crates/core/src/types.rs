@@ -240,6 +240,12 @@ pub struct Config {
     /// and clients accept 2f+1 matching answers, falling back to the ordered path otherwise.
     /// Clients and replicas must agree on it.
     pub read_only_fast_path: bool,
+    /// With the read-only fast path: a client sends each read to 2f+1 replicas (rotating
+    /// which f it leaves out, and leaving out one that lately failed to answer), and to the
+    /// others only if the answers are not all in and matching after two smoothed round trips.
+    /// The certificate is the same 2f+1 matching answers; a client-side choice.
+    #[serde(default = "defaults::read_only_to_quorum")]
+    pub read_only_to_quorum: bool,
     /// Digest replies (PBFT §5.1): for results longer than 32 bytes only one replica, chosen
     /// per request, sends the result; the others send its digest. A client that gets matching
     /// digests but no result retransmits, and replicas answer retransmissions in full. On by
@@ -398,6 +404,7 @@ impl Config {
             state_transfer_delay_ms: 300,
             state_transfer_retry_ms: 500,
             read_only_fast_path: true,
+            read_only_to_quorum: true,
             digest_replies: true,
             tentative_execution: true,
             tentative_batch_max: 1,
@@ -649,6 +656,9 @@ impl Config {
 
 /// Defaults of the options a file may leave out (serde needs functions).
 mod defaults {
+    pub fn read_only_to_quorum() -> bool {
+        true
+    }
     pub fn defer_tentative_commits() -> bool {
         true
     }

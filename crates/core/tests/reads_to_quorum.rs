@@ -1,0 +1,120 @@
+//! Reads to a quorum first (`Config::read_only_to_quorum`): a fast read goes to 2f+1
+//! replicas, spread over all of them, and to the others only when those answers are late or
+//! do not match; a replica that was late is left out of the client's next reads.
+
+use redoubt_core::message::*;
+use redoubt_core::*;
+
+mod common;
+use common::*;
+
+/// The replicas client 7's request `ts` went to.
+fn asked(c: &Cluster, ts: u64) -> Vec<ReplicaId> {
+    let mut to: Vec<ReplicaId> = c
+        .sent()
+        .iter()
+        .filter_map(|e| match (&e.msg, e.from, e.to) {
+            (Message::Request(sr), Principal::Client(7), Principal::Replica(r))
+                if sr.request.timestamp == ts =>
+            {
+                Some(r)
+            }
+            _ => None,
+        })
+        .collect();
+    to.sort_unstable();
+    to.dedup();
+    to
+}
+
+fn cluster(to_quorum: bool) -> Cluster {
+    let mut c = Cluster::builder(1)
+        .live_client(7)
+        .config(|c| c.read_only_to_quorum = to_quorum)
+        .build();
+    c.run(50);
+    c
+}
+
+/// Client 7 reads `op`; returns its timestamp once it completed on the fast path.
+fn read(c: &mut Cluster, op: &[u8]) -> u64 {
+    let ts = c.invoke_as(7, op, true);
+    assert!(
+        c.run_until(5_000, |c| c.completed(7, ts)),
+        "the read {ts} completes"
+    );
+    let done = c
+        .completions(7)
+        .into_iter()
+        .find(|d| d.timestamp == ts)
+        .expect("completed");
+    assert_eq!(done.result, op, "the read's result");
+    ts
+}
+
+#[test]
+fn a_read_goes_to_a_quorum_and_the_reads_spread_over_every_replica() {
+    let mut c = cluster(true);
+    let mut left_out = [0u32; 4];
+    for i in 0..12 {
+        let ts = read(&mut c, format!("read:k{i}").as_bytes());
+        let to = asked(&c, ts);
+        assert_eq!(to.len(), 3, "read {i} went to 2f+1 replicas: {to:?}");
+        for r in (0..4).filter(|r| !to.contains(r)) {
+            left_out[r as usize] += 1;
+        }
+    }
+    assert!(
+        left_out.iter().all(|&k| k > 0),
+        "every replica is left out of some reads: {left_out:?}"
+    );
+    assert_eq!(c.client(7).read_widenings, 0);
+    assert_eq!(c.client(7).fallbacks, 0);
+}
+
+#[test]
+fn without_the_setting_a_read_goes_to_every_replica() {
+    let mut c = cluster(false);
+    for i in 0..4 {
+        let ts = read(&mut c, format!("read:k{i}").as_bytes());
+        assert_eq!(asked(&c, ts), vec![0, 1, 2, 3]);
+    }
+}
+
+#[test]
+fn long_results_come_in_full_from_an_asked_replica() {
+    // Over 32 bytes: one replica sends the result, the others its digest. The client never
+    // leaves that replica out, so no read needs the others.
+    let mut c = cluster(true);
+    for i in 0..12 {
+        let op = format!("read:{i:-<60}");
+        let ts = read(&mut c, op.as_bytes());
+        assert_eq!(asked(&c, ts).len(), 3);
+    }
+    assert_eq!(c.client(7).read_widenings, 0);
+    assert_eq!(c.client(7).fallbacks, 0);
+}
+
+#[test]
+fn a_silent_replica_costs_one_widening_then_is_left_out() {
+    let mut c = cluster(true);
+    let silent = 2;
+    c.block(move |e| e.to == Principal::Replica(silent) || e.from == Principal::Replica(silent));
+    let mut widened_at = None;
+    for i in 0..12 {
+        let ts = read(&mut c, format!("read:k{i}").as_bytes());
+        let to = asked(&c, ts);
+        if c.client(7).read_widenings == 1 && widened_at.is_none() {
+            widened_at = Some(i);
+            assert_eq!(to, vec![0, 1, 2, 3], "the widened read went to every replica");
+        } else if widened_at.is_some() {
+            assert!(
+                !to.contains(&silent),
+                "read {i} after the widening leaves the silent replica out: {to:?}"
+            );
+        }
+    }
+    assert!(widened_at.is_some(), "some read asked the silent replica");
+    assert_eq!(c.client(7).read_widenings, 1);
+    assert_eq!(c.client(7).fallbacks, 0, "no read fell back to ordering");
+}
