@@ -5,13 +5,13 @@
 //! arrives within the retransmission timeout it is multicast to every replica, with randomized
 //! exponential back-off. The timeout is derived from measured response times.
 //!
-//! A read-only operation (with `read_only_fast_path`) is multicast to every replica, which
+//! A read-only operation (with `read_only_fast_path`) is sent to the replicas, which
 //! answer without ordering it; the client needs 2f+1 matching replies. If they do not arrive
 //! within the retransmission timeout (concurrent writes, a replica down), it is reissued as an
 //! ordered request under a fresh timestamp, so late read-only answers cannot count towards it.
 //! With `read_only_to_quorum` the read goes to 2f+1 replicas first, and to the other f only
 //! if their answers are not all in and matching after two smoothed round trips (a replica
-//! that was late is then left out of this client's next reads).
+//! that was late, or answered something else, is then left out of this client's next reads).
 
 use crate::bodies::{self, Opened};
 use crate::effect::{Bytes, Effect, Env};
@@ -88,6 +88,8 @@ struct Outstanding {
     /// A fast read sent to 2f+1 replicas: the others, not asked yet, and when they will be.
     unasked: Vec<ReplicaId>,
     widen_ms: u64,
+    /// It was, and then went to the others too.
+    widened: bool,
     bytes: Bytes,
     started_ms: u64,
     deadline_ms: u64,
@@ -502,6 +504,7 @@ impl<A: KeyTable> Client<A> {
             fast_read,
             unasked,
             widen_ms: env.now_ms + self.read_widen_ms(),
+            widened: false,
             bytes: bytes.clone(),
             started_ms,
             deadline_ms: env.now_ms + self.rto_ms(),
@@ -707,6 +710,13 @@ impl<A: KeyTable> Client<A> {
         views.sort_unstable_by(|a, b| b.cmp(a));
         let view = views[weak - 1];
         let o = self.outstanding.take().expect("checked");
+        if o.widened {
+            // A replica that answered something else made this read ask the others (it may
+            // lie, or have read before or after a concurrent write): leave it out next.
+            if let Some((&r, _)) = o.replies.iter().find(|(_, v)| v.digest != d) {
+                self.read_skip = Some((r, READ_SKIP_READS));
+            }
+        }
         let result = o
             .replies
             .values()
@@ -800,8 +810,8 @@ impl<A: KeyTable> Client<A> {
         {
             // The 2f+1 replicas a fast read went to did not all answer alike in time: ask the
             // others, and leave the first late one out of the next reads.
-            let late = (0..self.cfg.n())
-                .find(|r| !o.unasked.contains(r) && !o.replies.contains_key(r));
+            let late =
+                (0..self.cfg.n()).find(|r| !o.unasked.contains(r) && !o.replies.contains_key(r));
             if let Some(r) = late {
                 self.read_skip = Some((r, READ_SKIP_READS));
             }
@@ -812,6 +822,7 @@ impl<A: KeyTable> Client<A> {
                 });
             }
             o.deadline_ms = o.deadline_ms.max(env.now_ms + rto);
+            o.widened = true;
             self.read_widenings += 1;
             return std::mem::take(&mut self.effects);
         }

@@ -1,6 +1,7 @@
 //! Reads to a quorum first (`Config::read_only_to_quorum`): a fast read goes to 2f+1
 //! replicas, spread over all of them, and to the others only when those answers are late or
-//! do not match; a replica that was late is left out of the client's next reads.
+//! do not match; a replica that was late, or answered something else, is left out of the
+//! client's next reads.
 
 use redoubt_core::message::*;
 use redoubt_core::*;
@@ -106,7 +107,11 @@ fn a_silent_replica_costs_one_widening_then_is_left_out() {
         let to = asked(&c, ts);
         if c.client(7).read_widenings == 1 && widened_at.is_none() {
             widened_at = Some(i);
-            assert_eq!(to, vec![0, 1, 2, 3], "the widened read went to every replica");
+            assert_eq!(
+                to,
+                vec![0, 1, 2, 3],
+                "the widened read went to every replica"
+            );
         } else if widened_at.is_some() {
             assert!(
                 !to.contains(&silent),
@@ -117,4 +122,45 @@ fn a_silent_replica_costs_one_widening_then_is_left_out() {
     assert!(widened_at.is_some(), "some read asked the silent replica");
     assert_eq!(c.client(7).read_widenings, 1);
     assert_eq!(c.client(7).fallbacks, 0, "no read fell back to ordering");
+}
+
+#[test]
+fn a_replica_answering_wrong_costs_one_widening_then_is_left_out() {
+    let mut c = Cluster::builder(1).live_client(7).scripted([2]).build();
+    c.run(50);
+    let mut asked_liar = 0;
+    for i in 0..12 {
+        let op = format!("read:k{i}");
+        let ts = c.invoke_as(7, op.as_bytes(), true);
+        if asked(&c, ts).contains(&2) {
+            asked_liar += 1;
+            // Replica 2 (the test speaks for it) answers at once, and wrongly.
+            c.send(
+                Principal::Replica(2),
+                Principal::Client(7),
+                Message::Reply(Reply {
+                    view: 0,
+                    timestamp: ts,
+                    client: 7,
+                    replica: 2,
+                    digest_only: false,
+                    tentative: false,
+                    result: b"read:wrong".to_vec(),
+                }),
+            );
+        }
+        assert!(
+            c.run_until(5_000, |c| c.completed(7, ts)),
+            "read {i} completes"
+        );
+        let done = c.completions(7).into_iter().find(|d| d.timestamp == ts);
+        assert_eq!(done.expect("completed").result, op.as_bytes());
+    }
+    assert!(asked_liar >= 1, "some read asked the lying replica");
+    assert_eq!(
+        c.client(7).read_widenings,
+        1,
+        "only the first read it answered wrongly needed the others"
+    );
+    assert_eq!(c.client(7).fallbacks, 0);
 }
