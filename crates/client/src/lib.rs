@@ -363,6 +363,11 @@ pub struct ClientStats {
     pub replies_unwanted: u64,
     /// Frames not sent because a replica's outgoing queue was full.
     pub frames_dropped: u64,
+    /// Fast reads sent to 2f+1 replicas that had to ask the others too (answers late or
+    /// different), and fast reads reissued on the ordered path, as of the last completed
+    /// invocation.
+    pub reads_widened: u64,
+    pub reads_ordered: u64,
     /// Replicas with an established connection right now.
     pub replicas_connected: usize,
     /// The view the client believes current (its primary is `view mod n`).
@@ -846,9 +851,12 @@ impl Task {
         );
         self.state.view.fetch_max(self.core.view(), Relaxed);
         let unwanted = self.core.unwanted;
+        let (widened, ordered) = (self.core.read_widenings, self.core.fallbacks);
         self.state.update(|s| {
             s.completed += 1;
             s.replies_unwanted = unwanted;
+            s.reads_widened = widened;
+            s.reads_ordered = ordered;
             s.retransmissions += c.retransmissions as u64;
             s.last_latency = Some(Duration::from_millis(c.latency_ms));
         });

@@ -357,9 +357,9 @@ async fn clients_sharing_connections() {
         assert_eq!(s.frames_rejected, 0, "only replies to a client reach it");
         unwanted += s.replies_unwanted;
     }
-    // Four replicas answer every read and three replies make its certificate: the fourth
-    // arrives after the read completed and is dropped unverified, by the router or (if it
-    // came in the same burst) by the client.
+    // Four replicas answer every write and three tentative replies make its certificate: the
+    // fourth arrives after the write completed and is dropped unverified, by the router or
+    // (if it came in the same burst) by the client. (Reads go to three replicas.)
     let deadline = Instant::now() + Duration::from_secs(5);
     while unwanted + shared.unwanted_replies() == 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -415,5 +415,24 @@ async fn survives_a_crashed_primary() {
     let s = kv.client().stats();
     assert!(s.retransmissions >= 1, "{s:?}");
     assert_eq!(s.replicas_connected, 3);
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn reads_leave_out_a_replica_that_is_down() {
+    // Replica 2 never starts. Reads go to 2f+1 replicas in turn: the first one that asks
+    // replica 2 has to ask the fourth too; later ones leave replica 2 out.
+    let cluster = TestCluster::start(&[0, 1, 3]).await;
+    let kv = KvClient::connect(cluster.setup(1, Duration::from_secs(20)))
+        .await
+        .unwrap();
+    assert_eq!(kv.put("k", "v").await.unwrap(), None);
+    for _ in 0..20 {
+        assert_eq!(kv.get("k").await.unwrap(), Some(b"v".to_vec()));
+    }
+    let s = kv.client().stats();
+    assert_eq!(s.completed, 21);
+    assert_eq!(s.reads_widened, 1, "{s:?}");
+    assert_eq!(s.reads_ordered, 0, "{s:?}");
     cluster.shutdown().await;
 }
