@@ -780,8 +780,10 @@ impl<A: KeyTable> Client<A> {
             },
         };
         let latency_ms = env.now_ms.saturating_sub(o.started_ms);
-        if o.backoff == 0 {
-            // Only unambiguous samples (no retransmission) update the estimate.
+        if o.backoff == 0 && !o.widened {
+            // Only unambiguous samples (no retransmission) update the estimate. Not a read
+            // that waited to ask the others: its wait is derived from the estimate, and on a
+            // lossy network the estimate would feed on itself.
             self.srtt_ms = 0.875 * self.srtt_ms + 0.125 * latency_ms as f64;
         }
         if view > self.view {
