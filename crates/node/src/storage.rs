@@ -33,6 +33,9 @@ const LOCK: &str = "LOCK";
 const RECORD_BYTES_MAX: usize = 1 << 30;
 /// The first bytes of a journal in the current format.
 const MAGIC: &[u8; 8] = b"RDJRNL02";
+/// The largest encoding buffer a journal keeps between appends (a larger record, such as a
+/// view record with many batches, gets a buffer of its own that is then freed).
+const SCRATCH_KEPT_BYTES: usize = 4 << 20;
 /// The file is rewritten when its garbage (bytes of records compaction dropped) exceeds this
 /// many times the bytes of the records it keeps, plus [`REWRITE_GARBAGE_SLACK_BYTES`]; so a
 /// rewrite copies at most 1/this of what was appended since the last one, and the file holds
@@ -69,6 +72,9 @@ pub struct Journal {
     rewrite_slack: u64,
     fsync: bool,
     dirty: bool,
+    /// The buffer records are encoded in, kept between appends so that a busy replica does
+    /// not allocate and grow one per record (at most [`SCRATCH_KEPT_BYTES`] kept).
+    scratch: Vec<u8>,
     _lock: File,
     /// Bytes of the tail dropped at open (torn write), for the operator.
     pub truncated_tail_bytes: u64,
@@ -138,6 +144,7 @@ impl Journal {
             rewrite_slack: REWRITE_GARBAGE_SLACK_BYTES,
             fsync,
             dirty: false,
+            scratch: Vec::new(),
             _lock: lock,
             truncated_tail_bytes,
             syncs: 0,
@@ -155,13 +162,17 @@ impl Journal {
     /// documentation).
     pub fn append(&mut self, r: Record) -> Result<(), StorageError> {
         let compacts = compacts_after(&r);
-        let frame = frame(&r);
-        self.file
-            .write_all(&frame)
-            .map_err(|source| self.io(source))?;
+        let frame = frame_into(&r, std::mem::take(&mut self.scratch));
+        let written = self.file.write_all(&frame);
+        let len = frame.len() as u64;
+        self.scratch = frame;
+        if self.scratch.capacity() > SCRATCH_KEPT_BYTES {
+            self.scratch = Vec::new();
+        }
+        written.map_err(|source| self.io(source))?;
         self.dirty = true;
-        self.file_bytes += frame.len() as u64;
-        self.records.push((r, frame.len() as u64));
+        self.file_bytes += len;
+        self.records.push((r, len));
         if compacts {
             self.compact()?;
         }
@@ -260,8 +271,15 @@ impl Journal {
 }
 
 fn frame(r: &Record) -> Vec<u8> {
+    frame_into(r, Vec::new())
+}
+
+/// [`frame`] into `buf` (cleared first), whose capacity it reuses.
+fn frame_into(r: &Record, mut buf: Vec<u8>) -> Vec<u8> {
     // The record is encoded in place after room for its header (no second copy of a body).
-    let mut out = postcard::to_extend(r, vec![0u8; 8]).expect("records encode");
+    buf.clear();
+    buf.resize(8, 0);
+    let mut out = postcard::to_extend(r, buf).expect("records encode");
     let len = (out.len() - 8) as u32;
     let sum = crc32c::crc32c(&out[8..]);
     out[..4].copy_from_slice(&len.to_le_bytes());

@@ -54,11 +54,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             && (self
                 .pool
                 .get(r.request.client)
-                .is_some_and(|w| w.req.request == r.request)
+                .is_some_and(|w| w.req.request.same_as(&r.request))
                 || self
                     .pool
                     .replaced(r.request.client, d)
-                    .is_some_and(|h| h.request == r.request)
+                    .is_some_and(|h| h.request.same_as(&r.request))
                 || self.signed_request_authentic(r, d))
     }
 
@@ -72,7 +72,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// comparison is cheaper than hashing a large operation again), else computed.
     pub(super) fn request_digest(&self, r: &SignedRequest) -> Digest {
         match self.pool.get(r.request.client) {
-            Some(w) if w.req.request == r.request => w.digest,
+            Some(w) if w.req.request.same_as(&r.request) => w.digest,
             _ => r.request.digest(),
         }
     }
