@@ -6,6 +6,17 @@
 //! view-change timeout, so that no request timer ever fires, is then replaced after one
 //! window instead of never.
 //!
+//! Each view change the check starts halves the windows it remembers: the next primary is
+//! held to half the pace the replaced one was. Without that, a legitimate change of the
+//! work per request (the clients move from 0-byte to 4 KiB writes, and the same saturated
+//! primary executes a third as many requests) made every following primary as "slow" as
+//! the first against windows measured before the change, and the view changes, each of
+//! which slows the next window further, went on until those windows aged out (measured
+//! with `redoubt bench micro`: twenty seconds of view changes, throughput near zero). Now a
+//! change of k times the work costs about log2(k) view changes, and only while requests
+//! wait; a second slow primary after a replaced one is still caught when it keeps less
+//! than a quarter of the first window's pace.
+//!
 //! What it does not catch: a primary slow from the cluster's very start (no window measured
 //! a faster one), or one that keeps just above half the pace of the windows before it (each
 //! slower window lowers the reference for the next ones). A legitimate drop in load by more
@@ -75,6 +86,14 @@ impl PaceWatch {
             Pace::Fine
         }
     }
+
+    /// The check is starting a view change: the windows remembered count half from now on
+    /// (see the module comment).
+    pub(super) fn halve_reference(&mut self) {
+        for w in &mut self.history {
+            *w /= 2;
+        }
+    }
 }
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
@@ -101,6 +120,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         }
         self.stats.slow_primaries += 1;
+        if let Some(w) = self.pace.as_mut() {
+            w.halve_reference();
+        }
         self.start_view_change(self.view.saturating_add(1));
     }
 
@@ -159,6 +181,35 @@ mod tests {
             Pace::Fine,
             "310 of 600"
         );
+    }
+
+    #[test]
+    fn after_a_slow_verdict_the_next_primary_is_held_to_half_the_pace() {
+        // 22,000 requests a window, then the work per request triples: 7,000 a window.
+        let mut w = PaceWatch::new(0, 0, 0);
+        let mut executed = 0;
+        for t in 1..=4 {
+            executed += 22_000;
+            assert_eq!(w.tick(0, t * 1_000, executed, 1_000), Pace::Fine);
+        }
+        executed += 7_000;
+        assert_eq!(w.tick(0, 5_000, executed, 1_000), slow(7_000, 22_000));
+        w.halve_reference();
+        // View 1 from 5,200 ms (the cut window dropped), at the new pace: fine against
+        // 11,000, where the old reference would have replaced this primary too.
+        executed += 1_400;
+        assert_eq!(w.tick(1, 5_200, executed, 1_000), Pace::Fine);
+        for t in 0..4 {
+            executed += 7_000;
+            assert_eq!(
+                w.tick(1, 6_200 + t * 1_000, executed, 1_000),
+                Pace::Fine,
+                "window {t} of view 1"
+            );
+        }
+        // A primary that falls to under half of that pace is still replaced.
+        executed += 3_400;
+        assert_eq!(w.tick(1, 10_200, executed, 1_000), slow(3_400, 7_000));
     }
 
     #[test]
