@@ -165,9 +165,8 @@ impl Journal {
         let frame = frame_into(&r, std::mem::take(&mut self.scratch));
         let written = self.file.write_all(&frame);
         let len = frame.len() as u64;
-        self.scratch = frame;
-        if self.scratch.capacity() > SCRATCH_KEPT_BYTES {
-            self.scratch = Vec::new();
+        if frame.capacity() <= SCRATCH_KEPT_BYTES {
+            self.scratch = frame;
         }
         written.map_err(|source| self.io(source))?;
         self.dirty = true;
@@ -246,11 +245,15 @@ impl Journal {
         let mut w = BufWriter::new(File::create(&tmp).map_err(io)?);
         w.write_all(MAGIC).map_err(io)?;
         self.file_bytes = MAGIC.len() as u64;
+        let mut buf = std::mem::take(&mut self.scratch);
         for (r, n) in &mut self.records {
-            let f = frame(r);
-            *n = f.len() as u64;
+            buf = frame_into(r, buf);
+            *n = buf.len() as u64;
             self.file_bytes += *n;
-            w.write_all(&f).map_err(io)?;
+            w.write_all(&buf).map_err(io)?;
+        }
+        if buf.capacity() <= SCRATCH_KEPT_BYTES {
+            self.scratch = buf;
         }
         w.flush().map_err(io)?;
         if self.fsync {
@@ -270,11 +273,8 @@ impl Journal {
     }
 }
 
-fn frame(r: &Record) -> Vec<u8> {
-    frame_into(r, Vec::new())
-}
-
-/// [`frame`] into `buf` (cleared first), whose capacity it reuses.
+/// Record `r` framed for the file (length, checksum, encoding) in `buf`, cleared first,
+/// whose capacity it reuses.
 fn frame_into(r: &Record, mut buf: Vec<u8>) -> Vec<u8> {
     // The record is encoded in place after room for its header (no second copy of a body).
     buf.clear();
