@@ -13,8 +13,8 @@
 //! the first against windows measured before the change, and the view changes, each of
 //! which slows the next window further, went on until those windows aged out (measured
 //! with `redoubt bench micro`: twenty seconds of view changes, throughput near zero). Now a
-//! change of k times the work costs about log2(k) view changes, and only while requests
-//! wait; a second slow primary after a replaced one is still caught when it keeps less
+//! change of k times the work costs about log2(k) view changes (more when the window after
+//! a view change is itself slow), and only while requests wait; a second slow primary after a replaced one is still caught when it keeps less
 //! than a quarter of the first window's pace.
 //!
 //! What it does not catch: a primary slow from the cluster's very start (no window measured
