@@ -12,10 +12,17 @@
 //! primary executes a third as many requests) made every following primary as "slow" as
 //! the first against windows measured before the change, and the view changes, each of
 //! which slows the next window further, went on until those windows aged out (measured
-//! with `redoubt bench micro`: twenty seconds of view changes, throughput near zero). Now a
-//! change of k times the work costs about log2(k) view changes (more when the window after
-//! a view change is itself slow), and only while requests wait; a second slow primary after a replaced one is still caught when it keeps less
-//! than a quarter of the first window's pace.
+//! with `redoubt bench micro`: twenty seconds of view changes, throughput near zero).
+//!
+//! The first full window of a new view is a grace window: counted for later references but
+//! never judged. It holds the view change's own cost (the new primary re-proposes what was
+//! in flight, clients time out and retransmit), so judging it replaced correct primaries in
+//! a row after a shift of the workload (four view changes in four seconds measured). Now a
+//! change of k times the work costs about log2(k) view changes, one window apart at the
+//! least, and only while requests wait. The price: a slow primary keeps its view for one
+//! window more (two windows, not one, after it takes over), and a second slow primary
+//! after a replaced one is still caught when it keeps less than a quarter of the first
+//! window's pace.
 //!
 //! What it does not catch: a primary slow from the cluster's very start (no window measured
 //! a faster one), or one that keeps just above half the pace of the windows before it (each
@@ -36,6 +43,9 @@ pub(super) struct PaceWatch {
     base: u64,
     /// Requests executed in the last full windows, newest last.
     history: VecDeque<u64>,
+    /// The current window is the first full one of a view entered after this watch began:
+    /// counted, not judged (see the module comment).
+    grace: bool,
 }
 
 /// What a window's end says.
@@ -54,16 +64,19 @@ impl PaceWatch {
             since_ms: now_ms,
             base: executed,
             history: VecDeque::with_capacity(PACE_HISTORY),
+            grace: false,
         }
     }
 
     /// Time passed in `view`, with `executed` requests executed so far; `window_ms` long
-    /// windows. A window cut by a view change is not counted.
+    /// windows. A window cut by a view change is not counted; the first full window of a
+    /// new view is counted and not judged.
     pub(super) fn tick(&mut self, view: View, now_ms: u64, executed: u64, window_ms: u64) -> Pace {
         if view != self.view {
             self.view = view;
             self.since_ms = now_ms;
             self.base = executed;
+            self.grace = true;
             return Pace::Fine;
         }
         if now_ms < self.since_ms.saturating_add(window_ms) {
@@ -77,6 +90,9 @@ impl PaceWatch {
         self.history.push_back(count);
         self.since_ms = now_ms;
         self.base = executed;
+        if std::mem::take(&mut self.grace) {
+            return Pace::Fine;
+        }
         if count.saturating_mul(2) < reference {
             Pace::Slow {
                 executed: count,
@@ -195,11 +211,18 @@ mod tests {
         executed += 7_000;
         assert_eq!(w.tick(0, 5_000, executed, 1_000), slow(7_000, 22_000));
         w.halve_reference();
-        // View 1 from 5,200 ms (the cut window dropped), at the new pace: fine against
-        // 11,000, where the old reference would have replaced this primary too.
+        // View 1 from 5,200 ms (the cut window dropped); its first window is a grace
+        // window, then the new pace is fine against 11,000, where the old reference would
+        // have replaced this primary too.
         executed += 1_400;
         assert_eq!(w.tick(1, 5_200, executed, 1_000), Pace::Fine);
-        for t in 0..4 {
+        executed += 2_000;
+        assert_eq!(
+            w.tick(1, 6_200, executed, 1_000),
+            Pace::Fine,
+            "grace: 2,000 of 11,000"
+        );
+        for t in 1..4 {
             executed += 7_000;
             assert_eq!(
                 w.tick(1, 6_200 + t * 1_000, executed, 1_000),
@@ -223,6 +246,11 @@ mod tests {
             Pace::Fine,
             "window from 1,300 ms"
         );
-        assert_eq!(w.tick(1, 2_300, 1_300, 1_000), slow(50, 1_000));
+        assert_eq!(
+            w.tick(1, 2_300, 1_300, 1_000),
+            Pace::Fine,
+            "50 of 1,000 in the grace window"
+        );
+        assert_eq!(w.tick(1, 3_300, 1_400, 1_000), slow(100, 1_000));
     }
 }
