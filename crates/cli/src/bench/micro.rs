@@ -308,6 +308,9 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
     let mut flames = Vec::new();
     for &conn in models {
         for &system in systems {
+            if system == System::Redoubt {
+                cluster.fresh_homes()?;
+            }
             let mut procs = cluster.replicas();
             let mut caps = server_cpu.map(CpuCaps::new).transpose()?;
             let plan = SystemPlan {

@@ -59,6 +59,20 @@ impl Cluster {
             4,
         )
     }
+
+    /// Empties every replica's home (journal, state, checkpoints), so that the next start
+    /// is a new cluster's and not a restart of the last one: each client model of a run
+    /// measures a cluster from the same fresh state, in view 0.
+    pub fn fresh_homes(&self) -> anyhow::Result<()> {
+        for r in &self.cfg.replicas {
+            let home = self.cfg.resolve(&r.home);
+            if home.exists() {
+                std::fs::remove_dir_all(&home)
+                    .with_context(|| format!("cannot empty {}", home.display()))?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Writes a cluster of four replicas on 127.0.0.1 hosting `service` into a new temporary

@@ -190,6 +190,23 @@ impl Scenario {
                     });
                 }
             }
+            "restart-after-hand-over" => {
+                // The primary hands over as it is told to stop, and every replica loses power
+                // moments later: they reboot with the primary in a view change and the backups
+                // still in its view, and must agree on a view again.
+                s.ops_per_client = 40;
+                // As `redoubt bench micro` restarts a cluster: staggered, the old primary last.
+                s.step_downs = vec![300];
+                for (r, start_ms, end_ms) in
+                    [(0, 310, 1_100), (1, 302, 700), (2, 302, 750), (3, 302, 720)]
+                {
+                    s.reboots.push(Window {
+                        replica: r,
+                        start_ms,
+                        end_ms,
+                    });
+                }
+            }
             "proactive-recovery" => {
                 // More than 3f+1 compromises in turn, each followed by a watchdog reboot and a
                 // recovery, under a steady workload on a network that drops and reorders.
@@ -325,7 +342,7 @@ impl Scenario {
         Some(s)
     }
 
-    pub const NAMED: [&'static str; 32] = [
+    pub const NAMED: [&'static str; 33] = [
         "proactive-recovery",
         "valid-equivocation",
         "view-pusher",
@@ -343,6 +360,7 @@ impl Scenario {
         "restart-mid-transfer",
         "corrupted-replica",
         "restart-all",
+        "restart-after-hand-over",
         "stale-claims",
         "calm",
         "primary-crash",
