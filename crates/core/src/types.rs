@@ -198,6 +198,10 @@ impl Mutant {
 pub const PACE_WINDOW_MIN_MS: u64 = 100;
 /// How many windows of the primary's pace check make its reference.
 pub const PACE_HISTORY: usize = 4;
+/// How long (ms) a request must have waited unproposed, seen at the ticks, before the pace
+/// check counts requests as waiting: a correct primary proposes a lone client's request
+/// within a message delay, so a window that ends with one just arrived is not demand.
+pub const PACE_WAIT_MS: u64 = 10;
 
 /// Protocol parameters shared by every replica and client of a cluster. Every field has a
 /// unit in its name or documentation; see `docs/configuration.md`.

@@ -24,13 +24,20 @@
 //! after a replaced one is still caught when it keeps less than a quarter of the first
 //! window's pace.
 //!
+//! Requests count as waiting only when the oldest one waiting unproposed has been seen so
+//! at the ticks for [`PACE_WAIT_MS`]: a lone client's request waits well under a
+//! millisecond at a correct primary, and judging a window that ended with one just arrived
+//! replaced correct primaries whenever the load fell (the micro-benchmark's step from 200
+//! clients to one). A primary holding each pre-prepare for longer than that leaves requests
+//! waiting and is judged; one holding each for less costs at most that delay per batch.
+//!
 //! What it does not catch: a primary slow from the cluster's very start (no window measured
 //! a faster one), or one that keeps just above half the pace of the windows before it (each
 //! slower window lowers the reference for the next ones). A legitimate drop in load by more
 //! than half costs at most [`PACE_HISTORY`] view changes, and only while requests wait.
 
 use super::*;
-use crate::types::PACE_HISTORY;
+use crate::types::{PACE_HISTORY, PACE_WAIT_MS};
 use std::collections::VecDeque;
 
 /// One replica's windows.
@@ -46,6 +53,9 @@ pub(super) struct PaceWatch {
     /// The current window is the first full one of a view entered after this watch began:
     /// counted, not judged (see the module comment).
     grace: bool,
+    /// The oldest request seen waiting unproposed at the last tick (client, timestamp),
+    /// and since when it has been seen waiting.
+    waiting: Option<(ClientId, u64, u64)>,
 }
 
 /// What a window's end says.
@@ -65,6 +75,7 @@ impl PaceWatch {
             base: executed,
             history: VecDeque::with_capacity(PACE_HISTORY),
             grace: false,
+            waiting: None,
         }
     }
 
@@ -103,6 +114,18 @@ impl PaceWatch {
         }
     }
 
+    /// The oldest request waiting unproposed now is `oldest`: whether a request has waited
+    /// unproposed for at least [`PACE_WAIT_MS`], as far as the ticks saw.
+    pub(super) fn note_waiting(&mut self, now_ms: u64, oldest: Option<(ClientId, u64)>) -> bool {
+        self.waiting = match (oldest, self.waiting) {
+            (None, _) => None,
+            (Some((c, ts)), Some((pc, pts, since))) if (c, ts) == (pc, pts) => Some((c, ts, since)),
+            (Some((c, ts)), _) => Some((c, ts, now_ms)),
+        };
+        self.waiting
+            .is_some_and(|(_, _, since)| now_ms >= since.saturating_add(PACE_WAIT_MS))
+    }
+
     /// The check is starting a view change: the windows remembered count half from now on
     /// (see the module comment).
     pub(super) fn halve_reference(&mut self) {
@@ -121,8 +144,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let executed = self.stats.requests_executed;
         let view = self.view;
-        let pace = match self.pace.as_mut() {
-            Some(w) => w.tick(view, now, executed, window),
+        let oldest = self.oldest_waiting_unproposed();
+        let (pace, waited) = match self.pace.as_mut() {
+            Some(w) => (
+                w.tick(view, now, executed, window),
+                w.note_waiting(now, oldest),
+            ),
             None => {
                 self.pace = Some(PaceWatch::new(view, now, executed));
                 return;
@@ -131,7 +158,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if pace == Pace::Fine
             || self.recovery.is_some()
             || self.exec.transfer_target().is_some()
-            || !self.requests_wait_unproposed()
+            || !waited
         {
             return;
         }
@@ -142,11 +169,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.start_view_change(self.view.saturating_add(1));
     }
 
-    /// Whether an orderable request waits here that no batch proposed to us holds.
-    fn requests_wait_unproposed(&self) -> bool {
-        self.pool.in_order().any(|(c, w)| {
-            self.orderable(w) && !self.pool.inflight_covers(c, w.req.request.timestamp)
-        })
+    /// The oldest orderable request waiting here that no batch proposed to us holds.
+    fn oldest_waiting_unproposed(&self) -> Option<(ClientId, u64)> {
+        self.pool
+            .in_order()
+            .find(|(c, w)| {
+                self.orderable(w) && !self.pool.inflight_covers(*c, w.req.request.timestamp)
+            })
+            .map(|(c, w)| (c, w.req.request.timestamp))
     }
 }
 
@@ -233,6 +263,24 @@ mod tests {
         // A primary that falls to under half of that pace is still replaced.
         executed += 3_400;
         assert_eq!(w.tick(1, 10_200, executed, 1_000), slow(3_400, 7_000));
+    }
+
+    #[test]
+    fn only_a_request_seen_waiting_for_a_while_counts_as_waiting() {
+        let mut w = PaceWatch::new(0, 0, 0);
+        assert!(!w.note_waiting(0, None));
+        // A lone client's requests, each proposed before the next tick: never demand.
+        for t in 1..10 {
+            assert!(!w.note_waiting(t * 5, Some((1, t))), "request {t}");
+        }
+        // One request seen at ticks 50 to 60 ms: waiting from the tick it has waited 10 ms.
+        assert!(!w.note_waiting(50, Some((2, 7))));
+        assert!(!w.note_waiting(55, Some((2, 7))));
+        assert!(w.note_waiting(60, Some((2, 7))));
+        // Proposed: the next oldest starts over.
+        assert!(!w.note_waiting(65, Some((3, 1))));
+        assert!(!w.note_waiting(70, None));
+        assert!(!w.note_waiting(75, Some((3, 1))), "seen again after a gap");
     }
 
     #[test]
