@@ -47,6 +47,18 @@ pub(super) const VALUE_BYTES: usize = 60 << 10;
 pub(super) const STATUS_TIMEOUT: Duration = Duration::from_millis(1000);
 pub(super) const PHASE_TIMEOUT: Duration = Duration::from_secs(1800);
 
+/// Empties replica `id`'s home (journal, state, checkpoints): its next start is a new
+/// replica's, with an empty disk. A home not created yet is left alone.
+pub(super) fn empty_home(cfg: &ClusterConfig, id: u32) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let home = cfg.resolve(&cfg.replica(id)?.home);
+    if home.exists() {
+        std::fs::remove_dir_all(&home)
+            .with_context(|| format!("cannot empty {}", home.display()))?;
+    }
+    Ok(())
+}
+
 /// Deterministic filler bytes for record `i`, version `v` (incompressible, distinct).
 pub(super) fn value(i: u64, v: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(VALUE_BYTES);

@@ -7,7 +7,8 @@
 //! restart until it had caught up.
 
 use super::common::{
-    kv_cluster, put_all, record_bytes, wait_for, PHASE_TIMEOUT, STATUS_TIMEOUT, VALUE_BYTES,
+    empty_home, kv_cluster, put_all, record_bytes, wait_for, PHASE_TIMEOUT, STATUS_TIMEOUT,
+    VALUE_BYTES,
 };
 use crate::cmd_status::{agreement, fetch, fetch_all};
 use crate::procs::{log_tail, ReplicaProcs};
@@ -239,8 +240,7 @@ async fn bench_body(
     // Whole-state copy: the same replica restarted with an empty disk.
     settle(cfg, procs).await?;
     procs.kill(VICTIM)?;
-    let home = cfg.resolve(&cfg.replica(VICTIM)?.home);
-    std::fs::remove_dir_all(&home).with_context(|| format!("cannot empty {}", home.display()))?;
+    empty_home(cfg, VICTIM)?;
     println!("replica {VICTIM} stopped and its disk emptied");
     advance_past_window(cfg, &kvs[0]).await?;
     rows.push(

@@ -65,11 +65,7 @@ impl Cluster {
     /// measures a cluster from the same fresh state, in view 0.
     pub fn fresh_homes(&self) -> anyhow::Result<()> {
         for r in &self.cfg.replicas {
-            let home = self.cfg.resolve(&r.home);
-            if home.exists() {
-                std::fs::remove_dir_all(&home)
-                    .with_context(|| format!("cannot empty {}", home.display()))?;
-            }
+            super::common::empty_home(&self.cfg, r.id)?;
         }
         Ok(())
     }

@@ -195,7 +195,7 @@ impl Scenario {
                 // moments later: they reboot with the primary in a view change and the backups
                 // still in its view, and must agree on a view again.
                 s.ops_per_client = 40;
-                // As `redoubt bench micro` restarts a cluster: staggered, the old primary last.
+                // As an operator restarts a whole cluster: staggered, the old primary last.
                 s.step_downs = vec![300];
                 for (r, start_ms, end_ms) in
                     [(0, 310, 1_100), (1, 302, 700), (2, 302, 750), (3, 302, 720)]
