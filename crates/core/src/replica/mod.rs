@@ -210,6 +210,10 @@ pub struct Replica<S: Service, A: KeyTable> {
     /// Clients under suspicion, and until when (ms; bounded, see `suspects.rs`).
     suspects: BTreeMap<ClientId, u64>,
     new_view: Option<NewView>,
+    /// While primary: when this view's NEW-VIEW last went to each replica (ms), so that the
+    /// status messages of a replica still entering the view do not each fetch it again
+    /// (see `help_into_view`). At most one entry per replica; cleared on a view change.
+    new_view_sent_ms: BTreeMap<ReplicaId, u64>,
     /// The view this replica is active in and the digest of the NEW-VIEW it entered it on
     /// (journaled: reported in STATUS after a restart too).
     entered_on: Option<(View, Digest)>,
@@ -331,6 +335,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             claims,
             suspects: BTreeMap::new(),
             new_view: None,
+            new_view_sent_ms: BTreeMap::new(),
             entered_on: None,
             pending_nv: None,
             pending_nv_since_ms: 0,

@@ -4,6 +4,11 @@
 
 use super::*;
 
+/// A primary sends its NEW-VIEW to a replica still entering the view at most once per this
+/// many status intervals (400 ms by default): long enough for a copy of many megabytes to
+/// arrive and be checked by a loaded replica, well inside the view-change timeout.
+pub(super) const NEW_VIEW_RESEND_STATUSES: u64 = 4;
+
 impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn missing_batches(&self) -> Vec<Digest> {
         let mut m: Vec<Digest> = self
@@ -96,10 +101,23 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// Helps a replica that is behind in views or stuck in a view change: the NEW-VIEW of this
     /// view (from its primary), our VIEW-CHANGE, and, to a new primary, our acks again.
+    ///
+    /// The NEW-VIEW goes to one replica at most once per [`NEW_VIEW_RESEND_STATUSES`] status
+    /// intervals. It carries the bodies of the batches it chose (up to half the largest
+    /// message), and a replica still entering the view keeps sending status messages while
+    /// the first copy travels and is checked: answering each of them again filled the links
+    /// with copies that every receiver decoded and rejected, which under load delayed the
+    /// backups' entry into the view past their view-change timers.
     fn help_into_view(&mut self, from: ReplicaId, st: &Status) {
-        if self.normal && self.is_primary() {
-            if let Some(nv) = self.new_view.clone() {
-                let mut nv = nv;
+        if self.normal && self.is_primary() && self.new_view.is_some() {
+            let now = self.now();
+            let gap = self.cfg.status_interval_ms * NEW_VIEW_RESEND_STATUSES;
+            let due = self
+                .new_view_sent_ms
+                .get(&from)
+                .is_none_or(|&at| now >= at.saturating_add(gap));
+            if let (true, Some(mut nv)) = (due, self.new_view.clone()) {
+                self.new_view_sent_ms.insert(from, now);
                 nv.batches = self.bodies_within_budget(&nv.chosen, self.cfg.message_bytes_max / 2);
                 self.send_replica(from, &Message::NewView(nv));
             }

@@ -290,6 +290,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     batches: bodies,
                 };
                 self.broadcast(&Message::NewView(nv.clone()));
+                let now = self.now();
+                self.new_view_sent_ms = (0..self.cfg.n())
+                    .filter(|r| *r != self.id)
+                    .map(|r| (r, now))
+                    .collect();
                 self.install_new_view(nv);
             }
             Err(Pending::NeedBatches(ds)) => self.decision_missing = ds,
