@@ -5,8 +5,9 @@
 use super::*;
 
 /// A primary sends its NEW-VIEW to a replica still entering the view at most once per this
-/// many status intervals (400 ms by default): long enough for a copy of many megabytes to
-/// arrive and be checked by a loaded replica, well inside the view-change timeout.
+/// many status intervals (400 ms by default), or half the view-change timeout if that is
+/// shorter: long enough for a copy of many megabytes to arrive and be checked by a loaded
+/// replica, well inside the view-change timeout.
 pub(super) const NEW_VIEW_RESEND_STATUSES: u64 = 4;
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
@@ -103,7 +104,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// view (from its primary), our VIEW-CHANGE, and, to a new primary, our acks again.
     ///
     /// The NEW-VIEW goes to one replica at most once per [`NEW_VIEW_RESEND_STATUSES`] status
-    /// intervals. It carries the bodies of the batches it chose (up to half the largest
+    /// intervals (at most half the view-change timeout). It carries the bodies of the batches it chose (up to half the largest
     /// message), and a replica still entering the view keeps sending status messages while
     /// the first copy travels and is checked: answering each of them again filled the links
     /// with copies that every receiver decoded and rejected, which under load delayed the
@@ -111,7 +112,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     fn help_into_view(&mut self, from: ReplicaId, st: &Status) {
         if self.normal && self.is_primary() && self.new_view.is_some() {
             let now = self.now();
-            let gap = self.cfg.status_interval_ms * NEW_VIEW_RESEND_STATUSES;
+            // Within half the view-change timeout whatever the settings, so that a lost copy is
+            // sent again before the replica waiting for it gives up on the view.
+            let gap = (self.cfg.status_interval_ms * NEW_VIEW_RESEND_STATUSES)
+                .min(self.cfg.view_change_timeout_ms / 2);
             let due = self
                 .new_view_sent_ms
                 .get(&from)
