@@ -104,13 +104,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// view (from its primary), our VIEW-CHANGE, and, to a new primary, our acks again.
     ///
     /// The NEW-VIEW goes to one replica at most once per [`NEW_VIEW_RESEND_STATUSES`] status
-    /// intervals (at most half the view-change timeout). It carries the bodies of the batches it chose (up to half the largest
-    /// message), and a replica still entering the view keeps sending status messages while
-    /// the first copy travels and is checked: answering each of them again filled the links
-    /// with copies that every receiver decoded and rejected, which under load delayed the
-    /// backups' entry into the view past their view-change timers.
+    /// intervals (at most half the view-change timeout). It carries the bodies of the batches
+    /// it chose (up to half the largest message), and a replica still entering the view keeps
+    /// sending status messages while the first copy travels and is checked: answering each of
+    /// them again filled the links with copies that every receiver decoded and rejected,
+    /// which under load delayed the backups' entry into the view past their view-change
+    /// timers.
     fn help_into_view(&mut self, from: ReplicaId, st: &Status) {
-        if self.normal && self.is_primary() && self.new_view.is_some() {
+        if self.normal && self.is_primary() {
             let now = self.now();
             // Within half the view-change timeout whatever the settings, so that a lost copy is
             // sent again before the replica waiting for it gives up on the view.
@@ -120,7 +121,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 .new_view_sent_ms
                 .get(&from)
                 .is_none_or(|&at| now >= at.saturating_add(gap));
-            if let (true, Some(mut nv)) = (due, self.new_view.clone()) {
+            let nv = if due { self.new_view.clone() } else { None };
+            if let Some(mut nv) = nv {
                 self.new_view_sent_ms.insert(from, now);
                 nv.batches = self.bodies_within_budget(&nv.chosen, self.cfg.message_bytes_max / 2);
                 self.send_replica(from, &Message::NewView(nv));
