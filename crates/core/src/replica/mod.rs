@@ -213,11 +213,14 @@ pub struct Replica<S: Service, A: KeyTable> {
     /// Clients under suspicion, and until when (ms; bounded, see `suspects.rs`).
     suspects: BTreeMap<ClientId, u64>,
     new_view: Option<NewView>,
-    /// While primary: when this view's NEW-VIEW last went to each replica (ms), so that the
-    /// status messages of a replica still entering the view do not each fetch it again
-    /// (see `help_into_view`). At most one entry per replica; set anew for every replica
-    /// when this replica sends the NEW-VIEW of a view it leads.
-    new_view_sent_ms: BTreeMap<ReplicaId, u64>,
+    /// While primary: when this view's NEW-VIEW last went to each replica, so that the
+    /// status messages of a replica still entering the view do not each fetch it again (see
+    /// `help_into_view`); set for every replica when this replica broadcasts the NEW-VIEW of
+    /// a view it leads.
+    new_view_sent: status::ResendGate,
+    /// When our VIEW-CHANGE of the current view last went to each replica behind us, in
+    /// answer to its status (see `help_into_view`).
+    view_change_sent: status::ResendGate,
     /// The view this replica is active in and the digest of the NEW-VIEW it entered it on
     /// (journaled: reported in STATUS after a restart too).
     entered_on: Option<(View, Digest)>,
@@ -339,7 +342,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             claims,
             suspects: BTreeMap::new(),
             new_view: None,
-            new_view_sent_ms: BTreeMap::new(),
+            new_view_sent: status::ResendGate::default(),
+            view_change_sent: status::ResendGate::default(),
             entered_on: None,
             pending_nv: None,
             pending_nv_since_ms: 0,

@@ -4,11 +4,43 @@
 
 use super::*;
 
-/// A primary sends its NEW-VIEW to a replica still entering the view at most once per this
-/// many status intervals (400 ms by default), or half the view-change timeout if that is
-/// shorter: long enough for a copy of many megabytes to arrive and be checked by a loaded
-/// replica, well inside the view-change timeout.
-pub(super) const NEW_VIEW_RESEND_STATUSES: u64 = 4;
+/// A replica sends a peer still behind its view (or entering it) the view's NEW-VIEW, and its
+/// own VIEW-CHANGE, at most once per this many status intervals (400 ms by default), or half
+/// the view-change timeout if that is shorter: long enough for a copy of many megabytes to
+/// arrive and be checked by a loaded replica, well inside the view-change timeout.
+pub(super) const VIEW_RESEND_STATUSES: u64 = 4;
+
+/// When this replica last sent each peer a copy of one kind of view-change message, and for
+/// which view, so that a peer's status messages (a backlog of them after a stop, or one per
+/// interval while a large copy travels) are not each answered with a copy. At most one entry
+/// per replica.
+#[derive(Clone, Debug, Default)]
+pub(super) struct ResendGate(BTreeMap<ReplicaId, (View, u64)>);
+
+impl ResendGate {
+    /// Whether a copy for `view` may go to `to` at `now` (ms), at least `gap` ms after the
+    /// last copy for the same view; records it as sent if so.
+    pub(super) fn pass(&mut self, to: ReplicaId, view: View, now: u64, gap: u64) -> bool {
+        let due = match self.0.get(&to) {
+            Some(&(v, at)) if v == view => now >= at.saturating_add(gap),
+            _ => true,
+        };
+        if due {
+            self.0.insert(to, (view, now));
+        }
+        due
+    }
+
+    /// Records copies for `view` sent to every replica of `to` at `now` (a broadcast).
+    pub(super) fn sent_to_all(
+        &mut self,
+        to: impl Iterator<Item = ReplicaId>,
+        view: View,
+        now: u64,
+    ) {
+        self.0 = to.map(|r| (r, (view, now))).collect();
+    }
+}
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn missing_batches(&self) -> Vec<Digest> {
@@ -103,33 +135,33 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Helps a replica that is behind in views or stuck in a view change: the NEW-VIEW of this
     /// view (from its primary), our VIEW-CHANGE, and, to a new primary, our acks again.
     ///
-    /// The NEW-VIEW goes to one replica at most once per [`NEW_VIEW_RESEND_STATUSES`] status
-    /// intervals (at most half the view-change timeout). It carries the bodies of the batches
-    /// it chose (up to half the largest message), and a replica still entering the view keeps
-    /// sending status messages while the first copy travels and is checked: answering each of
-    /// them again filled the links with copies that every receiver decoded and rejected,
-    /// which under load delayed the backups' entry into the view past their view-change
-    /// timers.
+    /// Each goes to one replica at most once per [`VIEW_RESEND_STATUSES`] status intervals
+    /// (at most half the view-change timeout) for the same view. The NEW-VIEW carries the
+    /// bodies of the batches it chose (up to half the largest message), and a replica still
+    /// entering the view keeps sending status messages while the first copy travels and is
+    /// checked: answering each of them again filled the links with copies that every receiver
+    /// decoded and rejected, which under load delayed the backups' entry into the view past
+    /// their view-change timers. A replica resuming after a stop finds a backlog of its peers'
+    /// status messages and would answer each with its VIEW-CHANGE. A replica that asks for a
+    /// view change it lacks (`missing_vcs`) gets it at every status (`send_view_changes`).
     fn help_into_view(&mut self, from: ReplicaId, st: &Status) {
-        if self.normal && self.is_primary() {
-            let now = self.now();
-            // Within half the view-change timeout whatever the settings, so that a lost copy is
-            // sent again before the replica waiting for it gives up on the view.
-            let gap = (self.cfg.status_interval_ms * NEW_VIEW_RESEND_STATUSES)
-                .min(self.cfg.view_change_timeout_ms / 2);
-            let due = self
-                .new_view_sent_ms
-                .get(&from)
-                .is_none_or(|&at| now >= at.saturating_add(gap));
-            let nv = if due { self.new_view.clone() } else { None };
-            if let Some(mut nv) = nv {
-                self.new_view_sent_ms.insert(from, now);
+        let now = self.now();
+        // Within half the view-change timeout whatever the settings, so that a lost copy is
+        // sent again before the replica waiting for it gives up on the view.
+        let gap = (self.cfg.status_interval_ms * VIEW_RESEND_STATUSES)
+            .min(self.cfg.view_change_timeout_ms / 2);
+        if self.normal
+            && self.is_primary()
+            && self.new_view.is_some()
+            && self.new_view_sent.pass(from, self.view, now, gap)
+        {
+            if let Some(mut nv) = self.new_view.clone() {
                 nv.batches = self.bodies_within_budget(&nv.chosen, self.cfg.message_bytes_max / 2);
                 self.send_replica(from, &Message::NewView(nv));
             }
         }
         if let Some((vc, _)) = self.my_vc.clone() {
-            if vc.view == self.view {
+            if vc.view == self.view && self.view_change_sent.pass(from, vc.view, now, gap) {
                 self.send_replica(from, &Message::ViewChange(vc));
             }
         }

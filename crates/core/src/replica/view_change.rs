@@ -291,10 +291,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 };
                 self.broadcast(&Message::NewView(nv.clone()));
                 let now = self.now();
-                self.new_view_sent_ms = (0..self.cfg.n())
-                    .filter(|r| *r != self.id)
-                    .map(|r| (r, now))
-                    .collect();
+                let others = (0..self.cfg.n()).filter(|r| *r != self.id);
+                self.new_view_sent.sent_to_all(others, self.view, now);
                 self.install_new_view(nv);
             }
             Err(Pending::NeedBatches(ds)) => self.decision_missing = ds,
