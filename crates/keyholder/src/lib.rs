@@ -178,6 +178,31 @@ mod tests {
     }
 
     #[test]
+    fn the_socket_appears_listening_and_private_replacing_stale_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r2.holder");
+        let me = Principal::Replica(2);
+        write_holder_file(&path, "cid", me, &[3; 32], None).unwrap();
+        let h = FileHolder::open(
+            read_holder_file(&path, me).unwrap(),
+            Arc::new(Directory::default()),
+        )
+        .unwrap();
+        // Left behind by a key holder that was killed: the socket and its staging name.
+        let sock = dir.path().join("kh.sock");
+        std::fs::write(&sock, b"stale").unwrap();
+        std::fs::write(dir.path().join("kh.sock~"), b"stale").unwrap();
+        serve(&sock, h).unwrap();
+        let meta = std::fs::symlink_metadata(&sock).unwrap();
+        use std::os::unix::fs::FileTypeExt;
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert!(!dir.path().join("kh.sock~").exists());
+        // Connectable the moment its path exists (the launcher waits for the path only).
+        assert!(SocketHolder::connect(&sock, me).is_ok());
+    }
+
+    #[test]
     fn an_executors_secret_in_the_file_opens_client_sessions_over_the_socket() {
         use redoubt_crypto::body::{establish, ExecutorSecret};
         let dir = tempfile::tempdir().unwrap();

@@ -89,12 +89,20 @@ fn read_frame(s: &mut UnixStream) -> std::io::Result<Vec<u8>> {
 
 /// Serves `holder` on a Unix socket at `path` (replacing a stale socket; mode 0600) until the
 /// process ends. One connection at a time is enough: the replica holds one.
+///
+/// The socket is bound and restricted under a temporary name and renamed to `path` once it
+/// listens, so whoever waits for `path` to appear (the cluster launcher, an operator's script)
+/// never connects between bind and listen (refused) or before the mode is set.
 pub fn serve(path: &Path, holder: FileHolder) -> std::io::Result<std::thread::JoinHandle<()>> {
-    if path.exists() {
-        std::fs::remove_file(path)?;
+    let mut staging = path.as_os_str().to_owned();
+    staging.push("~");
+    let staging = PathBuf::from(staging);
+    if staging.exists() {
+        std::fs::remove_file(&staging)?;
     }
-    let listener = UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    let listener = UnixListener::bind(&staging)?;
+    std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o600))?;
+    std::fs::rename(&staging, path)?;
     let holder = std::sync::Arc::new(std::sync::Mutex::new(holder));
     let handle = std::thread::Builder::new()
         .name("keyholder".into())
