@@ -200,6 +200,18 @@ mod tests {
         assert!(!dir.path().join("kh.sock~").exists());
         // Connectable the moment its path exists (the launcher waits for the path only).
         assert!(SocketHolder::connect(&sock, me).is_ok());
+        // A path too long for the staging name is refused naming the name that did not bind.
+        let base = dir.path().as_os_str().len() + 1;
+        let long = dir
+            .path()
+            .join("k".repeat(107usize.saturating_sub(base).max(1)));
+        let h = FileHolder::open(
+            read_holder_file(&path, me).unwrap(),
+            Arc::new(Directory::default()),
+        )
+        .unwrap();
+        let err = serve(&long, h).unwrap_err().to_string();
+        assert!(err.contains(&format!("{}~", long.display())), "{err}");
     }
 
     #[test]

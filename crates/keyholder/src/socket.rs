@@ -100,7 +100,18 @@ pub fn serve(path: &Path, holder: FileHolder) -> std::io::Result<std::thread::Jo
     if staging.exists() {
         std::fs::remove_file(&staging)?;
     }
-    let listener = UnixListener::bind(&staging)?;
+    // The staging name is one byte longer than `path`: say which name did not bind (a Unix
+    // socket path has at most 107 bytes).
+    let listener = UnixListener::bind(&staging).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "cannot bind {} ({} bytes): {e}",
+                staging.display(),
+                staging.as_os_str().len()
+            ),
+        )
+    })?;
     std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o600))?;
     std::fs::rename(&staging, path)?;
     let holder = std::sync::Arc::new(std::sync::Mutex::new(holder));
