@@ -188,16 +188,16 @@ mod tests {
             Arc::new(Directory::default()),
         )
         .unwrap();
-        // Left behind by a key holder that was killed: the socket and its staging name.
+        // Left behind: a stale socket path, and a dangling link at its staging name.
         let sock = dir.path().join("kh.sock");
         std::fs::write(&sock, b"stale").unwrap();
-        std::fs::write(dir.path().join("kh.sock~"), b"stale").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("gone"), dir.path().join("kh.sock~")).unwrap();
         serve(&sock, h).unwrap();
         let meta = std::fs::symlink_metadata(&sock).unwrap();
         use std::os::unix::fs::FileTypeExt;
         assert!(meta.file_type().is_socket());
         assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-        assert!(!dir.path().join("kh.sock~").exists());
+        assert!(std::fs::symlink_metadata(dir.path().join("kh.sock~")).is_err());
         // Connectable the moment its path exists (the launcher waits for the path only).
         assert!(SocketHolder::connect(&sock, me).is_ok());
         // A path too long for the staging name is refused naming the name that did not bind.

@@ -97,8 +97,10 @@ pub fn serve(path: &Path, holder: FileHolder) -> std::io::Result<std::thread::Jo
     let mut staging = path.as_os_str().to_owned();
     staging.push("~");
     let staging = PathBuf::from(staging);
-    if staging.exists() {
-        std::fs::remove_file(&staging)?;
+    // Left by a key holder that was killed (also a dangling link, which `exists` would miss).
+    match std::fs::remove_file(&staging) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
     }
     // The staging name is one byte longer than `path`: say which name did not bind (a Unix
     // socket path has at most 107 bytes).
