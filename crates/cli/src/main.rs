@@ -184,18 +184,28 @@ mod tests {
     }
 }
 
-/// The replica's runtime: one thread (`current_thread`) when `threads` is 1, else a
-/// multi-thread runtime with `threads` workers (0 = one per core).
+/// A node's runtime: one thread (`current_thread`) when `threads` is 1, else a
+/// multi-thread runtime with `threads` workers named `redoubt-net` (0 = one per core). A node
+/// runs its protocol loop in `block_on`, on the main thread: with workers, its connections
+/// and links (reading, decoding and hashing frames, writing) run on them.
 pub fn runtime_with(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
     use anyhow::Context as _;
-    match threads {
-        1 => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("cannot start the async runtime"),
-        0 => runtime(std::thread::available_parallelism().map_or(2, |n| n.get())),
-        n => runtime(n),
-    }
+    let workers = match threads {
+        1 => {
+            return tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")
+        }
+        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+        n => n,
+    };
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name("redoubt-net")
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
 }
 
 /// A multi-thread tokio runtime for the commands that talk to the network.

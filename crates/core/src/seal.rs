@@ -102,32 +102,42 @@ pub fn open<A: Auth + ?Sized>(auth: &A, frame: &FrameRef<'_>) -> Result<Message,
         return Err(Reject::UnknownSender);
     }
     let msg = crate::message::decode_body(frame.body)?;
-    if msg.required_tag() != frame.tag.kind() {
+    check_tag(auth, frame.from, frame.epoch, &frame.tag, &msg, || {
+        Frame::auth_digest(frame.from, frame.epoch, frame.body)
+    })?;
+    Ok(msg)
+}
+
+/// Checks that a frame from `from` (key epoch `epoch`) carrying `msg` has the tag `msg`'s kind
+/// requires and that the tag's MAC for `auth.me()` verifies over `digest()` (the frame's
+/// [`Frame::auth_digest`], computed only if a MAC is to be checked).
+pub(crate) fn check_tag<A: Auth + ?Sized>(
+    auth: &A,
+    from: Principal,
+    epoch: u32,
+    tag: &Tag,
+    msg: &Message,
+    digest: impl FnOnce() -> Digest,
+) -> Result<(), Reject> {
+    if msg.required_tag() != tag.kind() {
         return Err(Reject::WrongTag);
     }
-    let me = auth.me();
-    let ok = match &frame.tag {
+    let ok = match tag {
         Tag::None => true,
-        Tag::Mac(mac) => {
-            let d = Frame::auth_digest(frame.from, frame.epoch, frame.body);
-            auth.verify_from(frame.from, frame.epoch, &d, mac)
-        }
+        Tag::Mac(mac) => auth.verify_from(from, epoch, &digest(), mac),
         Tag::Authenticator(macs) => {
             // Replicas' authenticators are indexed by replica, executors' by executor.
-            let (Principal::Replica(i) | Principal::Executor(i)) = me else {
+            let (Principal::Replica(i) | Principal::Executor(i)) = auth.me() else {
                 return Err(Reject::WrongTag);
             };
             match macs.get(i as usize) {
-                Some(mac) => {
-                    let d = Frame::auth_digest(frame.from, frame.epoch, frame.body);
-                    auth.verify_from(frame.from, frame.epoch, &d, mac)
-                }
+                Some(mac) => auth.verify_from(from, epoch, &digest(), mac),
                 None => false,
             }
         }
     };
     if ok {
-        Ok(msg)
+        Ok(())
     } else {
         Err(Reject::BadMac)
     }
@@ -158,12 +168,13 @@ pub fn verify_request<A: Auth + ?Sized>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::auth::StaticKeys;
     use crate::message::{decode_frame, encode_body, Prepare};
 
-    fn cluster() -> Vec<StaticKeys> {
+    /// Keys of four replicas and client 7.
+    pub(crate) fn cluster() -> Vec<StaticKeys> {
         let all: Vec<Principal> = (0..4)
             .map(Principal::Replica)
             .chain([Principal::Client(7)])

@@ -11,14 +11,15 @@ use crate::status::{RecoveryBreakdown, StatusReport};
 use crate::storage::{Journal, StorageError};
 use crate::tamper::Hooks;
 use redoubt_config::{load_keys, ClusterConfig, ConfigError};
-use redoubt_core::message::{decode_body, decode_frame, frame_sender, Message, Reject};
+use redoubt_core::message::Reject;
 use redoubt_core::open_state;
 use redoubt_core::seal::verify_request;
 use redoubt_core::state::FileStore;
 use redoubt_core::{
-    Bytes, ClientId, Effect, Env, Event, Input, Keys, Principal, Replica, ReplicaId, Service,
+    preopen, Bytes, ClientId, Effect, Env, Event, Input, Keys, Preopened, Principal, Replica,
+    ReplicaId, Service,
 };
-use redoubt_transport::{ConnId, Link, LinkConfig, Listener, ListenerConfig};
+use redoubt_transport::{ConnId, ConnInbound, Inbound, Link, LinkConfig, Listener, ListenerConfig};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -62,21 +63,58 @@ pub enum NodeError {
 
 /// A node's endpoints: the protocol listener with its inbound frames, and the HTTP endpoint
 /// of its metrics and status (stopped when dropped).
-pub(crate) struct Endpoints {
+pub(crate) struct Endpoints<M> {
     pub listener: Listener,
-    pub inbound: mpsc::Receiver<(ConnId, Vec<u8>)>,
+    pub inbound: mpsc::Receiver<(ConnId, M)>,
     pub status: Arc<Mutex<StatusReport>>,
     pub http: AbortOnDrop,
 }
 
+/// Frames a node receives, each turned into an `M` by `open` on the task (and thread) that
+/// read it, then queued for the node's protocol task: the listener's (with the connection)
+/// or the links'.
+pub(crate) struct Opening<T, M> {
+    tx: mpsc::Sender<T>,
+    open: fn(Vec<u8>) -> M,
+}
+
+impl<T, M> Clone for Opening<T, M> {
+    fn clone(&self) -> Self {
+        Opening {
+            tx: self.tx.clone(),
+            open: self.open,
+        }
+    }
+}
+
+impl<T, M> Opening<T, M> {
+    pub(crate) fn new(tx: mpsc::Sender<T>, open: fn(Vec<u8>) -> M) -> Self {
+        Opening { tx, open }
+    }
+}
+
+impl<M: Send + 'static> ConnInbound for Opening<(ConnId, M), M> {
+    fn deliver(&self, conn: ConnId, frame: Vec<u8>) -> bool {
+        self.tx.try_send((conn, (self.open)(frame))).is_ok()
+    }
+}
+
+impl<M: Send + 'static> Inbound for Opening<M, M> {
+    fn deliver(&self, frame: Vec<u8>) -> bool {
+        self.tx.try_send((self.open)(frame)).is_ok()
+    }
+}
+
 /// Binds node `entry_role`'s protocol listener (`addr`) and metrics endpoint
-/// (`metrics_addr`).
-pub(crate) async fn bind_endpoints(
+/// (`metrics_addr`); each frame the listener reads is turned into an `M` by `open` on the
+/// connection's task.
+pub(crate) async fn bind_endpoints<M: Send + 'static>(
     cfg: &ClusterConfig,
     (addr, metrics_addr): (SocketAddr, SocketAddr),
     entry_role: Principal,
     metrics: Arc<Metrics>,
-) -> Result<Endpoints, NodeError> {
+    open: fn(Vec<u8>) -> M,
+) -> Result<Endpoints<M>, NodeError> {
     let id = match entry_role {
         Principal::Replica(i) | Principal::Executor(i) | Principal::Filter(i) => i,
         Principal::Client(_) => 0,
@@ -95,8 +133,8 @@ pub(crate) async fn bind_endpoints(
         config: cfg.path.display().to_string(),
         source,
     };
-    let (in_tx, inbound) = mpsc::channel::<(ConnId, Vec<u8>)>(INBOUND_FRAMES_MAX);
-    let listener = Listener::bind(addr, listener_config(cfg), in_tx)
+    let (in_tx, inbound) = mpsc::channel::<(ConnId, M)>(INBOUND_FRAMES_MAX);
+    let listener = Listener::bind(addr, listener_config(cfg), Opening::new(in_tx, open))
         .await
         .map_err(|e| bind_err("protocol traffic", "addr", addr, e))?;
     let status = Arc::new(Mutex::new(StatusReport::default()));
@@ -220,9 +258,14 @@ impl<S: Service> Node<S> {
 
     /// Feeds one input to the core and files its effects.
     fn input(&mut self, input: Input<'_>, conn: Option<ConnId>) {
-        if let Input::Receive(bytes) = input {
-            self.bytes_received += bytes.len() as u64;
-            self.metrics.bytes_received.inc_by(bytes.len() as u64);
+        let received = match &input {
+            Input::Receive(bytes) => Some(bytes.len()),
+            Input::Preopened(p) => Some(p.bytes().len()),
+            _ => None,
+        };
+        if let Some(len) = received {
+            self.bytes_received += len as u64;
+            self.metrics.bytes_received.inc_by(len as u64);
         }
         let env = self.env();
         let mut effects = std::mem::take(&mut self.effects);
@@ -495,20 +538,20 @@ impl<S: Service> Node<S> {
     /// one send per peer serve them all.
     fn drain_inputs(
         &mut self,
-        clients: &mut mpsc::Receiver<(ConnId, Vec<u8>)>,
-        peers: &mut mpsc::Receiver<Vec<u8>>,
+        clients: &mut mpsc::Receiver<(ConnId, Preopened)>,
+        peers: &mut mpsc::Receiver<Preopened>,
     ) {
         let mut handled = 0;
         while handled < BATCH_INPUTS_MAX {
             let mut any = false;
-            if let Ok(bytes) = peers.try_recv() {
-                self.input(Input::Receive(&bytes), None);
+            if let Ok(frame) = peers.try_recv() {
+                self.input(Input::Preopened(frame), None);
                 handled += 1;
                 any = true;
             }
-            if let Ok((conn, bytes)) = clients.try_recv() {
-                self.note_sender(conn, &bytes);
-                self.input(Input::Receive(&bytes), Some(conn));
+            if let Ok((conn, frame)) = clients.try_recv() {
+                self.note_sender(conn, &frame);
+                self.input(Input::Preopened(frame), Some(conn));
                 handled += 1;
                 any = true;
             }
@@ -518,29 +561,23 @@ impl<S: Service> Node<S> {
         }
     }
 
-    fn note_sender(&mut self, conn: ConnId, bytes: &[u8]) {
+    fn note_sender(&mut self, conn: ConnId, frame: &Preopened) {
         // Replies go back on the connection a client last sent an authentic request on. The
         // route moves only for a request whose authenticator entry for this replica verifies,
         // so nobody can divert another client's replies. Bounded by the configured clients.
-        // The usual case, a client on the connection it already uses, costs a header read.
-        let Some(Principal::Client(c)) = frame_sender(bytes) else {
+        // The usual case, a client on the connection it already uses, costs a lookup.
+        let Some(Principal::Client(c)) = frame.sender() else {
             return;
         };
         if !self.known_clients.contains(&c) || self.client_conns.get(&c) == Some(&conn) {
             return;
         }
-        let Ok(f) = decode_frame(bytes, usize::MAX) else {
+        let Some((sr, digest)) = frame.request() else {
             return;
         };
-        if f.from != Principal::Client(c) {
-            return;
-        }
-        if let Ok(Message::Request(sr)) = decode_body(&f.body) {
-            if sr.request.client == c
-                && verify_request(self.replica.auth(), f.from, &sr.request.digest(), &sr.auth)
-            {
-                self.client_conns.insert(c, conn);
-            }
+        let from = Principal::Client(c);
+        if sr.request.client == c && verify_request(self.replica.auth(), from, &digest, &sr.auth) {
+            self.client_conns.insert(c, conn);
         }
     }
 
@@ -816,9 +853,13 @@ pub async fn run_replica_with<S: Service + Send + 'static>(
         (entry.addr, entry.metrics_addr),
         Principal::Replica(id),
         metrics.clone(),
+        preopen,
     )
     .await?;
-    let (link_tx, mut link_rx) = mpsc::channel::<Vec<u8>>(INBOUND_FRAMES_MAX);
+    // Frames are decoded and hashed on the tasks that read them (`preopen`), off the
+    // protocol task's thread when the runtime has more than one.
+    let (link_tx, mut link_rx) = mpsc::channel::<Preopened>(INBOUND_FRAMES_MAX);
+    let link_tx = Opening::new(link_tx, preopen);
     let link_cfg = link_config(&cfg);
     let links = cfg
         .replicas
@@ -916,8 +957,8 @@ pub async fn run_replica_with<S: Service + Send + 'static>(
         Stop,
         CheckState,
         Tick,
-        Listener(ConnId, Vec<u8>),
-        Link(Vec<u8>),
+        Listener(ConnId, Preopened),
+        Link(Preopened),
     }
     // A primary asked to stop hands over first (a recovery must not cost a view-change
     // timeout): it sends VIEW-CHANGE and keeps running until the next view is installed or a
@@ -935,8 +976,8 @@ pub async fn run_replica_with<S: Service + Send + 'static>(
             _ = sigint.recv() => Wake::Stop,
             _ = sigusr1.recv() => Wake::CheckState,
             _ = tick.tick() => Wake::Tick,
-            Some((conn, bytes)) = in_rx.recv() => Wake::Listener(conn, bytes),
-            Some(bytes) = link_rx.recv() => Wake::Link(bytes),
+            Some((conn, frame)) = in_rx.recv() => Wake::Listener(conn, frame),
+            Some(frame) = link_rx.recv() => Wake::Link(frame),
         };
         let t = Instant::now();
         match wake {
@@ -965,13 +1006,13 @@ pub async fn run_replica_with<S: Service + Send + 'static>(
                 node.input(Input::Tick, None);
             }
             Wake::Tick => node.input(Input::Tick, None),
-            Wake::Listener(conn, bytes) => {
-                node.note_sender(conn, &bytes);
-                node.input(Input::Receive(&bytes), Some(conn));
+            Wake::Listener(conn, frame) => {
+                node.note_sender(conn, &frame);
+                node.input(Input::Preopened(frame), Some(conn));
                 node.drain_inputs(&mut in_rx, &mut link_rx);
             }
-            Wake::Link(bytes) => {
-                node.input(Input::Receive(&bytes), None);
+            Wake::Link(frame) => {
+                node.input(Input::Preopened(frame), None);
                 node.drain_inputs(&mut in_rx, &mut link_rx);
             }
         }

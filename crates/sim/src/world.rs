@@ -265,6 +265,10 @@ pub struct World {
     trace: Vec<String>,
     stats: RunStats,
     processed: u64,
+    /// Frames delivered to replicas so far: every other one goes through `preopen` (the
+    /// node's path), the rest as received bytes, so sweeps exercise both (without drawing on
+    /// the random generator, which would change every seed's run).
+    replica_deliveries: u64,
     violations: Vec<String>,
     /// Replicas whose state was corrupted (they must repair themselves).
     corrupted: Vec<ReplicaId>,
@@ -832,7 +836,13 @@ impl World {
                 }
                 let env = self.replica_env(r);
                 let keys_before = self.replicas[r as usize].stats.new_keys_accepted;
-                let eff = self.replicas[r as usize].handle(env, Input::Receive(&bytes));
+                self.replica_deliveries += 1;
+                let eff = if self.replica_deliveries.is_multiple_of(2) {
+                    let p = redoubt_core::preopen(bytes.clone());
+                    self.replicas[r as usize].handle(env, Input::Preopened(p))
+                } else {
+                    self.replicas[r as usize].handle(env, Input::Receive(&bytes))
+                };
                 if self.replicas[r as usize].stats.new_keys_accepted > keys_before {
                     self.new_key_accepted(r, &bytes);
                 }

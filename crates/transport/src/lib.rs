@@ -28,7 +28,7 @@ mod listener;
 
 pub use frame::{read_buffered_frame, read_frame, write_frame, FrameError, LEN_PREFIX_BYTES};
 pub use link::{Inbound, Link, LinkConfig, LinkStats};
-pub use listener::{ConnId, ConnSender, Listener, ListenerConfig, ListenerStats};
+pub use listener::{ConnId, ConnInbound, ConnSender, Listener, ListenerConfig, ListenerStats};
 
 use std::time::Duration;
 

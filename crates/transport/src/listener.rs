@@ -99,8 +99,22 @@ impl Shared {
     }
 }
 
-/// A TCP accept loop. Each accepted connection gets a reader task that pushes
-/// `(ConnId, frame)` into the `inbound` channel given to [`Listener::bind`] (dropping and
+/// Where a listener's connections deliver the frames they read: a channel of
+/// `(ConnId, frame)`, or anything that can take a frame without waiting (a host that decodes
+/// it on the reading task's thread first, then queues it).
+pub trait ConnInbound: Clone + Send + Sync + 'static {
+    /// Takes one frame read on connection `conn`; `false` if it had to drop it (a full queue).
+    fn deliver(&self, conn: ConnId, frame: Vec<u8>) -> bool;
+}
+
+impl ConnInbound for mpsc::Sender<(ConnId, Vec<u8>)> {
+    fn deliver(&self, conn: ConnId, frame: Vec<u8>) -> bool {
+        self.try_send((conn, frame)).is_ok()
+    }
+}
+
+/// A TCP accept loop. Each accepted connection gets a reader task that delivers
+/// `(ConnId, frame)` to the `inbound` given to [`Listener::bind`] (dropping and
 /// counting when it is full) and a writer task draining a bounded per-connection queue that
 /// [`Listener::send`] fills. Cloning is cheap; the listener and all its connections stop on
 /// [`Listener::close`] or when the last clone is dropped.
@@ -137,7 +151,7 @@ impl Listener {
     pub async fn bind(
         addr: SocketAddr,
         cfg: ListenerConfig,
-        inbound: mpsc::Sender<(ConnId, Vec<u8>)>,
+        inbound: impl ConnInbound,
     ) -> std::io::Result<Listener> {
         let tcp = TcpListener::bind(addr).await?;
         let local_addr = tcp.local_addr()?;
@@ -279,10 +293,10 @@ fn enqueue(shared: &Shared, queue: &mpsc::Sender<Bytes>, frame: Bytes) -> Result
     }
 }
 
-async fn accept_loop(
+async fn accept_loop<I: ConnInbound>(
     tcp: TcpListener,
     shared: Arc<Shared>,
-    inbound: mpsc::Sender<(ConnId, Vec<u8>)>,
+    inbound: I,
     mut closed: watch::Receiver<bool>,
 ) {
     let mut next_id = 0u64;
@@ -341,14 +355,14 @@ async fn accept_loop(
 }
 
 /// Serves one connection until it breaks or the listener drops its entry.
-async fn serve(
+async fn serve<I: ConnInbound>(
     id: ConnId,
     peer: SocketAddr,
     stream: TcpStream,
     mut queue: mpsc::Receiver<Bytes>,
     close: oneshot::Receiver<()>,
     shared: Arc<Shared>,
-    inbound: mpsc::Sender<(ConnId, Vec<u8>)>,
+    inbound: I,
 ) {
     let _ = stream.set_nodelay(true);
     let (rd, wr) = stream.into_split();
@@ -358,14 +372,13 @@ async fn serve(
     let reader = async {
         loop {
             match read_buffered_frame(&mut rd, max).await {
-                Ok(frame) => match inbound.try_send((id, frame)) {
-                    Ok(()) => {
+                Ok(frame) => {
+                    if inbound.deliver(id, frame) {
                         counters.frames_received.fetch_add(1, Relaxed);
-                    }
-                    Err(_) => {
+                    } else {
                         counters.frames_dropped_inbound.fetch_add(1, Relaxed);
                     }
-                },
+                }
                 Err(e @ FrameError::TooLarge { .. }) => {
                     counters.rejected_too_large.fetch_add(1, Relaxed);
                     warn!(%peer, conn = %id, reason = %e, "closing connection");

@@ -23,6 +23,10 @@ pub(super) struct Sample {
     pub server_cpu_us: f64,
     /// The busiest server process's CPU per operation (µs).
     pub busiest_cpu_us: f64,
+    /// The most any server process's main thread used per operation (µs): a replica runs
+    /// its protocol loop there, and with `[node] worker_threads` above 1 its connections,
+    /// frame decoding and hashing on other threads; with one thread, the whole process.
+    pub busiest_main_cpu_us: f64,
     pub client_cpu_us: f64,
     /// Requests per batch the replicas ordered meanwhile (NaN: not measured).
     pub requests_per_batch: f64,
@@ -32,12 +36,12 @@ pub(super) struct Sample {
 
 impl Sample {
     /// The columns of [`Sample::csv`].
-    pub const CSV_HEADER: &'static str = "clients,ops_per_s,p50_ms,p99_ms,server_cpu_us_per_op,busiest_server_cpu_us_per_op,client_cpu_us_per_op,requests_per_batch,retransmissions_per_op";
+    pub const CSV_HEADER: &'static str = "clients,ops_per_s,p50_ms,p99_ms,server_cpu_us_per_op,busiest_server_cpu_us_per_op,client_cpu_us_per_op,requests_per_batch,retransmissions_per_op,busiest_main_thread_cpu_us_per_op";
 
     /// This sample as CSV fields (NaN where not measured).
     pub fn csv(&self) -> String {
         format!(
-            "{},{:.1},{:.4},{:.4},{:.2},{:.2},{:.2},{:.2},{:.4}",
+            "{},{:.1},{:.4},{:.4},{:.2},{:.2},{:.2},{:.2},{:.4},{:.2}",
             self.clients,
             self.ops_per_s,
             self.p50_ms,
@@ -46,7 +50,8 @@ impl Sample {
             self.busiest_cpu_us,
             self.client_cpu_us,
             self.requests_per_batch,
-            self.retransmissions_per_op
+            self.retransmissions_per_op,
+            self.busiest_main_cpu_us
         )
     }
 }
@@ -155,6 +160,7 @@ pub(super) async fn latency(c: &Client, load: &Load<'_>, ops: u32) -> anyhow::Re
         p99_ms: percentile(&lat, 0.99),
         server_cpu_us: 0.0,
         busiest_cpu_us: 0.0,
+        busiest_main_cpu_us: 0.0,
         client_cpu_us: 0.0,
         requests_per_batch: f64::NAN,
         retransmissions_per_op: f64::NAN,
@@ -227,14 +233,21 @@ where
             .map(|p| cpu_seconds(Some(*p)).unwrap_or(0.0))
             .collect()
     };
-    let (server0, client0) = (each(), cpu_seconds(None).unwrap_or(0.0));
+    let mains = || -> Vec<f64> {
+        server_pids
+            .iter()
+            .map(|p| main_thread_cpu_seconds(*p).unwrap_or(0.0))
+            .collect()
+    };
+    let (server0, main0, client0) = (each(), mains(), cpu_seconds(None).unwrap_or(0.0));
     let mut all = Vec::new();
     while let Some(r) = tasks.join_next().await {
         all.extend(r??);
     }
     let took = started.elapsed().as_secs_f64();
-    let (server1, client1) = (each(), cpu_seconds(None).unwrap_or(0.0));
+    let (server1, main1, client1) = (each(), mains(), cpu_seconds(None).unwrap_or(0.0));
     let used: Vec<f64> = server1.iter().zip(&server0).map(|(b, a)| b - a).collect();
+    let main_used = main1.iter().zip(&main0).map(|(b, a)| b - a);
     let requests_per_batch = match (batches0, batch_counters(replica_metrics).await) {
         (Some((r0, b0)), Some((r1, b1))) if b1 > b0 => (r1 - r0) / (b1 - b0),
         _ => f64::NAN,
@@ -250,6 +263,7 @@ where
         p99_ms: percentile(&all, 0.99),
         server_cpu_us: per_op(used.iter().sum()),
         busiest_cpu_us: per_op(used.iter().copied().fold(0.0, f64::max)),
+        busiest_main_cpu_us: per_op(main_used.fold(0.0, f64::max)),
         client_cpu_us: per_op(client1 - client0),
         requests_per_batch,
         retransmissions_per_op,
@@ -281,10 +295,19 @@ async fn batch_counters(addr: Option<SocketAddr>) -> Option<(f64, f64)> {
 /// CPU time (user + system) a process used so far, in seconds, from `/proc/PID/stat`
 /// (`None` where there is no such file).
 pub(super) fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
-    let path = match pid {
+    stat_cpu_seconds(&match pid {
         Some(p) => format!("/proc/{p}/stat"),
         None => "/proc/self/stat".to_string(),
-    };
+    })
+}
+
+/// CPU time (user + system) the main thread of process `pid` used so far, in seconds.
+pub(super) fn main_thread_cpu_seconds(pid: u32) -> Option<f64> {
+    stat_cpu_seconds(&format!("/proc/{pid}/task/{pid}/stat"))
+}
+
+/// The CPU time in a `/proc` `stat` file (a process's or a thread's).
+fn stat_cpu_seconds(path: &str) -> Option<f64> {
     let stat = std::fs::read_to_string(path).ok()?;
     // Fields after the command name (which may contain spaces) start at field 3.
     let rest = &stat[stat.rfind(')')? + 2..];

@@ -542,7 +542,7 @@ fn tables(report: &mut String, points: &[Point], ops: &[Op], clients: &[u32]) {
     }
     let _ = writeln!(
         report,
-        "\nCPU time per operation (µs) at each system's peak: the servers (redoubt: the four replicas together, on average, and the busiest one, usually the primary, with the cores it used) and the benchmark's clients, which share the same cores:\n\n| operation | baseline server | baseline clients | redoubt replicas | redoubt per replica | redoubt busiest replica | its cores | redoubt clients | total ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "\nCPU time per operation (µs) at each system's peak: the servers (redoubt: the four replicas together, on average, and the busiest one, usually the primary, with the cores it used; the busiest main thread, which runs a replica's protocol loop, and with `[node] worker_threads` above 1 only that) and the benchmark's clients, which share the same cores:\n\n| operation | baseline server | baseline clients | redoubt replicas | redoubt per replica | redoubt busiest replica | its cores | busiest main thread | redoubt clients | total ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for op in ops {
         if let (Some(b), Some(r)) = (
@@ -558,7 +558,7 @@ fn tables(report: &mut String, points: &[Point], ops: &[Op], clients: &[u32]) {
             };
             let _ = writeln!(
                 report,
-                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {ratio} |",
+                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {ratio} |",
                 op.label(),
                 b.s.server_cpu_us,
                 b.s.client_cpu_us,
@@ -566,6 +566,7 @@ fn tables(report: &mut String, points: &[Point], ops: &[Op], clients: &[u32]) {
                 r.s.server_cpu_us / 4.0,
                 r.s.busiest_cpu_us,
                 r.s.busiest_cpu_us * r.s.ops_per_s / 1e6,
+                r.s.busiest_main_cpu_us,
                 r.s.client_cpu_us,
             );
         }

@@ -256,6 +256,8 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         self.exec.state_mut().commits_written();
         match input {
             Input::Receive(bytes) => self.receive(bytes),
+            // Opened here as it arrived (execution nodes do not split the work).
+            Input::Preopened(p) => self.receive(p.bytes()),
             Input::Tick => self.tick(),
             // Execution nodes have no view to step down from, and do not recover
             // proactively (module documentation).

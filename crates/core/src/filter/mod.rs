@@ -189,8 +189,10 @@ impl Filter {
     /// Handles one input; returns what the host must do.
     pub fn handle(&mut self, env: Env, input: Input<'_>) -> Vec<Effect> {
         self.env = env;
-        if let Input::Receive(bytes) = input {
-            self.receive(bytes);
+        match input {
+            Input::Receive(bytes) => self.receive(bytes),
+            Input::Preopened(p) => self.receive(p.bytes()),
+            Input::Tick | Input::StepDown | Input::Recover => {}
         }
         std::mem::take(&mut self.effects)
     }

@@ -53,11 +53,15 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     /// A frame of a bottom-row filter: a certificate of the execution cluster.
-    pub(super) fn on_filter_frame(&mut self, x: FilterId, body: &[u8]) -> Result<(), Reject> {
+    pub(super) fn on_filter_frame(
+        &mut self,
+        x: FilterId,
+        msg: Result<Message, Reject>,
+    ) -> Result<(), Reject> {
         if !self.cfg.firewall() || !self.cfg.filter_row(0).any(|f| f == x) {
             return Err(Reject::UnknownSender);
         }
-        let msg = decode_body(body)?;
+        let msg = msg?;
         if msg.required_tag() != TagKind::None {
             return Err(Reject::WrongTag);
         }

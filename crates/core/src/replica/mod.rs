@@ -37,8 +37,9 @@ use crate::journal::Record;
 use crate::keys::KeyTable;
 use crate::keys::NewKey;
 use crate::message::*;
+use crate::preopen::{Head, Preopened};
 use crate::quorum;
-use crate::seal::{open, seal, verify_request};
+use crate::seal::{seal, verify_request};
 use crate::service::{ExecContext, Service};
 use crate::transfer::checkpoint_digest;
 use crate::types::{ClientId, Config, FilterId, Principal, ReplicaId, Seq, View};
@@ -66,10 +67,17 @@ mod view_change;
 pub use footprint::{Footprint, PrimeFootprint};
 
 /// Admin and transport inputs.
-#[derive(Clone, Copy, Debug)]
+// An input is made and moved once per frame; boxing the decoded one would cost an
+// allocation per frame to save copying a few hundred bytes.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
 pub enum Input<'a> {
     /// A frame arrived from the network.
     Receive(&'a [u8]),
+    /// A frame arrived from the network and was decoded and hashed by
+    /// [`preopen`](crate::preopen::preopen) on the host's thread: handled exactly as
+    /// `Receive` of the same bytes.
+    Preopened(Preopened),
     /// Time passed; fire due timers. Hosts call this every few milliseconds.
     Tick,
     /// The primary is about to stop (for recovery or shutdown): hand over to the next view.
@@ -534,7 +542,17 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // The host wrote the state commits of the previous call before making this one.
         self.exec.state_mut().commits_written();
         match input {
-            Input::Receive(bytes) => self.receive(bytes),
+            Input::Receive(bytes) => {
+                if self.fits(bytes) {
+                    self.receive(bytes, Head::of(bytes));
+                }
+            }
+            Input::Preopened(p) => {
+                let (bytes, head) = p.into_parts();
+                if self.fits(&bytes) {
+                    self.receive(&bytes, head);
+                }
+            }
             Input::Tick => self.tick(),
             Input::StepDown => {
                 if self.normal && self.is_primary() {
@@ -646,24 +664,36 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     // ----- receive --------------------------------------------------------------------------
 
-    fn receive(&mut self, bytes: &[u8]) {
-        let frame = match decode_frame_ref(bytes, self.cfg.message_bytes_max) {
-            Ok(f) => f,
+    /// Whether a received frame is within the configured bound (rejected if not, before
+    /// anything else is done with it).
+    fn fits(&mut self, bytes: &[u8]) -> bool {
+        let fits = bytes.len() <= self.cfg.message_bytes_max;
+        if !fits {
+            // The claimed sender is unknown: the frame is not decoded.
+            self.reject(Principal::Client(u64::MAX), "frame", Reject::Oversized);
+        }
+        fits
+    }
+
+    fn receive(&mut self, bytes: &[u8], head: Result<Head, Reject>) {
+        let mut head = match head {
+            Ok(h) => h,
             Err(r) => {
                 // The claimed sender is unknown when the frame does not decode.
                 self.reject(Principal::Client(u64::MAX), "frame", r);
                 return;
             }
         };
-        let from = frame.from;
+        let from = head.from;
         if let Principal::Filter(x) = from {
             // Filters hold no keys: what they pass down authenticates itself.
-            if let Err(r) = self.on_filter_frame(x, frame.body) {
+            let msg = std::mem::replace(&mut head.msg, Err(Reject::Malformed));
+            if let Err(r) = self.on_filter_frame(x, msg) {
                 self.reject(from, "filter", r);
             }
             return;
         }
-        let msg = match open(&self.auth, &frame) {
+        let msg = match head.open(&self.auth) {
             Ok(m) => m,
             Err(r) => {
                 match (r, from) {
@@ -682,12 +712,20 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
         };
         let kind = msg.kind();
-        if let Err(r) = self.dispatch(from, msg, bytes.len()) {
+        if let Err(r) = self.dispatch(from, msg, bytes.len(), head.request_digest) {
             self.reject(from, kind, r);
         }
     }
 
-    fn dispatch(&mut self, from: Principal, msg: Message, len: usize) -> Result<(), Reject> {
+    /// Acts on an authenticated message of `len` bytes; `request_digest` is the digest of the
+    /// request it carries, if any, when already computed.
+    fn dispatch(
+        &mut self,
+        from: Principal,
+        msg: Message,
+        len: usize,
+        request_digest: Option<Digest>,
+    ) -> Result<(), Reject> {
         let sender = match from {
             Principal::Replica(r) => Some(r),
             Principal::Executor(e) => {
@@ -701,7 +739,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             Principal::Client(_) | Principal::Filter(_) => None,
         };
         match (msg, sender) {
-            (Message::Request(r), _) => self.on_request(from, r),
+            (Message::Request(r), _) => self.on_request(from, r, request_digest),
             (Message::PrePrepare(m), Some(s)) => self.on_pre_prepare(s, m),
             (Message::Prepare(m), Some(s)) => self.on_prepare(s, m),
             (Message::Commit(m), Some(s)) => self.on_commit(s, m),

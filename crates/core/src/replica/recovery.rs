@@ -810,7 +810,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                         self.broadcast(&Message::Request(sr.clone()));
                         self.recovery = Some(rec);
                         let me = Principal::Replica(self.id);
-                        let _ = self.on_request(me, sr);
+                        let _ = self.on_request(me, sr, None);
                         rec = match self.recovery.take() {
                             Some(r) => r,
                             None => return,

@@ -6,7 +6,14 @@ use super::*;
 impl<S: Service, A: KeyTable> Replica<S, A> {
     // ----- requests ---------------------------------------------------------------------------
 
-    pub(super) fn on_request(&mut self, from: Principal, sr: SignedRequest) -> Result<(), Reject> {
+    /// A request from `from`; `digest`, if given, is its digest (computed by
+    /// [`preopen`](crate::preopen::preopen)).
+    pub(super) fn on_request(
+        &mut self,
+        from: Principal,
+        sr: SignedRequest,
+        digest: Option<Digest>,
+    ) -> Result<(), Reject> {
         let req = &sr.request;
         let client = self.requester(req.client);
         if let Principal::Client(c) = from {
@@ -20,7 +27,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if req.op.len() > self.cfg.op_bytes_max() {
             return Err(Reject::TooLarge);
         }
-        let digest = req.digest();
+        let digest = digest.unwrap_or_else(|| req.digest());
+        debug_assert_eq!(digest, req.digest());
         if self.cfg.prime() && !(req.read_only && self.cfg.read_only_fast_path) {
             return self.on_prime_request(from, sr, digest);
         }

@@ -152,6 +152,7 @@ impl World {
             trace: Vec::new(),
             stats: RunStats::default(),
             processed: 0,
+            replica_deliveries: 0,
             violations: Vec::new(),
             corrupted: Vec::new(),
             unscrubbed: BTreeSet::new(),
