@@ -346,7 +346,7 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
     if args.redoubt_only {
         for p in &points {
             println!(
-                "{} {} {} clients: {:.0} ops/s, p50 {:.3} ms, p99 {:.3} ms; CPU per op: replicas {:.1} µs, busiest {:.1} µs, clients {:.1} µs",
+                "{} {} {} clients: {:.0} ops/s, p50 {:.3} ms, p99 {:.3} ms; CPU per op: replicas {:.1} µs, busiest {:.1} µs (main thread {:.1} µs), clients {:.1} µs",
                 p.conn.name(),
                 p.op.label(),
                 p.s.clients,
@@ -355,6 +355,7 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
                 p.s.p99_ms,
                 p.s.server_cpu_us,
                 p.s.busiest_cpu_us,
+                p.s.busiest_main_cpu_us,
                 p.s.client_cpu_us
             );
         }
