@@ -37,7 +37,7 @@ pub use filter::{Filter, FilterStats, FirewallKeys};
 pub use journal::Record;
 pub use keys::{Admitted, Directory, KeyHolder, KeyTable, Keys, LocalHolder, NewKey, SessionKeys};
 pub use message::{Message, Reject};
-pub use preopen::{preopen, Preopened};
+pub use preopen::{preopen, preopen_from, Preopened};
 pub use redoubt_state as state;
 pub use replica::{Footprint, Input, PrimeFootprint, Replica, Stats, VC_VIEWS_AHEAD};
 pub use service::{ExecContext, Service};

@@ -13,8 +13,10 @@ use crate::auth::Auth;
 use crate::message::{decode_body, decode_frame_ref, Frame, Message, Reject, Tag};
 use crate::types::Principal;
 use redoubt_crypto::Digest;
+use std::ops::Range;
 
-/// A received frame, decoded and hashed ahead of the core. Made by [`preopen`].
+/// A received frame, decoded and hashed ahead of the core. Made by [`preopen`] or
+/// [`preopen_from`].
 #[derive(Debug)]
 pub struct Preopened {
     bytes: Vec<u8>,
@@ -32,12 +34,15 @@ impl Preopened {
         self.head.as_ref().ok().map(|h| h.from)
     }
 
-    /// The request the frame carries, if any, with its digest (unauthenticated: the core
-    /// checks the client's authenticator).
+    /// The request the frame carries, if it was decoded and is one, with its digest
+    /// (unauthenticated: the core checks the client's authenticator).
     pub fn request(&self) -> Option<(&crate::message::SignedRequest, Digest)> {
-        let h = self.head.as_ref().ok()?;
-        match (&h.msg, h.request_digest) {
-            (Ok(Message::Request(sr)), Some(d)) => Some((sr, d)),
+        match self.head.as_ref().ok()?.opened.as_ref()? {
+            Opened {
+                msg: Ok(Message::Request(sr)),
+                request_digest: Some(d),
+                ..
+            } => Some((sr, *d)),
             _ => None,
         }
     }
@@ -47,10 +52,17 @@ impl Preopened {
     }
 }
 
-/// Decodes `bytes` as a frame and computes the digests its checks need. Pure: no keys, no
-/// state, no clock; safe to run on any thread.
+/// Decodes `bytes` as a frame and its message and computes the digests its checks need.
+/// Pure: no keys, no state, no clock; safe to run on any thread.
 pub fn preopen(bytes: Vec<u8>) -> Preopened {
-    let head = Head::of(&bytes);
+    preopen_from(bytes, |_| true)
+}
+
+/// Like [`preopen`], but leaves the message of a frame whose claimed sender `known` refuses
+/// undecoded: a stranger's frame costs a header read, as the core rejects it unread. The
+/// core decodes it itself if it does know the sender, so `known` only moves work.
+pub fn preopen_from(bytes: Vec<u8>, known: impl Fn(Principal) -> bool) -> Preopened {
+    let head = Head::of(&bytes, known);
     Preopened { bytes, head }
 }
 
@@ -60,6 +72,15 @@ pub(crate) struct Head {
     pub from: Principal,
     pub epoch: u32,
     pub tag: Tag,
+    /// Where the body lies in the frame's bytes.
+    body: Range<usize>,
+    /// The message and digests, unless left for the core (a sender `known` refused).
+    opened: Option<Opened>,
+}
+
+/// A frame's message and the digests its checks need.
+#[derive(Debug)]
+pub(crate) struct Opened {
     pub msg: Result<Message, Reject>,
     /// The digest the frame's MACs cover, when its tag carries any and is of the kind the
     /// message requires (no MAC is checked otherwise).
@@ -68,15 +89,12 @@ pub(crate) struct Head {
     pub request_digest: Option<Digest>,
 }
 
-impl Head {
-    /// Decodes a frame (no size bound: the core checks the bound of its configuration) and
-    /// its message, and computes the digests.
-    pub(crate) fn of(bytes: &[u8]) -> Result<Head, Reject> {
-        let frame = decode_frame_ref(bytes, usize::MAX)?;
-        let msg = decode_body(frame.body);
+impl Opened {
+    fn of(from: Principal, epoch: u32, tag: &Tag, body: &[u8]) -> Opened {
+        let msg = decode_body(body);
         let auth_digest = match &msg {
-            Ok(m) if m.required_tag() == frame.tag.kind() && frame.tag != Tag::None => {
-                Some(Frame::auth_digest(frame.from, frame.epoch, frame.body))
+            Ok(m) if m.required_tag() == tag.kind() && *tag != Tag::None => {
+                Some(Frame::auth_digest(from, epoch, body))
             }
             _ => None,
         };
@@ -84,28 +102,58 @@ impl Head {
             Ok(Message::Request(sr)) => Some(sr.request.digest()),
             _ => None,
         };
+        Opened {
+            msg,
+            auth_digest,
+            request_digest,
+        }
+    }
+}
+
+impl Head {
+    /// Decodes a frame (no size bound: the core checks the bound of its configuration) and,
+    /// if `known` accepts its sender, its message, and computes the digests.
+    pub(crate) fn of(bytes: &[u8], known: impl Fn(Principal) -> bool) -> Result<Head, Reject> {
+        let frame = decode_frame_ref(bytes, usize::MAX)?;
+        let start = frame.body.as_ptr() as usize - bytes.as_ptr() as usize;
+        let opened =
+            known(frame.from).then(|| Opened::of(frame.from, frame.epoch, &frame.tag, frame.body));
         Ok(Head {
             from: frame.from,
             epoch: frame.epoch,
             tag: frame.tag,
-            msg,
-            auth_digest,
-            request_digest,
+            body: start..start + frame.body.len(),
+            opened,
         })
     }
 
-    /// Checks the frame's sender and tag with `auth` and yields its message: what
-    /// [`open`](crate::seal::open) gives for the same frame.
-    pub(crate) fn open<A: Auth + ?Sized>(&mut self, auth: &A) -> Result<Message, Reject> {
+    /// The message and digests of the frame `bytes` this head was made from: as preopened,
+    /// or decoded now if they were left for the core.
+    pub(crate) fn take_opened(&mut self, bytes: &[u8]) -> Opened {
+        self.opened.take().unwrap_or_else(|| {
+            Opened::of(self.from, self.epoch, &self.tag, &bytes[self.body.clone()])
+        })
+    }
+
+    /// Checks the sender and tag of the frame `bytes` this head was made from with `auth`,
+    /// and yields its message (what [`open`](crate::seal::open) gives for the same frame)
+    /// with the request digest if it is a request.
+    pub(crate) fn open<A: Auth + ?Sized>(
+        &mut self,
+        auth: &A,
+        bytes: &[u8],
+    ) -> Result<(Message, Option<Digest>), Reject> {
         if !auth.knows(self.from) {
             return Err(Reject::UnknownSender);
         }
-        let msg = std::mem::replace(&mut self.msg, Err(Reject::Malformed))?;
+        let opened = self.take_opened(bytes);
+        let msg = opened.msg?;
         crate::seal::check_tag(auth, self.from, self.epoch, &self.tag, &msg, || {
-            self.auth_digest
+            opened
+                .auth_digest
                 .expect("a tag of the required kind has its digest")
         })?;
-        Ok(msg)
+        Ok((msg, opened.request_digest))
     }
 }
 
@@ -113,9 +161,9 @@ impl Head {
 mod tests {
     use super::*;
     use crate::auth::StaticKeys;
-    use crate::message::{FrameRef, Prepare, Request, SignedRequest};
+    use crate::message::{encode_body, FrameRef, Prepare, Request, SignedRequest, TagKind};
     use crate::seal::tests::cluster as keys;
-    use crate::seal::{open, request_authenticator, seal};
+    use crate::seal::{open, request_authenticator, seal, seal_body};
 
     fn frames(ks: &[StaticKeys]) -> Vec<Vec<u8>> {
         let prepare = Message::Prepare(Prepare {
@@ -155,6 +203,7 @@ mod tests {
             body_flipped,
             seal(&ks[4], &request, None, 4),
             seal(&ks[4], &prepare, None, 4), // a client may not send PREPARE
+            seal_body(&ks[1], encode_body(&prepare), TagKind::None, None, 4), // wrong tag
             vec![],
             vec![5, 0, 0],
             b"garbage that is not a frame".to_vec(),
@@ -167,9 +216,15 @@ mod tests {
         for bytes in frames(&ks) {
             let at_once = crate::message::decode_frame_ref(&bytes, usize::MAX)
                 .and_then(|f: FrameRef<'_>| open(&ks[0], &f));
-            let (bytes, head) = preopen(bytes).into_parts();
-            let two_steps = head.and_then(|mut h| h.open(&ks[0]));
-            assert_eq!(two_steps, at_once, "frame {bytes:?}");
+            // Everything decoded ahead; nothing (the core decodes); as the core's own
+            // Receive path does (strangers' messages never decoded).
+            let ways: [&dyn Fn(Principal) -> bool; 3] =
+                [&|_| true, &|_| false, &|p| ks[0].knows(p)];
+            for known in ways {
+                let (bytes, head) = preopen_from(bytes.clone(), known).into_parts();
+                let two_steps = head.and_then(|mut h| h.open(&ks[0], &bytes).map(|(m, _)| m));
+                assert_eq!(two_steps, at_once, "frame {bytes:?}");
+            }
         }
     }
 
@@ -181,5 +236,9 @@ mod tests {
         assert_eq!(d, sr.request.digest());
         assert_eq!(p.sender(), Some(Principal::Client(7)));
         assert!(preopen(b"garbage".to_vec()).request().is_none());
+        // A stranger's frame is read no further than its header.
+        let p = preopen_from(frames(&ks).swap_remove(4), |_| false);
+        assert!(p.request().is_none());
+        assert_eq!(p.sender(), Some(Principal::Client(7)));
     }
 }

@@ -294,7 +294,7 @@ pub async fn run_executor<S: Service + Send + 'static>(
         (entry.addr, entry.metrics_addr),
         Principal::Executor(id),
         metrics.clone(),
-        std::convert::identity,
+        crate::runtime::as_received(),
     )
     .await?;
     // Links only send; what comes back on them is dropped (peers answer on their own links).

@@ -168,7 +168,7 @@ pub async fn run_filter(config_path: &Path, id: u32) -> Result<(), NodeError> {
         (entry.addr, entry.metrics_addr),
         Principal::Filter(id),
         metrics.clone(),
-        std::convert::identity,
+        crate::runtime::as_received(),
     )
     .await?;
     // Links to the rows next to this one only (what comes back on them is dropped: peers

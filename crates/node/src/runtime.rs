@@ -16,7 +16,7 @@ use redoubt_core::open_state;
 use redoubt_core::seal::verify_request;
 use redoubt_core::state::FileStore;
 use redoubt_core::{
-    preopen, Bytes, ClientId, Effect, Env, Event, Input, Keys, Preopened, Principal, Replica,
+    preopen_from, Bytes, ClientId, Effect, Env, Event, Input, Keys, Preopened, Principal, Replica,
     ReplicaId, Service,
 };
 use redoubt_transport::{ConnId, ConnInbound, Inbound, Link, LinkConfig, Listener, ListenerConfig};
@@ -73,36 +73,57 @@ pub(crate) struct Endpoints<M> {
 /// Frames a node receives, each turned into an `M` by `open` on the task (and thread) that
 /// read it, then queued for the node's protocol task: the listener's (with the connection)
 /// or the links'.
+/// A frame is opened only once the queue has room for it: a full queue drops it unread.
 pub(crate) struct Opening<T, M> {
     tx: mpsc::Sender<T>,
-    open: fn(Vec<u8>) -> M,
+    open: OpenFn<M>,
 }
+
+/// How a node turns a received frame into what its protocol task takes.
+pub(crate) type OpenFn<M> = Arc<dyn Fn(Vec<u8>) -> M + Send + Sync>;
 
 impl<T, M> Clone for Opening<T, M> {
     fn clone(&self) -> Self {
         Opening {
             tx: self.tx.clone(),
-            open: self.open,
+            open: self.open.clone(),
         }
     }
 }
 
 impl<T, M> Opening<T, M> {
-    pub(crate) fn new(tx: mpsc::Sender<T>, open: fn(Vec<u8>) -> M) -> Self {
+    pub(crate) fn new(tx: mpsc::Sender<T>, open: OpenFn<M>) -> Self {
         Opening { tx, open }
     }
 }
 
 impl<M: Send + 'static> ConnInbound for Opening<(ConnId, M), M> {
     fn deliver(&self, conn: ConnId, frame: Vec<u8>) -> bool {
-        self.tx.try_send((conn, (self.open)(frame))).is_ok()
+        match self.tx.try_reserve() {
+            Ok(slot) => {
+                slot.send((conn, (self.open)(frame)));
+                true
+            }
+            Err(_) => false,
+        }
     }
 }
 
 impl<M: Send + 'static> Inbound for Opening<M, M> {
     fn deliver(&self, frame: Vec<u8>) -> bool {
-        self.tx.try_send((self.open)(frame)).is_ok()
+        match self.tx.try_reserve() {
+            Ok(slot) => {
+                slot.send((self.open)(frame));
+                true
+            }
+            Err(_) => false,
+        }
     }
+}
+
+/// Frames as they arrived, for nodes that open them in their protocol task.
+pub(crate) fn as_received() -> OpenFn<Vec<u8>> {
+    Arc::new(|frame| frame)
 }
 
 /// Binds node `entry_role`'s protocol listener (`addr`) and metrics endpoint
@@ -113,7 +134,7 @@ pub(crate) async fn bind_endpoints<M: Send + 'static>(
     (addr, metrics_addr): (SocketAddr, SocketAddr),
     entry_role: Principal,
     metrics: Arc<Metrics>,
-    open: fn(Vec<u8>) -> M,
+    open: OpenFn<M>,
 ) -> Result<Endpoints<M>, NodeError> {
     let id = match entry_role {
         Principal::Replica(i) | Principal::Executor(i) | Principal::Filter(i) => i,
@@ -761,6 +782,24 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// How a replica's connection and link tasks open the frames they read: decoded and hashed
+/// there (`preopen`), off the protocol thread when the runtime has more than one. A frame
+/// whose claimed sender the configuration does not name is left unread (the core rejects it
+/// after its header; were the configuration to differ from the core's keys, the core would
+/// decode it itself).
+fn replica_preopen(cfg: &ClusterConfig) -> OpenFn<Preopened> {
+    let (replicas, executors) = (cfg.replicas.len() as u64, cfg.executors.len() as u64);
+    let clients: std::collections::HashSet<ClientId> = cfg.clients.iter().map(|c| c.id).collect();
+    Arc::new(move |frame| {
+        preopen_from(frame, |p| match p {
+            Principal::Replica(r) => u64::from(r) < replicas,
+            Principal::Executor(e) => u64::from(e) < executors,
+            Principal::Client(c) => clients.contains(&c),
+            Principal::Filter(_) => true,
+        })
+    })
+}
+
 /// Runs replica `id` of the cluster described by `config_path`, hosting `service`, until
 /// SIGTERM or SIGINT. Every replica of a cluster must host the same service (the same code,
 /// with the same parameters): the replicas' states and replies must agree byte for byte.
@@ -853,13 +892,11 @@ pub async fn run_replica_with<S: Service + Send + 'static>(
         (entry.addr, entry.metrics_addr),
         Principal::Replica(id),
         metrics.clone(),
-        preopen,
+        replica_preopen(&cfg),
     )
     .await?;
-    // Frames are decoded and hashed on the tasks that read them (`preopen`), off the
-    // protocol task's thread when the runtime has more than one.
     let (link_tx, mut link_rx) = mpsc::channel::<Preopened>(INBOUND_FRAMES_MAX);
-    let link_tx = Opening::new(link_tx, preopen);
+    let link_tx = Opening::new(link_tx, replica_preopen(&cfg));
     let link_cfg = link_config(&cfg);
     let links = cfg
         .replicas

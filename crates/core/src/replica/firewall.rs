@@ -56,12 +56,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn on_filter_frame(
         &mut self,
         x: FilterId,
-        msg: Result<Message, Reject>,
+        msg: impl FnOnce() -> Result<Message, Reject>,
     ) -> Result<(), Reject> {
         if !self.cfg.firewall() || !self.cfg.filter_row(0).any(|f| f == x) {
             return Err(Reject::UnknownSender);
         }
-        let msg = msg?;
+        let msg = msg()?;
         if msg.required_tag() != TagKind::None {
             return Err(Reject::WrongTag);
         }

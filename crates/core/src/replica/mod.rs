@@ -544,7 +544,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         match input {
             Input::Receive(bytes) => {
                 if self.fits(bytes) {
-                    self.receive(bytes, Head::of(bytes));
+                    // A stranger's message is rejected unread (filters hold no keys: their
+                    // frames are checked by where they come from and what they carry).
+                    let head = Head::of(bytes, |p| {
+                        matches!(p, Principal::Filter(_)) || self.auth.knows(p)
+                    });
+                    self.receive(bytes, head);
                 }
             }
             Input::Preopened(p) => {
@@ -687,13 +692,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let from = head.from;
         if let Principal::Filter(x) = from {
             // Filters hold no keys: what they pass down authenticates itself.
-            let msg = std::mem::replace(&mut head.msg, Err(Reject::Malformed));
-            if let Err(r) = self.on_filter_frame(x, msg) {
+            if let Err(r) = self.on_filter_frame(x, || head.take_opened(bytes).msg) {
                 self.reject(from, "filter", r);
             }
             return;
         }
-        let msg = match head.open(&self.auth) {
+        let (msg, request_digest) = match head.open(&self.auth, bytes) {
             Ok(m) => m,
             Err(r) => {
                 match (r, from) {
@@ -712,7 +716,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
         };
         let kind = msg.kind();
-        if let Err(r) = self.dispatch(from, msg, bytes.len(), head.request_digest) {
+        if let Err(r) = self.dispatch(from, msg, bytes.len(), request_digest) {
             self.reject(from, kind, r);
         }
     }
