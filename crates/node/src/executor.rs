@@ -8,8 +8,9 @@
 //! checkpoint, and a restarted node resumes from there, catching up from the replicas (which
 //! keep what it has not acknowledged) and its peers.
 
+use crate::endpoints::{bind_endpoints, link_config, Endpoints};
 use crate::metrics::Metrics;
-use crate::runtime::{bind_endpoints, link_config, Endpoints, NodeError};
+use crate::runtime::NodeError;
 use crate::status::StatusReport;
 use redoubt_config::{load_keys, ClusterConfig};
 use redoubt_core::state::FileStore;
@@ -294,7 +295,7 @@ pub async fn run_executor<S: Service + Send + 'static>(
         (entry.addr, entry.metrics_addr),
         Principal::Executor(id),
         metrics.clone(),
-        crate::runtime::as_received(),
+        crate::endpoints::as_received(),
     )
     .await?;
     // Links only send; what comes back on them is dropped (peers answer on their own links).

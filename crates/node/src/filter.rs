@@ -5,8 +5,9 @@
 //! Nothing else is linked: the deployment's security argument needs every path between the
 //! execution nodes and the outside to cross a correct row of filters.
 
+use crate::endpoints::{bind_endpoints, link_config, Endpoints};
 use crate::metrics::Metrics;
-use crate::runtime::{bind_endpoints, link_config, Endpoints, NodeError};
+use crate::runtime::NodeError;
 use crate::status::StatusReport;
 use redoubt_config::ClusterConfig;
 use redoubt_core::{Effect, Env, Event, Filter, FilterStats, Input, Principal};
@@ -168,7 +169,7 @@ pub async fn run_filter(config_path: &Path, id: u32) -> Result<(), NodeError> {
         (entry.addr, entry.metrics_addr),
         Principal::Filter(id),
         metrics.clone(),
-        crate::runtime::as_received(),
+        crate::endpoints::as_received(),
     )
     .await?;
     // Links to the rows next to this one only (what comes back on them is dropped: peers

@@ -14,6 +14,7 @@
 //! protocol decides, only carry bytes, time and durability to and from it.
 
 pub mod baseline;
+mod endpoints;
 pub mod executor;
 pub mod filter;
 pub mod holder;
