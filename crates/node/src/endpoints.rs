@@ -162,12 +162,18 @@ impl Drop for AbortOnDrop {
 pub(crate) fn replica_preopen(cfg: &ClusterConfig) -> OpenFn<Preopened> {
     let (replicas, executors) = (cfg.replicas.len() as u64, cfg.executors.len() as u64);
     let clients: std::collections::HashSet<ClientId> = cfg.clients.iter().map(|c| c.id).collect();
+    // Behind a firewall, the bottom row of filters passes certificates down.
+    let filters: Vec<u32> = if cfg.protocol.firewall() {
+        cfg.protocol.filter_row(0).collect()
+    } else {
+        Vec::new()
+    };
     Arc::new(move |frame| {
         preopen_from(frame, |p| match p {
             Principal::Replica(r) => u64::from(r) < replicas,
             Principal::Executor(e) => u64::from(e) < executors,
             Principal::Client(c) => clients.contains(&c),
-            Principal::Filter(_) => true,
+            Principal::Filter(x) => filters.contains(&x),
         })
     })
 }

@@ -544,11 +544,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         match input {
             Input::Receive(bytes) => {
                 if self.fits(bytes) {
-                    // A stranger's message is rejected unread (filters hold no keys: their
-                    // frames are checked by where they come from and what they carry).
-                    let head = Head::of(bytes, |p| {
-                        matches!(p, Principal::Filter(_)) || self.auth.knows(p)
-                    });
+                    // A stranger's message is rejected unread; a filter's is read only once
+                    // its row is checked (`on_filter_frame`).
+                    let head = Head::of(bytes, |p| self.auth.knows(p));
                     self.receive(bytes, head);
                 }
             }
