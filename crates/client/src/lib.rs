@@ -62,6 +62,9 @@ const LINK_QUEUE: usize = 16;
 /// client sharing them.
 const SHARED_LINK_QUEUE_PER_CLIENT: usize = 8;
 
+/// Bytes of the frames waiting to be written to one replica (raised to one largest frame).
+const LINK_QUEUE_BYTES: usize = 64 << 20;
+
 /// Connections to every replica of a cluster, shared by the clients of one process (see
 /// [`Client::connect_over`]). Each connection's reader hands a reply to the client it is for
 /// (by the client id inside the reply) if that client still waits for it (by the request
@@ -137,6 +140,7 @@ impl Connections {
         };
         let link_cfg = LinkConfig {
             frames_queued_max: (SHARED_LINK_QUEUE_PER_CLIENT * clients_max).max(LINK_QUEUE),
+            bytes_queued_max: LINK_QUEUE_BYTES.max(frame_bytes_max),
             frame_bytes_max,
             backoff_min: Duration::from_millis(20),
             backoff_max: Duration::from_secs(1),
@@ -422,6 +426,7 @@ impl Client {
         let (inbound_tx, inbound) = mpsc::channel(INBOUND_QUEUE);
         let link_cfg = LinkConfig {
             frames_queued_max: LINK_QUEUE,
+            bytes_queued_max: LINK_QUEUE_BYTES.max(setup.frame_bytes_max),
             frame_bytes_max: setup.frame_bytes_max,
             backoff_min: Duration::from_millis(20),
             backoff_max: Duration::from_secs(1),

@@ -101,8 +101,17 @@ impl Default for ClientSection {
 pub struct NodeSection {
     /// Interval between ticks delivered to the protocol core (ms).
     pub tick_ms: u64,
-    /// Frames queued for one peer before the oldest are dropped.
+    /// Frames queued for one peer, or one client connection, beyond which further frames
+    /// are dropped.
     pub peer_queue_frames_max: usize,
+    /// Bytes of the frames queued for one peer beyond which further frames are dropped (MiB).
+    pub peer_queue_mib: u64,
+    /// Bytes of the frames queued for one client connection beyond which further frames are
+    /// dropped (MiB).
+    pub client_queue_mib: u64,
+    /// Bytes of received frames waiting for the protocol task, per inbound queue (the
+    /// listener's and the links'), MiB; a frame that does not fit is dropped and counted.
+    pub inbound_queue_mib: u64,
     /// Simultaneous client connections accepted by one replica.
     pub client_connections_max: usize,
     /// First delay before reconnecting to a peer (ms); doubled on each failure.
@@ -115,11 +124,35 @@ pub struct NodeSection {
     pub worker_threads: usize,
 }
 
+impl NodeSection {
+    /// [`NodeSection::inbound_queue_mib`] in bytes.
+    pub fn inbound_queue_bytes(&self) -> usize {
+        mib(self.inbound_queue_mib)
+    }
+
+    /// [`NodeSection::peer_queue_mib`] in bytes.
+    pub fn peer_queue_bytes(&self) -> usize {
+        mib(self.peer_queue_mib)
+    }
+
+    /// [`NodeSection::client_queue_mib`] in bytes.
+    pub fn client_queue_bytes(&self) -> usize {
+        mib(self.client_queue_mib)
+    }
+}
+
+fn mib(n: u64) -> usize {
+    usize::try_from(n.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
+}
+
 impl Default for NodeSection {
     fn default() -> Self {
         NodeSection {
             tick_ms: 5,
             peer_queue_frames_max: 8192,
+            inbound_queue_mib: 64,
+            peer_queue_mib: 64,
+            client_queue_mib: 4,
             client_connections_max: 1024,
             reconnect_backoff_min_ms: 50,
             reconnect_backoff_max_ms: 500,

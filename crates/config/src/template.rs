@@ -462,8 +462,27 @@ const NODE_OPTIONS: Section = Section {
         ),
         (
             "peer_queue_frames_max",
-            "Frames queued for one peer before the oldest are dropped (frames); the protocol\n\
-             retransmits what is lost. Default: {default}.",
+            "Frames queued for one peer, or for one client connection (frames); further frames are\n\
+             dropped and the protocol retransmits what is lost. Default: {default}.",
+        ),
+        (
+            "peer_queue_mib",
+            "Bytes of the frames queued for one peer (MiB), beside peer_queue_frames_max; further\n\
+             frames are dropped. Raised to message_bytes_max if smaller. Default: {default}.",
+        ),
+        (
+            "client_queue_mib",
+            "Bytes of the frames (replies) queued for one client connection (MiB), beside\n\
+             peer_queue_frames_max; further frames are dropped. Raised to message_bytes_max if smaller.\n\
+             Default: {default}.",
+        ),
+        (
+            "inbound_queue_mib",
+            "Bytes of received frames waiting for the protocol task (MiB), for each of a node's two\n\
+             inbound queues (its listener's connections, its links), beside the 16,384 frames each holds.\n\
+             A frame that does not fit is dropped unread and counted in\n\
+             redoubt_frames_dropped_total{queue=\"listener_inbound\"|\"link_inbound\"}; the protocol\n\
+             retransmits. Raised to message_bytes_max if smaller. Default: {default}.",
         ),
         (
             "client_connections_max",

@@ -4,10 +4,12 @@
 use crate::metrics::{self, Metrics};
 use crate::runtime::{NodeError, INBOUND_FRAMES_MAX};
 use crate::status::StatusReport;
+use prometheus::IntCounter;
 use redoubt_config::ClusterConfig;
 use redoubt_core::{preopen_from, ClientId, Preopened, Principal};
 use redoubt_transport::{ConnId, ConnInbound, Inbound, LinkConfig, Listener, ListenerConfig};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -16,7 +18,9 @@ use tokio::sync::mpsc;
 /// of its metrics and status (stopped when dropped).
 pub(crate) struct Endpoints<M> {
     pub listener: Listener,
-    pub inbound: mpsc::Receiver<(ConnId, M)>,
+    pub inbound: mpsc::Receiver<(ConnId, Charged<M>)>,
+    /// The inbound queue's byte budget (its bytes queued are a metric).
+    pub inbound_budget: Arc<ByteBudget>,
     pub status: Arc<Mutex<StatusReport>>,
     pub http: AbortOnDrop,
 }
@@ -25,10 +29,14 @@ pub(crate) struct Endpoints<M> {
 /// read it, then queued for the node's protocol task: the listener's (with the connection)
 /// or the links'.
 ///
-/// A frame is opened only once the queue has room for it: a full queue drops it unread.
+/// A queue is bounded twice: by its channel's frames and by a [`ByteBudget`] of the frames'
+/// bytes. A frame is opened only once both have room for it: otherwise it is dropped unread
+/// and counted in `dropped`.
 pub(crate) struct Opening<T, M> {
     tx: mpsc::Sender<T>,
     open: OpenFn<M>,
+    budget: Arc<ByteBudget>,
+    dropped: IntCounter,
 }
 
 /// How a node turns a received frame into what its protocol task takes.
@@ -39,38 +47,127 @@ impl<T, M> Clone for Opening<T, M> {
         Opening {
             tx: self.tx.clone(),
             open: self.open.clone(),
+            budget: self.budget.clone(),
+            dropped: self.dropped.clone(),
         }
     }
 }
 
 impl<T, M> Opening<T, M> {
-    pub(crate) fn new(tx: mpsc::Sender<T>, open: OpenFn<M>) -> Self {
-        Opening { tx, open }
+    pub(crate) fn new(
+        tx: mpsc::Sender<T>,
+        open: OpenFn<M>,
+        budget: Arc<ByteBudget>,
+        dropped: IntCounter,
+    ) -> Self {
+        Opening {
+            tx,
+            open,
+            budget,
+            dropped,
+        }
+    }
+
+    /// Opens `frame` into a free slot of the queue, charged to the budget, or drops it.
+    fn admit(&self, frame: Vec<u8>, wrap: impl FnOnce(Charged<M>) -> T) -> bool {
+        let admitted = self.tx.try_reserve().ok().and_then(|slot| {
+            let charge = self.budget.charge(frame.len())?;
+            let item = (self.open)(frame);
+            slot.send(wrap(Charged { item, charge }));
+            Some(())
+        });
+        if admitted.is_none() {
+            self.dropped.inc();
+        }
+        admitted.is_some()
     }
 }
 
-impl<M: Send + 'static> ConnInbound for Opening<(ConnId, M), M> {
+impl<M: Send + 'static> ConnInbound for Opening<(ConnId, Charged<M>), M> {
     fn deliver(&self, conn: ConnId, frame: Vec<u8>) -> bool {
-        match self.tx.try_reserve() {
-            Ok(slot) => {
-                slot.send((conn, (self.open)(frame)));
-                true
-            }
-            Err(_) => false,
-        }
+        self.admit(frame, |c| (conn, c))
     }
 }
 
-impl<M: Send + 'static> Inbound for Opening<M, M> {
+impl<M: Send + 'static> Inbound for Opening<Charged<M>, M> {
     fn deliver(&self, frame: Vec<u8>) -> bool {
-        match self.tx.try_reserve() {
-            Ok(slot) => {
-                slot.send((self.open)(frame));
-                true
-            }
-            Err(_) => false,
-        }
+        self.admit(frame, |c| c)
     }
+}
+
+/// The bytes of received frames one inbound queue may hold: the frames' own lengths (a
+/// decoded message queued beside its bytes is about as large again). Charged when a frame
+/// is queued, returned when the protocol task takes it.
+pub(crate) struct ByteBudget {
+    queued: AtomicUsize,
+    max: usize,
+}
+
+impl ByteBudget {
+    pub(crate) fn new(max: usize) -> Arc<ByteBudget> {
+        Arc::new(ByteBudget {
+            queued: AtomicUsize::new(0),
+            max,
+        })
+    }
+
+    /// Bytes charged now.
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.load(Relaxed)
+    }
+
+    /// Charges `bytes`, or `None` if they would take the queue past its maximum.
+    fn charge(self: &Arc<Self>, bytes: usize) -> Option<Charge> {
+        self.queued
+            .fetch_update(Relaxed, Relaxed, |q| {
+                q.checked_add(bytes).filter(|&after| after <= self.max)
+            })
+            .ok()?;
+        Some(Charge {
+            budget: self.clone(),
+            bytes,
+        })
+    }
+}
+
+/// Bytes held of a [`ByteBudget`], returned when dropped.
+struct Charge {
+    budget: Arc<ByteBudget>,
+    bytes: usize,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.budget.queued.fetch_sub(self.bytes, Relaxed);
+    }
+}
+
+/// A queued frame (opened into an `M`) with its charge to its queue's budget.
+pub(crate) struct Charged<M> {
+    item: M,
+    charge: Charge,
+}
+
+impl<M> Charged<M> {
+    /// The frame, its bytes returned to the budget: the protocol task takes it now.
+    pub(crate) fn take(self) -> M {
+        drop(self.charge);
+        self.item
+    }
+}
+
+/// An inbound queue of a node: its channel, its byte budget, and the counter of the frames
+/// it dropped.
+pub(crate) fn inbound_queue<T, M>(
+    cfg: &ClusterConfig,
+    metrics: &Metrics,
+    label: &str,
+    open: OpenFn<M>,
+) -> (Opening<T, M>, mpsc::Receiver<T>, Arc<ByteBudget>) {
+    let (tx, rx) = mpsc::channel::<T>(INBOUND_FRAMES_MAX);
+    let budget = ByteBudget::new(queue_bytes(cfg, cfg.node.inbound_queue_bytes()));
+    let dropped = metrics.frames_dropped.with_label_values(&[label]);
+    (Opening::new(tx, open, budget.clone(), dropped), rx, budget)
 }
 
 /// Frames as they arrived, for nodes that open them in their protocol task.
@@ -106,8 +203,8 @@ pub(crate) async fn bind_endpoints<M: Send + 'static>(
         config: cfg.path.display().to_string(),
         source,
     };
-    let (in_tx, inbound) = mpsc::channel::<(ConnId, M)>(INBOUND_FRAMES_MAX);
-    let listener = Listener::bind(addr, listener_config(cfg), Opening::new(in_tx, open))
+    let (in_tx, inbound, inbound_budget) = inbound_queue(cfg, &metrics, "listener_inbound", open);
+    let listener = Listener::bind(addr, listener_config(cfg), in_tx)
         .await
         .map_err(|e| bind_err("protocol traffic", "addr", addr, e))?;
     let status = Arc::new(Mutex::new(StatusReport::default()));
@@ -118,6 +215,7 @@ pub(crate) async fn bind_endpoints<M: Send + 'static>(
     Ok(Endpoints {
         listener,
         inbound,
+        inbound_budget,
         status,
         http,
     })
@@ -128,14 +226,21 @@ pub(crate) fn listener_config(cfg: &ClusterConfig) -> ListenerConfig {
     ListenerConfig {
         frame_bytes_max: cfg.protocol.message_bytes_max,
         per_conn_queue_max: cfg.node.peer_queue_frames_max,
+        per_conn_queue_bytes_max: queue_bytes(cfg, cfg.node.client_queue_bytes()),
         connections_max: cfg.node.client_connections_max,
     }
+}
+
+/// A queue's bytes as configured, raised to one largest frame.
+pub(crate) fn queue_bytes(cfg: &ClusterConfig, configured: usize) -> usize {
+    configured.max(cfg.protocol.message_bytes_max)
 }
 
 /// The links of a node to its peers as the configuration sets them.
 pub(crate) fn link_config(cfg: &ClusterConfig) -> LinkConfig {
     LinkConfig {
         frames_queued_max: cfg.node.peer_queue_frames_max,
+        bytes_queued_max: queue_bytes(cfg, cfg.node.peer_queue_bytes()),
         frame_bytes_max: cfg.protocol.message_bytes_max,
         backoff_min: Duration::from_millis(cfg.node.reconnect_backoff_min_ms),
         backoff_max: Duration::from_millis(cfg.node.reconnect_backoff_max_ms),
@@ -176,4 +281,39 @@ pub(crate) fn replica_preopen(cfg: &ClusterConfig) -> OpenFn<Preopened> {
             Principal::Filter(x) => filters.contains(&x),
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn inbound_queue_is_bounded_in_bytes_and_counts_drops() {
+        let (tx, mut rx) = mpsc::channel::<Charged<Vec<u8>>>(100);
+        let budget = ByteBudget::new(1000);
+        let dropped = IntCounter::new("dropped", "frames dropped").unwrap();
+        let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = opened.clone();
+        let open: OpenFn<Vec<u8>> = Arc::new(move |f| {
+            count.fetch_add(1, Relaxed);
+            f
+        });
+        let inbound = Opening::new(tx, open, budget.clone(), dropped.clone());
+        assert!(Inbound::deliver(&inbound, vec![1; 600]));
+        // 100 frames would fit the channel; 600 + 500 bytes do not fit the budget.
+        assert!(!Inbound::deliver(&inbound, vec![2; 500]));
+        assert!(Inbound::deliver(&inbound, vec![3; 400]));
+        assert!(!Inbound::deliver(&inbound, vec![4; 1]));
+        assert_eq!((budget.queued(), dropped.get()), (1000, 2));
+        // Dropped frames were never opened.
+        assert_eq!(opened.load(Relaxed), 2);
+        // Taking a frame returns its bytes.
+        let first = rx.recv().await.unwrap().take();
+        assert_eq!(first, vec![1; 600]);
+        assert_eq!(budget.queued(), 400);
+        assert!(Inbound::deliver(&inbound, vec![5; 600]));
+        // A frame dropped without being taken (the queue closing) returns its bytes too.
+        drop(rx);
+        assert_eq!(budget.queued(), 0);
+    }
 }

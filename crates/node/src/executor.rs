@@ -20,11 +20,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 
-/// Frames buffered between the network tasks and the protocol task.
-const INBOUND_FRAMES_MAX: usize = 16_384;
 /// How often metrics and the JSON status are refreshed.
 const STATUS_REFRESH: Duration = Duration::from_millis(100);
 
@@ -290,6 +287,7 @@ pub async fn run_executor<S: Service + Send + 'static>(
         inbound: mut in_rx,
         status,
         http: _http,
+        ..
     } = bind_endpoints(
         &cfg,
         (entry.addr, entry.metrics_addr),
@@ -299,7 +297,12 @@ pub async fn run_executor<S: Service + Send + 'static>(
     )
     .await?;
     // Links only send; what comes back on them is dropped (peers answer on their own links).
-    let (link_tx, mut link_rx) = mpsc::channel::<Vec<u8>>(INBOUND_FRAMES_MAX);
+    let (link_tx, mut link_rx, _) = crate::endpoints::inbound_queue(
+        &cfg,
+        &metrics,
+        "link_inbound",
+        crate::endpoints::as_received(),
+    );
     let link_cfg = link_config(&cfg);
     // Behind a firewall: no link to any replica, links to the top row of filters.
     let replicas = cfg
@@ -360,8 +363,8 @@ pub async fn run_executor<S: Service + Send + 'static>(
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
             _ = tick.tick() => node.input(Input::Tick, None),
-            Some((conn, bytes)) = in_rx.recv() => node.input(Input::Receive(&bytes), Some(conn)),
-            Some(bytes) = link_rx.recv() => node.input(Input::Receive(&bytes), None),
+            Some((conn, bytes)) = in_rx.recv() => node.input(Input::Receive(&bytes.take()), Some(conn)),
+            Some(bytes) = link_rx.recv() => node.input(Input::Receive(&bytes.take()), None),
         }
         if last_status.elapsed() >= STATUS_REFRESH {
             node.try_leak();

@@ -17,11 +17,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-/// Frames buffered between the network tasks and the filter task.
-const INBOUND_FRAMES_MAX: usize = 16_384;
 /// How often metrics and the JSON status are refreshed.
 const STATUS_REFRESH: Duration = Duration::from_millis(100);
 
@@ -164,6 +161,7 @@ pub async fn run_filter(config_path: &Path, id: u32) -> Result<(), NodeError> {
         inbound: mut in_rx,
         status,
         http: _http,
+        ..
     } = bind_endpoints(
         &cfg,
         (entry.addr, entry.metrics_addr),
@@ -174,7 +172,12 @@ pub async fn run_filter(config_path: &Path, id: u32) -> Result<(), NodeError> {
     .await?;
     // Links to the rows next to this one only (what comes back on them is dropped: peers
     // answer on their own links).
-    let (link_tx, mut link_rx) = mpsc::channel::<Vec<u8>>(INBOUND_FRAMES_MAX);
+    let (link_tx, mut link_rx, _) = crate::endpoints::inbound_queue(
+        &cfg,
+        &metrics,
+        "link_inbound",
+        crate::endpoints::as_received(),
+    );
     let link_cfg = link_config(&cfg);
     let rows = cfg.protocol.filter_rows;
     let row = id / rows;
@@ -238,7 +241,7 @@ pub async fn run_filter(config_path: &Path, id: u32) -> Result<(), NodeError> {
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
             _ = refresh.tick() => {}
-            Some((_conn, bytes)) = in_rx.recv() => node.receive(&bytes),
+            Some((_conn, bytes)) = in_rx.recv() => node.receive(&bytes.take()),
             Some(_bytes) = link_rx.recv() => {}
         }
         if last_status.elapsed() >= STATUS_REFRESH {

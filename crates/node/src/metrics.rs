@@ -70,6 +70,7 @@ pub struct Metrics {
     pub bytes_received: IntCounter,
     pub rejected: IntCounterVec,
     pub queue_depth: IntGaugeVec,
+    pub queue_bytes: IntGaugeVec,
     pub frames_dropped: IntCounterVec,
     pub handle_seconds: Histogram,
     pub journal_sync_seconds: Histogram,
@@ -181,6 +182,15 @@ impl Metrics {
         )
         .expect("valid");
         r.register(Box::new(queue_depth.clone())).expect("unique");
+        let queue_bytes = IntGaugeVec::new(
+            Opts::new(
+                "redoubt_queue_depth_bytes",
+                "Bytes of received frames waiting in an inbound queue",
+            ),
+            &["queue"],
+        )
+        .expect("valid");
+        r.register(Box::new(queue_bytes.clone())).expect("unique");
         let frames_dropped = IntCounterVec::new(
             Opts::new(
                 "redoubt_frames_dropped_total",
@@ -332,6 +342,7 @@ impl Metrics {
             ),
             rejected,
             queue_depth,
+            queue_bytes,
             frames_dropped,
             handle_seconds: histogram(
                 r,

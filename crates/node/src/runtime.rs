@@ -6,7 +6,9 @@
 //! journal once for the whole batch, and only then performs the sends: a message never leaves
 //! before the state it depends on is durable (group commit).
 
-use crate::endpoints::{bind_endpoints, link_config, replica_preopen, Endpoints, Opening};
+use crate::endpoints::{
+    bind_endpoints, inbound_queue, link_config, replica_preopen, Charged, Endpoints,
+};
 use crate::metrics::Metrics;
 use crate::status::{RecoveryBreakdown, StatusReport};
 use crate::storage::{Journal, StorageError};
@@ -430,18 +432,19 @@ impl<S: Service> Node<S> {
     /// one send per peer serve them all.
     fn drain_inputs(
         &mut self,
-        clients: &mut mpsc::Receiver<(ConnId, Preopened)>,
-        peers: &mut mpsc::Receiver<Preopened>,
+        clients: &mut mpsc::Receiver<(ConnId, Charged<Preopened>)>,
+        peers: &mut mpsc::Receiver<Charged<Preopened>>,
     ) {
         let mut handled = 0;
         while handled < BATCH_INPUTS_MAX {
             let mut any = false;
             if let Ok(frame) = peers.try_recv() {
-                self.input(Input::Preopened(frame), None);
+                self.input(Input::Preopened(frame.take()), None);
                 handled += 1;
                 any = true;
             }
             if let Ok((conn, frame)) = clients.try_recv() {
+                let frame = frame.take();
                 self.note_sender(conn, &frame);
                 self.input(Input::Preopened(frame), Some(conn));
                 handled += 1;
@@ -727,6 +730,7 @@ pub async fn run_replica_with<S: Service + Send + 'static>(
     let Endpoints {
         listener,
         inbound: mut in_rx,
+        inbound_budget: listener_budget,
         status,
         http: _http,
     } = bind_endpoints(
@@ -737,8 +741,8 @@ pub async fn run_replica_with<S: Service + Send + 'static>(
         replica_preopen(&cfg),
     )
     .await?;
-    let (link_tx, mut link_rx) = mpsc::channel::<Preopened>(INBOUND_FRAMES_MAX);
-    let link_tx = Opening::new(link_tx, replica_preopen(&cfg));
+    let (link_tx, mut link_rx, link_budget) =
+        inbound_queue(&cfg, &metrics, "link_inbound", replica_preopen(&cfg));
     let link_cfg = link_config(&cfg);
     let links = cfg
         .replicas
@@ -836,8 +840,8 @@ pub async fn run_replica_with<S: Service + Send + 'static>(
         Stop,
         CheckState,
         Tick,
-        Listener(ConnId, Preopened),
-        Link(Preopened),
+        Listener(ConnId, Charged<Preopened>),
+        Link(Charged<Preopened>),
     }
     // A primary asked to stop hands over first (a recovery must not cost a view-change
     // timeout): it sends VIEW-CHANGE and keeps running until the next view is installed or a
@@ -886,12 +890,13 @@ pub async fn run_replica_with<S: Service + Send + 'static>(
             }
             Wake::Tick => node.input(Input::Tick, None),
             Wake::Listener(conn, frame) => {
+                let frame = frame.take();
                 node.note_sender(conn, &frame);
                 node.input(Input::Preopened(frame), Some(conn));
                 node.drain_inputs(&mut in_rx, &mut link_rx);
             }
             Wake::Link(frame) => {
-                node.input(Input::Preopened(frame), None);
+                node.input(Input::Preopened(frame.take()), None);
                 node.drain_inputs(&mut in_rx, &mut link_rx);
             }
         }
@@ -902,6 +907,15 @@ pub async fn run_replica_with<S: Service + Send + 'static>(
             .queue_depth
             .with_label_values(&["inbound"])
             .set(in_rx.len() as i64);
+        for (queue, budget) in [
+            ("listener_inbound", &listener_budget),
+            ("link_inbound", &link_budget),
+        ] {
+            node.metrics
+                .queue_bytes
+                .with_label_values(&[queue])
+                .set(budget.queued() as i64);
+        }
         node.flush();
         // Metrics, status and peer checks take locks: refresh them a few times a second, not
         // on every turn of the loop.

@@ -174,10 +174,12 @@ impl TestCluster {
         let listener_cfg = ListenerConfig {
             frame_bytes_max: cfg.message_bytes_max,
             per_conn_queue_max: 1024,
+            per_conn_queue_bytes_max: 64 << 20,
             connections_max: 64,
         };
         let link_cfg = LinkConfig {
             frames_queued_max: 1024,
+            bytes_queued_max: 64 << 20,
             frame_bytes_max: cfg.message_bytes_max,
             backoff_min: Duration::from_millis(10),
             backoff_max: Duration::from_millis(500),

@@ -16,15 +16,17 @@
 //! - **It never panics on network input.** A length prefix is checked against the configured
 //!   maximum before anything is allocated; an oversized frame closes that connection (counted,
 //!   and logged at `warn` with the reason); broken connections are simply closed.
-//! - **Every queue is bounded.** Outgoing queues drop new frames when full (the protocol
-//!   retransmits, so a drop costs latency, never safety); inbound channels drop and count when
-//!   the consumer falls behind; a listener refuses connections beyond its maximum.
+//! - **Every queue is bounded.** Outgoing queues, bounded in frames and in bytes, drop new
+//!   frames when full (the protocol retransmits, so a drop costs latency, never safety);
+//!   inbound channels drop and count when the consumer falls behind; a listener refuses
+//!   connections beyond its maximum.
 //!
 //! Everything here must run inside a tokio runtime.
 
 mod frame;
 mod link;
 mod listener;
+mod outbox;
 
 pub use frame::{read_buffered_frame, read_frame, write_frame, FrameError, LEN_PREFIX_BYTES};
 pub use link::{Inbound, Link, LinkConfig, LinkStats};

@@ -1,6 +1,7 @@
 //! The dialing side: a connection to one address that reconnects forever.
 
 use crate::frame::{read_buffered_frame, write_frame, FrameError, READ_BUFFER_BYTES};
+use crate::outbox::{outbox, OutboxRx, OutboxTx, Refused};
 use crate::Bytes;
 use crate::{jittered, LinkError};
 use std::net::SocketAddr;
@@ -17,6 +18,8 @@ use tracing::{debug, warn};
 pub struct LinkConfig {
     /// Frames waiting to be written; beyond this [`Link::send`] drops (at least 1 is used).
     pub frames_queued_max: usize,
+    /// Bytes of the frames waiting to be written; beyond this [`Link::send`] drops.
+    pub bytes_queued_max: usize,
     /// Largest frame sent or accepted (bytes). A bigger incoming frame closes the connection.
     pub frame_bytes_max: usize,
     /// First reconnection delay; doubled after every failure up to `backoff_max`.
@@ -31,6 +34,7 @@ impl Default for LinkConfig {
     fn default() -> Self {
         LinkConfig {
             frames_queued_max: 1024,
+            bytes_queued_max: 64 << 20,
             frame_bytes_max: 32 << 20,
             backoff_min: Duration::from_millis(50),
             backoff_max: Duration::from_secs(2),
@@ -60,6 +64,8 @@ pub struct LinkStats {
     pub closed_too_large: u64,
     /// Frames waiting in the outgoing queue.
     pub queue_len: usize,
+    /// Bytes of the frames waiting in the outgoing queue.
+    pub queue_bytes: usize,
 }
 
 #[derive(Default)]
@@ -102,7 +108,7 @@ pub struct Link {
 struct Inner {
     addr: SocketAddr,
     frame_bytes_max: usize,
-    queue: mpsc::Sender<Bytes>,
+    queue: OutboxTx,
     counters: Arc<Counters>,
     closed: watch::Sender<bool>,
 }
@@ -126,7 +132,7 @@ impl Link {
     /// Starts the connection task (on the current tokio runtime) and returns its handle.
     /// Never fails: an unreachable address is retried until the link is closed.
     pub fn spawn(addr: SocketAddr, cfg: LinkConfig, inbound: impl Inbound) -> Link {
-        let (queue, rx) = mpsc::channel(cfg.frames_queued_max.max(1));
+        let (queue, rx) = outbox(cfg.frames_queued_max, cfg.bytes_queued_max);
         let (closed, closed_rx) = watch::channel(false);
         let counters = Arc::new(Counters::default());
         let frame_bytes_max = cfg.frame_bytes_max;
@@ -147,8 +153,8 @@ impl Link {
         self.inner.addr
     }
 
-    /// Queues a frame; never blocks. When the queue is full the frame is dropped and counted
-    /// (the protocol retransmits) and `Err(Full)` returned.
+    /// Queues a frame; never blocks. When the queue is full (in frames or in bytes) the frame
+    /// is dropped and counted (the protocol retransmits) and `Err(Full)` returned.
     pub fn send(&self, frame: Bytes) -> Result<(), LinkError> {
         if frame.len() > self.inner.frame_bytes_max {
             return Err(LinkError::TooLarge {
@@ -161,14 +167,14 @@ impl Link {
         }
         match self.inner.queue.try_send(frame) {
             Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(_)) => {
+            Err(Refused::Full) => {
                 self.inner
                     .counters
                     .frames_dropped_full
                     .fetch_add(1, Relaxed);
                 Err(LinkError::Full)
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(LinkError::Closed),
+            Err(Refused::Closed) => Err(LinkError::Closed),
         }
     }
 
@@ -190,7 +196,8 @@ impl Link {
             reconnects: c.reconnects.load(Relaxed),
             connect_failures: c.connect_failures.load(Relaxed),
             closed_too_large: c.closed_too_large.load(Relaxed),
-            queue_len: q.max_capacity() - q.capacity(),
+            queue_len: q.frames(),
+            queue_bytes: q.bytes(),
         }
     }
 
@@ -218,7 +225,7 @@ enum End {
 async fn run<I: Inbound>(
     addr: SocketAddr,
     cfg: LinkConfig,
-    mut queue: mpsc::Receiver<Bytes>,
+    mut queue: OutboxRx,
     inbound: I,
     counters: Arc<Counters>,
     mut closed_rx: watch::Receiver<bool>,
@@ -282,7 +289,7 @@ async fn run<I: Inbound>(
 /// Moves frames both ways on one connection until it breaks or the queue closes.
 async fn serve<I: Inbound>(
     stream: TcpStream,
-    queue: &mut mpsc::Receiver<Bytes>,
+    queue: &mut OutboxRx,
     inbound: &I,
     counters: &Counters,
     frame_bytes_max: usize,
@@ -323,7 +330,7 @@ async fn serve<I: Inbound>(
                     return End::Broken(e.to_string());
                 }
                 counters.frames_sent.fetch_add(1, Relaxed);
-                next = queue.try_recv().ok();
+                next = queue.try_recv();
             }
             if let Err(e) = w.flush().await {
                 return End::Broken(e.to_string());

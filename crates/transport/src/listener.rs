@@ -1,6 +1,7 @@
 //! The accepting side: one reader and one writer task per connection, all bounded.
 
 use crate::frame::{read_buffered_frame, write_frame, FrameError, READ_BUFFER_BYTES};
+use crate::outbox::{outbox, OutboxRx, OutboxTx, Refused};
 use crate::Bytes;
 use crate::LinkError;
 use std::collections::HashMap;
@@ -30,6 +31,9 @@ pub struct ListenerConfig {
     pub frame_bytes_max: usize,
     /// Frames waiting to be written on one connection; beyond this [`Listener::send`] drops.
     pub per_conn_queue_max: usize,
+    /// Bytes of the frames waiting to be written on one connection; beyond this
+    /// [`Listener::send`] drops.
+    pub per_conn_queue_bytes_max: usize,
     /// Open connections at once; further connections are accepted and closed at once.
     pub connections_max: usize,
 }
@@ -39,6 +43,7 @@ impl Default for ListenerConfig {
         ListenerConfig {
             frame_bytes_max: 32 << 20,
             per_conn_queue_max: 256,
+            per_conn_queue_bytes_max: 8 << 20,
             connections_max: 1024,
         }
     }
@@ -81,7 +86,7 @@ struct Counters {
 
 /// What the listener keeps per open connection. Dropping it closes the connection.
 struct Conn {
-    queue: mpsc::Sender<Bytes>,
+    queue: OutboxTx,
     _close: oneshot::Sender<()>,
 }
 
@@ -250,7 +255,7 @@ impl Listener {
 #[derive(Clone)]
 pub struct ConnSender {
     conn: ConnId,
-    queue: mpsc::Sender<Bytes>,
+    queue: OutboxTx,
     shared: Arc<Shared>,
 }
 
@@ -282,14 +287,14 @@ impl std::fmt::Debug for ConnSender {
     }
 }
 
-fn enqueue(shared: &Shared, queue: &mpsc::Sender<Bytes>, frame: Bytes) -> Result<(), LinkError> {
+fn enqueue(shared: &Shared, queue: &OutboxTx, frame: Bytes) -> Result<(), LinkError> {
     match queue.try_send(frame) {
         Ok(()) => Ok(()),
-        Err(mpsc::error::TrySendError::Full(_)) => {
+        Err(Refused::Full) => {
             shared.counters.frames_dropped_full.fetch_add(1, Relaxed);
             Err(LinkError::Full)
         }
-        Err(mpsc::error::TrySendError::Closed(_)) => Err(LinkError::UnknownConn),
+        Err(Refused::Closed) => Err(LinkError::UnknownConn),
     }
 }
 
@@ -329,7 +334,10 @@ async fn accept_loop<I: ConnInbound>(
         }
         let id = ConnId(next_id);
         next_id += 1;
-        let (queue, rx) = mpsc::channel(shared.cfg.per_conn_queue_max.max(1));
+        let (queue, rx) = outbox(
+            shared.cfg.per_conn_queue_max,
+            shared.cfg.per_conn_queue_bytes_max,
+        );
         let (close, close_rx) = oneshot::channel();
         conns.insert(
             id,
@@ -359,7 +367,7 @@ async fn serve<I: ConnInbound>(
     id: ConnId,
     peer: SocketAddr,
     stream: TcpStream,
-    mut queue: mpsc::Receiver<Bytes>,
+    mut queue: OutboxRx,
     close: oneshot::Receiver<()>,
     shared: Arc<Shared>,
     inbound: I,
@@ -401,7 +409,7 @@ async fn serve<I: ConnInbound>(
                     return;
                 }
                 counters.frames_sent.fetch_add(1, Relaxed);
-                next = queue.try_recv().ok();
+                next = queue.try_recv();
             }
             if w.flush().await.is_err() {
                 return;

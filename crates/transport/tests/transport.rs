@@ -24,6 +24,7 @@ fn dead_addr() -> SocketAddr {
 fn link_cfg() -> LinkConfig {
     LinkConfig {
         frames_queued_max: 4096,
+        bytes_queued_max: 64 << 20,
         frame_bytes_max: 1 << 20,
         backoff_min: Duration::from_millis(10),
         backoff_max: Duration::from_millis(100),
@@ -35,6 +36,7 @@ fn listener_cfg() -> ListenerConfig {
     ListenerConfig {
         frame_bytes_max: 1 << 20,
         per_conn_queue_max: 4096,
+        per_conn_queue_bytes_max: 64 << 20,
         connections_max: 16,
     }
 }
@@ -227,26 +229,68 @@ async fn full_link_queue_drops_and_counts() {
 }
 
 #[tokio::test]
-async fn full_connection_queue_drops_and_counts() {
-    let (srv_tx, mut srv_rx) = mpsc::channel(16);
-    let cfg = ListenerConfig {
-        per_conn_queue_max: 2,
-        ..listener_cfg()
+async fn link_queue_is_bounded_in_bytes() {
+    let (cli_tx, _cli_rx) = mpsc::channel(4);
+    let cfg = LinkConfig {
+        bytes_queued_max: 300 << 10,
+        ..link_cfg()
     };
+    let link = Link::spawn(dead_addr(), cfg, cli_tx);
+    let frame = Arc::new(vec![1u8; 100 << 10]);
+    for _ in 0..3 {
+        link.send(frame.clone()).unwrap();
+    }
+    // 4,096 frames would fit; 300 KiB do not fit a fourth frame of 100 KiB, nor one byte more.
+    assert_eq!(link.send(frame.clone()), Err(LinkError::Full));
+    assert_eq!(link.send(Arc::new(vec![1])), Err(LinkError::Full));
+    let s = link.stats();
+    assert_eq!(
+        (s.queue_len, s.queue_bytes, s.frames_dropped_full),
+        (3, 300 << 10, 2)
+    );
+}
+
+/// Queues 256 frames of 1 MiB on the connection of a peer that sends one frame and then never
+/// reads: the listener, the peer's end, and how many frames were queued and dropped.
+async fn flood_a_peer_that_never_reads(cfg: ListenerConfig) -> (Listener, TcpStream, u64, u64) {
+    let (srv_tx, mut srv_rx) = mpsc::channel(16);
     let listener = Listener::bind(any_port(), cfg, srv_tx).await.unwrap();
-    // A peer that sends one frame and then never reads.
     let mut raw = TcpStream::connect(listener.local_addr()).await.unwrap();
     write_frame(&mut raw, b"hi").await.unwrap();
     let (c, _) = recv(&mut srv_rx).await;
     let big = Arc::new(vec![7u8; 1 << 20]);
-    let mut dropped = 0;
+    let (mut queued, mut dropped) = (0, 0);
     for _ in 0..256 {
         match listener.send(c, big.clone()) {
-            Ok(()) => {}
+            Ok(()) => queued += 1,
             Err(LinkError::Full) => dropped += 1,
             Err(e) => panic!("{e}"),
         }
+        tokio::task::yield_now().await;
     }
+    (listener, raw, queued, dropped)
+}
+
+#[tokio::test]
+async fn connection_queue_is_bounded_in_bytes() {
+    let cfg = ListenerConfig {
+        per_conn_queue_bytes_max: 4 << 20,
+        ..listener_cfg()
+    };
+    let (_listener, mut raw, queued, _) = flood_a_peer_that_never_reads(cfg).await;
+    // The frame bound (4,096) would take all 256 MiB; the byte bound takes 4 MiB beside what
+    // the writer holds and the socket buffers absorb.
+    assert!(queued < 64, "{queued} frames of 1 MiB queued");
+    let _ = read_frame(&mut raw, 1 << 20).await.unwrap();
+}
+
+#[tokio::test]
+async fn full_connection_queue_drops_and_counts() {
+    let cfg = ListenerConfig {
+        per_conn_queue_max: 2,
+        ..listener_cfg()
+    };
+    let (listener, mut raw, _, dropped) = flood_a_peer_that_never_reads(cfg).await;
     assert!(dropped > 0, "socket buffers cannot absorb 256 MiB");
     assert_eq!(listener.stats().frames_dropped_full, dropped);
     // The connection is still usable once the peer reads.

@@ -1,0 +1,123 @@
+//! A connection's outgoing queue, bounded both in frames and in bytes: a peer that stops
+//! reading holds at most that much of its sender's memory, however large the frames.
+
+use crate::Bytes;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// Why [`OutboxTx::try_send`] did not queue a frame.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// Either bound would be exceeded.
+    Full,
+    /// The receiving side is gone.
+    Closed,
+}
+
+/// A queue of at most `frames_max` frames (at least 1) and `bytes_max` bytes of frames.
+pub(crate) fn outbox(frames_max: usize, bytes_max: usize) -> (OutboxTx, OutboxRx) {
+    let (tx, rx) = mpsc::channel(frames_max.max(1));
+    let queued = Arc::new(AtomicUsize::new(0));
+    (
+        OutboxTx {
+            tx,
+            queued: queued.clone(),
+            bytes_max,
+        },
+        OutboxRx { rx, queued },
+    )
+}
+
+/// The sending side; cloning is cheap.
+#[derive(Clone)]
+pub(crate) struct OutboxTx {
+    tx: mpsc::Sender<Bytes>,
+    queued: Arc<AtomicUsize>,
+    bytes_max: usize,
+}
+
+impl OutboxTx {
+    /// Queues `frame` unless a bound would be exceeded; never waits.
+    pub(crate) fn try_send(&self, frame: Bytes) -> Result<(), Refused> {
+        let len = frame.len();
+        self.queued
+            .fetch_update(Relaxed, Relaxed, |q| {
+                q.checked_add(len).filter(|&after| after <= self.bytes_max)
+            })
+            .map_err(|_| Refused::Full)?;
+        self.tx.try_send(frame).map_err(|e| {
+            self.queued.fetch_sub(len, Relaxed);
+            match e {
+                mpsc::error::TrySendError::Full(_) => Refused::Full,
+                mpsc::error::TrySendError::Closed(_) => Refused::Closed,
+            }
+        })
+    }
+
+    /// Frames queued now.
+    pub(crate) fn frames(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
+    }
+
+    /// Bytes of the frames queued now.
+    pub(crate) fn bytes(&self) -> usize {
+        self.queued.load(Relaxed)
+    }
+}
+
+/// The receiving side: a frame's bytes leave the count when it is taken.
+pub(crate) struct OutboxRx {
+    rx: mpsc::Receiver<Bytes>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl OutboxRx {
+    /// The next frame; `None` once every sender is gone and the queue is empty.
+    pub(crate) async fn recv(&mut self) -> Option<Bytes> {
+        let frame = self.rx.recv().await?;
+        self.queued.fetch_sub(frame.len(), Relaxed);
+        Some(frame)
+    }
+
+    /// The next frame if one is queued.
+    pub(crate) fn try_recv(&mut self) -> Option<Bytes> {
+        let frame = self.rx.try_recv().ok()?;
+        self.queued.fetch_sub(frame.len(), Relaxed);
+        Some(frame)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(n: usize) -> Bytes {
+        Arc::new(vec![0; n])
+    }
+
+    #[tokio::test]
+    async fn bounded_by_bytes_and_by_frames() {
+        let (tx, mut rx) = outbox(3, 100);
+        assert_eq!(tx.try_send(frame(60)), Ok(()));
+        // 60 + 50 > 100: refused, and the refusal leaves the count as it was.
+        assert_eq!(tx.try_send(frame(50)), Err(Refused::Full));
+        assert_eq!(tx.bytes(), 60);
+        assert_eq!(tx.try_send(frame(40)), Ok(()));
+        assert_eq!(tx.try_send(frame(0)), Ok(()));
+        // Three frames: the frame bound refuses even an empty one, and gives its bytes back.
+        assert_eq!(tx.try_send(frame(0)), Err(Refused::Full));
+        assert_eq!((tx.frames(), tx.bytes()), (3, 100));
+        assert_eq!(rx.recv().await.map(|f| f.len()), Some(60));
+        assert_eq!((tx.frames(), tx.bytes()), (2, 40));
+        assert_eq!(tx.try_send(frame(50)), Ok(()));
+        assert_eq!(rx.try_recv().map(|f| f.len()), Some(40));
+        assert_eq!(rx.try_recv().map(|f| f.len()), Some(0));
+        assert_eq!(rx.try_recv().map(|f| f.len()), Some(50));
+        assert_eq!(rx.try_recv(), None);
+        assert_eq!(tx.bytes(), 0);
+        drop(rx);
+        assert_eq!(tx.try_send(frame(1)), Err(Refused::Closed));
+        assert_eq!(tx.bytes(), 0);
+    }
+}
