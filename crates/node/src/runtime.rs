@@ -847,6 +847,16 @@ pub async fn run_replica_with<S: Service + Send + 'static>(
     // timeout): it sends VIEW-CHANGE and keeps running until the next view is installed or a
     // second has passed.
     let mut stop_deadline: Option<Instant> = None;
+    // The inbound queues' depth gauges, looked up once.
+    let gauge = |vec: &prometheus::IntGaugeVec, queue: &str| vec.with_label_values(&[queue]);
+    let (listener_frames, link_frames) = (
+        gauge(&node.metrics.queue_depth, "listener_inbound"),
+        gauge(&node.metrics.queue_depth, "link_inbound"),
+    );
+    let (listener_bytes, link_bytes) = (
+        gauge(&node.metrics.queue_bytes, "listener_inbound"),
+        gauge(&node.metrics.queue_bytes, "link_inbound"),
+    );
     loop {
         if let Some(d) = stop_deadline {
             let handed_over = node.replica.is_normal() && !node.replica.is_primary();
@@ -903,18 +913,17 @@ pub async fn run_replica_with<S: Service + Send + 'static>(
         node.metrics
             .handle_seconds
             .observe(t.elapsed().as_secs_f64());
-        node.metrics
-            .queue_depth
-            .with_label_values(&["inbound"])
-            .set(in_rx.len() as i64);
-        for (queue, budget) in [
-            ("listener_inbound", &listener_budget),
-            ("link_inbound", &link_budget),
+        for (frames, bytes, len, budget) in [
+            (
+                &listener_frames,
+                &listener_bytes,
+                in_rx.len(),
+                &listener_budget,
+            ),
+            (&link_frames, &link_bytes, link_rx.len(), &link_budget),
         ] {
-            node.metrics
-                .queue_bytes
-                .with_label_values(&[queue])
-                .set(budget.queued() as i64);
+            frames.set(len as i64);
+            bytes.set(budget.queued() as i64);
         }
         node.flush();
         // Metrics, status and peer checks take locks: refresh them a few times a second, not

@@ -43,7 +43,12 @@ fn registered() -> BTreeSet<String> {
     let m = Metrics::new(0);
     // Labelled families appear once they have a series.
     m.rejected.with_label_values(&["bad_mac", "frame"]).inc();
-    m.queue_depth.with_label_values(&["inbound"]).set(0);
+    m.queue_depth
+        .with_label_values(&["listener_inbound"])
+        .set(0);
+    m.queue_bytes
+        .with_label_values(&["listener_inbound"])
+        .set(0);
     m.frames_dropped.with_label_values(&["peer"]).inc();
     m.recovery_last_seconds
         .with_label_values(&["restart"])

@@ -18,7 +18,8 @@ use tracing::{debug, warn};
 pub struct LinkConfig {
     /// Frames waiting to be written; beyond this [`Link::send`] drops (at least 1 is used).
     pub frames_queued_max: usize,
-    /// Bytes of the frames waiting to be written; beyond this [`Link::send`] drops.
+    /// Bytes of the frames waiting to be written; beyond this [`Link::send`] drops (at least
+    /// `frame_bytes_max` is used, so that any frame can be queued).
     pub bytes_queued_max: usize,
     /// Largest frame sent or accepted (bytes). A bigger incoming frame closes the connection.
     pub frame_bytes_max: usize,
@@ -132,7 +133,10 @@ impl Link {
     /// Starts the connection task (on the current tokio runtime) and returns its handle.
     /// Never fails: an unreachable address is retried until the link is closed.
     pub fn spawn(addr: SocketAddr, cfg: LinkConfig, inbound: impl Inbound) -> Link {
-        let (queue, rx) = outbox(cfg.frames_queued_max, cfg.bytes_queued_max);
+        let (queue, rx) = outbox(
+            cfg.frames_queued_max,
+            cfg.bytes_queued_max.max(cfg.frame_bytes_max),
+        );
         let (closed, closed_rx) = watch::channel(false);
         let counters = Arc::new(Counters::default());
         let frame_bytes_max = cfg.frame_bytes_max;

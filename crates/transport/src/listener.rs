@@ -32,7 +32,8 @@ pub struct ListenerConfig {
     /// Frames waiting to be written on one connection; beyond this [`Listener::send`] drops.
     pub per_conn_queue_max: usize,
     /// Bytes of the frames waiting to be written on one connection; beyond this
-    /// [`Listener::send`] drops.
+    /// [`Listener::send`] drops (at least `frame_bytes_max` is used, so that any frame can be
+    /// queued).
     pub per_conn_queue_bytes_max: usize,
     /// Open connections at once; further connections are accepted and closed at once.
     pub connections_max: usize,
@@ -336,7 +337,10 @@ async fn accept_loop<I: ConnInbound>(
         next_id += 1;
         let (queue, rx) = outbox(
             shared.cfg.per_conn_queue_max,
-            shared.cfg.per_conn_queue_bytes_max,
+            shared
+                .cfg
+                .per_conn_queue_bytes_max
+                .max(shared.cfg.frame_bytes_max),
         );
         let (close, close_rx) = oneshot::channel();
         conns.insert(

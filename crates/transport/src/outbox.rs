@@ -38,21 +38,21 @@ pub(crate) struct OutboxTx {
 }
 
 impl OutboxTx {
-    /// Queues `frame` unless a bound would be exceeded; never waits.
+    /// Queues `frame` unless a bound would be exceeded; never waits. A closed queue says so
+    /// whatever its bounds.
     pub(crate) fn try_send(&self, frame: Bytes) -> Result<(), Refused> {
+        let slot = self.tx.try_reserve().map_err(|e| match e {
+            mpsc::error::TrySendError::Full(()) => Refused::Full,
+            mpsc::error::TrySendError::Closed(()) => Refused::Closed,
+        })?;
         let len = frame.len();
         self.queued
             .fetch_update(Relaxed, Relaxed, |q| {
                 q.checked_add(len).filter(|&after| after <= self.bytes_max)
             })
             .map_err(|_| Refused::Full)?;
-        self.tx.try_send(frame).map_err(|e| {
-            self.queued.fetch_sub(len, Relaxed);
-            match e {
-                mpsc::error::TrySendError::Full(_) => Refused::Full,
-                mpsc::error::TrySendError::Closed(_) => Refused::Closed,
-            }
-        })
+        slot.send(frame);
+        Ok(())
     }
 
     /// Frames queued now.
@@ -70,6 +70,14 @@ impl OutboxTx {
 pub(crate) struct OutboxRx {
     rx: mpsc::Receiver<Bytes>,
     queued: Arc<AtomicUsize>,
+}
+
+/// Frames left in a queue whose receiving side is gone leave the count too.
+impl Drop for OutboxRx {
+    fn drop(&mut self) {
+        self.rx.close();
+        while self.try_recv().is_some() {}
+    }
 }
 
 impl OutboxRx {
@@ -117,6 +125,20 @@ mod tests {
         assert_eq!(rx.try_recv(), None);
         assert_eq!(tx.bytes(), 0);
         drop(rx);
+        assert_eq!(tx.try_send(frame(1)), Err(Refused::Closed));
+        assert_eq!(tx.bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_closed_queue_says_closed_and_returns_its_bytes() {
+        let (tx, rx) = outbox(8, 100);
+        assert_eq!(tx.try_send(frame(100)), Ok(()));
+        assert_eq!(tx.try_send(frame(1)), Err(Refused::Full));
+        // The receiver goes with a frame still queued: its bytes leave the count, and a full
+        // queue that is closed says closed.
+        drop(rx);
+        assert_eq!(tx.bytes(), 0);
+        assert_eq!(tx.try_send(frame(100)), Err(Refused::Closed));
         assert_eq!(tx.try_send(frame(1)), Err(Refused::Closed));
         assert_eq!(tx.bytes(), 0);
     }
