@@ -50,10 +50,7 @@ pub async fn run_baseline<S: Service>(
         ListenerConfig {
             frame_bytes_max: max,
             per_conn_queue_max: cfg.node.peer_queue_frames_max,
-            per_conn_queue_bytes_max: crate::endpoints::queue_bytes(
-                &cfg,
-                cfg.node.client_queue_bytes(),
-            ),
+            per_conn_queue_bytes_max: cfg.node.client_queue_bytes(),
             connections_max: cfg.node.client_connections_max,
         },
         in_tx,

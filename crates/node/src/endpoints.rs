@@ -7,9 +7,10 @@ use crate::status::StatusReport;
 use prometheus::IntCounter;
 use redoubt_config::ClusterConfig;
 use redoubt_core::{preopen_from, ClientId, Preopened, Principal};
-use redoubt_transport::{ConnId, ConnInbound, Inbound, LinkConfig, Listener, ListenerConfig};
+use redoubt_transport::{
+    ByteBudget, Charge, ConnId, ConnInbound, Inbound, LinkConfig, Listener, ListenerConfig,
+};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -95,53 +96,6 @@ impl<M: Send + 'static> Inbound for Opening<Charged<M>, M> {
     }
 }
 
-/// The bytes of received frames one inbound queue may hold: the frames' own lengths (a
-/// decoded message queued beside its bytes is about as large again). Charged when a frame
-/// is queued, returned when the protocol task takes it.
-pub(crate) struct ByteBudget {
-    queued: AtomicUsize,
-    max: usize,
-}
-
-impl ByteBudget {
-    pub(crate) fn new(max: usize) -> Arc<ByteBudget> {
-        Arc::new(ByteBudget {
-            queued: AtomicUsize::new(0),
-            max,
-        })
-    }
-
-    /// Bytes charged now.
-    pub(crate) fn queued(&self) -> usize {
-        self.queued.load(Relaxed)
-    }
-
-    /// Charges `bytes`, or `None` if they would take the queue past its maximum.
-    fn charge(self: &Arc<Self>, bytes: usize) -> Option<Charge> {
-        self.queued
-            .fetch_update(Relaxed, Relaxed, |q| {
-                q.checked_add(bytes).filter(|&after| after <= self.max)
-            })
-            .ok()?;
-        Some(Charge {
-            budget: self.clone(),
-            bytes,
-        })
-    }
-}
-
-/// Bytes held of a [`ByteBudget`], returned when dropped.
-struct Charge {
-    budget: Arc<ByteBudget>,
-    bytes: usize,
-}
-
-impl Drop for Charge {
-    fn drop(&mut self) {
-        self.budget.queued.fetch_sub(self.bytes, Relaxed);
-    }
-}
-
 /// A queued frame (opened into an `M`) with its charge to its queue's budget.
 pub(crate) struct Charged<M> {
     item: M,
@@ -165,7 +119,12 @@ pub(crate) fn inbound_queue<T, M>(
     open: OpenFn<M>,
 ) -> (Opening<T, M>, mpsc::Receiver<T>, Arc<ByteBudget>) {
     let (tx, rx) = mpsc::channel::<T>(INBOUND_FRAMES_MAX);
-    let budget = ByteBudget::new(queue_bytes(cfg, cfg.node.inbound_queue_bytes()));
+    // Raised to one largest frame, as the transport raises its outgoing bounds.
+    let budget = ByteBudget::new(
+        cfg.node
+            .inbound_queue_bytes()
+            .max(cfg.protocol.message_bytes_max),
+    );
     let dropped = metrics.frames_dropped.with_label_values(&[label]);
     (Opening::new(tx, open, budget.clone(), dropped), rx, budget)
 }
@@ -226,21 +185,16 @@ pub(crate) fn listener_config(cfg: &ClusterConfig) -> ListenerConfig {
     ListenerConfig {
         frame_bytes_max: cfg.protocol.message_bytes_max,
         per_conn_queue_max: cfg.node.peer_queue_frames_max,
-        per_conn_queue_bytes_max: queue_bytes(cfg, cfg.node.client_queue_bytes()),
+        per_conn_queue_bytes_max: cfg.node.client_queue_bytes(),
         connections_max: cfg.node.client_connections_max,
     }
-}
-
-/// A queue's bytes as configured, raised to one largest frame.
-pub(crate) fn queue_bytes(cfg: &ClusterConfig, configured: usize) -> usize {
-    configured.max(cfg.protocol.message_bytes_max)
 }
 
 /// The links of a node to its peers as the configuration sets them.
 pub(crate) fn link_config(cfg: &ClusterConfig) -> LinkConfig {
     LinkConfig {
         frames_queued_max: cfg.node.peer_queue_frames_max,
-        bytes_queued_max: queue_bytes(cfg, cfg.node.peer_queue_bytes()),
+        bytes_queued_max: cfg.node.peer_queue_bytes(),
         frame_bytes_max: cfg.protocol.message_bytes_max,
         backoff_min: Duration::from_millis(cfg.node.reconnect_backoff_min_ms),
         backoff_max: Duration::from_millis(cfg.node.reconnect_backoff_max_ms),
@@ -286,6 +240,7 @@ pub(crate) fn replica_preopen(cfg: &ClusterConfig) -> OpenFn<Preopened> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering::Relaxed;
 
     #[tokio::test]
     async fn inbound_queue_is_bounded_in_bytes_and_counts_drops() {

@@ -23,11 +23,13 @@
 //!
 //! Everything here must run inside a tokio runtime.
 
+mod budget;
 mod frame;
 mod link;
 mod listener;
 mod outbox;
 
+pub use budget::{ByteBudget, Charge};
 pub use frame::{read_buffered_frame, read_frame, write_frame, FrameError, LEN_PREFIX_BYTES};
 pub use link::{Inbound, Link, LinkConfig, LinkStats};
 pub use listener::{ConnId, ConnInbound, ConnSender, Listener, ListenerConfig, ListenerStats};

@@ -1,8 +1,8 @@
 //! A connection's outgoing queue, bounded both in frames and in bytes: a peer that stops
 //! reading holds at most that much of its sender's memory, however large the frames.
 
+use crate::budget::{ByteBudget, Charge};
 use crate::Bytes;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -18,23 +18,20 @@ pub(crate) enum Refused {
 /// A queue of at most `frames_max` frames (at least 1) and `bytes_max` bytes of frames.
 pub(crate) fn outbox(frames_max: usize, bytes_max: usize) -> (OutboxTx, OutboxRx) {
     let (tx, rx) = mpsc::channel(frames_max.max(1));
-    let queued = Arc::new(AtomicUsize::new(0));
     (
         OutboxTx {
             tx,
-            queued: queued.clone(),
-            bytes_max,
+            budget: ByteBudget::new(bytes_max),
         },
-        OutboxRx { rx, queued },
+        OutboxRx { rx },
     )
 }
 
 /// The sending side; cloning is cheap.
 #[derive(Clone)]
 pub(crate) struct OutboxTx {
-    tx: mpsc::Sender<Bytes>,
-    queued: Arc<AtomicUsize>,
-    bytes_max: usize,
+    tx: mpsc::Sender<(Bytes, Charge)>,
+    budget: Arc<ByteBudget>,
 }
 
 impl OutboxTx {
@@ -45,13 +42,8 @@ impl OutboxTx {
             mpsc::error::TrySendError::Full(()) => Refused::Full,
             mpsc::error::TrySendError::Closed(()) => Refused::Closed,
         })?;
-        let len = frame.len();
-        self.queued
-            .fetch_update(Relaxed, Relaxed, |q| {
-                q.checked_add(len).filter(|&after| after <= self.bytes_max)
-            })
-            .map_err(|_| Refused::Full)?;
-        slot.send(frame);
+        let charge = self.budget.charge(frame.len()).ok_or(Refused::Full)?;
+        slot.send((frame, charge));
         Ok(())
     }
 
@@ -62,37 +54,25 @@ impl OutboxTx {
 
     /// Bytes of the frames queued now.
     pub(crate) fn bytes(&self) -> usize {
-        self.queued.load(Relaxed)
+        self.budget.queued()
     }
 }
 
-/// The receiving side: a frame's bytes leave the count when it is taken.
+/// The receiving side: a frame's bytes leave the count when it is taken, and those of the
+/// frames left in the queue when the queue goes (each frame carries its charge).
 pub(crate) struct OutboxRx {
-    rx: mpsc::Receiver<Bytes>,
-    queued: Arc<AtomicUsize>,
-}
-
-/// Frames left in a queue whose receiving side is gone leave the count too.
-impl Drop for OutboxRx {
-    fn drop(&mut self) {
-        self.rx.close();
-        while self.try_recv().is_some() {}
-    }
+    rx: mpsc::Receiver<(Bytes, Charge)>,
 }
 
 impl OutboxRx {
     /// The next frame; `None` once every sender is gone and the queue is empty.
     pub(crate) async fn recv(&mut self) -> Option<Bytes> {
-        let frame = self.rx.recv().await?;
-        self.queued.fetch_sub(frame.len(), Relaxed);
-        Some(frame)
+        self.rx.recv().await.map(|(frame, _)| frame)
     }
 
     /// The next frame if one is queued.
     pub(crate) fn try_recv(&mut self) -> Option<Bytes> {
-        let frame = self.rx.try_recv().ok()?;
-        self.queued.fetch_sub(frame.len(), Relaxed);
-        Some(frame)
+        self.rx.try_recv().ok().map(|(frame, _)| frame)
     }
 }
 
