@@ -268,8 +268,9 @@ pub async fn run_executor<S: Service + Send + 'static>(
     let state_dir = home.join("state");
     std::fs::create_dir_all(&state_dir)
         .map_err(|e| restore_err(format!("cannot create {}: {e}", state_dir.display())))?;
-    let store = FileStore::open(&state_dir, geometry)
+    let mut store = FileStore::open(&state_dir, geometry)
         .map_err(|e| restore_err(format!("page store in {}: {e}", state_dir.display())))?;
+    store.set_sync(cfg.storage.fsync);
     let mut state = open_state(Box::new(store.clone()))
         .map_err(|e| restore_err(format!("page store in {}: {e}", state_dir.display())))?;
     state.set_page_cache_bytes((cfg.storage.page_cache_mib as usize).saturating_mul(1 << 20));

@@ -694,8 +694,9 @@ pub async fn run_replica_with<S: Service + Send + 'static>(
     let geometry = cfg.state.geometry().map_err(restore_err)?;
     let state_dir = home.join("state");
     let started = Instant::now();
-    let store = FileStore::open(&state_dir, geometry)
+    let mut store = FileStore::open(&state_dir, geometry)
         .map_err(|e| restore_err(format!("page store in {}: {e}", state_dir.display())))?;
+    store.set_sync(cfg.storage.fsync);
     let state_store = store.clone();
     let mut state = open_state(Box::new(store))
         .map_err(|e| restore_err(format!("page store in {}: {e}", state_dir.display())))?;

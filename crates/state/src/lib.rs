@@ -11,12 +11,14 @@ mod cache;
 
 pub use access::{FlatState, StateRead, StateWrite};
 pub use cache::DEFAULT_PAGE_CACHE_BYTES;
+mod file;
 mod geometry;
 mod store;
 mod tree;
 
+pub use file::FileStore;
 pub use geometry::{Geometry, DEFAULT_FANOUT, DEFAULT_PAGE_SIZE};
-pub use store::{Base, CommitPage, Entry, FileStore, MemStore, PageStore, StateCommit};
+pub use store::{Base, CommitPage, Entry, MemStore, PageStore, StateCommit};
 pub use tree::{
     meta_digest, page_digest, CheckReport, NodeId, PagedState, StateFootprint, INVALID,
 };

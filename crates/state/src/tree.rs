@@ -329,13 +329,15 @@ impl PagedState {
 
     /// Moves the base to checkpoint `seq` with `pages`: a commit for the host to write (the
     /// cache forgets the pages; until written they are read from the commit).
-    fn store_commit(&mut self, seq: u64, aux: &[u8], pages: BTreeMap<u64, (Entry, Vec<u8>)>) {
+    fn store_commit(
+        &mut self,
+        seq: u64,
+        aux: Arc<Vec<u8>>,
+        pages: BTreeMap<u64, (Entry, Vec<u8>)>,
+    ) {
         self.cache.get_mut().forget_all(pages.keys().copied());
-        self.unsynced.push(Arc::new(StateCommit {
-            seq,
-            aux: aux.to_vec(),
-            pages,
-        }));
+        self.unsynced
+            .push(Arc::new(StateCommit { seq, aux, pages }));
     }
 
     /// The moves of the durable base made since the last call, oldest first, for the host to
@@ -515,7 +517,7 @@ impl PagedState {
             .map(|p| (p, self.page_at(seq, p).expect("held")))
             .collect();
         let aux = self.copies[&seq].aux.clone();
-        self.store_commit(seq, &aux, pages);
+        self.store_commit(seq, aux, pages);
         self.base_seq = seq;
         self.discard_below(seq);
     }
@@ -826,14 +828,15 @@ impl PagedState {
                 )
             })
             .collect();
-        self.store_commit(seq, &aux, pages);
+        let aux = Arc::new(aux);
+        self.store_commit(seq, aux.clone(), pages);
         let root = self.root();
         self.base_seq = seq;
         self.copies.clear();
         self.copies.insert(
             seq,
             Copy {
-                aux: Arc::new(aux),
+                aux,
                 root,
                 ..Copy::default()
             },

@@ -228,17 +228,31 @@ fn incremental_digests_and_copies_in_memory() {
     }
 }
 
-#[test]
-fn incremental_digests_and_copies_on_disk() {
-    for seed in 0..6 {
+/// Runs the seeds from `first` on file stores, synced or not (`[storage] fsync = false`:
+/// commits skip the syncs, and what a process, not a power loss, leaves behind still opens at
+/// a whole base).
+fn on_disk(first: u64, seeds: u64, sync: bool) {
+    for seed in first..first + seeds {
         let dir = tempfile::tempdir().unwrap();
         let geo = Geometry::new(128, 50, 4).unwrap();
         let path = dir.path().to_path_buf();
-        let store = FileStore::open(&path, geo).unwrap();
-        run(1000 + seed, geo, Box::new(store), &|| {
-            Box::new(FileStore::open(&path, geo).unwrap())
-        });
+        let open = || {
+            let mut s = FileStore::open(&path, geo).unwrap();
+            s.set_sync(sync);
+            s
+        };
+        run(seed, geo, Box::new(open()), &|| Box::new(open()));
     }
+}
+
+#[test]
+fn incremental_digests_and_copies_on_disk() {
+    on_disk(1000, 6, true);
+}
+
+#[test]
+fn unsynced_file_store_reopens_at_its_last_commit() {
+    on_disk(2000, 3, false);
 }
 
 #[test]
@@ -255,13 +269,84 @@ fn file_store_refuses_other_geometry_and_ignores_torn_redo() {
     }
     assert!(FileStore::open(dir.path(), Geometry::new(128, 21, 4).unwrap()).is_err());
     // A torn redo log (crash while writing it) leaves the old base.
-    std::fs::write(dir.path().join("redo.log"), b"RDREDO01garbage").unwrap();
+    std::fs::write(dir.path().join("redo.log"), b"RDREDO03garbage").unwrap();
     let st = PagedState::open(Box::new(FileStore::open(dir.path(), geo).unwrap()), b"").unwrap();
     assert_eq!(st.base_seq(), 5);
     let mut b = [0u8; 5];
     st.read(0, &mut b);
     assert_eq!(&b, b"hello");
     assert_eq!(&st.held(5).unwrap().1[..], b"five");
+}
+
+/// Copies the store's files of `from` into `to`.
+fn copy_store(from: &std::path::Path, to: &std::path::Path) {
+    for name in [
+        "pages.dat",
+        "tree.dat",
+        "base.meta",
+        "redo.log",
+        "aux.0",
+        "aux.1",
+    ] {
+        std::fs::copy(from.join(name), to.join(name)).unwrap();
+    }
+}
+
+#[test]
+fn a_complete_redo_log_is_applied_at_open_and_a_torn_one_is_not() {
+    // The redo log is rewritten in place and invalidated by its magic: a crash after the log
+    // reached the disk and before the base moved leaves a complete log, which opening applies;
+    // one cut short anywhere (even over a longer, older log) leaves the old base.
+    let geo = Geometry::new(128, 20, 4).unwrap();
+    let live = tempfile::tempdir().unwrap();
+    let before = tempfile::tempdir().unwrap();
+    let mut st =
+        PagedState::open(Box::new(FileStore::open(live.path(), geo).unwrap()), b"").unwrap();
+    for p in 0..20u64 {
+        st.write(p * 128, b"old");
+    }
+    st.checkpoint(5, b"five".to_vec());
+    st.commit_base(5);
+    st.write_commits().unwrap();
+    copy_store(live.path(), before.path());
+    st.write(0, b"new");
+    st.checkpoint(7, b"seven".to_vec());
+    st.commit_base(7);
+    st.write_commits().unwrap();
+    drop(st);
+    let mut log = std::fs::read(live.path().join("redo.log")).unwrap();
+    assert_eq!(&log[..8], &[0u8; 8], "an applied log is invalidated");
+    log[..8].copy_from_slice(b"RDREDO03");
+    let commit_len = 16 + u64::from_le_bytes(log[8..16].try_into().unwrap()) as usize + 4;
+    assert!(
+        commit_len < log.len(),
+        "the short commit lies over the long one"
+    );
+    let open_with_log = |log: &[u8]| {
+        let dir = tempfile::tempdir().unwrap();
+        copy_store(before.path(), dir.path());
+        // The crash came after the commit wrote its auxiliary bytes (to the slot the base
+        // does not use) and then its log.
+        for slot in ["aux.0", "aux.1"] {
+            std::fs::copy(live.path().join(slot), dir.path().join(slot)).unwrap();
+        }
+        std::fs::write(dir.path().join("redo.log"), log).unwrap();
+        let st =
+            PagedState::open(Box::new(FileStore::open(dir.path(), geo).unwrap()), b"").unwrap();
+        let mut b = [0u8; 3];
+        st.read(0, &mut b);
+        (st.base_seq(), b, st.held(st.base_seq()).unwrap().1.to_vec())
+    };
+    assert_eq!(open_with_log(&log), (7, *b"new", b"seven".to_vec()));
+    for cut in [commit_len - 1, commit_len / 2, 20] {
+        let mut torn = log[..cut].to_vec();
+        torn.extend_from_slice(&vec![0xa5; log.len() - cut]);
+        assert_eq!(
+            open_with_log(&torn),
+            (5, *b"old", b"five".to_vec()),
+            "cut at {cut}"
+        );
+    }
 }
 
 #[test]
@@ -418,4 +503,43 @@ fn a_commit_is_written_by_the_host_and_read_from_memory_until_then() {
     let reopened = PagedState::open(Box::new(store), b"").unwrap();
     assert_eq!(reopened.base_seq(), 1);
     assert_eq!(reopened.root(), st.root());
+}
+
+#[test]
+fn a_store_with_its_auxiliary_bytes_inline_in_base_meta_still_opens() {
+    // Stores written before the auxiliary-byte slots kept the bytes in `base.meta`.
+    let geo = Geometry::new(128, 20, 4).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut st =
+            PagedState::open(Box::new(FileStore::open(dir.path(), geo).unwrap()), b"").unwrap();
+        st.write(0, b"hello");
+        st.checkpoint(5, b"five".to_vec());
+        st.commit_base(5);
+        st.write_commits().unwrap();
+    }
+    let body = postcard::to_stdvec(&(geo, 5u64, b"five".to_vec())).unwrap();
+    let mut meta = b"RDSTATE1".to_vec();
+    meta.extend_from_slice(&body);
+    meta.extend_from_slice(&redoubt_crypto::Digest::of_parts("redoubt.state.meta.v1", &[&body]).0);
+    std::fs::write(dir.path().join("base.meta"), meta).unwrap();
+    for slot in ["aux.0", "aux.1"] {
+        std::fs::remove_file(dir.path().join(slot)).unwrap();
+    }
+    let mut st =
+        PagedState::open(Box::new(FileStore::open(dir.path(), geo).unwrap()), b"").unwrap();
+    assert_eq!(st.base_seq(), 5);
+    assert_eq!(&st.held(5).unwrap().1[..], b"five");
+    // The next commit moves it to the current format.
+    st.write(0, b"again");
+    st.checkpoint(9, b"nine".to_vec());
+    st.commit_base(9);
+    st.write_commits().unwrap();
+    drop(st);
+    let st = PagedState::open(Box::new(FileStore::open(dir.path(), geo).unwrap()), b"").unwrap();
+    assert_eq!(st.base_seq(), 9);
+    assert_eq!(&st.held(9).unwrap().1[..], b"nine");
+    let mut b = [0u8; 5];
+    st.read(0, &mut b);
+    assert_eq!(&b, b"again");
 }
