@@ -21,14 +21,20 @@ use redoubt_state::{meta_digest, page_digest, Entry, NodeId, PagedState};
 use crate::message::{ChildEntry, FetchItem, Reject, StateData, StateItem};
 use crate::types::Seq;
 
-/// The digest of checkpoint `seq`: the partition tree's root and the auxiliary bytes (the
-/// replica's reply table and agreed clock) together.
-pub fn checkpoint_digest(seq: Seq, root: &Digest, aux: &[u8]) -> Digest {
-    DigestBuilder::new("redoubt.checkpoint.v2")
+/// The digest of checkpoint `seq`: the partition tree's root and the digest of the auxiliary
+/// bytes (the replica's reply table and agreed clock, see
+/// [`crate::execution::aux_digest`]) together.
+pub fn checkpoint_digest(seq: Seq, root: &Digest, aux_digest: &Digest) -> Digest {
+    DigestBuilder::new("redoubt.checkpoint.v3")
         .u64(seq)
         .digest(root)
-        .bytes(aux)
+        .digest(aux_digest)
         .finish()
+}
+
+/// [`checkpoint_digest`] of a checkpoint whose auxiliary bytes are `aux`.
+pub(crate) fn checkpoint_digest_of(seq: Seq, root: &Digest, aux: &[u8]) -> Digest {
+    checkpoint_digest(seq, root, &crate::execution::aux_digest(aux))
 }
 
 /// Counters of one transfer.
@@ -178,7 +184,7 @@ impl Walk {
                     let ok = match &rebuilt {
                         None => false,
                         Some((e, _)) if id == (0, 0) => data.aux.as_ref().is_some_and(|aux| {
-                            checkpoint_digest(self.seq, &e.digest, aux) == self.digest
+                            checkpoint_digest_of(self.seq, &e.digest, aux) == self.digest
                         }),
                         Some((e, _)) => self.expected.get(&id) == Some(e),
                     };

@@ -5,7 +5,7 @@
 use super::Execution;
 use crate::message::{Fetch, FetchItem, Reject, StateData, StateItem};
 use crate::service::Service;
-use crate::transfer::{checkpoint_digest, rebuild_meta, Walk};
+use crate::transfer::{checkpoint_digest_of, rebuild_meta, Walk};
 use crate::types::{ReplicaId, Seq};
 use redoubt_crypto::Digest;
 use std::collections::BTreeSet;
@@ -354,7 +354,7 @@ impl<S: Service> Execution<S> {
             0
         };
         let unrepaired = rechecked + self.state.revalidate();
-        if unrepaired > 0 || checkpoint_digest(t.seq, &root, &aux) != t.digest {
+        if unrepaired > 0 || checkpoint_digest_of(t.seq, &root, &aux) != t.digest {
             t.walk = Some(Walk::new(t.seq, t.digest, 0));
             t.next_try_ms = 0;
             self.transfer = Some(t);
@@ -393,6 +393,6 @@ impl<S: Service> Execution<S> {
         let Some((root, _)) = rebuild_meta(&mut self.state, (0, 0), 0, children) else {
             return Err(Reject::BadState);
         };
-        Ok((d.seq, checkpoint_digest(d.seq, &root.digest, aux)))
+        Ok((d.seq, checkpoint_digest_of(d.seq, &root.digest, aux)))
     }
 }

@@ -13,9 +13,11 @@
 //! batch is tentative.
 
 mod fetch;
+mod replies;
 mod serve;
 mod sessions;
 pub(crate) use fetch::{Answered, Due, Finished};
+pub(crate) use replies::{aux_digest, LastReply};
 pub(crate) use serve::{Refused, ServeLimits};
 
 use crate::message::{Batch, Request};
@@ -23,47 +25,20 @@ use crate::service::{ExecContext, Service};
 use crate::types::{ClientId, ReplicaId, Seq};
 use redoubt_crypto::Digest;
 use redoubt_state::{PageStore, PagedState};
-use serde::{Deserialize, Serialize};
+use replies::Replies;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// State commits a replica may hold unwritten between two steps (see `check_invariants`).
 const UNSYNCED_COMMITS_MAX: usize = 8;
 
-/// The replicated part of a checkpoint besides the service's pages: the per-client last
-/// replies (so exactly-once execution survives state transfer) and the agreed clock. Its
-/// canonical encoding is the checkpoint's auxiliary bytes, covered by the checkpoint digest.
-#[derive(Serialize, Deserialize)]
-struct CheckpointAux {
-    seq: Seq,
-    last_time_ms: u64,
-    clients: Vec<(ClientId, u64, Vec<u8>)>,
-    /// Prime: per originator, the last PO-REQUEST executed (empty in PBFT).
-    eligible: Vec<Seq>,
-}
-
 /// The auxiliary bytes of checkpoint 0 (no client executed anything yet, clock at 0).
-pub(crate) fn initial_aux() -> Vec<u8> {
-    postcard::to_stdvec(&CheckpointAux {
-        seq: 0,
-        last_time_ms: 0,
-        clients: Vec::new(),
-        eligible: Vec::new(),
-    })
-    .expect("aux encodes")
-}
+pub(crate) use replies::initial_aux;
 
 /// Opens the service state held by `store` (a fresh store starts as checkpoint 0 of an
 /// all-zero state), ready for [`crate::Replica::new`] or [`crate::Replica::restore`].
 pub fn open_state(store: Box<dyn PageStore>) -> std::io::Result<PagedState> {
     PagedState::open(store, &initial_aux())
-}
-
-/// A client's last executed request and its result (the exactly-once table's entry).
-#[derive(Clone, Debug)]
-pub(crate) struct LastReply {
-    pub(crate) timestamp: u64,
-    pub(crate) result: Vec<u8>,
 }
 
 /// A batch executed before it committed (PBFT §5.1): every batch before it committed, and
@@ -101,7 +76,7 @@ pub(crate) struct Execution<S: Service> {
     service: S,
     state: PagedState,
     /// The exactly-once table: per client, its last executed request and result.
-    clients: BTreeMap<ClientId, LastReply>,
+    clients: Replies,
     /// The agreed clock: the time the last executed batch ran at.
     last_time_ms: u64,
     last_executed: Seq,
@@ -143,7 +118,7 @@ impl<S: Service> Execution<S> {
         Execution {
             service,
             state,
-            clients: BTreeMap::new(),
+            clients: Replies::default(),
             last_time_ms: 0,
             last_executed: 0,
             eligible: Vec::new(),
@@ -409,17 +384,7 @@ impl<S: Service> Execution<S> {
 
     /// The auxiliary bytes of a checkpoint at `seq` of the current execution state.
     pub(crate) fn checkpoint_aux(&self, seq: Seq) -> Vec<u8> {
-        postcard::to_stdvec(&CheckpointAux {
-            seq,
-            last_time_ms: self.last_time_ms,
-            clients: self
-                .clients
-                .iter()
-                .map(|(c, l)| (*c, l.timestamp, l.result.clone()))
-                .collect(),
-            eligible: self.eligible.clone(),
-        })
-        .expect("checkpoint encodes")
+        self.clients.aux(seq, self.last_time_ms, &self.eligible)
     }
 
     /// Takes checkpoint `seq` of the executed state (pages and auxiliary bytes) and returns
@@ -429,8 +394,19 @@ impl<S: Service> Execution<S> {
             return None;
         }
         let aux = self.checkpoint_aux(seq);
-        let root = self.state.checkpoint(seq, aux.clone());
-        Some(crate::transfer::checkpoint_digest(seq, &root, &aux))
+        let aux_digest = self
+            .clients
+            .aux_digest(seq, self.last_time_ms, &self.eligible);
+        // The simulator (built with mutants) checks every checkpoint's digest from its bytes,
+        // as a replica fetching or restoring it computes it.
+        #[cfg(any(test, feature = "mutants"))]
+        assert_eq!(
+            aux_digest,
+            replies::aux_digest(&aux),
+            "incremental auxiliary digest"
+        );
+        let root = self.state.checkpoint(seq, aux);
+        Some(crate::transfer::checkpoint_digest(seq, &root, &aux_digest))
     }
 
     /// The digest of our own checkpoint at `seq`, if we hold one.
@@ -484,19 +460,14 @@ impl<S: Service> Execution<S> {
     /// Sets the execution variables from checkpoint `seq`'s auxiliary bytes and lets the
     /// service rebuild its in-memory structures from the pages.
     pub(crate) fn load_aux(&mut self, seq: Seq, aux: &[u8]) -> Result<(), String> {
-        let st: CheckpointAux =
-            postcard::from_bytes(aux).map_err(|e| format!("auxiliary bytes: {e}"))?;
+        let st = replies::decode(aux)?;
         if st.seq != seq {
             return Err(format!("auxiliary bytes are for checkpoint {}", st.seq));
         }
         self.service
             .load(&self.state)
             .map_err(|e| format!("service state: {e}"))?;
-        self.clients = st
-            .clients
-            .into_iter()
-            .map(|(c, timestamp, result)| (c, LastReply { timestamp, result }))
-            .collect();
+        self.clients = st.replies;
         self.last_time_ms = st.last_time_ms;
         self.last_executed = seq;
         self.eligible = st.eligible;

@@ -165,7 +165,10 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         }
         exec.load_aux(base, &aux)?;
         if let Some((root, aux)) = exec.state().held(base) {
-            exec.note_checkpoint(base, crate::transfer::checkpoint_digest(base, &root, &aux));
+            exec.note_checkpoint(
+                base,
+                crate::transfer::checkpoint_digest_of(base, &root, &aux),
+            );
         }
         Ok(Executor {
             orders,

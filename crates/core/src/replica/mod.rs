@@ -41,7 +41,7 @@ use crate::preopen::{Head, Preopened};
 use crate::quorum;
 use crate::seal::{seal, verify_request};
 use crate::service::{ExecContext, Service};
-use crate::transfer::checkpoint_digest;
+use crate::transfer::checkpoint_digest_of;
 use crate::types::{ClientId, Config, FilterId, Principal, ReplicaId, Seq, View};
 use crate::viewchange::{self, Pending, SlotSummary};
 use redoubt_crypto::Digest;
@@ -402,7 +402,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .state()
             .held(seq)
             .expect("the latest checkpoint is held");
-        let digest = checkpoint_digest(seq, &root, &aux);
+        let digest = checkpoint_digest_of(seq, &root, &aux);
         if let Err(e) = r.exec.load_aux(seq, &aux) {
             // Corrupt pages (found by the check at start-up) may not load, and a page store
             // rewritten while the replica was compromised may hold auxiliary bytes that do not

@@ -665,7 +665,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         };
         self.stats.watermarks_distrusted += 1;
         self.stable_seq = base;
-        self.stable_digest = crate::transfer::checkpoint_digest(base, &root, &aux);
+        self.stable_digest = crate::transfer::checkpoint_digest_of(base, &root, &aux);
         if self.exec.own_checkpoint(base).is_none() {
             self.exec.note_checkpoint(base, self.stable_digest);
         }
@@ -690,7 +690,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.undo_tentative();
         let aux = initial_aux();
         let root = self.exec.state_mut().relabel(0, aux.clone());
-        let digest = crate::transfer::checkpoint_digest(0, &root, &aux);
+        let digest = crate::transfer::checkpoint_digest_of(0, &root, &aux);
         // The initial auxiliary bytes always decode; the service may not load over pages
         // that are not genesis pages, which is why execution stops until the fetch.
         self.exec.restart_at_genesis();
