@@ -131,28 +131,25 @@ impl<S: Service> ExecNode<S> {
                     }
                 }
                 Effect::Send { to, bytes } => {
-                    let sent = match to {
-                        Principal::Replica(r) => self
-                            .replicas
-                            .get(r as usize)
-                            .is_some_and(|l| l.send(bytes).is_ok()),
-                        Principal::Executor(p) => {
-                            matches!(self.peers.get(p as usize), Some(Some(l)) if l.send(bytes.clone()).is_ok())
+                    let result = match to {
+                        Principal::Replica(r) => {
+                            self.replicas.get(r as usize).map(|l| l.send(bytes))
                         }
+                        Principal::Executor(p) => match self.peers.get(p as usize) {
+                            Some(Some(l)) => Some(l.send(bytes)),
+                            // Ourselves (the core never sends to its own id).
+                            Some(None) => Some(Ok(())),
+                            None => None,
+                        },
                         Principal::Filter(x) => self
                             .filters
                             .iter()
                             .find(|(id, _)| *id == x)
-                            .is_some_and(|(_, l)| l.send(bytes.clone()).is_ok()),
+                            .map(|(_, l)| l.send(bytes)),
                         // Clients are reached through the replicas (the core relays).
-                        Principal::Client(_) => false,
+                        Principal::Client(_) => None,
                     };
-                    if !sent {
-                        self.metrics
-                            .frames_dropped
-                            .with_label_values(&["peer"])
-                            .inc();
-                    }
+                    self.metrics.sent("peer", result);
                 }
                 Effect::Broadcast { .. } | Effect::Persist(_) => {}
                 Effect::Event(ev) => self.event(ev, conn),

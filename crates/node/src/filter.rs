@@ -50,13 +50,8 @@ impl FilterNode {
         for e in self.core.handle(env, Input::Receive(bytes)) {
             match e {
                 Effect::Send { to, bytes } => {
-                    let sent = self.links.get(&to).is_some_and(|l| l.send(bytes).is_ok());
-                    if !sent {
-                        self.metrics
-                            .frames_dropped
-                            .with_label_values(&["peer"])
-                            .inc();
-                    }
+                    let result = self.links.get(&to).map(|l| l.send(bytes));
+                    self.metrics.sent("peer", result);
                 }
                 Effect::Event(Event::Rejected { from, kind, reason }) => {
                     self.metrics

@@ -14,6 +14,7 @@ use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
+use redoubt_transport::LinkError;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -72,6 +73,9 @@ pub struct Metrics {
     pub queue_depth: IntGaugeVec,
     pub queue_bytes: IntGaugeVec,
     pub frames_dropped: IntCounterVec,
+    /// Frames the protocol addressed to a principal it could not be handed to (no connection
+    /// or link, closed, too large); see [`Metrics::sent`].
+    pub sends_undelivered: IntCounterVec,
     pub handle_seconds: Histogram,
     pub journal_sync_seconds: Histogram,
     pub state_commit_seconds: Histogram,
@@ -127,6 +131,25 @@ fn histogram(r: &Registry, name: &str, help: &str, buckets: Vec<f64>) -> Histogr
 }
 
 impl Metrics {
+    /// Counts what became of a frame for a principal of kind `to` (`"peer"` or `"client"`):
+    /// `None` if there was no connection or link to hand it to. A full queue counts in
+    /// `redoubt_frames_dropped_total`, anything else in `redoubt_sends_undelivered_total`.
+    pub fn sent(&self, to: &str, result: Option<Result<(), LinkError>>) {
+        let reason = match result {
+            Some(Ok(())) => return,
+            Some(Err(LinkError::Full)) => {
+                self.frames_dropped.with_label_values(&[to]).inc();
+                return;
+            }
+            Some(Err(LinkError::TooLarge { .. })) => "too_large",
+            Some(Err(LinkError::Closed)) => "closed",
+            Some(Err(LinkError::UnknownConn)) | None => "no_connection",
+        };
+        self.sends_undelivered
+            .with_label_values(&[to, reason])
+            .inc();
+    }
+
     /// A replica's metrics, labelled `replica="<id>"`.
     pub fn new(replica: u32) -> Metrics {
         Self::labelled("replica", replica)
@@ -200,6 +223,16 @@ impl Metrics {
         )
         .expect("valid");
         r.register(Box::new(frames_dropped.clone()))
+            .expect("unique");
+        let sends_undelivered = IntCounterVec::new(
+            Opts::new(
+                "redoubt_sends_undelivered_total",
+                "Frames not handed to a connection: none to the principal, closed, or too large",
+            ),
+            &["to", "reason"],
+        )
+        .expect("valid");
+        r.register(Box::new(sends_undelivered.clone()))
             .expect("unique");
         Metrics {
             fw_requests_forwarded: counter(
@@ -344,6 +377,7 @@ impl Metrics {
             queue_depth,
             queue_bytes,
             frames_dropped,
+            sends_undelivered,
             handle_seconds: histogram(
                 r,
                 "redoubt_handle_seconds",
@@ -651,6 +685,25 @@ fn route<B>(
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn only_a_full_queue_counts_as_a_dropped_frame() {
+        let m = Metrics::new(0);
+        m.sent("client", Some(Ok(())));
+        m.sent("client", Some(Err(LinkError::Full)));
+        m.sent("client", None);
+        m.sent("peer", Some(Err(LinkError::Closed)));
+        m.sent("peer", Some(Err(LinkError::TooLarge { len: 9, max: 8 })));
+        m.sent("peer", Some(Err(LinkError::UnknownConn)));
+        let dropped = |q: &str| m.frames_dropped.with_label_values(&[q]).get();
+        let undelivered =
+            |to: &str, why: &str| m.sends_undelivered.with_label_values(&[to, why]).get();
+        assert_eq!((dropped("client"), dropped("peer")), (1, 0));
+        assert_eq!(undelivered("client", "no_connection"), 1);
+        assert_eq!(undelivered("peer", "closed"), 1);
+        assert_eq!(undelivered("peer", "too_large"), 1);
+        assert_eq!(undelivered("peer", "no_connection"), 1);
+    }
 
     async fn ask(addr: SocketAddr, request: &str) -> String {
         let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");

@@ -397,32 +397,25 @@ impl<S: Service> Node<S> {
                 .inc_by(dropped);
         }
         for (to, bytes) in sends.drain(..) {
-            let ok = match to {
+            let result = match to {
                 Principal::Replica(r) => match self.links.get(r as usize) {
-                    Some(Some(link)) => link.send(bytes).is_ok(),
-                    _ => true,
+                    Some(Some(link)) => Some(link.send(bytes)),
+                    // Ourselves (the core never sends to its own id).
+                    Some(None) => Some(Ok(())),
+                    None => None,
                 },
-                Principal::Client(c) => match self.client_conns.get(&c) {
-                    Some(conn) => self.listener.send(*conn, bytes).is_ok(),
-                    None => false,
-                },
-                Principal::Executor(e) => self
-                    .exec_links
-                    .get(e as usize)
-                    .is_some_and(|l| l.send(bytes).is_ok()),
-                Principal::Filter(x) => self
-                    .filter_links
-                    .get(x as usize)
-                    .is_some_and(|l| l.send(bytes).is_ok()),
+                Principal::Client(c) => self
+                    .client_conns
+                    .get(&c)
+                    .map(|conn| self.listener.send(*conn, bytes)),
+                Principal::Executor(e) => self.exec_links.get(e as usize).map(|l| l.send(bytes)),
+                Principal::Filter(x) => self.filter_links.get(x as usize).map(|l| l.send(bytes)),
             };
-            if !ok {
-                let q = if !matches!(to, Principal::Client(_)) {
-                    "peer"
-                } else {
-                    "client"
-                };
-                self.metrics.frames_dropped.with_label_values(&[q]).inc();
-            }
+            let kind = match to {
+                Principal::Client(_) => "client",
+                _ => "peer",
+            };
+            self.metrics.sent(kind, result);
         }
         self.pending_sends = sends;
     }
