@@ -193,7 +193,9 @@ mod tests {
         assert_eq!(t.aux_digest(0, 0, &[]), aux_digest(&initial_aux()));
         // Entries set, replaced, removed between checkpoints; results short and long (hashed
         // on their own past LONG_BYTES).
-        let steps: [&[(ClientId, Option<(u64, usize)>)]; 4] = [
+        // (client, Some((timestamp, result length)) to set, None to remove)
+        type Change = (ClientId, Option<(u64, usize)>);
+        let steps: [&[Change]; 4] = [
             &[(3, Some((1, 10))), (9, Some((1, 5000)))],
             &[(3, Some((2, 0))), (1, Some((1, 3000)))],
             &[(9, None), (2, Some((7, 1)))],
