@@ -15,9 +15,9 @@
 //! the new meta-data to `redo.log` with its length and a CRC-32C, syncs both, applies the pages
 //! in place, syncs, replaces `base.meta` and invalidates the log by overwriting its magic.
 //! Opening a store replays a complete log and discards a torn one. The log is rewritten in
-//! place, never truncated (except when a much larger commit left it far longer than the last):
-//! truncating a file just written makes the file system flush it first, on the protocol
-//! thread that commits. The checksums only have to catch torn and corrupt writes (whoever can
+//! place, never truncated (except when a much larger commit left it far longer than the last),
+//! so a commit does not ask the file system to cut back a file it may still be writing back
+//! (whether that alone costs time was not measured apart). The checksums only have to catch torn and corrupt writes (whoever can
 //! write these files controls the replica anyway), which CRC-32C does at a fraction of
 //! BLAKE3's cost for the megabytes of a commit.
 //!
