@@ -16,16 +16,21 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
-fn free_udp() -> SocketAddr {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("free UDP port")
+/// `n` distinct free UDP addresses: every socket is held until all are picked, so the kernel
+/// cannot hand the same port out twice.
+fn free_udp(n: usize) -> Vec<SocketAddr> {
+    let held: Vec<std::net::UdpSocket> = (0..n)
+        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").expect("free UDP port"))
+        .collect();
+    held.iter().map(|s| s.local_addr().unwrap()).collect()
 }
 
-fn free_tcp() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("free TCP port")
+/// `n` distinct free TCP addresses, picked as `free_udp` picks.
+fn free_tcp(n: usize) -> Vec<SocketAddr> {
+    let held: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("free TCP port"))
+        .collect();
+    held.iter().map(|s| s.local_addr().unwrap()).collect()
 }
 
 /// One `[[link]]`: ends, delay, loss.
@@ -247,11 +252,12 @@ struct Square {
 
 impl Square {
     fn new() -> Square {
+        let tcp = free_tcp(2);
         Square {
             dir: tempfile::tempdir().expect("tempdir"),
-            udp: (0..4).map(|_| free_udp()).collect(),
-            replica3: free_tcp(),
-            tunnel: free_tcp(),
+            udp: free_udp(4),
+            replica3: tcp[0],
+            tunnel: tcp[1],
             links: vec![
                 (0, 1, 2, 0.0),
                 (1, 3, 2, 0.0),
@@ -378,13 +384,14 @@ async fn a_relay_that_drops_30_percent_is_accused_and_avoided() {
 /// fifth daemon (linked to 1 and 3) and reaches every replica through its tunnels.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_runs_kv_over_the_overlay() {
-    let udp: Vec<SocketAddr> = (0..5).map(|_| free_udp()).collect();
+    let udp = free_udp(5);
+    let mut tcp = free_tcp(16).into_iter();
     let replica_tunnels: Vec<(u16, u16, SocketAddr)> = (0..4u16)
         .flat_map(|i| (0..4u16).filter(move |&j| j != i).map(move |j| (i, j)))
-        .map(|(i, j)| (i, j, free_tcp()))
+        .map(|(i, j)| (i, j, tcp.next().unwrap()))
         .collect();
     let client_tunnels: Vec<(u16, u16, SocketAddr)> =
-        (0..4u16).map(|j| (4, j, free_tcp())).collect();
+        (0..4u16).map(|j| (4, j, tcp.next().unwrap())).collect();
     let tunnels: Vec<(u16, u16, SocketAddr)> = replica_tunnels
         .iter()
         .chain(&client_tunnels)

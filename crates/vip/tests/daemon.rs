@@ -71,12 +71,13 @@ fn configured(dir: &Path, name: &str) -> BTreeSet<String> {
     held
 }
 
-fn free_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// `n` distinct free UDP ports: every socket is held until all are picked, so the kernel
+/// cannot hand the same port out twice (the ports are free again when this returns).
+fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<std::net::UdpSocket> = (0..N)
+        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    std::array::from_fn(|i| held[i].local_addr().unwrap().port())
 }
 
 fn config(dir: &Path, members: &[(u32, u16, &Path)], extra: &str) -> Vec<VipConfig> {
@@ -126,7 +127,8 @@ fn spawn(cfg: VipConfig) -> (oneshot::Sender<()>, tokio::task::JoinHandle<Report
 async fn two_daemons_share_and_hand_over_on_leave() {
     let dir = TempDir::new("daemon-pair");
     let (s0, s1) = (fake_ip(&dir.0, "ip0", false), fake_ip(&dir.0, "ip1", false));
-    let cfgs = config(&dir.0, &[(0, free_port(), &s0), (1, free_port(), &s1)], "");
+    let [p0, p1] = free_ports();
+    let cfgs = config(&dir.0, &[(0, p0, &s0), (1, p1, &s1)], "");
     let (stop0, task0) = spawn(cfgs[0].clone());
     let (stop1, task1) = spawn(cfgs[1].clone());
 
@@ -174,7 +176,8 @@ async fn two_daemons_share_and_hand_over_on_leave() {
 async fn a_failing_ip_command_is_counted_and_retried() {
     let dir = TempDir::new("daemon-fail");
     let script = fake_ip(&dir.0, "ip0", true);
-    let cfgs = config(&dir.0, &[(0, free_port(), &script)], "retry_ms = 100");
+    let [p0] = free_ports();
+    let cfgs = config(&dir.0, &[(0, p0, &script)], "retry_ms = 100");
     let (stop, task) = spawn(cfgs[0].clone());
     // Immature for 300 ms, then it takes all four addresses; each `ip addr add` fails and is
     // retried every 100 ms.
