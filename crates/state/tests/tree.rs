@@ -255,18 +255,21 @@ fn unsynced_file_store_reopens_at_its_last_commit() {
     on_disk(2000, 3, false);
 }
 
+/// A file store in `dir` whose base is checkpoint 5 (auxiliary bytes "five") with "hello" at
+/// offset 0, closed.
+fn write_hello_at_five(dir: &std::path::Path, geo: Geometry) {
+    let mut st = PagedState::open(Box::new(FileStore::open(dir, geo).unwrap()), b"").unwrap();
+    st.write(0, b"hello");
+    st.checkpoint(5, b"five".to_vec());
+    st.commit_base(5);
+    st.write_commits().unwrap();
+}
+
 #[test]
 fn file_store_refuses_other_geometry_and_ignores_torn_redo() {
     let dir = tempfile::tempdir().unwrap();
     let geo = Geometry::new(128, 20, 4).unwrap();
-    {
-        let mut st =
-            PagedState::open(Box::new(FileStore::open(dir.path(), geo).unwrap()), b"").unwrap();
-        st.write(0, b"hello");
-        st.checkpoint(5, b"five".to_vec());
-        st.commit_base(5);
-        st.write_commits().unwrap();
-    }
+    write_hello_at_five(dir.path(), geo);
     assert!(FileStore::open(dir.path(), Geometry::new(128, 21, 4).unwrap()).is_err());
     // A torn redo log (crash while writing it) leaves the old base.
     std::fs::write(dir.path().join("redo.log"), b"RDREDO03garbage").unwrap();
@@ -510,14 +513,7 @@ fn a_store_with_its_auxiliary_bytes_inline_in_base_meta_still_opens() {
     // Stores written before the auxiliary-byte slots kept the bytes in `base.meta`.
     let geo = Geometry::new(128, 20, 4).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    {
-        let mut st =
-            PagedState::open(Box::new(FileStore::open(dir.path(), geo).unwrap()), b"").unwrap();
-        st.write(0, b"hello");
-        st.checkpoint(5, b"five".to_vec());
-        st.commit_base(5);
-        st.write_commits().unwrap();
-    }
+    write_hello_at_five(dir.path(), geo);
     let body = postcard::to_stdvec(&(geo, 5u64, b"five".to_vec())).unwrap();
     let mut meta = b"RDSTATE1".to_vec();
     meta.extend_from_slice(&body);
