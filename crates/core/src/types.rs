@@ -155,11 +155,15 @@ pub enum Mutant {
     /// Prime: a recovering replica draws no fresh order key: rows an attacker signed with the
     /// key it took keep counting after the replica recovered.
     KeepOrderKeys,
+    /// The exactly-once table keeps a replaced entry's old result digest, so the incremental
+    /// checkpoint digest drifts from the digest of the checkpoint's bytes (which a replica
+    /// restoring or fetching the checkpoint computes).
+    StaleReplyDigest,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 27] = [
+    pub const ALL: [(&'static str, Mutant); 28] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -190,6 +194,7 @@ impl Mutant {
         ("po-acks-at-f", Mutant::PoAcksAtF),
         ("cut-without-quorum", Mutant::CutWithoutQuorum),
         ("keep-order-keys", Mutant::KeepOrderKeys),
+        ("stale-reply-digest", Mutant::StaleReplyDigest),
     ];
 }
 

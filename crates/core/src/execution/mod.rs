@@ -109,6 +109,9 @@ pub(crate) struct Execution<S: Service> {
     /// Ordered operations refused because they did not open (counted once each, where they
     /// run; read-only answers are not counted).
     bodies_refused: u64,
+    /// Mutant `stale-reply-digest`.
+    #[cfg(feature = "mutants")]
+    stale_reply_digests: bool,
 }
 
 impl<S: Service> Execution<S> {
@@ -132,6 +135,8 @@ impl<S: Service> Execution<S> {
             diverged: false,
             sessions,
             bodies_refused: 0,
+            #[cfg(feature = "mutants")]
+            stale_reply_digests: false,
         }
     }
 
@@ -196,6 +201,14 @@ impl<S: Service> Execution<S> {
     #[cfg(feature = "mutants")]
     pub(crate) fn clear_bodies(&mut self) {
         self.sessions.clear = true;
+    }
+
+    /// Mutant `stale-reply-digest` (kept across the tables that state transfer and restarts
+    /// load).
+    #[cfg(feature = "mutants")]
+    pub(crate) fn stale_reply_digests(&mut self) {
+        self.stale_reply_digests = true;
+        self.clients.keep_digest_on_replace = true;
     }
 
     /// Ordered operations refused because they did not open (confidential bodies).
@@ -468,6 +481,10 @@ impl<S: Service> Execution<S> {
             .load(&self.state)
             .map_err(|e| format!("service state: {e}"))?;
         self.clients = st.replies;
+        #[cfg(feature = "mutants")]
+        {
+            self.clients.keep_digest_on_replace = self.stale_reply_digests;
+        }
         self.last_time_ms = st.last_time_ms;
         self.last_executed = seq;
         self.eligible = st.eligible;

@@ -33,6 +33,9 @@ pub(crate) struct Replies {
     digests: BTreeMap<ClientId, Digest>,
     /// Clients whose entry changed (or went) since their digest was computed.
     stale: BTreeSet<ClientId>,
+    /// Mutant `stale-reply-digest`: a replaced entry is not marked stale.
+    #[cfg(feature = "mutants")]
+    pub(crate) keep_digest_on_replace: bool,
 }
 
 impl Replies {
@@ -50,8 +53,13 @@ impl Replies {
 
     /// Sets client `c`'s entry; returns the one it replaces.
     pub(crate) fn insert(&mut self, c: ClientId, last: LastReply) -> Option<LastReply> {
+        let old = self.entries.insert(c, last);
+        #[cfg(feature = "mutants")]
+        if self.keep_digest_on_replace && old.is_some() {
+            return old;
+        }
         self.stale.insert(c);
-        self.entries.insert(c, last)
+        old
     }
 
     pub(crate) fn remove(&mut self, c: &ClientId) {

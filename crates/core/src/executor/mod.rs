@@ -157,6 +157,10 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             .map(|(_, aux)| aux)
             .ok_or_else(|| format!("the state does not hold its base checkpoint {base}"))?;
         let mut exec = Execution::new(service, state, cfg.confidential_bodies);
+        #[cfg(feature = "mutants")]
+        if cfg.mutant == crate::types::Mutant::StaleReplyDigest {
+            exec.stale_reply_digests();
+        }
         #[allow(unused_mut)]
         let mut orders = Orders::new(cfg.f, cfg.log_size);
         #[cfg(feature = "mutants")]

@@ -396,6 +396,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if r.cfg.mutant == crate::types::Mutant::ClearBodies {
             r.exec.clear_bodies();
         }
+        #[cfg(feature = "mutants")]
+        if r.cfg.mutant == crate::types::Mutant::StaleReplyDigest {
+            r.exec.stale_reply_digests();
+        }
         let seq = r.exec.state().latest();
         let (root, aux) = r
             .exec
