@@ -385,7 +385,8 @@ async fn a_relay_that_drops_30_percent_is_accused_and_avoided() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_runs_kv_over_the_overlay() {
     let udp = free_udp(5);
-    let mut tcp = free_tcp(16).into_iter();
+    // Twelve tunnels between the replicas' daemons, four from the clients' daemon.
+    let mut tcp = free_tcp(12 + 4).into_iter();
     let replica_tunnels: Vec<(u16, u16, SocketAddr)> = (0..4u16)
         .flat_map(|i| (0..4u16).filter(move |&j| j != i).map(move |j| (i, j)))
         .map(|(i, j)| (i, j, tcp.next().unwrap()))

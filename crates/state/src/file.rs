@@ -17,9 +17,9 @@
 //! Opening a store replays a complete log and discards a torn one. The log is rewritten in
 //! place, never truncated (except when a much larger commit left it far longer than the last),
 //! so a commit does not ask the file system to cut back a file it may still be writing back
-//! (whether that alone costs time was not measured apart). The checksums only have to catch torn and corrupt writes (whoever can
-//! write these files controls the replica anyway), which CRC-32C does at a fraction of
-//! BLAKE3's cost for the megabytes of a commit.
+//! (whether that alone costs time was not measured apart). The checksums only have to catch
+//! torn and corrupt writes (whoever can write these files controls the replica anyway), which
+//! CRC-32C does at a fraction of BLAKE3's cost for the megabytes of a commit.
 //!
 //! Commits are synced to the medium (`fsync`) at each step unless [`FileStore::set_sync`]
 //! turned it off: a crash of the process then still opens at a whole base (the bytes written

@@ -109,9 +109,6 @@ pub(crate) struct Execution<S: Service> {
     /// Ordered operations refused because they did not open (counted once each, where they
     /// run; read-only answers are not counted).
     bodies_refused: u64,
-    /// Mutant `stale-reply-digest`.
-    #[cfg(feature = "mutants")]
-    stale_reply_digests: bool,
 }
 
 impl<S: Service> Execution<S> {
@@ -135,8 +132,6 @@ impl<S: Service> Execution<S> {
             diverged: false,
             sessions,
             bodies_refused: 0,
-            #[cfg(feature = "mutants")]
-            stale_reply_digests: false,
         }
     }
 
@@ -203,11 +198,10 @@ impl<S: Service> Execution<S> {
         self.sessions.clear = true;
     }
 
-    /// Mutant `stale-reply-digest` (kept across the tables that state transfer and restarts
-    /// load).
+    /// Mutant `stale-reply-digest` (carried over to the tables that state transfer and
+    /// restarts load).
     #[cfg(feature = "mutants")]
     pub(crate) fn stale_reply_digests(&mut self) {
-        self.stale_reply_digests = true;
         self.clients.keep_digest_on_replace = true;
     }
 
@@ -480,10 +474,12 @@ impl<S: Service> Execution<S> {
         self.service
             .load(&self.state)
             .map_err(|e| format!("service state: {e}"))?;
+        #[cfg(feature = "mutants")]
+        let keep = self.clients.keep_digest_on_replace;
         self.clients = st.replies;
         #[cfg(feature = "mutants")]
         {
-            self.clients.keep_digest_on_replace = self.stale_reply_digests;
+            self.clients.keep_digest_on_replace = keep;
         }
         self.last_time_ms = st.last_time_ms;
         self.last_executed = seq;
