@@ -2,11 +2,11 @@
 //! replicated service.
 //!
 //! [`Client`] drives the pure client state machine of the protocol core
-//! ([`redoubt_core::Client`]) over TCP: a background task owns it, keeps a reconnecting
-//! [`Link`] to every replica, feeds it a clock and randomness, and completes an
-//! [`invoke`](Client::invoke) once f+1 replicas returned the same result (so at least one
-//! correct replica vouches for it). Requests go to the primary first and are retransmitted to
-//! every replica with back-off until then.
+//! ([`redoubt_core::Client`]) over TCP: it keeps a reconnecting [`Link`] to every replica,
+//! and each [`invoke`](Client::invoke) runs the state machine in the caller's own task,
+//! feeding it a clock and randomness, until f+1 replicas returned the same result (so at
+//! least one correct replica vouches for it). Requests go to the primary first and are
+//! retransmitted to every replica with back-off until then.
 //!
 //! PBFT allows one outstanding request per client id, so concurrent `invoke`s on one client
 //! (or its clones) are served one after the other; run several clients, with different ids,
@@ -44,15 +44,15 @@ use std::sync::atomic::{
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tracing::{debug, trace};
 
-/// How often the background task ticks the core while a request is outstanding.
+/// How often an invocation ticks the core while its request is outstanding.
 const TICK: Duration = Duration::from_millis(5);
 /// An invocation fails with [`ClientError::NoReplicaReachable`] once no replica has been
 /// connected for this long (before its deadline, if that is longer).
 pub const UNREACHABLE_AFTER: Duration = Duration::from_secs(3);
-/// Frames received from all replicas waiting for the background task.
+/// Frames received from all replicas waiting for the client's invocation to take them.
 const INBOUND_QUEUE: usize = 1024;
 /// Frames waiting to be written to one replica. A client has one request outstanding, so a
 /// handful suffices; more would only delay fresh retransmissions behind stale ones.
@@ -122,7 +122,7 @@ impl Inbound for Router {
 /// Where the replies for one client go.
 struct Route {
     tx: mpsc::Sender<Vec<u8>>,
-    /// The timestamp of the client's outstanding request (0: none), published by its task.
+    /// The timestamp of the client's outstanding request (0: none), published by its invocations.
     wanted: Arc<AtomicU64>,
 }
 
@@ -164,7 +164,7 @@ impl Connections {
         self.unwanted.load(Relaxed)
     }
 
-    /// Registers client `id`, whose task publishes the timestamp it waits for in `wanted`;
+    /// Registers client `id`, whose invocations publish the timestamp it waits for in `wanted`;
     /// `None` if a client with that id already uses the connections.
     fn attach(&self, id: Id, wanted: Arc<AtomicU64>) -> Option<mpsc::Receiver<Vec<u8>>> {
         let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
@@ -331,7 +331,7 @@ pub enum ClientError {
     /// The operation is larger than the cluster accepts in one request.
     #[error("operation of {0} bytes exceeds the cluster's request size limit")]
     TooLarge(usize),
-    /// The client's background task is gone.
+    /// The client's connections are gone.
     #[error("the client is shut down")]
     Closed,
     /// Confidential bodies: no body session with the executors could be started (the key
@@ -379,7 +379,7 @@ pub struct ClientStats {
 }
 
 /// A handle to a client connected to a cluster. Cheap to clone; clones share the client id,
-/// and so take turns. The background task stops when the last clone is dropped.
+/// and so take turns. The connections close when the last clone is dropped.
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Handle>,
@@ -387,15 +387,31 @@ pub struct Client {
 
 struct Handle {
     id: ClientId,
-    commands: mpsc::Sender<Command>,
-    /// One outstanding request per client id: invocations queue here.
-    turn: tokio::sync::Mutex<()>,
+    /// The state machine and the frames the replicas sent it. One outstanding request per
+    /// client id: an invocation holds it from start to end, and the others queue here.
+    driver: tokio::sync::Mutex<Driver>,
     links: Vec<Link>,
     request_bytes_max: usize,
     state: Arc<State>,
+    /// The connections, if shared with other clients (they stay open when this one stops).
+    shared: Option<Connections>,
 }
 
-/// What the background task reports to the handles.
+impl Drop for Handle {
+    fn drop(&mut self) {
+        match &self.shared {
+            Some(c) => c.detach(self.id),
+            None => {
+                for link in &self.links {
+                    link.close();
+                }
+            }
+        }
+        debug!(client = self.id, "client stopped");
+    }
+}
+
+/// What the driver reports to the handles.
 #[derive(Default)]
 struct State {
     view: AtomicU64,
@@ -408,19 +424,9 @@ impl State {
     }
 }
 
-enum Command {
-    Invoke {
-        op: Vec<u8>,
-        read_only: bool,
-        /// The invocation's own deadline, if not the setup's.
-        deadline: Option<Duration>,
-        reply: oneshot::Sender<Result<Completion, ClientError>>,
-    },
-}
-
 impl Client {
-    /// Starts the client: one reconnecting link per replica and the background task. Does not
-    /// wait for any replica to be up. Must be called inside a tokio runtime.
+    /// Starts the client: one reconnecting link per replica. Does not wait for any replica to
+    /// be up. Must be called inside a tokio runtime.
     pub async fn connect(setup: ClientSetup) -> Result<Client, ClientError> {
         setup.check().map_err(ClientError::InvalidSetup)?;
         let (inbound_tx, inbound) = mpsc::channel(INBOUND_QUEUE);
@@ -486,7 +492,6 @@ impl Client {
         inbound: mpsc::Receiver<Vec<u8>>,
         shared: Option<(Connections, Arc<AtomicU64>)>,
     ) -> Client {
-        let (commands, command_rx) = mpsc::channel(1);
         let state = Arc::new(State::default());
         let core = redoubt_core::Client::new(
             setup.core.clone(),
@@ -498,27 +503,31 @@ impl Client {
             Some(keys) => core.with_firewall(keys.clone()),
             None => core,
         };
-        let task = Task {
+        let (connections, wanted) = match shared {
+            Some((c, w)) => (Some(c), Some(w)),
+            None => (None, None),
+        };
+        let driver = Driver {
             core,
+            inbound,
             reconnects: vec![0; links.len()],
             links: links.clone(),
             state: state.clone(),
             deadline: setup.deadline,
             clock: Clock::start(),
-            shared,
+            wanted,
             rejected_seen: 0,
             rewrite: setup.rewrite.clone(),
         };
-        tokio::spawn(task.run(command_rx, inbound));
         debug!(client = setup.id, replicas = ?setup.replicas, "client started");
         Client {
             inner: Arc::new(Handle {
                 id: setup.id,
-                commands,
-                turn: tokio::sync::Mutex::new(()),
+                driver: tokio::sync::Mutex::new(driver),
                 links,
                 request_bytes_max: setup.core.request_bytes_max,
                 state,
+                shared: connections,
             }),
         }
     }
@@ -573,6 +582,8 @@ impl Client {
         self.call(op, true, None).await
     }
 
+    /// Runs one invocation in the caller's task (no hand-over to another task and back). A caller that stops waiting (drops the future)
+    /// leaves its request outstanding; the next invocation abandons it.
     async fn call(
         &self,
         op: Vec<u8>,
@@ -587,19 +598,8 @@ impl Client {
                 "the deadline must be positive".into(),
             ));
         }
-        let _turn = self.inner.turn.lock().await;
-        let (reply, done) = oneshot::channel();
-        self.inner
-            .commands
-            .send(Command::Invoke {
-                op,
-                read_only,
-                deadline,
-                reply,
-            })
-            .await
-            .map_err(|_| ClientError::Closed)?;
-        let completion = done.await.map_err(|_| ClientError::Closed)??;
+        let mut driver = self.inner.driver.lock().await;
+        let completion = driver.invoke(op, read_only, deadline).await?;
         Ok(completion.result)
     }
 
@@ -667,17 +667,20 @@ impl Clock {
 
 /// The invocation in progress.
 struct Pending {
-    reply: oneshot::Sender<Result<Completion, ClientError>>,
     deadline: tokio::time::Instant,
     /// The time it was given.
     allowed: Duration,
-    /// Since when no replica has been connected, if none is.
+    /// Since the first tick that found no replica connected, if none has been since.
     unreachable_since: Option<tokio::time::Instant>,
 }
 
-/// The background task: the only owner of the core state machine.
-struct Task {
+/// The owner of the core state machine, driven by the invoking caller's task.
+struct Driver {
     core: redoubt_core::Client<Keys>,
+    /// Frames from the replicas. Between invocations they wait here (late replies, a
+    /// replica's NEW-KEY asking for this client's keys; a full queue drops the newest) and are
+    /// taken at the start of the next invocation.
+    inbound: mpsc::Receiver<Vec<u8>>,
     links: Vec<Link>,
     /// Reconnections of each link seen so far: a replica that restarted (a recovery) lost our
     /// session key, so a reconnection gets it a NEW-KEY at once.
@@ -685,107 +688,92 @@ struct Task {
     state: Arc<State>,
     deadline: Duration,
     clock: Clock,
-    /// The connections, if shared with other clients (they stay open when this one stops),
-    /// and where this client publishes the timestamp it waits for.
-    shared: Option<(Connections, Arc<AtomicU64>)>,
+    /// On shared connections, where this client publishes the timestamp it waits for.
+    wanted: Option<Arc<AtomicU64>>,
     /// The core's count of rejected frames last reported.
     rejected_seen: u64,
     rewrite: Option<Rewrite>,
 }
 
-impl Task {
-    async fn run(
-        mut self,
-        mut commands: mpsc::Receiver<Command>,
-        mut inbound: mpsc::Receiver<Vec<u8>>,
-    ) {
-        let mut tick = tokio::time::interval(TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut pending: Option<Pending> = None;
-        loop {
-            tokio::select! {
-                command = commands.recv() => match command {
-                    Some(Command::Invoke { op, read_only, deadline, reply }) => {
-                        let deadline = deadline.unwrap_or(self.deadline);
-                        pending = self.start(op, read_only, deadline, reply, pending.take());
-                    }
-                    None => break, // every handle is gone
-                },
-                Some(frame) = inbound.recv() => {
-                    let completion = self.core.receive(self.clock.env(), &frame);
-                    self.note_rejected();
-                    if let Some(c) = completion {
-                        self.publish();
-                        if let Some(p) = pending.take() {
-                            self.complete(c, p);
-                        }
-                    }
-                }
-                // Timers matter only while a request is outstanding: idle clients sleep.
-                _ = tick.tick(), if pending.is_some() => {
-                    pending = self.on_tick(pending.take());
-                }
-            }
-        }
-        match &self.shared {
-            Some((c, _)) => c.detach(self.core.id()),
-            None => {
-                for link in &self.links {
-                    link.close();
-                }
-            }
-        }
-        debug!(client = self.core.id(), "client stopped");
-    }
-
-    fn start(
+impl Driver {
+    /// Sends `op` and waits for its reply certificate, retransmitting at the core's ticks.
+    async fn invoke(
         &mut self,
         op: Vec<u8>,
         read_only: bool,
-        deadline: Duration,
-        reply: oneshot::Sender<Result<Completion, ClientError>>,
-        previous: Option<Pending>,
-    ) -> Option<Pending> {
-        if previous.is_some() {
-            // Only possible if the caller of the previous invocation gave up (dropped its
-            // future) before the tick noticed.
+        deadline: Option<Duration>,
+    ) -> Result<Completion, ClientError> {
+        // What arrived since the last invocation: a NEW-KEY from a replica must be seen
+        // before this request goes out (the core answers it with this client's keys).
+        while let Ok(frame) = self.inbound.try_recv() {
+            let _ = self.receive(&frame);
+        }
+        if self.core.is_busy() {
+            // The caller of the previous invocation stopped waiting before it completed.
             self.core.abandon();
             self.publish();
         }
         self.note_reconnects();
-        match self.core.invoke(self.clock.env(), op, read_only) {
+        let effects = match self.core.invoke(self.clock.env(), op, read_only) {
             Ok((timestamp, effects)) => {
                 trace!(client = self.core.id(), timestamp, read_only, "invoke");
-                self.publish();
-                self.route(effects);
-                let now = tokio::time::Instant::now();
-                Some(Pending {
-                    reply,
-                    deadline: now + deadline,
-                    allowed: deadline,
-                    unreachable_since: (connected(&self.links) == 0).then_some(now),
-                })
+                effects
             }
-            Err(InvokeError::TooLarge(n)) => {
-                let _ = reply.send(Err(ClientError::TooLarge(n)));
-                None
-            }
+            Err(InvokeError::TooLarge(n)) => return Err(ClientError::TooLarge(n)),
             Err(e @ InvokeError::NoBodySession) => {
-                let _ = reply.send(Err(ClientError::NoBodySession(e.to_string())));
-                None
+                return Err(ClientError::NoBodySession(e.to_string()))
             }
             Err(InvokeError::Busy) => {
-                // Cannot happen: the core was made idle above. Fail this call, not the task.
+                // Cannot happen: the core was made idle above. Fail this call.
                 self.core.abandon();
                 self.publish();
-                let _ = reply.send(Err(ClientError::Closed));
-                None
+                return Err(ClientError::Closed);
+            }
+        };
+        self.publish();
+        self.route(effects);
+        let allowed = deadline.unwrap_or(self.deadline);
+        let now = tokio::time::Instant::now();
+        // Unreachability is judged at the ticks only: a caller (or a runtime) that did not run
+        // for a while saw nothing, and the links may not have run either.
+        let mut pending = Pending {
+            deadline: now + allowed,
+            allowed,
+            unreachable_since: None,
+        };
+        let mut tick = tokio::time::interval_at(now + TICK, TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                frame = self.inbound.recv() => {
+                    let Some(frame) = frame else {
+                        // Every link is gone: nothing more can arrive.
+                        self.core.abandon();
+                        self.publish();
+                        return Err(ClientError::Closed);
+                    };
+                    if let Some(c) = self.receive(&frame) {
+                        return self.complete(c);
+                    }
+                }
+                _ = tick.tick() => self.on_tick(&mut pending)?,
             }
         }
     }
 
-    fn on_tick(&mut self, pending: Option<Pending>) -> Option<Pending> {
-        let mut p = pending?;
+    /// Feeds one frame to the core; its completion, if it completed the outstanding request.
+    fn receive(&mut self, frame: &[u8]) -> Option<Completion> {
+        let completion = self.core.receive(self.clock.env(), frame);
+        self.note_rejected();
+        if completion.is_some() {
+            self.publish();
+        }
+        completion
+    }
+
+    /// Abandons the request (with the error to return) when no replica has been reachable for
+    /// too long or its deadline passed; otherwise retransmits as the core decides.
+    fn on_tick(&mut self, p: &mut Pending) -> Result<(), ClientError> {
         let now = tokio::time::Instant::now();
         if connected(&self.links) > 0 {
             p.unreachable_since = None;
@@ -799,20 +787,13 @@ impl Task {
                     client = self.core.id(),
                     "no replica reachable: request abandoned"
                 );
-                let _ = p.reply.send(Err(ClientError::NoReplicaReachable {
+                return Err(ClientError::NoReplicaReachable {
                     waited: now.duration_since(since),
                     replicas: self.links.len(),
-                }));
-                return None;
+                });
             }
         }
-        if p.reply.is_closed() {
-            // The caller stopped waiting.
-            self.core.abandon();
-            self.publish();
-            return None;
-        }
-        if tokio::time::Instant::now() >= p.deadline {
+        if now >= p.deadline {
             self.core.abandon();
             self.publish();
             let connected = connected(&self.links);
@@ -821,12 +802,11 @@ impl Task {
                 client = self.core.id(),
                 connected, "request abandoned at the deadline"
             );
-            let _ = p.reply.send(Err(ClientError::Unreachable {
+            return Err(ClientError::Unreachable {
                 deadline: p.allowed,
                 connected,
                 replicas: self.links.len(),
-            }));
-            return None;
+            });
         }
         self.note_reconnects();
         let effects = self.core.tick(self.clock.env());
@@ -834,7 +814,7 @@ impl Task {
         // timestamp, and its replies may come back at once.
         self.publish();
         self.route(effects);
-        Some(p)
+        Ok(())
     }
 
     fn note_reconnects(&mut self) {
@@ -847,7 +827,7 @@ impl Task {
         }
     }
 
-    fn complete(&mut self, c: Completion, p: Pending) {
+    fn complete(&mut self, c: Completion) -> Result<Completion, ClientError> {
         trace!(
             client = self.core.id(),
             timestamp = c.timestamp,
@@ -865,17 +845,16 @@ impl Task {
             s.retransmissions += c.retransmissions as u64;
             s.last_latency = Some(Duration::from_millis(c.latency_ms));
         });
-        let outcome = match c.refused.clone() {
+        match c.refused.clone() {
             Some(why) => Err(ClientError::Refused(why)),
             None => Ok(c),
-        };
-        let _ = p.reply.send(outcome);
+        }
     }
 
     /// Publishes the timestamp of the outstanding request (0: none) for the shared
     /// connections' router, which drops other replies for this client on arrival.
     fn publish(&self) {
-        if let Some((_, wanted)) = &self.shared {
+        if let Some(wanted) = &self.wanted {
             // Release, paired with the router's Acquire: a reply to the request sent after this
             // store finds the timestamp published, whichever connection it comes back on.
             wanted.store(self.core.outstanding_timestamp().unwrap_or(0), Release);
