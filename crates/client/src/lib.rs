@@ -39,7 +39,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{
-    AtomicU64,
+    AtomicU64, AtomicUsize,
     Ordering::{Acquire, Relaxed, Release},
 };
 use std::sync::{Arc, Mutex};
@@ -54,6 +54,8 @@ const TICK: Duration = Duration::from_millis(5);
 pub const UNREACHABLE_AFTER: Duration = Duration::from_secs(3);
 /// Frames received from all replicas waiting for the client's invocation to take them.
 const INBOUND_QUEUE: usize = 1024;
+/// Bytes of those frames (raised to one largest frame).
+const INBOUND_BYTES: usize = 4 << 20;
 /// Frames waiting to be written to one replica. A client has one request outstanding, so a
 /// handful suffices; more would only delay fresh retransmissions behind stale ones.
 const LINK_QUEUE: usize = 16;
@@ -98,9 +100,7 @@ impl Inbound for Router {
         let t = table.lock().unwrap_or_else(|p| p.into_inner());
         match demux_target(&frame, self.frame_bytes_max) {
             Some((c, timestamp)) => match t.get(&c) {
-                Some(route) if route.wanted.load(Acquire) == timestamp => {
-                    route.tx.try_send(frame).is_ok()
-                }
+                Some(route) if route.wanted.load(Acquire) == timestamp => route.offer(frame),
                 Some(_) => {
                     // Beyond the certificate, or late: not worth waking the client (it would
                     // drop it too).
@@ -111,7 +111,7 @@ impl Inbound for Router {
             },
             None => {
                 for route in t.values() {
-                    let _ = route.tx.try_send(frame.clone());
+                    let _ = route.offer(frame.clone());
                 }
                 true
             }
@@ -124,6 +124,26 @@ struct Route {
     tx: mpsc::Sender<Vec<u8>>,
     /// The timestamp of the client's outstanding request (0: none), published by its invocations.
     wanted: Arc<AtomicU64>,
+    /// Bytes of the frames in `tx`'s queue (the client subtracts what it takes) and their bound:
+    /// frames wait there between invocations, and a faulty replica may send large ones.
+    queued: Arc<AtomicUsize>,
+    bytes_max: usize,
+}
+
+impl Route {
+    /// Queues `frame` for the client unless the queue is full in frames or in bytes.
+    fn offer(&self, frame: Vec<u8>) -> bool {
+        let n = frame.len();
+        if self.queued.fetch_add(n, Relaxed) + n > self.bytes_max {
+            self.queued.fetch_sub(n, Relaxed);
+            return false;
+        }
+        if self.tx.try_send(frame).is_err() {
+            self.queued.fetch_sub(n, Relaxed);
+            return false;
+        }
+        true
+    }
 }
 
 impl Connections {
@@ -166,14 +186,20 @@ impl Connections {
 
     /// Registers client `id`, whose invocations publish the timestamp it waits for in `wanted`;
     /// `None` if a client with that id already uses the connections.
-    fn attach(&self, id: Id, wanted: Arc<AtomicU64>) -> Option<mpsc::Receiver<Vec<u8>>> {
+    fn attach(&self, id: Id, wanted: Arc<AtomicU64>) -> Option<Received> {
         let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
         match routes.entry(id) {
             std::collections::hash_map::Entry::Occupied(_) => None,
             std::collections::hash_map::Entry::Vacant(e) => {
-                let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
-                e.insert(Route { tx, wanted });
-                Some(rx)
+                let (tx, frames) = mpsc::channel(INBOUND_QUEUE);
+                let queued = Arc::new(AtomicUsize::new(0));
+                e.insert(Route {
+                    tx,
+                    wanted,
+                    queued: queued.clone(),
+                    bytes_max: INBOUND_BYTES.max(self.frame_bytes_max),
+                });
+                Some(Received { frames, queued })
             }
         }
     }
@@ -183,6 +209,18 @@ impl Connections {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
+    }
+}
+
+/// A client's end of its route: the frames, and the count of their bytes to give back.
+struct Received {
+    frames: mpsc::Receiver<Vec<u8>>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl Received {
+    fn taken(&self, frame: &[u8]) {
+        self.queued.fetch_sub(frame.len(), Relaxed);
     }
 }
 
@@ -361,9 +399,9 @@ pub struct ClientStats {
     /// Frames from replicas that did not verify or did not match.
     pub frames_rejected: u64,
     /// Replies dropped unverified because they answered no outstanding request (mostly the
-    /// replies beyond each request's certificate), as of the last completed invocation. On
-    /// shared connections most are dropped before reaching the client: see
-    /// [`Connections::unwanted_replies`].
+    /// replies beyond each request's certificate), as of the last completed invocation. Most
+    /// are dropped before reaching the client, by the connections' router (on shared
+    /// connections, counted in [`Connections::unwanted_replies`]).
     pub replies_unwanted: u64,
     /// Frames not sent because a replica's outgoing queue was full.
     pub frames_dropped: u64,
@@ -393,20 +431,13 @@ struct Handle {
     links: Vec<Link>,
     request_bytes_max: usize,
     state: Arc<State>,
-    /// The connections, if shared with other clients (they stay open when this one stops).
-    shared: Option<Connections>,
+    /// The connections (if shared with other clients, they stay open when this one stops).
+    connections: Connections,
 }
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        match &self.shared {
-            Some(c) => c.detach(self.id),
-            None => {
-                for link in &self.links {
-                    link.close();
-                }
-            }
-        }
+        self.connections.detach(self.id);
         debug!(client = self.id, "client stopped");
     }
 }
@@ -429,21 +460,10 @@ impl Client {
     /// be up. Must be called inside a tokio runtime.
     pub async fn connect(setup: ClientSetup) -> Result<Client, ClientError> {
         setup.check().map_err(ClientError::InvalidSetup)?;
-        let (inbound_tx, inbound) = mpsc::channel(INBOUND_QUEUE);
-        let link_cfg = LinkConfig {
-            frames_queued_max: LINK_QUEUE,
-            bytes_queued_max: LINK_QUEUE_BYTES.max(setup.frame_bytes_max),
-            frame_bytes_max: setup.frame_bytes_max,
-            backoff_min: Duration::from_millis(20),
-            backoff_max: Duration::from_secs(1),
-            connect_timeout: Duration::from_secs(1),
-        };
-        let links: Vec<Link> = setup
-            .replicas
-            .iter()
-            .map(|addr| Link::spawn(*addr, link_cfg.clone(), inbound_tx.clone()))
-            .collect();
-        Ok(Self::start(setup, links, inbound, None))
+        // Connections of its own are connections shared by one client: the same router drops
+        // the replies it no longer waits for before they are queued, between invocations too.
+        let connections = Connections::open(&setup.replicas, 1, setup.frame_bytes_max);
+        Self::connect_over(setup, &connections).await
     }
 
     /// Starts a client over connections shared with other clients of this process (see
@@ -477,21 +497,16 @@ impl Client {
                 setup.id
             )));
         };
-        let links = connections.links.clone();
-        Ok(Self::start(
-            setup,
-            links,
-            inbound,
-            Some((connections.clone(), wanted)),
-        ))
+        Ok(Self::start(setup, connections.clone(), inbound, wanted))
     }
 
     fn start(
         setup: ClientSetup,
-        links: Vec<Link>,
-        inbound: mpsc::Receiver<Vec<u8>>,
-        shared: Option<(Connections, Arc<AtomicU64>)>,
+        connections: Connections,
+        inbound: Received,
+        wanted: Arc<AtomicU64>,
     ) -> Client {
+        let links = connections.links.clone();
         let state = Arc::new(State::default());
         let core = redoubt_core::Client::new(
             setup.core.clone(),
@@ -502,10 +517,6 @@ impl Client {
         let core = match &setup.firewall {
             Some(keys) => core.with_firewall(keys.clone()),
             None => core,
-        };
-        let (connections, wanted) = match shared {
-            Some((c, w)) => (Some(c), Some(w)),
-            None => (None, None),
         };
         let driver = Driver {
             core,
@@ -527,7 +538,7 @@ impl Client {
                 links,
                 request_bytes_max: setup.core.request_bytes_max,
                 state,
-                shared: connections,
+                connections,
             }),
         }
     }
@@ -680,7 +691,7 @@ struct Driver {
     /// Frames from the replicas. Between invocations they wait here (late replies, a
     /// replica's NEW-KEY asking for this client's keys; a full queue drops the newest) and are
     /// taken at the start of the next invocation.
-    inbound: mpsc::Receiver<Vec<u8>>,
+    inbound: Received,
     links: Vec<Link>,
     /// Reconnections of each link seen so far: a replica that restarted (a recovery) lost our
     /// session key, so a reconnection gets it a NEW-KEY at once.
@@ -688,8 +699,8 @@ struct Driver {
     state: Arc<State>,
     deadline: Duration,
     clock: Clock,
-    /// On shared connections, where this client publishes the timestamp it waits for.
-    wanted: Option<Arc<AtomicU64>>,
+    /// Where this client publishes the timestamp it waits for, for the connections' router.
+    wanted: Arc<AtomicU64>,
     /// The core's count of rejected frames last reported.
     rejected_seen: u64,
     rewrite: Option<Rewrite>,
@@ -705,7 +716,12 @@ impl Driver {
     ) -> Result<Completion, ClientError> {
         // What arrived since the last invocation: a NEW-KEY from a replica must be seen
         // before this request goes out (the core answers it with this client's keys).
-        while let Ok(frame) = self.inbound.try_recv() {
+        // At most what is queued now: frames arriving meanwhile wait for the loop below.
+        for _ in 0..self.inbound.frames.len() {
+            let Ok(frame) = self.inbound.frames.try_recv() else {
+                break;
+            };
+            self.inbound.taken(&frame);
             let _ = self.receive(&frame);
         }
         if self.core.is_busy() {
@@ -745,13 +761,14 @@ impl Driver {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                frame = self.inbound.recv() => {
+                frame = self.inbound.frames.recv() => {
                     let Some(frame) = frame else {
                         // Every link is gone: nothing more can arrive.
                         self.core.abandon();
                         self.publish();
                         return Err(ClientError::Closed);
                     };
+                    self.inbound.taken(&frame);
                     if let Some(c) = self.receive(&frame) {
                         return self.complete(c);
                     }
@@ -854,11 +871,10 @@ impl Driver {
     /// Publishes the timestamp of the outstanding request (0: none) for the shared
     /// connections' router, which drops other replies for this client on arrival.
     fn publish(&self) {
-        if let Some(wanted) = &self.wanted {
-            // Release, paired with the router's Acquire: a reply to the request sent after this
-            // store finds the timestamp published, whichever connection it comes back on.
-            wanted.store(self.core.outstanding_timestamp().unwrap_or(0), Release);
-        }
+        // Release, paired with the router's Acquire: a reply to the request sent after this
+        // store finds the timestamp published, whichever connection it comes back on.
+        self.wanted
+            .store(self.core.outstanding_timestamp().unwrap_or(0), Release);
     }
 
     fn note_rejected(&mut self) {
@@ -898,5 +914,43 @@ impl Driver {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(bytes_max: usize) -> (Route, Received) {
+        let (tx, frames) = mpsc::channel(4);
+        let queued = Arc::new(AtomicUsize::new(0));
+        let route = Route {
+            tx,
+            wanted: Arc::new(AtomicU64::new(0)),
+            queued: queued.clone(),
+            bytes_max,
+        };
+        (route, Received { frames, queued })
+    }
+
+    #[test]
+    fn a_route_is_bounded_in_bytes_and_frames_and_gives_bytes_back() {
+        let (route, mut received) = route(100);
+        assert!(route.offer(vec![0; 60]));
+        // 60 + 50 > 100: refused, and the refusal leaves the count as it was.
+        assert!(!route.offer(vec![0; 50]));
+        assert_eq!(received.queued.load(Relaxed), 60);
+        assert!(route.offer(vec![0; 40]));
+        assert!(route.offer(Vec::new()));
+        assert!(route.offer(Vec::new()));
+        // Four frames: the channel's bound refuses a fifth, even an empty one.
+        assert!(!route.offer(Vec::new()));
+        assert_eq!(received.queued.load(Relaxed), 100);
+        let frame = received.frames.try_recv().unwrap();
+        received.taken(&frame);
+        assert_eq!(received.queued.load(Relaxed), 40);
+        // Room for 60 bytes again, and one frame.
+        assert!(route.offer(vec![0; 60]));
+        assert!(!route.offer(vec![0; 1]));
     }
 }
