@@ -34,12 +34,12 @@ use redoubt_core::{
     Auth, ClientId, ClientTiming, Completion, Config, Effect, Env, InvokeError, Keys, Principal,
     View,
 };
-use redoubt_transport::{Inbound, Link, LinkConfig, LinkError};
+use redoubt_transport::{ByteBudget, Charge, Inbound, Link, LinkConfig, LinkError};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{
-    AtomicU64, AtomicUsize,
+    AtomicU64,
     Ordering::{Acquire, Relaxed, Release},
 };
 use std::sync::{Arc, Mutex};
@@ -121,28 +121,21 @@ impl Inbound for Router {
 
 /// Where the replies for one client go.
 struct Route {
-    tx: mpsc::Sender<Vec<u8>>,
+    tx: mpsc::Sender<(Vec<u8>, Charge)>,
     /// The timestamp of the client's outstanding request (0: none), published by its invocations.
     wanted: Arc<AtomicU64>,
-    /// Bytes of the frames in `tx`'s queue (the client subtracts what it takes) and their bound:
-    /// frames wait there between invocations, and a faulty replica may send large ones.
-    queued: Arc<AtomicUsize>,
-    bytes_max: usize,
+    /// The bytes `tx`'s queue may hold: frames wait there between invocations, and a faulty
+    /// replica may send large ones. Each queued frame carries its charge.
+    budget: Arc<ByteBudget>,
 }
 
 impl Route {
     /// Queues `frame` for the client unless the queue is full in frames or in bytes.
     fn offer(&self, frame: Vec<u8>) -> bool {
-        let n = frame.len();
-        if self.queued.fetch_add(n, Relaxed) + n > self.bytes_max {
-            self.queued.fetch_sub(n, Relaxed);
-            return false;
+        match self.budget.charge(frame.len()) {
+            Some(charge) => self.tx.try_send((frame, charge)).is_ok(),
+            None => false,
         }
-        if self.tx.try_send(frame).is_err() {
-            self.queued.fetch_sub(n, Relaxed);
-            return false;
-        }
-        true
     }
 }
 
@@ -192,14 +185,12 @@ impl Connections {
             std::collections::hash_map::Entry::Occupied(_) => None,
             std::collections::hash_map::Entry::Vacant(e) => {
                 let (tx, frames) = mpsc::channel(INBOUND_QUEUE);
-                let queued = Arc::new(AtomicUsize::new(0));
                 e.insert(Route {
                     tx,
                     wanted,
-                    queued: queued.clone(),
-                    bytes_max: INBOUND_BYTES.max(self.frame_bytes_max),
+                    budget: ByteBudget::new(INBOUND_BYTES.max(self.frame_bytes_max)),
                 });
-                Some(Received { frames, queued })
+                Some(frames)
             }
         }
     }
@@ -212,17 +203,9 @@ impl Connections {
     }
 }
 
-/// A client's end of its route: the frames, and the count of their bytes to give back.
-struct Received {
-    frames: mpsc::Receiver<Vec<u8>>,
-    queued: Arc<AtomicUsize>,
-}
-
-impl Received {
-    fn taken(&self, frame: &[u8]) {
-        self.queued.fetch_sub(frame.len(), Relaxed);
-    }
-}
+/// A client's end of its route: each frame with its charge of the route's byte budget, returned
+/// when the frame is taken.
+type Received = mpsc::Receiver<(Vec<u8>, Charge)>;
 
 /// The client a frame from a replica is for, and the request it answers: the client and
 /// timestamp named in a reply; `None` (every client) for anything else a replica sends
@@ -717,11 +700,10 @@ impl Driver {
         // What arrived since the last invocation: a NEW-KEY from a replica must be seen
         // before this request goes out (the core answers it with this client's keys).
         // At most what is queued now: frames arriving meanwhile wait for the loop below.
-        for _ in 0..self.inbound.frames.len() {
-            let Ok(frame) = self.inbound.frames.try_recv() else {
+        for _ in 0..self.inbound.len() {
+            let Ok((frame, _charge)) = self.inbound.try_recv() else {
                 break;
             };
-            self.inbound.taken(&frame);
             let _ = self.receive(&frame);
         }
         if self.core.is_busy() {
@@ -761,14 +743,14 @@ impl Driver {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                frame = self.inbound.frames.recv() => {
-                    let Some(frame) = frame else {
+                frame = self.inbound.recv() => {
+                    let Some((frame, charge)) = frame else {
                         // Every link is gone: nothing more can arrive.
                         self.core.abandon();
                         self.publish();
                         return Err(ClientError::Closed);
                     };
-                    self.inbound.taken(&frame);
+                    drop(charge);
                     if let Some(c) = self.receive(&frame) {
                         return self.complete(c);
                     }
@@ -921,34 +903,29 @@ impl Driver {
 mod tests {
     use super::*;
 
-    fn route(bytes_max: usize) -> (Route, Received) {
-        let (tx, frames) = mpsc::channel(4);
-        let queued = Arc::new(AtomicUsize::new(0));
+    #[test]
+    fn a_route_is_bounded_in_bytes_and_frames_and_gives_bytes_back() {
+        let (tx, mut received) = mpsc::channel(4);
+        let budget = ByteBudget::new(100);
         let route = Route {
             tx,
             wanted: Arc::new(AtomicU64::new(0)),
-            queued: queued.clone(),
-            bytes_max,
+            budget: budget.clone(),
         };
-        (route, Received { frames, queued })
-    }
-
-    #[test]
-    fn a_route_is_bounded_in_bytes_and_frames_and_gives_bytes_back() {
-        let (route, mut received) = route(100);
         assert!(route.offer(vec![0; 60]));
         // 60 + 50 > 100: refused, and the refusal leaves the count as it was.
         assert!(!route.offer(vec![0; 50]));
-        assert_eq!(received.queued.load(Relaxed), 60);
+        assert_eq!(budget.queued(), 60);
         assert!(route.offer(vec![0; 40]));
         assert!(route.offer(Vec::new()));
         assert!(route.offer(Vec::new()));
-        // Four frames: the channel's bound refuses a fifth, even an empty one.
+        // Four frames: the channel's bound refuses a fifth, even an empty one, and gives its
+        // bytes back.
         assert!(!route.offer(Vec::new()));
-        assert_eq!(received.queued.load(Relaxed), 100);
-        let frame = received.frames.try_recv().unwrap();
-        received.taken(&frame);
-        assert_eq!(received.queued.load(Relaxed), 40);
+        assert_eq!(budget.queued(), 100);
+        let taken = received.try_recv().unwrap();
+        drop(taken);
+        assert_eq!(budget.queued(), 40);
         // Room for 60 bytes again, and one frame.
         assert!(route.offer(vec![0; 60]));
         assert!(!route.offer(vec![0; 1]));
