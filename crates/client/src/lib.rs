@@ -411,7 +411,6 @@ struct Handle {
     /// The state machine and the frames the replicas sent it. One outstanding request per
     /// client id: an invocation holds it from start to end, and the others queue here.
     driver: tokio::sync::Mutex<Driver>,
-    links: Vec<Link>,
     request_bytes_max: usize,
     state: Arc<State>,
     /// The connections (if shared with other clients, they stay open when this one stops).
@@ -489,7 +488,6 @@ impl Client {
         inbound: Received,
         wanted: Arc<AtomicU64>,
     ) -> Client {
-        let links = connections.links.clone();
         let state = Arc::new(State::default());
         let core = redoubt_core::Client::new(
             setup.core.clone(),
@@ -504,8 +502,8 @@ impl Client {
         let driver = Driver {
             core,
             inbound,
-            reconnects: vec![0; links.len()],
-            links: links.clone(),
+            reconnects: vec![0; connections.links.len()],
+            links: connections.links.clone(),
             state: state.clone(),
             deadline: setup.deadline,
             clock: Clock::start(),
@@ -518,7 +516,6 @@ impl Client {
             inner: Arc::new(Handle {
                 id: setup.id,
                 driver: tokio::sync::Mutex::new(driver),
-                links,
                 request_bytes_max: setup.core.request_bytes_max,
                 state,
                 connections,
@@ -612,7 +609,7 @@ impl Client {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        s.replicas_connected = connected(&self.inner.links);
+        s.replicas_connected = connected(&self.inner.connections.links);
         s.view = self.view();
         s
     }
