@@ -52,6 +52,8 @@ const TICK: Duration = Duration::from_millis(5);
 /// An invocation fails with [`ClientError::NoReplicaReachable`] once no replica has been
 /// connected for this long (before its deadline, if that is longer).
 pub const UNREACHABLE_AFTER: Duration = Duration::from_secs(3);
+/// Stands for a deadline too far to be a point in time: about thirty years.
+const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 86_400);
 /// Frames received from all replicas waiting for the client's invocation to take them.
 const INBOUND_QUEUE: usize = 1024;
 /// Bytes of those frames (raised to one largest frame).
@@ -732,7 +734,9 @@ impl Driver {
         // Unreachability is judged at the ticks only: a caller (or a runtime) that did not run
         // for a while saw nothing, and the links may not have run either.
         let mut pending = Pending {
-            deadline: now + allowed,
+            // A deadline beyond any point in time (`Duration::MAX`: wait as long as it
+            // takes) is one no invocation reaches.
+            deadline: now.checked_add(allowed).unwrap_or(now + FAR_FUTURE),
             allowed,
             unreachable_since: None,
         };

@@ -208,3 +208,23 @@ async fn a_call_may_bring_its_own_deadline() {
         .unwrap_err();
     assert!(matches!(err, ClientError::InvalidSetup(_)), "{err}");
 }
+
+/// A deadline too far to be a point in time ("wait as long as it takes") is no error and no
+/// panic: the call waits, and here fails because no replica is reachable.
+#[tokio::test]
+async fn an_unbounded_deadline_waits_without_overflow() {
+    let client = client_of_dead_replicas(Duration::MAX).await;
+    let err = client.invoke(b"op".to_vec()).await.unwrap_err();
+    assert!(
+        matches!(err, ClientError::NoReplicaReachable { .. }),
+        "{err}"
+    );
+    let err = client
+        .invoke_within(b"op".to_vec(), Duration::MAX)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ClientError::NoReplicaReachable { .. }),
+        "{err}"
+    );
+}
