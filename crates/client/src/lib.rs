@@ -102,7 +102,9 @@ impl Inbound for Router {
         let t = table.lock().unwrap_or_else(|p| p.into_inner());
         match demux_target(&frame, self.frame_bytes_max) {
             Some((c, timestamp)) => match t.get(&c) {
-                Some(route) if route.wanted.load(Acquire) == timestamp => route.offer(frame),
+                Some(route) if route.wanted.load(Acquire) == timestamp => {
+                    route.offer(Arc::new(frame))
+                }
                 Some(_) => {
                     // Beyond the certificate, or late: not worth waking the client (it would
                     // drop it too).
@@ -112,6 +114,9 @@ impl Inbound for Router {
                 None => true, // for no client of ours
             },
             None => {
+                // One copy shared by every client's queue (each charges its own budget), so a
+                // faulty replica's frame costs its size once, not once per client.
+                let frame = Arc::new(frame);
                 for route in t.values() {
                     let _ = route.offer(frame.clone());
                 }
@@ -123,7 +128,7 @@ impl Inbound for Router {
 
 /// Where the replies for one client go.
 struct Route {
-    tx: mpsc::Sender<(Vec<u8>, Charge)>,
+    tx: mpsc::Sender<(Arc<Vec<u8>>, Charge)>,
     /// The timestamp of the client's outstanding request (0: none), published by its invocations.
     wanted: Arc<AtomicU64>,
     /// The bytes `tx`'s queue may hold: frames wait there between invocations, and a faulty
@@ -133,7 +138,7 @@ struct Route {
 
 impl Route {
     /// Queues `frame` for the client unless the queue is full in frames or in bytes.
-    fn offer(&self, frame: Vec<u8>) -> bool {
+    fn offer(&self, frame: Arc<Vec<u8>>) -> bool {
         match self.budget.charge(frame.len()) {
             Some(charge) => self.tx.try_send((frame, charge)).is_ok(),
             None => false,
@@ -207,7 +212,7 @@ impl Connections {
 
 /// A client's end of its route: each frame with its charge of the route's byte budget, returned
 /// when the frame is taken.
-type Received = mpsc::Receiver<(Vec<u8>, Charge)>;
+type Received = mpsc::Receiver<(Arc<Vec<u8>>, Charge)>;
 
 /// The client a frame from a replica is for, and the request it answers: the client and
 /// timestamp named in a reply; `None` (every client) for anything else a replica sends
@@ -913,22 +918,50 @@ mod tests {
             wanted: Arc::new(AtomicU64::new(0)),
             budget: budget.clone(),
         };
-        assert!(route.offer(vec![0; 60]));
+        assert!(route.offer(Arc::new(vec![0; 60])));
         // 60 + 50 > 100: refused, and the refusal leaves the count as it was.
-        assert!(!route.offer(vec![0; 50]));
+        assert!(!route.offer(Arc::new(vec![0; 50])));
         assert_eq!(budget.queued(), 60);
-        assert!(route.offer(vec![0; 40]));
-        assert!(route.offer(Vec::new()));
-        assert!(route.offer(Vec::new()));
+        assert!(route.offer(Arc::new(vec![0; 40])));
+        assert!(route.offer(Arc::default()));
+        assert!(route.offer(Arc::default()));
         // Four frames: the channel's bound refuses a fifth, even an empty one, and gives its
         // bytes back.
-        assert!(!route.offer(Vec::new()));
+        assert!(!route.offer(Arc::default()));
         assert_eq!(budget.queued(), 100);
         let taken = received.try_recv().unwrap();
         drop(taken);
         assert_eq!(budget.queued(), 40);
         // Room for 60 bytes again, and one frame.
-        assert!(route.offer(vec![0; 60]));
-        assert!(!route.offer(vec![0; 1]));
+        assert!(route.offer(Arc::new(vec![0; 60])));
+        assert!(!route.offer(Arc::new(vec![0; 1])));
+    }
+
+    #[test]
+    fn a_frame_for_every_client_is_queued_once_and_shared() {
+        let routes: Arc<Mutex<HashMap<Id, Route>>> = Arc::default();
+        let mut queues = Vec::new();
+        for id in 1..=3 {
+            let (tx, rx) = mpsc::channel(4);
+            routes.lock().unwrap().insert(
+                id,
+                Route {
+                    tx,
+                    wanted: Arc::new(AtomicU64::new(0)),
+                    budget: ByteBudget::new(1 << 20),
+                },
+            );
+            queues.push(rx);
+        }
+        let router = Router {
+            routes: Arc::downgrade(&routes),
+            unwanted: Arc::default(),
+            frame_bytes_max: 1 << 20,
+        };
+        // Not a reply (a faulty replica's garbage): every client gets it, to count it.
+        assert!(router.deliver(vec![0xee; 100_000]));
+        let frames: Vec<_> = queues.iter_mut().map(|q| q.try_recv().unwrap().0).collect();
+        assert!(frames.iter().all(|f| Arc::ptr_eq(f, &frames[0])));
+        assert_eq!(frames[0].len(), 100_000);
     }
 }
