@@ -228,3 +228,31 @@ async fn an_unbounded_deadline_waits_without_overflow() {
         "{err}"
     );
 }
+
+/// A client's own connections close when the client is dropped: a replica sees end of file.
+#[tokio::test]
+async fn dropping_a_client_closes_its_own_connections() {
+    use tokio::io::AsyncReadExt;
+    let listeners: Vec<tokio::net::TcpListener> = {
+        let mut v = Vec::new();
+        for _ in 0..N {
+            v.push(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap());
+        }
+        v
+    };
+    let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+    let client = Client::connect(ClientSetup::new(1, addrs, Config::new(F), client_keys(1)))
+        .await
+        .unwrap();
+    let (mut conn, _) = tokio::time::timeout(Duration::from_secs(5), listeners[0].accept())
+        .await
+        .expect("the client connects")
+        .unwrap();
+    drop(client);
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf))
+        .await
+        .expect("the connection closes after the client is dropped")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "end of file, nothing sent");
+}
