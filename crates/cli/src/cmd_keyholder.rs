@@ -20,9 +20,16 @@ pub struct KeyholderArgs {
     executor: bool,
 }
 
-/// Opens replica `id`'s key-holder file and serves it on its socket; returns the socket path.
-pub fn start_key_holder(cfg: &ClusterConfig, id: u32) -> anyhow::Result<PathBuf> {
-    Ok(redoubt_node::holder::serve_for_replica(cfg, id)?)
+/// Opens replica `id`'s key-holder file and serves it on its socket; returns the socket path
+/// and a handle on the holder.
+pub fn start_key_holder(
+    cfg: &ClusterConfig,
+    id: u32,
+) -> anyhow::Result<redoubt_node::holder::Served> {
+    Ok(redoubt_node::holder::serve_kept(
+        cfg,
+        redoubt_core::Principal::Replica(id),
+    )?)
 }
 
 pub fn run(args: KeyholderArgs) -> anyhow::Result<ExitCode> {
@@ -33,7 +40,7 @@ pub fn run(args: KeyholderArgs) -> anyhow::Result<ExitCode> {
         redoubt_node::holder::serve_for(&cfg, redoubt_core::Principal::Executor(args.id))?
     } else {
         cfg.replica(args.id)?;
-        start_key_holder(&cfg, args.id)?
+        start_key_holder(&cfg, args.id)?.socket
     };
     tracing::info!(replica = args.id, socket = %socket.display(), "key holder serving");
     let rt = crate::runtime_with(1)?;

@@ -118,6 +118,8 @@ struct Monitor {
     replica_ids: Option<(u32, u32)>,
     longest_recovery_ms: u64,
     recoveries: u64,
+    /// The replica's key holder, served by this process.
+    holder: redoubt_node::holder::Served,
 }
 
 impl Monitor {
@@ -127,6 +129,12 @@ impl Monitor {
     }
 
     fn spawn(&self, recover: Option<(u64, u64)>) -> anyhow::Result<Child> {
+        if recover.is_some() {
+            // Whatever the replica had its key holder sign before this start (an attacker
+            // holding it may have had recovery requests signed in advance) is of an earlier
+            // epoch than what the recovering replica signs now.
+            self.holder.begin_epoch();
+        }
         let mut cmd = std::process::Command::new(&self.exe);
         cmd.arg("replica")
             .arg("--config")
@@ -218,7 +226,8 @@ pub fn run(args: MonitorArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    let socket = start_key_holder(&cfg, args.id)?;
+    let holder = start_key_holder(&cfg, args.id)?;
+    let socket = holder.socket.clone();
     if let Some((uid, gid)) = replica_ids {
         // Only the replica's user may talk to the key holder.
         std::os::unix::fs::chown(&socket, Some(uid), Some(gid))
@@ -249,6 +258,7 @@ pub fn run(args: MonitorArgs) -> anyhow::Result<ExitCode> {
         exe,
         longest_recovery_ms: 0,
         recoveries: 0,
+        holder,
     };
     let rt = crate::runtime_with(1)?;
     let code = rt.block_on(supervise(monitor))?;

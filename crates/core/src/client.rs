@@ -178,8 +178,39 @@ pub struct Client<A: KeyTable> {
     /// every periodic key refresh), and sessions started.
     body: Option<([u8; ENC_LEN], BodyKey)>,
     pub body_sessions: u64,
-    /// Firewall deployment: the keys certified replies are checked against.
-    firewall: Option<Arc<crate::filter::FirewallKeys>>,
+    /// Firewall deployment: the keys certified replies are checked against, and the views
+    /// the replicas passing them on reported.
+    firewall: Option<FirewallView>,
+}
+
+/// What a client behind a firewall keeps: the keys reply certificates are checked against,
+/// and per replica the highest view it reported with a certified reply. The view a reply
+/// reports lies outside the execution cluster's signature, so one replica's report is no
+/// evidence (second review, G7: a faulty replica naming a view it leads had every later
+/// request of the client go to it first, at a retransmission timeout each); the view the
+/// client follows is the (f+1)-th highest report, vouched for by a correct replica.
+struct FirewallView {
+    keys: Arc<crate::filter::FirewallKeys>,
+    views: Vec<View>,
+}
+
+impl FirewallView {
+    /// Replica `r` passed on a certified reply in `view`; returns the view f+1 replicas
+    /// reported, at least.
+    fn report(&mut self, f: u32, r: ReplicaId, view: View) -> View {
+        vouched_view(&mut self.views, f, r, view)
+    }
+}
+
+/// Records that replica `r` reported `view` in `views` (the highest view each replica
+/// reported) and returns the (f+1)-th highest: a view at least one correct replica reached.
+fn vouched_view(views: &mut [View], f: u32, r: ReplicaId, view: View) -> View {
+    if let Some(v) = views.get_mut(r as usize) {
+        *v = (*v).max(view);
+    }
+    let mut sorted = views.to_vec();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    sorted.get(f as usize).copied().unwrap_or(0)
 }
 
 impl<A: KeyTable> Client<A> {
@@ -220,7 +251,10 @@ impl<A: KeyTable> Client<A> {
     /// Gives a client of a firewall deployment the firewall's public keys: it accepts one
     /// reply certificate of the execution cluster instead of g+1 replies.
     pub fn with_firewall(mut self, keys: Arc<crate::filter::FirewallKeys>) -> Self {
-        self.firewall = Some(keys);
+        self.firewall = Some(FirewallView {
+            keys,
+            views: vec![0; self.cfg.n() as usize],
+        });
         self
     }
 
@@ -742,8 +776,8 @@ impl<A: KeyTable> Client<A> {
     /// Behind a firewall: a certified reply passed on by a replica (whichever: the
     /// execution cluster's threshold signature is what vouches for it).
     fn receive_certified(&mut self, env: Env, frame: &FrameRef<'_>) -> Option<Completion> {
-        let cert = match (frame.from, decode_body(frame.body)) {
-            (Principal::Replica(r), Ok(Message::CertifiedReply(c))) if r < self.cfg.n() => c,
+        let (from, cert) = match (frame.from, decode_body(frame.body)) {
+            (Principal::Replica(r), Ok(Message::CertifiedReply(c))) if r < self.cfg.n() => (r, c),
             (Principal::Replica(_), Ok(Message::NewKey(nk))) if nk.from == frame.from => {
                 self.asked_for_keys(frame.from);
                 return None;
@@ -753,17 +787,27 @@ impl<A: KeyTable> Client<A> {
                 return None;
             }
         };
-        if cert.entry.client != self.id || !self.wants(cert.entry.timestamp) {
+        if cert.entry.client != self.id {
             self.unwanted += 1;
             return None;
         }
-        let keys = self.firewall.as_ref()?;
-        if !keys.check_certified_reply(&cert) {
+        // The view is the sending replica's claim, whatever the certificate: counted for
+        // every reply addressed to us, late ones included (every replica answers a
+        // retransmission with the certificate it holds).
+        let f = self.cfg.f;
+        let fw = self.firewall.as_mut()?;
+        let view = fw.report(f, from, cert.view);
+        if !self.wants(cert.entry.timestamp) {
+            self.unwanted += 1;
+            return None;
+        }
+        let fw = self.firewall.as_ref()?;
+        if !fw.keys.check_certified_reply(&cert) {
             self.rejected += 1;
             return None;
         }
         let o = self.outstanding.take().expect("wanted");
-        Some(self.complete(env, o, cert.entry.result, cert.view))
+        Some(self.complete(env, o, cert.entry.result, view))
     }
 
     /// The request `o` completed with `result` (sealed when bodies are) in `view`.
@@ -913,5 +957,30 @@ impl<A: KeyTable> Client<A> {
             }
         }
         std::mem::take(&mut self.effects)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Second review, G7: behind the firewall one faulty replica's view hint no longer moves
+    /// the client; f+1 replicas' do.
+    #[test]
+    fn a_firewall_client_follows_the_view_f_plus_1_replicas_report() {
+        let mut views = vec![0; 4];
+        // Replica 3 claims view 7, which it leads.
+        assert_eq!(vouched_view(&mut views, 1, 3, 7), 0);
+        assert_eq!(vouched_view(&mut views, 1, 3, 11), 0);
+        // A correct replica reports view 1: f+1 replicas are at view 1 or beyond.
+        assert_eq!(vouched_view(&mut views, 1, 0, 1), 1);
+        // Reports never go down, and an out-of-range sender counts for nothing.
+        assert_eq!(vouched_view(&mut views, 1, 0, 0), 1);
+        assert_eq!(vouched_view(&mut views, 1, 9, 50), 1);
+        // f = 2: two liars are not enough.
+        let mut views = vec![0; 7];
+        vouched_view(&mut views, 2, 5, 12);
+        assert_eq!(vouched_view(&mut views, 2, 6, 13), 0);
+        assert_eq!(vouched_view(&mut views, 2, 1, 2), 2);
     }
 }

@@ -241,6 +241,27 @@ pub type AdmittedCounters = Arc<Mutex<BTreeMap<Principal, u64>>>;
 /// the host, and a counter and admitted NEW-KEY counters shared with whoever keeps them across
 /// restarts (the simulator keeps one of each per principal, standing in for the co-processor's
 /// non-volatile memory).
+/// A key holder's counter is split in epochs: the high 32 bits count the holder's epochs, the
+/// low 32 the signatures within one. A new epoch starts when the holder starts and whenever
+/// the trusted monitor restarts its replica (a proactive recovery's reboot, or a crash): what
+/// a replica had signed while an attacker held it is then of an earlier epoch than anything
+/// signed after the reboot. The recovery rule uses it (second review, G8): a recovery request
+/// of a later epoch than the replica's last accepted one is executed even within
+/// `recovery_interval_min_ms`, so a request signed in advance by an attacker cannot veto the
+/// re-keying of the real recovery.
+pub const EPOCH_SHIFT: u32 = 32;
+
+/// The epoch a key-holder counter value belongs to.
+pub fn epoch_of(counter: u64) -> u64 {
+    counter >> EPOCH_SHIFT
+}
+
+/// The counter value a new epoch starts from, after `counter`: its first signature gets the
+/// next value.
+pub fn next_epoch(counter: u64) -> u64 {
+    (epoch_of(counter) + 1) << EPOCH_SHIFT
+}
+
 pub struct LocalHolder {
     who: Principal,
     secrets: HolderSecrets,
@@ -268,6 +289,9 @@ impl LocalHolder {
     ) -> Self {
         let mut h = blake3::Hasher::new_derive_key("redoubt 2026 local holder rng v1");
         h.update(&seed);
+        // A new holder is a restart: a new epoch of the counter.
+        let c = counter.load(Ordering::SeqCst);
+        counter.store(next_epoch(c), Ordering::SeqCst);
         LocalHolder {
             who,
             secrets,
@@ -382,6 +406,15 @@ impl std::fmt::Debug for NewKey {
 impl NewKey {
     /// Digest of the content the signature covers (sender and sealed keys; the counter is in
     /// the holder statement).
+    /// What identifies this NEW-KEY: its sender, counter, content and signature.
+    pub fn fingerprint(&self) -> Digest {
+        let mut b = DigestBuilder::new("redoubt.new-key.fingerprint.v1");
+        b.digest(&Self::content_digest(self.from, &self.keys))
+            .u64(self.counter)
+            .bytes(&self.sig.0);
+        b.finish()
+    }
+
     pub fn content_digest(from: Principal, keys: &[(Principal, Vec<u8>)]) -> Digest {
         let mut b = DigestBuilder::new("redoubt.new-key.v1");
         b.bytes(&postcard::to_stdvec(&from).expect("encodes"));
@@ -423,6 +456,11 @@ pub enum Accepted {
     Client(ClientId),
     /// An execution node's new key for us to send to it.
     Executor(crate::types::ExecutorId),
+    /// A replica's or execution node's NEW-KEY with the counter we last accepted from it,
+    /// whose key we still hold: a retransmission or a replay. Nothing changed, so nothing
+    /// received from it under that key is to be forgotten (review G3: replays of a replica's
+    /// latest NEW-KEY erased its view-change messages), and the key holder was not asked.
+    Again(Principal),
 }
 
 /// Session keys of one principal, with its key holder. Clones share the key holder.
@@ -439,6 +477,11 @@ pub struct SessionKeys {
     client_refreshed: BTreeMap<ClientId, u64>,
     /// Our latest NEW-KEY, resent to peers that cannot authenticate us.
     latest: Option<NewKey>,
+    /// The counter and fingerprint of the last NEW-KEY we accepted from each principal (in
+    /// this life; the key holder's record, which survives restarts, is never below it):
+    /// older and repeated ones are answered without a key-holder call. Bounded by the
+    /// directory.
+    accepted_counters: BTreeMap<Principal, (u64, Digest)>,
     /// Key refreshes sent.
     pub refreshes: u64,
     /// Changes to the key tables (a cheap way for observers to notice new keys).
@@ -473,6 +516,7 @@ impl SessionKeys {
             outbound: BTreeMap::new(),
             client_refreshed: BTreeMap::new(),
             latest: None,
+            accepted_counters: BTreeMap::new(),
             refreshes: 0,
             generation: 0,
             #[cfg(feature = "mutants")]
@@ -558,6 +602,19 @@ impl SessionKeys {
     /// and recoveries, so a NEW-KEY recorded earlier (by an attacker) is refused here even
     /// when this incarnation never saw a newer one.
     pub fn accept(&mut self, nk: &NewKey, now_ms: u64) -> Result<Accepted, NewKeyError> {
+        if self.directory.get(nk.from).is_none() {
+            return Err(NewKeyError::UnknownSender);
+        }
+        let print = nk.fingerprint();
+        if let Some((last, last_print)) = self.accepted_counters.get(&nk.from).copied() {
+            if !admits(nk.from, Some(last), nk.counter) {
+                return Err(NewKeyError::Stale);
+            }
+            // The very NEW-KEY we installed, again.
+            if print == last_print && self.outbound.contains_key(&nk.from) {
+                return Ok(Accepted::Again(nk.from));
+            }
+        }
         let key = match self.with_holder(|h| h.admit(nk)) {
             Ok(Admitted::Key(k)) => k,
             Ok(Admitted::Stale) => return Err(NewKeyError::Stale),
@@ -567,6 +624,7 @@ impl SessionKeys {
             Err(_) => return Err(NewKeyError::Holder),
         };
         self.generation += 1;
+        self.accepted_counters.insert(nk.from, (nk.counter, print));
         match nk.from {
             Principal::Replica(r) => {
                 self.outbound.insert(nk.from, key);

@@ -12,15 +12,18 @@ use std::collections::BTreeMap;
 ///
 /// `doubts` holds, per backup, the positions of the batch's requests it could not
 /// authenticate (backups that vouch for everything have no entry). Every request must be
-/// vouched for by f+1 *backups* of the certificate, so that at least one correct backup
-/// authenticated it: with `m` matching PREPAREs, at most `m - (f+1)` of them may doubt any one
-/// request. Without this a faulty primary could order a request no client sent. The primary
-/// does not count as a voucher: with a request that verifies at the primary only (a faulty
-/// client) and one faulty backup vouching towards the primary alone, the primary would
-/// prepare with no other correct replica able to vouch, and no view change could then decide
-/// the sequence number (A2 lacks f+1 claims, rule B lacks 2f+1 messages without a P entry).
-/// With f+1 backups, every prepared certificate names a correct backup that vouched and so
-/// makes a Q claim in its next VIEW-CHANGE.
+/// vouched for by 2f *backups* of the certificate, so that at least one correct backup
+/// authenticated it and, whatever the view change, f+1 correct replicas claim it: with `m`
+/// matching PREPAREs, at most `m - 2f` of them may doubt any one request. Without vouchers a
+/// faulty primary could order a request no client sent. The primary does not count as a
+/// voucher: with a request that verifies at the primary only (a faulty client) and a faulty
+/// backup vouching towards the primary alone, the primary would prepare with no other correct
+/// replica able to vouch, and no view change could then decide the sequence number (A2 lacks
+/// f+1 Q claims, rule B lacks 2f+1 messages without a P entry). f+1 backup vouchers are not
+/// enough beyond f = 1 (second review, G4): f of them may be faulty and never claim it, which
+/// leaves one correct claim, plus the primary's, short of f+1 for f >= 2. With 2f vouchers
+/// at least f are correct, and either the primary is correct too or at most f-1 of the
+/// vouchers are faulty: f+1 correct replicas make a Q claim in their next VIEW-CHANGE.
 pub fn prepared(
     f: u32,
     primary: ReplicaId,
@@ -43,8 +46,8 @@ pub fn prepared(
             *doubted.entry(*i).or_default() += 1;
         }
     }
-    // Backup vouchers m - c must be at least f+1.
-    doubted.values().all(|c| m - c > f as usize)
+    // Backup vouchers m - c must be at least 2f.
+    doubted.values().all(|c| m - c >= 2 * f as usize)
 }
 
 /// committed-local(m, v, n, i): prepared and 2f+1 matching COMMITs from distinct replicas
@@ -118,7 +121,7 @@ mod tests {
     }
 
     #[test]
-    fn prepared_needs_f_plus_one_backup_vouchers_per_request() {
+    fn prepared_needs_2f_backup_vouchers_per_request() {
         // (f, primary, prepares, doubts per backup, expected)
         type Doubts<'a> = &'a [(ReplicaId, &'a [u16])];
         let cases: &[(u32, ReplicaId, &[ReplicaId], Doubts, bool)] = &[
@@ -138,16 +141,23 @@ mod tests {
             (1, 0, &[1, 2, 3], &[(1, &[2]), (2, &[2]), (3, &[2])], false),
             // doubts of a replica whose PREPARE does not match count for nothing
             (1, 0, &[1, 2], &[(3, &[0])], true),
-            // f = 2: with four matching PREPAREs a request may be doubted by one
-            (2, 0, &[1, 2, 3, 4], &[(1, &[5])], true),
+            // f = 2: 2f = 4 backups must vouch (second review, G4: with four matching
+            // PREPAREs and one doubt, two faulty vouchers left one correct Q claim besides
+            // the primary's, and no view change could decide the slot)
+            (2, 0, &[1, 2, 3, 4], &[(4, &[0])], false),
             (2, 0, &[1, 2, 3, 4], &[(1, &[5]), (2, &[5])], false),
+            (2, 0, &[1, 2, 3, 4, 5], &[(1, &[5])], true),
+            (2, 0, &[1, 2, 3, 4, 5, 6], &[(1, &[5]), (2, &[5])], true),
             (
                 2,
                 0,
                 &[1, 2, 3, 4, 5, 6],
                 &[(1, &[5]), (2, &[5]), (3, &[5])],
-                true,
+                false,
             ),
+            // f = 3: six vouchers
+            (3, 0, &[1, 2, 3, 4, 5, 6, 7], &[(7, &[0])], true),
+            (3, 0, &[1, 2, 3, 4, 5, 6, 7], &[(6, &[0]), (7, &[0])], false),
         ];
         for (i, (f, p, pr, ds, want)) in cases.iter().enumerate() {
             let prepares: BTreeMap<ReplicaId, Digest> = pr.iter().map(|r| (*r, d(1))).collect();

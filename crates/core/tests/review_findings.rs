@@ -317,3 +317,118 @@ fn reports_of_another_new_view_do_not_count() {
     );
     assert_eq!(c.replica(0).stats.new_views_adopted, 0);
 }
+
+/// Second review, G3: anyone on the path (a client asks any replica for its latest NEW-KEY)
+/// can replay a replica's latest NEW-KEY. Until the fix every replay was admitted again
+/// (an equal counter is a replica's retransmission) and erased the view-change messages the
+/// receiver held from that replica, with a key-holder call each: view changes could be kept
+/// from completing. Now an equal counter changes nothing and asks nobody.
+#[test]
+fn a_replayed_new_key_of_a_replica_forgets_nothing() {
+    let mut c = bench();
+    c.receive(0, 1, lying_vc(&c, 2, 1));
+    assert_eq!(c.replica(0).footprint().view_changes, 1);
+    let latest = c
+        .session_mut(replica(1))
+        .latest()
+        .cloned()
+        .expect("replica 1 re-keyed");
+    for _ in 0..3 {
+        c.receive_from(0, replica(1), latest.clone());
+    }
+    assert_eq!(
+        c.replica(0).footprint().view_changes,
+        1,
+        "a replayed NEW-KEY erased a view change"
+    );
+    assert_eq!(c.replica(0).stats.view_changes_forgotten, 0);
+    // A NEW-KEY with a higher counter (a recovery) still retires what came before.
+    c.rekey(replica(1), &[0, 1, 2, 3]);
+    assert_eq!(c.replica(0).footprint().view_changes, 0);
+    assert!(c.replica(0).stats.view_changes_forgotten >= 1);
+}
+
+/// Second review, G5: a faulty client alone (every replica correct) sends each request, its
+/// authenticator bad at the primary only, to every replica. The backups accepted it, relayed
+/// it to the primary (which refused it) and ran their view-change timers: one view change
+/// per request, and the client was never suspected (its request was never proposed, so
+/// nobody doubted it). Now only a signed request runs a backup's timer; a signed one
+/// verifies at the primary too.
+#[test]
+fn a_faulty_client_alone_costs_no_view_change() {
+    let mut c = Cluster::builder(1).session_keys().clients([CLIENT]).build();
+    c.run(1_000);
+    c.rekey(client(CLIENT), &[0, 1, 2, 3]);
+    c.deliver_all();
+    let timeout = c.cfg.view_change_timeout_ms;
+    for ts in 1..=3 {
+        let sr = spoil(c.request(CLIENT, ts, b"op"), &[0]);
+        for r in 0..4 {
+            c.send(client(CLIENT), replica(r), sr.clone());
+        }
+        c.run(3 * timeout);
+    }
+    assert!(
+        c.live().all(|r| r.view() == 0),
+        "views {:?}",
+        c.live().map(|r| r.view()).collect::<Vec<_>>()
+    );
+    // Signed (as a correct client retransmits), a request large enough to travel beside
+    // the pre-prepare, which its client multicasts, is ordered even when the client sent
+    // it to the backups alone.
+    let big = vec![7u8; 4096];
+    assert!(c.cfg.travels_beside(big.len()));
+    let sr = c.sign(spoil(c.request(CLIENT, 4, &big), &[0]));
+    for r in 1..4 {
+        c.send(client(CLIENT), replica(r), sr.clone());
+    }
+    c.run(timeout);
+    assert!(c.live().all(|r| r.view() == 0));
+    assert!(
+        c.live().all(|r| r.last_executed() >= 1),
+        "the signed request, sent to the backups alone, was relayed and ordered"
+    );
+}
+
+/// How many times replica 0 executed an accepted recovery request of replica `r`.
+fn recoveries_executed(c: &Cluster, r: ReplicaId) -> usize {
+    c.events(0)
+        .iter()
+        .filter(|e| matches!(e, Event::RecoveryExecuted { replica, .. } if *replica == r))
+        .count()
+}
+
+/// Second review, G8: a replica an attacker holds gets a recovery request signed and
+/// executed just before the watchdog reboots it. Until the fix the real recovery that
+/// follows fell within `recovery_interval_min_ms` of it and was refused: nobody re-keyed
+/// after the attacker was evicted. Now the monitor starts a new epoch of the key holder's
+/// counter at every reboot, and a request of a later epoch is executed within the interval;
+/// within one epoch the interval still holds.
+#[test]
+fn a_recovery_request_signed_in_advance_does_not_veto_the_real_recovery() {
+    let mut c = Cluster::builder(1).session_keys().build();
+    c.run(2_000);
+    // The attacker, holding replica 3, has it recover (a request signed now).
+    c.input(3, Input::Recover);
+    c.run(5_000);
+    assert_eq!(recoveries_executed(&c, 3), 1);
+    // Again in the same epoch, within the interval: refused, nobody re-keys.
+    c.input(3, Input::Recover);
+    c.run(5_000);
+    assert_eq!(recoveries_executed(&c, 3), 1, "the interval holds in an epoch");
+    // The watchdog reboots replica 3 (a new incarnation of its key holder) and it recovers.
+    let journal = c.journal(3).to_vec();
+    c.restart(3, &journal);
+    c.input(3, Input::Recover);
+    c.run(10_000);
+    assert!(c.now < c.cfg.recovery_interval_min_ms, "within the interval");
+    assert_eq!(
+        recoveries_executed(&c, 3),
+        2,
+        "the real recovery was refused"
+    );
+    assert!(c
+        .events(3)
+        .iter()
+        .any(|e| matches!(e, Event::Recovered(_))));
+}

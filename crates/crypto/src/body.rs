@@ -10,16 +10,21 @@
 //! of the direction and the request's timestamp, never random (Yin et al. 2003 §7.2 trap 8).
 //! Agreement nodes, filters and the network see ciphertext only.
 //!
-//! A client never seals two bodies in the same direction with one timestamp under one key
-//! (its timestamps increase, and a retransmission resends the same bytes), so nonces never
-//! repeat under a key.
+//! One request can get two different results under one nonce: replicas at different states
+//! answering one read on the read-only fast path, a read answered again later, a tentative
+//! execution undone and run again elsewhere. The AEAD is therefore AES-256-GCM-SIV (RFC 8452),
+//! which resists nonce reuse: two different bodies sealed under one key and nonce reveal only
+//! that they differ, never their XOR or an authentication key (second review, G6; with
+//! ChaCha20-Poly1305 they revealed both). Equal bodies under one nonce seal to equal bytes, as
+//! executors need.
 
+use aes_gcm_siv::aead::{Aead, KeyInit, Payload};
+use aes_gcm_siv::{Aes256GcmSiv, Nonce};
 use hpke::aead::ChaCha20Poly1305 as HpkeChaCha;
 use hpke::kdf::HkdfSha256;
 use hpke::kem::X25519HkdfSha256;
 use hpke::{Deserializable, Kem, OpModeR, OpModeS, Serializable};
 use rand_chacha::rand_core::SeedableRng;
-use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
 use std::fmt;
 
 use crate::pk::SealPublicKey;
@@ -108,12 +113,11 @@ pub fn establish(
     Some((enc, BodyKey::from_bytes(key)))
 }
 
-/// A session's body key (ChaCha20-Poly1305, `ring`'s implementation: about five times
-/// faster than the portable one on short bodies, which is most of them).
+/// A session's body key (AES-256-GCM-SIV, see the module's documentation).
 #[derive(Clone)]
 pub struct BodyKey {
     bytes: [u8; 32],
-    key: LessSafeKey,
+    key: Aes256GcmSiv,
 }
 
 impl PartialEq for BodyKey {
@@ -135,15 +139,14 @@ fn nonce(dir: Direction, counter: u64) -> Nonce {
     let mut n = [0u8; 12];
     n[0] = dir as u8;
     n[4..].copy_from_slice(&counter.to_le_bytes());
-    Nonce::assume_unique_for_key(n)
+    Nonce::from(n)
 }
 
 impl BodyKey {
     pub fn from_bytes(bytes: [u8; 32]) -> BodyKey {
-        let unbound = UnboundKey::new(&CHACHA20_POLY1305, &bytes).expect("a 32-byte key");
         BodyKey {
             bytes,
-            key: LessSafeKey::new(unbound),
+            key: Aes256GcmSiv::new(&bytes.into()),
         }
     }
 
@@ -155,24 +158,16 @@ impl BodyKey {
     /// Seals `plain` travelling in `dir` for the message numbered `counter` (a request's
     /// timestamp); `aad` is authenticated, not encrypted. Deterministic.
     pub fn seal(&self, dir: Direction, counter: u64, aad: &[u8], plain: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(plain.len() + TAG_LEN);
-        out.extend_from_slice(plain);
         self.key
-            .seal_in_place_append_tag(nonce(dir, counter), Aad::from(aad), &mut out)
-            .expect("ChaCha20-Poly1305 seals any length a frame can hold");
-        out
+            .encrypt(&nonce(dir, counter), Payload { msg: plain, aad })
+            .expect("AES-GCM-SIV seals any length a frame can hold")
     }
 
     /// Opens what [`BodyKey::seal`] sealed with the same direction, counter and `aad`.
     pub fn open(&self, dir: Direction, counter: u64, aad: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
-        let mut buf = sealed.to_vec();
-        let plain = self
-            .key
-            .open_in_place(nonce(dir, counter), Aad::from(aad), &mut buf)
-            .ok()?
-            .len();
-        buf.truncate(plain);
-        Some(buf)
+        self.key
+            .decrypt(&nonce(dir, counter), Payload { msg: sealed, aad })
+            .ok()
     }
 }
 
@@ -231,5 +226,29 @@ mod tests {
         assert_ne!(k1, k2);
         // The all-zero point is refused by X25519 (a low-order point).
         assert_eq!(exec.open(b"c", &[0; 32]), None);
+    }
+
+    /// Second review, G6: two different bodies sealed under one key and nonce (two results of
+    /// one request) must not give away their XOR, as a stream cipher's ciphertexts do.
+    #[test]
+    fn two_bodies_under_one_nonce_do_not_reveal_their_xor() {
+        let key = BodyKey::from_bytes([7; 32]);
+        let p1 = b"balance: 1000000 for alice......";
+        let p2 = b"balance: 0000005 for alice......";
+        let c1 = key.seal(Direction::Reply, 9, b"aad", p1);
+        let c2 = key.seal(Direction::Reply, 9, b"aad", p2);
+        assert_eq!(c1.len(), p1.len() + TAG_LEN);
+        let xor_c: Vec<u8> = c1.iter().zip(&c2).map(|(a, b)| a ^ b).collect();
+        let xor_p: Vec<u8> = p1.iter().zip(p2).map(|(a, b)| a ^ b).collect();
+        assert_ne!(
+            &xor_c[..p1.len()],
+            &xor_p[..],
+            "the XOR of the plaintexts leaked"
+        );
+        // Where the plaintexts agree (their tail), the ciphertexts do not.
+        assert_ne!(&c1[20..p1.len()], &c2[20..p1.len()]);
+        // Equal bodies still seal alike (every executor seals a reply to the same bytes).
+        assert_eq!(c1, key.seal(Direction::Reply, 9, b"aad", p1));
+        assert_eq!(key.open(Direction::Reply, 9, b"aad", &c2).unwrap(), p2);
     }
 }

@@ -262,12 +262,14 @@ impl FileHolder {
             Some(s) => parse_admitted(&admitted_path, &s, &directory)?,
             None => BTreeMap::new(),
         };
+        // Opening is a start: a new epoch of the counter (`redoubt_core::keys::EPOCH_SHIFT`).
+        // Its values are above every one reserved before, so none is given twice.
         Ok(FileHolder {
             who: file.principal,
             secrets: file.secrets,
             executor: file.executor,
             directory,
-            counter,
+            counter: redoubt_core::keys::next_epoch(counter),
             reserved: counter,
             counter_path,
             admitted,
@@ -278,6 +280,15 @@ impl FileHolder {
     /// The current counter value.
     pub fn counter(&self) -> u64 {
         self.counter
+    }
+
+    /// Starts a new epoch of the counter: the monitor calls it whenever it starts its replica
+    /// again (a recovery's reboot, or after a crash), so that whatever the replica had signed
+    /// before is of an earlier epoch than what it signs now (see
+    /// `redoubt_core::keys::EPOCH_SHIFT`). Nothing is written: the next signature reserves
+    /// its block above every value reserved before.
+    pub fn begin_epoch(&mut self) {
+        self.counter = redoubt_core::keys::next_epoch(self.counter);
     }
 
     /// The counter of the last NEW-KEY admitted from `p`.

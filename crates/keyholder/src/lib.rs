@@ -33,7 +33,7 @@ mod file;
 mod socket;
 
 pub use file::{read_holder_file, write_holder_file, FileHolder, HolderFile, COUNTER_RESERVE};
-pub use socket::{serve, SocketHolder};
+pub use socket::{serve, serve_shared, SocketHolder};
 
 use redoubt_core::Principal;
 use std::fmt::Write as _;
@@ -142,15 +142,18 @@ mod tests {
             FileHolder::open(read_holder_file(&path, me).unwrap(), directory.clone()).unwrap();
         let (c1, _) = h.sign(Purpose::NewKey, &Digest::of(b"a")).unwrap();
         let (c2, _) = h.sign(Purpose::NewKey, &Digest::of(b"b")).unwrap();
-        assert_eq!((c1, c2), (1, 2));
+        let epoch = redoubt_core::keys::EPOCH_SHIFT;
+        assert_eq!((c1, c2), ((1 << epoch) + 1, (1 << epoch) + 2));
+        // The monitor starts a new epoch when it restarts the replica.
+        h.begin_epoch();
+        let (c3, _) = h.sign(Purpose::NewKey, &Digest::of(b"c")).unwrap();
+        assert_eq!(c3, (2 << epoch) + 1);
         drop(h);
         let h = FileHolder::open(read_holder_file(&path, me).unwrap(), directory).unwrap();
-        // The block reserved before the first signature: counting resumes above it.
-        assert_eq!(
-            h.counter(),
-            file::COUNTER_RESERVE,
-            "the counter never goes backwards"
-        );
+        // Opening starts an epoch above the block reserved before: the counter never goes
+        // backwards.
+        assert_eq!(h.counter(), 3 << epoch, "the counter never goes backwards");
+        assert!(h.counter() > c3 + file::COUNTER_RESERVE);
         assert_eq!(h.public(), public);
         assert!(read_holder_file(&path, Principal::Replica(1)).is_err());
 
@@ -158,9 +161,9 @@ mod tests {
         serve(&sock, h).unwrap();
         let mut remote = SocketHolder::connect(&sock, me).unwrap();
         let content = Digest::of(b"c");
-        let (c3, sig) = remote.sign(Purpose::Recovery, &content).unwrap();
-        assert_eq!(c3, file::COUNTER_RESERVE + 1);
-        let st = redoubt_core::keys::holder_statement(Purpose::Recovery, me, c3, &content);
+        let (c4, sig) = remote.sign(Purpose::Recovery, &content).unwrap();
+        assert_eq!(c4, (3 << epoch) + 1);
+        let st = redoubt_core::keys::holder_statement(Purpose::Recovery, me, c4, &content);
         assert!(pk::verify(&public.verify, &st.0, &sig));
         let k = remote.fresh_key().unwrap();
         let sealed = remote.seal(&public.seal, b"i", &k).unwrap();

@@ -94,6 +94,15 @@ fn read_frame(s: &mut UnixStream) -> std::io::Result<Vec<u8>> {
 /// listens, so whoever waits for `path` to appear (the cluster launcher, an operator's script)
 /// never connects between bind and listen (refused) or before the mode is set.
 pub fn serve(path: &Path, holder: FileHolder) -> std::io::Result<std::thread::JoinHandle<()>> {
+    serve_shared(path, std::sync::Arc::new(std::sync::Mutex::new(holder)))
+}
+
+/// Like [`serve`], for a holder its caller keeps a handle on (the monitor starts a new epoch
+/// of its counter whenever it restarts the replica: [`FileHolder::begin_epoch`]).
+pub fn serve_shared(
+    path: &Path,
+    holder: std::sync::Arc<std::sync::Mutex<FileHolder>>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     let mut staging = path.as_os_str().to_owned();
     staging.push("~");
     let staging = PathBuf::from(staging);
@@ -116,7 +125,6 @@ pub fn serve(path: &Path, holder: FileHolder) -> std::io::Result<std::thread::Jo
     })?;
     std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o600))?;
     std::fs::rename(&staging, path)?;
-    let holder = std::sync::Arc::new(std::sync::Mutex::new(holder));
     let handle = std::thread::Builder::new()
         .name("keyholder".into())
         .spawn(move || {

@@ -4,9 +4,26 @@
 use redoubt_config::keys::{check_holder_cluster, load_directory};
 use redoubt_config::{ClusterConfig, ConfigError};
 use redoubt_core::Principal;
-use redoubt_keyholder::{read_holder_file, serve, FileHolder};
+use redoubt_keyholder::{read_holder_file, serve_shared, FileHolder};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+/// A key holder served by this process, kept by its monitor: [`Served::begin_epoch`] when it
+/// starts the replica again.
+pub struct Served {
+    pub socket: PathBuf,
+    holder: Arc<Mutex<FileHolder>>,
+}
+
+impl Served {
+    /// Starts a new epoch of the holder's counter (see [`FileHolder::begin_epoch`]).
+    pub fn begin_epoch(&self) {
+        self.holder
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .begin_epoch();
+    }
+}
 
 /// Opens replica `id`'s key-holder file (checked against the cluster) and serves it on the
 /// replica's `holder_socket`, in threads of this process. Returns the socket path.
@@ -16,6 +33,11 @@ pub fn serve_for_replica(cfg: &ClusterConfig, id: u32) -> Result<PathBuf, Config
 
 /// Like [`serve_for_replica`] for a replica or an execution node.
 pub fn serve_for(cfg: &ClusterConfig, me: Principal) -> Result<PathBuf, ConfigError> {
+    Ok(serve_kept(cfg, me)?.socket)
+}
+
+/// Like [`serve_for`], keeping a handle on the holder (for its monitor).
+pub fn serve_kept(cfg: &ClusterConfig, me: Principal) -> Result<Served, ConfigError> {
     if !cfg.keys.session() {
         return Err(ConfigError::Invalid {
             path: cfg.path.clone(),
@@ -32,6 +54,7 @@ pub fn serve_for(cfg: &ClusterConfig, me: Principal) -> Result<PathBuf, ConfigEr
     if let Some(dir) = socket.parent() {
         std::fs::create_dir_all(dir).map_err(io("create directory", dir))?;
     }
-    serve(&socket, holder).map_err(io("serve the key holder on", &socket))?;
-    Ok(socket)
+    let holder = Arc::new(Mutex::new(holder));
+    serve_shared(&socket, holder.clone()).map_err(io("serve the key holder on", &socket))?;
+    Ok(Served { socket, holder })
 }

@@ -408,7 +408,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                 self.orders.forget_from(r);
                 Ok(())
             }
-            Ok(Accepted::Client(_) | Accepted::Executor(_)) => Ok(()),
+            Ok(Accepted::Client(_) | Accepted::Executor(_) | Accepted::Again(_)) => Ok(()),
             Err(crate::keys::NewKeyError::Stale) => Err(Reject::Stale),
             Err(crate::keys::NewKeyError::BadSignature) => Err(Reject::BadSignature),
             Err(crate::keys::NewKeyError::UnknownSender) => Err(Reject::UnknownSender),

@@ -71,8 +71,8 @@ fn new_key_installs_directional_keys_and_rejects_replays_and_forgeries() {
     let d = Digest::of(b"m");
     let mac = ks[1].mac_to(ps[0], &d).unwrap();
     assert!(ks[0].verify_from(ps[1], 0, &d, &mac));
-    // A replica's latest NEW-KEY sent again is accepted (it reinstalls 0's current key).
-    assert_eq!(ks[1].accept(&nk0, 0), Ok(Accepted::Replica(0)));
+    // A replica's latest NEW-KEY sent again changes nothing (0's current key stays).
+    assert_eq!(ks[1].accept(&nk0, 0), Ok(Accepted::Again(ps[0])));
     // A tampered key list fails the signature.
     let mut bad = nk0.clone();
     bad.keys[0].1[5] ^= 1;
@@ -163,4 +163,74 @@ fn replayed_new_keys_are_refused_after_a_restart_and_a_recovery() {
     );
     forged.counter = client_fresh.counter + 1;
     assert_eq!(r0.accept(&forged, 0), Ok(Accepted::Client(5)));
+}
+
+/// A key holder that counts the NEW-KEYs it is asked to admit.
+struct Counting(Box<dyn KeyHolder>, Arc<AtomicU64>);
+
+impl KeyHolder for Counting {
+    fn principal(&self) -> Principal {
+        self.0.principal()
+    }
+    fn sign(
+        &mut self,
+        purpose: Purpose,
+        content: &Digest,
+    ) -> Result<(u64, Signature), HolderError> {
+        self.0.sign(purpose, content)
+    }
+    fn fresh_key(&mut self) -> Result<MacKey, HolderError> {
+        self.0.fresh_key()
+    }
+    fn seal(
+        &mut self,
+        to: &SealPublicKey,
+        info: &[u8],
+        key: &MacKey,
+    ) -> Result<Vec<u8>, HolderError> {
+        self.0.seal(to, info, key)
+    }
+    fn admit(&mut self, nk: &NewKey) -> Result<Admitted, HolderError> {
+        self.1.fetch_add(1, Ordering::SeqCst);
+        self.0.admit(nk)
+    }
+    fn open_body(
+        &mut self,
+        info: &[u8],
+        enc: &[u8; ENC_LEN],
+    ) -> Result<Option<BodyKey>, HolderError> {
+        self.0.open_body(info, enc)
+    }
+}
+
+/// Review G3: a replica's NEW-KEY seen again (a retransmission, or anyone's replay) changes
+/// nothing and costs no key-holder call; an older one is refused without one too.
+#[test]
+fn a_repeated_replica_new_key_is_recognised_without_the_key_holder() {
+    let ps = [Principal::Replica(0), Principal::Replica(1)];
+    let (dir, nvs) = setup_nv(&ps);
+    let mut r0 = incarnate(&dir, &nvs[0], 1);
+    let admits = Arc::new(AtomicU64::new(0));
+    let inner = Box::new(LocalHolder::new(
+        ps[1],
+        HolderSecrets::from_seed(&nvs[1].seed),
+        dir.clone(),
+        nvs[1].counter.clone(),
+        nvs[1].admitted.clone(),
+        [2; 32],
+    ));
+    let mut r1 = SessionKeys::new(Box::new(Counting(inner, admits.clone())), dir.clone());
+    let first = r0.refresh(&ps[1..]).unwrap();
+    let latest = r0.refresh(&ps[1..]).unwrap();
+    assert_eq!(r1.accept(&latest, 0), Ok(Accepted::Replica(0)));
+    assert_eq!(admits.load(Ordering::SeqCst), 1);
+    for _ in 0..3 {
+        assert_eq!(r1.accept(&latest, 0), Ok(Accepted::Again(ps[0])));
+    }
+    assert_eq!(r1.accept(&first, 0), Err(NewKeyError::Stale));
+    assert_eq!(admits.load(Ordering::SeqCst), 1, "the key holder was asked");
+    // The next one (a recovery's) goes to the key holder and changes the key.
+    let next = r0.refresh(&ps[1..]).unwrap();
+    assert_eq!(r1.accept(&next, 0), Ok(Accepted::Replica(0)));
+    assert_eq!(admits.load(Ordering::SeqCst), 2);
 }

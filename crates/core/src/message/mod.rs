@@ -615,6 +615,9 @@ pub struct RecoveryResult {
     pub seq: Seq,
     pub accepted: bool,
     pub last_accepted_ms: Option<u64>,
+    /// The key-holder counter of the last accepted recovery request (its epoch decides
+    /// whether a request within the interval is a new boot's, see `keys::EPOCH_SHIFT`).
+    pub last_accepted_counter: Option<u64>,
     /// The checkpoint the recovery waits for: max(H_M, H_R), capped at H_R + L. Until it is
     /// stable, an idle primary proposes empty batches so the recovery can complete.
     pub target: Seq,

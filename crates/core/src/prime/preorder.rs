@@ -309,11 +309,30 @@ impl PreOrder {
     }
 
     /// A recovering replica distrusts what its journal gave back (an attacker may have
-    /// written it): every PO-REQUEST, acknowledgement, certificate and row goes, and it
-    /// learns them again from its peers. What executed stays (the state is checked
-    /// separately).
+    /// written it): every PO-REQUEST, certificate and row goes, and it learns them again from
+    /// its peers. What executed stays (the state is checked separately), and so do its own
+    /// acknowledgements: a number it acknowledged before is never acknowledged in a second
+    /// version (review G1). Two PO certificates for one number share f+1 acknowledgers, at
+    /// least one of them correct; were its acknowledgements forgotten at every proactive
+    /// recovery, which correct replicas go through too, that correct one could acknowledge
+    /// both versions, one before its recovery and one after. An acknowledgement an attacker
+    /// wrote into the journal while it held the replica pins that replica to the attacker's
+    /// version of the number: a replica it held was faulty then, and the pin costs liveness
+    /// only (another version certifies without it, [`PreOrder::certify`]).
     pub fn forget_all(&mut self) {
-        self.slots.clear();
+        let me = self.me;
+        let executed = &self.executed;
+        self.slots.retain(|(i, s), slot| {
+            if *s <= executed[*i as usize] {
+                return false;
+            }
+            let Some(mine) = slot.acks.get(&me).copied() else {
+                return false;
+            };
+            *slot = Slot::default();
+            slot.acks.insert(me, mine);
+            true
+        });
         self.newly_certified.clear();
         self.aru = self.executed.clone();
         self.acked = self.executed.clone();

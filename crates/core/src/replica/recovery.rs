@@ -19,7 +19,7 @@
 
 use super::*;
 use crate::execution::initial_aux;
-use crate::keys::{Accepted, NewKeyError, Purpose};
+use crate::keys::{epoch_of, Accepted, NewKeyError, Purpose};
 use crate::message::{
     recovery_client, recovery_replica, QueryStable, RecoveryOp, RecoveryResult, ReplyStable,
     RequestSig,
@@ -198,6 +198,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 self.executor_rekeyed(e);
                 Ok(())
             }
+            // A retransmission or a replay of what we installed: nothing to forget.
+            Ok(Accepted::Again(_)) => Ok(()),
             Ok(Accepted::Client(_)) => {
                 self.stats.new_keys_accepted += 1;
                 self.pass_client_key_on(&nk);
@@ -442,10 +444,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .exec
             .last_reply(recovery_client(r))
             .and_then(|l| postcard::from_bytes::<RecoveryResult>(&l.result).ok());
-        let previous = before.and_then(|p| p.last_accepted_ms);
+        let previous = before.as_ref().and_then(|p| p.last_accepted_ms);
+        let previous_counter = before.as_ref().and_then(|p| p.last_accepted_counter);
         let previous_key = before.and_then(|p| p.row_key);
-        let accepted =
-            previous.is_none_or(|t| time_ms.saturating_sub(t) >= self.cfg.recovery_interval_min_ms);
+        // Within the interval only a request of a later key-holder epoch (signed after a
+        // reboot by the monitor) is accepted: one signed in advance while the replica was
+        // held cannot veto its real recovery (second review, G8).
+        let new_epoch = previous_counter.is_some_and(|c| epoch_of(counter) > epoch_of(c));
+        let accepted = new_epoch
+            || previous
+                .is_none_or(|t| time_ms.saturating_sub(t) >= self.cfg.recovery_interval_min_ms);
         let (k, l) = (self.cfg.checkpoint_interval, self.cfg.log_size);
         let h_r = seq / k * k + l;
         let target = if accepted {
@@ -460,6 +468,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             seq,
             accepted,
             last_accepted_ms: if accepted { Some(time_ms) } else { previous },
+            last_accepted_counter: if accepted {
+                Some(counter)
+            } else {
+                previous_counter
+            },
             target,
             row_key: fresh_key.map(|k| (counter, k)).or(previous_key),
         };

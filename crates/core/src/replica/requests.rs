@@ -36,9 +36,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if !mac_ok {
             self.ask_for_client_key(req.client);
         }
-        // Signatures are checked only when the MAC does not verify, or when the client is
-        // under suspicion (its unsigned requests are not ordered).
-        let signed = (!mac_ok || self.suspected(req.client))
+        // Signatures are checked only when the MAC does not verify, when the client is under
+        // suspicion (its unsigned requests are not ordered), or at a backup (only a signed
+        // request runs its view-change timer: see `arm_request_timer`). A correct client
+        // signs its retransmissions only, so backups rarely check one.
+        let check = !mac_ok || self.suspected(req.client) || !self.is_primary();
+        let signed = check
             && sr
                 .sig
                 .is_some_and(|s| self.request_signature_valid(req, &digest, &s));
@@ -134,9 +137,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let multicast = self.cfg.travels_beside(sr.request.op.len());
         if self.is_primary() {
             self.try_propose();
-        } else if matches!(from, Principal::Client(_)) && self.normal && !multicast {
-            // Relay to the primary, which may not have received it (a large request its
-            // client multicast went to the primary too).
+        } else if matches!(from, Principal::Client(_)) && self.normal && (!multicast || signed) {
+            // Relay to the primary, which may not have received it. A large request its
+            // client multicast went to the primary too, unless the client is faulty: a
+            // signed one, which runs our view-change timer, is relayed all the same, so
+            // that a client sending to the backups alone costs no view change.
             let p = self.primary();
             self.send_replica(p, &Message::Request(sr));
         }
@@ -262,12 +267,20 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.req_timer.is_some() || !self.normal || self.is_primary() {
             return;
         }
-        // Not for an unsigned request of a client under suspicion: the primary holds those
-        // back until they come signed.
+        // With session keys, only for a signed request (second review, G5): an unsigned one
+        // may carry an authenticator that fails at the primary alone (a faulty client),
+        // which a correct primary refuses while the backups accept it, and a view change per
+        // such request would then be the price of one faulty client. Every replica checks a
+        // signature alike, and a backup relays a signed request to the primary. A correct
+        // client signs its retransmissions, so a primary that ignores a correct client's
+        // request is timed out one client retransmission later. With static keys clients
+        // cannot sign, and every request runs the timer. (A suspected client's unsigned
+        // requests are not ordered at all.)
+        let clients_sign = self.auth.session_ref().is_some();
         let oldest = self
             .pool
             .in_order()
-            .find(|(_, w)| self.orderable(w))
+            .find(|(_, w)| (w.signed || !clients_sign) && self.orderable(w))
             .map(|(c, w)| (c, w.req.request.timestamp));
         if let Some((c, ts)) = oldest {
             self.req_timer = Some((self.now() + self.vc_timeout_ms, c, ts));

@@ -373,3 +373,61 @@ fn a_restored_certificate_marks_the_copy_held_or_replaces_another_version() {
     assert!(s.offer(3, a.clone()));
     assert_eq!(s.ready(&[(2, 1)]).map(|v| v[0].digest()), Ok(a.digest()));
 }
+
+/// Review G1: a proactive recovery (`forget_all`) must not make a replica acknowledge a
+/// second version of a number it acknowledged before, or an equivocating originator gets two
+/// PO certificates for one number and correct replicas execute different requests.
+#[test]
+fn a_recovered_replica_never_acknowledges_a_second_version() {
+    let mut s = four();
+    let v1 = po(3, 1, b"v1");
+    let v2 = po(3, 1, b"v2");
+    // 3 sends v1 to 0 and 1 only; 0, 1 and 3 acknowledge it: 0 holds a certificate.
+    assert_eq!(s[0].receive_request(v1.clone()), Ok(true));
+    assert_eq!(s[1].receive_request(v1.clone()), Ok(true));
+    let a0 = s[0].take_acks();
+    let a1 = s[1].take_acks();
+    s[0].receive_acks(1, &a1);
+    s[1].receive_acks(0, &a0);
+    s[0].receive_acks(
+        3,
+        &[AckPart {
+            originator: 3,
+            seq: 1,
+            digest: v1.digest(),
+        }],
+    );
+    assert_eq!(
+        s[0].certified_copy(3, 1).map(|r| r.digest()),
+        Some(v1.digest())
+    );
+    // Replica 1 recovers proactively; then 3 sends v2 to 1 and 2.
+    s[1].forget_all();
+    assert_eq!(
+        s[1].receive_request(v2.clone()),
+        Err(PoError::Equivocation {
+            originator: 3,
+            seq: 1
+        }),
+        "a recovered replica took a second version of what it acknowledged"
+    );
+    assert!(
+        s[1].take_acks().iter().all(|p| p.digest != v2.digest()),
+        "a recovered replica acknowledged a second version"
+    );
+    // What 1 acknowledged it still vouches for: a peer asking gets the same acknowledgement.
+    let (_, unsettled) = s[1].unsettled();
+    assert!(unsettled.iter().any(|p| p.digest == v1.digest()));
+    // 2 takes v2 and gets acknowledgements from 3 only (and not 1): no certificate for v2.
+    assert_eq!(s[2].receive_request(v2.clone()), Ok(true));
+    let _ = s[2].take_acks();
+    s[2].receive_acks(
+        3,
+        &[AckPart {
+            originator: 3,
+            seq: 1,
+            digest: v2.digest(),
+        }],
+    );
+    assert_eq!(s[2].certified_copy(3, 1), None);
+}
