@@ -208,6 +208,19 @@ fn summary(cfg: &ClusterConfig) -> String {
         );
     }
     let _ = writeln!(s);
+    if cfg.protocol.firewall() {
+        let _ = writeln!(
+            s,
+            "Not promised in this deployment: proactive recovery. The replicas' order keys are
+  dealt here once and never rotate, so an attacker who takes f+1 replicas over the
+  cluster's whole life (not within one window) can have the execution nodes run a batch
+  the replicas never agreed on; execution nodes and filters are never recovered
+  proactively either. Replace the deployment's keys (a new `init`) if more than f
+  replicas may have been compromised since it was set up (docs/operations.md,
+  \"Firewall deployment\").
+"
+        );
+    }
     let _ = writeln!(s, "Next:");
     if !cfg.filters.is_empty() {
         let _ = writeln!(
@@ -261,4 +274,39 @@ fn summary(cfg: &ClusterConfig) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Second review, G9: `init --firewall` says plainly that the deployment gives no
+    /// proactive-recovery guarantee; other deployments do not carry the warning.
+    #[test]
+    fn the_firewall_summary_says_what_it_does_not_promise() {
+        for firewall in [None, Some(1)] {
+            let dir = tempfile::tempdir().unwrap();
+            let opts = InitOptions {
+                replicas: 4,
+                executors: 3,
+                firewall,
+                clients: 1,
+                out: dir.path().join("c"),
+                base_port: 23_000,
+                host: std::net::IpAddr::from([127, 0, 0, 1]),
+                name: "g9".into(),
+                static_keys: false,
+                ordering: Default::default(),
+                service: "kv".into(),
+                executable_blake3: None,
+            };
+            let path = init_cluster(&opts).unwrap();
+            let text = summary(&ClusterConfig::load(&path).unwrap());
+            assert_eq!(
+                text.contains("Not promised in this deployment: proactive recovery"),
+                firewall.is_some(),
+                "{text}"
+            );
+        }
+    }
 }

@@ -5,6 +5,7 @@
 
 use redoubt_core::keys::Accepted;
 use redoubt_core::message::*;
+use redoubt_core::prime::matrix::{PoAru, SignedPoAru};
 use redoubt_core::*;
 use redoubt_crypto::Digest;
 
@@ -415,20 +416,122 @@ fn a_recovery_request_signed_in_advance_does_not_veto_the_real_recovery() {
     // Again in the same epoch, within the interval: refused, nobody re-keys.
     c.input(3, Input::Recover);
     c.run(5_000);
-    assert_eq!(recoveries_executed(&c, 3), 1, "the interval holds in an epoch");
+    assert_eq!(
+        recoveries_executed(&c, 3),
+        1,
+        "the interval holds in an epoch"
+    );
     // The watchdog reboots replica 3 (a new incarnation of its key holder) and it recovers.
     let journal = c.journal(3).to_vec();
     c.restart(3, &journal);
     c.input(3, Input::Recover);
     c.run(10_000);
-    assert!(c.now < c.cfg.recovery_interval_min_ms, "within the interval");
+    assert!(
+        c.now < c.cfg.recovery_interval_min_ms,
+        "within the interval"
+    );
     assert_eq!(
         recoveries_executed(&c, 3),
         2,
         "the real recovery was refused"
     );
-    assert!(c
-        .events(3)
+    assert!(c.events(3).iter().any(|e| matches!(e, Event::Recovered(_))));
+}
+
+/// Summaries replica `r` sent since envelope number `from` of the cluster's log.
+fn summaries_from(c: &Cluster, r: ReplicaId, from: usize) -> usize {
+    c.sent()[from..]
         .iter()
-        .any(|e| matches!(e, Event::Recovered(_))));
+        .filter(|e| e.from == replica(r) && matches!(e.msg, Message::Summary(_)))
+        .count()
+}
+
+/// Second review, G2: in a proposal, rows of an incarnation a recovery retired pass
+/// unchecked (they count for nothing where the ordinal runs). Until the fix a backup read
+/// what the proposal answered from the matrix as it stood: a faulty leader's made-up old
+/// rows, claiming 2^40 of everything, set what the backup had summarized and closed every
+/// Suspect-Leader challenge for good; it never sent the leader a SUMMARY again, in this view
+/// or any later one. Now what a proposal answers is read from the matrix as it counts.
+#[test]
+fn forged_rows_of_a_retired_incarnation_do_not_silence_a_backup() {
+    const C: u64 = 7;
+    let mut c = Cluster::builder(1).prime().live_client(C).build();
+    let mut op = 0u32;
+    let mut work = |c: &mut Cluster, n: u32| {
+        for _ in 0..n {
+            op += 1;
+            let ts = c.invoke(C, format!("put k{op} v").as_bytes());
+            assert!(c.run_until(20_000, |c| c.completed(C, ts)), "op {op}");
+        }
+    };
+    work(&mut c, 3);
+    // Replicas 1 and 2 recover: their order keys of incarnation 0 are retired.
+    for r in [1, 2] {
+        c.input(r, Input::Recover);
+        assert!(c.run_until(30_000, |c| c
+            .events(r)
+            .iter()
+            .any(|e| matches!(e, Event::Recovered(_)))));
+    }
+    work(&mut c, 3);
+    let leader = c.replica(3).primary();
+    assert!(![1, 2, 3].contains(&leader), "leader {leader}");
+    // The faulty leader's latest proposal to replica 3, with its own row (signed with its
+    // order key, as the harness deals it) and made-up rows of 1 and 2 under their retired
+    // incarnation, all claiming 2^40 of everything.
+    let last = c
+        .sent()
+        .iter()
+        .rev()
+        .find_map(|e| match &e.msg {
+            Message::PrePrepare(pp) if e.from == replica(leader) && e.to == replica(3) => {
+                Some(pp.clone())
+            }
+            _ => None,
+        })
+        .expect("a proposal");
+    let mut batch = last.batch.clone();
+    let mut m = (**batch.matrix.as_ref().expect("a matrix")).clone();
+    for r in [1u32, 2] {
+        m.rows[r as usize] = Some(SignedPoAru {
+            row: PoAru {
+                replica: r,
+                inc: 0,
+                num: 1 << 42,
+                aru: vec![1 << 40; 4],
+            },
+            sig: Default::default(),
+        });
+    }
+    let own = PoAru {
+        replica: leader,
+        inc: 0,
+        num: 1 << 42,
+        aru: vec![1 << 40; 4],
+    };
+    let key = redoubt_crypto::pk::HolderSecrets::from_seed(&[0x50 + leader as u8; 32]);
+    let sig = key.sign(&own.statement().0);
+    m.rows[leader as usize] = Some(SignedPoAru { row: own, sig });
+    batch.matrix = Some(std::sync::Arc::new(m));
+    batch.nondet.time_ms = c.now;
+    let forged = PrePrepare {
+        view: last.view,
+        seq: last.seq + 1,
+        digest: batch.digest(),
+        batch,
+        beside: Vec::new(),
+    };
+    let out = c.receive(3, leader, forged);
+    assert!(
+        out.prepare().is_some(),
+        "the proposal was taken: {:?}",
+        out.events()
+    );
+    // Work goes on: replica 3's matrix grows, and it tells the leader.
+    let mark = c.sent().len();
+    work(&mut c, 3);
+    assert!(
+        summaries_from(&c, 3, mark) > 0,
+        "replica 3 sent no SUMMARY after the forged proposal"
+    );
 }

@@ -22,6 +22,9 @@ pub(crate) struct Waiting {
     order: u64,
     /// `req` carries a valid signature of its client.
     pub(crate) signed: bool,
+    /// `req`'s authenticator came in a copy that named its client as sender and whose entry
+    /// for this replica verified: no later copy replaces it.
+    client_auth: bool,
 }
 
 /// What [`RequestPool::next_batch`] does with a waiting request.
@@ -86,18 +89,19 @@ impl RequestPool {
         self.waiting.get(&c)
     }
 
-    /// The same request again: the client's own authenticator replaces a relayed copy's,
-    /// and a signature, once one arrives, is kept.
-    pub(crate) fn refresh(
-        &mut self,
-        c: ClientId,
-        from_client: bool,
-        sr: &SignedRequest,
-        signed: bool,
-    ) {
+    /// The same request again: the client's own authenticator (`own`: a copy naming the
+    /// client as sender whose entry for this replica verified) replaces a relayed copy's,
+    /// once; and a signature, once one arrives, is kept. A frame's sender is not
+    /// authenticated, so a later copy claiming to be the client's never replaces the
+    /// authenticator of one that claimed it first: otherwise anyone on the path could swap a
+    /// correct client's pooled authenticator for one whose other entries are garbage, and
+    /// have the backups doubt it (the first review's F6a). An attacker on the path must now
+    /// deliver its copy before the client's own.
+    pub(crate) fn refresh(&mut self, c: ClientId, own: bool, sr: &SignedRequest, signed: bool) {
         if let Some(w) = self.waiting.get_mut(&c) {
-            if from_client {
+            if own && !w.client_auth {
                 w.req.auth = sr.auth.clone();
+                w.client_auth = true;
             }
             if signed && !w.signed {
                 w.req.sig = sr.sig;
@@ -107,7 +111,7 @@ impl RequestPool {
     }
 
     /// Client `c`'s new request, last in arrival order; the one it replaces is kept aside.
-    pub(crate) fn admit(&mut self, sr: SignedRequest, digest: Digest, signed: bool) {
+    pub(crate) fn admit(&mut self, sr: SignedRequest, digest: Digest, signed: bool, own: bool) {
         let c = sr.request.client;
         if let Some(old) = self.waiting.remove(&c) {
             self.arrivals.remove(&old.order);
@@ -123,6 +127,7 @@ impl RequestPool {
                 digest,
                 order,
                 signed,
+                client_auth: own,
             },
         );
     }
@@ -333,7 +338,7 @@ mod tests {
 
     fn admit(p: &mut RequestPool, r: SignedRequest) -> Digest {
         let d = r.request.digest();
-        p.admit(r, d, false);
+        p.admit(r, d, false, true);
         d
     }
 
@@ -380,5 +385,48 @@ mod tests {
         assert!(p.replaced(1, &large).is_none());
         assert_eq!(p.replaced_bytes(), 800);
         assert_eq!(p.check_invariants(), Ok(()));
+    }
+
+    /// F6a: the frame's sender is not authenticated. A copy claiming to come from the client
+    /// replaces a relayed copy's authenticator once; after that no later copy, whatever it
+    /// claims, replaces it (anyone on the path could otherwise swap in garbage entries for
+    /// the other replicas and have them doubt a correct client's request).
+    #[test]
+    fn the_clients_own_authenticator_is_replaced_by_nothing() {
+        let with_auth = |entry: u8| {
+            let mut r = req(7, 1, 10);
+            r.auth = vec![redoubt_crypto::Mac([entry; 16]); 4].into();
+            r
+        };
+        let auth_of = |p: &RequestPool| p.get(7).map(|w| w.req.auth[1]);
+        // Relayed first (a faulty replica may have damaged it): the client's copy replaces
+        // it, once.
+        let mut p = pool();
+        let relayed = with_auth(1);
+        let d = relayed.request.digest();
+        p.admit(relayed, d, false, false);
+        p.refresh(7, true, &with_auth(2), false);
+        assert_eq!(auth_of(&p), Some(redoubt_crypto::Mac([2; 16])));
+        p.refresh(7, true, &with_auth(3), false);
+        assert_eq!(
+            auth_of(&p),
+            Some(redoubt_crypto::Mac([2; 16])),
+            "replaced twice"
+        );
+        // Straight from the client first: nothing replaces it.
+        let mut p = pool();
+        p.admit(with_auth(4), d, false, true);
+        p.refresh(7, true, &with_auth(5), false);
+        p.refresh(7, false, &with_auth(6), false);
+        assert_eq!(auth_of(&p), Some(redoubt_crypto::Mac([4; 16])));
+        // A signature still joins.
+        let mut signed = with_auth(7);
+        signed.sig = Some(crate::message::RequestSig {
+            counter: 1,
+            sig: Default::default(),
+        });
+        p.refresh(7, true, &signed, true);
+        assert!(p.get(7).is_some_and(|w| w.signed && w.req.sig.is_some()));
+        assert_eq!(auth_of(&p), Some(redoubt_crypto::Mac([4; 16])));
     }
 }

@@ -529,7 +529,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 self.arm_request_timer();
                 return Ok(()); // introduced already, or about to be
             }
-            _ => self.pool.admit(sr, digest, true),
+            _ => self.pool.admit(sr, digest, true, true),
         }
         if self.prime_ready() {
             self.introduce();
@@ -712,15 +712,23 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         Ok(())
     }
 
-    /// A proposal of the current view prepared here: its matrix answers our summaries.
+    /// A proposal of the current view accepted here: its matrix answers our summaries. What
+    /// it answers is read from the matrix as the ordinal will count it ([`Self::counted`]):
+    /// a row of an incarnation a recovery retired passes unchecked in a proposal, and taken
+    /// as it stands, a leader's made-up old rows claiming everything closed every challenge
+    /// and stopped our summaries for good, in every later view (second review, G2).
     pub(super) fn prime_proposal_accepted(&mut self, batch: &Batch) {
         let now = self.now();
         let f = self.cfg.f as usize;
-        let (Some(p), Some(m)) = (self.prime.as_mut(), batch.matrix.as_ref()) else {
+        let Some(m) = batch.matrix.as_ref() else {
             return;
         };
-        p.sus.proposal_accepted(m, now);
-        p.summarized = m.eligible_after(&p.summarized, f);
+        let counted = self.counted(m);
+        let Some(p) = self.prime.as_mut() else {
+            return;
+        };
+        p.sus.proposal_accepted(&counted, now);
+        p.summarized = counted.eligible_after(&p.summarized, f);
         if let Some(Some(own)) = m.rows.get(self.id as usize) {
             // Our own row as we signed it (before a restart, perhaps): none of ours goes
             // below it.

@@ -121,10 +121,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 // The same request straight from its client: keep the client's authenticator,
                 // so a copy relayed with damaged entries for other replicas cannot stick; and
                 // a signature, once one arrives.
-                let from_client = matches!(from, Principal::Client(_));
-                self.pool.refresh(c, from_client, &sr, signed);
+                let own = matches!(from, Principal::Client(_)) && mac_ok;
+                self.pool.refresh(c, own, &sr, signed);
             }
-            _ => self.pool.admit(sr.clone(), digest, signed),
+            _ => {
+                let own = matches!(from, Principal::Client(_)) && mac_ok;
+                self.pool.admit(sr.clone(), digest, signed, own)
+            }
         }
         self.retry_pending_if_first_missing(c, digest);
         if self.doubts_request_of(c) {

@@ -101,6 +101,15 @@ impl Builder {
         self.live_clients.insert(id);
         self
     }
+    /// Prime orders requests (with session keys, as a Prime deployment runs): every replica
+    /// gets its order key, dealt from a seed as `redoubt init --ordering prime` deals them.
+    pub fn prime(mut self) -> Self {
+        self.mode = KeyMode::Session;
+        self.cfg.ordering = OrderProtocol::Prime;
+        self.cfg.tentative_execution = false;
+        self.cfg.primary_replies = false;
+        self
+    }
     pub fn config(mut self, tune: impl FnOnce(&mut Config)) -> Self {
         tune(&mut self.cfg);
         self
@@ -116,6 +125,15 @@ impl Builder {
         let all_clients: BTreeSet<ClientId> =
             self.clients.union(&self.live_clients).copied().collect();
         let mut keyring = Keyring::new(self.mode, n, all_clients.iter().copied());
+        let order_keys: Vec<redoubt_crypto::pk::HolderSecrets> = (0..n)
+            .map(|r| redoubt_crypto::pk::HolderSecrets::from_seed(&[0x50 + r as u8; 32]))
+            .collect();
+        let orders = std::sync::Arc::new(
+            order_keys
+                .iter()
+                .map(|k| k.public().verify)
+                .collect::<Vec<_>>(),
+        );
         let mut stores = Vec::new();
         let replicas = (0..n)
             .map(|i| {
@@ -125,7 +143,10 @@ impl Builder {
                 if self.scripted.contains(&i) {
                     Node::Scripted(Box::new(keys))
                 } else {
-                    let r = Replica::new(self.cfg.clone(), i, keys, Svc::default(), st);
+                    let mut r = Replica::new(self.cfg.clone(), i, keys, Svc::default(), st);
+                    if self.cfg.prime() {
+                        r = r.with_prime(orders.clone(), order_keys[i as usize].clone());
+                    }
                     Node::Live(Box::new(r))
                 }
             })
