@@ -159,11 +159,14 @@ pub enum Mutant {
     /// checkpoint digest drifts from the digest of the checkpoint's bytes (which a replica
     /// restoring or fetching the checkpoint computes).
     StaleReplyDigest,
+    /// Bodies are sealed with a stream AEAD whose IV is the nonce (direction, timestamp), as
+    /// before the second review's G6: two results of one request go out under one keystream.
+    StreamBodies,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 28] = [
+    pub const ALL: [(&'static str, Mutant); 29] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -195,6 +198,7 @@ impl Mutant {
         ("cut-without-quorum", Mutant::CutWithoutQuorum),
         ("keep-order-keys", Mutant::KeepOrderKeys),
         ("stale-reply-digest", Mutant::StaleReplyDigest),
+        ("stream-bodies", Mutant::StreamBodies),
     ];
 }
 

@@ -135,11 +135,118 @@ impl fmt::Debug for BodyKey {
     }
 }
 
-fn nonce(dir: Direction, counter: u64) -> Nonce {
+fn nonce_bytes(dir: Direction, counter: u64) -> [u8; 12] {
     let mut n = [0u8; 12];
     n[0] = dir as u8;
     n[4..].copy_from_slice(&counter.to_le_bytes());
-    Nonce::from(n)
+    n
+}
+
+fn nonce(dir: Direction, counter: u64) -> Nonce {
+    Nonce::from(nonce_bytes(dir, counter))
+}
+
+/// The simulator's audit of body sealing (feature `audit`, switched on per run and per
+/// thread): every seal is recorded as (key, direction, the IV its keystream came from, the
+/// plaintext's digest), so a checker can fail a run in which one key and IV sealed two
+/// different bodies (second review, G6). `start(true)` also restores, for the run, the
+/// stream AEAD whose IV is the nonce itself (ChaCha20-Poly1305, as bodies were sealed
+/// before): the mutant that reopens the hole.
+#[cfg(feature = "audit")]
+pub mod audit {
+    use super::Direction;
+    use std::cell::{Cell, RefCell};
+
+    /// One seal, as recorded.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Sealed {
+        /// BLAKE3 of the key's bytes.
+        pub key: [u8; 32],
+        pub dir: u8,
+        /// The IV the keystream was drawn from: AES-GCM-SIV's tag, or the stream AEAD's
+        /// nonce (zero-padded).
+        pub iv: [u8; 16],
+        /// BLAKE3 of the plaintext.
+        pub plain: [u8; 32],
+    }
+
+    thread_local! {
+        static ON: Cell<bool> = const { Cell::new(false) };
+        static STREAM: Cell<bool> = const { Cell::new(false) };
+        static LOG: RefCell<Vec<Sealed>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Starts recording the seals of this thread (`stream`: with the stream AEAD).
+    pub fn start(stream: bool) {
+        ON.with(|o| o.set(true));
+        STREAM.with(|s| s.set(stream));
+        LOG.with(|l| l.borrow_mut().clear());
+    }
+
+    /// Stops recording and restores AES-GCM-SIV on this thread.
+    pub fn stop() {
+        ON.with(|o| o.set(false));
+        STREAM.with(|s| s.set(false));
+        LOG.with(|l| l.borrow_mut().clear());
+    }
+
+    /// The seals recorded since the last call.
+    pub fn take() -> Vec<Sealed> {
+        LOG.with(|l| std::mem::take(&mut *l.borrow_mut()))
+    }
+
+    pub(super) fn stream() -> bool {
+        STREAM.with(Cell::get)
+    }
+
+    pub(super) fn record(key: &[u8; 32], dir: Direction, iv: [u8; 16], plain: &[u8]) {
+        if ON.with(Cell::get) {
+            let s = Sealed {
+                key: *blake3::hash(key).as_bytes(),
+                dir: dir as u8,
+                iv,
+                plain: *blake3::hash(plain).as_bytes(),
+            };
+            LOG.with(|l| l.borrow_mut().push(s));
+        }
+    }
+
+    fn key(bytes: &[u8; 32]) -> ring::aead::LessSafeKey {
+        let unbound = ring::aead::UnboundKey::new(&ring::aead::CHACHA20_POLY1305, bytes)
+            .expect("a 32-byte key");
+        ring::aead::LessSafeKey::new(unbound)
+    }
+
+    pub(super) fn stream_seal(k: &[u8; 32], n: [u8; 12], aad: &[u8], plain: &[u8]) -> Vec<u8> {
+        let mut out = plain.to_vec();
+        key(k)
+            .seal_in_place_append_tag(
+                ring::aead::Nonce::assume_unique_for_key(n),
+                ring::aead::Aad::from(aad),
+                &mut out,
+            )
+            .expect("seals any length");
+        out
+    }
+
+    pub(super) fn stream_open(
+        k: &[u8; 32],
+        n: [u8; 12],
+        aad: &[u8],
+        sealed: &[u8],
+    ) -> Option<Vec<u8>> {
+        let mut buf = sealed.to_vec();
+        let len = key(k)
+            .open_in_place(
+                ring::aead::Nonce::assume_unique_for_key(n),
+                ring::aead::Aad::from(aad),
+                &mut buf,
+            )
+            .ok()?
+            .len();
+        buf.truncate(len);
+        Some(buf)
+    }
 }
 
 impl BodyKey {
@@ -158,13 +265,34 @@ impl BodyKey {
     /// Seals `plain` travelling in `dir` for the message numbered `counter` (a request's
     /// timestamp); `aad` is authenticated, not encrypted. Deterministic.
     pub fn seal(&self, dir: Direction, counter: u64, aad: &[u8], plain: &[u8]) -> Vec<u8> {
-        self.key
+        #[cfg(feature = "audit")]
+        if audit::stream() {
+            let out = audit::stream_seal(&self.bytes, nonce_bytes(dir, counter), aad, plain);
+            let mut iv = [0u8; 16];
+            iv[..12].copy_from_slice(&nonce_bytes(dir, counter));
+            audit::record(&self.bytes, dir, iv, plain);
+            return out;
+        }
+        let out = self
+            .key
             .encrypt(&nonce(dir, counter), Payload { msg: plain, aad })
-            .expect("AES-GCM-SIV seals any length a frame can hold")
+            .expect("AES-GCM-SIV seals any length a frame can hold");
+        #[cfg(feature = "audit")]
+        {
+            // The synthetic IV the keystream is drawn from is the tag.
+            let mut iv = [0u8; 16];
+            iv.copy_from_slice(&out[out.len() - TAG_LEN..]);
+            audit::record(&self.bytes, dir, iv, plain);
+        }
+        out
     }
 
     /// Opens what [`BodyKey::seal`] sealed with the same direction, counter and `aad`.
     pub fn open(&self, dir: Direction, counter: u64, aad: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
+        #[cfg(feature = "audit")]
+        if audit::stream() {
+            return audit::stream_open(&self.bytes, nonce_bytes(dir, counter), aad, sealed);
+        }
         self.key
             .decrypt(&nonce(dir, counter), Payload { msg: sealed, aad })
             .ok()

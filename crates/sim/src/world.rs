@@ -33,6 +33,7 @@ mod execs;
 mod filters;
 mod frames;
 mod network;
+mod nonces;
 mod plant;
 mod prime;
 mod proactive;
@@ -270,6 +271,8 @@ pub struct World {
     /// the random generator, which would change every seed's run).
     replica_deliveries: u64,
     violations: Vec<String>,
+    /// The nonce check of sealed bodies (`nonces`).
+    nonces: nonces::NonceCheck,
     /// Replicas whose state was corrupted (they must repair themselves).
     corrupted: Vec<ReplicaId>,
     /// Replicas with silently corrupted pages not yet checked (by a scrub or a reboot).
@@ -912,7 +915,14 @@ impl World {
     }
 
     /// Runs to completion: all correct clients finished, or the liveness deadline passed.
-    pub fn run(mut self) -> Outcome {
+    pub fn run(self) -> Outcome {
+        redoubt_crypto::body::audit::start(self.sc.mutant == redoubt_core::Mutant::StreamBodies);
+        let outcome = self.run_audited();
+        redoubt_crypto::body::audit::stop();
+        outcome
+    }
+
+    fn run_audited(mut self) -> Outcome {
         let deadline = self.sc.heal_ms + self.sc.liveness_bound_ms;
         let mut finished_at = None;
         let mut stopped = false;
@@ -929,6 +939,9 @@ impl World {
             }
             self.handle(ev);
             self.processed += 1;
+            if let Some(v) = self.nonces.check() {
+                self.violation(v);
+            }
             if self.processed.is_multiple_of(FOOTPRINT_EVERY) {
                 self.check_footprints();
                 self.check_watermarks();

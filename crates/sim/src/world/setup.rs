@@ -168,6 +168,7 @@ impl World {
             planting: plant::Planting::default(),
             watermark_reported: BTreeSet::new(),
             new_keys: replay::NewKeys::default(),
+            nonces: Default::default(),
             delay: delay::DelayProbe::default(),
             sc,
         };
