@@ -31,6 +31,19 @@ pub fn prepared(
     prepares: &BTreeMap<ReplicaId, Digest>,
     doubts: &BTreeMap<ReplicaId, Vec<u16>>,
 ) -> bool {
+    prepared_vouched(f, 2 * f as usize, primary, pp, prepares, doubts)
+}
+
+/// [`prepared`] with `vouchers` backup vouchers needed per request (2f; the simulator's
+/// mutant `vouchers-at-f-plus-1` needs f+1, as before the second review's G4).
+pub fn prepared_vouched(
+    f: u32,
+    vouchers: usize,
+    primary: ReplicaId,
+    pp: Option<&Digest>,
+    prepares: &BTreeMap<ReplicaId, Digest>,
+    doubts: &BTreeMap<ReplicaId, Vec<u16>>,
+) -> bool {
     let Some(d) = pp else { return false };
     let matching = |r: &ReplicaId| *r != primary && prepares.get(r) == Some(d);
     let m = prepares.keys().filter(|r| matching(r)).count();
@@ -47,7 +60,7 @@ pub fn prepared(
         }
     }
     // Backup vouchers m - c must be at least 2f.
-    doubted.values().all(|c| m - c >= 2 * f as usize)
+    doubted.values().all(|c| m - c >= vouchers)
 }
 
 /// committed-local(m, v, n, i): prepared and 2f+1 matching COMMITs from distinct replicas

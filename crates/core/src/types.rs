@@ -162,11 +162,14 @@ pub enum Mutant {
     /// Bodies are sealed with a stream AEAD whose IV is the nonce (direction, timestamp), as
     /// before the second review's G6: two results of one request go out under one keystream.
     StreamBodies,
+    /// A request needs f+1 backup vouchers in a prepared certificate (2f are needed), as
+    /// before the second review's G4.
+    VouchersAtFPlusOne,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 29] = [
+    pub const ALL: [(&'static str, Mutant); 30] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -199,6 +202,7 @@ impl Mutant {
         ("keep-order-keys", Mutant::KeepOrderKeys),
         ("stale-reply-digest", Mutant::StaleReplyDigest),
         ("stream-bodies", Mutant::StreamBodies),
+        ("vouchers-at-f-plus-1", Mutant::VouchersAtFPlusOne),
     ];
 }
 

@@ -42,19 +42,28 @@ impl Slot {
 
     /// Moves the slot through prepared and committed on the votes it holds, at replica `me`
     /// in a view led by `primary`. When it prepares, `me`'s COMMIT is recorded and its digest
-    /// returned, once, for the caller to send. `ignore_doubts` is the mutant that counts
-    /// doubting PREPAREs as vouching.
+    /// returned, once, for the caller to send. Each request needs `vouchers` backup vouchers
+    /// (2f; see [`quorum::prepared`]); `ignore_doubts` is the mutant that counts doubting
+    /// PREPAREs as vouching.
     pub(crate) fn advance(
         &mut self,
         me: ReplicaId,
         f: u32,
         primary: ReplicaId,
         commit_quorum: usize,
-        ignore_doubts: bool,
+        (vouchers, ignore_doubts): (usize, bool),
     ) -> Option<Digest> {
         let none = BTreeMap::new();
         let doubts = if ignore_doubts { &none } else { &self.doubts };
-        if !self.prepared && quorum::prepared(f, primary, self.pp.as_ref(), &self.prepares, doubts)
+        if !self.prepared
+            && quorum::prepared_vouched(
+                f,
+                vouchers,
+                primary,
+                self.pp.as_ref(),
+                &self.prepares,
+                doubts,
+            )
         {
             self.prepared = true;
         }
@@ -191,7 +200,7 @@ mod tests {
 
     /// f = 1, primary 0, this replica 1, commit quorum 3.
     fn advance(s: &mut Slot) -> Option<Digest> {
-        s.advance(1, 1, 0, 3, false)
+        s.advance(1, 1, 0, 3, (2, false))
     }
 
     #[test]
@@ -228,7 +237,7 @@ mod tests {
         s.doubts.insert(1, vec![0]);
         s.doubts.insert(2, vec![0]);
         assert_eq!(advance(&mut s), None, "nobody vouched for request 0");
-        assert_eq!(s.advance(1, 1, 0, 3, true), Some(d(7)));
+        assert_eq!(s.advance(1, 1, 0, 3, (2, true)), Some(d(7)));
     }
 
     #[test]

@@ -490,6 +490,15 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         false
     }
 
+    /// Backup vouchers a request needs: 2f (the mutant `vouchers-at-f-plus-1`: f+1).
+    fn vouchers(&self) -> usize {
+        #[cfg(feature = "mutants")]
+        if self.cfg.mutant == crate::types::Mutant::VouchersAtFPlusOne {
+            return self.cfg.f as usize + 1;
+        }
+        2 * self.cfg.f as usize
+    }
+
     pub(super) fn commit_quorum(&self) -> usize {
         #[cfg(feature = "mutants")]
         if self.cfg.mutant == crate::types::Mutant::CommitQuorum {
@@ -502,11 +511,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn check_slot(&mut self, seq: Seq) {
         let (me, f, primary) = (self.id, self.cfg.f, self.primary());
         let quorum = self.commit_quorum();
-        let ignore_doubts = self.ignores_doubts();
+        let vouching = (self.vouchers(), self.ignores_doubts());
         let Some(slot) = self.log.get_mut(&seq) else {
             return;
         };
-        let send_commit = slot.advance(me, f, primary, quorum, ignore_doubts);
+        let send_commit = slot.advance(me, f, primary, quorum, vouching);
         let committed = slot.committed;
         let prepared = slot.prepared;
         if let Some(digest) = send_commit {

@@ -191,6 +191,12 @@ pub enum ClientAttack {
     /// Colludes with a [`Behavior::CutBroadcast`] replica: its requests' authenticators verify
     /// at the current primary and the f replicas after it only. Not in [`ClientAttack::ALL`].
     ColludeCut,
+    /// Colludes with f [`Behavior::PrepareToPrimary`] replicas: its requests' authenticators
+    /// verify at the current primary, at the faulty replicas and at one correct backup (the
+    /// first after the primary). With f >= 2 a prepared certificate with f+1 backup vouchers
+    /// could then stand at the primary alone, and no view change decide it (second review,
+    /// G4). Not in [`ClientAttack::ALL`].
+    ColludeOneCorrect,
 }
 
 impl ClientAttack {
@@ -790,7 +796,14 @@ impl Scenario {
                 for r in &free[..f as usize] {
                     s.byzantine.push((*r, Behavior::PrepareToPrimary));
                 }
-                s.byz_clients.push(ClientAttack::ColludePrimary);
+                // With f >= 2, half of these clients also make their requests verify at one
+                // correct backup (from a stream of its own: the other draws stay as they were).
+                let mut g4 = ChaCha8Rng::seed_from_u64(s.seed ^ 0x6_4c0_11de);
+                if f >= 2 && g4.random_bool(0.5) {
+                    s.byz_clients.push(ClientAttack::ColludeOneCorrect);
+                } else {
+                    s.byz_clients.push(ClientAttack::ColludePrimary);
+                }
             }
         }
         // Lies about numbers and state (7% of the seeds without proactive recovery, when

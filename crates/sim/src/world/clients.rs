@@ -92,7 +92,9 @@ impl World {
                     self.transmit(from, Principal::Replica(r), encode_frame(&fr), 0);
                 }
             }
-            ClientAttack::ColludePrimary | ClientAttack::ColludeCut => {
+            ClientAttack::ColludePrimary
+            | ClientAttack::ColludeCut
+            | ClientAttack::ColludeOneCorrect => {
                 // The primary as the correct replicas see it (the highest view among them).
                 let view = (0..n)
                     .filter(|r| !self.faulty.contains(r) && self.up[*r as usize] == Up::Running)
@@ -108,9 +110,21 @@ impl World {
                 } else {
                     0
                 };
+                // ColludeOneCorrect: at the faulty replicas and the first correct backup too.
+                let one_correct = (attack == ClientAttack::ColludeOneCorrect)
+                    .then(|| {
+                        (1..n)
+                            .map(|i| (p + i) % n)
+                            .find(|r| !self.faulty.contains(r))
+                    })
+                    .flatten();
                 for (j, mac) in auth.iter_mut().enumerate() {
-                    let after = (j as ReplicaId + n - p) % n;
-                    if after > vouchers {
+                    let j = j as ReplicaId;
+                    let after = (j + n - p) % n;
+                    let valid = after <= vouchers
+                        || (attack == ClientAttack::ColludeOneCorrect
+                            && (self.faulty.contains(&j) || one_correct == Some(j)));
+                    if !valid {
                         mac.0[0] ^= 0xff;
                     }
                 }

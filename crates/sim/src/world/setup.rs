@@ -66,7 +66,12 @@ impl World {
                 .iter()
                 .enumerate()
                 .filter(|(_, a)| {
-                    matches!(a, ClientAttack::ColludePrimary | ClientAttack::ColludeCut)
+                    matches!(
+                        a,
+                        ClientAttack::ColludePrimary
+                            | ClientAttack::ColludeCut
+                            | ClientAttack::ColludeOneCorrect
+                    )
                 })
                 .map(|(i, _)| BYZ_CLIENT_BASE + i as ClientId)
                 .collect(),
