@@ -798,7 +798,7 @@ impl Scenario {
                 }
                 // With f >= 2, half of these clients also make their requests verify at one
                 // correct backup (from a stream of its own: the other draws stay as they were).
-                let mut g4 = ChaCha8Rng::seed_from_u64(s.seed ^ 0x6_4c0_11de);
+                let mut g4 = ChaCha8Rng::seed_from_u64(s.seed ^ 0x64c0_11de);
                 if f >= 2 && g4.random_bool(0.5) {
                     s.byz_clients.push(ClientAttack::ColludeOneCorrect);
                 } else {
