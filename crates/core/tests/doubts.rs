@@ -1,5 +1,5 @@
 //! Partly authenticated requests: a backup's PREPARE names the requests of the batch it could
-//! not authenticate (its doubts); a slot prepares only when f+1 backups vouch for each of its
+//! not authenticate (its doubts); a slot prepares only when 2f backups vouch for each of its
 //! requests; a doubted slot at a view change, and across a restart.
 //!
 //! Moved from `regressions.rs` (names unchanged); each scenario reproduced a bug before its

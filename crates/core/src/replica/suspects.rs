@@ -2,7 +2,7 @@
 //!
 //! A faulty client can make its authenticator verify at some replicas only. With a faulty
 //! replica that vouches for such a request towards chosen replicas, the batch holding it can
-//! prepare nowhere (a slot prepares only when f+1 backups vouch for each request) and stall
+//! prepare nowhere (a slot prepares only when 2f backups vouch for each request) and stall
 //! until a view change decides it null. That costs one view change per attempt, so a client
 //! whose request was doubted (named in some PREPARE's doubts) in a batch that did not commit
 //! before the view change comes under suspicion for `suspect_client_ms`: its requests are
