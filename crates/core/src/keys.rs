@@ -489,6 +489,10 @@ pub struct SessionKeys {
     /// Mutant `accept-retired-keys`: inbound keys replaced by a refresh keep verifying.
     #[cfg(feature = "mutants")]
     pub accept_retired: bool,
+    /// Mutant `forget-on-replay`: a NEW-KEY seen again goes to the key holder and counts as
+    /// a re-key (as before the second review's G3).
+    #[cfg(feature = "mutants")]
+    pub forget_on_replay: bool,
     #[cfg(feature = "mutants")]
     retired: BTreeMap<Principal, MacKey>,
 }
@@ -521,6 +525,8 @@ impl SessionKeys {
             generation: 0,
             #[cfg(feature = "mutants")]
             accept_retired: false,
+            #[cfg(feature = "mutants")]
+            forget_on_replay: false,
             #[cfg(feature = "mutants")]
             retired: BTreeMap::new(),
         }
@@ -611,7 +617,11 @@ impl SessionKeys {
                 return Err(NewKeyError::Stale);
             }
             // The very NEW-KEY we installed, again.
-            if print == last_print && self.outbound.contains_key(&nk.from) {
+            #[cfg(feature = "mutants")]
+            let again = print == last_print && !self.forget_on_replay;
+            #[cfg(not(feature = "mutants"))]
+            let again = print == last_print;
+            if again && self.outbound.contains_key(&nk.from) {
                 return Ok(Accepted::Again(nk.from));
             }
         }

@@ -165,11 +165,15 @@ pub enum Mutant {
     /// A request needs f+1 backup vouchers in a prepared certificate (2f are needed), as
     /// before the second review's G4.
     VouchersAtFPlusOne,
+    /// A replica's NEW-KEY seen again is admitted again and counts as a re-key: the
+    /// receiver forgets the sender's view-change messages at every replay (second review,
+    /// G3).
+    ForgetOnReplay,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 30] = [
+    pub const ALL: [(&'static str, Mutant); 31] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -203,6 +207,7 @@ impl Mutant {
         ("stale-reply-digest", Mutant::StaleReplyDigest),
         ("stream-bodies", Mutant::StreamBodies),
         ("vouchers-at-f-plus-1", Mutant::VouchersAtFPlusOne),
+        ("forget-on-replay", Mutant::ForgetOnReplay),
     ];
 }
 

@@ -535,3 +535,24 @@ fn forged_rows_of_a_retired_incarnation_do_not_silence_a_backup() {
         "replica 3 sent no SUMMARY after the forged proposal"
     );
 }
+
+/// Found by the simulator after the G5 fix (random seeds 1496, 2936, 3708, 4847): only
+/// signed requests run a backup's view-change timer, and a recovery request carries its
+/// key-holder signature inside its operation, not as a client signature. A silent primary
+/// then left a recovery waiting forever. A recovery request whose signature verifies now
+/// runs the timer like a signed client request.
+#[test]
+fn a_recovery_request_runs_the_view_change_timer() {
+    let mut c = Cluster::builder(1).session_keys().scripted([0]).build();
+    c.run(1_000);
+    c.input(3, Input::Recover);
+    let recovered = c.run_until(60_000, |c| {
+        c.events(3).iter().any(|e| matches!(e, Event::Recovered(_)))
+    });
+    assert!(
+        recovered,
+        "views {:?}",
+        c.live().map(|r| r.view()).collect::<Vec<_>>()
+    );
+    assert!(c.replica(1).view() > 0, "the silent primary was replaced");
+}

@@ -643,6 +643,7 @@ impl World {
                 let state = open_state(Box::new(self.stores[r as usize].clone())).expect("memory");
                 let rep = Replica::new(self.sc.core.clone(), r, keys, KvService::new(), state);
                 self.replicas[r as usize] = self.arm_replica(r, rep);
+                self.new_life(r);
                 self.up[r as usize] = Up::Running;
             }
             Ev::Corrupt(r) => {
@@ -839,6 +840,7 @@ impl World {
                 }
                 let env = self.replica_env(r);
                 let keys_before = self.replicas[r as usize].stats.new_keys_accepted;
+                let forgotten_before = self.replicas[r as usize].stats.view_changes_forgotten;
                 self.replica_deliveries += 1;
                 let eff = if self.replica_deliveries.is_multiple_of(2) {
                     let p = redoubt_core::preopen(bytes.clone());
@@ -846,9 +848,13 @@ impl World {
                 } else {
                     self.replicas[r as usize].handle(env, Input::Receive(&bytes))
                 };
-                if self.replicas[r as usize].stats.new_keys_accepted > keys_before {
+                let accepted = self.replicas[r as usize].stats.new_keys_accepted > keys_before;
+                if accepted {
                     self.new_key_accepted(r, &bytes);
                 }
+                let forgotten =
+                    self.replicas[r as usize].stats.view_changes_forgotten - forgotten_before;
+                self.check_new_key_replay(r, &bytes, accepted, forgotten);
                 self.replica_effects(r, eff);
                 for (t, b, d) in extra {
                     self.transmit(Principal::Replica(r), t, b, d);

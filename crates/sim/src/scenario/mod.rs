@@ -197,6 +197,11 @@ pub enum ClientAttack {
     /// could then stand at the primary alone, and no view change decide it (second review,
     /// G4). Not in [`ClientAttack::ALL`].
     ColludeOneCorrect,
+    /// Replays every replica's latest NEW-KEY (captured as it passes) to the other replicas,
+    /// in bursts, as any client can (a replica hands its latest NEW-KEY to a client whose
+    /// request it cannot authenticate). A replay must change nothing (second review, G3).
+    /// Not in [`ClientAttack::ALL`].
+    ReplayReplicaNewKeys,
 }
 
 impl ClientAttack {
@@ -833,6 +838,12 @@ impl Scenario {
         // the rest; drawn last, like the above, so that every other draw of a seed is as it
         // was before the setting existed (the pinned seeds of the tests keep their scenarios).
         s.core.read_only_to_quorum = rng.random_bool(0.75);
+        // A client replaying replicas' latest NEW-KEYs in a tenth of the seeds, from a stream
+        // of its own (every other draw stays as it was).
+        let mut g3 = ChaCha8Rng::seed_from_u64(s.seed ^ 0x6300_5eed);
+        if g3.random_bool(0.1) {
+            s.byz_clients.push(ClientAttack::ReplayReplicaNewKeys);
+        }
         s
     }
 }

@@ -73,6 +73,7 @@ impl World {
                     self.transmit(from, Principal::Replica(r), bytes.clone(), 0);
                 }
             }
+            ClientAttack::ReplayReplicaNewKeys => self.replay_latest_new_keys(from),
             ClientAttack::Garbage => {
                 let len = self.rng.random_range(0..300);
                 let junk: Vec<u8> = (0..len).map(|_| self.rng.random()).collect();

@@ -204,5 +204,6 @@ pub(super) fn new_session_keys(
 pub(super) fn replica_keys(keys: SessionKeys, mutant: redoubt_core::Mutant) -> SessionKeys {
     let mut keys = keys;
     keys.accept_retired = mutant == redoubt_core::Mutant::AcceptRetiredKeys;
+    keys.forget_on_replay = mutant == redoubt_core::Mutant::ForgetOnReplay;
     keys
 }

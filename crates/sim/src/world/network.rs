@@ -19,6 +19,7 @@ impl World {
             return;
         }
         self.capture_new_key(from, &bytes);
+        self.capture_latest_new_key(from, &bytes);
         if self.partitioned(from, to) {
             return;
         }

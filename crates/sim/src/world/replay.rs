@@ -25,6 +25,10 @@ pub(super) struct NewKeys {
     captured: BTreeMap<Principal, VecDeque<Vec<u8>>>,
     /// The highest counter each replica accepted from each sender, over all its lives.
     accepted: BTreeMap<(ReplicaId, Principal), u64>,
+    /// Each replica's latest NEW-KEY frame seen on the network (for the replaying client).
+    latest: BTreeMap<ReplicaId, Vec<u8>>,
+    /// Per replica, the NEW-KEY frames delivered to it in its current life (digests).
+    delivered: BTreeMap<ReplicaId, BTreeSet<[u8; 32]>>,
 }
 
 impl World {
@@ -43,8 +47,76 @@ impl World {
         kept.push_back(bytes.to_vec());
     }
 
+    /// Keeps a replica's latest NEW-KEY frame as it passes, when a client replays them.
+    pub(super) fn capture_latest_new_key(&mut self, from: Principal, bytes: &[u8]) {
+        let Principal::Replica(r) = from else {
+            return;
+        };
+        if is_new_key(bytes)
+            && self
+                .sc
+                .byz_clients
+                .contains(&ClientAttack::ReplayReplicaNewKeys)
+        {
+            self.new_keys.latest.insert(r, bytes.to_vec());
+        }
+    }
+
+    /// The replaying client's act: every replica's latest NEW-KEY to every other replica,
+    /// spread over the next 100 ms.
+    pub(super) fn replay_latest_new_keys(&mut self, from: Principal) {
+        let frames: Vec<(ReplicaId, Vec<u8>)> = self
+            .new_keys
+            .latest
+            .iter()
+            .map(|(r, b)| (*r, b.clone()))
+            .collect();
+        for (r, bytes) in frames {
+            for t in (0..self.sc.core.n()).filter(|t| *t != r) {
+                let extra = self.rng.random_range(0..100);
+                self.transmit(from, Principal::Replica(t), bytes.clone(), extra);
+                self.stats.new_keys_replayed += 1;
+            }
+        }
+    }
+
+    /// The check of replays (second review, G3): a NEW-KEY frame replica `r` accepted
+    /// before in this life, delivered again, must not make it forget anything (`forgotten`:
+    /// how many view-change messages the delivery made it drop; `accepted`: whether it
+    /// accepted the frame as a new key).
+    pub(super) fn check_new_key_replay(
+        &mut self,
+        r: ReplicaId,
+        bytes: &[u8],
+        accepted: bool,
+        forgotten: u64,
+    ) {
+        if !is_new_key(bytes) {
+            return;
+        }
+        let digest = *blake3::hash(bytes).as_bytes();
+        let seen = self.new_keys.delivered.entry(r).or_default();
+        let again = seen.contains(&digest);
+        if accepted {
+            seen.insert(digest);
+        }
+        let correct = !self.faulty.contains(&r) && !self.adversary.controls(r);
+        if again && correct && forgotten > 0 {
+            self.violation(format!(
+                "r{r} forgot {forgotten} view-change messages on a NEW-KEY it had been delivered \
+                 before (a replay)"
+            ));
+        }
+    }
+
+    /// Replica `r` starts a new life (a reboot): what was delivered to it before is new again.
+    pub(super) fn new_life(&mut self, r: ReplicaId) {
+        self.new_keys.delivered.remove(&r);
+    }
+
     /// Replica `r` just rebooted: old NEW-KEYs of other principals are replayed to it.
     pub(super) fn replay_new_keys_to(&mut self, r: ReplicaId) {
+        self.new_life(r);
         if !self.sc.replay_new_keys {
             return;
         }
