@@ -169,11 +169,15 @@ pub enum Mutant {
     /// receiver forgets the sender's view-change messages at every replay (second review,
     /// G3).
     ForgetOnReplay,
+    /// A recovery request within `recovery_interval_min_ms` of the last accepted one is
+    /// refused whatever its key-holder epoch (before the second review's G8): one signed in
+    /// advance by an attacker vetoes the real recovery.
+    RecoveryIntervalOnly,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 31] = [
+    pub const ALL: [(&'static str, Mutant); 32] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -208,6 +212,7 @@ impl Mutant {
         ("stream-bodies", Mutant::StreamBodies),
         ("vouchers-at-f-plus-1", Mutant::VouchersAtFPlusOne),
         ("forget-on-replay", Mutant::ForgetOnReplay),
+        ("recovery-interval-only", Mutant::RecoveryIntervalOnly),
     ];
 }
 

@@ -82,6 +82,8 @@ enum Ev {
     Compromise(ReplicaId),
     /// The watchdog reboots a replica and starts its recovery.
     Watchdog(ReplicaId),
+    /// The adversary has the replica it holds sign and send a recovery request.
+    Presign(ReplicaId),
     /// The adversary forges a frame with keys it took from a compromised replica.
     Forge,
     /// Delivery of a forged frame made with keys frozen at `stolen_at` (ms).
@@ -485,6 +487,15 @@ impl World {
             Event::KeysRefreshed => {
                 self.last_rekey.insert(r, self.now);
             }
+            Event::RecoveryRefused if self.awaiting_recovery.is_some_and(|(w, _)| w == r) => {
+                // The recovery the watchdog started was refused: nobody re-keys after the
+                // adversary lost the replica.
+                self.violation(format!(
+                    "r{r}'s recovery after the watchdog's reboot was refused (a recovery \
+                     request of the same replica was accepted less than \
+                     recovery_interval_min_ms before)"
+                ));
+            }
             Event::Recovered(report) => {
                 self.stats.recoveries += 1;
                 if let Some((w, at)) = self.awaiting_recovery {
@@ -776,6 +787,7 @@ impl World {
             }
             Ev::Compromise(r) => self.compromise(r),
             Ev::Watchdog(r) => self.watchdog(r),
+            Ev::Presign(r) => self.presign_recovery(r),
             Ev::Forge => {
                 self.forge();
                 let next = self.now + self.rng.random_range(20..150);

@@ -450,7 +450,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // Within the interval only a request of a later key-holder epoch (signed after a
         // reboot by the monitor) is accepted: one signed in advance while the replica was
         // held cannot veto its real recovery (second review, G8).
-        let new_epoch = previous_counter.is_some_and(|c| epoch_of(counter) > epoch_of(c));
+        let new_epoch = previous_counter.is_some_and(|c| epoch_of(counter) > epoch_of(c))
+            && !self.mutant("recovery-interval-only");
         let accepted = new_epoch
             || previous
                 .is_none_or(|t| time_ms.saturating_sub(t) >= self.cfg.recovery_interval_min_ms);

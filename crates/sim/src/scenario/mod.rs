@@ -350,6 +350,11 @@ pub struct Scenario {
     /// NEW-KEY frames are captured as they pass and old ones replayed to each replica right
     /// after it reboots (power loss or watchdog).
     pub replay_new_keys: bool,
+    /// Proactive recovery: while the adversary holds a replica it has the replica's key
+    /// holder sign a recovery request and gets it ordered before the watchdog reboots the
+    /// replica, so that the real recovery falls within `recovery_interval_min_ms` of it
+    /// (second review, G8).
+    pub presign_recovery: bool,
     /// The run stops here (ms), with no liveness check: a measurement window (the named
     /// scenario `colluding-client`).
     pub stop_ms: Option<u64>,
@@ -547,6 +552,7 @@ impl Scenario {
             plant: None,
             tamper_disk: false,
             replay_new_keys: false,
+            presign_recovery: false,
             stop_ms: None,
             exec_byzantine: vec![],
             exec_reboots: vec![],
@@ -801,10 +807,11 @@ impl Scenario {
                 for r in &free[..f as usize] {
                     s.byzantine.push((*r, Behavior::PrepareToPrimary));
                 }
-                // With f >= 2, half of these clients also make their requests verify at one
-                // correct backup (from a stream of its own: the other draws stay as they were).
+                // With f >= 2, three in four of these clients also make their requests verify
+                // at one correct backup (from a stream of its own: the other draws stay as
+                // they were).
                 let mut g4 = ChaCha8Rng::seed_from_u64(s.seed ^ 0x64c0_11de);
-                if f >= 2 && g4.random_bool(0.5) {
+                if f >= 2 && g4.random_bool(0.75) {
                     s.byz_clients.push(ClientAttack::ColludeOneCorrect);
                 } else {
                     s.byz_clients.push(ClientAttack::ColludePrimary);
@@ -844,6 +851,10 @@ impl Scenario {
         if g3.random_bool(0.1) {
             s.byz_clients.push(ClientAttack::ReplayReplicaNewKeys);
         }
+        // Recovery requests signed in advance by the adversary, in half of the seeds with
+        // proactive recovery (a stream of their own as well).
+        let mut g8 = ChaCha8Rng::seed_from_u64(s.seed ^ 0x6800_5eed);
+        s.presign_recovery = s.proactive.is_some() && g8.random_bool(0.5);
         s
     }
 }

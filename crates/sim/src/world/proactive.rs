@@ -2,6 +2,7 @@
 //! frames forged with the keys the adversary stole.
 
 use super::*;
+use redoubt_core::message::{recovery_client, RecoveryOp};
 
 impl World {
     /// The adversary takes replica `r`: it learns its keys (and keeps learning while it holds
@@ -39,7 +40,55 @@ impl World {
         self.unscrubbed.insert(r);
         let hold = self.rng.random_range(p.hold_ms.0..=p.hold_ms.1);
         self.schedule(self.now + hold, Ev::Watchdog(r));
+        if self.sc.presign_recovery {
+            self.schedule(self.now + hold / 2, Ev::Presign(r));
+        }
         self.plant_on_compromise(r);
+    }
+
+    /// The adversary, holding replica `r`, has its key holder sign a recovery request (as
+    /// the replica's own recovery would, with H_M 0 and no order key) and sends it to every
+    /// replica, so that it executes before the watchdog reboots `r` (second review, G8).
+    pub(super) fn presign_recovery(&mut self, r: ReplicaId) {
+        if self.compromised != Some(r) {
+            return;
+        }
+        let n = self.sc.core.n();
+        let keys = self.replicas[r as usize].auth().clone();
+        let content = RecoveryOp::content_digest(r, 0, None);
+        let Ok((counter, sig)) =
+            keys.with_holder(|h| h.sign(redoubt_core::keys::Purpose::Recovery, &content))
+        else {
+            return;
+        };
+        let op = RecoveryOp {
+            replica: r,
+            h_m: 0,
+            row_key: None,
+            sig,
+        };
+        let request = Request {
+            client: recovery_client(r),
+            timestamp: counter,
+            read_only: false,
+            op: postcard::to_stdvec(&op).expect("encodes").into(),
+        };
+        let auth = request_authenticator(&keys, &request.digest(), n);
+        let sr = SignedRequest {
+            request,
+            auth: auth.into(),
+            sig: None,
+        };
+        let bytes = seal(&keys, &Message::Request(sr), None, n);
+        self.log(|| format!("r{r} (held) sends a recovery request signed in advance"));
+        for t in (0..n).filter(|t| *t != r) {
+            self.transmit(
+                Principal::Replica(r),
+                Principal::Replica(t),
+                bytes.clone(),
+                0,
+            );
+        }
     }
 
     /// The watchdog: the replica is rebooted from its disk with trusted code and recovers.
