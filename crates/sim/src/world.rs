@@ -32,6 +32,7 @@ mod effects;
 mod execs;
 mod filters;
 mod frames;
+mod join;
 mod network;
 mod nonces;
 mod plant;
@@ -305,6 +306,8 @@ pub struct World {
     /// Prime's bounded delay (`--bounded-delay`): when correct replicas received and executed
     /// each update.
     delay: delay::DelayProbe,
+    /// The join-rule check (`join.rs`).
+    join: join::JoinCheck,
 }
 
 impl World {
@@ -465,6 +468,7 @@ impl World {
     }
 
     fn observe(&mut self, r: ReplicaId, ev: Event) {
+        self.join_observe(r, &ev);
         match &ev {
             Event::CheckpointTaken { seq, digest }
             | Event::StateTransferred { seq, digest, .. } => {
@@ -853,6 +857,8 @@ impl World {
                 let env = self.replica_env(r);
                 let keys_before = self.replicas[r as usize].stats.new_keys_accepted;
                 let forgotten_before = self.replicas[r as usize].stats.view_changes_forgotten;
+                let suspected_before = self.replicas[r as usize].stats.leaders_suspected;
+                self.join_before(r, from);
                 self.replica_deliveries += 1;
                 let eff = if self.replica_deliveries.is_multiple_of(2) {
                     let p = redoubt_core::preopen(bytes.clone());
@@ -867,7 +873,9 @@ impl World {
                 let forgotten =
                     self.replicas[r as usize].stats.view_changes_forgotten - forgotten_before;
                 self.check_new_key_replay(r, &bytes, accepted, forgotten);
+                self.join_handled(r, suspected_before);
                 self.replica_effects(r, eff);
+                self.join_after();
                 for (t, b, d) in extra {
                     self.transmit(Principal::Replica(r), t, b, d);
                 }

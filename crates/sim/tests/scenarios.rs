@@ -432,9 +432,6 @@ fn every_mutant_is_caught() {
             // seeds since the tentative-execution and beside-request draws were added: seed
             // 1405).
             Mutant::TrustReplier => Some(("lying-replier", 20)),
-            // A lone faulty replica sending VIEW-CHANGEs for the next view with every status
-            // (the random mix has no such behaviour).
-            Mutant::JoinAtF => Some(("view-pusher", 3)),
             // A primary forging its NEW-VIEW from made-up view changes right at a view change
             // under load (the random mix draws the behaviour, rarely at that moment: 2000
             // seeds survive).

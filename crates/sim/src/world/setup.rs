@@ -175,6 +175,7 @@ impl World {
             new_keys: replay::NewKeys::default(),
             nonces: Default::default(),
             delay: delay::DelayProbe::default(),
+            join: join::JoinCheck::default(),
             sc,
         };
         w.schedule_initial();
