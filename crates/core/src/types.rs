@@ -173,11 +173,19 @@ pub enum Mutant {
     /// refused whatever its key-holder epoch (before the second review's G8): one signed in
     /// advance by an attacker vetoes the real recovery.
     RecoveryIntervalOnly,
+    /// Backups run the view-change timer for unsigned requests too, as before the second
+    /// review's G5: a faulty client whose MAC fails at the primary alone costs a view change
+    /// per request.
+    TimerForUnsigned,
+    /// Behind the firewall a client takes the view of the last certified reply it got as
+    /// its view hint, whoever passed it on, as before the second review's G7: one faulty
+    /// replica sends the client's requests to a replica that is not the primary.
+    TrustViewHint,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 32] = [
+    pub const ALL: [(&'static str, Mutant); 34] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -213,6 +221,8 @@ impl Mutant {
         ("vouchers-at-f-plus-1", Mutant::VouchersAtFPlusOne),
         ("forget-on-replay", Mutant::ForgetOnReplay),
         ("recovery-interval-only", Mutant::RecoveryIntervalOnly),
+        ("timer-for-unsigned", Mutant::TimerForUnsigned),
+        ("trust-view-hint", Mutant::TrustViewHint),
     ];
 }
 

@@ -169,12 +169,15 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.start_view_change(self.view.saturating_add(1));
     }
 
-    /// The oldest orderable request waiting here that no batch proposed to us holds.
+    /// The oldest request waiting here that no batch proposed to us holds and that blames
+    /// the primary: an unsigned one may carry a MAC that fails at the primary alone (a
+    /// faulty client), and counting it would let that client have correct primaries
+    /// replaced whenever the load falls (second review, G5).
     fn oldest_waiting_unproposed(&self) -> Option<(ClientId, u64)> {
         self.pool
             .in_order()
             .find(|(c, w)| {
-                self.orderable(w) && !self.pool.inflight_covers(*c, w.req.request.timestamp)
+                self.blames_primary(w) && !self.pool.inflight_covers(*c, w.req.request.timestamp)
             })
             .map(|(c, w)| (c, w.req.request.timestamp))
     }

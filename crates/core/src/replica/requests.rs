@@ -282,15 +282,22 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // request is timed out one client retransmission later. With static keys clients
         // cannot sign, and every request runs the timer. (A suspected client's unsigned
         // requests are not ordered at all.)
-        let clients_sign = self.auth.session_ref().is_some();
         let oldest = self
             .pool
             .in_order()
-            .find(|(_, w)| (w.signed || !clients_sign) && self.orderable(w))
+            .find(|(_, w)| self.blames_primary(w))
             .map(|(c, w)| (c, w.req.request.timestamp));
         if let Some((c, ts)) = oldest {
             self.req_timer = Some((self.now() + self.vc_timeout_ms, c, ts));
         }
+    }
+
+    /// Whether a waiting request left unordered blames the primary (runs the view-change
+    /// timer, counts as waiting for the pace check): it may be ordered, and with session
+    /// keys it is signed (see [`Self::arm_request_timer`]).
+    pub(super) fn blames_primary(&self, w: &Waiting) -> bool {
+        let clients_sign = self.auth.session_ref().is_some() && !self.mutant("timer-for-unsigned");
+        (w.signed || !clients_sign) && self.orderable(w)
     }
 
     /// Whether client `c`'s request `ts` (or a later one) waits on this replica alone: it is

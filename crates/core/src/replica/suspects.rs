@@ -31,6 +31,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .is_some_and(|until| *until > self.now())
     }
 
+    /// Whether this replica holds client `c` under suspicion now (for hosts and the
+    /// simulator: a correct client suspected after a lossy spell pays a retransmission
+    /// timeout per request until the suspicion ends).
+    pub fn suspects(&self, c: ClientId) -> bool {
+        self.suspected(c)
+    }
+
     /// Whether a waiting request may be ordered: its client is not suspected, or it is signed.
     pub(super) fn orderable(&self, w: &Waiting) -> bool {
         w.signed || !self.suspected(w.req.request.client)
