@@ -40,8 +40,11 @@ pub struct Adversary {
     forged: BTreeMap<(ReplicaId, u64, Digest), PrePrepare>,
     /// Read-only requests seen by a stale-reads replica: (client, timestamp) -> operation.
     read_ops: BTreeMap<(u64, u64), Vec<u8>>,
-    /// The last result a stale-reads replica computed for each operation.
-    read_results: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// The last view a `HintLiar` replica told each client.
+    hints: BTreeMap<u64, u64>,
+    /// Reads a stale-reads replica already answered with a lagging replica's result:
+    /// (replica, client, timestamp).
+    stale_copied: BTreeSet<(ReplicaId, u64, u64)>,
     /// Faulty clients the faulty replicas collude with.
     colluders: BTreeSet<u64>,
     /// Firewall deployment: the replicas' order keys (it signs lying pieces with them).
@@ -66,7 +69,8 @@ impl Adversary {
             forged: BTreeMap::new(),
             vc_lies: BTreeMap::new(),
             read_ops: BTreeMap::new(),
-            read_results: BTreeMap::new(),
+            stale_copied: BTreeSet::new(),
+            hints: BTreeMap::new(),
             colluders: BTreeSet::new(),
             order_keys: Vec::new(),
             colluded: BTreeSet::new(),
@@ -167,6 +171,48 @@ impl Adversary {
 
     pub fn controls(&self, r: ReplicaId) -> bool {
         self.behaviors.contains_key(&r)
+    }
+
+    /// Whether some controlled replica answers reads with lagging replicas' results.
+    pub fn copies_stale_reads(&self) -> bool {
+        self.behaviors.values().any(|b| *b == Behavior::StaleReads)
+    }
+
+    /// A correct replica that lags behind the most advanced correct one sent `bytes` to a
+    /// client: if it answers a read that a stale-reads replica saw, each such replica sends
+    /// the client the same result under its own name (once per read). What an adversary
+    /// that keeps its replicas' old states can compute; with the lagging replica's answer,
+    /// f+1 matching stale answers.
+    pub fn copy_stale_read(&mut self, to: Principal, bytes: &[u8]) -> Vec<(ReplicaId, Out)> {
+        let Ok(frame) = decode_frame(bytes, usize::MAX) else {
+            return vec![];
+        };
+        let Ok(Message::Reply(reply)) = decode_body(&frame.body) else {
+            return vec![];
+        };
+        let read = (reply.client, reply.timestamp);
+        if !self.read_ops.contains_key(&read) {
+            return vec![];
+        }
+        let copiers: Vec<ReplicaId> = self
+            .behaviors
+            .iter()
+            .filter(|(r, b)| **b == Behavior::StaleReads && self.keys.contains_key(r))
+            .map(|(r, _)| *r)
+            .collect();
+        let mut out = Vec::new();
+        for x in copiers {
+            if !self.stale_copied.insert((x, read.0, read.1)) {
+                continue;
+            }
+            let mut copy = reply.clone();
+            copy.replica = x;
+            out.push((x, (to, self.seal(x, &Message::Reply(copy), to), 0)));
+        }
+        while self.stale_copied.len() > 4096 {
+            self.stale_copied.pop_first();
+        }
+        out
     }
 
     fn seal(&self, from: ReplicaId, msg: &Message, to: Principal) -> Vec<u8> {
@@ -425,6 +471,25 @@ impl Adversary {
                 }
                 _ => honest,
             },
+            Behavior::HintLiar => match msg {
+                // A view whose primary is this replica, above every lie told this client
+                // before: a client that trusted it would send its requests here.
+                Message::CertifiedReply(mut cert) => {
+                    let n = u64::from(self.cfg.n());
+                    let last = self.hints.get(&cert.entry.client).copied().unwrap_or(0);
+                    let base = last.max(cert.view) + 1;
+                    let lie = base + (u64::from(from) + n - base % n) % n;
+                    self.hints.insert(cert.entry.client, lie);
+                    while self.hints.len() > 1024 {
+                        self.hints.pop_first();
+                    }
+                    cert.view = lie;
+                    vec![(to, self.seal(from, &Message::CertifiedReply(cert), to), 0)]
+                }
+                // What clients send it stays here.
+                Message::Request(_) => vec![],
+                _ => honest,
+            },
             Behavior::Sluggish => match msg {
                 Message::PrePrepare(pp) if pp.seq >= crate::scenario::SLUGGISH_FROM => {
                     let hold = self.cfg.view_change_timeout_ms * 4 / 10;
@@ -502,21 +567,10 @@ impl Adversary {
                 _ => honest,
             },
             Behavior::StaleReads => match msg {
-                Message::Reply(mut r) => {
-                    // Answer a read with the result of the previous read of the same
-                    // operation: plausible, and stale if a write came in between.
-                    let Some(op) = self.read_ops.remove(&(r.client, r.timestamp)) else {
-                        return honest;
-                    };
-                    let fresh = r.result.clone();
-                    if let Some(old) = self.read_results.get(&op) {
-                        r.result = old.clone();
-                    }
-                    self.read_results.insert(op, fresh);
-                    while self.read_results.len() > 1024 {
-                        self.read_results.pop_first();
-                    }
-                    vec![(to, self.seal(from, &Message::Reply(r), to), 0)]
+                // Its own answers to reads are withheld: it answers a read only with what a
+                // lagging correct replica answered (`copy_stale_read`).
+                Message::Reply(r) if self.read_ops.contains_key(&(r.client, r.timestamp)) => {
+                    vec![]
                 }
                 _ => honest,
             },

@@ -14,6 +14,7 @@ pub mod checker;
 pub mod linearizability;
 pub mod runner;
 pub mod scenario;
+pub mod throughput;
 pub mod world;
 
 pub use scenario::{Behavior, ClientAttack, Scenario};

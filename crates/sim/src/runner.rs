@@ -57,9 +57,23 @@ pub fn scenario_for(seed: u64, mutant: Mutant, opts: Optimizations) -> Scenario 
     s
 }
 
-/// Runs one scenario. A panic inside the core (a failed internal assertion) is a failure of
+/// Runs one scenario (and, with the throughput check, its control: see
+/// [`crate::throughput`]). A panic inside the core (a failed internal assertion) is a failure of
 /// the run, reported with its message, not a crash of the runner.
 pub fn run(s: Scenario, trace: bool) -> Outcome {
+    if s.throughput_share.is_none() {
+        return run_once(s, trace);
+    }
+    let control = crate::throughput::control(&s);
+    let mut out = run_once(s.clone(), trace);
+    if out.passed() {
+        let calm = run_once(control, false);
+        crate::throughput::check(&mut out, &calm, &s);
+    }
+    out
+}
+
+fn run_once(s: Scenario, trace: bool) -> Outcome {
     let (name, seed) = (s.name.clone(), s.seed);
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| World::new(s, trace).run())) {
         Ok(out) => out,

@@ -139,6 +139,8 @@ struct ByzClient {
     next_rekey_ms: u64,
     timestamp: u64,
     sent: Vec<Vec<u8>>,
+    /// A patient client sends nothing before this time (ms).
+    quiet_until_ms: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -152,6 +154,24 @@ enum Up {
 #[derive(Clone, Debug, Default)]
 pub struct RunStats {
     pub ops_completed: u64,
+    /// When every fault but the faulty replicas and clients is over: the heal, and the end
+    /// of every pause, reboot and crash (ms).
+    pub settle_ms: u64,
+    /// From when correct clients' operations count for the throughput check: the first
+    /// completion from `settle_ms` on at which no correct replica suspects a correct client
+    /// (a suspicion a lossy spell left lasts `suspect_client_ms`).
+    pub measured_from_ms: Option<u64>,
+    /// Correct clients' operations completed from `measured_from_ms` on, and the time of the
+    /// last.
+    pub ops_after_settle: u64,
+    pub last_op_ms: u64,
+    /// The sum of their latencies (invocation to completion, ms).
+    pub latency_after_settle_ms: u64,
+    /// Views correct replicas started to change to once the faults other than faulty
+    /// replicas and clients had been over for four view-change timeouts, and the highest of
+    /// them.
+    pub late_view_changes: u64,
+    pub late_view: u64,
     pub messages: u64,
     pub sim_time_ms: u64,
     pub max_executed: u64,
@@ -463,8 +483,27 @@ impl World {
                 self.transmit(Principal::Replica(r), t, b, extra);
             }
         } else {
+            if matches!(to, Principal::Client(_))
+                && self.adversary.copies_stale_reads()
+                && self.lags(r)
+            {
+                for (x, (t, b, extra)) in self.adversary.copy_stale_read(to, &bytes) {
+                    self.transmit(Principal::Replica(x), t, b, extra);
+                }
+            }
             self.transmit(Principal::Replica(r), to, bytes, 0);
         }
+    }
+
+    /// Whether correct replica `r` executed less than the most advanced running correct one.
+    fn lags(&self, r: ReplicaId) -> bool {
+        let mine = self.replicas[r as usize].last_executed();
+        (0..self.sc.core.n()).any(|o| {
+            !self.faulty.contains(&o)
+                && !self.adversary.controls(o)
+                && self.up[o as usize] == Up::Running
+                && self.replicas[o as usize].last_executed() > mine
+        })
     }
 
     fn observe(&mut self, r: ReplicaId, ev: Event) {
@@ -525,7 +564,14 @@ impl World {
             _ => {}
         }
         match &ev {
-            Event::ViewChangeStarted { .. } => self.stats.view_changes += 1,
+            Event::ViewChangeStarted { view } => {
+                self.stats.view_changes += 1;
+                let grace = self.stats.settle_ms + 4 * self.sc.core.view_change_timeout_ms;
+                if self.now >= grace && !self.faulty.contains(&r) && *view > self.stats.late_view {
+                    self.stats.late_view = *view;
+                    self.stats.late_view_changes += 1;
+                }
+            }
             Event::StateTransferred { pages, .. } => {
                 self.stats.state_transfers += 1;
                 self.stats.pages_fetched += pages;
@@ -641,7 +687,8 @@ impl World {
             Ev::ByzClient(i) => {
                 self.byz_client_act(i);
                 let next = self.now + self.rng.random_range(20..200);
-                if !self.healed() || self.now < self.sc.heal_ms + 5000 {
+                let patient = self.byz_clients[i].attack == ClientAttack::Patient;
+                if patient || !self.healed() || self.now < self.sc.heal_ms + 5000 {
                     self.schedule(next, Ev::ByzClient(i));
                 }
             }
@@ -917,6 +964,7 @@ impl World {
                     self.history[h].result = Some(result);
                     self.clients[c].done += 1;
                     self.stats.ops_completed += 1;
+                    self.count_settled_op(self.now - self.history[h].invoke_ms);
                     let (lo, hi) = self.sc.think_ms;
                     let think = self.rng.random_range(lo..=hi.max(lo));
                     self.schedule(self.now + think, Ev::ClientNext(c));

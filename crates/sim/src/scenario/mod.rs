@@ -71,7 +71,9 @@ pub enum Behavior {
     /// As a state-transfer replier, sends wrong pages, wrong meta-data, stale checkpoints
     /// or nothing.
     LieState,
-    /// Answers read-only requests with the result of its previous read of the same operation.
+    /// Answers a read-only request only with the result a lagging correct replica gave for
+    /// it (the adversary keeps its replicas' old states and knows who lags), never with its
+    /// own: with the lagging answer, f+1 matching stale results.
     StaleReads,
     /// As primary, adds to every batch a write no client sent, in the name of a correct
     /// client, under an authenticator of random MACs.
@@ -128,6 +130,12 @@ pub enum Behavior {
     /// turnaround of 60 s to frame the leader, an alpha of 0 to tighten the bound, round
     /// trips of 0 or 60 s, no pongs). Otherwise honest. Not in [`Behavior::ALL`].
     PrimeLiar,
+    /// Firewall deployment: rewrites the view of every certified reply it passes down to a
+    /// later view whose primary it is (the view lies outside the certificate's signature),
+    /// and keeps what clients send it: a client that believed it would send every request
+    /// to a replica that drops it (second review, G7). Otherwise honest. Not in
+    /// [`Behavior::ALL`].
+    HintLiar,
     /// As primary, from sequence number [`SLUGGISH_FROM`] on (once clients are under way),
     /// holds every pre-prepare back for 40% of the view-change timeout: slow by orders of
     /// magnitude, yet every request executes well within the backups' timers, so the timers
@@ -197,6 +205,12 @@ pub enum ClientAttack {
     /// could then stand at the primary alone, and no view change decide it (second review,
     /// G4). Not in [`ClientAttack::ALL`].
     ColludeOneCorrect,
+    /// Sends a request whose MAC fails at the current primary alone (it verifies at every
+    /// backup), unsigned, and waits three view-change timeouts before its next one instead
+    /// of replacing or signing it: backups that ran the view-change timer for it would
+    /// change views once per request (second review, G5). Keeps acting until the run ends.
+    /// Not in [`ClientAttack::ALL`].
+    Patient,
     /// Replays every replica's latest NEW-KEY (captured as it passes) to the other replicas,
     /// in bursts, as any client can (a replica hands its latest NEW-KEY to a client whose
     /// request it cannot authenticate). A replay must change nothing (second review, G3).
@@ -366,6 +380,12 @@ pub struct Scenario {
     /// Firewall deployment (`core.filter_rows > 0`): the faulty filter nodes (at most h).
     pub filter_byzantine: Vec<(FilterId, FilterBehavior)>,
     pub mutant: Mutant,
+    /// The throughput check: correct clients' operations per simulated second after the
+    /// faults other than the faulty replicas and clients are over ([`Scenario::settle_ms`])
+    /// must stay at or above this share of the same seed run without its faulty replicas and
+    /// clients (Aardvark's promise). Drawn only for seeds whose faulty replicas and clients
+    /// ought to cost nothing ([`Scenario::costs_nothing`]).
+    pub throughput_share: Option<f64>,
     /// Prime: check that correct clients' updates after stabilisation execute within the
     /// bound (see `world/checks.rs` and `world/delay.rs`). Off in the plain sweep, on with
     /// `--bounded-delay`.
@@ -454,6 +474,18 @@ impl Scenario {
                 let b = FilterBehavior::ALL[rng.random_range(0..FilterBehavior::ALL.len())];
                 self.filter_byzantine.push((*x, b));
             }
+        }
+        // A view-hint liar in a quarter of the seeds whose faulty parties ought to cost
+        // nothing, with room for a faulty replica; the throughput check then always runs.
+        let room = self.faulty().len() < self.core.f as usize;
+        let bad_macs = self.byz_clients.contains(&ClientAttack::BadAuthenticator);
+        if room && self.costs_nothing() && !bad_macs && rng.random_bool(0.25) {
+            let free: Vec<ReplicaId> = (0..self.core.n())
+                .filter(|r| !self.faulty().contains(r))
+                .collect();
+            let r = free[rng.random_range(0..free.len())];
+            self.byzantine.push((r, Behavior::HintLiar));
+            self.check_throughput(100);
         }
         // Every request and every reply also crosses the h+1 filter rows: a quarter as much
         // time again on top of the separated deployment's.
@@ -558,8 +590,51 @@ impl Scenario {
             exec_reboots: vec![],
             filter_byzantine: vec![],
             mutant: Mutant::None,
+            throughput_share: None,
             bounded_delay: false,
         }
+    }
+
+    /// When every fault but the faulty replicas and clients is over (ms): the heal, and
+    /// the end of every pause, reboot and crash.
+    pub fn settle_ms(&self) -> u64 {
+        let windows = self.pauses.iter().chain(&self.reboots).chain(&self.amnesia);
+        let exec = self.exec_reboots.iter().map(|(_, _, end)| *end);
+        windows
+            .map(|w| w.end_ms)
+            .chain(exec)
+            .fold(self.heal_ms, u64::max)
+    }
+
+    /// Whether the faulty replicas and clients of this scenario ought to cost correct
+    /// clients nothing once the network healed: no replica faulty but view-hint liars, no
+    /// proactive recovery, and clients that attack alone (the colluding attacks need faulty
+    /// replicas that cost time by design). A client whose MACs fail at some replicas costs
+    /// view changes next to a faulty replica that does not relay (ADR 0002): not with a
+    /// liar.
+    pub fn costs_nothing(&self) -> bool {
+        let bad_macs = self.byz_clients.contains(&ClientAttack::BadAuthenticator);
+        self.byzantine.iter().all(|(_, b)| *b == Behavior::HintLiar)
+            && (self.byzantine.is_empty() || !bad_macs)
+            && self.amnesia.is_empty()
+            && self.corruptions.is_empty()
+            && self.proactive.is_none()
+            && self.byz_clients.iter().all(|a| {
+                ClientAttack::ALL.contains(a)
+                    || matches!(
+                        a,
+                        ClientAttack::Patient | ClientAttack::ReplayReplicaNewKeys
+                    )
+            })
+    }
+
+    /// Turns the throughput check on, with `ops` more operations per client issued quickly,
+    /// so that there is work to measure once the faults are over.
+    pub fn check_throughput(&mut self, ops: u32) {
+        self.throughput_share = Some(THROUGHPUT_SHARE);
+        self.ops_per_client += ops;
+        self.think_ms = (0, self.think_ms.1.min(10));
+        self.liveness_bound_ms += 60_000;
     }
 
     /// Ids of the replicas the adversary controls (Byzantine or amnesiac).
@@ -855,8 +930,54 @@ impl Scenario {
         // proactive recovery (a stream of their own as well).
         let mut g8 = ChaCha8Rng::seed_from_u64(s.seed ^ 0x6800_5eed);
         s.presign_recovery = s.proactive.is_some() && g8.random_bool(0.5);
+        // A patient faulty client in a tenth of the seeds, and the throughput check in a
+        // third of the seeds whose faulty parties ought to cost nothing (streams of their
+        // own).
+        let mut g5 = ChaCha8Rng::seed_from_u64(s.seed ^ 0x6500_5eed);
+        if g5.random_bool(0.1) {
+            s.byz_clients.push(ClientAttack::Patient);
+        }
+        if !s.byz_clients.is_empty() && s.costs_nothing() && g5.random_bool(1.0 / 3.0) {
+            s.check_throughput(200);
+        }
+        // Stale reads beside a lagging correct replica in 3% of the seeds without proactive
+        // recovery (a stream of its own).
+        let mut reads = ChaCha8Rng::seed_from_u64(s.seed ^ 0x57a1_e4ead);
+        if s.proactive.is_none() && reads.random_bool(0.03) {
+            stale_reads_beside_lagging(&mut s, &mut reads);
+        }
         s
     }
+}
+
+/// The share of a seed's fault-free throughput its correct clients keep under faulty
+/// replicas and clients that ought to cost nothing (the throughput check).
+pub const THROUGHPUT_SHARE: f64 = 1.0 / 3.0;
+
+/// The stale-reads template: reads on the fast path to every replica, the f faulty replicas
+/// answer them with a lagging correct replica's results ([`Behavior::StaleReads`]), and one
+/// correct replica hears its peers 30 to 150 ms late for the whole run, so that it answers
+/// reads from a state that misses writes other clients saw complete. Its answer and the f
+/// copies are f+1 matching stale results: a client must wait for 2f+1.
+pub fn stale_reads_beside_lagging(s: &mut Scenario, rng: &mut ChaCha8Rng) {
+    let (f, n) = (s.core.f as usize, s.core.n());
+    s.core.read_only_fast_path = true;
+    s.core.read_only_to_quorum = false;
+    s.byzantine.clear();
+    s.amnesia.clear();
+    s.corruptions.clear();
+    s.pauses.clear();
+    // Colluding clients need colluding replicas.
+    s.byz_clients.retain(|a| ClientAttack::ALL.contains(a));
+    let mut ids: Vec<ReplicaId> = (0..n).collect();
+    shuffle(rng, &mut ids);
+    for r in &ids[..f] {
+        s.byzantine.push((*r, Behavior::StaleReads));
+    }
+    s.slow_inbound = vec![(ids[f], rng.random_range(30..150))];
+    s.throughput_share = None;
+    s.keys = 1;
+    s.ops_per_client = s.ops_per_client.max(40);
 }
 
 /// The planted-VIEW-CHANGE template: proactive recovery with no other faulty replica, each

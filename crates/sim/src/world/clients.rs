@@ -93,16 +93,24 @@ impl World {
                     self.transmit(from, Principal::Replica(r), encode_frame(&fr), 0);
                 }
             }
+            ClientAttack::Patient => {
+                if self.now < self.byz_clients[i].quiet_until_ms {
+                    return;
+                }
+                self.byz_clients[i].quiet_until_ms =
+                    self.now + 3 * self.sc.core.view_change_timeout_ms;
+                let p = self.sc.core.primary(self.correct_view());
+                let mut sr = make(self, KvOp::Put { key, value }, ts);
+                std::sync::Arc::make_mut(&mut sr.auth)[p as usize].0[0] ^= 0xff;
+                let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
+                for r in 0..n {
+                    self.transmit(from, Principal::Replica(r), bytes.clone(), 0);
+                }
+            }
             ClientAttack::ColludePrimary
             | ClientAttack::ColludeCut
             | ClientAttack::ColludeOneCorrect => {
-                // The primary as the correct replicas see it (the highest view among them).
-                let view = (0..n)
-                    .filter(|r| !self.faulty.contains(r) && self.up[*r as usize] == Up::Running)
-                    .map(|r| self.replicas[r as usize].view())
-                    .max()
-                    .unwrap_or(0);
-                let p = self.sc.core.primary(view);
+                let p = self.sc.core.primary(self.correct_view());
                 let mut sr = make(self, KvOp::Put { key, value }, ts);
                 let auth = std::sync::Arc::make_mut(&mut sr.auth);
                 // Valid at the primary, and for ColludeCut at the f replicas after it.
@@ -148,6 +156,42 @@ impl World {
                 }
             }
         }
+    }
+
+    /// A correct client's operation completed: counted for the throughput check once the
+    /// faults are over and no correct replica suspects a correct client.
+    pub(super) fn count_settled_op(&mut self, latency_ms: u64) {
+        if self.now < self.stats.settle_ms {
+            return;
+        }
+        if self.stats.measured_from_ms.is_none() {
+            let n = self.sc.core.n();
+            let suspected = (0..n)
+                .filter(|r| !self.faulty.contains(r) && !self.adversary.controls(*r))
+                .filter(|r| self.up[*r as usize] == Up::Running)
+                .any(|r| {
+                    self.clients
+                        .iter()
+                        .any(|c| self.replicas[r as usize].suspects(c.core.id()))
+                });
+            if suspected {
+                return;
+            }
+            self.stats.measured_from_ms = Some(self.now);
+        }
+        self.stats.ops_after_settle += 1;
+        self.stats.last_op_ms = self.now;
+        self.stats.latency_after_settle_ms += latency_ms;
+    }
+
+    /// The view the running correct replicas are in (the highest among them): whose
+    /// primary colluding and patient clients aim at.
+    fn correct_view(&self) -> u64 {
+        (0..self.sc.core.n())
+            .filter(|r| !self.faulty.contains(r) && self.up[*r as usize] == Up::Running)
+            .map(|r| self.replicas[r as usize].view())
+            .max()
+            .unwrap_or(0)
     }
 
     pub(super) fn next_op(&mut self, c: usize) -> KvOp {

@@ -112,6 +112,7 @@ impl World {
                     next_rekey_ms: 0,
                     timestamp: 0,
                     sent: Vec::new(),
+                    quiet_until_ms: 0,
                 }
             })
             .collect();
@@ -155,7 +156,10 @@ impl World {
             checker,
             trace_on: trace,
             trace: Vec::new(),
-            stats: RunStats::default(),
+            stats: RunStats {
+                settle_ms: sc.settle_ms(),
+                ..RunStats::default()
+            },
             processed: 0,
             replica_deliveries: 0,
             violations: Vec::new(),
