@@ -391,6 +391,45 @@ fn a_faulty_client_alone_costs_no_view_change() {
     );
 }
 
+/// G5's residual in the primary's pace check, found by the simulator's throughput check
+/// (`--firewall` seed 55): a faulty client's unsigned request that fails at the primary alone
+/// waits at the backups for ever, and the pace check counted it as waiting; when the load
+/// then fell by more than half, every backup judged the correct primary slow and replaced
+/// it. The check now counts only requests that blame the primary, like the timer.
+#[test]
+fn a_faulty_clients_request_does_not_make_the_pace_check_replace_the_primary() {
+    const OTHER: ClientId = CLIENT + 1;
+    let mut c = Cluster::builder(1)
+        .session_keys()
+        .clients([CLIENT, OTHER])
+        .config(|cfg| cfg.primary_pace_window_ms = 200)
+        .build();
+    c.run(1_000);
+    c.rekey(client(CLIENT), &[0, 1, 2, 3]);
+    c.rekey(client(OTHER), &[0, 1, 2, 3]);
+    c.deliver_all();
+    // A correct client keeps the primary busy for a few windows...
+    for ts in 1..=40 {
+        let sr = c.request(OTHER, ts, b"op");
+        for r in 0..4 {
+            c.send(client(OTHER), replica(r), sr.clone());
+        }
+        c.run(20);
+    }
+    // ...the faulty client's request fails at the primary alone, then the load stops.
+    let sr = spoil(c.request(CLIENT, 1, b"op"), &[0]);
+    for r in 0..4 {
+        c.send(client(CLIENT), replica(r), sr.clone());
+    }
+    c.run(2_000);
+    assert!(c.live().all(|r| r.last_executed() >= 1));
+    assert!(
+        c.live().all(|r| r.view() == 0),
+        "views {:?}",
+        c.live().map(|r| r.view()).collect::<Vec<_>>()
+    );
+}
+
 /// How many times replica 0 executed an accepted recovery request of replica `r`.
 fn recoveries_executed(c: &Cluster, r: ReplicaId) -> usize {
     c.events(0)
