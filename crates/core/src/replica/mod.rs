@@ -187,7 +187,7 @@ pub struct Stats {
     /// slower than the bound.
     pub leaders_suspected: u64,
     /// PBFT: view changes this replica started because the primary's pace fell below half
-    /// of its recent best (`primary_pace_window_ms`).
+    /// of its recent best, two windows in a row (`primary_pace_window_ms`).
     pub slow_primaries: u64,
 }
 

@@ -303,6 +303,10 @@ pub struct Scenario {
     pub think_ms: (u64, u64),
     /// One-way network delay range when nothing goes wrong.
     pub delay_ms: (u64, u64),
+    /// From a time on (ms), this delay range instead of `delay_ms`: a step in what every
+    /// message costs (the simulator models no CPU or bandwidth), as a rise in load or in the
+    /// work per request makes it.
+    pub delay_step: Option<(u64, (u64, u64))>,
     pub net: NetFaults,
     /// From this time on the network is clean: no drops, duplicates, corruption, replays or
     /// partitions. Byzantine replicas and clients keep misbehaving.
@@ -531,6 +535,7 @@ impl Scenario {
             keys: 3,
             think_ms: (0, 20),
             delay_ms: (1, 8),
+            delay_step: None,
             net: NetFaults::none(),
             heal_ms: 0,
             partitions: vec![],
