@@ -1,5 +1,6 @@
 //! Liveness with no fault to blame (issue 51, item 11): the pace check does not replace one
-//! correct primary after another at a step in load.
+//! correct primary after another at a step in load, and a cluster restarted replica by
+//! replica agrees on one view.
 
 use redoubt_sim::runner::run;
 use redoubt_sim::{Outcome, Scenario};
@@ -40,4 +41,13 @@ fn a_load_step_costs_at_most_one_view_change() {
         assert!(out.stats.max_view <= 1, "{:?}", out.stats);
         assert!(out.stats.ops_completed > 1_000, "{:?}", out.stats);
     }
+}
+
+/// A backup reboots a second before the rest of the cluster: it must not start a view change
+/// on its own (nobody else is up to join it), and once the primary is back it gets the
+/// requests relayed to it while it was down. These seeds left the backup alone in a view
+/// change before the fix.
+#[test]
+fn a_replica_rebooted_before_the_others_agrees_on_their_view() {
+    run_named("restart-staggered", &[0, 11, 12, 17, 22, 24, 25, 26]);
 }

@@ -344,6 +344,9 @@ pub struct Scenario {
     /// The highest view a correct replica may reach in the run (named scenarios in which
     /// nothing but a lone faulty replica asks for view changes).
     pub view_bound: Option<u64>,
+    /// By this time (ms) every correct running replica is active in one view, checked at
+    /// the end of the run (which must last that long).
+    pub views_settled_ms: Option<u64>,
     /// Compromises in turn with proactive recovery (off when `None`).
     pub proactive: Option<Proactive>,
     /// Planting by compromised replicas (proactive-recovery runs only).
@@ -553,6 +556,7 @@ impl Scenario {
             clock_offsets_ms: vec![],
             liveness_bound_ms: 60_000,
             view_bound: None,
+            views_settled_ms: None,
             proactive: None,
             plant: None,
             tamper_disk: false,

@@ -223,6 +223,29 @@ impl Scenario {
                     });
                 }
             }
+            "restart-staggered" => {
+                // Every replica loses power at once; one backup comes back long before the
+                // others, its timer fires for a retransmitted request and it starts a view
+                // change alone; the others come back in the view they left and serve the
+                // clients without it. Within 5 s of the last reboot every replica must be
+                // active in one view (docs/adr/0002, item 14).
+                s.ops_per_client = 1_000_000;
+                s.think_ms = (5, 30);
+                s.stop_ms = Some(8_000);
+                for (r, start_ms, end_ms) in [
+                    (0, 300, 1_600),
+                    (1, 300, 500),
+                    (2, 300, 1_500),
+                    (3, 300, 1_500),
+                ] {
+                    s.reboots.push(Window {
+                        replica: r,
+                        start_ms,
+                        end_ms,
+                    });
+                }
+                s.views_settled_ms = Some(1_600 + 5_000);
+            }
             "proactive-recovery" => {
                 // More than 3f+1 compromises in turn, each followed by a watchdog reboot and a
                 // recovery, under a steady workload on a network that drops and reorders.
@@ -358,7 +381,7 @@ impl Scenario {
         Some(s)
     }
 
-    pub const NAMED: [&'static str; 34] = [
+    pub const NAMED: [&'static str; 35] = [
         "proactive-recovery",
         "valid-equivocation",
         "view-pusher",
@@ -377,6 +400,7 @@ impl Scenario {
         "corrupted-replica",
         "restart-all",
         "restart-after-hand-over",
+        "restart-staggered",
         "stale-claims",
         "calm",
         "primary-crash",
