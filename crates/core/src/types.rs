@@ -355,10 +355,11 @@ pub struct Config {
     pub suspect_on_doubts: bool,
     /// PBFT: how often each replica checks the primary's pace (ms; 0: never). At the end of
     /// each window a replica compares the requests executed in it with the most executed in
-    /// any of the last `PACE_HISTORY` windows; fewer than half of that, with requests waiting
-    /// unproposed, and it starts a view change (Aardvark's required throughput): a faulty
-    /// primary slow just enough to stay under the view-change timeout is replaced after one
-    /// window instead of never. Not used under Prime, whose Suspect-Leader does this job.
+    /// any of the last `PACE_HISTORY` windows; fewer than half of that in two windows in a
+    /// row, with requests waiting unproposed, and it starts a view change (Aardvark's required
+    /// throughput): a faulty primary slow just enough to stay under the view-change timeout
+    /// is replaced after two windows instead of never. Not used under Prime, whose
+    /// Suspect-Leader does this job.
     #[serde(default = "defaults::primary_pace_window_ms")]
     pub primary_pace_window_ms: u64,
     /// A recovery request from a replica is refused when the same replica's previous recovery

@@ -187,8 +187,11 @@ pub struct Stats {
     /// slower than the bound.
     pub leaders_suspected: u64,
     /// PBFT: view changes this replica started because the primary's pace fell below half
-    /// of its recent best (`primary_pace_window_ms`).
+    /// of its recent best, two windows in a row (`primary_pace_window_ms`).
     pub slow_primaries: u64,
+    /// Request timers that fired while fewer than 2f other replicas had been heard for a
+    /// whole view-change timeout: run again instead of starting a view change alone.
+    pub view_changes_deferred: u64,
 }
 
 /// A replica.
@@ -272,6 +275,12 @@ pub struct Replica<S: Service, A: KeyTable> {
     primary_progress_ms: u64,
     /// PBFT with `primary_pace_window_ms`: the windows of the primary's pace check.
     pace: Option<pace::PaceWatch>,
+    /// When an authenticated message last came from each other replica (ms), and since when
+    /// 2f of them have been heard without a gap (see `tick`).
+    heard_ms: BTreeMap<ReplicaId, u64>,
+    quorum_heard_since_ms: Option<u64>,
+    /// The primary was heard at the last tick (see `note_quorum_heard`).
+    primary_heard: bool,
 
     next_status_ms: u64,
     /// True while re-executing journaled batches after a restart: no sends, no records.
@@ -372,6 +381,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             deferred_commits: Vec::new(),
             primary_progress_ms: 0,
             pace: None,
+            heard_ms: BTreeMap::new(),
+            quorum_heard_since_ms: None,
+            primary_heard: false,
             next_status_ms: 0,
             replaying: false,
             sessions_retry: false,
@@ -733,7 +745,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         request_digest: Option<Digest>,
     ) -> Result<(), Reject> {
         let sender = match from {
-            Principal::Replica(r) => Some(r),
+            Principal::Replica(r) => {
+                if r < self.cfg.n() && r != self.id {
+                    let now = self.now();
+                    self.heard_ms.insert(r, now);
+                }
+                Some(r)
+            }
             Principal::Executor(e) => {
                 return match msg {
                     Message::ExecAck(a) => self.on_exec_ack(e, a),
@@ -782,6 +800,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     fn tick(&mut self) {
         let now = self.now();
         self.flush_deferred_commits();
+        self.note_quorum_heard(now);
         if self.normal {
             if let Some((deadline, c, ts)) = self.req_timer {
                 if now >= deadline {
@@ -798,8 +817,25 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     // such a view while the others went on without it).
                     // Nor does one the primary holds back while the execution cluster works
                     // through the batches ordered before it.
+                    // Nor while fewer than 2f other replicas have been heard for a whole
+                    // timeout: a view change needs 2f+1 replicas, and one started without
+                    // them only leaves us alone in a view the others, once they are heard
+                    // again in the view we left, never join (the join rule pulls replicas
+                    // behind forward, never one ahead back). A replica that rebooted before
+                    // the rest of its cluster did so: simulator `restart-staggered`,
+                    // docs/adr/0002, item 14. The timer runs again until they have been heard
+                    // for a whole timeout, and the request goes to the primary again each
+                    // time (it may have been down, with the others, when we relayed it).
+                    let heard_for = self
+                        .quorum_heard_since_ms
+                        .map(|since| since.saturating_add(self.vc_timeout_ms));
                     if still && (self.committed_here(c, ts) || self.exec_pipeline_full()) {
                         self.req_timer = Some((now + self.vc_timeout_ms, c, ts));
+                    } else if still && !self.is_primary() && heard_for.is_none_or(|t| now < t) {
+                        self.stats.view_changes_deferred += 1;
+                        let at = heard_for.unwrap_or(now + self.vc_timeout_ms);
+                        self.req_timer = Some((at.min(now + self.vc_timeout_ms), c, ts));
+                        self.relay_waiting();
                     } else if still && !self.is_primary() {
                         self.vc_timeout_ms =
                             (self.vc_timeout_ms * 2).min(self.cfg.view_change_timeout_max_ms);
@@ -863,6 +899,49 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
     }
 }
+
+impl<S: Service, A: KeyTable> Replica<S, A> {
+    /// Whether 2f other replicas were heard within the last [`HEARD_STATUSES`] status
+    /// intervals; keeps since when that holds without a gap. A primary heard again after a
+    /// silence (it rebooted, or was cut off) gets the requests waiting here again: what we
+    /// relayed meanwhile was lost, and our timers would replace it for requests it never had.
+    fn note_quorum_heard(&mut self, now: u64) {
+        let recent = now.saturating_sub(self.cfg.status_interval_ms * HEARD_STATUSES);
+        self.heard_ms.retain(|_, at| *at >= recent);
+        if self.heard_ms.len() >= 2 * self.cfg.f as usize {
+            self.quorum_heard_since_ms.get_or_insert(now);
+        } else {
+            self.quorum_heard_since_ms = None;
+        }
+        let heard = self.heard_ms.contains_key(&self.primary());
+        if heard && !std::mem::replace(&mut self.primary_heard, heard) {
+            self.relay_waiting();
+        }
+        self.primary_heard = heard;
+    }
+
+    /// A backup in normal operation sends the primary the requests waiting here, oldest
+    /// first, as many as one batch holds (as on entering a view).
+    pub(super) fn relay_waiting(&mut self) {
+        if !self.normal || self.is_primary() || self.cfg.prime() {
+            return;
+        }
+        let p = self.primary();
+        let reqs: Vec<SignedRequest> = self
+            .pool
+            .in_order()
+            .take(self.cfg.batch_requests_max)
+            .map(|(_, w)| w.req.clone())
+            .collect();
+        for r in reqs {
+            self.send_replica(p, &Message::Request(r));
+        }
+    }
+}
+
+/// A replica counts as heard for this many status intervals after its last message (every
+/// replica sends a STATUS each interval).
+const HEARD_STATUSES: u64 = 4;
 
 /// VIEW-CHANGE messages are kept only for views up to this far beyond ours.
 pub const VC_VIEWS_AHEAD: View = 4;

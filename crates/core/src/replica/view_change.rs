@@ -649,16 +649,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             // Prime's requests travel in PO-REQUESTs, not through the leader.
             self.arm_request_timer();
         } else {
-            let p = self.primary();
-            let reqs: Vec<SignedRequest> = self
-                .pool
-                .in_order()
-                .take(self.cfg.batch_requests_max)
-                .map(|(_, w)| w.req.clone())
-                .collect();
-            for r in reqs {
-                self.send_replica(p, &Message::Request(r));
-            }
+            self.relay_waiting();
             self.arm_request_timer();
         }
     }

@@ -317,6 +317,10 @@ pub struct Scenario {
     pub think_ms: (u64, u64),
     /// One-way network delay range when nothing goes wrong.
     pub delay_ms: (u64, u64),
+    /// From a time on (ms), this delay range instead of `delay_ms`: a step in what every
+    /// message costs (the simulator models no CPU or bandwidth), as a rise in load or in the
+    /// work per request makes it.
+    pub delay_step: Option<(u64, (u64, u64))>,
     pub net: NetFaults,
     /// From this time on the network is clean: no drops, duplicates, corruption, replays or
     /// partitions. Byzantine replicas and clients keep misbehaving.
@@ -354,6 +358,9 @@ pub struct Scenario {
     /// The highest view a correct replica may reach in the run (named scenarios in which
     /// nothing but a lone faulty replica asks for view changes).
     pub view_bound: Option<u64>,
+    /// By this time (ms) every correct running replica is active in one view, checked at
+    /// the end of the run (which must last that long).
+    pub views_settled_ms: Option<u64>,
     /// Compromises in turn with proactive recovery (off when `None`).
     pub proactive: Option<Proactive>,
     /// Planting by compromised replicas (proactive-recovery runs only).
@@ -563,6 +570,7 @@ impl Scenario {
             keys: 3,
             think_ms: (0, 20),
             delay_ms: (1, 8),
+            delay_step: None,
             net: NetFaults::none(),
             heal_ms: 0,
             partitions: vec![],
@@ -580,6 +588,7 @@ impl Scenario {
             clock_offsets_ms: vec![],
             liveness_bound_ms: 60_000,
             view_bound: None,
+            views_settled_ms: None,
             proactive: None,
             plant: None,
             tamper_disk: false,

@@ -70,6 +70,22 @@ impl Scenario {
                 s.ops_per_client = 100;
                 s.liveness_bound_ms = 15_000;
             }
+            "pace-load-step" => {
+                // A correct cluster with the pace check on, saturated by 24 clients, when every
+                // message starts to cost about sixteen times as long at 2 s (what a rise in the
+                // work per request does to a process cluster; the simulator models no CPU):
+                // the primary of the moment may be replaced once, its successors must not be
+                // (docs/adr/0002, item 13). The run stops at 10 s, before clients finish one
+                // by one (a fall in load, which still costs view changes: see pace.rs).
+                s.core.primary_pace_window_ms = 300;
+                s.clients = 24;
+                s.think_ms = (0, 2);
+                s.ops_per_client = 1_000_000;
+                s.delay_ms = (1, 4);
+                s.delay_step = Some((2_000, (16, 64)));
+                s.stop_ms = Some(10_000);
+                s.view_bound = Some(1);
+            }
             "bogus-new-view" => {
                 // Replica 1 is the next primary and lies in its NEW-VIEW; replica 0 is silent.
                 s.core.f = 2;
@@ -207,6 +223,29 @@ impl Scenario {
                     });
                 }
             }
+            "restart-staggered" => {
+                // Every replica loses power at once; one backup comes back long before the
+                // others, its timer fires for a retransmitted request and it starts a view
+                // change alone; the others come back in the view they left and serve the
+                // clients without it. Within 5 s of the last reboot every replica must be
+                // active in one view (docs/adr/0002, item 14).
+                s.ops_per_client = 1_000_000;
+                s.think_ms = (5, 30);
+                s.stop_ms = Some(8_000);
+                for (r, start_ms, end_ms) in [
+                    (0, 300, 1_600),
+                    (1, 300, 500),
+                    (2, 300, 1_500),
+                    (3, 300, 1_500),
+                ] {
+                    s.reboots.push(Window {
+                        replica: r,
+                        start_ms,
+                        end_ms,
+                    });
+                }
+                s.views_settled_ms = Some(1_600 + 5_000);
+            }
             "proactive-recovery" => {
                 // More than 3f+1 compromises in turn, each followed by a watchdog reboot and a
                 // recovery, under a steady workload on a network that drops and reorders.
@@ -342,7 +381,7 @@ impl Scenario {
         Some(s)
     }
 
-    pub const NAMED: [&'static str; 33] = [
+    pub const NAMED: [&'static str; 35] = [
         "proactive-recovery",
         "valid-equivocation",
         "view-pusher",
@@ -361,6 +400,7 @@ impl Scenario {
         "corrupted-replica",
         "restart-all",
         "restart-after-hand-over",
+        "restart-staggered",
         "stale-claims",
         "calm",
         "primary-crash",
@@ -370,6 +410,7 @@ impl Scenario {
         "lagging-backup",
         "slow-primary",
         "sluggish-primary",
+        "pace-load-step",
         "bogus-new-view",
         "step-down",
         "forged-new-view",

@@ -73,9 +73,12 @@ impl World {
             if correct_max > bound {
                 self.violation(format!(
                     "a correct replica reached view {correct_max}, above the scenario's bound \
-                     {bound}: a lone faulty replica moved it"
+                     {bound}: a lone faulty replica, or view changes no fault called for, moved it"
                 ));
             }
+        }
+        if let Some(at) = self.sc.views_settled_ms {
+            self.check_views_settled(at, stopped);
         }
         // A state check finds every corrupt page, and a replica that knows of corrupt pages
         // repairs them (given time after the heal to fetch them).
@@ -140,6 +143,47 @@ impl World {
     /// and the last proactive recovery done, plus time for the replicas to settle (view changes, catch-up). The bound is
     /// generous against the simulated delays but far below what a leader holding its
     /// proposals back just under the view-change timeout costs each update.
+    /// `Scenario::views_settled_ms`: at the end of the run, at or after `at`, every correct
+    /// running replica is active in one view (a replica left alone in a view change the
+    /// others never join fails it, however well the others serve the clients).
+    fn check_views_settled(&mut self, at: u64, stopped: bool) {
+        if self.now < at && !stopped {
+            self.violation(format!(
+                "the run ended at {}ms, before the view check due at {at}ms",
+                self.now
+            ));
+            return;
+        }
+        let views: Vec<(ReplicaId, u64, bool)> = (0..self.sc.core.n())
+            .filter(|r| {
+                !self.adversary.controls(*r)
+                    && !self.faulty.contains(r)
+                    && self.up[*r as usize] == Up::Running
+            })
+            .map(|r| {
+                let rep = &self.replicas[r as usize];
+                (r, rep.view(), rep.is_normal())
+            })
+            .collect();
+        let settled = views
+            .iter()
+            .all(|(_, v, normal)| *normal && *v == views[0].1);
+        if !settled {
+            let list: Vec<String> = views
+                .iter()
+                .map(|(r, v, normal)| {
+                    let how = if *normal { "active" } else { "changing" };
+                    format!("r{r} {how} in view {v}")
+                })
+                .collect();
+            self.violation(format!(
+                "views not settled at {}ms (due by {at}ms): {}",
+                self.now,
+                list.join(", ")
+            ));
+        }
+    }
+
     fn check_bounded_delay(&mut self) {
         if !self.probing_delay() {
             return;

@@ -85,7 +85,10 @@ impl World {
             let i = self.rng.random_range(0..CAPTURE_MAX);
             self.captured[i] = (from, bytes.clone());
         }
-        let (lo, hi) = self.sc.delay_ms;
+        let (lo, hi) = match self.sc.delay_step {
+            Some((at, range)) if self.now >= at => range,
+            _ => self.sc.delay_ms,
+        };
         let mut delay = self.rng.random_range(lo..=hi) + extra_ms;
         if let (Principal::Replica(_), Principal::Replica(r)) = (from, to) {
             // A replica slow to hear from its peers (but not from clients).
