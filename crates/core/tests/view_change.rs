@@ -229,3 +229,41 @@ fn at_n_7_a_faulty_primary_is_replaced_once_2f_plus_1_replicas_change_view() {
     );
     assert_eq!(appended(c.replica(6).state()), 2);
 }
+
+/// A backup that received signed requests while the view was changing relays one batch's
+/// worth of them to the new primary on entering the view. The rest used to reach the primary
+/// only if their clients retransmitted: the view-change timer then ran out at that backup
+/// alone, which left the view by itself (simulator `--firewall` seed 1082, where it stayed out
+/// for the rest of the run). A backup now relays the request its timer runs for, once per view.
+#[test]
+fn a_request_received_during_a_view_change_reaches_the_new_primary() {
+    const A: ClientId = 11;
+    const B: ClientId = 12;
+    let mut c = Cluster::builder(1)
+        .session_keys()
+        .clients([A, B])
+        .config(|cfg| cfg.batch_requests_max = 1)
+        .build();
+    c.run(1_000);
+    c.rekey(client(A), &[0, 1, 2, 3]);
+    c.rekey(client(B), &[0, 1, 2, 3]);
+    c.deliver_all();
+    // The primary steps down; replica 2 learns it first and leaves view 0.
+    c.input(0, Input::StepDown);
+    c.deliver_all_where(|e| e.from == replica(0) && e.to == replica(2));
+    assert!(!c.replica(2).is_normal());
+    // Two clients' signed retransmissions reach replica 2 alone meanwhile.
+    for (cl, ts) in [(A, 1), (B, 1)] {
+        let sr = c.sign(c.request(cl, ts, b"op"));
+        c.send(client(cl), replica(2), sr);
+    }
+    c.deliver_all_where(|e| e.to == replica(2) && e.kind() == "request");
+    c.run(5_000);
+    let views: Vec<_> = c.live().map(|r| (r.view(), r.is_normal())).collect();
+    assert!(views.iter().all(|v| *v == (1, true)), "views {views:?}");
+    assert!(
+        c.live().all(|r| r.last_executed() >= 2),
+        "executed {:?}",
+        c.live().map(|r| r.last_executed()).collect::<Vec<_>>()
+    );
+}

@@ -8,7 +8,7 @@
 //! `replaced_bytes_most` bytes of operations, the oldest dropped first.
 
 use crate::message::{Beside, SignedRequest};
-use crate::types::{ClientId, Config};
+use crate::types::{ClientId, Config, View};
 use redoubt_crypto::Digest;
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, VecDeque};
@@ -25,6 +25,8 @@ pub(crate) struct Waiting {
     /// `req`'s authenticator came in a copy that named its client as sender and whose entry
     /// for this replica verified: no later copy replaces it.
     client_auth: bool,
+    /// The view in which a backup last relayed it to the primary.
+    pub(crate) relayed_in: Option<View>,
 }
 
 /// What [`RequestPool::next_batch`] does with a waiting request.
@@ -128,8 +130,16 @@ impl RequestPool {
                 order,
                 signed,
                 client_auth: own,
+                relayed_in: None,
             },
         );
+    }
+
+    /// Client `c`'s waiting request went to the primary of `view`.
+    pub(crate) fn mark_relayed(&mut self, c: ClientId, view: View) {
+        if let Some(w) = self.waiting.get_mut(&c) {
+            w.relayed_in = Some(view);
+        }
     }
 
     /// Drops client `c`'s waiting request.

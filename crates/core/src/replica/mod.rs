@@ -934,7 +934,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .map(|(_, w)| w.req.clone())
             .collect();
         for r in reqs {
+            let c = r.request.client;
             self.send_replica(p, &Message::Request(r));
+            self.pool.mark_relayed(c, self.view);
         }
     }
 }

@@ -150,6 +150,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             // that a client sending to the backups alone costs no view change.
             let p = self.primary();
             self.send_replica(p, &Message::Request(sr));
+            self.pool.mark_relayed(c, self.view);
         }
         self.arm_request_timer();
         Ok(())
@@ -289,7 +290,34 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .map(|(c, w)| (c, w.req.request.timestamp));
         if let Some((c, ts)) = oldest {
             self.req_timer = Some((self.now() + self.vc_timeout_ms, c, ts));
+            self.relay_timed(c);
         }
+    }
+
+    /// The view-change timer now runs for client `c`'s waiting request: the primary gets it
+    /// unless we relayed it in this view already. A request that reached us while the view
+    /// was changing, or that a view entry's relay (one batch's worth) did not carry, would
+    /// otherwise time out at the primary that never had it, and the view change would be
+    /// ours alone (simulator `--firewall` seed 1082: a backup holding a retransmission
+    /// received during the view change left the view by itself 1.7 s later and stayed out
+    /// for the rest of the run). A large request its client multicast is relayed only when
+    /// signed, as on arrival.
+    fn relay_timed(&mut self, c: ClientId) {
+        if self.cfg.prime() {
+            return;
+        }
+        let Some(w) = self.pool.get(c) else {
+            return;
+        };
+        if w.relayed_in == Some(self.view)
+            || (self.cfg.travels_beside(w.req.request.op.len()) && !w.signed)
+        {
+            return;
+        }
+        let sr = w.req.clone();
+        let p = self.primary();
+        self.send_replica(p, &Message::Request(sr));
+        self.pool.mark_relayed(c, self.view);
     }
 
     /// Whether a waiting request left unordered blames the primary (runs the view-change
