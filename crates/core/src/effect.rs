@@ -38,7 +38,8 @@ pub enum Effect {
 /// Observable protocol events.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// A batch was executed at `seq`. `digest` is recomputed from the executed requests.
+    /// A batch was executed at `seq`. `digest` is recomputed from the executed requests
+    /// (under Prime, the requests the ordinal's matrix made eligible, not the proposal).
     Executed {
         seq: Seq,
         view: View,

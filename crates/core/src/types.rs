@@ -181,11 +181,19 @@ pub enum Mutant {
     /// its view hint, whoever passed it on, as before the second review's G7: one faulty
     /// replica sends the client's requests to a replica that is not the primary.
     TrustViewHint,
+    /// Prime: a recovering replica forgets its own PO-ACKs with the rest of pre-ordering, as
+    /// before the second review's G1: it acknowledges a second version of a number it
+    /// acknowledged before its recovery.
+    ForgetOwnAcks,
+    /// Prime: a backup reads what a proposal answered from its matrix as it stands, rows of
+    /// retired incarnations included, as before the second review's G2: a leader's made-up
+    /// old rows stop its summaries for good.
+    TrustRetiredRows,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 34] = [
+    pub const ALL: [(&'static str, Mutant); 36] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -223,6 +231,8 @@ impl Mutant {
         ("recovery-interval-only", Mutant::RecoveryIntervalOnly),
         ("timer-for-unsigned", Mutant::TimerForUnsigned),
         ("trust-view-hint", Mutant::TrustViewHint),
+        ("forget-own-acks", Mutant::ForgetOwnAcks),
+        ("trust-retired-rows", Mutant::TrustRetiredRows),
     ];
 }
 

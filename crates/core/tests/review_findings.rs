@@ -595,3 +595,47 @@ fn a_recovery_request_runs_the_view_change_timer() {
     );
     assert!(c.replica(1).view() > 0, "the silent primary was replaced");
 }
+
+/// Found by the simulator's row-forging adversary (second review, G2; `--ordering prime
+/// --bounded-delay` seed 645): a replica restarted from its journal in view 1 ran
+/// Suspect-Leader for view 0 after its recovery, whose messages count in no view; with a faulty slow leader the
+/// other correct replicas' suspicions were then too few to replace it, for 1.8 s. Suspect-Leader
+/// now starts in the view the journal gives back.
+#[test]
+fn a_restarted_replica_measures_the_leader_of_its_view() {
+    const C: u64 = 7;
+    let mut c = Cluster::builder(1).prime().live_client(C).build();
+    let ts = c.invoke(C, b"put k v");
+    assert!(c.run_until(20_000, |c| c.completed(C, ts)));
+    let p = c.replica(0).primary();
+    c.input(p, Input::StepDown);
+    c.run(3_000);
+    assert!(c.live().all(|r| r.view() == 1 && r.is_normal()));
+    // The watchdog reboots replica 3 from its journal and it recovers.
+    let journal = c.journal(3).to_vec();
+    c.restart(3, &journal);
+    c.input(3, Input::Recover);
+    assert!(c.run_until(30_000, |c| c
+        .events(3)
+        .iter()
+        .any(|e| matches!(e, Event::Recovered(_)))));
+    let mark = c.sent().len();
+    c.run(2_000);
+    let views: Vec<u64> = c.sent()[mark..]
+        .iter()
+        .filter_map(|e| match &e.msg {
+            Message::Suspicion(s) if e.from == replica(3) => Some(s.msg.view()),
+            _ => None,
+        })
+        .collect();
+    let kinds: std::collections::BTreeSet<(Principal, &str)> = c.sent()[mark..]
+        .iter()
+        .map(|e| (e.from, e.kind()))
+        .collect();
+    let r3 = (c.replica(3).view(), c.replica(3).is_normal());
+    assert!(
+        !views.is_empty(),
+        "replica 3 {r3:?} sent no Suspect-Leader message: {kinds:?}"
+    );
+    assert!(views.iter().all(|v| *v == 1), "views {views:?}");
+}

@@ -11,6 +11,7 @@ use redoubt_core::message::{
     decode_body, decode_frame, Batch, Commit, Message, NewView, PEntry, PrePrepare, Prepare,
     QEntry, Request, SignedRequest, StateItem, ViewChange, NULL_DIGEST,
 };
+use redoubt_core::prime::matrix::{PoAru, SignedPoAru};
 use redoubt_core::prime::suspect::SuspectMsg;
 use redoubt_core::seal::seal;
 use redoubt_core::viewchange::{self, Broken};
@@ -23,6 +24,9 @@ pub type Out = (ReplicaOrClient, Vec<u8>, u64);
 
 /// A network destination.
 pub type ReplicaOrClient = Principal;
+
+/// What a `RowForger` leader's made-up rows claim in every column.
+const FORGED_CLAIM: u64 = 100_000;
 
 pub struct Adversary {
     cfg: Config,
@@ -42,6 +46,9 @@ pub struct Adversary {
     read_ops: BTreeMap<(u64, u64), Vec<u8>>,
     /// The last view a `HintLiar` replica told each client.
     hints: BTreeMap<u64, u64>,
+    /// The first proposal a `RowForger` leader forged in each view it led: (replica, view)
+    /// to sequence number.
+    first_forged: BTreeMap<(ReplicaId, u64), u64>,
     /// Reads a stale-reads replica already answered with a lagging replica's result:
     /// (replica, client, timestamp).
     stale_copied: BTreeSet<(ReplicaId, u64, u64)>,
@@ -71,6 +78,7 @@ impl Adversary {
             read_ops: BTreeMap::new(),
             stale_copied: BTreeSet::new(),
             hints: BTreeMap::new(),
+            first_forged: BTreeMap::new(),
             colluders: BTreeSet::new(),
             order_keys: Vec::new(),
             colluded: BTreeSet::new(),
@@ -79,9 +87,57 @@ impl Adversary {
         }
     }
 
+    /// Replica `r`'s order key, if the adversary holds the replicas' order keys.
+    pub fn order_key(&self, r: ReplicaId) -> Option<&redoubt_crypto::pk::HolderSecrets> {
+        self.order_keys.get(r as usize)
+    }
+
     /// The replicas' order keys (firewall deployment).
     pub fn set_order_keys(&mut self, keys: Vec<redoubt_crypto::pk::HolderSecrets>) {
         self.order_keys = keys;
+    }
+
+    /// Leader `from`'s proposal with the rows of retired incarnations (of replicas that
+    /// recovered) made up to claim everything ([`FORGED_CLAIM`]), which pass unchecked in a proposal (second
+    /// review, G2), and its own row claiming as much, signed with its order key: 2f+1 rows
+    /// that, taken at their word, answer every challenge for good. `None`: fewer than 2f
+    /// replicas recovered.
+    fn forge_retired_rows(&self, from: ReplicaId, mut pp: PrePrepare) -> Option<Message> {
+        let m = pp.batch.matrix.as_ref()?;
+        let n = self.cfg.n() as usize;
+        let key = self.order_keys.get(from as usize)?;
+        // Far beyond anything a run pre-orders, yet not so far that a core cutting at the
+        // highest entry (mutant `cut-without-quorum`) allocates the range it would run.
+        let claim = |replica: ReplicaId, inc: u64| PoAru {
+            replica,
+            inc,
+            num: FORGED_CLAIM * n as u64,
+            aru: vec![FORGED_CLAIM; n],
+        };
+        let mut forged = (**m).clone();
+        let mut retired = 0;
+        for (j, row) in forged.rows.iter_mut().enumerate() {
+            let Some(inc) = row.as_ref().map(|r| r.row.inc) else {
+                continue;
+            };
+            if j == from as usize {
+                let own = claim(from, inc);
+                let sig = key.sign(&own.statement().0);
+                *row = Some(SignedPoAru { row: own, sig });
+            } else if inc > 0 {
+                *row = Some(SignedPoAru {
+                    row: claim(j as ReplicaId, inc - 1),
+                    sig: Default::default(),
+                });
+                retired += 1;
+            }
+        }
+        if retired < 2 * self.cfg.f as usize {
+            return None;
+        }
+        pp.batch.matrix = Some(std::sync::Arc::new(forged));
+        pp.digest = pp.batch.digest();
+        Some(Message::PrePrepare(pp))
     }
 
     /// Prime's lies (see [`Behavior::PrimeLiar`]); `None`: the honest message.
@@ -468,6 +524,30 @@ impl Adversary {
                 Message::PrePrepare(_) => {
                     let hold = self.cfg.view_change_timeout_ms * 8 / 10;
                     vec![(to, bytes.to_vec(), hold)]
+                }
+                _ => honest,
+            },
+            Behavior::RowForger => match msg {
+                // The first forged proposal of a view at once, the later ones held back as a
+                // slow leader's: once a backup stopped summarizing, Suspect-Leader no longer
+                // measures the leader.
+                Message::PrePrepare(pp) => {
+                    let (view, seq) = (pp.view, pp.seq);
+                    match self.forge_retired_rows(from, pp) {
+                        Some(lie) => {
+                            let first = *self.first_forged.entry((from, view)).or_insert(seq);
+                            while self.first_forged.len() > 64 {
+                                self.first_forged.pop_first();
+                            }
+                            let hold = if seq == first {
+                                0
+                            } else {
+                                self.cfg.view_change_timeout_ms * 4 / 10
+                            };
+                            vec![(to, self.seal(from, &lie, to), hold)]
+                        }
+                        None => honest,
+                    }
                 }
                 _ => honest,
             },

@@ -41,6 +41,7 @@ mod proactive;
 mod replay;
 mod secrets;
 mod setup;
+mod split;
 mod tamper;
 pub use frames::describe;
 use frames::{holder_secrets, is_new_key, new_session_keys, replica_keys};
@@ -85,6 +86,10 @@ enum Ev {
     Watchdog(ReplicaId),
     /// The adversary has the replica it holds sign and send a recovery request.
     Presign(ReplicaId),
+    /// Prime's split attack: the correct replica it waits for recovers proactively.
+    SplitRecover,
+    /// A correct replica's routine proactive recovery (`Scenario::routine_recoveries`).
+    RoutineRecovery(ReplicaId),
     /// The adversary forges a frame with keys it took from a compromised replica.
     Forge,
     /// Delivery of a forged frame made with keys frozen at `stolen_at` (ms).
@@ -328,6 +333,8 @@ pub struct World {
     delay: delay::DelayProbe,
     /// The join-rule check (`join.rs`).
     join: join::JoinCheck,
+    /// Prime's split attack (`Scenario::split`).
+    split: split::SplitState,
 }
 
 impl World {
@@ -387,6 +394,9 @@ impl World {
         }
         for t in self.sc.step_downs.clone() {
             self.schedule(t, Ev::StepDown);
+        }
+        for (r, t) in self.sc.routine_recoveries.clone() {
+            self.schedule(t, Ev::RoutineRecovery(r));
         }
         if let Some(p) = self.sc.proactive.clone() {
             let first = self.rng.random_range(0..self.sc.core.n());
@@ -474,6 +484,9 @@ impl World {
     }
 
     fn replica_send(&mut self, r: ReplicaId, to: Principal, bytes: Vec<u8>) {
+        if self.sc.split.is_some() && self.split_outgoing(r, to, &bytes) {
+            return;
+        }
         if self.sc.plant.is_some() && self.join_drops(r, &bytes) {
             return;
         }
@@ -541,6 +554,7 @@ impl World {
             }
             Event::Recovered(report) => {
                 self.stats.recoveries += 1;
+                self.split_recovered(r);
                 if let Some((w, at)) = self.awaiting_recovery {
                     if w == r {
                         self.awaiting_recovery = None;
@@ -839,6 +853,17 @@ impl World {
             Ev::Compromise(r) => self.compromise(r),
             Ev::Watchdog(r) => self.watchdog(r),
             Ev::Presign(r) => self.presign_recovery(r),
+            Ev::SplitRecover => self.split_recover(),
+            Ev::RoutineRecovery(r) => {
+                // One at a time, as a watchdog staggers them: a recovering replica counts
+                // against f like a faulty one.
+                let n = self.sc.core.n();
+                if (0..n).any(|x| x != r && self.replicas[x as usize].recovering()) {
+                    self.schedule(self.now + 500, Ev::RoutineRecovery(r));
+                } else {
+                    self.routine_recovery(r);
+                }
+            }
             Ev::Forge => {
                 self.forge();
                 let next = self.now + self.rng.random_range(20..150);

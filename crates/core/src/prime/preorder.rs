@@ -344,6 +344,13 @@ impl PreOrder {
         self.next_own = self.executed[self.me as usize] + 1;
     }
 
+    /// The `forget-own-acks` mutant: nothing of pre-ordering survives a recovery, not even
+    /// our own acknowledgements.
+    #[cfg(feature = "mutants")]
+    pub fn forget_own_acks(&mut self) {
+        self.slots.clear();
+    }
+
     /// A row we signed before, seen again (in an ordered matrix, after a restart): later rows
     /// never go below it.
     pub fn restore_row(&mut self, row: &PoAru) {

@@ -305,10 +305,17 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.executed_in_view = true;
             self.vc_timeout_ms = self.cfg.view_change_timeout_ms;
         }
+        // Under Prime the proposal's digest names a matrix, not what ran: the event names the
+        // requests its ordinal ran, so that two replicas running different versions of one
+        // PO-REQUEST differ in it (the simulator's agreement check, second review G1).
+        let ran = match batch {
+            Some(b) if self.cfg.prime() => b.digest(),
+            _ => digest,
+        };
         self.event(Event::Executed {
             seq,
             view: self.view,
-            digest,
+            digest: ran,
             requests: executed,
         });
         self.arm_request_timer();

@@ -76,6 +76,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             r.event(Event::StateCorrupt { pages: corrupt });
         }
         r.restore_view(records, h);
+        // Prime: Suspect-Leader measures the leader of the view the journal gave back, not
+        // of view 0 (its messages for another view count nowhere, and with a faulty replica
+        // a slow leader was then never replaced by 2f+1 suspicions).
+        r.prime_view(r.view, !r.normal);
         r.restore_log(records, h);
         // A watermark above the checkpoint the state holds: report it, and fetch it, again.
         if let Some(Record::Watermark { seq, digest }) = records

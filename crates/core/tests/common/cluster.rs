@@ -164,6 +164,7 @@ impl Builder {
                 (*c, node)
             })
             .collect();
+        let prime_keys = self.cfg.prime().then_some((orders, order_keys));
         Cluster {
             f: self.f,
             cfg: self.cfg,
@@ -181,6 +182,7 @@ impl Builder {
             stores,
             completions: Vec::new(),
             accepted: Vec::new(),
+            prime_keys,
         }
     }
 }
@@ -206,7 +208,14 @@ pub struct Cluster {
     completions: Vec<(ClientId, Completion)>,
     /// NEW-KEYs scripted nodes took: (receiver, (sender, outcome)).
     accepted: Vec<(Principal, KeyOutcome)>,
+    /// Prime: the replicas' public order keys and each one's own, given again at a restart.
+    prime_keys: Option<PrimeKeys>,
 }
+
+type PrimeKeys = (
+    std::sync::Arc<Vec<redoubt_crypto::pk::VerifyKey>>,
+    Vec<redoubt_crypto::pk::HolderSecrets>,
+);
 
 impl Cluster {
     /// A cluster tolerating `f` faults: by default every replica live, the default
@@ -317,8 +326,11 @@ impl Cluster {
         let cfg = self.cfg.clone();
         let (store, st) = fresh_store();
         self.stores[i as usize] = store;
-        let r = Replica::restore(cfg, i, keys, Svc::default(), st, records, true)
+        let mut r = Replica::restore(cfg, i, keys, Svc::default(), st, records, true)
             .expect("the journal restores");
+        if let Some((orders, order_keys)) = &self.prime_keys {
+            r = r.with_prime(orders.clone(), order_keys[i as usize].clone());
+        }
         self.replicas[i as usize] = Node::Live(Box::new(r));
         self.journals[i as usize] = records.to_vec();
     }

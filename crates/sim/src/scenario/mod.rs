@@ -136,6 +136,12 @@ pub enum Behavior {
     /// to a replica that drops it (second review, G7). Otherwise honest. Not in
     /// [`Behavior::ALL`].
     HintLiar,
+    /// Prime: as leader, puts rows of retired incarnations (of replicas that recovered),
+    /// made up to claim everything, into its proposals, which pass unchecked there (second
+    /// review, G2), and holds such proposals back like [`Behavior::Slow`]: a backup that
+    /// took the forged rows at their word stops summarizing and Suspect-Leader no longer
+    /// measures the leader. Otherwise honest. Not in [`Behavior::ALL`].
+    RowForger,
     /// As primary, from sequence number [`SLUGGISH_FROM`] on (once clients are under way),
     /// holds every pre-prepare back for 40% of the view-change timeout: slow by orders of
     /// magnitude, yet every request executes well within the backups' timers, so the timers
@@ -284,6 +290,21 @@ pub struct Proactive {
     pub first_ms: u64,
 }
 
+/// Prime's split attack (second review, G1; `world/split.rs`): the faulty `originator`
+/// keeps its PO-REQUEST of one number from `spare` (and the network keeps pre-ordering from
+/// the others from it), the correct `recovering` replica recovers proactively, and the
+/// originator then sends it and the spare a second version.
+#[derive(Clone, Debug)]
+pub struct Split {
+    pub originator: ReplicaId,
+    pub spare: ReplicaId,
+    pub recovering: ReplicaId,
+    /// The first PO-REQUEST the originator sends from then on is the attacked number (ms).
+    pub start_ms: u64,
+    /// The recovery starts this long after the first version went out (ms).
+    pub recover_after_ms: u64,
+}
+
 /// Messages the adversary makes while it holds a replica, sealed with that replica's keys
 /// of the moment, that are meant to outlive the compromise (proactive-recovery runs).
 #[derive(Clone, Debug)]
@@ -365,6 +386,10 @@ pub struct Scenario {
     pub proactive: Option<Proactive>,
     /// Planting by compromised replicas (proactive-recovery runs only).
     pub plant: Option<Plant>,
+    /// Prime: the split attack across a proactive recovery (off when `None`).
+    pub split: Option<Split>,
+    /// Correct replicas' routine proactive recoveries: (replica, time in ms).
+    pub routine_recoveries: Vec<(ReplicaId, u64)>,
     /// At each compromise the adversary also tampers with the replica's journal and page
     /// store, which the watchdog reboots it from (proactive-recovery runs only).
     pub tamper_disk: bool,
@@ -539,6 +564,73 @@ impl Scenario {
             self.think_ms = (0, self.think_ms.1.min(10));
             self.liveness_bound_ms += 60_000;
         }
+        // The split attack across a proactive recovery in a tenth of the seeds without
+        // proactive recovery (a stream of its own).
+        let mut g1 = ChaCha8Rng::seed_from_u64(self.seed ^ 0x6100_5eed);
+        if g1.random_bool(0.1) && self.proactive.is_none() {
+            self.split_across_recovery(&mut g1);
+        }
+        // In a fifth of the seeds with one faulty replica (f = 1), it forges rows of retired
+        // incarnations as leader, and two correct replicas recover proactively, one after the
+        // other, so that there are 2f of them (second review, G2; a stream of its own).
+        // Otherwise honest: a recovering replica counts against f like a faulty one, and with
+        // another faulty replica that lies in pre-ordering nothing is promised until the
+        // recovery completes.
+        let mut g2 = ChaCha8Rng::seed_from_u64(self.seed ^ 0x6200_5eed);
+        let one = self.byzantine.len() == 1 && self.core.f == 1;
+        if g2.random_bool(0.2) && one && self.split.is_none() && self.proactive.is_none() {
+            self.byzantine[0].1 = Behavior::RowForger;
+            let busy: Vec<ReplicaId> = self
+                .faulty()
+                .into_iter()
+                .chain(self.reboots.iter().map(|w| w.replica))
+                .chain(self.pauses.iter().map(|w| w.replica))
+                .chain(self.amnesia.iter().map(|w| w.replica))
+                .collect();
+            let mut free: Vec<ReplicaId> =
+                (0..self.core.n()).filter(|r| !busy.contains(r)).collect();
+            shuffle(&mut g2, &mut free);
+            let mut at = g2.random_range(300..2000);
+            for r in free.into_iter().take(2 * self.core.f as usize) {
+                self.routine_recoveries.push((r, at));
+                at += g2.random_range(2000..4000);
+            }
+            // Clients busy long after the second recovery: the forger leads some view then,
+            // and the bounded-delay check (`--bounded-delay`) has updates to measure.
+            self.ops_per_client = self.ops_per_client.max(200);
+            self.think_ms = (0, self.think_ms.1.min(10));
+            self.liveness_bound_ms = self.liveness_bound_ms.max(at + 120_000);
+        }
+    }
+
+    /// Prime's split attack ([`Split`]) in seeds with f = 1 and no faulty replica: the
+    /// originator is the faulty one, with a faulty client; the network heals after the
+    /// attack had time to play out.
+    fn split_across_recovery(&mut self, rng: &mut ChaCha8Rng) {
+        // With f = 1 the spare and the recovered replica make 2f+1 with the originator.
+        if self.core.f != 1 || !self.faulty().is_empty() {
+            return;
+        }
+        let mut free: Vec<ReplicaId> = (0..self.core.n()).collect();
+        shuffle(rng, &mut free);
+        let (originator, spare, recovering) = (free[0], free[1], free[2]);
+        self.byzantine.push((originator, Behavior::Honest));
+        // The faulty client whose two writes the originator puts under one number.
+        self.byz_clients.push(ClientAttack::Replay);
+        let start_ms = rng.random_range(200..1500);
+        self.split = Some(Split {
+            originator,
+            spare,
+            recovering,
+            start_ms,
+            recover_after_ms: rng.random_range(50..500),
+        });
+        // No partition, pause or reboot of the three in the attack's way.
+        self.partitions.clear();
+        self.pauses.clear();
+        self.reboots.clear();
+        self.heal_ms = self.heal_ms.max(start_ms + 6000);
+        self.ops_per_client = self.ops_per_client.max(60);
     }
 
     /// A fault-free baseline with f = 1.
@@ -591,6 +683,8 @@ impl Scenario {
             views_settled_ms: None,
             proactive: None,
             plant: None,
+            split: None,
+            routine_recoveries: Vec::new(),
             tamper_disk: false,
             replay_new_keys: false,
             presign_recovery: false,

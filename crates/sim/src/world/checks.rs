@@ -335,7 +335,13 @@ const PRIME_SETTLE_MS: u64 = 3000;
 /// The latency a correct client's update may take after stabilisation in a Prime run (ms):
 /// thirty worst-case one-way delays (the request, pre-ordering, the summary, the three
 /// ordering phases and the reply, with room for a retransmission and a view change to a
-/// correct leader) plus two proposal periods.
+/// correct leader) plus two proposal periods. A worst-case delay between correct replicas
+/// includes what a replica slow to hear its peers adds (`Scenario::slow_inbound`): Prime's
+/// promise is for timely links between the stable servers, and a correct replica that hears
+/// its peers late for the whole run is one of the 2f+1 whenever f replicas are faulty.
 pub(super) fn prime_delay_bound(sc: &crate::scenario::Scenario) -> u64 {
-    30 * sc.delay_ms.1 + 4 * sc.core.prime_proposal_period_ms + 2 * sc.core.status_interval_ms
+    let slow = sc.slow_inbound.iter().map(|(_, ms)| *ms).max().unwrap_or(0);
+    30 * (sc.delay_ms.1 + slow)
+        + 4 * sc.core.prime_proposal_period_ms
+        + 2 * sc.core.status_interval_ms
 }

@@ -9,7 +9,8 @@
 //! the replica judged on its own and moved one view on: the NEW-VIEW it got does not follow
 //! from its view changes, Suspect-Leader convicted the leader (Prime), or the frame is the
 //! VIEW-CHANGE of the primary of its view handing over (a faulty primary may step down).
-//! Starts on a timer, an operator's step-down, a reboot or a recovery are the replica's own.
+//! Starts on a timer, an operator's step-down, a reboot or a recovery (the view it estimates
+//! from its peers' answers, while it recovers) are the replica's own.
 //!
 //! Off under proactive recovery: there the adversary forges frames with keys it took from
 //! replicas that are correct again, so "the correct replicas' view changes" are not the
@@ -27,6 +28,8 @@ pub(super) struct JoinStep {
     pub(super) normal: bool,
     /// The replica judged the leader or the new primary faulty during the step.
     pub(super) own_judgement: bool,
+    /// The replica was recovering: the view it moves to is its estimate of the others'.
+    pub(super) recovering: bool,
 }
 
 /// The join-rule check's memory.
@@ -63,6 +66,7 @@ impl World {
             view: rep.view(),
             normal: rep.is_normal(),
             own_judgement: false,
+            recovering: rep.recovering(),
         });
     }
 
@@ -118,7 +122,7 @@ impl World {
             .asked
             .iter()
             .any(|(c, w)| *c != s.replica && *w >= v && self.join_correct(*c));
-        if own || step_down || asked {
+        if own || step_down || asked || s.recovering {
             return;
         }
         self.join.reported = true;

@@ -20,7 +20,7 @@ impl World {
         }
         self.capture_new_key(from, &bytes);
         self.capture_latest_new_key(from, &bytes);
-        if self.partitioned(from, to) {
+        if self.partitioned(from, to) || self.split_cut(from, to, &bytes) {
             return;
         }
         // The adversary's cut lets NEW-KEYs through, so that a replica cut off while it

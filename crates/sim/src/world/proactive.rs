@@ -247,4 +247,22 @@ impl World {
         }
         self.replica_effects(to, eff);
     }
+
+    /// A correct replica's routine proactive recovery: the watchdog reboots it and it
+    /// recovers (a new incarnation: its old order key retires). `false` if it was not
+    /// running.
+    pub(super) fn routine_recovery(&mut self, r: ReplicaId) -> bool {
+        if self.up[r as usize] != Up::Running {
+            return false;
+        }
+        self.log(|| format!("r{r} routine proactive recovery"));
+        self.handle(Ev::Reboot(r));
+        if self.up[r as usize] != Up::Running {
+            return false;
+        }
+        let env = self.replica_env(r);
+        let eff = self.replicas[r as usize].handle(env, Input::Recover);
+        self.replica_effects(r, eff);
+        true
+    }
 }

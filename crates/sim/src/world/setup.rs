@@ -156,6 +156,7 @@ impl World {
             checker,
             trace_on: trace,
             trace: Vec::new(),
+            split: Default::default(),
             stats: RunStats {
                 settle_ms: sc.settle_ms(),
                 ..RunStats::default()

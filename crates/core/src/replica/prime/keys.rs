@@ -188,8 +188,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// A recovery starts here: what the journal gave back of pre-ordering is not trusted.
     pub(in crate::replica) fn prime_forget(&mut self) {
+        let forget_own = self.mutant("forget-own-acks");
         if let Some(p) = self.prime.as_mut() {
             p.po.forget_all();
+            #[cfg(feature = "mutants")]
+            if forget_own {
+                p.po.forget_own_acks();
+            }
+            let _ = forget_own;
             p.row = None;
         }
     }
