@@ -11,22 +11,19 @@ use redoubt_core::message::{
     decode_body, decode_frame, Batch, Commit, Message, NewView, PEntry, PrePrepare, Prepare,
     QEntry, Request, SignedRequest, StateItem, ViewChange, NULL_DIGEST,
 };
-use redoubt_core::prime::matrix::{PoAru, SignedPoAru};
-use redoubt_core::prime::suspect::SuspectMsg;
 use redoubt_core::seal::seal;
 use redoubt_core::viewchange::{self, Broken};
 use redoubt_core::{Config, Principal, ReplicaId};
 use redoubt_crypto::Digest;
 use std::collections::{BTreeMap, BTreeSet};
 
+mod prime;
+
 /// One frame to put on the network: receiver, bytes, extra delay (ms).
 pub type Out = (ReplicaOrClient, Vec<u8>, u64);
 
 /// A network destination.
 pub type ReplicaOrClient = Principal;
-
-/// What a `RowForger` leader's made-up rows claim in every column.
-const FORGED_CLAIM: u64 = 100_000;
 
 pub struct Adversary {
     cfg: Config,
@@ -95,105 +92,6 @@ impl Adversary {
     /// The replicas' order keys (firewall deployment).
     pub fn set_order_keys(&mut self, keys: Vec<redoubt_crypto::pk::HolderSecrets>) {
         self.order_keys = keys;
-    }
-
-    /// Leader `from`'s proposal with the rows of retired incarnations (of replicas that
-    /// recovered) made up to claim everything ([`FORGED_CLAIM`]), which pass unchecked in a proposal (second
-    /// review, G2), and its own row claiming as much, signed with its order key: 2f+1 rows
-    /// that, taken at their word, answer every challenge for good. `None`: fewer than 2f
-    /// replicas recovered.
-    fn forge_retired_rows(&self, from: ReplicaId, mut pp: PrePrepare) -> Option<Message> {
-        let m = pp.batch.matrix.as_ref()?;
-        let n = self.cfg.n() as usize;
-        let key = self.order_keys.get(from as usize)?;
-        // Far beyond anything a run pre-orders, yet not so far that a core cutting at the
-        // highest entry (mutant `cut-without-quorum`) allocates the range it would run.
-        let claim = |replica: ReplicaId, inc: u64| PoAru {
-            replica,
-            inc,
-            num: FORGED_CLAIM * n as u64,
-            aru: vec![FORGED_CLAIM; n],
-        };
-        let mut forged = (**m).clone();
-        let mut retired = 0;
-        for (j, row) in forged.rows.iter_mut().enumerate() {
-            let Some(inc) = row.as_ref().map(|r| r.row.inc) else {
-                continue;
-            };
-            if j == from as usize {
-                let own = claim(from, inc);
-                let sig = key.sign(&own.statement().0);
-                *row = Some(SignedPoAru { row: own, sig });
-            } else if inc > 0 {
-                *row = Some(SignedPoAru {
-                    row: claim(j as ReplicaId, inc - 1),
-                    sig: Default::default(),
-                });
-                retired += 1;
-            }
-        }
-        if retired < 2 * self.cfg.f as usize {
-            return None;
-        }
-        pp.batch.matrix = Some(std::sync::Arc::new(forged));
-        pp.digest = pp.batch.digest();
-        Some(Message::PrePrepare(pp))
-    }
-
-    /// Prime's lies (see [`Behavior::PrimeLiar`]); `None`: the honest message.
-    fn prime_lie(
-        &mut self,
-        rng: &mut ChaCha8Rng,
-        from: ReplicaId,
-        to: Principal,
-        msg: Message,
-    ) -> Option<Vec<Out>> {
-        let lie = match msg {
-            Message::PoRequest(po) => {
-                let Principal::Replica(r) = to else {
-                    return None;
-                };
-                if r % 2 == 0 || po.requests.is_empty() {
-                    return None;
-                }
-                let mut other = (*po).clone();
-                other.requests.pop();
-                Message::PoRequest(std::sync::Arc::new(other))
-            }
-            Message::PoAck(mut ack) => {
-                for p in ack.parts.iter_mut() {
-                    if rng.random_bool(0.5) {
-                        p.digest = Digest(rng.random());
-                    }
-                }
-                Message::PoAck(ack)
-            }
-            Message::PoAru(mut row) => {
-                let key = self.order_keys.get(from as usize)?;
-                for x in row.row.aru.iter_mut() {
-                    *x += 1 + self.cfg.prime_window;
-                }
-                row.row.num = row.row.aru.iter().sum();
-                row.sig = key.sign(&row.row.statement().0);
-                Message::PoAru(row)
-            }
-            // Suspect-Leader: frame the leader (a huge turnaround), tighten the bound (an
-            // alpha of 0), skew peers' round trips either way, and never answer a ping.
-            Message::Suspicion(mut sus) => {
-                match &mut sus.msg {
-                    SuspectMsg::TatMeasure { max_tat_ms, .. } => *max_tat_ms = 60_000,
-                    SuspectMsg::TatUb { alpha_ms, .. } => *alpha_ms = 0,
-                    SuspectMsg::RttMeasure { rtt_ms, .. } => {
-                        *rtt_ms = if rng.random_bool(0.5) { 0 } else { 60_000 }
-                    }
-                    SuspectMsg::Pong { .. } => return Some(vec![]),
-                    SuspectMsg::Ping { .. } => return None,
-                }
-                Message::Suspicion(sus)
-            }
-            _ => return None,
-        };
-        Some(vec![(to, self.seal(from, &lie, to), 0)])
     }
 
     /// The faulty clients the faulty replicas collude with.

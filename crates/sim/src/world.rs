@@ -854,16 +854,7 @@ impl World {
             Ev::Watchdog(r) => self.watchdog(r),
             Ev::Presign(r) => self.presign_recovery(r),
             Ev::SplitRecover => self.split_recover(),
-            Ev::RoutineRecovery(r) => {
-                // One at a time, as a watchdog staggers them: a recovering replica counts
-                // against f like a faulty one.
-                let n = self.sc.core.n();
-                if (0..n).any(|x| x != r && self.replicas[x as usize].recovering()) {
-                    self.schedule(self.now + 500, Ev::RoutineRecovery(r));
-                } else {
-                    self.routine_recovery(r);
-                }
-            }
+            Ev::RoutineRecovery(r) => self.routine_recovery_in_turn(r),
             Ev::Forge => {
                 self.forge();
                 let next = self.now + self.rng.random_range(20..150);

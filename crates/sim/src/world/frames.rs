@@ -4,6 +4,13 @@
 use super::*;
 use redoubt_crypto::body::ExecutorSecret;
 
+/// The message a frame carries, if it decodes.
+pub(super) fn message_of(bytes: &[u8]) -> Option<Message> {
+    decode_frame(bytes, usize::MAX)
+        .ok()
+        .and_then(|f| decode_body(&f.body).ok())
+}
+
 /// Whether a frame carries a NEW-KEY (looked up without decoding the body: its first byte is
 /// the message's variant index).
 pub(super) fn is_new_key(bytes: &[u8]) -> bool {

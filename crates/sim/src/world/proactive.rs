@@ -106,15 +106,12 @@ impl World {
         self.tamper_disk(r);
         self.log(|| format!("r{r} WATCHDOG: reboot and recover"));
         self.plant_on_watchdog(r);
-        self.handle(Ev::Reboot(r));
-        if self.up[r as usize] != Up::Running {
+        if !self.watchdog_reboot(r) {
             return;
         }
         self.unscrubbed.remove(&r);
         self.awaiting_recovery = Some((r, self.now));
-        let env = self.replica_env(r);
-        let eff = self.replicas[r as usize].handle(env, Input::Recover);
-        self.replica_effects(r, eff);
+        self.start_recovery(r);
     }
 
     /// Forges a frame with stolen keys: as the compromised replica to another, or as another
@@ -248,21 +245,39 @@ impl World {
         self.replica_effects(to, eff);
     }
 
-    /// A correct replica's routine proactive recovery: the watchdog reboots it and it
-    /// recovers (a new incarnation: its old order key retires). `false` if it was not
-    /// running.
-    pub(super) fn routine_recovery(&mut self, r: ReplicaId) -> bool {
-        if self.up[r as usize] != Up::Running {
-            return false;
+    /// A correct replica's routine proactive recovery (`Scenario::routine_recoveries`), one
+    /// at a time as a watchdog staggers them (a recovering replica counts against f like a
+    /// faulty one): while another replica recovers, it waits.
+    pub(super) fn routine_recovery_in_turn(&mut self, r: ReplicaId) {
+        let n = self.sc.core.n();
+        if (0..n).any(|x| x != r && self.replicas[x as usize].recovering()) {
+            self.schedule(self.now + 500, Ev::RoutineRecovery(r));
+            return;
         }
-        self.log(|| format!("r{r} routine proactive recovery"));
+        if self.up[r as usize] == Up::Running {
+            self.log(|| format!("r{r} routine proactive recovery"));
+            self.reboot_and_recover(r);
+        }
+    }
+
+    /// The watchdog reboots replica `r` and it recovers (a new incarnation: its old order
+    /// key retires).
+    pub(super) fn reboot_and_recover(&mut self, r: ReplicaId) {
+        if self.watchdog_reboot(r) {
+            self.start_recovery(r);
+        }
+    }
+
+    /// The watchdog reboots replica `r`: whether it is running after the reboot.
+    fn watchdog_reboot(&mut self, r: ReplicaId) -> bool {
         self.handle(Ev::Reboot(r));
-        if self.up[r as usize] != Up::Running {
-            return false;
-        }
+        self.up[r as usize] == Up::Running
+    }
+
+    /// Replica `r` starts its recovery.
+    fn start_recovery(&mut self, r: ReplicaId) {
         let env = self.replica_env(r);
         let eff = self.replicas[r as usize].handle(env, Input::Recover);
         self.replica_effects(r, eff);
-        true
     }
 }

@@ -10,6 +10,7 @@
 //! replica for v1, and the rows of the correct replicas make (o, s) eligible, so that correct
 //! replicas execute different writes (the agreement check). Correct code refuses v2 at r.
 
+use super::frames::message_of;
 use super::*;
 use crate::scenario::Split;
 use redoubt_core::message::{AckPart, PoAck, PoRequest, SignedPoAru};
@@ -41,10 +42,7 @@ impl World {
         if r != plan.originator || self.now < plan.start_ms {
             return false;
         }
-        let Some(msg) = decode_frame(bytes, usize::MAX)
-            .ok()
-            .and_then(|f| decode_body(&f.body).ok())
-        else {
+        let Some(msg) = message_of(bytes) else {
             return false;
         };
         let spare = Principal::Replica(plan.spare);
@@ -196,10 +194,7 @@ impl World {
         if a == o || (b != plan.spare && b != plan.recovering) {
             return false;
         }
-        let Some(msg) = decode_frame(bytes, usize::MAX)
-            .ok()
-            .and_then(|f| decode_body(&f.body).ok())
-        else {
+        let Some(msg) = message_of(bytes) else {
             return false;
         };
         match msg {
@@ -228,7 +223,7 @@ impl World {
         }
         self.log(|| format!("r{r} SPLIT: between the two versions"));
         self.split.recovering = true;
-        self.routine_recovery(r);
+        self.reboot_and_recover(r);
     }
 
     /// Replica `r` finished a recovery: if it is the attack's, the second version goes out.
