@@ -90,6 +90,11 @@ struct Args {
     /// Stop after this many failures (useful with mutants).
     #[arg(long)]
     stop_after: Option<u64>,
+    /// Print one line per seed on stdout: its verdict and every figure of its run. Two
+    /// builds whose lines are identical (sorted by seed) behaved alike on those seeds; a
+    /// refactoring of the core is checked that way.
+    #[arg(long)]
+    per_seed: bool,
 }
 
 impl Args {
@@ -274,6 +279,10 @@ fn main() -> ExitCode {
         args.stop_after,
         |out| {
             let d = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            if args.per_seed {
+                let verdict = out.violations.first().map_or("passed", String::as_str);
+                println!("seed {} {}: {:?}", out.seed, verdict, out.stats);
+            }
             if !out.passed() {
                 eprintln!("seed {} FAILED: {}", out.seed, out.violations[0]);
             }
