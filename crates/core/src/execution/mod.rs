@@ -12,10 +12,12 @@
 //! entry per client that ever had a request executed (client ids are configured); at most one
 //! batch is tentative.
 
+mod batch;
 mod fetch;
 mod replies;
 mod serve;
 mod sessions;
+pub(crate) use batch::Step;
 pub(crate) use fetch::{Answered, Due, Finished};
 pub(crate) use replies::{aux_digest, LastReply};
 pub(crate) use serve::{Refused, ServeLimits};
@@ -264,21 +266,21 @@ impl<S: Service> Execution<S> {
 
     /// Starts running a batch proposed at `proposed_ms`: returns the agreed clock for it
     /// (strictly after the previous batch's).
-    pub(crate) fn start_batch(&mut self, proposed_ms: u64) -> u64 {
+    fn start_batch(&mut self, proposed_ms: u64) -> u64 {
         let time_ms = proposed_ms.max(self.last_time_ms + 1);
         self.last_time_ms = time_ms;
         time_ms
     }
 
     /// Whether client `c`'s request `ts` ran already (exactly once).
-    pub(crate) fn ran(&self, c: ClientId, ts: u64) -> bool {
+    fn ran(&self, c: ClientId, ts: u64) -> bool {
         self.clients.get(&c).is_some_and(|l| l.timestamp >= ts)
     }
 
     /// Runs one request against the service: its operation opened and its result sealed
     /// when bodies are sealed (an operation that does not open gets a refusal, identical at
     /// every executor, and does not run).
-    pub(crate) fn run(&mut self, req: &Request, ctx: &ExecContext) -> Vec<u8> {
+    fn run(&mut self, req: &Request, ctx: &ExecContext) -> Vec<u8> {
         match self.sessions.open(req) {
             Ok(op) => {
                 let result = self.service.execute(&mut self.state, &op, ctx);
@@ -550,7 +552,7 @@ impl<S: Service> Execution<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::NonDet;
+    use crate::message::{NonDet, SignedRequest};
     use redoubt_state::{Geometry, MemStore, StateRead, StateWrite};
 
     /// Adds each operation's first byte to a counter at offset 0 and returns the new value.
@@ -807,6 +809,95 @@ mod tests {
         assert!(b.ran(7, 116) && !b.ran(7, 117));
         assert_eq!(b.last_executed(), 16);
         assert_eq!(b.transfer_target(), None);
+    }
+
+    // ----- running a batch, request by request (batch.rs) ----------------------------------
+
+    fn batch_of(requests: Vec<(ClientId, u64, u8)>) -> Batch {
+        Batch {
+            nondet: NonDet {
+                time_ms: 40,
+                seed: 9,
+            },
+            requests: requests
+                .into_iter()
+                .map(|(c, ts, add)| SignedRequest {
+                    request: op(c, ts, vec![add]),
+                    auth: Arc::from(Vec::new()),
+                    sig: None,
+                })
+                .collect(),
+            matrix: None,
+        }
+    }
+
+    fn steps(e: &mut Execution<Counter>, b: &Batch, runs: bool) -> Vec<String> {
+        let mut run = e.begin_batch(3, b, runs);
+        let mut out = Vec::new();
+        while let Some(step) = e.next_request(&mut run, b, |c| c == 99) {
+            out.push(match step {
+                Step::Ran { index } => format!("ran {index}"),
+                Step::Again { index } => format!("again {index}"),
+                Step::Reserved { index, ctx } => {
+                    assert_eq!((ctx.seq, ctx.time_ms, ctx.index), (3, 40, index as u64));
+                    let r = &b.requests[index].request;
+                    e.record(
+                        r.client,
+                        LastReply {
+                            timestamp: r.timestamp,
+                            result: vec![1],
+                        },
+                    );
+                    format!("reserved {index}")
+                }
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn each_request_runs_once_in_order_and_reserved_ones_go_to_the_caller() {
+        let mut e = exec();
+        // Client 7's request 5 twice in one batch (a faulty primary's), an older one of
+        // client 7 after it, a reserved client's request twice.
+        let b = batch_of(vec![
+            (7, 5, 2),
+            (99, 1, 0),
+            (7, 5, 2),
+            (7, 4, 3),
+            (99, 1, 0),
+            (8, 1, 1),
+        ]);
+        assert_eq!(
+            steps(&mut e, &b, true),
+            [
+                "ran 0",
+                "reserved 1",
+                "again 2",
+                "again 3",
+                "again 4",
+                "ran 5"
+            ]
+        );
+        assert_eq!(value(&e), 3, "2 and 1 added, each once");
+        assert_eq!(e.last_reply(99).map(|l| l.result.clone()), Some(vec![1]));
+        // The next batch runs later on the agreed clock, and nothing in it twice.
+        assert_eq!(
+            steps(&mut e, &b, true),
+            ["again 0", "again 1", "again 2", "again 3", "again 4", "again 5"]
+        );
+    }
+
+    #[test]
+    fn a_batch_only_ordered_here_is_recorded_not_run() {
+        let mut e = exec();
+        let b = batch_of(vec![(7, 5, 2)]);
+        assert_eq!(steps(&mut e, &b, false), ["ran 0"]);
+        assert_eq!(value(&e), 0, "the service did not run");
+        assert_eq!(
+            e.last_reply(7).map(|l| (l.timestamp, l.result.len())),
+            Some((5, 0))
+        );
     }
 
     impl Execution<Counter> {

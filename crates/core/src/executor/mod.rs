@@ -36,12 +36,12 @@ mod signed_votes;
 mod transfer;
 
 use crate::effect::{Bytes, Effect, Env, Event};
-use crate::execution::{Execution, LastReply};
+use crate::execution::{Execution, Step};
 use crate::keys::{Accepted, KeyTable, NewKey};
 use crate::message::*;
 use crate::replica::Input;
 use crate::seal::{open, seal};
-use crate::service::{ExecContext, Service};
+use crate::service::Service;
 use crate::types::{ClientId, Config, ExecutorId, FilterId, Principal, ReplicaId, Seq};
 use orders::{CertifiedBatch, Orders, Refused};
 use redoubt_crypto::Digest;
@@ -619,68 +619,40 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         let mut executed = Vec::new();
         let mut bundle = Vec::new();
         if let Some(b) = &cert.batch {
-            let time_ms = self.exec.start_batch(b.nondet.time_ms);
-            for (i, r) in b.requests.iter().enumerate() {
-                let req = &r.request;
-                let c = req.client;
-                // Recovery requests concern the agreement nodes' keys only; a request that
-                // ran already is not run again (exactly once).
-                if recovery_replica(c).is_some() {
-                    continue;
-                }
-                if self.exec.ran(c, req.timestamp) {
-                    // Ordered again (its client asked again): behind a firewall its reply
-                    // goes into this batch's bundle again, the only way back (Yin et al.
-                    // §3.2.1: a fresh reply with the new sequence number).
-                    if self.firewall.is_some() {
-                        if let Some(last) = self
-                            .exec
-                            .last_reply(c)
-                            .filter(|l| l.timestamp == req.timestamp)
-                        {
-                            bundle.push(ReplyEntry {
-                                client: c,
-                                timestamp: req.timestamp,
-                                result: last.result.clone(),
-                            });
-                        }
-                    }
-                    continue;
-                }
-                let ctx = ExecContext {
-                    seq,
-                    client: c,
-                    time_ms,
-                    batch_seed: b.nondet.seed,
-                    index: i as u64,
+            // Recovery requests concern the agreement nodes' keys only: they do not run here.
+            let mut run = self.exec.begin_batch(seq, b, true);
+            while let Some(step) = self
+                .exec
+                .next_request(&mut run, b, |c| recovery_replica(c).is_some())
+            {
+                let (index, fresh) = match step {
+                    Step::Reserved { .. } => continue,
+                    Step::Again { index } => (index, false),
+                    Step::Ran { index } => (index, true),
                 };
-                let result = self.exec.run(req, &ctx);
-                executed.push((c, req.timestamp));
+                let req = &b.requests[index].request;
+                let (c, ts) = (req.client, req.timestamp);
+                let last = self.exec.last_reply(c).filter(|l| l.timestamp == ts);
                 if self.firewall.is_some() {
-                    bundle.push(ReplyEntry {
-                        client: c,
-                        timestamp: req.timestamp,
-                        result: result.clone(),
-                    });
-                    self.exec.record(
-                        c,
-                        LastReply {
-                            timestamp: req.timestamp,
-                            result,
-                        },
-                    );
-                    continue;
+                    // Behind a firewall a reply goes into this batch's bundle, the only way
+                    // back; one that ran before (its client asked again) goes in again (Yin
+                    // et al. §3.2.1: a fresh reply with the new sequence number).
+                    if let Some(last) = last {
+                        bundle.push(ReplyEntry {
+                            client: c,
+                            timestamp: ts,
+                            result: last.result.clone(),
+                        });
+                    }
+                } else if fresh {
+                    let result = &last.expect("just recorded").result;
+                    let reply = self.reply(c, ts, result, cert.view);
+                    let via = designated_replier(c, ts, self.cfg.n());
+                    self.send_reply(c, &reply, via);
                 }
-                let reply = self.reply(c, req.timestamp, &result, cert.view);
-                self.exec.record(
-                    c,
-                    LastReply {
-                        timestamp: req.timestamp,
-                        result,
-                    },
-                );
-                let via = designated_replier(c, req.timestamp, self.cfg.n());
-                self.send_reply(c, &reply, via);
+                if fresh {
+                    executed.push((c, ts));
+                }
             }
             self.stats.bodies_refused = self.exec.bodies_refused();
         }

@@ -227,48 +227,48 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn apply(&mut self, seq: Seq, b: &Batch, tentative: bool) -> Vec<(ClientId, u64)> {
         let mut executed = Vec::new();
         let quiet = self.quiet_for(b.requests.len());
-        let time_ms = self.exec.start_batch(b.nondet.time_ms);
-        for (i, r) in b.requests.iter().enumerate() {
-            let req = &r.request;
-            let c = req.client;
-            if self.exec.ran(c, req.timestamp) {
-                continue; // exactly once
-            }
-            let ctx = ExecContext {
-                seq,
-                client: c,
-                time_ms,
-                batch_seed: b.nondet.seed,
-                index: i as u64,
-            };
-            let separated = self.cfg.separated();
-            let result = match recovery::recovery_of(req.client, self.cfg.n()) {
-                Some(r) => {
+        // Separated: the execution nodes run the requests and answer; here they are only
+        // ordered (and recorded, exactly once).
+        let separated = self.cfg.separated();
+        let n = self.cfg.n();
+        let mut run = self.exec.begin_batch(seq, b, !separated);
+        while let Some(step) = self
+            .exec
+            .next_request(&mut run, b, |c| recovery::recovery_of(c, n).is_some())
+        {
+            let index = match step {
+                Step::Again { .. } => continue, // exactly once
+                Step::Ran { index } => index,
+                Step::Reserved { index, ctx } => {
+                    let req = &b.requests[index].request;
+                    let r = recovery::recovery_of(req.client, n).expect("reserved");
                     let op = postcard::from_bytes::<RecoveryOp>(&req.op).ok();
-                    self.execute_recovery(r, op, req.timestamp, seq, time_ms)
+                    let result = self.execute_recovery(r, op, req.timestamp, seq, ctx.time_ms);
+                    self.exec.record(
+                        req.client,
+                        LastReply {
+                            timestamp: req.timestamp,
+                            result,
+                        },
+                    );
+                    index
                 }
-                // Separated: the execution nodes run it and answer; here it is only ordered.
-                None if separated => Vec::new(),
-                None => self.exec.run(req, &ctx),
             };
             self.stats.bodies_refused = self.exec.bodies_refused();
-            executed.push((c, req.timestamp));
-            let last = LastReply {
-                timestamp: req.timestamp,
-                result,
-            };
+            let req = &b.requests[index].request;
+            let (c, ts) = (req.client, req.timestamp);
+            executed.push((c, ts));
             if self.replaying {
-                self.exec.record(c, last);
                 continue;
             }
             let to = self.requester(c);
             if separated && matches!(to, Principal::Client(_)) {
-                self.exec.record(c, last);
                 continue;
             }
-            let reply = (!(quiet && matches!(to, Principal::Client(_))))
-                .then(|| self.reply(c, req.timestamp, &last.result, tentative));
-            self.exec.record(c, last);
+            let reply = (!(quiet && matches!(to, Principal::Client(_)))).then(|| {
+                let result = &self.exec.last_reply(c).expect("just recorded").result;
+                self.reply(c, ts, result, tentative)
+            });
             match (to, reply) {
                 (_, None) => {} // a quiet primary: the backups answer
                 (Principal::Replica(r), Some(Message::Reply(m))) if r == self.id => {

@@ -31,7 +31,7 @@ use crate::agreement::vcstore::{Stored, ViewChangeStore, ACKS_PER_ACKER_MAX};
 use crate::auth::Auth;
 use crate::effect::{Bytes, Effect, Env, Event, RecoveryReport};
 use crate::execution::{
-    Answered, Due, Execution, Finished, LastReply, Refused, ServeLimits, Undone,
+    Answered, Due, Execution, Finished, LastReply, Refused, ServeLimits, Step, Undone,
 };
 use crate::journal::Record;
 use crate::keys::KeyTable;
@@ -40,7 +40,7 @@ use crate::message::*;
 use crate::preopen::{Head, Preopened};
 use crate::quorum;
 use crate::seal::{seal, verify_request};
-use crate::service::{ExecContext, Service};
+use crate::service::Service;
 use crate::transfer::checkpoint_digest_of;
 use crate::types::{ClientId, Config, FilterId, Principal, ReplicaId, Seq, View};
 use crate::viewchange::{self, Pending, SlotSummary};
