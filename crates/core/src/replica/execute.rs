@@ -78,7 +78,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             || self.cfg.separated()
             || self.exec.tentative().is_some()
             || self.replaying
-            || !self.normal
+            || !self.views.normal
             || self.recovery.is_some()
             || self.exec.transfer_target().is_some()
         {
@@ -301,9 +301,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.primary_progress_ms = self.now();
         self.stats.batches_executed += 1;
         self.stats.requests_executed += executed.len() as u64;
-        if !executed.is_empty() && !self.executed_in_view {
-            self.executed_in_view = true;
-            self.vc_timeout_ms = self.cfg.view_change_timeout_ms;
+        if !executed.is_empty() {
+            self.views.timer.executed();
         }
         // Under Prime the proposal's digest names a matrix, not what ran: the event names the
         // requests its ordinal ran, so that two replicas running different versions of one
@@ -314,7 +313,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         };
         self.event(Event::Executed {
             seq,
-            view: self.view,
+            view: self.views.view,
             digest: ran,
             requests: executed,
         });
@@ -419,7 +418,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.exec.forget_executed_through(seq);
         self.exec.forget_checkpoints_below(seq);
         self.ckpt_votes.forget_through(seq);
-        self.claims.forget_through(seq);
+        self.views.claims.forget_through(seq);
         if self.next_seq <= seq {
             self.next_seq = seq + 1;
         }
@@ -434,7 +433,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return Vec::new();
         }
         // And those of the doubted slots, which join Q once their requests verify.
-        let ds: BTreeSet<Digest> = self.claims.digests().collect();
+        let ds: BTreeSet<Digest> = self.views.claims.digests().collect();
         ds.iter()
             .filter_map(|d| self.batches.get(d).map(|b| (**b).clone()))
             .collect()
@@ -491,8 +490,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn gc_batches(&mut self) {
         let mut keep: BTreeSet<Digest> = BTreeSet::new();
         keep.extend(self.log.values().filter_map(|s| s.pp));
-        keep.extend(self.claims.digests());
-        for nv in self.pending_nv.iter() {
+        keep.extend(self.views.claims.digests());
+        for nv in self.views.pending_nv.iter() {
             keep.extend(nv.chosen.iter().copied());
         }
         self.batches.retain(|d, _| keep.contains(d));

@@ -23,11 +23,9 @@
 //! most one request per known client, and view-change bookkeeping is bounded per replica.
 
 use crate::agreement::certificates::CheckpointVotes;
-use crate::agreement::claims::Claims;
 use crate::agreement::log::{Slot, SlotLog};
 use crate::agreement::pool::{Pick, RequestPool, Waiting};
-use crate::agreement::reports::ViewReports;
-use crate::agreement::vcstore::{Stored, ViewChangeStore, ACKS_PER_ACKER_MAX};
+use crate::agreement::vcstore::{Stored, ACKS_PER_ACKER_MAX};
 use crate::auth::Auth;
 use crate::effect::{Bytes, Effect, Env, Event, RecoveryReport};
 use crate::execution::{
@@ -63,6 +61,7 @@ mod state_transfer;
 mod status;
 mod suspects;
 mod view_change;
+mod views;
 
 pub use footprint::{Footprint, PrimeFootprint};
 
@@ -205,43 +204,15 @@ pub struct Replica<S: Service, A: KeyTable> {
     effects: Vec<Effect>,
     pub stats: Stats,
 
-    // Views.
-    view: View,
-    normal: bool,
-    vc_timeout_ms: u64,
-    vc_deadline_ms: Option<u64>,
-    my_vc: Option<(ViewChange, Digest)>,
-    /// Our VIEW-CHANGE for the previous view, still needed by replicas checking its NEW-VIEW.
-    prev_vc: Option<(ViewChange, Digest)>,
-    /// Other replicas' VIEW-CHANGEs, claims, relayed copies and acks (see `vcstore.rs`).
-    vcstore: ViewChangeStore,
+    /// Views: the current one, the view-change timer, VIEW-CHANGEs and NEW-VIEWs (see
+    /// `views.rs`).
+    views: views::Views,
     /// Batches whose body this replica journaled in a `PrePrepared` record since its last
     /// view record, above its last checkpoint record: their `Executed` records omit the body
     /// (journal compaction keeps the pre-prepare record for them). At most one per slot.
     bodies_journaled: BTreeSet<(Seq, Digest)>,
-    /// P, Q and the doubted slots: what we claim about the views we left (see `claims.rs`).
-    claims: Claims,
     /// Clients under suspicion, and until when (ms; bounded, see `suspects.rs`).
     suspects: BTreeMap<ClientId, u64>,
-    new_view: Option<NewView>,
-    /// While primary: when this view's NEW-VIEW last went to each replica, so that the
-    /// status messages of a replica still entering the view do not each fetch it again (see
-    /// `help_into_view`); set for every replica when this replica broadcasts the NEW-VIEW of
-    /// a view it leads.
-    new_view_sent: status::ResendGate,
-    /// When our VIEW-CHANGE of the current view last went to each replica behind us, in
-    /// answer to its status (see `help_into_view`).
-    view_change_sent: status::ResendGate,
-    /// The view this replica is active in and the digest of the NEW-VIEW it entered it on
-    /// (journaled: reported in STATUS after a restart too).
-    entered_on: Option<(View, Digest)>,
-    pending_nv: Option<NewView>,
-    /// When `pending_nv` arrived (ms).
-    pending_nv_since_ms: u64,
-    /// The views other replicas report being active in (see `reports.rs`).
-    view_reports: ViewReports,
-    decision_missing: Vec<Digest>,
-    executed_in_view: bool,
 
     // Log.
     /// The slots of the current view (see `log.rs`).
@@ -337,11 +308,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         assert!(id < cfg.n());
         let ckpt_votes = CheckpointVotes::new(cfg.log_size, cfg.checkpoint_interval);
         let pool = RequestPool::new(&cfg);
-        let view_reports = ViewReports::new(cfg.n(), id);
-        let claims = Claims::new(cfg.f, cfg.log_size);
         let confidential = cfg.confidential_bodies;
+        let views = views::Views::new(&cfg, id);
         let mut r = Replica {
-            vc_timeout_ms: cfg.view_change_timeout_ms,
             cfg,
             id,
             auth,
@@ -349,24 +318,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             env: Env::default(),
             effects: Vec::new(),
             stats: Stats::default(),
-            view: 0,
-            normal: true,
-            vc_deadline_ms: None,
-            my_vc: None,
-            prev_vc: None,
-            vcstore: ViewChangeStore::default(),
+            views,
             bodies_journaled: BTreeSet::new(),
-            claims,
             suspects: BTreeMap::new(),
-            new_view: None,
-            new_view_sent: status::ResendGate::default(),
-            view_change_sent: status::ResendGate::default(),
-            entered_on: None,
-            pending_nv: None,
-            pending_nv_since_ms: 0,
-            view_reports,
-            decision_missing: Vec::new(),
-            executed_in_view: false,
             log: SlotLog::default(),
             batches: BTreeMap::new(),
             next_seq: 1,
@@ -456,13 +410,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         &self.cfg
     }
     pub fn view(&self) -> View {
-        self.view
+        self.views.view
     }
     pub fn is_normal(&self) -> bool {
-        self.normal
+        self.views.normal
     }
     pub fn primary(&self) -> ReplicaId {
-        self.cfg.primary(self.view)
+        self.cfg.primary(self.views.view)
     }
     pub fn is_primary(&self) -> bool {
         self.primary() == self.id
@@ -521,16 +475,19 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.pool
             .check_invariants()
             .map_err(|e| format!("request pool: {e}"))?;
-        self.vcstore
+        self.views
+            .store
             .check_invariants()
             .map_err(|e| format!("view-change messages: {e}"))?;
         self.ckpt_votes
             .check_invariants()
             .map_err(|e| format!("checkpoint votes: {e}"))?;
-        self.view_reports
+        self.views
+            .reports
             .check_invariants()
             .map_err(|e| format!("view reports: {e}"))?;
-        self.claims
+        self.views
+            .claims
             .check_invariants()
             .map_err(|e| format!("view-change claims: {e}"))?;
         let (lo, hi) = (self.stable_seq, self.stable_seq + self.cfg.log_size);
@@ -574,8 +531,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
             Input::Tick => self.tick(),
             Input::StepDown => {
-                if self.normal && self.is_primary() {
-                    self.start_view_change(self.view.saturating_add(1));
+                if self.views.normal && self.is_primary() {
+                    self.start_view_change(self.views.view.saturating_add(1));
                 }
             }
             Input::Recover => self.start_recovery(),
@@ -801,7 +758,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let now = self.now();
         self.flush_deferred_commits();
         self.note_quorum_heard(now);
-        if self.normal {
+        if self.views.normal {
             if let Some((deadline, c, ts)) = self.req_timer {
                 if now >= deadline {
                     let still = self
@@ -828,18 +785,17 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     // time (it may have been down, with the others, when we relayed it).
                     let heard_for = self
                         .quorum_heard_since_ms
-                        .map(|since| since.saturating_add(self.vc_timeout_ms));
+                        .map(|since| since.saturating_add(self.views.timer.timeout_ms()));
                     if still && (self.committed_here(c, ts) || self.exec_pipeline_full()) {
-                        self.req_timer = Some((now + self.vc_timeout_ms, c, ts));
+                        self.req_timer = Some((now + self.views.timer.timeout_ms(), c, ts));
                     } else if still && !self.is_primary() && heard_for.is_none_or(|t| now < t) {
                         self.stats.view_changes_deferred += 1;
-                        let at = heard_for.unwrap_or(now + self.vc_timeout_ms);
-                        self.req_timer = Some((at.min(now + self.vc_timeout_ms), c, ts));
+                        let at = heard_for.unwrap_or(now + self.views.timer.timeout_ms());
+                        self.req_timer = Some((at.min(now + self.views.timer.timeout_ms()), c, ts));
                         self.relay_waiting();
                     } else if still && !self.is_primary() {
-                        self.vc_timeout_ms =
-                            (self.vc_timeout_ms * 2).min(self.cfg.view_change_timeout_max_ms);
-                        self.start_view_change(self.view.saturating_add(1));
+                        self.views.timer.back_off();
+                        self.start_view_change(self.views.view.saturating_add(1));
                     } else {
                         self.arm_request_timer();
                     }
@@ -855,18 +811,20 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             {
                 if self.next_seq <= self.exec.last_executed().saturating_add(1) {
                     self.primary_progress_ms = now;
-                } else if now >= self.primary_progress_ms.saturating_add(self.vc_timeout_ms) {
+                } else if now
+                    >= self
+                        .primary_progress_ms
+                        .saturating_add(self.views.timer.timeout_ms())
+                {
                     self.stats.primary_stalls += 1;
-                    self.vc_timeout_ms =
-                        (self.vc_timeout_ms * 2).min(self.cfg.view_change_timeout_max_ms);
-                    self.start_view_change(self.view.saturating_add(1));
+                    self.views.timer.back_off();
+                    self.start_view_change(self.views.view.saturating_add(1));
                 }
             }
-        } else if let Some(deadline) = self.vc_deadline_ms {
+        } else if let Some(deadline) = self.views.timer.deadline_ms {
             if now >= deadline {
-                self.vc_timeout_ms =
-                    (self.vc_timeout_ms * 2).min(self.cfg.view_change_timeout_max_ms);
-                self.start_view_change(self.view.saturating_add(1));
+                self.views.timer.back_off();
+                self.start_view_change(self.views.view.saturating_add(1));
             }
         }
         if std::mem::take(&mut self.sessions_retry) {
@@ -923,7 +881,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// A backup in normal operation sends the primary the requests waiting here, oldest
     /// first, as many as one batch holds (as on entering a view).
     pub(super) fn relay_waiting(&mut self) {
-        if !self.normal || self.is_primary() || self.cfg.prime() {
+        if !self.views.normal || self.is_primary() || self.cfg.prime() {
             return;
         }
         let p = self.primary();
@@ -936,7 +894,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         for r in reqs {
             let c = r.request.client;
             self.send_replica(p, &Message::Request(r));
-            self.pool.mark_relayed(c, self.view);
+            self.pool.mark_relayed(c, self.views.view);
         }
     }
 }

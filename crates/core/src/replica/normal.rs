@@ -11,7 +11,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// arrived). Slots at or below the stable checkpoint are forgotten.
     pub(super) fn vouch_after_leaving(&mut self, client: Option<ClientId>) {
         let mut vouched = Vec::new();
-        for (n, v, d) in self.claims.doubted_above(self.stable_seq) {
+        for (n, v, d) in self.views.claims.doubted_above(self.stable_seq) {
             let Some(b) = self.batches.get(&d) else {
                 continue;
             };
@@ -26,7 +26,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
         }
         for (n, v, d) in vouched {
-            self.claims.vouch(n, v, d);
+            self.views.claims.vouch(n, v, d);
         }
     }
 
@@ -88,7 +88,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     ) -> PrePrepare {
         let n = self.cfg.n();
         let mut pp = PrePrepare {
-            view: self.view,
+            view: self.views.view,
             seq,
             digest,
             batch: Batch {
@@ -135,7 +135,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
         }
         PrePrepare {
-            view: self.view,
+            view: self.views.view,
             seq,
             digest,
             batch: Batch {
@@ -240,7 +240,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     pub(super) fn on_pre_prepare(&mut self, from: ReplicaId, pp: PrePrepare) -> Result<(), Reject> {
-        if pp.view != self.view || !self.normal {
+        if pp.view != self.views.view || !self.views.normal {
             return Err(Reject::OutOfWindow);
         }
         if from != self.primary() || self.is_primary() {
@@ -392,7 +392,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if !doubts_well_formed(&p.doubts, self.cfg.batch_requests_max) {
             return Err(Reject::Inconsistent);
         }
-        if p.view != self.view || !self.normal || !self.in_window(p.seq) {
+        if p.view != self.views.view || !self.views.normal || !self.in_window(p.seq) {
             return Err(Reject::OutOfWindow);
         }
         let slot = self.log.slot(p.seq);
@@ -447,7 +447,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         digest: Digest,
         votes: impl FnOnce(&mut Slot) -> &mut BTreeMap<ReplicaId, Digest>,
     ) -> Result<(), Reject> {
-        if view != self.view || !self.normal || !self.in_window(seq) {
+        if view != self.views.view || !self.views.normal || !self.in_window(seq) {
             return Err(Reject::OutOfWindow);
         }
         let votes = votes(self.log.slot(seq));
@@ -520,12 +520,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let prepared = slot.prepared;
         if let Some(digest) = send_commit {
             self.persist(Record::Prepared {
-                view: self.view,
+                view: self.views.view,
                 seq,
                 digest,
             });
             let c = Commit {
-                view: self.view,
+                view: self.views.view,
                 seq,
                 digest,
                 replica: self.id,

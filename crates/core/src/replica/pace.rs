@@ -165,7 +165,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         }
         let executed = self.stats.requests_executed;
-        let view = self.view;
+        let view = self.views.view;
         let oldest = self.oldest_waiting_unproposed();
         let (pace, waited) = match self.pace.as_mut() {
             Some(w) => (
@@ -188,7 +188,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if let Some(w) = self.pace.as_mut() {
             w.rebase_reference();
         }
-        self.start_view_change(self.view.saturating_add(1));
+        self.start_view_change(self.views.view.saturating_add(1));
     }
 
     /// The oldest request waiting here that no batch proposed to us holds and that blames

@@ -225,7 +225,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// A backup sends the leader its summary matrix when it would make more eligible than
     /// the leader last proposed or we last sent (the leader's answer is timed).
     fn send_summary(&mut self) {
-        if !self.normal || self.is_primary() {
+        if !self.views.normal || self.is_primary() {
             return;
         }
         let now = self.now();
@@ -346,7 +346,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// The leader proposes its summary matrix if it makes something new eligible (or, idle,
     /// to reach a recovery point).
     fn prime_propose(&mut self) {
-        if !self.normal || !self.is_primary() || self.exec.transfer_target().is_some() {
+        if !self.views.normal || !self.is_primary() || self.exec.transfer_target().is_some() {
             return;
         }
         if self.next_seq > self.stable_seq + self.cfg.log_size || self.next_seq <= self.stable_seq {
@@ -449,12 +449,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// Starts a view change when Suspect-Leader finds the leader too slow.
     fn check_leader(&mut self) {
-        if !self.normal || self.exec.transfer_target().is_some() {
+        if !self.views.normal || self.exec.transfer_target().is_some() {
             return;
         }
         if self.prime.as_ref().is_some_and(|p| p.sus.suspects()) {
             self.stats.leaders_suspected += 1;
-            self.start_view_change(self.view.saturating_add(1));
+            self.start_view_change(self.views.view.saturating_add(1));
         }
     }
 

@@ -146,8 +146,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             p.po.drop_uncertified_votes();
         }
         // Ours were never received under any key: send them again under the new ones.
-        if !self.normal {
-            if let Some((vc, _)) = self.my_vc.clone() {
+        if !self.views.normal {
+            if let Some((vc, _)) = self.views.mine.clone() {
                 self.broadcast(&Message::ViewChange(vc));
             }
         }
@@ -167,15 +167,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let me = self.id;
         let gone = |x: ReplicaId| x != me && r.is_none_or(|r| r == x);
-        let dropped = self.vcstore.forget(gone);
+        let dropped = self.views.store.forget(gone);
         self.stats.view_changes_forgotten += dropped as u64;
-        self.view_reports.forget(gone);
+        self.views.reports.forget(gone);
         if self
+            .views
             .pending_nv
             .as_ref()
             .is_some_and(|nv| gone(self.cfg.primary(nv.view)))
         {
-            self.pending_nv = None;
+            self.views.pending_nv = None;
         }
     }
 
@@ -292,7 +293,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// yet (after a restart the journal says only that we did not vouch in full). Receivers
     /// keep what any of our PREPAREs vouched for.
     pub(super) fn vouch_late(&mut self) {
-        if !self.normal || self.is_primary() || self.replaying {
+        if !self.views.normal || self.is_primary() || self.replaying {
             return;
         }
         let me = self.id;
@@ -329,7 +330,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 slot.doubts.insert(me, doubts.clone());
             }
             if doubts.is_empty() {
-                let view = self.view;
+                let view = self.views.view;
                 self.persist(Record::PrePrepared {
                     view,
                     seq,
@@ -338,7 +339,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     vouched: true,
                 });
             }
-            let view = self.view;
+            let view = self.views.view;
             self.broadcast(&Message::Prepare(Prepare {
                 view,
                 seq,
@@ -519,9 +520,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.recovery.is_some() || !self.uses_session_keys() {
             return;
         }
-        if self.normal && self.is_primary() {
+        if self.views.normal && self.is_primary() {
             // Hand over first; the recovery proceeds meanwhile.
-            self.start_view_change(self.view.saturating_add(1));
+            self.start_view_change(self.views.view.saturating_add(1));
         }
         if let Some(s) = self.auth.session() {
             s.discard_client_keys();
@@ -529,7 +530,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.prime_forget();
         // Which NEW-VIEW it entered its view on came from a journal the attacker may have
         // rewritten: it vouches for none (see `reports.rs`) until it enters a view again.
-        self.entered_on = None;
+        self.views.entered_on = None;
         self.rekey();
         let now = self.now();
         self.recovery = Some(Recovery {
@@ -654,15 +655,15 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// without them if it had any.
     fn drop_above(&mut self, h_m: Seq) {
         self.log.retain(|n, _| *n <= h_m);
-        self.claims.keep_through(h_m);
+        self.views.claims.keep_through(h_m);
         let above =
             |vc: &ViewChange| vc.p.iter().any(|e| e.seq > h_m) || vc.q.iter().any(|e| e.seq > h_m);
-        if let Some((vc, _)) = self.my_vc.as_ref().filter(|(vc, _)| above(vc)) {
+        if let Some((vc, _)) = self.views.mine.as_ref().filter(|(vc, _)| above(vc)) {
             let mut vc = vc.clone();
             vc.p.retain(|e| e.seq <= h_m);
             vc.q.retain(|e| e.seq <= h_m);
             let d = vc.digest();
-            self.my_vc = Some((vc, d));
+            self.views.mine = Some((vc, d));
         }
     }
 
@@ -728,12 +729,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// and never took part again.
     fn estimate_view(&mut self, mut views: Vec<View>) {
         let f = self.cfg.f as usize;
-        if views.is_empty() || views.iter().filter(|v| **v >= self.view).count() > f {
+        if views.is_empty() || views.iter().filter(|v| **v >= self.views.view).count() > f {
             return;
         }
         views.sort_unstable();
         let median = views[views.len() / 2];
-        if median >= self.view {
+        if median >= self.views.view {
             return;
         }
         self.stats.views_estimated += 1;
@@ -745,23 +746,23 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// at or above `v`.
     fn reset_to_view(&mut self, v: View) {
         self.undo_tentative();
-        self.view = v;
+        self.views.view = v;
         // View 0 needs no NEW-VIEW; a later one comes from its primary, in answer to our
         // status.
-        self.normal = v == 0;
-        self.my_vc = None;
-        self.prev_vc = None;
-        self.vcstore.clear();
-        self.pending_nv = None;
-        self.new_view = None;
-        self.decision_missing.clear();
+        self.views.normal = v == 0;
+        self.views.mine = None;
+        self.views.prev = None;
+        self.views.store.clear();
+        self.views.pending_nv = None;
+        self.views.new_view = None;
+        self.views.decision_missing.clear();
         self.log.clear();
         self.pending_pp.clear();
         self.pool.clear_inflight();
         self.req_timer = None;
-        self.vc_deadline_ms = None;
-        self.claims.forget_from_view(v);
-        let (pset, qset) = self.claims.wire();
+        self.views.timer.deadline_ms = None;
+        self.views.claims.forget_from_view(v);
+        let (pset, qset) = self.views.claims.wire();
         let batches = self.pset_batches();
         self.persist(Record::View {
             view: v,
@@ -770,7 +771,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             pset,
             qset,
             batches,
-            doubted: self.claims.doubted_wire(),
+            doubted: self.views.claims.doubted_wire(),
         });
         self.event(Event::ViewChangeStarted { view: v });
         self.prime_view(v, v != 0);

@@ -137,20 +137,23 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             // The request we could not authenticate in a pre-prepare may be this one.
             self.vouch_late();
         }
-        if self.claims.any_doubted() {
+        if self.views.claims.any_doubted() {
             self.vouch_after_leaving(Some(c));
         }
         let multicast = self.cfg.travels_beside(sr.request.op.len());
         if self.is_primary() {
             self.try_propose();
-        } else if matches!(from, Principal::Client(_)) && self.normal && (!multicast || signed) {
+        } else if matches!(from, Principal::Client(_))
+            && self.views.normal
+            && (!multicast || signed)
+        {
             // Relay to the primary, which may not have received it. A large request its
             // client multicast went to the primary too, unless the client is faulty: a
             // signed one, which runs our view-change timer, is relayed all the same, so
             // that a client sending to the backups alone costs no view change.
             let p = self.primary();
             self.send_replica(p, &Message::Request(sr));
-            self.pool.mark_relayed(c, self.view);
+            self.pool.mark_relayed(c, self.views.view);
         }
         self.arm_request_timer();
         Ok(())
@@ -167,7 +170,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .tentative()
             .is_some_and(|t| t.executed.iter().any(|(x, _)| *x == c));
         let reply = Message::Reply(Reply {
-            view: self.view,
+            view: self.views.view,
             timestamp: last.timestamp,
             client: c,
             replica: self.id,
@@ -184,7 +187,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// in normal operation, nothing tentative, and no request ordered (pre-prepared,
     /// prepared, or claimed prepared by a NEW-VIEW) beyond the last executed one.
     fn reads_answerable(&self) -> bool {
-        self.normal
+        self.views.normal
             && !self.exec.diverged()
             && self.exec.tentative().is_none()
             && !self.exec.walking()
@@ -192,7 +195,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 .log
                 .from(self.exec.last_executed() + 1)
                 .any(|(_, s)| s.prepared || s.pp.is_some_and(|d| d != NULL_DIGEST))
-            && !self.claims.prepared_from(self.exec.last_executed() + 1)
+            && !self
+                .views
+                .claims
+                .prepared_from(self.exec.last_executed() + 1)
     }
 
     /// Answers the waiting read-only requests from the executed state, once this replica has
@@ -247,7 +253,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             result.to_vec()
         };
         Message::Reply(Reply {
-            view: self.view,
+            view: self.views.view,
             timestamp,
             client,
             replica: self.id,
@@ -271,7 +277,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// (it timed out a view change the others finished) takes no part in measuring the
     /// leader, and with f faulty ones the others' measurements then cannot convict it.
     pub(super) fn arm_request_timer(&mut self) {
-        if self.req_timer.is_some() || !self.normal || self.is_primary() {
+        if self.req_timer.is_some() || !self.views.normal || self.is_primary() {
             return;
         }
         // With session keys, only for a signed request (second review, G5): an unsigned one
@@ -289,7 +295,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .find(|(_, w)| self.blames_primary(w))
             .map(|(c, w)| (c, w.req.request.timestamp));
         if let Some((c, ts)) = oldest {
-            self.req_timer = Some((self.now() + self.vc_timeout_ms, c, ts));
+            self.req_timer = Some((self.now() + self.views.timer.timeout_ms(), c, ts));
             self.relay_timed(c);
         }
     }
@@ -309,7 +315,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let Some(w) = self.pool.get(c) else {
             return;
         };
-        if w.relayed_in == Some(self.view)
+        if w.relayed_in == Some(self.views.view)
             || (self.cfg.travels_beside(w.req.request.op.len()) && !w.signed)
         {
             return;
@@ -317,7 +323,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let sr = w.req.clone();
         let p = self.primary();
         self.send_replica(p, &Message::Request(sr));
-        self.pool.mark_relayed(c, self.view);
+        self.pool.mark_relayed(c, self.views.view);
     }
 
     /// Whether a waiting request left unordered blames the primary (runs the view-change
@@ -370,7 +376,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     // ----- primary: proposing -----------------------------------------------------------
 
     pub(super) fn try_propose(&mut self) {
-        if !self.normal
+        if !self.views.normal
             || !self.is_primary()
             || self.exec.transfer_target().is_some()
             || self.cfg.prime()
@@ -467,7 +473,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             slot.pp.is_none(),
             "r{} proposing n{seq} twice in v{}",
             self.id,
-            self.view
+            self.views.view
         );
         slot.pp = Some(digest);
         slot.proposed_here = true;

@@ -79,7 +79,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // Prime: Suspect-Leader measures the leader of the view the journal gave back, not
         // of view 0 (its messages for another view count nowhere, and with a faulty replica
         // a slow leader was then never replaced by 2f+1 suspicions).
-        r.prime_view(r.view, !r.normal);
+        r.prime_view(r.views.view, !r.views.normal);
         r.restore_log(records, h);
         // A watermark above the checkpoint the state holds: report it, and fetch it, again.
         if let Some(Record::Watermark { seq, digest }) = records
@@ -190,11 +190,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         {
             // A journal is not trusted beyond the view limit; a recovery's view estimate
             // corrects any other view a tampered journal names.
-            self.view = (*view).min(crate::types::VIEW_LIMIT);
-            self.normal = *normal;
+            self.views.view = (*view).min(crate::types::VIEW_LIMIT);
+            self.views.normal = *normal;
             // The NEW-VIEW it entered this view on (recorded after the view record).
-            let view = self.view;
-            self.entered_on = records
+            let view = self.views.view;
+            self.views.entered_on = records
                 .iter()
                 .rev()
                 .take_while(|x| !matches!(x, Record::View { .. }))
@@ -207,8 +207,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             for b in batches {
                 self.batches.insert(b.digest(), Arc::new(b.clone()));
             }
-            self.claims.restore(pset, qset, doubted, h);
-            self.my_vc = vc.as_ref().map(|m| (m.clone(), m.digest()));
+            self.views.claims.restore(pset, qset, doubted, h);
+            self.views.mine = vc.as_ref().map(|m| (m.clone(), m.digest()));
         }
     }
 
@@ -223,7 +223,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     digest,
                     batch,
                     vouched,
-                } if *view == self.view && *seq > h => {
+                } if *view == self.views.view && *seq > h => {
                     if let Some(b) = batch {
                         self.batches.insert(*digest, b.clone());
                         // Kept by compaction until the next view or checkpoint record.
@@ -238,7 +238,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                         slot.prepares.insert(self.id, *digest);
                     }
                 }
-                Record::Prepared { view, seq, digest } if *view == self.view && *seq > h => {
+                Record::Prepared { view, seq, digest } if *view == self.views.view && *seq > h => {
                     let slot = self.log.slot(*seq);
                     if slot.pp == Some(*digest) {
                         slot.prepared = true;

@@ -79,7 +79,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn forward(&mut self, seq: Seq, digest: Digest, batch: Option<&Batch>) {
         let msg = Message::Order(Order {
             replica: self.id,
-            view: self.view,
+            view: self.views.view,
             seq,
             digest,
             batch: batch.cloned(),
@@ -116,7 +116,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let batch = batch.map(|b| (*b).clone());
         let msg = Message::Order(Order {
             replica: self.id,
-            view: self.view,
+            view: self.views.view,
             seq,
             digest: d,
             batch,
@@ -331,7 +331,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// replicas together again; its timeout doubles as for any view change that does not
     /// help (the execution nodes may be down).
     fn check_execution_stall(&mut self, now: u64, last: Seq) {
-        if self.queue.acked >= last || !self.normal {
+        if self.queue.acked >= last || !self.views.normal {
             self.queue.ack_progress_ms = now;
             self.queue.retried_since_progress = false;
             return;
@@ -341,13 +341,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 >= self
                     .queue
                     .ack_progress_ms
-                    .saturating_add(self.vc_timeout_ms)
+                    .saturating_add(self.views.timer.timeout_ms())
         {
             self.stats.execution_stalls += 1;
             self.queue.ack_progress_ms = now;
             self.queue.retried_since_progress = false;
-            self.vc_timeout_ms = (self.vc_timeout_ms * 2).min(self.cfg.view_change_timeout_max_ms);
-            self.start_view_change(self.view.saturating_add(1));
+            self.views.timer.back_off();
+            self.start_view_change(self.views.view.saturating_add(1));
         }
     }
 

@@ -51,7 +51,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .filter_map(|(_, s)| s.pp)
             .filter(|d| *d != NULL_DIGEST && !self.batches.contains_key(d))
             .collect();
-        m.extend(self.decision_missing.iter().copied());
+        m.extend(self.views.decision_missing.iter().copied());
         m.extend(self.pending_pp.values().map(|p| p.pp.digest));
         m.truncate(MISSING_MAX);
         m
@@ -71,17 +71,18 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .filter(|(n, s)| **n > self.exec.last_executed() && s.committed)
             .map(|(n, _)| *n)
             .collect();
-        let missing_vcs = match &self.pending_nv {
+        let missing_vcs = match &self.views.pending_nv {
             Some(nv) => self.gather_nv_vcs(nv).err().unwrap_or_default(),
             None => Vec::new(),
         };
         let st = Status {
             replica: self.id,
-            view: self.view,
-            normal: self.normal,
+            view: self.views.view,
+            normal: self.views.normal,
             new_view: self
+                .views
                 .entered_on
-                .filter(|(v, _)| self.normal && *v == self.view)
+                .filter(|(v, _)| self.views.normal && *v == self.views.view)
                 .map(|(_, d)| d),
             last_executed: self.exec.last_executed(),
             stable: self.stable_seq,
@@ -106,15 +107,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         {
             return Err(Reject::TooLarge);
         }
-        self.view_reports
+        self.views
+            .reports
             .record(from, st.view, st.new_view.filter(|_| st.normal));
-        if st.view < self.view || (st.view == self.view && !st.normal) {
+        if st.view < self.views.view || (st.view == self.views.view && !st.normal) {
             self.help_into_view(from, &st);
         }
-        if st.view == self.view && st.normal && !self.normal {
+        if st.view == self.views.view && st.normal && !self.views.normal {
             self.try_adopt_new_view();
         }
-        if st.view == self.view && st.normal && self.normal {
+        if st.view == self.views.view && st.normal && self.views.normal {
             self.vouch_again();
             self.retransmit_log(from, &st);
         }
@@ -150,29 +152,35 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // sent again before the replica waiting for it gives up on the view.
         let gap = (self.cfg.status_interval_ms * VIEW_RESEND_STATUSES)
             .min(self.cfg.view_change_timeout_ms / 2);
-        if self.normal
+        if self.views.normal
             && self.is_primary()
-            && self.new_view.is_some()
-            && self.new_view_sent.pass(from, self.view, now, gap)
+            && self.views.new_view.is_some()
+            && self
+                .views
+                .new_view_sent
+                .pass(from, self.views.view, now, gap)
         {
-            if let Some(mut nv) = self.new_view.clone() {
+            if let Some(mut nv) = self.views.new_view.clone() {
                 nv.batches = self.bodies_within_budget(&nv.chosen, self.cfg.message_bytes_max / 2);
                 self.send_replica(from, &Message::NewView(nv));
             }
         }
-        if let Some((vc, _)) = self.my_vc.clone() {
-            if vc.view == self.view && self.view_change_sent.pass(from, vc.view, now, gap) {
+        if let Some((vc, _)) = self.views.mine.clone() {
+            if vc.view == self.views.view
+                && self.views.view_change_sent.pass(from, vc.view, now, gap)
+            {
                 self.send_replica(from, &Message::ViewChange(vc));
             }
         }
-        if st.view == self.view && !self.normal && from == self.primary() {
+        if st.view == self.views.view && !self.views.normal && from == self.primary() {
             // The new primary may have lost our acks.
             let acks: Vec<ViewChangeAck> = self
-                .vcstore
-                .for_view(self.view)
+                .views
+                .store
+                .for_view(self.views.view)
                 .filter(|(r, _, _)| *r != from)
                 .map(|(r, _, d)| ViewChangeAck {
-                    view: self.view,
+                    view: self.views.view,
                     acker: self.id,
                     sender: r,
                     digest: d,
@@ -208,7 +216,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     let pp = self.batches.get(&d).map(|b| match &s.beside {
                         Some(beside) => self.lean_again(n, d, b, beside),
                         None => PrePrepare {
-                            view: self.view,
+                            view: self.views.view,
                             seq: n,
                             digest: d,
                             batch: (**b).clone(),
@@ -223,7 +231,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 }
                 if s.sent_prepare {
                     let p = Prepare {
-                        view: self.view,
+                        view: self.views.view,
                         seq: n,
                         digest: d,
                         replica: self.id,
@@ -235,7 +243,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
             if !committed.contains(&n) && s.sent_commit {
                 let c = Commit {
-                    view: self.view,
+                    view: self.views.view,
                     seq: n,
                     digest: d,
                     replica: self.id,
@@ -279,11 +287,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     fn send_view_changes(&mut self, from: ReplicaId, missing: &[(ReplicaId, Digest)]) {
         for (r, d) in missing.iter().copied() {
             if r == self.id {
-                let mine = [self.my_vc.clone(), self.prev_vc.clone()];
+                let mine = [self.views.mine.clone(), self.views.prev.clone()];
                 if let Some((m, _)) = mine.into_iter().flatten().find(|(_, md)| *md == d) {
                     self.send_replica(from, &Message::ViewChange(m));
                 }
-            } else if let Some(m) = self.vcstore.of_sender_with(r, &d) {
+            } else if let Some(m) = self.views.store.of_sender_with(r, &d) {
                 // Relayed with our ack (the asker's own too: a replica whose recovery
                 // estimated a lower view holds none).
                 let ack = ViewChangeAck {

@@ -27,24 +27,24 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// Sends VIEW-CHANGE for `v` and enters it (not yet active).
     pub(super) fn start_view_change(&mut self, v: View) {
-        debug_assert!(v > self.view || (v == self.view && self.normal));
-        if v <= self.view && !self.normal {
+        debug_assert!(v > self.views.view || (v == self.views.view && self.views.normal));
+        if v <= self.views.view && !self.views.normal {
             return;
         }
         // A batch executed tentatively may not survive into the new view: undo it now; if
         // the new view keeps it, it executes again when it commits there.
         self.undo_tentative();
         // P and Q from the log of the view we leave (only meaningful if we were active in it).
-        let slots = if self.normal {
+        let slots = if self.views.normal {
             self.slot_summaries()
         } else {
             BTreeMap::new()
         };
-        if self.normal {
+        if self.views.normal {
             self.suspect_doubted_clients();
         }
         let mut doubted = Vec::new();
-        if self.normal && !self.is_primary() {
+        if self.views.normal && !self.is_primary() {
             let me = self.id;
             for (n, s) in &self.log {
                 if let Some(d) = s.pp.filter(|d| *d != NULL_DIGEST) {
@@ -54,10 +54,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 }
             }
         }
-        self.claims
-            .leave(self.view, self.stable_seq, &slots, doubted);
+        self.views
+            .claims
+            .leave(self.views.view, self.stable_seq, &slots, doubted);
         self.log.clear();
-        let (pw, qw) = self.claims.wire();
+        let (pw, qw) = self.views.claims.wire();
         let vc = ViewChange {
             view: v,
             replica: self.id,
@@ -67,25 +68,24 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             q: qw,
         };
         let digest = vc.digest();
-        self.view = v;
-        self.normal = false;
+        self.views.view = v;
+        self.views.normal = false;
         self.stats.view_changes += 1;
-        self.vc_deadline_ms = None;
+        self.views.timer.left_view();
         self.req_timer = None;
         if !self.cfg.prime() {
             // Prime's requests stay in their PO-REQUESTs across views.
             self.pool.clear_inflight();
         }
         self.pending_pp.clear();
-        self.pending_nv = None;
-        self.new_view = None;
-        self.decision_missing.clear();
-        self.executed_in_view = false;
+        self.views.pending_nv = None;
+        self.views.new_view = None;
+        self.views.decision_missing.clear();
         // Keep the previous view's messages too: lagging replicas may still need them relayed.
-        self.vcstore.enter(v);
-        self.prev_vc = self.my_vc.take();
-        self.my_vc = Some((vc.clone(), digest));
-        let (pset, qset) = self.claims.wire();
+        self.views.store.enter(v);
+        self.views.prev = self.views.mine.take();
+        self.views.mine = Some((vc.clone(), digest));
+        let (pset, qset) = self.views.claims.wire();
         let batches = self.pset_batches();
         self.persist(Record::View {
             view: v,
@@ -94,7 +94,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             pset,
             qset,
             batches,
-            doubted: self.claims.doubted_wire(),
+            doubted: self.views.claims.doubted_wire(),
         });
         self.event(Event::ViewChangeStarted { view: v });
         self.prime_view(v, true);
@@ -103,7 +103,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let p = self.cfg.primary(v);
         if p != self.id {
             let acks: Vec<ViewChangeAck> = self
-                .vcstore
+                .views
+                .store
                 .for_view(v)
                 .filter(|(r, _, _)| *r != p)
                 .map(|(r, _, d)| ViewChangeAck {
@@ -132,26 +133,26 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.cfg.log_size,
         )
         .map_err(|_| Reject::Inconsistent)?;
-        if vc.view < self.view || (vc.view == self.view && self.normal) {
+        if vc.view < self.views.view || (vc.view == self.views.view && self.views.normal) {
             return Err(Reject::Stale);
         }
-        if vc.view > self.view + VC_VIEWS_AHEAD {
+        if vc.view > self.views.view + VC_VIEWS_AHEAD {
             // Too far ahead to keep the message (a faulty replica could plant messages for
             // views we may reach much later): only the sender's claim to be at that view
             // counts, for the f+1 join rule. Once we join, its VIEW-CHANGE comes again.
-            self.vcstore.claim(from, vc.view);
+            self.views.store.claim(from, vc.view);
             self.after_vc_update();
             return Err(Reject::OutOfWindow);
         }
         let digest = vc.digest();
         let view = vc.view;
-        if self.vcstore.store(vc, digest, self.view) == Stored::Conflict {
+        if self.views.store.store(vc, digest, self.views.view) == Stored::Conflict {
             return Err(Reject::Conflict); // the first stands
         }
         // Vouch for it to the primary of its view, but only for the next view at most: acks
         // for views we may never enter would only fill the primary's bounded ack store.
         let p = self.cfg.primary(view);
-        if p != from && p != self.id && view <= self.view.saturating_add(1) {
+        if p != from && p != self.id && view <= self.views.view.saturating_add(1) {
             let ack = Message::ViewChangeAck(ViewChangeAck {
                 view,
                 acker: self.id,
@@ -161,7 +162,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.send_replica(p, &ack);
         }
         // A primary stepping down hands over at once.
-        if self.normal && from == self.primary() && view == self.view.saturating_add(1) {
+        if self.views.normal && from == self.primary() && view == self.views.view.saturating_add(1)
+        {
             self.start_view_change(view);
             return Ok(());
         }
@@ -172,27 +174,27 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Re-evaluates the join rule, the view-change timer and pending decisions after the set of
     /// view-change messages changed.
     pub(super) fn after_vc_update(&mut self) {
-        let others = self.vcstore.highest_views();
+        let others = self.views.store.highest_views();
         let join_f = if self.mutant("join-at-f") {
             self.cfg.f.saturating_sub(1)
         } else {
             self.cfg.f
         };
-        if let Some(v) = quorum::join_view(join_f, self.view, &others) {
-            if v > self.view {
+        if let Some(v) = quorum::join_view(join_f, self.views.view, &others) {
+            if v > self.views.view {
                 self.start_view_change(v);
                 return;
             }
         }
-        if !self.normal {
+        if !self.views.normal {
             // Replicas that left this view's predecessors: a VIEW-CHANGE for this view, or for
             // a later one (a replica whose timer for this view expired already, and who no
             // longer retransmits its VIEW-CHANGE for it). Counting only this view's left two
             // correct replicas waiting for a third that had moved on (simulator seed 10294
             // with --quiet-primary: a silent replica, one VIEW-CHANGE lost).
-            let count = 1 + others.values().filter(|v| **v >= self.view).count();
-            if count >= self.cfg.quorum() && self.vc_deadline_ms.is_none() {
-                self.vc_deadline_ms = Some(self.now() + self.vc_timeout_ms);
+            let count = 1 + others.values().filter(|v| **v >= self.views.view).count();
+            if count >= self.cfg.quorum() && self.views.timer.deadline_ms.is_none() {
+                self.views.timer.deadline_ms = Some(self.now() + self.views.timer.timeout_ms());
             }
             if self.is_primary() {
                 self.try_new_view();
@@ -207,23 +209,23 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return Err(Reject::Inconsistent);
         }
         // Acks may arrive before this replica enters their view; keep them (bounded).
-        if ack.view < self.view || (ack.view == self.view && self.normal) {
+        if ack.view < self.views.view || (ack.view == self.views.view && self.views.normal) {
             return Err(Reject::Stale);
         }
-        if ack.view > self.view.saturating_add(1) {
+        if ack.view > self.views.view.saturating_add(1) {
             return Err(Reject::OutOfWindow);
         }
         // Acks for our own VIEW-CHANGE are kept only when we hold none (after a recovery's
         // view estimate): then it comes relayed, with them.
-        if (ack.sender == self.id && self.my_vc.is_some()) || ack.sender >= self.cfg.n() {
+        if (ack.sender == self.id && self.views.mine.is_some()) || ack.sender >= self.cfg.n() {
             return Ok(());
         }
         // Each acker may hold a bounded number of entries, so a faulty one cannot crowd out
         // the acks of correct replicas.
-        if !self.vcstore.ack(ack.view, ack.sender, ack.digest, from) {
+        if !self.views.store.ack(ack.view, ack.sender, ack.digest, from) {
             return Err(Reject::TooLarge);
         }
-        if ack.view == self.view {
+        if ack.view == self.views.view {
             if self.is_primary() {
                 self.try_new_view();
             } else {
@@ -241,8 +243,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         digest: &Digest,
         also_excluded: Option<ReplicaId>,
     ) -> usize {
-        self.vcstore
-            .ackers(self.view, sender, digest)
+        self.views
+            .store
+            .ackers(self.views.view, sender, digest)
             .into_iter()
             .filter(|a| *a != self.id && *a != sender && Some(*a) != also_excluded)
             .count()
@@ -250,10 +253,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// The new primary: S, then the decision procedure, then NEW-VIEW.
     pub(super) fn try_new_view(&mut self) {
-        if self.normal || !self.is_primary() {
+        if self.views.normal || !self.is_primary() {
             return;
         }
-        let Some((mine, my_digest)) = self.my_vc.clone() else {
+        let Some((mine, my_digest)) = self.views.mine.clone() else {
             return;
         };
         let need_acks = if self.mutant("acks-at-zero") {
@@ -262,7 +265,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             2 * self.cfg.f as usize - 1
         };
         let mut s: Vec<(ReplicaId, Digest, ViewChange)> = vec![(self.id, my_digest, mine)];
-        for (r, m, d) in self.vcstore.for_view(self.view) {
+        for (r, m, d) in self.views.store.for_view(self.views.view) {
             if self.ack_count(r, &d, None) >= need_acks {
                 s.push((r, d, m.clone()));
             }
@@ -283,7 +286,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             Ok(dec) => {
                 let bodies = self.bodies_within_budget(&dec.chosen, self.cfg.message_bytes_max / 2);
                 let nv = NewView {
-                    view: self.view,
+                    view: self.views.view,
                     vcs: s.iter().map(|(r, d, _)| (*r, *d)).collect(),
                     checkpoint: dec.checkpoint,
                     chosen: dec.chosen,
@@ -292,10 +295,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 self.broadcast(&Message::NewView(nv.clone()));
                 let now = self.now();
                 let others = (0..self.cfg.n()).filter(|r| *r != self.id);
-                self.new_view_sent.sent_to_all(others, self.view, now);
+                self.views
+                    .new_view_sent
+                    .sent_to_all(others, self.views.view, now);
                 self.install_new_view(nv);
             }
-            Err(Pending::NeedBatches(ds)) => self.decision_missing = ds,
+            Err(Pending::NeedBatches(ds)) => self.views.decision_missing = ds,
             Err(_) => {}
         }
     }
@@ -332,7 +337,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if from != self.cfg.primary(nv.view) || from == self.id {
             return Err(Reject::Inconsistent);
         }
-        if nv.view < self.view || (nv.view == self.view && self.normal) {
+        if nv.view < self.views.view || (nv.view == self.views.view && self.views.normal) {
             return Err(Reject::Stale);
         }
         let mut ids: Vec<ReplicaId> = nv.vcs.iter().map(|(r, _)| *r).collect();
@@ -347,13 +352,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         {
             return Err(Reject::Inconsistent);
         }
-        if nv.view > self.view {
+        if nv.view > self.views.view {
             // A NEW-VIEW alone never moves us: a faulty primary of any future view could send
             // one. We enter a view by our timer or the f+1 rule; its primary then retransmits
             // the NEW-VIEW in answer to our status.
             return Err(Reject::OutOfWindow);
         }
-        if self.pending_nv.is_some() {
+        if self.views.pending_nv.is_some() {
             return Ok(()); // the first NEW-VIEW for a view is the one we check
         }
         let chosen: BTreeSet<Digest> = nv.chosen.iter().copied().collect();
@@ -365,8 +370,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let mut nv = nv;
         nv.batches.clear();
-        self.pending_nv = Some(nv);
-        self.pending_nv_since_ms = self.now();
+        self.views.pending_nv = Some(nv);
+        self.views.pending_nv_since_ms = self.now();
         self.try_accept_new_view();
         self.try_adopt_new_view();
         Ok(())
@@ -380,16 +385,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let mut found = Vec::new();
         let mut missing = Vec::new();
         for (r, d) in &nv.vcs {
-            if *r == self.id && self.my_vc.is_some() {
-                match &self.my_vc {
+            if *r == self.id && self.views.mine.is_some() {
+                match &self.views.mine {
                     Some((m, md)) if md == d => found.push(m.clone()),
                     _ => missing.push((*r, *d)),
                 }
                 continue;
             }
-            match self.vcstore.get(*r, nv.view) {
+            match self.views.store.get(*r, nv.view) {
                 Some((m, md)) if md == d => found.push(m.clone()),
-                _ => match self.vcstore.relayed(*r, d) {
+                _ => match self.views.store.relayed(*r, d) {
                     // f acks from replicas other than the sender and the new primary (whose
                     // NEW-VIEW is already its vouch): with the primary's, f+1 vouchers.
                     Some(m)
@@ -411,16 +416,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     pub(super) fn try_accept_new_view(&mut self) {
-        let Some(nv) = self.pending_nv.clone() else {
+        let Some(nv) = self.views.pending_nv.clone() else {
             return;
         };
-        if self.normal || nv.view != self.view {
+        if self.views.normal || nv.view != self.views.view {
             return;
         }
         // Our own view change must be named with its true digest if it is named at all
         // (after a recovery's view estimate we hold none: it comes relayed like the others).
         if let Some((_, d)) = nv.vcs.iter().find(|(r, _)| *r == self.id) {
-            if self.my_vc.as_ref().is_some_and(|(_, md)| md != d) {
+            if self.views.mine.as_ref().is_some_and(|(_, md)| md != d) {
                 self.bad_new_view();
                 return;
             }
@@ -466,15 +471,15 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// replica to enter the view on it checked it (see `reports.rs`). It is then installed
     /// as if checked here.
     pub(super) fn try_adopt_new_view(&mut self) {
-        let Some(nv) = self.pending_nv.clone() else {
+        let Some(nv) = self.views.pending_nv.clone() else {
             return;
         };
-        if self.normal || nv.view != self.view {
+        if self.views.normal || nv.view != self.views.view {
             return;
         }
         let unchecked = self.mutant("adopt-unchecked-new-view");
-        let waited = self.now() >= self.pending_nv_since_ms + 2 * self.cfg.status_interval_ms;
-        let vouched = self.view_reports.active_in(nv.view, &nv.digest()) >= self.cfg.weak_quorum();
+        let waited = self.now() >= self.views.pending_nv_since_ms + 2 * self.cfg.status_interval_ms;
+        let vouched = self.views.reports.active_in(nv.view, &nv.digest()) >= self.cfg.weak_quorum();
         if !(unchecked || (waited && vouched)) {
             return;
         }
@@ -490,29 +495,38 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// every voucher, and a replica that cannot check the view's NEW-VIEW lags until the next
     /// view change (simulator seed 12819 with --quiet-primary).
     pub(super) fn vouch_again(&mut self) {
-        if !self.normal || self.entered_on.is_some_and(|(v, _)| v == self.view) {
+        if !self.views.normal
+            || self
+                .views
+                .entered_on
+                .is_some_and(|(v, _)| v == self.views.view)
+        {
             return;
         }
-        let Some(d) = self.view_reports.vouched(self.view, self.cfg.weak_quorum()) else {
+        let Some(d) = self
+            .views
+            .reports
+            .vouched(self.views.view, self.cfg.weak_quorum())
+        else {
             return;
         };
-        self.entered_on = Some((self.view, d));
+        self.views.entered_on = Some((self.views.view, d));
         self.persist(Record::Entered {
-            view: self.view,
+            view: self.views.view,
             new_view: d,
         });
     }
 
     /// The NEW-VIEW does not follow from its view changes: the primary is faulty.
     pub(super) fn bad_new_view(&mut self) {
-        self.pending_nv = None;
+        self.views.pending_nv = None;
         self.event(Event::Rejected {
             from: Principal::Replica(self.primary()),
             kind: "new-view",
             reason: Reject::Inconsistent,
         });
-        self.vc_timeout_ms = (self.vc_timeout_ms * 2).min(self.cfg.view_change_timeout_max_ms);
-        self.start_view_change(self.view.saturating_add(1));
+        self.views.timer.back_off();
+        self.start_view_change(self.views.view.saturating_add(1));
     }
 
     /// Moves the low watermark to checkpoint `h` (`hd`), which this replica does not hold:
@@ -532,7 +546,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.exec.forget_checkpoints_below(h);
         self.ckpt_votes.forget_through(h);
         self.log.forget_through(h);
-        self.claims.forget_through(h);
+        self.views.claims.forget_through(h);
         if self.next_seq <= h {
             self.next_seq = h + 1;
         }
@@ -545,11 +559,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// on it, see `try_adopt_new_view`).
     pub(super) fn install_new_view(&mut self, nv: NewView) {
         let (h, hd) = nv.checkpoint;
-        self.normal = true;
+        self.views.normal = true;
         self.primary_progress_ms = self.now();
-        self.vc_deadline_ms = None;
-        self.pending_nv = None;
-        self.decision_missing.clear();
+        self.views.timer.deadline_ms = None;
+        self.views.pending_nv = None;
+        self.views.decision_missing.clear();
         if h > self.stable_seq {
             match self.exec.own_checkpoint(h) {
                 Some(d) if d == hd => self.make_stable(h, hd),
@@ -589,16 +603,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 prepares.push((n, *d));
             }
         }
-        let (pset, qset) = self.claims.wire();
+        let (pset, qset) = self.views.claims.wire();
         let batches = self.pset_batches();
         self.persist(Record::View {
-            view: self.view,
+            view: self.views.view,
             normal: true,
-            vc: self.my_vc.as_ref().map(|(m, _)| m.clone()),
+            vc: self.views.mine.as_ref().map(|(m, _)| m.clone()),
             pset,
             qset,
             batches,
-            doubted: self.claims.doubted_wire(),
+            doubted: self.views.claims.doubted_wire(),
         });
         let installed: Vec<(Seq, Digest)> = self
             .log
@@ -608,7 +622,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         for (n, d) in installed {
             let batch = self.batches.get(&d).cloned();
             self.persist(Record::PrePrepared {
-                view: self.view,
+                view: self.views.view,
                 seq: n,
                 digest: d,
                 batch,
@@ -618,18 +632,20 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let last = h + nv.chosen.len() as u64;
         self.next_seq = (last + 1).max(self.exec.last_executed() + 1).max(h + 1);
         let entered = nv.digest();
-        self.entered_on = Some((self.view, entered));
+        self.views.entered_on = Some((self.views.view, entered));
         self.persist(Record::Entered {
-            view: self.view,
+            view: self.views.view,
             new_view: entered,
         });
-        self.new_view = Some(nv);
+        self.views.new_view = Some(nv);
         self.gc_batches();
-        self.event(Event::NewViewInstalled { view: self.view });
-        self.prime_view(self.view, false);
+        self.event(Event::NewViewInstalled {
+            view: self.views.view,
+        });
+        self.prime_view(self.views.view, false);
         for (n, d) in prepares {
             let id = self.id;
-            let view = self.view;
+            let view = self.views.view;
             self.broadcast(&Message::Prepare(Prepare {
                 view,
                 seq: n,
@@ -657,22 +673,23 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn on_relayed_vc(&mut self, _from: ReplicaId, vc: ViewChange) -> Result<(), Reject> {
         let digest = vc.digest();
         let wanted = self
+            .views
             .pending_nv
             .as_ref()
             .is_some_and(|nv| nv.vcs.contains(&(vc.replica, digest)));
         if !wanted {
             return Err(Reject::Unexpected);
         }
-        self.vcstore.relay(vc, digest);
+        self.views.store.relay(vc, digest);
         self.try_accept_new_view();
         Ok(())
     }
 
     pub(super) fn on_batches(&mut self, bodies: Vec<Batch>) -> Result<(), Reject> {
         let mut wanted: BTreeSet<Digest> = self.log.values().filter_map(|s| s.pp).collect();
-        wanted.extend(self.decision_missing.iter().copied());
+        wanted.extend(self.views.decision_missing.iter().copied());
         wanted.extend(self.pending_pp.values().map(|p| p.pp.digest));
-        wanted.extend(self.claims.prepared_digests());
+        wanted.extend(self.views.claims.prepared_digests());
         let mut useful = false;
         for b in bodies {
             let d = b.digest();
@@ -688,7 +705,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.retry_pending();
         }
         self.try_execute();
-        if !self.normal && self.is_primary() {
+        if !self.views.normal && self.is_primary() {
             self.try_new_view();
         }
         Ok(())
