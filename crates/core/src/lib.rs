@@ -16,6 +16,7 @@ mod execution;
 pub mod executor;
 pub mod filter;
 pub mod journal;
+mod keying;
 pub mod keys;
 pub mod message;
 pub mod preopen;

@@ -53,9 +53,6 @@ use std::sync::Arc;
 const CERTIFIED_PER_ANSWER_MAX: usize = 16;
 /// A client's reply is sent again on a [`Retry`] at most this often (ms).
 const RETRY_ANSWER_MIN_MS: u64 = 20;
-/// A peer that cannot authenticate us, or a client whose key we lack, gets our latest NEW-KEY
-/// at most this often (ms).
-const NEW_KEY_RESEND_MS: u64 = 500;
 
 /// Counters a host can export as metrics.
 #[derive(Clone, Debug, Default)]
@@ -108,22 +105,12 @@ pub struct Executor<S: Service, A: KeyTable> {
     next_missing_ms: u64,
     /// When each client's reply was last sent again on a Retry (ms).
     retried: BTreeMap<ClientId, u64>,
-    /// The key holder failed to open a body session: execution waits, retried on the next
-    /// tick.
-    sessions_retry: bool,
     /// The latest checkpoint vote of each peer beyond our window (see `transfer.rs`).
     far: BTreeMap<ExecutorId, (Seq, Digest)>,
-    /// Our state session for the transfer under way, and each peer's we serve (confidential
-    /// bodies; at most one per peer).
-    transfer_session: Option<([u8; 32], redoubt_crypto::body::BodyKey)>,
-    served_sessions: BTreeMap<ExecutorId, ([u8; 32], Option<redoubt_crypto::body::BodyKey>)>,
     /// The view of the last batch executed (replies sent again carry it).
     last_view: u64,
-    /// Session keys: when our next NEW-KEY is due (ms), and when our latest one was last
-    /// sent to a peer or client that could not authenticate us or whose key we lack (at
-    /// most one entry per principal that sent us an authenticated message or ran a request).
-    next_rekey_ms: u64,
-    new_key_resent: BTreeMap<Principal, u64>,
+    /// Session keys: refreshes, NEW-KEYs sent again, state sessions (see `keying.rs`).
+    keying: crate::keying::Keying,
     /// When each peer's vote for a checkpoint already stable here, and its MISSING, were
     /// last answered (ms; at most one entry per peer).
     vote_answered: BTreeMap<ExecutorId, u64>,
@@ -189,13 +176,9 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             next_heartbeat_ms: 0,
             next_missing_ms: 0,
             retried: BTreeMap::new(),
-            sessions_retry: false,
             far: BTreeMap::new(),
-            transfer_session: None,
-            served_sessions: BTreeMap::new(),
             last_view: 0,
-            next_rekey_ms: 0,
-            new_key_resent: BTreeMap::new(),
+            keying: Default::default(),
             vote_answered: BTreeMap::new(),
             missing_answered: BTreeMap::new(),
             firewall: None,
@@ -606,7 +589,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                     self.exec.learn_session(r.request.client, enc, key);
                 }
                 Err(e) => {
-                    self.sessions_retry = true;
+                    self.keying.retry_sessions();
                     self.event(Event::KeyHolderFailed(e.to_string()));
                     return false;
                 }
@@ -821,17 +804,9 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     /// agreement node `via`).
     fn resend_new_key(&mut self, to: Principal, via: ReplicaId) {
         let now = self.env.now_ms;
-        if self
-            .new_key_resent
-            .get(&to)
-            .is_some_and(|t| now < t + NEW_KEY_RESEND_MS)
-        {
-            return;
-        }
-        let Some(nk) = self.auth.session_ref().and_then(|s| s.latest()).cloned() else {
+        let Some(nk) = self.keying.new_key_for(&self.auth, to, now) else {
             return;
         };
-        self.new_key_resent.insert(to, now);
         match to {
             Principal::Client(c) => self.relay(c, &Message::NewKey(nk), via),
             _ => self.send(to, &Message::NewKey(nk)),
@@ -842,7 +817,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     /// `key_refresh_ms` (BFT-PR §4.1); clients' keys expire when not refreshed.
     fn tick_keys(&mut self) {
         let now = self.env.now_ms;
-        if self.auth.session_ref().is_none() || now < self.next_rekey_ms {
+        if self.auth.session_ref().is_none() || !self.keying.refresh_due(now) {
             return;
         }
         let me = self.id;
@@ -864,7 +839,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         s.expire_clients(now, lifetime);
         match s.refresh(&peers) {
             Ok(nk) => {
-                self.next_rekey_ms = now + self.cfg.key_refresh_ms;
+                self.keying.refreshed(now, &self.cfg);
                 self.stats.key_refreshes += 1;
                 let m = Message::NewKey(nk);
                 for p in peers {
@@ -873,7 +848,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                 self.event(Event::KeysRefreshed);
             }
             Err(e) => {
-                self.next_rekey_ms = now + self.cfg.status_interval_ms * 10;
+                self.keying.refresh_failed(now, &self.cfg);
                 self.event(Event::KeyHolderFailed(e.to_string()));
             }
         }
@@ -885,7 +860,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         self.tick_keys();
         self.drive_transfer();
         let now = self.env.now_ms;
-        if std::mem::take(&mut self.sessions_retry) {
+        if self.keying.take_sessions_retry() {
             self.try_execute();
         }
         if now >= self.next_heartbeat_ms {

@@ -9,6 +9,7 @@
 
 use super::*;
 use crate::execution::{Answered, Due, Finished, Refused as ServeRefused, ServeLimits};
+use crate::keying::SealRefused;
 
 impl<S: Service, A: KeyTable> Executor<S, A> {
     /// A peer proved (threshold signature, or g+1 signed votes) that checkpoint `seq` with
@@ -55,7 +56,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             Due::Nothing => return,
             Due::Begin => {
                 self.exec.begin_walk();
-                self.transfer_session = None;
+                self.keying.new_transfer();
             }
             Due::Ask => {}
         }
@@ -95,11 +96,8 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             return;
         };
         if self.cfg.confidential_bodies {
-            if self.transfer_session.is_none() {
-                self.transfer_session = self.auth.start_state_session(self.env.entropy);
-            }
-            match &self.transfer_session {
-                Some((enc, _)) => fetch.session = Some(*enc),
+            match self.keying.state_session(&mut self.auth, self.env.entropy) {
+                Some(enc) => fetch.session = Some(enc),
                 None => {
                     self.event(Event::KeyHolderFailed(
                         "cannot start a state session with the executors".into(),
@@ -136,22 +134,19 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             }
         };
         if self.cfg.confidential_bodies {
-            let enc = f.session.ok_or(Reject::BadState)?;
-            let key = match self.served_sessions.get(&from) {
-                Some((known, key)) if *known == enc => key.clone(),
-                _ => match self.auth.open_state_key(Principal::Executor(from), &enc) {
-                    Ok(key) => {
-                        self.served_sessions.insert(from, (enc, key.clone()));
-                        key
-                    }
-                    Err(e) => {
-                        self.event(Event::KeyHolderFailed(e.to_string()));
-                        return Err(Reject::KeyHolder);
-                    }
-                },
-            };
-            let key = key.ok_or(Reject::BadState)?;
-            crate::transfer::seal_answer(&key, self.id, self.env.entropy, &mut data);
+            let peer = Principal::Executor(from);
+            let (id, entropy) = (self.id, self.env.entropy);
+            match self
+                .keying
+                .seal_state(&mut self.auth, peer, f.session, id, entropy, &mut data)
+            {
+                Ok(()) => {}
+                Err(SealRefused::Rejected(r)) => return Err(r),
+                Err(SealRefused::Holder(e)) => {
+                    self.event(Event::KeyHolderFailed(e));
+                    return Err(Reject::KeyHolder);
+                }
+            }
         }
         self.send(Principal::Executor(from), &Message::StateData(data));
         Ok(())
@@ -166,12 +161,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             return Ok(()); // late, or for a transfer that ended
         }
         if self.cfg.confidential_bodies {
-            let key = self
-                .transfer_session
-                .as_ref()
-                .map(|(_, key)| key)
-                .ok_or(Reject::Unexpected)?;
-            crate::transfer::open_answer(key, &mut d)?;
+            self.keying.open_state(&mut d)?;
         } else if d.sealed.is_some() {
             return Err(Reject::BadState);
         }

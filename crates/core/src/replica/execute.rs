@@ -173,7 +173,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 true
             }
             Err(e) => {
-                self.sessions_retry = true;
+                self.keying.retry_sessions();
                 self.event(Event::KeyHolderFailed(e.to_string()));
                 false
             }

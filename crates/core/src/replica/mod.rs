@@ -256,21 +256,11 @@ pub struct Replica<S: Service, A: KeyTable> {
     next_status_ms: u64,
     /// True while re-executing journaled batches after a restart: no sends, no records.
     replaying: bool,
-    /// The key holder failed to open a body session: execution waits, retried on the next
-    /// tick.
-    sessions_retry: bool,
-    /// Confidential bodies: our state session for the transfer under way, and the state
-    /// session of each replica we serve (at most one per replica id).
-    transfer_session: Option<([u8; 32], redoubt_crypto::body::BodyKey)>,
-    served_sessions: BTreeMap<ReplicaId, ([u8; 32], Option<redoubt_crypto::body::BodyKey>)>,
+    /// Session keys: refreshes, NEW-KEYs sent again, clients asked for keys, state
+    /// sessions (see `keying.rs`).
+    keying: crate::keying::Keying,
 
-    // Session keys and recovery (see recovery.rs).
-    rekey_due: bool,
-    next_rekey_ms: u64,
-    next_key_expiry_ms: u64,
-    new_key_resent: BTreeMap<Principal, u64>,
-    /// Clients asked for their keys (our NEW-KEY sent to them) and when; bounded.
-    client_key_asked: BTreeMap<ClientId, u64>,
+    // Recovery (see recovery.rs).
     recovery: Option<recovery::Recovery>,
     /// While recovering: nothing with a sequence number above H_M is sent.
     send_cap: Option<Seq>,
@@ -340,14 +330,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             primary_heard: false,
             next_status_ms: 0,
             replaying: false,
-            sessions_retry: false,
-            transfer_session: None,
-            served_sessions: BTreeMap::new(),
-            rekey_due: false,
-            next_rekey_ms: 0,
-            next_key_expiry_ms: 0,
-            new_key_resent: BTreeMap::new(),
-            client_key_asked: BTreeMap::new(),
+            keying: Default::default(),
             recovery: None,
             send_cap: None,
             unreadable: None,
@@ -827,7 +810,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 self.start_view_change(self.views.view.saturating_add(1));
             }
         }
-        if std::mem::take(&mut self.sessions_retry) {
+        if self.keying.take_sessions_retry() {
             self.try_execute();
             self.answer_reads();
         }

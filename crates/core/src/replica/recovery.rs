@@ -32,13 +32,6 @@ pub(super) fn recovery_of(c: ClientId, n: u32) -> Option<ReplicaId> {
     recovery_replica(c).filter(|r| *r < n)
 }
 
-/// How often a peer that cannot authenticate us gets our latest NEW-KEY again (ms).
-const NEW_KEY_RESEND_MS: u64 = 500;
-/// How often a client whose key we lack is asked for it again (ms), and for how many clients
-/// at most the time of the last ask is remembered.
-const CLIENT_KEY_ASK_MS: u64 = 500;
-const CLIENT_KEY_ASKED_MAX: usize = 4096;
-
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Phase {
     Estimating,
@@ -81,7 +74,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// with keys now retired (peers retransmit what is still needed).
     pub(super) fn rekey(&mut self) {
         if self.replaying {
-            self.rekey_due = true;
+            self.keying.refresh_soon();
             return;
         }
         // Separated: the execution nodes get our keys too (they send us acknowledgements);
@@ -102,8 +95,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         };
         match s.refresh(&peers) {
             Ok(nk) => {
-                self.rekey_due = false;
-                self.next_rekey_ms = now + self.cfg.key_refresh_ms;
+                self.keying.refreshed(now, &self.cfg);
                 self.stats.key_refreshes += 1;
                 self.drop_incomplete_certificates();
                 let nk = Message::NewKey(nk);
@@ -115,8 +107,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
             Err(e) => {
                 // Try again shortly; the old keys stay in force meanwhile.
-                self.rekey_due = true;
-                self.next_rekey_ms = now + self.cfg.status_interval_ms * 10;
+                self.keying.refresh_soon();
+                self.keying.refresh_failed(now, &self.cfg);
                 self.event(Event::KeyHolderFailed(e.to_string()));
             }
         }
@@ -221,18 +213,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// it gets our latest NEW-KEY again (rate-limited per peer).
     pub(super) fn resend_new_key(&mut self, to: Principal) {
         let now = self.now();
-        if self
-            .new_key_resent
-            .get(&to)
-            .is_some_and(|t| now < t + NEW_KEY_RESEND_MS)
-        {
-            return;
+        if let Some(nk) = self.keying.new_key_for(&self.auth, to, now) {
+            self.send(to, &Message::NewKey(nk));
         }
-        let Some(nk) = self.auth.session_ref().and_then(|s| s.latest()).cloned() else {
-            return;
-        };
-        self.new_key_resent.insert(to, now);
-        self.send(to, &Message::NewKey(nk));
     }
 
     /// A request from client `c` did not authenticate and we hold no key of `c` (discarded
@@ -251,21 +234,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let Some(nk) = s.latest().cloned() else {
             return;
         };
-        if self
-            .client_key_asked
-            .get(&c)
-            .is_some_and(|t| now < t + CLIENT_KEY_ASK_MS)
-        {
+        if !self.keying.ask_client(c, now) {
             return;
         }
-        if self.client_key_asked.len() >= CLIENT_KEY_ASKED_MAX {
-            self.client_key_asked
-                .retain(|_, t| now < *t + CLIENT_KEY_ASK_MS);
-            if self.client_key_asked.len() >= CLIENT_KEY_ASKED_MAX {
-                return;
-            }
-        }
-        self.client_key_asked.insert(c, now);
         self.stats.client_keys_asked += 1;
         self.send(client, &Message::NewKey(nk));
     }
@@ -276,11 +247,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         }
         let now = self.now();
-        if self.rekey_due || now >= self.next_rekey_ms {
+        if self.keying.refresh_due(now) {
             self.rekey();
         }
-        if now >= self.next_key_expiry_ms {
-            self.next_key_expiry_ms = now + self.cfg.status_interval_ms * 10;
+        if self.keying.expiry_due(now, &self.cfg) {
             let lifetime = self.cfg.client_key_lifetime_ms;
             if let Some(s) = self.auth.session() {
                 s.expire_clients(now, lifetime);
@@ -501,7 +471,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 && before.get(c).is_none_or(|t| *t < l.timestamp)
         });
         if changed {
-            self.rekey_due = true;
+            self.keying.refresh_soon();
         }
     }
 

@@ -2,6 +2,7 @@
 //! walk for the next FETCH, serving others, and adopting a fetched checkpoint.
 
 use super::*;
+use crate::keying::SealRefused;
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
     // ----- state transfer ---------------------------------------------------------------------
@@ -46,7 +47,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 self.undo_tentative();
                 self.exec.begin_walk();
                 // A new state session for every transfer (confidential bodies).
-                self.transfer_session = None;
+                self.keying.new_transfer();
             }
             Due::Ask => {}
         }
@@ -280,15 +281,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Our state session with the executors for the transfer under way (started on first use
     /// through the key holder); its encapsulation, or `None` if the key holder failed.
     fn state_session(&mut self) -> Option<[u8; 32]> {
-        if self.transfer_session.is_none() {
-            self.transfer_session = self.auth.start_state_session(self.env.entropy);
-            if self.transfer_session.is_none() {
-                self.event(Event::KeyHolderFailed(
-                    "cannot start a state session with the executors".into(),
-                ));
-            }
+        let enc = self.keying.state_session(&mut self.auth, self.env.entropy);
+        if enc.is_none() {
+            self.event(Event::KeyHolderFailed(
+                "cannot start a state session with the executors".into(),
+            ));
         }
-        self.transfer_session.as_ref().map(|(enc, _)| *enc)
+        enc
     }
 
     /// Seals `data` (its auxiliary bytes and items) for `from`'s state session `session`:
@@ -299,33 +298,26 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         session: Option<[u8; 32]>,
         mut data: StateData,
     ) -> Result<StateData, Reject> {
-        let enc = session.ok_or(Reject::BadState)?;
-        let key = match self.served_sessions.get(&from) {
-            Some((known, key)) if *known == enc => key.clone(),
-            _ => match self.auth.open_state_key(Principal::Replica(from), &enc) {
-                Ok(key) => {
-                    // At most one entry per replica id (authenticated senders only).
-                    self.served_sessions.insert(from, (enc, key.clone()));
-                    key
-                }
-                Err(e) => {
-                    self.event(Event::KeyHolderFailed(e.to_string()));
-                    return Err(Reject::KeyHolder);
-                }
-            },
-        };
-        let key = key.ok_or(Reject::BadState)?;
-        crate::transfer::seal_answer(&key, self.id, self.env.entropy, &mut data);
-        Ok(data)
+        let peer = Principal::Replica(from);
+        match self.keying.seal_state(
+            &mut self.auth,
+            peer,
+            session,
+            self.id,
+            self.env.entropy,
+            &mut data,
+        ) {
+            Ok(()) => Ok(data),
+            Err(SealRefused::Rejected(r)) => Err(r),
+            Err(SealRefused::Holder(e)) => {
+                self.event(Event::KeyHolderFailed(e));
+                Err(Reject::KeyHolder)
+            }
+        }
     }
 
     /// Opens a sealed answer to our FETCH in place (an unsealed one is refused).
     fn open_state(&mut self, d: &mut StateData) -> Result<(), Reject> {
-        let key = self
-            .transfer_session
-            .as_ref()
-            .map(|(_, key)| key)
-            .ok_or(Reject::Unexpected)?;
-        crate::transfer::open_answer(key, d)
+        self.keying.open_state(d)
     }
 }

@@ -1,0 +1,232 @@
+//! What a replica and an execution node keep about their session keys besides the key table
+//! (BFT-PR §4.1): when their next NEW-KEY is due, to whom their latest one went again, which
+//! clients were asked for keys, and the state sessions that seal state transfers under
+//! confidential bodies (ours while fetching, each peer's we serve). The key table and the key
+//! holder do the cryptography; this component decides when and remembers what.
+//!
+//! Bounds: one resend time per principal that reached us, at most [`CLIENT_KEY_ASKED_MAX`]
+//! clients asked, one served state session per peer.
+
+use crate::keys::{KeyTable, NewKey};
+use crate::message::{Reject, StateData};
+use crate::types::{ClientId, Config, Principal};
+use redoubt_crypto::body::{BodyKey, ENC_LEN};
+use std::collections::BTreeMap;
+
+/// How often a peer that cannot authenticate us gets our latest NEW-KEY again (ms).
+const NEW_KEY_RESEND_MS: u64 = 500;
+/// How often a client whose key we lack is asked for it again (ms), and for how many clients
+/// at most the time of the last ask is remembered.
+const CLIENT_KEY_ASK_MS: u64 = 500;
+const CLIENT_KEY_ASKED_MAX: usize = 4096;
+
+/// See the module documentation.
+#[derive(Default)]
+pub(crate) struct Keying {
+    /// A refresh is due now (it failed, or something changed the keys' users).
+    rekey_due: bool,
+    next_rekey_ms: u64,
+    next_key_expiry_ms: u64,
+    new_key_resent: BTreeMap<Principal, u64>,
+    client_key_asked: BTreeMap<ClientId, u64>,
+    /// Our state session for the transfer under way.
+    ours: Option<([u8; ENC_LEN], BodyKey)>,
+    /// The state session of each peer we serve.
+    served: BTreeMap<Principal, ([u8; ENC_LEN], Option<BodyKey>)>,
+    /// The key holder failed to open a body session: execution waits, retried on the next
+    /// tick.
+    sessions_retry: bool,
+}
+
+/// Why a state answer could not be sealed.
+pub(crate) enum SealRefused {
+    /// The asker named no session, or one the key holder does not open.
+    Rejected(Reject),
+    /// The key holder failed (its message).
+    Holder(String),
+}
+
+impl Keying {
+    // ----- refreshing our keys ----------------------------------------------------------------
+
+    /// Whether our keys are due for a refresh at `now`.
+    pub(crate) fn refresh_due(&self, now: u64) -> bool {
+        self.rekey_due || now >= self.next_rekey_ms
+    }
+
+    /// A refresh is due at the next opportunity.
+    pub(crate) fn refresh_soon(&mut self) {
+        self.rekey_due = true;
+    }
+
+    /// Our keys were refreshed at `now`: the next refresh is a refresh period away.
+    pub(crate) fn refreshed(&mut self, now: u64, cfg: &Config) {
+        self.rekey_due = false;
+        self.next_rekey_ms = now + cfg.key_refresh_ms;
+    }
+
+    /// The key holder could not refresh our keys: tried again shortly (the old keys stay in
+    /// force meanwhile).
+    pub(crate) fn refresh_failed(&mut self, now: u64, cfg: &Config) {
+        self.next_rekey_ms = now + cfg.status_interval_ms * 10;
+    }
+
+    /// Whether clients' keys are due to be checked for expiry at `now` (every ten status
+    /// intervals); the next check is scheduled if so.
+    pub(crate) fn expiry_due(&mut self, now: u64, cfg: &Config) -> bool {
+        if now < self.next_key_expiry_ms {
+            return false;
+        }
+        self.next_key_expiry_ms = now + cfg.status_interval_ms * 10;
+        true
+    }
+
+    /// Our latest NEW-KEY, to send again to `to` (which could not authenticate us), unless
+    /// it went there less than [`NEW_KEY_RESEND_MS`] ago.
+    pub(crate) fn new_key_for(
+        &mut self,
+        auth: &impl KeyTable,
+        to: Principal,
+        now: u64,
+    ) -> Option<NewKey> {
+        if self
+            .new_key_resent
+            .get(&to)
+            .is_some_and(|t| now < t + NEW_KEY_RESEND_MS)
+        {
+            return None;
+        }
+        let nk = auth.session_ref().and_then(|s| s.latest()).cloned()?;
+        self.new_key_resent.insert(to, now);
+        Some(nk)
+    }
+
+    /// Whether client `c` may be asked for its keys at `now` (rate-limited per client; the
+    /// table bounded); recorded as asked if so.
+    pub(crate) fn ask_client(&mut self, c: ClientId, now: u64) -> bool {
+        if self
+            .client_key_asked
+            .get(&c)
+            .is_some_and(|t| now < t + CLIENT_KEY_ASK_MS)
+        {
+            return false;
+        }
+        if self.client_key_asked.len() >= CLIENT_KEY_ASKED_MAX {
+            self.client_key_asked
+                .retain(|_, t| now < *t + CLIENT_KEY_ASK_MS);
+            if self.client_key_asked.len() >= CLIENT_KEY_ASKED_MAX {
+                return false;
+            }
+        }
+        self.client_key_asked.insert(c, now);
+        true
+    }
+
+    // ----- body sessions ----------------------------------------------------------------------
+
+    /// The key holder failed to open a body session: execution is retried on the next tick.
+    pub(crate) fn retry_sessions(&mut self) {
+        self.sessions_retry = true;
+    }
+
+    /// Whether execution waits for a retry (cleared).
+    pub(crate) fn take_sessions_retry(&mut self) -> bool {
+        std::mem::take(&mut self.sessions_retry)
+    }
+
+    // ----- state sessions ---------------------------------------------------------------------
+
+    /// A transfer begins: it gets a new state session.
+    pub(crate) fn new_transfer(&mut self) {
+        self.ours = None;
+    }
+
+    /// Our state session for the transfer under way, started through the key holder on first
+    /// use: its encapsulation, or `None` if the key holder failed.
+    pub(crate) fn state_session(
+        &mut self,
+        auth: &mut impl KeyTable,
+        entropy: u64,
+    ) -> Option<[u8; ENC_LEN]> {
+        if self.ours.is_none() {
+            self.ours = auth.start_state_session(entropy);
+        }
+        self.ours.as_ref().map(|(enc, _)| *enc)
+    }
+
+    /// Seals `data` in place for `peer`'s state session `session` (`sender` is our id), so
+    /// that pages never leave in clear. `peer` is authenticated: one entry per peer.
+    pub(crate) fn seal_state(
+        &mut self,
+        auth: &mut impl KeyTable,
+        peer: Principal,
+        session: Option<[u8; ENC_LEN]>,
+        sender: u32,
+        entropy: u64,
+        data: &mut StateData,
+    ) -> Result<(), SealRefused> {
+        let enc = session.ok_or(SealRefused::Rejected(Reject::BadState))?;
+        let key = match self.served.get(&peer) {
+            Some((known, key)) if *known == enc => key.clone(),
+            _ => match auth.open_state_key(peer, &enc) {
+                Ok(key) => {
+                    self.served.insert(peer, (enc, key.clone()));
+                    key
+                }
+                Err(e) => return Err(SealRefused::Holder(e.to_string())),
+            },
+        };
+        let key = key.ok_or(SealRefused::Rejected(Reject::BadState))?;
+        crate::transfer::seal_answer(&key, sender, entropy, data);
+        Ok(())
+    }
+
+    /// Opens a sealed answer to our FETCH in place (an unsealed one is refused; none is
+    /// expected without a session of ours).
+    pub(crate) fn open_state(&self, d: &mut StateData) -> Result<(), Reject> {
+        let key = self
+            .ours
+            .as_ref()
+            .map(|(_, key)| key)
+            .ok_or(Reject::Unexpected)?;
+        crate::transfer::open_answer(key, d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clients_are_asked_at_most_once_per_interval_and_the_table_stays_bounded() {
+        let mut k = Keying::default();
+        assert!(k.ask_client(7, 1_000));
+        assert!(!k.ask_client(7, 1_000 + CLIENT_KEY_ASK_MS - 1));
+        assert!(k.ask_client(7, 1_000 + CLIENT_KEY_ASK_MS));
+        for c in 0..CLIENT_KEY_ASKED_MAX as u64 {
+            k.ask_client(1_000_000 + c, 5_000);
+        }
+        assert!(k.client_key_asked.len() <= CLIENT_KEY_ASKED_MAX);
+        assert!(!k.ask_client(99, 5_000), "full of recent asks: refused");
+        assert!(
+            k.ask_client(99, 5_000 + CLIENT_KEY_ASK_MS),
+            "old asks make room"
+        );
+        assert!(k.client_key_asked.len() <= CLIENT_KEY_ASKED_MAX);
+    }
+
+    #[test]
+    fn refreshes_are_due_on_time_or_when_asked_for() {
+        let cfg = Config::new(1);
+        let mut k = Keying::default();
+        assert!(k.refresh_due(0));
+        k.refreshed(10, &cfg);
+        assert!(!k.refresh_due(10 + cfg.key_refresh_ms - 1));
+        assert!(k.refresh_due(10 + cfg.key_refresh_ms));
+        k.refresh_soon();
+        assert!(k.refresh_due(11), "a refresh asked for is due at once");
+        k.refresh_failed(11, &cfg);
+        assert!(k.refresh_due(12), "still due after a failure");
+        assert!(k.expiry_due(0, &cfg) && !k.expiry_due(1, &cfg));
+    }
+}
