@@ -13,6 +13,8 @@ pub(crate) struct CheckpointVotes {
     votes: BTreeMap<ReplicaId, BTreeMap<Seq, Digest>>,
     /// Sequence numbers kept per replica.
     cap: usize,
+    /// The stable checkpoint (the low water mark) and its digest.
+    stable: (Seq, Digest),
 }
 
 impl CheckpointVotes {
@@ -22,7 +24,24 @@ impl CheckpointVotes {
         CheckpointVotes {
             votes: BTreeMap::new(),
             cap: (log_size / interval) as usize + 2,
+            stable: (0, Digest::ZERO),
         }
+    }
+
+    /// The stable checkpoint's sequence number: the low water mark.
+    pub(crate) fn stable_seq(&self) -> Seq {
+        self.stable.0
+    }
+
+    /// The stable checkpoint's digest.
+    pub(crate) fn stable_digest(&self) -> Digest {
+        self.stable.1
+    }
+
+    /// Checkpoint `seq` (`digest`) is stable here now (or is where this replica stands
+    /// after a restart or a recovery).
+    pub(crate) fn set_stable(&mut self, seq: Seq, digest: Digest) {
+        self.stable = (seq, digest);
     }
 
     /// Records `from`'s vote for `digest` at `seq` (a later vote for `seq` replaces it).

@@ -7,6 +7,7 @@
 
 pub(crate) mod certificates;
 pub(crate) mod claims;
+pub(crate) mod heard;
 pub(crate) mod log;
 pub(crate) mod pool;
 pub(crate) mod reports;

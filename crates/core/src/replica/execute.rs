@@ -351,7 +351,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return Err(Reject::Inconsistent);
         }
         let repairing = self.exec.repairing();
-        if c.seq < self.stable_seq || (c.seq == self.stable_seq && !repairing) {
+        if c.seq < self.ckpt_votes.stable_seq()
+            || (c.seq == self.ckpt_votes.stable_seq() && !repairing)
+        {
             return Ok(()); // old news
         }
         self.ckpt_votes.record(from, c.seq, c.digest);
@@ -363,7 +365,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     pub(super) fn check_checkpoint(&mut self, seq: Seq) {
         let repairing = self.exec.repairing();
-        if seq < self.stable_seq || (seq == self.stable_seq && !repairing) {
+        if seq < self.ckpt_votes.stable_seq() || (seq == self.ckpt_votes.stable_seq() && !repairing)
+        {
             return;
         }
         // Which digest, if any, is vouched for by f+1 (known correct) or 2f+1 (stable)?
@@ -391,7 +394,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 self.start_transfer(seq, digest, true);
             }
             None if seq > self.exec.last_executed() => {
-                let urgent = seq > self.stable_seq.saturating_add(self.cfg.log_size)
+                let urgent = seq
+                    > self
+                        .ckpt_votes
+                        .stable_seq()
+                        .saturating_add(self.cfg.log_size)
                     || seq >= self.exec.last_executed().saturating_add(self.cfg.log_size);
                 self.start_transfer(seq, digest, urgent);
             }
@@ -401,7 +408,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     pub(super) fn make_stable(&mut self, seq: Seq, digest: Digest) {
         self.release_send_cap_after(seq);
-        if seq <= self.stable_seq {
+        if seq <= self.ckpt_votes.stable_seq() {
             return;
         }
         if self.exec.own_checkpoint(seq).is_some() && self.exec.state().held(seq).is_some() {
@@ -411,8 +418,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         } else {
             self.persist(Record::Watermark { seq, digest });
         }
-        self.stable_seq = seq;
-        self.stable_digest = digest;
+        self.ckpt_votes.set_stable(seq, digest);
         self.log.forget_through(seq);
         self.pending_pp = self.pending_pp.split_off(&(seq + 1));
         self.exec.forget_executed_through(seq);

@@ -23,6 +23,7 @@
 //! most one request per known client, and view-change bookkeeping is bounded per replica.
 
 use crate::agreement::certificates::CheckpointVotes;
+use crate::agreement::heard::Heard;
 use crate::agreement::log::{Slot, SlotLog};
 use crate::agreement::pool::{Pick, RequestPool, Waiting};
 use crate::agreement::vcstore::{Stored, ACKS_PER_ACKER_MAX};
@@ -222,9 +223,7 @@ pub struct Replica<S: Service, A: KeyTable> {
     last_proposed_time_ms: u64,
 
     // Checkpoints.
-    stable_seq: Seq,
-    stable_digest: Digest,
-    /// CHECKPOINT votes: which checkpoints are known correct or stable.
+    /// CHECKPOINT votes: which checkpoints are known correct or stable, and the stable one.
     ckpt_votes: CheckpointVotes,
 
     // Requests.
@@ -246,12 +245,8 @@ pub struct Replica<S: Service, A: KeyTable> {
     primary_progress_ms: u64,
     /// PBFT with `primary_pace_window_ms`: the windows of the primary's pace check.
     pace: Option<pace::PaceWatch>,
-    /// When an authenticated message last came from each other replica (ms), and since when
-    /// 2f of them have been heard without a gap (see `tick`).
-    heard_ms: BTreeMap<ReplicaId, u64>,
-    quorum_heard_since_ms: Option<u64>,
-    /// The primary was heard at the last tick (see `note_quorum_heard`).
-    primary_heard: bool,
+    /// Which other replicas were heard lately (see `agreement/heard.rs`).
+    heard: Heard,
 
     next_status_ms: u64,
     /// True while re-executing journaled batches after a restart: no sends, no records.
@@ -315,8 +310,6 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             batches: BTreeMap::new(),
             next_seq: 1,
             last_proposed_time_ms: 0,
-            stable_seq: 0,
-            stable_digest: Digest::ZERO,
             ckpt_votes,
             reads: BTreeMap::new(),
             pool,
@@ -325,9 +318,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             deferred_commits: Vec::new(),
             primary_progress_ms: 0,
             pace: None,
-            heard_ms: BTreeMap::new(),
-            quorum_heard_since_ms: None,
-            primary_heard: false,
+            heard: Heard::default(),
             next_status_ms: 0,
             replaying: false,
             keying: Default::default(),
@@ -365,8 +356,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             r.exec.set_diverged(true);
             r.exec.stand_at(seq);
         }
-        r.stable_seq = seq;
-        r.stable_digest = digest;
+        r.ckpt_votes.set_stable(seq, digest);
         r.next_seq = seq + 1;
         r.exec.note_checkpoint(seq, digest);
         r.prime_sync();
@@ -408,7 +398,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.exec.last_executed()
     }
     pub fn stable_checkpoint(&self) -> Seq {
-        self.stable_seq
+        self.ckpt_votes.stable_seq()
     }
     pub fn service(&self) -> &S {
         self.exec.service()
@@ -473,7 +463,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .claims
             .check_invariants()
             .map_err(|e| format!("view-change claims: {e}"))?;
-        let (lo, hi) = (self.stable_seq, self.stable_seq + self.cfg.log_size);
+        let (lo, hi) = (
+            self.ckpt_votes.stable_seq(),
+            self.ckpt_votes.stable_seq() + self.cfg.log_size,
+        );
         self.log
             .check_invariants(lo, hi, self.cfg.n())
             .map_err(|e| format!("agreement log: {e}"))?;
@@ -688,7 +681,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             Principal::Replica(r) => {
                 if r < self.cfg.n() && r != self.id {
                     let now = self.now();
-                    self.heard_ms.insert(r, now);
+                    self.heard.note(r, now);
                 }
                 Some(r)
             }
@@ -732,7 +725,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     fn in_window(&self, n: Seq) -> bool {
-        n > self.stable_seq && n <= self.stable_seq + self.cfg.log_size
+        n > self.ckpt_votes.stable_seq() && n <= self.ckpt_votes.stable_seq() + self.cfg.log_size
     }
 
     // ----- timers -------------------------------------------------------------------------
@@ -767,7 +760,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     // for a whole timeout, and the request goes to the primary again each
                     // time (it may have been down, with the others, when we relayed it).
                     let heard_for = self
-                        .quorum_heard_since_ms
+                        .heard
+                        .quorum_since_ms()
                         .map(|since| since.saturating_add(self.views.timer.timeout_ms()));
                     if still && (self.committed_here(c, ts) || self.exec_pipeline_full()) {
                         self.req_timer = Some((now + self.views.timer.timeout_ms(), c, ts));
@@ -842,23 +836,19 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 }
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
-    /// Whether 2f other replicas were heard within the last [`HEARD_STATUSES`] status
+    /// Whether 2f other replicas were heard within the last few status
     /// intervals; keeps since when that holds without a gap. A primary heard again after a
     /// silence (it rebooted, or was cut off) gets the requests waiting here again: what we
     /// relayed meanwhile was lost, and our timers would replace it for requests it never had.
     fn note_quorum_heard(&mut self, now: u64) {
-        let recent = now.saturating_sub(self.cfg.status_interval_ms * HEARD_STATUSES);
-        self.heard_ms.retain(|_, at| *at >= recent);
-        if self.heard_ms.len() >= 2 * self.cfg.f as usize {
-            self.quorum_heard_since_ms.get_or_insert(now);
-        } else {
-            self.quorum_heard_since_ms = None;
-        }
-        let heard = self.heard_ms.contains_key(&self.primary());
-        if heard && !std::mem::replace(&mut self.primary_heard, heard) {
+        let quorum = 2 * self.cfg.f as usize;
+        let primary = self.primary();
+        if self
+            .heard
+            .tick(now, self.cfg.status_interval_ms, quorum, primary)
+        {
             self.relay_waiting();
         }
-        self.primary_heard = heard;
     }
 
     /// A backup in normal operation sends the primary the requests waiting here, oldest
@@ -881,10 +871,6 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
     }
 }
-
-/// A replica counts as heard for this many status intervals after its last message (every
-/// replica sends a STATUS each interval).
-const HEARD_STATUSES: u64 = 4;
 
 /// VIEW-CHANGE messages are kept only for views up to this far beyond ours.
 pub const VC_VIEWS_AHEAD: View = 4;

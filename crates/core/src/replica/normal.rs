@@ -11,7 +11,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// arrived). Slots at or below the stable checkpoint are forgotten.
     pub(super) fn vouch_after_leaving(&mut self, client: Option<ClientId>) {
         let mut vouched = Vec::new();
-        for (n, v, d) in self.views.claims.doubted_above(self.stable_seq) {
+        for (n, v, d) in self
+            .views
+            .claims
+            .doubted_above(self.ckpt_votes.stable_seq())
+        {
             let Some(b) = self.batches.get(&d) else {
                 continue;
             };

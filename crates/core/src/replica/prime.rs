@@ -349,7 +349,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if !self.views.normal || !self.is_primary() || self.exec.transfer_target().is_some() {
             return;
         }
-        if self.next_seq > self.stable_seq + self.cfg.log_size || self.next_seq <= self.stable_seq {
+        if self.next_seq > self.ckpt_votes.stable_seq() + self.cfg.log_size
+            || self.next_seq <= self.ckpt_votes.stable_seq()
+        {
             return;
         }
         let proposed = self.proposed_eligibility();

@@ -121,7 +121,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // left a replica that re-keyed with a batch in flight unable to prepare it: it never
         // votes again, and with another replica away no quorum forms (simulator seed 801
         // under one schedule).
-        let (stable, me) = (self.stable_seq, self.id);
+        let (stable, me) = (self.ckpt_votes.stable_seq(), self.id);
         for slot in self.log.values_mut() {
             if !slot.prepared {
                 slot.prepares.retain(|r, _| *r == me);
@@ -642,22 +642,25 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// checkpoint the state itself holds, and stop fetching the made-up one.
     fn distrust_watermark_above(&mut self, h_m: Seq) {
         let base = self.exec.state().base_seq();
-        if self.stable_seq <= h_m || base > h_m {
+        if self.ckpt_votes.stable_seq() <= h_m || base > h_m {
             return;
         }
         let Some((root, aux)) = self.exec.state().held(base) else {
             return;
         };
         self.stats.watermarks_distrusted += 1;
-        self.stable_seq = base;
-        self.stable_digest = crate::transfer::checkpoint_digest_of(base, &root, &aux);
+        self.ckpt_votes.set_stable(
+            base,
+            crate::transfer::checkpoint_digest_of(base, &root, &aux),
+        );
         if self.exec.own_checkpoint(base).is_none() {
-            self.exec.note_checkpoint(base, self.stable_digest);
+            self.exec
+                .note_checkpoint(base, self.ckpt_votes.stable_digest());
         }
         self.exec.drop_transfer_above(h_m);
         self.persist(Record::Watermark {
             seq: base,
-            digest: self.stable_digest,
+            digest: self.ckpt_votes.stable_digest(),
         });
     }
 
@@ -679,8 +682,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // The initial auxiliary bytes always decode; the service may not load over pages
         // that are not genesis pages, which is why execution stops until the fetch.
         self.exec.restart_at_genesis();
-        self.stable_seq = 0;
-        self.stable_digest = digest;
+        self.ckpt_votes.set_stable(0, digest);
         self.exec.forget_checkpoints();
         self.exec.note_checkpoint(0, digest);
         self.log.clear();
@@ -804,7 +806,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 }
             }
             Phase::Fetching => {
-                let settled = self.stable_seq >= rec.h
+                let settled = self.ckpt_votes.stable_seq() >= rec.h
                     && self.exec.transfer_target().is_none()
                     && !self.exec.diverged()
                     && !self.exec.state().needs_repair()
@@ -840,7 +842,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     pub(super) fn release_send_cap(&mut self) {
-        if self.send_cap.is_some_and(|cap| self.stable_seq >= cap) {
+        if self
+            .send_cap
+            .is_some_and(|cap| self.ckpt_votes.stable_seq() >= cap)
+        {
             self.send_cap = None;
         }
     }
@@ -952,7 +957,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .filter(|(c, _)| recovery_replica(**c).is_some())
             .filter_map(|(_, l)| postcard::from_bytes::<RecoveryResult>(&l.result).ok())
             .map(|res| res.target)
-            .filter(|t| *t > self.stable_seq)
+            .filter(|t| *t > self.ckpt_votes.stable_seq())
             .max()
     }
 

@@ -399,8 +399,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
             if in_flight >= self.cfg.inflight_batches_max
                 || self.exec_pipeline_full()
-                || self.next_seq > self.stable_seq + self.cfg.log_size
-                || self.next_seq <= self.stable_seq
+                || self.next_seq > self.ckpt_votes.stable_seq() + self.cfg.log_size
+                || self.next_seq <= self.ckpt_votes.stable_seq()
             {
                 return;
             }

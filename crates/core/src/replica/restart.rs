@@ -36,7 +36,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .rev()
             .find(|x| matches!(x, Record::Checkpoint { .. }))
         {
-            if *seq > r.stable_seq && !r.exec.diverged() {
+            if *seq > r.ckpt_votes.stable_seq() && !r.exec.diverged() {
                 // The state's base is behind a checkpoint the journal recorded: a crash
                 // between a recovery relabelling a distrusted state as checkpoint 0 (a state
                 // commit) and its journal record, or a journal rewritten while compromised.
@@ -45,17 +45,20 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 r.unreadable.get_or_insert_with(|| {
                     format!(
                         "the journal names checkpoint {seq} but the state's base is {}",
-                        r.stable_seq
+                        r.ckpt_votes.stable_seq()
                     )
                 });
                 r.exec.set_diverged(true);
             }
-            if *seq == r.stable_seq && *digest != r.stable_digest && !r.exec.diverged() {
+            if *seq == r.ckpt_votes.stable_seq()
+                && *digest != r.ckpt_votes.stable_digest()
+                && !r.exec.diverged()
+            {
                 // The tree file does not describe the checkpoint the journal recorded.
                 r.exec.set_diverged(true);
             }
         }
-        let h = r.stable_seq;
+        let h = r.ckpt_votes.stable_seq();
         r.replaying = true;
         r.replay_executed(records, h);
         r.replaying = false;
@@ -87,7 +90,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .rev()
             .find(|x| matches!(x, Record::Watermark { .. }))
         {
-            if *seq > r.stable_seq {
+            if *seq > r.ckpt_votes.stable_seq() {
                 r.adopt_watermark(*seq, *digest);
             }
         }

@@ -100,7 +100,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         };
         match self
             .exec
-            .serve(from, &f, self.stable_seq, self.now(), limits)
+            .serve(from, &f, self.ckpt_votes.stable_seq(), self.now(), limits)
         {
             Ok((data, used)) => {
                 let data = if self.seals_state() && f.seq != 0 {
@@ -223,7 +223,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.stats.state_transfers += 1;
         self.stats.transfer_pages += pages;
         self.stats.transfer_metas += metas;
-        let stable = self.stable_seq;
+        let stable = self.ckpt_votes.stable_seq();
         self.exec.forget_checkpoints_but(stable, seq);
         self.exec.note_checkpoint(seq, digest);
         // Our state now is that checkpoint, every page checked against its digest: vouch for
@@ -256,7 +256,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.next_seq <= seq {
             self.next_seq = seq + 1;
         }
-        if self.stable_seq < seq && self.ckpt_votes.voters(seq, &digest).len() >= self.cfg.quorum()
+        if self.ckpt_votes.stable_seq() < seq
+            && self.ckpt_votes.voters(seq, &digest).len() >= self.cfg.quorum()
         {
             self.make_stable(seq, digest);
         }

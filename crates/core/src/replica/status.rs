@@ -85,7 +85,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 .filter(|(v, _)| self.views.normal && *v == self.views.view)
                 .map(|(_, d)| d),
             last_executed: self.exec.last_executed(),
-            stable: self.stable_seq,
+            stable: self.ckpt_votes.stable_seq(),
             prepared,
             committed,
             missing_batches: self.missing_batches(),
@@ -120,7 +120,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.vouch_again();
             self.retransmit_log(from, &st);
         }
-        if st.stable < self.stable_seq || st.last_executed < self.exec.last_executed() {
+        if st.stable < self.ckpt_votes.stable_seq() || st.last_executed < self.exec.last_executed()
+        {
             self.send_checkpoints(from, &st);
         }
         // Batch bodies, from one replica at a time (see `answers_bodies_to`).
@@ -262,12 +263,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     fn send_checkpoints(&mut self, from: ReplicaId, st: &Status) {
         let mine = self.exec.own_checkpoints_from(
             st.stable
-                .max(st.last_executed.min(self.stable_seq))
+                .max(st.last_executed.min(self.ckpt_votes.stable_seq()))
                 .saturating_add(1),
         );
-        let own_stable = (self.stable_seq, self.stable_digest);
+        let own_stable = (
+            self.ckpt_votes.stable_seq(),
+            self.ckpt_votes.stable_digest(),
+        );
         let mut send: Vec<(Seq, Digest)> = mine;
-        if st.stable < self.stable_seq && !send.iter().any(|(n, _)| *n == own_stable.0) {
+        if st.stable < self.ckpt_votes.stable_seq() && !send.iter().any(|(n, _)| *n == own_stable.0)
+        {
             send.push(own_stable);
         }
         for (seq, digest) in send {

@@ -54,16 +54,19 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 }
             }
         }
-        self.views
-            .claims
-            .leave(self.views.view, self.stable_seq, &slots, doubted);
+        self.views.claims.leave(
+            self.views.view,
+            self.ckpt_votes.stable_seq(),
+            &slots,
+            doubted,
+        );
         self.log.clear();
         let (pw, qw) = self.views.claims.wire();
         let vc = ViewChange {
             view: v,
             replica: self.id,
-            ls: self.stable_seq,
-            checkpoints: self.exec.own_checkpoints_from(self.stable_seq),
+            ls: self.ckpt_votes.stable_seq(),
+            checkpoints: self.exec.own_checkpoints_from(self.ckpt_votes.stable_seq()),
             p: pw,
             q: qw,
         };
@@ -540,8 +543,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.exec.forget_checkpoint(h);
             self.on_divergence();
         }
-        self.stable_seq = h;
-        self.stable_digest = hd;
+        self.ckpt_votes.set_stable(h, hd);
         self.exec.forget_executed_through(h);
         self.exec.forget_checkpoints_below(h);
         self.ckpt_votes.forget_through(h);
@@ -564,7 +566,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.views.timer.deadline_ms = None;
         self.views.pending_nv = None;
         self.views.decision_missing.clear();
-        if h > self.stable_seq {
+        if h > self.ckpt_votes.stable_seq() {
             match self.exec.own_checkpoint(h) {
                 Some(d) if d == hd => self.make_stable(h, hd),
                 _ => {
@@ -592,7 +594,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let mut prepares = Vec::new();
         for (i, d) in nv.chosen.iter().enumerate() {
             let n = h + 1 + i as u64;
-            if n <= self.stable_seq {
+            if n <= self.ckpt_votes.stable_seq() {
                 continue; // already below our low watermark (we fetched a later checkpoint)
             }
             let slot = self.log.slot(n);
