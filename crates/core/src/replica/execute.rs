@@ -298,7 +298,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
         }
         self.exec.complete(seq, digest);
-        self.primary_progress_ms = self.now();
+        self.proposing.progress_ms = self.now();
         self.stats.batches_executed += 1;
         self.stats.requests_executed += executed.len() as u64;
         if !executed.is_empty() {
@@ -425,8 +425,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.exec.forget_checkpoints_below(seq);
         self.ckpt_votes.forget_through(seq);
         self.views.claims.forget_through(seq);
-        if self.next_seq <= seq {
-            self.next_seq = seq + 1;
+        if self.proposing.next_seq <= seq {
+            self.proposing.next_seq = seq + 1;
         }
         self.gc_batches();
         self.prime_stable(seq);

@@ -212,39 +212,27 @@ pub struct Replica<S: Service, A: KeyTable> {
     /// view record, above its last checkpoint record: their `Executed` records omit the body
     /// (journal compaction keeps the pre-prepare record for them). At most one per slot.
     bodies_journaled: BTreeSet<(Seq, Digest)>,
-    /// Clients under suspicion, and until when (ms; bounded, see `suspects.rs`).
-    suspects: BTreeMap<ClientId, u64>,
 
     // Log.
     /// The slots of the current view (see `log.rs`).
     log: SlotLog,
     batches: BTreeMap<Digest, Arc<Batch>>,
-    next_seq: Seq,
-    last_proposed_time_ms: u64,
+    /// The next sequence number, pace and progress of proposals (see `requests.rs`).
+    proposing: requests::Proposing,
 
     // Checkpoints.
     /// CHECKPOINT votes: which checkpoints are known correct or stable, and the stable one.
     ckpt_votes: CheckpointVotes,
 
-    // Requests.
-    /// Read-only requests waiting for everything this replica prepared to execute (one per
-    /// client, the latest).
-    reads: BTreeMap<ClientId, Request>,
-    /// Requests waiting to be ordered, in flight, and replaced (see `pool.rs`).
-    pool: RequestPool,
+    /// Requests pooled, reads waiting, the request timer, suspected clients (see
+    /// `requests.rs`).
+    requests: requests::Requests,
     /// Pre-prepares of the current view waiting for requests that travel beside them (at
     /// most one per sequence number in the log window).
     pending_pp: BTreeMap<Seq, PendingPp>,
-    req_timer: Option<(u64, ClientId, u64)>,
     /// COMMITs of batches that execute tentatively, held back until the next broadcast or
     /// tick (`defer_tentative_commits`); at most one per slot of the log window.
     deferred_commits: Vec<Commit>,
-    /// While primary: the last time it executed a batch or had none in flight. A primary
-    /// whose own proposals do not execute within the view-change timeout suspects itself
-    /// (see `tick`).
-    primary_progress_ms: u64,
-    /// PBFT with `primary_pace_window_ms`: the windows of the primary's pace check.
-    pace: Option<pace::PaceWatch>,
     /// Which other replicas were heard lately (see `agreement/heard.rs`).
     heard: Heard,
 
@@ -292,7 +280,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         );
         assert!(id < cfg.n());
         let ckpt_votes = CheckpointVotes::new(cfg.log_size, cfg.checkpoint_interval);
-        let pool = RequestPool::new(&cfg);
+        let requests = requests::Requests::new(&cfg);
         let confidential = cfg.confidential_bodies;
         let views = views::Views::new(&cfg, id);
         let mut r = Replica {
@@ -305,19 +293,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             stats: Stats::default(),
             views,
             bodies_journaled: BTreeSet::new(),
-            suspects: BTreeMap::new(),
             log: SlotLog::default(),
             batches: BTreeMap::new(),
-            next_seq: 1,
-            last_proposed_time_ms: 0,
+            proposing: requests::Proposing {
+                next_seq: 1,
+                ..Default::default()
+            },
             ckpt_votes,
-            reads: BTreeMap::new(),
-            pool,
+            requests,
             pending_pp: BTreeMap::new(),
-            req_timer: None,
             deferred_commits: Vec::new(),
-            primary_progress_ms: 0,
-            pace: None,
             heard: Heard::default(),
             next_status_ms: 0,
             replaying: false,
@@ -357,7 +342,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             r.exec.stand_at(seq);
         }
         r.ckpt_votes.set_stable(seq, digest);
-        r.next_seq = seq + 1;
+        r.proposing.next_seq = seq + 1;
         r.exec.note_checkpoint(seq, digest);
         r.prime_sync();
         Ok(r)
@@ -445,7 +430,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.exec
             .check_invariants()
             .map_err(|e| format!("execution: {e}"))?;
-        self.pool
+        self.requests
+            .pool
             .check_invariants()
             .map_err(|e| format!("request pool: {e}"))?;
         self.views
@@ -735,13 +721,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.flush_deferred_commits();
         self.note_quorum_heard(now);
         if self.views.normal {
-            if let Some((deadline, c, ts)) = self.req_timer {
+            if let Some((deadline, c, ts)) = self.requests.timer {
                 if now >= deadline {
                     let still = self
+                        .requests
                         .pool
                         .get(c)
                         .is_some_and(|w| w.req.request.timestamp == ts);
-                    self.req_timer = None;
+                    self.requests.timer = None;
                     // A request committed here but not yet executed, with nothing the
                     // primary owes us before it, waits on us (a state transfer, a missing
                     // batch body) and not on the primary: a lone view change would only
@@ -764,11 +751,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                         .quorum_since_ms()
                         .map(|since| since.saturating_add(self.views.timer.timeout_ms()));
                     if still && (self.committed_here(c, ts) || self.exec_pipeline_full()) {
-                        self.req_timer = Some((now + self.views.timer.timeout_ms(), c, ts));
+                        self.requests.timer = Some((now + self.views.timer.timeout_ms(), c, ts));
                     } else if still && !self.is_primary() && heard_for.is_none_or(|t| now < t) {
                         self.stats.view_changes_deferred += 1;
                         let at = heard_for.unwrap_or(now + self.views.timer.timeout_ms());
-                        self.req_timer = Some((at.min(now + self.views.timer.timeout_ms()), c, ts));
+                        self.requests.timer =
+                            Some((at.min(now + self.views.timer.timeout_ms()), c, ts));
                         self.relay_waiting();
                     } else if still && !self.is_primary() {
                         self.views.timer.back_off();
@@ -786,11 +774,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             // somewhere, or none waiting). A view change is always safe.
             if self.is_primary() && self.exec.transfer_target().is_none() && self.recovery.is_none()
             {
-                if self.next_seq <= self.exec.last_executed().saturating_add(1) {
-                    self.primary_progress_ms = now;
+                if self.proposing.next_seq <= self.exec.last_executed().saturating_add(1) {
+                    self.proposing.progress_ms = now;
                 } else if now
                     >= self
-                        .primary_progress_ms
+                        .proposing
+                        .progress_ms
                         .saturating_add(self.views.timer.timeout_ms())
                 {
                     self.stats.primary_stalls += 1;
@@ -822,7 +811,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // In a separated deployment the execution pipeline's bound lapses after a heartbeat
         // without acknowledgements: what waits for it goes out then.
         if self.is_primary()
-            && (self.pool.is_empty()
+            && (self.requests.pool.is_empty()
                 || self.recovery_progress_target().is_some()
                 || self.cfg.separated())
         {
@@ -859,6 +848,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let p = self.primary();
         let reqs: Vec<SignedRequest> = self
+            .requests
             .pool
             .in_order()
             .take(self.cfg.batch_requests_max)
@@ -867,7 +857,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         for r in reqs {
             let c = r.request.client;
             self.send_replica(p, &Message::Request(r));
-            self.pool.mark_relayed(c, self.views.view);
+            self.requests.pool.mark_relayed(c, self.views.view);
         }
     }
 }

@@ -56,10 +56,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn can_vouch_for(&self, r: &SignedRequest, d: &Digest) -> bool {
         r.request.op.len() <= self.cfg.op_bytes_max()
             && (self
+                .requests
                 .pool
                 .get(r.request.client)
                 .is_some_and(|w| w.req.request.same_as(&r.request))
                 || self
+                    .requests
                     .pool
                     .replaced(r.request.client, d)
                     .is_some_and(|h| h.request.same_as(&r.request))
@@ -69,13 +71,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// This replica's own copy of the request named by `b` (beside a pre-prepare): the
     /// client's waiting request, or one it replaced (then `true`).
     pub(super) fn held_beside(&self, b: &Beside) -> Option<(&SignedRequest, bool)> {
-        self.pool.held_beside(b)
+        self.requests.pool.held_beside(b)
     }
 
     /// The digest of `r`: from the copy this replica holds if it is the same request (a
     /// comparison is cheaper than hashing a large operation again), else computed.
     pub(super) fn request_digest(&self, r: &SignedRequest) -> Digest {
-        match self.pool.get(r.request.client) {
+        match self.requests.pool.get(r.request.client) {
             Some(w) if w.req.request.same_as(&r.request) => w.digest,
             _ => r.request.digest(),
         }

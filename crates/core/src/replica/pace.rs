@@ -167,13 +167,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let executed = self.stats.requests_executed;
         let view = self.views.view;
         let oldest = self.oldest_waiting_unproposed();
-        let (pace, waited) = match self.pace.as_mut() {
+        let (pace, waited) = match self.proposing.pace.as_mut() {
             Some(w) => (
                 w.tick(view, now, executed, window),
                 w.note_waiting(now, oldest),
             ),
             None => {
-                self.pace = Some(PaceWatch::new(view, now, executed));
+                self.proposing.pace = Some(PaceWatch::new(view, now, executed));
                 return;
             }
         };
@@ -185,7 +185,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         }
         self.stats.slow_primaries += 1;
-        if let Some(w) = self.pace.as_mut() {
+        if let Some(w) = self.proposing.pace.as_mut() {
             w.rebase_reference();
         }
         self.start_view_change(self.views.view.saturating_add(1));
@@ -196,10 +196,15 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// faulty client), and counting it would let that client have correct primaries
     /// replaced whenever the load falls (second review, G5).
     fn oldest_waiting_unproposed(&self) -> Option<(ClientId, u64)> {
-        self.pool
+        self.requests
+            .pool
             .in_order()
             .find(|(c, w)| {
-                self.blames_primary(w) && !self.pool.inflight_covers(*c, w.req.request.timestamp)
+                self.blames_primary(w)
+                    && !self
+                        .requests
+                        .pool
+                        .inflight_covers(*c, w.req.request.timestamp)
             })
             .map(|(c, w)| (c, w.req.request.timestamp))
     }

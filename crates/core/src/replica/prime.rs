@@ -262,7 +262,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         }
         let now = self.now();
-        let in_flight = self.next_seq.saturating_sub(self.exec.last_executed() + 1);
+        let in_flight = self
+            .proposing
+            .next_seq
+            .saturating_sub(self.exec.last_executed() + 1);
         let p = self.prime.as_ref().expect("prime");
         if in_flight < self.cfg.inflight_batches_max
             || now >= p.last_proposal_ms + self.cfg.prime_proposal_period_ms
@@ -278,25 +281,26 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         }
         let n = self.cfg.n();
-        let (picked, _) =
-            self.pool
-                .next_batch(self.cfg.batch_requests_max, self.cfg.batch_bytes_max, |w| {
-                    // Clients' requests carry their signatures; a recovering replica's
-                    // carries its key holder's inside.
-                    if w.req.sig.is_some()
-                        || recovery::recovery_of(w.req.request.client, n).is_some()
-                    {
-                        Pick::Take
-                    } else {
-                        Pick::Skip
-                    }
-                });
+        let (picked, _) = self.requests.pool.next_batch(
+            self.cfg.batch_requests_max,
+            self.cfg.batch_bytes_max,
+            |w| {
+                // Clients' requests carry their signatures; a recovering replica's
+                // carries its key holder's inside.
+                if w.req.sig.is_some() || recovery::recovery_of(w.req.request.client, n).is_some() {
+                    Pick::Take
+                } else {
+                    Pick::Skip
+                }
+            },
+        );
         let requests: Vec<SignedRequest> = picked.iter().map(|w| w.req.clone()).collect();
         if requests.is_empty() {
             return;
         }
         for r in &requests {
-            self.pool
+            self.requests
+                .pool
                 .mark_inflight(r.request.client, r.request.timestamp);
         }
         let p = self.prime.as_mut().expect("prime");
@@ -349,8 +353,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if !self.views.normal || !self.is_primary() || self.exec.transfer_target().is_some() {
             return;
         }
-        if self.next_seq > self.ckpt_votes.stable_seq() + self.cfg.log_size
-            || self.next_seq <= self.ckpt_votes.stable_seq()
+        if self.proposing.next_seq > self.ckpt_votes.stable_seq() + self.cfg.log_size
+            || self.proposing.next_seq <= self.ckpt_votes.stable_seq()
         {
             return;
         }
@@ -358,7 +362,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let p = self.prime.as_ref().expect("prime");
         // An idle leader still moves the ordinals on to a recovering replica's recovery
         // point (a matrix that makes nothing new eligible runs nothing), one at a time.
-        let idle_progress = self.next_seq == self.exec.last_executed() + 1
+        let idle_progress = self.proposing.next_seq == self.exec.last_executed() + 1
             && self.recovery_progress_target().is_some();
         if !p.po.would_advance(&proposed) && !idle_progress {
             return;
@@ -522,7 +526,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 return Ok(());
             }
         }
-        match self.pool.get(c) {
+        match self.requests.pool.get(c) {
             Some(w) if w.req.request.timestamp > req.timestamp => return Err(Reject::Stale),
             Some(w) if w.req.request.timestamp == req.timestamp => {
                 if w.req.request != sr.request {
@@ -531,7 +535,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 self.arm_request_timer();
                 return Ok(()); // introduced already, or about to be
             }
-            _ => self.pool.admit(sr, digest, true, true),
+            _ => self.requests.pool.admit(sr, digest, true, true),
         }
         if self.prime_ready() {
             self.introduce();

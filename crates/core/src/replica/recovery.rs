@@ -688,7 +688,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.log.clear();
         self.pending_pp.clear();
         self.exec.drop_transfer();
-        self.next_seq = 1;
+        self.proposing.next_seq = 1;
         self.exec.set_diverged(true);
         self.persist(Record::Checkpoint { seq: 0, digest });
     }
@@ -730,8 +730,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.views.decision_missing.clear();
         self.log.clear();
         self.pending_pp.clear();
-        self.pool.clear_inflight();
-        self.req_timer = None;
+        self.requests.pool.clear_inflight();
+        self.requests.timer = None;
         self.views.timer.deadline_ms = None;
         self.views.claims.forget_from_view(v);
         let (pset, qset) = self.views.claims.wire();

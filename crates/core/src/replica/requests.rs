@@ -3,6 +3,46 @@
 
 use super::*;
 
+/// The requests a replica holds: waiting to be ordered or in flight, reads waiting for
+/// execution, the request timer, and the clients under suspicion.
+pub(super) struct Requests {
+    /// Requests waiting to be ordered, in flight, and replaced (see `pool.rs`).
+    pub(super) pool: RequestPool,
+    /// Read-only requests waiting for everything this replica prepared to execute (one per
+    /// client, the latest).
+    pub(super) reads: BTreeMap<ClientId, Request>,
+    /// The request timer: when it fires (ms), for which client's request (timestamp).
+    pub(super) timer: Option<(u64, ClientId, u64)>,
+    /// Clients under suspicion, and until when (ms; bounded, see `suspects.rs`).
+    pub(super) suspects: BTreeMap<ClientId, u64>,
+}
+
+impl Requests {
+    pub(super) fn new(cfg: &Config) -> Self {
+        Requests {
+            pool: RequestPool::new(cfg),
+            reads: BTreeMap::new(),
+            timer: None,
+            suspects: BTreeMap::new(),
+        }
+    }
+}
+
+/// What a replica keeps for proposing, as primary: the next sequence number, the time of its
+/// last proposal, and how it is keeping pace.
+#[derive(Default)]
+pub(super) struct Proposing {
+    pub(super) next_seq: Seq,
+    /// The proposed time of its last batch (ms; batches' times never go back).
+    pub(super) last_time_ms: u64,
+    /// While primary: the last time it executed a batch or had none in flight. A primary
+    /// whose own proposals do not execute within the view-change timeout suspects itself
+    /// (see `tick`).
+    pub(super) progress_ms: u64,
+    /// PBFT with `primary_pace_window_ms`: the windows of the primary's pace check.
+    pub(super) pace: Option<pace::PaceWatch>,
+}
+
 impl<S: Service, A: KeyTable> Replica<S, A> {
     // ----- requests ---------------------------------------------------------------------------
 
@@ -64,14 +104,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             let Some(result) = self.exec.read_only(req) else {
                 return Err(Reject::Inconsistent); // flagged read-only but it is not
             };
-            if self.reads.is_empty() && self.reads_answerable() {
+            if self.requests.reads.is_empty() && self.reads_answerable() {
                 // Answered from this execution (executing it again costs as much, and twice
                 // the body sealing in a deployment that seals bodies).
                 let reply = self.reply(req.client, req.timestamp, &result, true);
                 self.send(Principal::Client(req.client), &reply);
                 return Ok(());
             }
-            self.reads.insert(req.client, sr.request);
+            self.requests.reads.insert(req.client, sr.request);
             self.answer_reads();
             return Ok(());
         }
@@ -106,12 +146,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let c = req.client;
         let ts = req.timestamp;
-        match self.pool.get(c) {
+        match self.requests.pool.get(c) {
             Some(w) if w.req.request.timestamp > ts => {
                 // Older than the client's waiting one (reordered, or lost and sent again),
                 // yet not executed here: a pre-prepare may still name it beside itself.
                 if self.cfg.travels_beside(req.op.len()) {
-                    self.pool.keep_replaced(sr.clone(), digest);
+                    self.requests.pool.keep_replaced(sr.clone(), digest);
                     self.retry_pending_if_first_missing(c, digest);
                 }
                 return Err(Reject::Stale);
@@ -125,11 +165,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 // so a copy relayed with damaged entries for other replicas cannot stick; and
                 // a signature, once one arrives.
                 let own = matches!(from, Principal::Client(_)) && mac_ok;
-                self.pool.refresh(c, own, &sr, signed);
+                self.requests.pool.refresh(c, own, &sr, signed);
             }
             _ => {
                 let own = matches!(from, Principal::Client(_)) && mac_ok;
-                self.pool.admit(sr.clone(), digest, signed, own)
+                self.requests.pool.admit(sr.clone(), digest, signed, own)
             }
         }
         self.retry_pending_if_first_missing(c, digest);
@@ -153,7 +193,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             // that a client sending to the backups alone costs no view change.
             let p = self.primary();
             self.send_replica(p, &Message::Request(sr));
-            self.pool.mark_relayed(c, self.views.view);
+            self.requests.pool.mark_relayed(c, self.views.view);
         }
         self.arm_request_timer();
         Ok(())
@@ -209,10 +249,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// marks of the log, and undoes a tentative batch, without the write being any less
     /// complete.
     pub(super) fn answer_reads(&mut self) {
-        if self.reads.is_empty() || !self.reads_answerable() {
+        if self.requests.reads.is_empty() || !self.reads_answerable() {
             return;
         }
-        let reads = std::mem::take(&mut self.reads);
+        let reads = std::mem::take(&mut self.requests.reads);
         for (c, req) in reads {
             if !self.learn_session(&req) {
                 continue;
@@ -277,7 +317,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// (it timed out a view change the others finished) takes no part in measuring the
     /// leader, and with f faulty ones the others' measurements then cannot convict it.
     pub(super) fn arm_request_timer(&mut self) {
-        if self.req_timer.is_some() || !self.views.normal || self.is_primary() {
+        if self.requests.timer.is_some() || !self.views.normal || self.is_primary() {
             return;
         }
         // With session keys, only for a signed request (second review, G5): an unsigned one
@@ -290,12 +330,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // cannot sign, and every request runs the timer. (A suspected client's unsigned
         // requests are not ordered at all.)
         let oldest = self
+            .requests
             .pool
             .in_order()
             .find(|(_, w)| self.blames_primary(w))
             .map(|(c, w)| (c, w.req.request.timestamp));
         if let Some((c, ts)) = oldest {
-            self.req_timer = Some((self.now() + self.views.timer.timeout_ms(), c, ts));
+            self.requests.timer = Some((self.now() + self.views.timer.timeout_ms(), c, ts));
             self.relay_timed(c);
         }
     }
@@ -312,7 +353,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.cfg.prime() {
             return;
         }
-        let Some(w) = self.pool.get(c) else {
+        let Some(w) = self.requests.pool.get(c) else {
             return;
         };
         if w.relayed_in == Some(self.views.view)
@@ -323,7 +364,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let sr = w.req.clone();
         let p = self.primary();
         self.send_replica(p, &Message::Request(sr));
-        self.pool.mark_relayed(c, self.views.view);
+        self.requests.pool.mark_relayed(c, self.views.view);
     }
 
     /// Whether a waiting request left unordered blames the primary (runs the view-change
@@ -365,10 +406,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     pub(super) fn request_done(&mut self, c: ClientId, ts: u64) {
-        self.pool.done(c, ts);
-        if let Some((_, tc, tts)) = self.req_timer {
+        self.requests.pool.done(c, ts);
+        if let Some((_, tc, tts)) = self.requests.timer {
             if tc == c && tts <= ts {
-                self.req_timer = None;
+                self.requests.timer = None;
             }
         }
     }
@@ -391,16 +432,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 .exec
                 .tentative()
                 .map_or(self.exec.last_executed(), |t| t.seq);
-            let in_flight = self.next_seq.saturating_sub(executed + 1);
+            let in_flight = self.proposing.next_seq.saturating_sub(executed + 1);
             if in_flight == 0 {
                 // Nothing of ours waits to execute: a stall is measured from here (the
                 // first tick may come after the first proposal).
-                self.primary_progress_ms = self.now();
+                self.proposing.progress_ms = self.now();
             }
             if in_flight >= self.cfg.inflight_batches_max
                 || self.exec_pipeline_full()
-                || self.next_seq > self.ckpt_votes.stable_seq() + self.cfg.log_size
-                || self.next_seq <= self.ckpt_votes.stable_seq()
+                || self.proposing.next_seq > self.ckpt_votes.stable_seq() + self.cfg.log_size
+                || self.proposing.next_seq <= self.ckpt_votes.stable_seq()
             {
                 return;
             }
@@ -408,34 +449,37 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             // refreshes its keys; backups could not vouch for it. Drop it: the client
             // retransmits under its new keys.
             let recheck = self.uses_session_keys();
-            let (picked, stale) =
-                self.pool
-                    .next_batch(self.cfg.batch_requests_max, self.cfg.batch_bytes_max, |w| {
-                        if !self.orderable(w) {
-                            Pick::Skip
-                        } else if recheck
-                            && !w.signed
-                            && !self.request_authentic(&w.req.request, &w.digest, &w.req.auth)
-                        {
-                            Pick::Stale
-                        } else {
-                            Pick::Take
-                        }
-                    });
+            let (picked, stale) = self.requests.pool.next_batch(
+                self.cfg.batch_requests_max,
+                self.cfg.batch_bytes_max,
+                |w| {
+                    if !self.orderable(w) {
+                        Pick::Skip
+                    } else if recheck
+                        && !w.signed
+                        && !self.request_authentic(&w.req.request, &w.digest, &w.req.auth)
+                    {
+                        Pick::Stale
+                    } else {
+                        Pick::Take
+                    }
+                },
+            );
             let requests: Vec<SignedRequest> = picked.iter().map(|w| w.req.clone()).collect();
             let digests: Vec<Digest> = picked.iter().map(|w| w.digest).collect();
             for c in stale {
-                self.pool.remove(c);
+                self.requests.pool.remove(c);
             }
             if requests.is_empty()
                 && self
                     .recovery_progress_target()
-                    .is_none_or(|t| self.next_seq > t)
+                    .is_none_or(|t| self.proposing.next_seq > t)
             {
                 return;
             }
             for r in &requests {
-                self.pool
+                self.requests
+                    .pool
                     .mark_inflight(r.request.client, r.request.timestamp);
             }
             self.propose(requests, &digests, None);
@@ -450,20 +494,20 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         digests: &[Digest],
         matrix: Option<Arc<Matrix>>,
     ) {
-        let time_ms = self.now().max(self.last_proposed_time_ms);
-        self.last_proposed_time_ms = time_ms;
+        let time_ms = self.now().max(self.proposing.last_time_ms);
+        self.proposing.last_time_ms = time_ms;
         let batch = Batch {
             nondet: NonDet {
                 time_ms,
-                seed: self.env.entropy ^ self.next_seq.rotate_left(32),
+                seed: self.env.entropy ^ self.proposing.next_seq.rotate_left(32),
             },
             requests,
             matrix,
         };
         // The requests were hashed when they arrived.
         let digest = batch.digest_with(digests);
-        let seq = self.next_seq;
-        self.next_seq += 1;
+        let seq = self.proposing.next_seq;
+        self.proposing.next_seq += 1;
         let batch = Arc::new(batch);
         let pp = self.lean(seq, digest, &batch, digests);
         self.batches.insert(digest, batch.clone());

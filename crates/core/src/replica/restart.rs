@@ -258,8 +258,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
         }
         if let Some(last) = self.log.keys().next_back() {
-            self.next_seq = self.next_seq.max(last + 1);
+            self.proposing.next_seq = self.proposing.next_seq.max(last + 1);
         }
-        self.next_seq = self.next_seq.max(self.exec.last_executed() + 1);
+        self.proposing.next_seq = self.proposing.next_seq.max(self.exec.last_executed() + 1);
     }
 }

@@ -209,7 +209,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return false;
         }
         let ordered = if self.is_primary() {
-            self.next_seq.saturating_sub(1)
+            self.proposing.next_seq.saturating_sub(1)
         } else {
             self.exec.last_executed()
         };

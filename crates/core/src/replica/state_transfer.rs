@@ -253,8 +253,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             pages,
             metas,
         });
-        if self.next_seq <= seq {
-            self.next_seq = seq + 1;
+        if self.proposing.next_seq <= seq {
+            self.proposing.next_seq = seq + 1;
         }
         if self.ckpt_votes.stable_seq() < seq
             && self.ckpt_votes.voters(seq, &digest).len() >= self.cfg.quorum()

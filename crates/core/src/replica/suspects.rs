@@ -26,7 +26,8 @@ pub(super) const SUSPECTS_MAX: usize = 4096;
 impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Whether client `c` is under suspicion now.
     pub(super) fn suspected(&self, c: ClientId) -> bool {
-        self.suspects
+        self.requests
+            .suspects
             .get(&c)
             .is_some_and(|until| *until > self.now())
     }
@@ -97,22 +98,24 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if recovery::recovery_of(c, self.cfg.n()).is_some() {
             return;
         }
-        if self.suspects.len() >= SUSPECTS_MAX && !self.suspects.contains_key(&c) {
+        if self.requests.suspects.len() >= SUSPECTS_MAX && !self.requests.suspects.contains_key(&c)
+        {
             let now = self.now();
-            self.suspects.retain(|_, u| *u > now);
-            if self.suspects.len() >= SUSPECTS_MAX {
+            self.requests.suspects.retain(|_, u| *u > now);
+            if self.requests.suspects.len() >= SUSPECTS_MAX {
                 let first = self
+                    .requests
                     .suspects
                     .iter()
                     .min_by_key(|(c, u)| (**u, **c))
                     .map(|(c, _)| *c)
                     .expect("full");
-                self.suspects.remove(&first);
+                self.requests.suspects.remove(&first);
             }
         }
         // A client suspected already has its suspicion renewed, not counted again.
         let renewed = self.suspected(c);
-        self.suspects.insert(c, until);
+        self.requests.suspects.insert(c, until);
         if !renewed {
             self.stats.clients_suspected += 1;
             self.event(Event::ClientSuspected { client: c });

@@ -75,10 +75,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.views.normal = false;
         self.stats.view_changes += 1;
         self.views.timer.left_view();
-        self.req_timer = None;
+        self.requests.timer = None;
         if !self.cfg.prime() {
             // Prime's requests stay in their PO-REQUESTs across views.
-            self.pool.clear_inflight();
+            self.requests.pool.clear_inflight();
         }
         self.pending_pp.clear();
         self.views.pending_nv = None;
@@ -549,8 +549,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.ckpt_votes.forget_through(h);
         self.log.forget_through(h);
         self.views.claims.forget_through(h);
-        if self.next_seq <= h {
-            self.next_seq = h + 1;
+        if self.proposing.next_seq <= h {
+            self.proposing.next_seq = h + 1;
         }
         if self.exec.last_executed() < h || self.exec.diverged() {
             self.start_transfer(h, hd, true);
@@ -562,7 +562,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn install_new_view(&mut self, nv: NewView) {
         let (h, hd) = nv.checkpoint;
         self.views.normal = true;
-        self.primary_progress_ms = self.now();
+        self.proposing.progress_ms = self.now();
         self.views.timer.deadline_ms = None;
         self.views.pending_nv = None;
         self.views.decision_missing.clear();
@@ -632,7 +632,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             });
         }
         let last = h + nv.chosen.len() as u64;
-        self.next_seq = (last + 1).max(self.exec.last_executed() + 1).max(h + 1);
+        self.proposing.next_seq = (last + 1).max(self.exec.last_executed() + 1).max(h + 1);
         let entered = nv.digest();
         self.views.entered_on = Some((self.views.view, entered));
         self.persist(Record::Entered {
