@@ -15,14 +15,17 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .exec
             .transfer_target()
             .is_some_and(|(seq, _)| seq > self.exec.last_executed())
-            && !self.log.contains_key(&(self.exec.last_executed() + 1))
+            && !self
+                .order
+                .log
+                .contains_key(&(self.exec.last_executed() + 1))
         {
             return;
         }
         if let Some(t) = self.exec.tentative() {
             // Within a view the slot keeps its digest (a view change undoes the batch first);
             // should it ever differ, the batch is undone rather than kept or waited for.
-            match self.log.get(&t.seq) {
+            match self.order.log.get(&t.seq) {
                 Some(s) if s.pp != Some(t.digest) => self.undo_tentative(),
                 Some(s) if s.committed => self.keep_tentative(),
                 _ => {}
@@ -34,14 +37,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     break; // separated: the checkpoint waits for the execution cluster
                 }
                 let n = self.exec.last_executed() + 1;
-                let Some(slot) = self.log.get(&n) else { break };
+                let Some(slot) = self.order.log.get(&n) else {
+                    break;
+                };
                 if !slot.committed {
                     break;
                 }
                 let d = slot.pp.expect("committed implies pre-prepared");
                 if d == NULL_DIGEST {
                     self.execute(n, NULL_DIGEST, None);
-                } else if let Some(b) = self.batches.get(&d).cloned() {
+                } else if let Some(b) = self.order.batches.get(&d).cloned() {
                     if self.cfg.prime() {
                         // What the ordered matrix makes eligible runs once every PO-REQUEST
                         // it needs is here (holes are asked for meanwhile).
@@ -85,7 +90,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         }
         let n = self.exec.last_executed() + 1;
-        let Some(slot) = self.log.get(&n) else {
+        let Some(slot) = self.order.log.get(&n) else {
             return;
         };
         if !slot.prepared || slot.committed {
@@ -94,7 +99,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let Some(d) = slot.pp.filter(|d| *d != NULL_DIGEST) else {
             return;
         };
-        let Some(batch) = self.batches.get(&d).cloned() else {
+        let Some(batch) = self.order.batches.get(&d).cloned() else {
             return;
         };
         if !self.executes_tentatively(&batch) || !self.learn_sessions(&batch) {
@@ -419,8 +424,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.persist(Record::Watermark { seq, digest });
         }
         self.ckpt_votes.set_stable(seq, digest);
-        self.log.forget_through(seq);
-        self.pending_pp = self.pending_pp.split_off(&(seq + 1));
+        self.order.log.forget_through(seq);
+        self.order.pending_pp = self.order.pending_pp.split_off(&(seq + 1));
         self.exec.forget_executed_through(seq);
         self.exec.forget_checkpoints_below(seq);
         self.ckpt_votes.forget_through(seq);
@@ -441,7 +446,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // And those of the doubted slots, which join Q once their requests verify.
         let ds: BTreeSet<Digest> = self.views.claims.digests().collect();
         ds.iter()
-            .filter_map(|d| self.batches.get(d).map(|b| (**b).clone()))
+            .filter_map(|d| self.order.batches.get(d).map(|b| (**b).clone()))
             .collect()
     }
 
@@ -452,7 +457,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let mut used = 0usize;
         let mut out = Vec::new();
         for d in digests.iter().filter(|d| **d != NULL_DIGEST) {
-            let Some(b) = self.batches.get(d) else {
+            let Some(b) = self.order.batches.get(d) else {
                 continue;
             };
             let size = b.op_bytes() + per_request * b.requests.len() + 64;
@@ -495,11 +500,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Keeps only batch bodies something still refers to.
     pub(super) fn gc_batches(&mut self) {
         let mut keep: BTreeSet<Digest> = BTreeSet::new();
-        keep.extend(self.log.values().filter_map(|s| s.pp));
+        keep.extend(self.order.log.values().filter_map(|s| s.pp));
         keep.extend(self.views.claims.digests());
         for nv in self.views.pending_nv.iter() {
             keep.extend(nv.chosen.iter().copied());
         }
-        self.batches.retain(|d, _| keep.contains(d));
+        self.order.batches.retain(|d, _| keep.contains(d));
     }
 }

@@ -208,15 +208,10 @@ pub struct Replica<S: Service, A: KeyTable> {
     /// Views: the current one, the view-change timer, VIEW-CHANGEs and NEW-VIEWs (see
     /// `views.rs`).
     views: views::Views,
-    /// Batches whose body this replica journaled in a `PrePrepared` record since its last
-    /// view record, above its last checkpoint record: their `Executed` records omit the body
-    /// (journal compaction keeps the pre-prepare record for them). At most one per slot.
-    bodies_journaled: BTreeSet<(Seq, Digest)>,
 
     // Log.
-    /// The slots of the current view (see `log.rs`).
-    log: SlotLog,
-    batches: BTreeMap<Digest, Arc<Batch>>,
+    /// Slots, batch bodies, waiting pre-prepares, held COMMITs (see `normal.rs`).
+    order: normal::Order,
     /// The next sequence number, pace and progress of proposals (see `requests.rs`).
     proposing: requests::Proposing,
 
@@ -227,12 +222,6 @@ pub struct Replica<S: Service, A: KeyTable> {
     /// Requests pooled, reads waiting, the request timer, suspected clients (see
     /// `requests.rs`).
     requests: requests::Requests,
-    /// Pre-prepares of the current view waiting for requests that travel beside them (at
-    /// most one per sequence number in the log window).
-    pending_pp: BTreeMap<Seq, PendingPp>,
-    /// COMMITs of batches that execute tentatively, held back until the next broadcast or
-    /// tick (`defer_tentative_commits`); at most one per slot of the log window.
-    deferred_commits: Vec<Commit>,
     /// Which other replicas were heard lately (see `agreement/heard.rs`).
     heard: Heard,
 
@@ -292,17 +281,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             effects: Vec::new(),
             stats: Stats::default(),
             views,
-            bodies_journaled: BTreeSet::new(),
-            log: SlotLog::default(),
-            batches: BTreeMap::new(),
             proposing: requests::Proposing {
                 next_seq: 1,
                 ..Default::default()
             },
+            order: Default::default(),
             ckpt_votes,
             requests,
-            pending_pp: BTreeMap::new(),
-            deferred_commits: Vec::new(),
             heard: Heard::default(),
             next_status_ms: 0,
             replaying: false,
@@ -453,7 +438,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.ckpt_votes.stable_seq(),
             self.ckpt_votes.stable_seq() + self.cfg.log_size,
         );
-        self.log
+        self.order
+            .log
             .check_invariants(lo, hi, self.cfg.n())
             .map_err(|e| format!("agreement log: {e}"))?;
         Ok(())
@@ -562,10 +548,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // `bodies_journaled`): a view record may drop those of earlier views, a checkpoint
         // record those at or below it.
         match &r {
-            Record::View { .. } => self.bodies_journaled.clear(),
+            Record::View { .. } => self.order.bodies_journaled.clear(),
             Record::Checkpoint { seq, .. } => {
-                self.bodies_journaled =
-                    self.bodies_journaled.split_off(&(seq + 1, Digest([0; 32])));
+                self.order.bodies_journaled = self
+                    .order
+                    .bodies_journaled
+                    .split_off(&(seq + 1, Digest([0; 32])));
             }
             Record::PrePrepared {
                 seq,
@@ -573,7 +561,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 batch: Some(_),
                 ..
             } => {
-                self.bodies_journaled.insert((*seq, *digest));
+                self.order.bodies_journaled.insert((*seq, *digest));
             }
             _ => {}
         }
@@ -583,7 +571,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Records the execution of batch `digest` at `seq`, with its body unless the journal
     /// holds it already.
     fn persist_executed(&mut self, seq: Seq, digest: Digest, batch: Option<&Arc<Batch>>) {
-        let batch = batch.filter(|_| !self.bodies_journaled.contains(&(seq, digest)));
+        let batch = batch.filter(|_| !self.order.bodies_journaled.contains(&(seq, digest)));
         self.persist(Record::Executed {
             seq,
             digest,

@@ -3,6 +3,27 @@
 
 use super::*;
 
+/// The order of the current view as this replica holds it: its slots, the batch bodies they
+/// name, pre-prepares waiting for requests, COMMITs held back, and which bodies the journal
+/// already holds.
+#[derive(Default)]
+pub(super) struct Order {
+    /// The slots of the current view (see `log.rs`).
+    pub(super) log: SlotLog,
+    /// Batch bodies by digest, kept while a slot, a claim or a pending NEW-VIEW names them.
+    pub(super) batches: BTreeMap<Digest, Arc<Batch>>,
+    /// Pre-prepares of the current view waiting for requests that travel beside them (at
+    /// most one per sequence number in the log window).
+    pub(super) pending_pp: BTreeMap<Seq, PendingPp>,
+    /// COMMITs of batches that execute tentatively, held back until the next broadcast or
+    /// tick (`defer_tentative_commits`); at most one per slot of the log window.
+    pub(super) deferred_commits: Vec<Commit>,
+    /// Batches whose body this replica journaled in a `PrePrepared` record since its last
+    /// view record, above its last checkpoint record: their `Executed` records omit the body
+    /// (journal compaction keeps the pre-prepare record for them). At most one per slot.
+    pub(super) bodies_journaled: BTreeSet<(Seq, Digest)>,
+}
+
 impl<S: Service, A: KeyTable> Replica<S, A> {
     // ----- normal case ------------------------------------------------------------------------
 
@@ -16,7 +37,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .claims
             .doubted_above(self.ckpt_votes.stable_seq())
         {
-            let Some(b) = self.batches.get(&d) else {
+            let Some(b) = self.order.batches.get(&d) else {
                 continue;
             };
             if client.is_some_and(|c| b.requests.iter().all(|r| r.request.client != c)) {
@@ -39,12 +60,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn doubts_request_of(&self, c: ClientId) -> bool {
         let me = self.id;
         !self.is_primary()
-            && self.log.from(self.exec.last_executed() + 1).any(|(_, s)| {
-                s.doubts.contains_key(&me)
-                    && s.pp
-                        .and_then(|d| self.batches.get(&d))
-                        .is_some_and(|b| b.requests.iter().any(|r| r.request.client == c))
-            })
+            && self
+                .order
+                .log
+                .from(self.exec.last_executed() + 1)
+                .any(|(_, s)| {
+                    s.doubts.contains_key(&me)
+                        && s.pp
+                            .and_then(|d| self.order.batches.get(&d))
+                            .is_some_and(|b| b.requests.iter().any(|r| r.request.client == c))
+                })
     }
 
     /// Whether this replica vouches for request `r` (digest `d`) in a pre-prepare: within the
@@ -160,7 +185,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return Ok((pp, 0));
         }
         let mut from_replaced = 0;
-        let whole = match self.batches.get(&pp.digest) {
+        let whole = match self.order.batches.get(&pp.digest) {
             Some(b) => Some((**b).clone()),
             None => pp.whole_batch(|b| {
                 let (r, replaced) = self.held_beside(b)?;
@@ -184,9 +209,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Pre-prepares still waiting for requests beside them get another try (a batch body
     /// arrived, or a tick): each is resolved in full.
     pub(super) fn retry_pending(&mut self) {
-        let seqs: Vec<Seq> = self.pending_pp.keys().copied().collect();
+        let seqs: Vec<Seq> = self.order.pending_pp.keys().copied().collect();
         for seq in seqs {
-            if let Some(p) = self.pending_pp.get_mut(&seq) {
+            if let Some(p) = self.order.pending_pp.get_mut(&seq) {
                 p.present = 0;
             }
             self.retry_pending_at(seq);
@@ -196,7 +221,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Request (`c`, `digest`) arrived, or was kept: if some pending pre-prepare lacked it
     /// first, the pending pre-prepares get another try.
     pub(super) fn retry_pending_if_first_missing(&mut self, c: ClientId, digest: Digest) {
-        if self.pending_pp.values().any(|p| {
+        if self.order.pending_pp.values().any(|p| {
             p.first_missing()
                 .is_some_and(|b| b.client == c && b.digest == digest)
         }) {
@@ -210,24 +235,24 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// where resolving every pending pre-prepare at every arrival cost O(batch) (and built
     /// the batch each time: an allocation per request in it).
     pub(super) fn retry_pending_scan(&mut self) {
-        let seqs: Vec<Seq> = self.pending_pp.keys().copied().collect();
+        let seqs: Vec<Seq> = self.order.pending_pp.keys().copied().collect();
         for seq in seqs {
             self.retry_pending_at(seq);
         }
     }
 
     pub(super) fn retry_pending_at(&mut self, seq: Seq) {
-        let Some(p) = self.pending_pp.get(&seq) else {
+        let Some(p) = self.order.pending_pp.get(&seq) else {
             return;
         };
         let present = self.present_beside(&p.pp, p.present);
         if present < p.pp.beside.len() {
-            if let Some(p) = self.pending_pp.get_mut(&seq) {
+            if let Some(p) = self.order.pending_pp.get_mut(&seq) {
                 p.present = present;
             }
             return;
         }
-        let Some(p) = self.pending_pp.remove(&seq) else {
+        let Some(p) = self.order.pending_pp.remove(&seq) else {
             return;
         };
         // Resolved and checked there; should a request counted present have been replaced
@@ -271,32 +296,35 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 // Wait for the requests (their clients multicast them); status messages ask
                 // the other replicas for the whole batch meanwhile. The first pre-prepare
                 // for a sequence number stands.
-                if let Some(d) = self.log.get(&pp.seq).and_then(|s| s.pp) {
+                if let Some(d) = self.order.log.get(&pp.seq).and_then(|s| s.pp) {
                     return if d == pp.digest {
                         Ok(())
                     } else {
                         Err(Reject::Conflict)
                     };
                 }
-                return match self.pending_pp.get(&pp.seq) {
+                return match self.order.pending_pp.get(&pp.seq) {
                     Some(p) if p.pp.digest != pp.digest => Err(Reject::Conflict),
                     Some(_) => Ok(()),
                     None => {
                         let present = self.present_beside(&pp, 0);
-                        self.pending_pp.insert(pp.seq, PendingPp { pp, present });
+                        self.order
+                            .pending_pp
+                            .insert(pp.seq, PendingPp { pp, present });
                         Ok(())
                     }
                 };
             }
         };
         if self
+            .order
             .pending_pp
             .get(&pp.seq)
             .is_some_and(|p| p.pp.digest != pp.digest)
         {
             return Err(Reject::Conflict);
         }
-        self.pending_pp.remove(&pp.seq);
+        self.order.pending_pp.remove(&pp.seq);
         #[cfg(feature = "mutants")]
         let check_digest = !matches!(self.cfg.mutant, crate::types::Mutant::SkipDigestCheck);
         #[cfg(not(feature = "mutants"))]
@@ -318,11 +346,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         {
             return Err(Reject::TooLarge);
         }
-        if let Some(slot) = self.log.get(&pp.seq) {
+        if let Some(slot) = self.order.log.get(&pp.seq) {
             if let Some(d) = slot.pp {
                 let vouched = slot.vouched_by(self.id);
                 return if d == pp.digest {
-                    if let std::collections::btree_map::Entry::Vacant(e) = self.batches.entry(d) {
+                    if let std::collections::btree_map::Entry::Vacant(e) =
+                        self.order.batches.entry(d)
+                    {
                         e.insert(Arc::new(pp.batch));
                         self.try_execute();
                     }
@@ -370,8 +400,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             vouched: doubts.is_empty(),
         });
         self.prime_proposal_accepted(&batch);
-        self.batches.insert(digest, batch);
-        let slot = self.log.slot(seq);
+        self.order.batches.insert(digest, batch);
+        let slot = self.order.log.slot(seq);
         slot.pp = Some(digest);
         slot.sent_prepare = true;
         slot.prepares.insert(self.id, digest);
@@ -401,7 +431,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if p.view != self.views.view || !self.views.normal || !self.in_window(p.seq) {
             return Err(Reject::OutOfWindow);
         }
-        let slot = self.log.slot(p.seq);
+        let slot = self.order.log.slot(p.seq);
         match slot.prepares.get(&from) {
             Some(d) if *d != p.digest => return Err(Reject::Conflict),
             Some(_) => {
@@ -456,7 +486,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if view != self.views.view || !self.views.normal || !self.in_window(seq) {
             return Err(Reject::OutOfWindow);
         }
-        let votes = votes(self.log.slot(seq));
+        let votes = votes(self.order.log.slot(seq));
         match votes.get(&from) {
             Some(d) if *d != digest => return Err(Reject::Conflict),
             Some(_) => return Ok(()),
@@ -470,7 +500,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// Sends the COMMITs held back for tentative batches.
     pub(super) fn flush_deferred_commits(&mut self) {
-        for c in std::mem::take(&mut self.deferred_commits) {
+        for c in std::mem::take(&mut self.order.deferred_commits) {
             let bytes = self.seal(&Message::Commit(c), None);
             self.effects.push(Effect::Broadcast { bytes });
         }
@@ -482,6 +512,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     fn defers_commit(&self, digest: &Digest) -> bool {
         self.cfg.defer_tentative_commits
             && self
+                .order
                 .batches
                 .get(digest)
                 .is_some_and(|b| self.executes_tentatively(b))
@@ -518,7 +549,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let (me, f, primary) = (self.id, self.cfg.f, self.primary());
         let quorum = self.commit_quorum();
         let vouching = (self.vouchers(), self.ignores_doubts());
-        let Some(slot) = self.log.get_mut(&seq) else {
+        let Some(slot) = self.order.log.get_mut(&seq) else {
             return;
         };
         let send_commit = slot.advance(me, f, primary, quorum, vouching);
@@ -537,8 +568,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 replica: self.id,
             };
             if self.defers_commit(&digest) {
-                debug_assert!(self.deferred_commits.len() < self.cfg.log_size as usize);
-                self.deferred_commits.push(c);
+                debug_assert!(self.order.deferred_commits.len() < self.cfg.log_size as usize);
+                self.order.deferred_commits.push(c);
             } else {
                 self.broadcast(&Message::Commit(c));
             }

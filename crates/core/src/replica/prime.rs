@@ -336,9 +336,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let n = self.cfg.n() as usize;
         let f = self.cfg.f as usize;
         let mut e = padded(self.exec.eligible(), n);
-        for (_, s) in self.log.from(self.exec.last_executed() + 1) {
+        for (_, s) in self.order.log.from(self.exec.last_executed() + 1) {
             if let Some(m) =
-                s.pp.and_then(|d| self.batches.get(&d))
+                s.pp.and_then(|d| self.order.batches.get(&d))
                     .and_then(|b| b.matrix.as_ref())
             {
                 e = m.eligible_after(&e, f);

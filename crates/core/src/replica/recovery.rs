@@ -122,7 +122,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // votes again, and with another replica away no quorum forms (simulator seed 801
         // under one schedule).
         let (stable, me) = (self.ckpt_votes.stable_seq(), self.id);
-        for slot in self.log.values_mut() {
+        for slot in self.order.log.values_mut() {
             if !slot.prepared {
                 slot.prepares.retain(|r, _| *r == me);
                 slot.doubts.retain(|r, _| *r == me);
@@ -268,13 +268,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let me = self.id;
         let candidates: Vec<(Seq, Digest)> = self
+            .order
             .log
             .from(self.exec.last_executed() + 1)
             .filter(|(_, s)| !s.vouched_by(me) && !s.prepared)
             .filter_map(|(n, s)| s.pp.filter(|d| *d != NULL_DIGEST).map(|d| (*n, d)))
             .collect();
         for (seq, digest) in candidates {
-            let Some(batch) = self.batches.get(&digest).cloned() else {
+            let Some(batch) = self.order.batches.get(&digest).cloned() else {
                 continue;
             };
             let mut doubts: Vec<u16> = batch
@@ -284,7 +285,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 .filter(|(_, r)| !self.can_vouch_for(r, &self.request_digest(r)))
                 .map(|(i, _)| i as u16)
                 .collect();
-            let slot = self.log.slot(seq);
+            let slot = self.order.log.slot(seq);
             if slot.sent_prepare {
                 let old = slot.doubts.get(&me).map(Vec::as_slice).unwrap_or(&[]);
                 doubts.retain(|i| old.binary_search(i).is_ok());
@@ -551,7 +552,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     fn last_prepared_seq(&self) -> Seq {
-        self.log
+        self.order
+            .log
             .iter()
             .rev()
             .find(|(_, s)| s.prepared)
@@ -624,7 +626,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// H_M (a tampered journal may have put claims there), and rebuilds our VIEW-CHANGE
     /// without them if it had any.
     fn drop_above(&mut self, h_m: Seq) {
-        self.log.retain(|n, _| *n <= h_m);
+        self.order.log.retain(|n, _| *n <= h_m);
         self.views.claims.keep_through(h_m);
         let above =
             |vc: &ViewChange| vc.p.iter().any(|e| e.seq > h_m) || vc.q.iter().any(|e| e.seq > h_m);
@@ -685,8 +687,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.ckpt_votes.set_stable(0, digest);
         self.exec.forget_checkpoints();
         self.exec.note_checkpoint(0, digest);
-        self.log.clear();
-        self.pending_pp.clear();
+        self.order.log.clear();
+        self.order.pending_pp.clear();
         self.exec.drop_transfer();
         self.proposing.next_seq = 1;
         self.exec.set_diverged(true);
@@ -728,8 +730,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.views.pending_nv = None;
         self.views.new_view = None;
         self.views.decision_missing.clear();
-        self.log.clear();
-        self.pending_pp.clear();
+        self.order.log.clear();
+        self.order.pending_pp.clear();
         self.requests.pool.clear_inflight();
         self.requests.timer = None;
         self.views.timer.deadline_ms = None;

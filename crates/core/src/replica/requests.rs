@@ -232,6 +232,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             && self.exec.tentative().is_none()
             && !self.exec.walking()
             && !self
+                .order
                 .log
                 .from(self.exec.last_executed() + 1)
                 .any(|(_, s)| s.prepared || s.pp.is_some_and(|d| d != NULL_DIGEST))
@@ -385,14 +386,15 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .transfer_target()
             .map_or(self.exec.last_executed(), |(seq, _)| seq);
         let holds = |s: &Slot| {
-            s.pp.and_then(|d| self.batches.get(&d)).is_some_and(|b| {
-                b.requests
-                    .iter()
-                    .any(|r| r.request.client == c && r.request.timestamp >= ts)
-            })
+            s.pp.and_then(|d| self.order.batches.get(&d))
+                .is_some_and(|b| {
+                    b.requests
+                        .iter()
+                        .any(|r| r.request.client == c && r.request.timestamp >= ts)
+                })
         };
         for n in self.exec.last_executed() + 1.. {
-            let Some(s) = self.log.get(&n) else {
+            let Some(s) = self.order.log.get(&n) else {
                 return false;
             };
             if !s.committed && n > skip_to {
@@ -510,8 +512,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.proposing.next_seq += 1;
         let batch = Arc::new(batch);
         let pp = self.lean(seq, digest, &batch, digests);
-        self.batches.insert(digest, batch.clone());
-        let slot = self.log.slot(seq);
+        self.order.batches.insert(digest, batch.clone());
+        let slot = self.order.log.slot(seq);
         // A correct primary never assigns a sequence number twice in a view.
         assert!(
             slot.pp.is_none(),

@@ -208,7 +208,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     _ => None,
                 });
             for b in batches {
-                self.batches.insert(b.digest(), Arc::new(b.clone()));
+                self.order.batches.insert(b.digest(), Arc::new(b.clone()));
             }
             self.views.claims.restore(pset, qset, doubted, h);
             self.views.mine = vc.as_ref().map(|m| (m.clone(), m.digest()));
@@ -228,11 +228,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     vouched,
                 } if *view == self.views.view && *seq > h => {
                     if let Some(b) = batch {
-                        self.batches.insert(*digest, b.clone());
+                        self.order.batches.insert(*digest, b.clone());
                         // Kept by compaction until the next view or checkpoint record.
-                        self.bodies_journaled.insert((*seq, *digest));
+                        self.order.bodies_journaled.insert((*seq, *digest));
                     }
-                    let slot = self.log.slot(*seq);
+                    let slot = self.order.log.slot(*seq);
                     slot.pp = Some(*digest);
                     if primary {
                         slot.proposed_here = batch.is_some();
@@ -242,7 +242,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     }
                 }
                 Record::Prepared { view, seq, digest } if *view == self.views.view && *seq > h => {
-                    let slot = self.log.slot(*seq);
+                    let slot = self.order.log.slot(*seq);
                     if slot.pp == Some(*digest) {
                         slot.prepared = true;
                         slot.sent_commit = true;
@@ -252,12 +252,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 _ => {}
             }
         }
-        for (n, slot) in self.log.iter_mut() {
+        for (n, slot) in self.order.log.iter_mut() {
             if *n <= self.exec.last_executed() && slot.prepared {
                 slot.committed = true;
             }
         }
-        if let Some(last) = self.log.keys().next_back() {
+        if let Some(last) = self.order.log.keys().next_back() {
             self.proposing.next_seq = self.proposing.next_seq.max(last + 1);
         }
         self.proposing.next_seq = self.proposing.next_seq.max(self.exec.last_executed() + 1);

@@ -45,14 +45,15 @@ impl ResendGate {
 impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn missing_batches(&self) -> Vec<Digest> {
         let mut m: Vec<Digest> = self
+            .order
             .log
             .iter()
             .filter(|(n, s)| **n > self.exec.last_executed() && s.prepared)
             .filter_map(|(_, s)| s.pp)
-            .filter(|d| *d != NULL_DIGEST && !self.batches.contains_key(d))
+            .filter(|d| *d != NULL_DIGEST && !self.order.batches.contains_key(d))
             .collect();
         m.extend(self.views.decision_missing.iter().copied());
-        m.extend(self.pending_pp.values().map(|p| p.pp.digest));
+        m.extend(self.order.pending_pp.values().map(|p| p.pp.digest));
         m.truncate(MISSING_MAX);
         m
     }
@@ -60,12 +61,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn send_status(&mut self) {
         let window = |s: &Slot| s.pp.is_some();
         let prepared: Vec<Seq> = self
+            .order
             .log
             .iter()
             .filter(|(n, s)| **n > self.exec.last_executed() && window(s) && s.prepared)
             .map(|(n, _)| *n)
             .collect();
         let committed: Vec<Seq> = self
+            .order
             .log
             .iter()
             .filter(|(n, s)| **n > self.exec.last_executed() && s.committed)
@@ -201,6 +204,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // Pre-prepares carry bodies: bound the bytes one status can make us resend.
         let mut body_bytes_left = self.status_body_budget();
         let entries: Vec<(Seq, Slot)> = self
+            .order
             .log
             .from(st.last_executed.saturating_add(1))
             .filter(|(_, s)| s.pp.is_some())
@@ -214,7 +218,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             let mut sent = false;
             if !prepared.contains(&n) && !committed.contains(&n) {
                 if s.proposed_here {
-                    let pp = self.batches.get(&d).map(|b| match &s.beside {
+                    let pp = self.order.batches.get(&d).map(|b| match &s.beside {
                         Some(beside) => self.lean_again(n, d, b, beside),
                         None => PrePrepare {
                             view: self.views.view,

@@ -8,7 +8,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     pub(super) fn slot_summaries(&self) -> BTreeMap<Seq, SlotSummary> {
         let primary = self.is_primary();
-        self.log
+        self.order
+            .log
             .iter()
             .filter(|(_, s)| s.pp.is_some())
             .map(|(n, s)| {
@@ -46,7 +47,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let mut doubted = Vec::new();
         if self.views.normal && !self.is_primary() {
             let me = self.id;
-            for (n, s) in &self.log {
+            for (n, s) in &self.order.log {
                 if let Some(d) = s.pp.filter(|d| *d != NULL_DIGEST) {
                     if s.sent_prepare && s.doubts.contains_key(&me) {
                         doubted.push((*n, d));
@@ -60,7 +61,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             &slots,
             doubted,
         );
-        self.log.clear();
+        self.order.log.clear();
         let (pw, qw) = self.views.claims.wire();
         let vc = ViewChange {
             view: v,
@@ -80,7 +81,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             // Prime's requests stay in their PO-REQUESTs across views.
             self.requests.pool.clear_inflight();
         }
-        self.pending_pp.clear();
+        self.order.pending_pp.clear();
         self.views.pending_nv = None;
         self.views.new_view = None;
         self.views.decision_missing.clear();
@@ -277,7 +278,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         }
         let refs: Vec<&ViewChange> = s.iter().map(|(_, _, m)| m).collect();
-        let batches = &self.batches;
+        let batches = &self.order.batches;
         let outcome = viewchange::decide(
             self.cfg.f,
             self.cfg.log_size,
@@ -368,7 +369,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         for b in &nv.batches {
             let d = b.digest();
             if chosen.contains(&d) {
-                self.batches.insert(d, Arc::new(b.clone()));
+                self.order.batches.insert(d, Arc::new(b.clone()));
             }
         }
         let mut nv = nv;
@@ -547,7 +548,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.exec.forget_executed_through(h);
         self.exec.forget_checkpoints_below(h);
         self.ckpt_votes.forget_through(h);
-        self.log.forget_through(h);
+        self.order.log.forget_through(h);
         self.views.claims.forget_through(h);
         if self.proposing.next_seq <= h {
             self.proposing.next_seq = h + 1;
@@ -589,7 +590,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 }
             }
         }
-        self.log.clear();
+        self.order.log.clear();
         let primary = self.is_primary();
         let mut prepares = Vec::new();
         for (i, d) in nv.chosen.iter().enumerate() {
@@ -597,7 +598,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             if n <= self.ckpt_votes.stable_seq() {
                 continue; // already below our low watermark (we fetched a later checkpoint)
             }
-            let slot = self.log.slot(n);
+            let slot = self.order.log.slot(n);
             slot.pp = Some(*d);
             if !primary {
                 slot.sent_prepare = true;
@@ -617,12 +618,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             doubted: self.views.claims.doubted_wire(),
         });
         let installed: Vec<(Seq, Digest)> = self
+            .order
             .log
             .iter()
             .filter_map(|(n, slot)| slot.pp.map(|d| (*n, d)))
             .collect();
         for (n, d) in installed {
-            let batch = self.batches.get(&d).cloned();
+            let batch = self.order.batches.get(&d).cloned();
             self.persist(Record::PrePrepared {
                 view: self.views.view,
                 seq: n,
@@ -656,7 +658,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 doubts: Vec::new(),
             }));
         }
-        let seqs: Vec<Seq> = self.log.keys().copied().collect();
+        let seqs: Vec<Seq> = self.order.log.keys().copied().collect();
         for n in seqs {
             self.check_slot(n);
         }
@@ -688,22 +690,22 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     pub(super) fn on_batches(&mut self, bodies: Vec<Batch>) -> Result<(), Reject> {
-        let mut wanted: BTreeSet<Digest> = self.log.values().filter_map(|s| s.pp).collect();
+        let mut wanted: BTreeSet<Digest> = self.order.log.values().filter_map(|s| s.pp).collect();
         wanted.extend(self.views.decision_missing.iter().copied());
-        wanted.extend(self.pending_pp.values().map(|p| p.pp.digest));
+        wanted.extend(self.order.pending_pp.values().map(|p| p.pp.digest));
         wanted.extend(self.views.claims.prepared_digests());
         let mut useful = false;
         for b in bodies {
             let d = b.digest();
-            if wanted.contains(&d) && !self.batches.contains_key(&d) {
-                self.batches.insert(d, Arc::new(b));
+            if wanted.contains(&d) && !self.order.batches.contains_key(&d) {
+                self.order.batches.insert(d, Arc::new(b));
                 useful = true;
             }
         }
         if !useful {
             return Err(Reject::Unexpected);
         }
-        if !self.pending_pp.is_empty() {
+        if !self.order.pending_pp.is_empty() {
             self.retry_pending();
         }
         self.try_execute();
