@@ -48,9 +48,11 @@ use redoubt_state::{PagedState, StateFootprint};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+mod authenticate;
 mod execute;
 mod firewall;
 mod footprint;
+mod new_key;
 mod normal;
 mod pace;
 mod prime;
