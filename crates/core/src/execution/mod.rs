@@ -175,23 +175,20 @@ impl<S: Service> Execution<S> {
         }
     }
 
-    /// The body session whose key must be learnt from the key holder before `req` can run
-    /// (see `sessions.rs`).
-    pub(crate) fn session_wanted(
-        &self,
-        req: &Request,
-    ) -> Option<[u8; redoubt_crypto::body::ENC_LEN]> {
-        self.sessions.wanted(req)
-    }
-
-    /// The key holder's answer for `client`'s body session `enc`.
-    pub(crate) fn learn_session(
+    /// Opens through the key holder the body session `req` was sealed in, unless it is known
+    /// already or bodies are in clear: `Ok(true)` if a session was opened now. An error means
+    /// the request cannot run yet (every executor must run it alike: it waits).
+    pub(crate) fn open_session(
         &mut self,
-        client: ClientId,
-        enc: [u8; redoubt_crypto::body::ENC_LEN],
-        key: Option<redoubt_crypto::body::BodyKey>,
-    ) {
-        self.sessions.learn(client, enc, key)
+        auth: &mut impl crate::keys::KeyTable,
+        req: &Request,
+    ) -> Result<bool, crate::keys::HolderError> {
+        let Some(enc) = self.sessions.wanted(req) else {
+            return Ok(false);
+        };
+        let key = auth.open_body_key(req.client, &enc)?;
+        self.sessions.learn(req.client, enc, key);
+        Ok(true)
     }
 
     /// Mutant `clear-bodies`.

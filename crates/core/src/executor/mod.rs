@@ -580,14 +580,8 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     /// holder failed (the batch waits: every execution node must run it alike).
     fn learn_sessions(&mut self, batch: &Batch) -> bool {
         for r in &batch.requests {
-            let Some(enc) = self.exec.session_wanted(&r.request) else {
-                continue;
-            };
-            match self.auth.open_body_key(r.request.client, &enc) {
-                Ok(key) => {
-                    self.stats.body_sessions_opened += 1;
-                    self.exec.learn_session(r.request.client, enc, key);
-                }
+            match self.exec.open_session(&mut self.auth, &r.request) {
+                Ok(opened) => self.stats.body_sessions_opened += opened as u64,
                 Err(e) => {
                     self.keying.retry_sessions();
                     self.event(Event::KeyHolderFailed(e.to_string()));

@@ -168,13 +168,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.cfg.separated() {
             return true; // the execution nodes open bodies, not the replicas
         }
-        let Some(enc) = self.exec.session_wanted(req) else {
-            return true;
-        };
-        match self.auth.open_body_key(req.client, &enc) {
-            Ok(key) => {
-                self.stats.body_sessions_opened += 1;
-                self.exec.learn_session(req.client, enc, key);
+        match self.exec.open_session(&mut self.auth, req) {
+            Ok(opened) => {
+                self.stats.body_sessions_opened += opened as u64;
                 true
             }
             Err(e) => {
