@@ -101,6 +101,10 @@ struct Outstanding {
     /// Matching digests made a certificate but no result came in full (its designated
     /// sender is faulty, or the frame was lost): the retransmission was brought forward once.
     asked_full: bool,
+    /// The retransmission due was brought forward (it is no sign of trouble when it comes),
+    /// and whether one came when the timeout ran out.
+    early: bool,
+    timed_out: bool,
 }
 
 impl Outstanding {
@@ -108,7 +112,10 @@ impl Outstanding {
     /// if it was due later: the answers the client still lacks should have come by then.
     fn retransmit_within(&mut self, now_ms: u64, srtt_ms: f64) {
         let grace = (srtt_ms as u64).max(1);
-        self.deadline_ms = self.deadline_ms.min(now_ms + grace);
+        if now_ms + grace < self.deadline_ms {
+            self.deadline_ms = now_ms + grace;
+            self.early = true;
+        }
     }
 }
 
@@ -181,6 +188,11 @@ pub struct Client<A: KeyTable> {
     /// Firewall deployment: the keys certified replies are checked against, and the views
     /// the replicas passing them on reported.
     firewall: Option<FirewallView>,
+    /// Until when new requests go signed and to every replica: a request of ours completed
+    /// only after its retransmission timeout ran out (see [`Client::complete`]).
+    wary_until_ms: u64,
+    /// Requests sent that way.
+    pub wary_requests: u64,
 }
 
 /// What a client behind a firewall keeps: the keys reply certificates are checked against,
@@ -245,6 +257,8 @@ impl<A: KeyTable> Client<A> {
             body: None,
             body_sessions: 0,
             firewall: None,
+            wary_until_ms: 0,
+            wary_requests: 0,
         }
     }
 
@@ -499,11 +513,15 @@ impl<A: KeyTable> Client<A> {
         // Prime: every ordered request is signed (it travels inside other replicas'
         // PO-REQUESTs) and goes to our home replica, which introduces it.
         let prime = self.cfg.prime() && !fast_read;
-        let sig = if prime {
+        let wary = !prime && !fast_read && env.now_ms < self.wary_until_ms;
+        let sig = if prime || wary {
             self.sign_request(&request)
         } else {
             None
         };
+        if wary {
+            self.wary_requests += 1;
+        }
         let bytes = self.seal_request(&request, sig);
         let mut unasked = Vec::new();
         if prime {
@@ -512,7 +530,7 @@ impl<A: KeyTable> Client<A> {
                 to: Principal::Replica(home),
                 bytes: bytes.clone(),
             });
-        } else if fast_read || self.cfg.travels_beside(request.op.len()) {
+        } else if fast_read || wary || self.cfg.travels_beside(request.op.len()) {
             unasked = if fast_read {
                 self.read_skips(timestamp)
             } else {
@@ -546,6 +564,8 @@ impl<A: KeyTable> Client<A> {
             sig,
             replies: BTreeMap::new(),
             asked_full: false,
+            early: false,
+            timed_out: false,
         });
         Some((timestamp, bytes))
     }
@@ -839,6 +859,16 @@ impl<A: KeyTable> Client<A> {
         if view > self.view {
             self.view = view;
         }
+        if o.timed_out && !o.fast_read && !self.cfg.prime() {
+            // Sent to the primary alone, unsigned, it went unanswered until the timeout:
+            // the primary we know may not be the one ordering (a replica left behind in a
+            // view change, or a faulty one, vouched for the view), may drop what clients
+            // send it, or every replica may suspect us (f+1 of them could not authenticate a
+            // request of ours, their keys stale after a partition, and order only what we
+            // sign, for `suspect_client_ms`). For as long, requests go signed and to every
+            // replica, as retransmissions do; a timeout a request at a time otherwise.
+            self.wary_until_ms = env.now_ms + self.cfg.suspect_client_ms;
+        }
         Completion {
             timestamp: o.request.timestamp,
             result,
@@ -944,6 +974,8 @@ impl<A: KeyTable> Client<A> {
         }
         if let Some(o) = self.outstanding.as_mut() {
             if env.now_ms >= o.deadline_ms {
+                o.timed_out |= !o.early;
+                o.early = false;
                 o.backoff += 1;
                 let base = rto.saturating_mul(1 << o.backoff.min(16)).min(max);
                 // Jitter in [0.5, 1.5) of the base spreads retransmissions of many clients.

@@ -300,3 +300,32 @@ fn f_plus_one_doubts_put_the_client_under_suspicion_at_once() {
         assert_eq!(got, suspected, "on {on}, {doubters} doubting PREPAREs");
     }
 }
+
+/// A request older than one of its client's that committed executes as nothing, so a backup
+/// does not doubt it even when its authenticator no longer verifies (the client re-keyed
+/// since, or the request was relayed late by a replica that had been away): f+1 such doubts
+/// put a correct client under suspicion for `suspect_client_ms` (firewall sweep seed 2174,
+/// after a partition). A request of the same age the replica has no newer one of is doubted
+/// as before.
+#[test]
+fn a_request_older_than_a_committed_one_of_its_client_is_not_doubted() {
+    let mut c = Cluster::builder(1).live([3]).build();
+    let newer = c.request(7, 20, b"newer");
+    let out = c.agree(3, pre_prepare(0, 1, vec![newer]), &[1, 2], &[0, 1, 2]);
+    assert!(
+        out.any(|m| matches!(m, Message::Reply(r) if r.timestamp == 20)),
+        "the newer request committed and executed"
+    );
+    let older = spoil(c.request(7, 10, b"older"), &[3]);
+    let mine = c.receive(3, 0, pre_prepare(0, 2, vec![older])).prepare();
+    assert_eq!(
+        mine.expect("a PREPARE").doubts,
+        Vec::<u16>::new(),
+        "superseded: not doubted"
+    );
+
+    // Another client's request, bad for replica 3 and with nothing newer: doubted.
+    let stranger = spoil(c.request(8, 10, b"stranger"), &[3]);
+    let mine = c.receive(3, 0, pre_prepare(0, 3, vec![stranger])).prepare();
+    assert_eq!(mine.expect("a PREPARE").doubts, vec![0]);
+}

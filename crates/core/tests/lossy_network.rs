@@ -71,3 +71,62 @@ fn a_lost_full_reply_is_asked_for_again_after_a_round_trip() {
         .any(|e| matches!(&e.msg, Message::Reply(r) if !r.digest_only)));
     assert_eq!(c.client(7).full_result_asks, 1);
 }
+
+/// A request that went unanswered until its retransmission timeout, sent to the primary
+/// alone (here the primary drops what clients send it; the replica the client takes for the
+/// primary may also be one left behind in a view change, or every replica may suspect the
+/// client), makes the client send its next requests signed and to every replica for
+/// `suspect_client_ms`: they complete without a timeout each (firewall sweep seeds 2174,
+/// 3802, 5445). After that, requests go to the primary alone again.
+#[test]
+fn after_a_timeout_a_client_sends_its_requests_signed_to_every_replica_for_a_while() {
+    let mut c = Cluster::builder(1)
+        .session_keys()
+        .clients([])
+        .live_client(7)
+        .config(|cfg| cfg.suspect_client_ms = 5_000)
+        .build();
+    c.run(50);
+    // Replica 0, the primary, drops every request straight from the client.
+    let drops = c.block(|e| {
+        e.from == client(7) && e.to == replica(0) && matches!(e.msg, Message::Request(_))
+    });
+    let first_sends = |c: &Cluster, ts: u64| {
+        let sends: Vec<_> = c
+            .sent()
+            .iter()
+            .filter(|e| {
+                matches!(&e.msg, Message::Request(sr) if sr.request.timestamp == ts
+                    && e.from == client(7))
+            })
+            .collect();
+        let at = sends.first().map(|e| e.at);
+        sends
+            .into_iter()
+            .filter(|e| Some(e.at) == at)
+            .map(|e| match &e.msg {
+                Message::Request(sr) => (e.to, sr.sig.is_some()),
+                _ => unreachable!(),
+            })
+            .collect::<Vec<_>>()
+    };
+    let ts = c.invoke(7, b"first");
+    assert!(c.run_until(3_000, |c| c.completed(7, ts)));
+    assert!(c.completions(7)[0].retransmissions >= 1, "it timed out");
+    assert_eq!(first_sends(&c, ts), [(replica(0), false)]);
+
+    let ts = c.invoke(7, b"second");
+    assert!(c.run_until(3_000, |c| c.completed(7, ts)));
+    assert_eq!(c.completions(7)[1].retransmissions, 0, "no timeout");
+    let sends = first_sends(&c, ts);
+    assert_eq!(sends.len(), 4, "to every replica: {sends:?}");
+    assert!(sends.iter().all(|(_, signed)| *signed), "signed: {sends:?}");
+    assert_eq!(c.client(7).wary_requests, 1);
+
+    // Past the window, to the primary alone (unsigned) again.
+    c.unblock(drops);
+    c.run(5_100);
+    let ts = c.invoke(7, b"third");
+    assert!(c.run_until(3_000, |c| c.completed(7, ts)));
+    assert_eq!(first_sends(&c, ts), [(replica(0), false)]);
+}

@@ -170,7 +170,8 @@ pub struct RunStats {
     /// last.
     pub ops_after_settle: u64,
     pub last_op_ms: u64,
-    /// The sum of their latencies (invocation to completion, ms).
+    /// The sum of their latencies from `settle_ms` on (invocation, or the settle if later,
+    /// to completion, ms).
     pub latency_after_settle_ms: u64,
     /// Views correct replicas started to change to once the faults other than faulty
     /// replicas and clients had been over for four view-change timeouts, and the highest of

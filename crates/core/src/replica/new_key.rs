@@ -164,17 +164,20 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
     }
 
-    /// A request from client `c` did not authenticate and we hold no key of `c` (discarded
-    /// at a recovery, or expired): `c` gets our latest NEW-KEY, which tells it to send its keys
-    /// again, instead of waiting for its next periodic refresh while this replica cannot vouch
-    /// for its requests. Rate-limited per client; the table is bounded.
+    /// A request from client `c` did not authenticate: we hold no key of `c` (discarded at a
+    /// recovery, or expired), or an older one than it used (its NEW-KEY was lost, or arrived
+    /// while this replica was paused). `c` gets our latest NEW-KEY, which tells it to send its
+    /// keys again, instead of waiting for its next periodic refresh while this replica cannot
+    /// vouch for its requests (a primary that cannot leaves every request to the backups'
+    /// relays). Rate-limited per client; the table is bounded. A faulty client or a forger
+    /// gets at most one NEW-KEY per client per `CLIENT_KEY_ASK_MS` out of it.
     pub(super) fn ask_for_client_key(&mut self, c: ClientId) {
         let now = self.now();
         let Some(s) = self.auth.session_ref() else {
             return;
         };
         let client = Principal::Client(c);
-        if recovery_of(c, self.cfg.n()).is_some() || s.can_send(client) || !s.knows(client) {
+        if recovery_of(c, self.cfg.n()).is_some() || !s.knows(client) {
             return;
         }
         let Some(nk) = s.latest().cloned() else {

@@ -77,20 +77,41 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// this replica holds (waiting, or replaced by its client's next one), which was
     /// authenticated when it arrived (its client may have
     /// refreshed its keys since, so the entry no longer verifies, but the request is no less
-    /// the client's; requests beside the pre-prepare are always of this kind).
+    /// the client's; requests beside the pre-prepare are always of this kind). Or superseded:
+    /// older than a request of its client that committed, so it executes as nothing and it
+    /// matters not whose it is (a correct client's request relayed late, after the client
+    /// re-keyed, is not doubted: doubts put a client under suspicion).
     pub(super) fn can_vouch_for(&self, r: &SignedRequest, d: &Digest) -> bool {
         r.request.op.len() <= self.cfg.op_bytes_max()
-            && (self
-                .requests
-                .pool
-                .get(r.request.client)
-                .is_some_and(|w| w.req.request.same_as(&r.request))
+            && (self.superseded(&r.request)
+                || self
+                    .requests
+                    .pool
+                    .get(r.request.client)
+                    .is_some_and(|w| w.req.request.same_as(&r.request))
                 || self
                     .requests
                     .pool
                     .replaced(r.request.client, d)
                     .is_some_and(|h| h.request.same_as(&r.request))
                 || self.signed_request_authentic(r, d))
+    }
+
+    /// Whether `req` is older than a request of its client that committed here: it executes
+    /// as nothing wherever it is ordered (execution runs each client's timestamps in
+    /// increasing order only). A tentatively executed request does not count: it may be
+    /// undone.
+    fn superseded(&self, req: &Request) -> bool {
+        let c = req.client;
+        let tentative = self
+            .exec
+            .tentative()
+            .is_some_and(|t| t.executed.iter().any(|(x, _)| *x == c));
+        !tentative
+            && self
+                .exec
+                .last_reply(c)
+                .is_some_and(|l| req.timestamp < l.timestamp)
     }
 
     /// This replica's own copy of the request named by `b` (beside a pre-prepare): the

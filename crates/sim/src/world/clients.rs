@@ -159,7 +159,9 @@ impl World {
     }
 
     /// A correct client's operation completed: counted for the throughput check once the
-    /// faults are over and no correct replica suspects a correct client.
+    /// faults are over and no correct replica suspects a correct client. Only the part of its
+    /// latency after the faults counts: an operation invoked during a partition waited for
+    /// the partition, not for the faulty clients and replicas the check is about.
     pub(super) fn count_settled_op(&mut self, latency_ms: u64) {
         if self.now < self.stats.settle_ms {
             return;
@@ -181,7 +183,7 @@ impl World {
         }
         self.stats.ops_after_settle += 1;
         self.stats.last_op_ms = self.now;
-        self.stats.latency_after_settle_ms += latency_ms;
+        self.stats.latency_after_settle_ms += latency_ms.min(self.now - self.stats.settle_ms);
     }
 
     /// The view the running correct replicas are in (the highest among them): whose
