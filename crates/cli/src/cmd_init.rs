@@ -54,12 +54,6 @@ pub struct InitArgs {
     service: String,
 }
 
-/// BLAKE3 of this executable (hex): what `[recovery] executable_blake3` pins.
-pub fn executable_blake3() -> anyhow::Result<String> {
-    let exe = std::env::current_exe().context("cannot locate this executable")?;
-    crate::cmd_monitor::file_blake3(&exe).with_context(|| format!("cannot read {}", exe.display()))
-}
-
 pub fn run(args: InitArgs) -> anyhow::Result<()> {
     let opts = InitOptions {
         replicas: args.replicas,
@@ -76,7 +70,7 @@ pub fn run(args: InitArgs) -> anyhow::Result<()> {
         executable_blake3: if args.static_keys {
             None
         } else {
-            Some(executable_blake3()?)
+            Some(redoubt_localcluster::executable_blake3()?)
         },
     };
     let path = init_cluster(&opts)?;

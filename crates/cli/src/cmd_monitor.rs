@@ -14,10 +14,11 @@
 //! themselves).
 
 use crate::cmd_keyholder::start_key_holder;
-use crate::cmd_status::fetch;
 use anyhow::Context as _;
 use clap::Args;
 use redoubt_config::ClusterConfig;
+use redoubt_localcluster::file_blake3;
+use redoubt_localcluster::probe::fetch;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -66,13 +67,6 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// BLAKE3 of the file at `path` (hex), read in a stream.
-pub fn file_blake3(path: &Path) -> std::io::Result<String> {
-    let mut h = blake3::Hasher::new();
-    h.update_reader(std::fs::File::open(path)?)?;
-    Ok(h.finalize().to_hex().to_string())
 }
 
 /// Whether the executable may be started: its hash matches the configured one (or none is
@@ -155,7 +149,7 @@ impl Monitor {
             cmd.uid(uid).gid(gid);
         }
         // The replica never outlives its monitor.
-        crate::procs::die_with_parent(&mut cmd);
+        redoubt_localcluster::procs::die_with_parent(&mut cmd);
         Ok(Command::from(cmd).kill_on_drop(true).spawn()?)
     }
 

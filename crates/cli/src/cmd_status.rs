@@ -3,13 +3,10 @@
 //! `-o json`: one object on stdout, every replica's full status (or why it could not be
 //! asked) and the verdict. Exit status 1 when the cluster cannot serve, either way.
 
-use crate::http;
 use clap::Args;
 use redoubt_config::ClusterConfig;
-pub use redoubt_node::status::StatusReport;
-use std::collections::BTreeMap;
+pub use redoubt_localcluster::probe::{agreement, fetch_all, Probe};
 use std::fmt::Write as _;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -25,58 +22,6 @@ pub struct StatusArgs {
     /// How to print the answer: a table for people, or one JSON object on stdout
     #[arg(short = 'o', long, value_name = "FORMAT", default_value = "text")]
     output: crate::Output,
-}
-
-/// What one replica's `/status` said, or why it could not be asked.
-pub type Probe = Result<StatusReport, String>;
-
-/// `GET /status` from one replica's metrics endpoint.
-pub async fn fetch(addr: SocketAddr, timeout: Duration) -> Probe {
-    let body = http::get(addr, "/status", timeout).await?;
-    serde_json::from_slice(&body).map_err(|e| format!("unreadable status ({e})"))
-}
-
-/// Every replica's status, concurrently; index = replica id.
-pub async fn fetch_all(cfg: &ClusterConfig, timeout: Duration) -> Vec<Probe> {
-    let tasks: Vec<_> = cfg
-        .replicas
-        .iter()
-        .map(|r| tokio::spawn(fetch(r.metrics_addr, timeout)))
-        .collect();
-    let mut out = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        out.push(
-            t.await
-                .unwrap_or_else(|e| Err(format!("query failed: {e}"))),
-        );
-    }
-    out
-}
-
-/// The view most replicas that are up and in normal operation agree on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Agreement {
-    pub view: u64,
-    pub primary: u32,
-    /// Replicas up, in normal operation, in this view.
-    pub replicas: usize,
-}
-
-/// The (view, primary) reported by the most replicas in normal operation; ties go to the
-/// higher view. `None` if no replica is up and in normal operation.
-pub fn agreement(probes: &[Probe]) -> Option<Agreement> {
-    let mut votes: BTreeMap<(u64, u32), usize> = BTreeMap::new();
-    for s in probes.iter().flatten().filter(|s| s.normal) {
-        *votes.entry((s.view, s.primary)).or_default() += 1;
-    }
-    votes
-        .into_iter()
-        .max_by_key(|((view, _), count)| (*count, *view))
-        .map(|((view, primary), replicas)| Agreement {
-            view,
-            primary,
-            replicas,
-        })
 }
 
 pub fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {

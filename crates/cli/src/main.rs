@@ -13,7 +13,6 @@
 //! Exit status: 0 success, 1 failure (one message on stderr says what, where, and what to do),
 //! 2 usage error, 3 a negative answer of `kv` (key absent, compare-and-swap not applied).
 
-mod bench;
 mod cmd_executor;
 mod cmd_init;
 mod cmd_keyholder;
@@ -25,10 +24,7 @@ mod cmd_replica;
 mod cmd_sql_gateway;
 mod cmd_status;
 mod cmd_vip;
-mod cpucap;
 mod demo;
-mod http;
-mod procs;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -80,8 +76,8 @@ enum Command {
     Mount(cmd_mount::MountArgs),
     /// Run a 4-replica cluster on 127.0.0.1 under load, crash its primary, verify every write
     Demo(demo::DemoArgs),
-    /// Benchmarks on a local cluster (state-transfer, micro)
-    Bench(bench::BenchArgs),
+    /// Benchmarks on a local cluster against unreplicated baselines (micro, attack, separation, recovery, ...)
+    Bench(redoubt_bench::BenchArgs),
     /// Run the unreplicated baseline server of the benchmarks (one server, no agreement)
     Baseline(BaselineArgs),
     /// Keep virtual IP addresses covered by a group of servers (Wackamole fail-over)
@@ -136,7 +132,7 @@ fn main() -> ExitCode {
         Command::SqlGateway(a) => cmd_sql_gateway::run(a),
         Command::Mount(a) => cmd_mount::run(a),
         Command::Demo(a) => demo::run(a),
-        Command::Bench(a) => bench::run(a),
+        Command::Bench(a) => redoubt_bench::run(a),
         Command::Baseline(a) => baseline(a),
         Command::Vip(a) => cmd_vip::run(a),
         Command::Overlay(a) => cmd_overlay::run(a),
@@ -208,15 +204,7 @@ pub fn runtime_with(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// A multi-thread tokio runtime for the commands that talk to the network.
-pub fn runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
-    use anyhow::Context as _;
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
-}
+pub use redoubt_localcluster::runtime;
 
 /// Bytes as text for messages: UTF-8 as a quoted string, anything else with `\xNN` escapes.
 /// How a command prints its answer: for people (`text`) or for programs (`json`, one

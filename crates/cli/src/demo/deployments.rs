@@ -17,7 +17,7 @@ pub(super) async fn firewall_check(cfg: &ClusterConfig) -> Result<String, String
         let Some(entry) = cfg.filters.get(x as usize) else {
             continue;
         };
-        let text = crate::http::get(entry.metrics_addr, "/metrics", POLL_TIMEOUT)
+        let text = redoubt_localcluster::http::get(entry.metrics_addr, "/metrics", POLL_TIMEOUT)
             .await
             .map_err(|e| format!("filter {x}'s metrics: {e}"))?;
         for line in String::from_utf8_lossy(&text).lines() {

@@ -5,12 +5,12 @@
 //! Narrative lines go to stdout, the live progress line to stderr (redrawn in place on a
 //! terminal), replica logs to files in the cluster directory.
 
-use crate::cmd_status::{agreement, fetch, fetch_all, Agreement, Probe};
-use crate::procs::{log_tail, ReplicaProcs, Stopped};
 use crate::show_bytes;
 use anyhow::Context as _;
 use clap::Args;
 use redoubt_config::ClusterConfig;
+use redoubt_localcluster::probe::{agreement, fetch, fetch_all, Agreement, Probe};
+use redoubt_localcluster::procs::{log_tail, ReplicaProcs, Stopped};
 use redoubt_node::init::free_base_port;
 use redoubt_node::init::{init_cluster, InitOptions, METRICS_PORT_OFFSET};
 use redoubt_services::kv::{KvClient, KvClientError};
@@ -262,7 +262,8 @@ async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         n >= 4 && (n - 1).is_multiple_of(3) && n <= 40,
         "--replicas {n}: the demo needs 3f+1 replicas (4, 7, 10, ... up to 40)"
     );
-    let (tempdir, dir) = crate::procs::work_dir(args.keep.as_deref(), "redoubt-demo-")?;
+    let (tempdir, dir) =
+        redoubt_localcluster::procs::work_dir(args.keep.as_deref(), "redoubt-demo-")?;
     let executors: u32 = if args.separated || args.firewall {
         3
     } else {

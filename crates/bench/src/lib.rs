@@ -1,4 +1,5 @@
-//! `redoubt bench ...`: benchmarks that run real replica processes on 127.0.0.1.
+//! The benchmarks of `redoubt bench ...`: real replica processes on 127.0.0.1, measured against
+//! unreplicated baselines of the same code in the same run.
 
 mod andrew;
 mod attack;

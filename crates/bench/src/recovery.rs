@@ -15,11 +15,11 @@
 //! vulnerability is T_v = 2 T_k + T_r with T_r = T_w + the longest recovery measured.
 
 use super::common::{kv_cluster, put_all, record_bytes, wait_for, STATUS_TIMEOUT};
-use crate::cmd_status::{agreement, fetch};
-use crate::procs::{log_tail, ReplicaProcs};
 use anyhow::Context as _;
 use clap::Args;
 use redoubt_config::ClusterConfig;
+use redoubt_localcluster::probe::{agreement, fetch};
+use redoubt_localcluster::procs::{log_tail, ReplicaProcs};
 use redoubt_node::status::RecoveryBreakdown;
 use redoubt_services::kv::KvClient;
 use std::io::{IsTerminal as _, Write as _};
@@ -66,7 +66,7 @@ const N: u32 = 4;
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub fn run(args: RecoveryArgs) -> anyhow::Result<ExitCode> {
-    crate::runtime(2)?.block_on(bench(args))
+    redoubt_localcluster::runtime(2)?.block_on(bench(args))
 }
 
 /// The breakdown of each recovery measured on one cluster.
@@ -115,7 +115,8 @@ async fn bench(args: RecoveryArgs) -> anyhow::Result<ExitCode> {
     } else {
         vec![64, 512]
     };
-    let (tempdir, root) = crate::procs::work_dir(args.keep.as_deref(), "redoubt-bench-recovery-")?;
+    let (tempdir, root) =
+        redoubt_localcluster::procs::work_dir(args.keep.as_deref(), "redoubt-bench-recovery-")?;
     println!(
         "redoubt bench recovery: {N} replicas under redoubt monitor, {} clients, state sizes {} MiB",
         args.clients,
@@ -406,7 +407,7 @@ async fn timed_run(
     count: u32,
     what: &str,
 ) -> anyhow::Result<Run> {
-    let primary = agreement(&crate::cmd_status::fetch_all(cfg, STATUS_TIMEOUT).await)
+    let primary = agreement(&redoubt_localcluster::probe::fetch_all(cfg, STATUS_TIMEOUT).await)
         .map_or(0, |a| a.primary);
     let load = Workload::start(kvs);
     let started = Instant::now();

@@ -8,13 +8,13 @@
 
 use super::common::STATUS_TIMEOUT;
 use super::measure::{percentile, source_commit, PlotFrame, COLORS};
-use crate::cmd_status::fetch_all;
-use crate::procs::ReplicaProcs;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use redoubt_client::{Client, ClientSetup};
 use redoubt_config::ClusterConfig;
 use redoubt_core::OrderProtocol;
+use redoubt_localcluster::probe::fetch_all;
+use redoubt_localcluster::procs::ReplicaProcs;
 use redoubt_node::init::{free_base_port, init_cluster, InitOptions};
 use redoubt_services::kv::KvOp;
 use std::fmt::Write as _;
@@ -154,7 +154,7 @@ struct Phase {
 }
 
 pub fn run(args: AttackArgs) -> anyhow::Result<ExitCode> {
-    crate::runtime(2)?.block_on(bench(args))
+    redoubt_localcluster::runtime(2)?.block_on(bench(args))
 }
 
 fn protocol_name(o: OrderProtocol) -> &'static str {
@@ -184,7 +184,8 @@ async fn bench(args: AttackArgs) -> anyhow::Result<ExitCode> {
     };
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
-    let (tempdir, root) = crate::procs::work_dir(args.keep.as_deref(), "redoubt-bench-attack-")?;
+    let (tempdir, root) =
+        redoubt_localcluster::procs::work_dir(args.keep.as_deref(), "redoubt-bench-attack-")?;
     println!(
         "redoubt bench attack: 4 replicas (f = 1), {} clients, {} s per run, attack from {} s",
         args.clients,
@@ -322,7 +323,7 @@ async fn one_run(
             .arg((args.duration - args.duration / 2).to_string())
             .stdout(log.try_clone()?)
             .stderr(log);
-        crate::procs::die_with_parent(&mut cmd);
+        redoubt_localcluster::procs::die_with_parent(&mut cmd);
         faulty.push(super::measure::KillOnDrop(
             cmd.spawn().context("cannot start a faulty client")?,
         ));

@@ -81,7 +81,7 @@ impl Fs {
 type Run = [f64; 5];
 
 pub fn run(args: AndrewArgs) -> anyhow::Result<ExitCode> {
-    crate::runtime(2)?.block_on(andrew(args))
+    redoubt_localcluster::runtime(2)?.block_on(andrew(args))
 }
 
 async fn andrew(args: AndrewArgs) -> anyhow::Result<ExitCode> {

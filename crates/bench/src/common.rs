@@ -1,10 +1,10 @@
 //! What the benchmarks that run real replica processes share: the records they write, and
 //! waiting for the cluster.
 
-use crate::cmd_status::{agreement, fetch_all, Probe};
-use crate::procs::{log_tail, ReplicaProcs};
 use redoubt_config::ClusterConfig;
 use redoubt_crypto::DigestBuilder;
+use redoubt_localcluster::probe::{agreement, fetch_all, Probe};
+use redoubt_localcluster::procs::{log_tail, ReplicaProcs};
 use redoubt_node::init::{free_base_port, init_cluster, InitOptions};
 use redoubt_services::kv::KvClient;
 use std::net::{IpAddr, Ipv4Addr};
@@ -33,7 +33,7 @@ pub(super) fn kv_cluster(
         ordering: redoubt_core::OrderProtocol::Pbft,
         service: "kv".into(),
         executable_blake3: if monitored {
-            Some(crate::cmd_init::executable_blake3()?)
+            Some(redoubt_localcluster::executable_blake3()?)
         } else {
             None
         },

@@ -15,10 +15,10 @@
 //! figure includes both TCP hops on loopback.
 
 use super::common::{kv_cluster, wait_until_up};
-use crate::procs::ReplicaProcs;
 use anyhow::Context as _;
 use clap::Args;
 use redoubt_config::{ClusterConfig, OverlayTunnel};
+use redoubt_localcluster::procs::ReplicaProcs;
 use redoubt_overlay::{Event, NodeId};
 use redoubt_overlayd::config::{
     Emulation, FaultyEntry, LinkEntry, NodeEntry, OverlaySection, TunnelEntry,

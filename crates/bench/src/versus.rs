@@ -6,11 +6,11 @@
 //! the difference.
 
 use super::measure::KillOnDrop;
-use crate::cpucap::CpuCaps;
-use crate::procs::ReplicaProcs;
 use anyhow::Context as _;
 use redoubt_client::{Client, ClientSetup, Connections};
 use redoubt_config::ClusterConfig;
+use redoubt_localcluster::cpucap::CpuCaps;
+use redoubt_localcluster::procs::ReplicaProcs;
 use redoubt_node::init::{free_base_port, init_cluster, InitOptions};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};

@@ -16,13 +16,13 @@ use super::measure::{
     call, latency, plot, source_commit, throughput, KillOnDrop, Load, Plan, PlanDefaults, Progress,
     Sample, Series,
 };
-use crate::cmd_status::{agreement, fetch_all};
-use crate::cpucap::CpuCaps;
-use crate::procs::{log_tail, ReplicaProcs};
 use anyhow::Context as _;
 use clap::Args;
 use redoubt_client::{Client, Connections};
 use redoubt_config::ClusterConfig;
+use redoubt_localcluster::cpucap::CpuCaps;
+use redoubt_localcluster::probe::{agreement, fetch_all};
+use redoubt_localcluster::procs::{log_tail, ReplicaProcs};
 use redoubt_node::init::{free_base_port, init_cluster, InitOptions};
 use redoubt_services::kv::{KvOp, KvResult};
 use std::fmt::Write as _;
@@ -219,7 +219,7 @@ struct Point {
 }
 
 pub fn run(args: SeparationArgs) -> anyhow::Result<ExitCode> {
-    crate::runtime(2)?.block_on(separation(args))
+    redoubt_localcluster::runtime(2)?.block_on(separation(args))
 }
 
 async fn separation(args: SeparationArgs) -> anyhow::Result<ExitCode> {

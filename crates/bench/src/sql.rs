@@ -15,9 +15,9 @@ use super::measure::{
     closed_loop, plot, source_commit, Plan, PlanDefaults, Progress, Sample, Series,
 };
 use super::versus::{self, System};
-use crate::procs::ReplicaProcs;
 use anyhow::Context as _;
 use clap::Args;
+use redoubt_localcluster::procs::ReplicaProcs;
 use redoubt_services::sql::{SqlClient, Statement, Value};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -106,7 +106,7 @@ impl Pick {
 }
 
 pub fn run(args: SqlArgs) -> anyhow::Result<ExitCode> {
-    crate::runtime(2)?.block_on(sql(args))
+    redoubt_localcluster::runtime(2)?.block_on(sql(args))
 }
 
 async fn sql(args: SqlArgs) -> anyhow::Result<ExitCode> {

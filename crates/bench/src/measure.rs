@@ -272,7 +272,7 @@ where
 
 /// A replica's (requests, batches) executed so far, from its metrics.
 async fn batch_counters(addr: Option<SocketAddr>) -> Option<(f64, f64)> {
-    let text = crate::http::get(addr?, "/metrics", Duration::from_secs(1))
+    let text = redoubt_localcluster::http::get(addr?, "/metrics", Duration::from_secs(1))
         .await
         .ok()?;
     let (mut requests, mut batches) = (None, None);

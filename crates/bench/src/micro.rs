@@ -12,10 +12,10 @@ use super::measure::{
     latency, plot, source_commit, throughput, Load, Plan, PlanDefaults, Progress, Sample, Series,
 };
 use super::versus::{self, System};
-use crate::cpucap::{CpuCaps, PERIOD_US};
-use crate::procs::ReplicaProcs;
 use anyhow::Context as _;
 use clap::Args;
+use redoubt_localcluster::cpucap::{CpuCaps, PERIOD_US};
+use redoubt_localcluster::procs::ReplicaProcs;
 use redoubt_services::kv::{KvOp, KvResult};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -202,7 +202,7 @@ fn selected_ops(names: &[String]) -> anyhow::Result<Vec<Op>> {
 }
 
 pub fn run(args: MicroArgs) -> anyhow::Result<ExitCode> {
-    crate::runtime(2)?.block_on(micro(args))
+    redoubt_localcluster::runtime(2)?.block_on(micro(args))
 }
 
 /// Raises this process's soft limit on open files to `needed` (within the hard limit), or

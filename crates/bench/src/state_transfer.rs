@@ -10,11 +10,11 @@ use super::common::{
     empty_home, kv_cluster, put_all, record_bytes, wait_for, PHASE_TIMEOUT, STATUS_TIMEOUT,
     VALUE_BYTES,
 };
-use crate::cmd_status::{agreement, fetch, fetch_all};
-use crate::procs::{log_tail, ReplicaProcs};
 use anyhow::Context as _;
 use clap::Args;
 use redoubt_config::ClusterConfig;
+use redoubt_localcluster::probe::{agreement, fetch, fetch_all};
+use redoubt_localcluster::procs::{log_tail, ReplicaProcs};
 use redoubt_node::status::StatusReport;
 use redoubt_services::kv::KvClient;
 use std::io::Write as _;
@@ -67,12 +67,13 @@ pub(super) fn run(a: StateTransferArgs) -> anyhow::Result<ExitCode> {
         "--dirty-percent {} must be in (0, 100]",
         a.dirty_percent
     );
-    crate::runtime(2)?.block_on(state_transfer(a))
+    redoubt_localcluster::runtime(2)?.block_on(state_transfer(a))
 }
 
 async fn state_transfer(args: StateTransferArgs) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("cannot find the path of this program")?;
-    let (tempdir, dir) = crate::procs::work_dir(args.keep.as_deref(), "redoubt-bench-")?;
+    let (tempdir, dir) =
+        redoubt_localcluster::procs::work_dir(args.keep.as_deref(), "redoubt-bench-")?;
     let (config_path, mut cfg) = kv_cluster("bench-state-transfer", args.clients, &dir, false)?;
     cfg.state.size_mib = args.state_mib;
     // A short log, so the rewrite moves the others past the stopped replica's window.
