@@ -146,7 +146,7 @@ fn run_client(a: ClientArgs) -> anyhow::Result<()> {
     setup.rewrite = Some(client::big_mac_rewrite());
     runtime()?.block_on(async move {
         tokio::time::sleep(Duration::from_millis(a.start_after_ms)).await;
-        let kv = redoubt_services::kv::KvClient::connect(setup).await?;
+        let kv = redoubt_client::kv::KvClient::connect(setup).await?;
         let stop = (a.duration_s > 0).then(|| Instant::now() + Duration::from_secs(a.duration_s));
         let (mut ok, mut failed) = (0u64, 0u64);
         let mut i = 0u64;

@@ -3,11 +3,12 @@
 //! update under PBFT, and Prime's Suspect-Leader replaces it.
 
 use redoubt_attack::replica::{Attack, ReplicaAttack, Start};
+use redoubt_client::kv::KvClient;
 use redoubt_client::ClientSetup;
 use redoubt_core::OrderProtocol;
 use redoubt_node::init::{init_cluster, InitOptions};
 use redoubt_node::Hooks;
-use redoubt_services::kv::{KvClient, KvService};
+use redoubt_services::kv::KvService;
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -1,12 +1,12 @@
 //! What the benchmarks that run real replica processes share: the records they write, and
 //! waiting for the cluster.
 
+use redoubt_client::kv::KvClient;
 use redoubt_config::ClusterConfig;
 use redoubt_crypto::DigestBuilder;
 use redoubt_localcluster::probe::{agreement, fetch_all, Probe};
 use redoubt_localcluster::procs::{log_tail, ReplicaProcs};
 use redoubt_node::init::{free_base_port, init_cluster, InitOptions};
-use redoubt_services::kv::KvClient;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

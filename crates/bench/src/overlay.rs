@@ -17,6 +17,7 @@
 use super::common::{kv_cluster, wait_until_up};
 use anyhow::Context as _;
 use clap::Args;
+use redoubt_client::kv::KvClient;
 use redoubt_config::{ClusterConfig, OverlayTunnel};
 use redoubt_localcluster::procs::ReplicaProcs;
 use redoubt_overlay::{Event, NodeId};
@@ -24,7 +25,6 @@ use redoubt_overlayd::config::{
     Emulation, FaultyEntry, LinkEntry, NodeEntry, OverlaySection, TunnelEntry,
 };
 use redoubt_overlayd::{Control, DaemonHandle, OverlayFile};
-use redoubt_services::kv::KvClient;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -17,11 +17,11 @@
 use super::common::{kv_cluster, put_all, record_bytes, wait_for, STATUS_TIMEOUT};
 use anyhow::Context as _;
 use clap::Args;
+use redoubt_client::kv::KvClient;
 use redoubt_config::ClusterConfig;
 use redoubt_localcluster::probe::{agreement, fetch};
 use redoubt_localcluster::procs::{log_tail, ReplicaProcs};
 use redoubt_node::status::RecoveryBreakdown;
-use redoubt_services::kv::KvClient;
 use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

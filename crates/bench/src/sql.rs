@@ -17,8 +17,9 @@ use super::measure::{
 use super::versus::{self, System};
 use anyhow::Context as _;
 use clap::Args;
+use redoubt_client::sql::SqlClient;
 use redoubt_localcluster::procs::ReplicaProcs;
-use redoubt_services::sql::{SqlClient, Statement, Value};
+use redoubt_services::sql::{Statement, Value};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;

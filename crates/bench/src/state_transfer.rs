@@ -12,11 +12,11 @@ use super::common::{
 };
 use anyhow::Context as _;
 use clap::Args;
+use redoubt_client::kv::KvClient;
 use redoubt_config::ClusterConfig;
 use redoubt_localcluster::probe::{agreement, fetch, fetch_all};
 use redoubt_localcluster::procs::{log_tail, ReplicaProcs};
 use redoubt_node::status::StatusReport;
-use redoubt_services::kv::KvClient;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -9,10 +9,10 @@
 use crate::{json_bytes, show_bytes, Output, EXIT_NEGATIVE};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
+use redoubt_client::kv::{KvClient, KvClientError};
 use redoubt_client::ClientSetup;
 use redoubt_config::ClusterConfig;
 use redoubt_core::ClientId;
-use redoubt_services::kv::{KvClient, KvClientError};
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::os::unix::ffi::OsStringExt;

@@ -9,13 +9,14 @@
 use crate::cmd_kv::lock_client;
 use anyhow::Context as _;
 use clap::Args;
+use redoubt_client::files::FileClient;
 use redoubt_client::ClientSetup;
 use redoubt_config::ClusterConfig;
 use redoubt_core::ClientId;
 use redoubt_fusefs::{
     check_can_mount, mount, Backend, ClusterBackend, LocalBackend, MountOptions, Mounted,
 };
-use redoubt_services::files::{FileClient, ROOT};
+use redoubt_services::files::ROOT;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

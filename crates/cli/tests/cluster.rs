@@ -5,6 +5,7 @@ mod common;
 
 use common::{http_get, Cluster};
 use rand::RngExt as _;
+use redoubt_client::kv::KvClient;
 use redoubt_client::{Client, ClientError};
 use redoubt_core::message::{
     encode_body, encode_frame, Frame, Prepare, Request, SignedRequest, Tag, TagKind, WIRE_VERSION,
@@ -12,7 +13,6 @@ use redoubt_core::message::{
 use redoubt_core::seal::seal_body;
 use redoubt_core::{Message, Principal, StaticKeys};
 use redoubt_crypto::{Digest, Mac};
-use redoubt_services::kv::KvClient;
 use redoubt_services::kv::{KvOp, KvResult};
 use redoubt_sim::linearizability::{self, Operation};
 use std::collections::BTreeMap;

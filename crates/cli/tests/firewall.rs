@@ -7,7 +7,7 @@
 mod common;
 
 use common::{http_get, Cluster};
-use redoubt_services::kv::KvClient;
+use redoubt_client::kv::KvClient;
 use std::time::{Duration, Instant};
 
 const DEADLINE: Duration = Duration::from_secs(20);

@@ -5,7 +5,7 @@
 mod common;
 
 use common::Cluster;
-use redoubt_services::kv::KvClient;
+use redoubt_client::kv::KvClient;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

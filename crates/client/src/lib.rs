@@ -24,8 +24,13 @@
 //! replicas then send the replies of a whole batch to that process in a few writes instead
 //! of one per client, and its requests leave in a few writes too.
 //!
-//! The client knows no service: operations and results are bytes. A service's typed client
-//! wraps [`Client`] (the key-value store's is `redoubt_services::kv::KvClient`).
+//! [`Client`] knows no service: operations and results are bytes. The typed clients of the
+//! services of `redoubt_services` wrap it: [`kv::KvClient`], [`sql::SqlClient`] and
+//! [`files::FileClient`].
+
+pub mod files;
+pub mod kv;
+pub mod sql;
 
 use redoubt_config::{ClusterConfig, ConfigError};
 use redoubt_core::message::reply_header;

@@ -2,10 +2,9 @@
 //! file service run in this process without replication ([`LocalBackend`], the benchmarks'
 //! baseline).
 
+use redoubt_client::files::{FileClient, FileClientError};
 use redoubt_core::{ExecContext, Service};
-use redoubt_services::files::{
-    Errno, FileClient, FileClientError, FileOp, FileReply, FileService, BLOCK, IO_BYTES_MAX,
-};
+use redoubt_services::files::{Errno, FileOp, FileReply, FileService, BLOCK, IO_BYTES_MAX};
 use redoubt_state::FlatState;
 use std::future::Future;
 use std::sync::Mutex;

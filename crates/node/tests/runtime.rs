@@ -1,10 +1,11 @@
 //! The replica runtime end to end inside one process: four `run_replica` tasks on loopback, a
 //! client doing key-value work, one replica's journal surviving a restart.
 
+use redoubt_client::kv::KvClient;
 use redoubt_client::ClientSetup;
 use redoubt_config::ClusterConfig;
 use redoubt_node::init::{init_cluster, InitOptions};
-use redoubt_services::kv::{KvClient, KvService};
+use redoubt_services::kv::KvService;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

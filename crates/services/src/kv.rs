@@ -5,11 +5,7 @@
 //! checkpoints, digests and state transfer cover it page by page, and a state larger than RAM
 //! works (only keys and free space are indexed in memory).
 //!
-//! [`KvClient`] is the client side: the typed operations over `redoubt_client::Client`.
-
-mod client;
-
-pub use client::{KvClient, KvClientError};
+//! Its client, `redoubt_client::kv::KvClient`, is in the client library.
 
 use crate::pagedkv::{PagedKv, PagedKvError};
 use redoubt_core::{ExecContext, Service};

@@ -12,9 +12,8 @@
 //! snapshots an `Err`. Encodings (results and snapshots) are canonical, so correct replicas
 //! produce byte-identical replies and checkpoint digests.
 //!
-//! Each service also has its client here ([`kv::KvClient`]), the typed operations an
-//! application calls over `redoubt_client::Client`. A client runs in the application's process,
-//! not on the replicas; the rules above are for the services.
+//! Each service's typed client (the operations an application calls) is in the client library,
+//! `redoubt_client::{kv, sql, files}`, so that this crate links no network code.
 
 pub mod files;
 pub mod hosted;

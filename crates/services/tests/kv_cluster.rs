@@ -4,13 +4,14 @@
 //! `redoubt_core::Replica`, a `Listener` for everything sent to it, and one `Link` to every
 //! other replica. It is written to be read as a sketch of the real runtime (`redoubt-node`).
 
+use redoubt_client::kv::{KvClient, KvClientError};
 use redoubt_client::{Client, ClientError, ClientSetup, Connections};
 use redoubt_core::message::decode_frame;
 use redoubt_core::seal::{open, verify_request};
 use redoubt_core::{
     ClientId, Config, Effect, Env, Input, Keys, Message, Principal, Replica, ReplicaId, StaticKeys,
 };
-use redoubt_services::kv::{KvClient, KvClientError, KvService};
+use redoubt_services::kv::KvService;
 use redoubt_transport::{ConnId, Link, LinkConfig, Listener, ListenerConfig};
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -24,7 +24,7 @@ pub mod types;
 
 pub use server::{serve, Gateway, GatewayConfig, GatewayError};
 
-use redoubt_services::sql::SqlClientError;
+use redoubt_client::sql::SqlClientError;
 
 /// An error as a PostgreSQL client sees it: a SQLSTATE code and a message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

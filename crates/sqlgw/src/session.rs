@@ -15,9 +15,8 @@
 
 use crate::split::{classify, command_tag, placeholders, split, Command};
 use crate::GwError;
-use redoubt_services::sql::{
-    Column, SqlClient, SqlClientError, Statement, StmtResult, Transaction, Value,
-};
+use redoubt_client::sql::{SqlClient, SqlClientError, Transaction};
+use redoubt_services::sql::{Column, Statement, StmtResult, Value};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

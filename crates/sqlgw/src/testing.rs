@@ -2,9 +2,8 @@
 
 use crate::session::Backend;
 use crate::split::placeholders;
-use redoubt_services::sql::{
-    Column, SqlClientError, SqlError, SqlErrorKind, Statement, StmtResult, Value,
-};
+use redoubt_client::sql::SqlClientError;
+use redoubt_services::sql::{Column, SqlError, SqlErrorKind, Statement, StmtResult, Value};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -6,7 +6,8 @@
 //! amount plus what the log moved in and out.
 
 use super::{lock, Workload};
-use redoubt_services::sql::{SqlClient, SqlClientError, Statement, StmtResult, Value};
+use redoubt_client::sql::{SqlClient, SqlClientError};
+use redoubt_services::sql::{Statement, StmtResult, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;

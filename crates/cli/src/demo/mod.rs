@@ -8,13 +8,13 @@
 use crate::show_bytes;
 use anyhow::Context as _;
 use clap::Args;
+use redoubt_client::kv::{KvClient, KvClientError};
+use redoubt_client::sql::SqlClient;
 use redoubt_config::ClusterConfig;
 use redoubt_localcluster::probe::{agreement, fetch, fetch_all, Agreement, Probe};
 use redoubt_localcluster::procs::{log_tail, ReplicaProcs, Stopped};
 use redoubt_node::init::free_base_port;
 use redoubt_node::init::{init_cluster, InitOptions, METRICS_PORT_OFFSET};
-use redoubt_services::kv::{KvClient, KvClientError};
-use redoubt_services::sql::SqlClient;
 use std::collections::BTreeMap;
 use std::io::{IsTerminal as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr};

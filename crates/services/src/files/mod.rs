@@ -7,11 +7,9 @@
 //! mount asks the kernel to check the permission bits, as NFS clients do); the service keeps
 //! the bits, the owners and the structure consistent.
 
-mod client;
 mod op;
 mod store;
 
-pub use client::{FileClient, FileClientError};
 pub use op::{
     Attr, DirEntry, Errno, FileOp, FileReply, FsStats, Ino, Kind, SetTime, BLOCK, IO_BYTES_MAX,
     NAME_BYTES_MAX, READDIR_MAX, ROOT, TARGET_BYTES_MAX,

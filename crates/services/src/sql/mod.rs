@@ -20,16 +20,15 @@
 //! [`SqlOp::Write`] that checks every statement still returns what its client saw
 //! ([`Transaction`]).
 
-mod client;
 mod engine;
 mod op;
 mod vfs;
 
-pub use client::{leading_keyword, looks_read_only, SqlClient, SqlClientError, Transaction};
 pub use engine::Engine;
 pub(crate) use op::{decode_exact, encode};
 pub use op::{
-    Column, DecodeError, SqlError, SqlErrorKind, SqlOp, SqlReply, Statement, StmtResult, Value,
+    leading_keyword, looks_read_only, Column, DecodeError, SqlError, SqlErrorKind, SqlOp, SqlReply,
+    Statement, StmtResult, Value,
 };
 pub use vfs::DB_BASE;
 

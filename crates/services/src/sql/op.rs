@@ -235,3 +235,30 @@ impl SqlReply {
         decode_exact(b)
     }
 }
+
+/// True when `sql` begins with a keyword of a statement that usually only reads (the client
+/// then tries the read-only path first; the service has the last word).
+pub fn looks_read_only(sql: &str) -> bool {
+    let verb = leading_keyword(sql);
+    matches!(verb.as_str(), "SELECT" | "WITH" | "VALUES" | "EXPLAIN")
+}
+
+/// The first keyword of `sql`, upper-cased, after whitespace, comments and parentheses.
+pub fn leading_keyword(sql: &str) -> String {
+    let mut s = sql;
+    loop {
+        let t = s.trim_start_matches(|c: char| c.is_whitespace() || c == '(');
+        if let Some(rest) = t.strip_prefix("--") {
+            s = rest.split_once('\n').map_or("", |(_, r)| r);
+        } else if let Some(rest) = t.strip_prefix("/*") {
+            s = rest.split_once("*/").map_or("", |(_, r)| r);
+        } else {
+            s = t;
+            break;
+        }
+    }
+    s.chars()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .collect::<String>()
+        .to_ascii_uppercase()
+}

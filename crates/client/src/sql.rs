@@ -1,9 +1,10 @@
 //! The client side of the SQL service: statements, read-only queries and optimistic
 //! transactions over the library's [`Client`].
 
-use super::op::{SqlError, SqlOp, SqlReply, Statement, StmtResult};
-use super::Column;
-use redoubt_client::{Client, ClientError, ClientSetup};
+use crate::{Client, ClientError, ClientSetup};
+use redoubt_services::sql::{
+    looks_read_only, Column, SqlError, SqlOp, SqlReply, Statement, StmtResult,
+};
 use std::time::Duration;
 
 /// Why an SQL call failed.
@@ -41,34 +42,7 @@ impl SqlClientError {
     }
 }
 
-/// True when `sql` begins with a keyword of a statement that usually only reads (the client
-/// then tries the read-only path first; the service has the last word).
-pub fn looks_read_only(sql: &str) -> bool {
-    let verb = leading_keyword(sql);
-    matches!(verb.as_str(), "SELECT" | "WITH" | "VALUES" | "EXPLAIN")
-}
-
-/// The first keyword of `sql`, upper-cased, after whitespace, comments and parentheses.
-pub fn leading_keyword(sql: &str) -> String {
-    let mut s = sql;
-    loop {
-        let t = s.trim_start_matches(|c: char| c.is_whitespace() || c == '(');
-        if let Some(rest) = t.strip_prefix("--") {
-            s = rest.split_once('\n').map_or("", |(_, r)| r);
-        } else if let Some(rest) = t.strip_prefix("/*") {
-            s = rest.split_once("*/").map_or("", |(_, r)| r);
-        } else {
-            s = t;
-            break;
-        }
-    }
-    s.chars()
-        .take_while(|c| c.is_ascii_alphabetic())
-        .collect::<String>()
-        .to_ascii_uppercase()
-}
-
-/// A client of the replicated SQL service ([`super::SqlService`]).
+/// A client of the replicated SQL service ([`redoubt_services::sql::SqlService`]).
 #[derive(Clone, Debug)]
 pub struct SqlClient {
     client: Client,

@@ -1,7 +1,7 @@
 //! The client side of the file service: typed operations over the library's [`Client`].
 
-use super::op::{Attr, DirEntry, Errno, FileOp, FileReply, FsStats, Ino, SetTime};
-use redoubt_client::{Client, ClientError, ClientSetup};
+use crate::{Client, ClientError, ClientSetup};
+use redoubt_services::files::{Attr, DirEntry, Errno, FileOp, FileReply, FsStats, Ino, SetTime};
 use std::time::Duration;
 
 /// Why a file operation failed.
@@ -31,7 +31,7 @@ impl FileClientError {
     }
 }
 
-/// A client of the replicated file service ([`super::FileService`]).
+/// A client of the replicated file service ([`redoubt_services::files::FileService`]).
 #[derive(Clone, Debug)]
 pub struct FileClient {
     client: Client,

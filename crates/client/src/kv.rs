@@ -1,8 +1,8 @@
 //! The client side of the key-value store: its typed operations over the library's
 //! [`Client`].
 
-use super::{KvOp, KvResult};
-use redoubt_client::{Client, ClientError, ClientSetup};
+use crate::{Client, ClientError, ClientSetup};
+use redoubt_services::kv::{KvOp, KvResult};
 
 /// Why a key-value operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -20,7 +20,7 @@ pub enum KvClientError {
     UnexpectedReply { op: &'static str, reply: String },
 }
 
-/// A client of the replicated key-value store ([`super::KvService`]).
+/// A client of the replicated key-value store ([`redoubt_services::kv::KvService`]).
 #[derive(Clone, Debug)]
 pub struct KvClient {
     client: Client,
