@@ -14,11 +14,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// yet (after a restart the journal says only that we did not vouch in full). Receivers
     /// keep what any of our PREPAREs vouched for.
     pub(super) fn vouch_late(&mut self) {
-        if !self.views.normal || self.is_primary() || self.replaying {
+        if !self.views.normal || self.is_primary() || self.out.replaying {
             return;
         }
         let me = self.id;
         let candidates: Vec<(Seq, Digest)> = self
+            .ordering
             .order
             .log
             .from(self.exec.last_executed() + 1)
@@ -26,7 +27,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .filter_map(|(n, s)| s.pp.filter(|d| *d != NULL_DIGEST).map(|d| (*n, d)))
             .collect();
         for (seq, digest) in candidates {
-            let Some(batch) = self.order.batches.get(&digest).cloned() else {
+            let Some(batch) = self.ordering.order.batches.get(&digest).cloned() else {
                 continue;
             };
             let mut doubts: Vec<u16> = batch
@@ -36,7 +37,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 .filter(|(_, r)| !self.can_vouch_for(r, &self.request_digest(r)))
                 .map(|(i, _)| i as u16)
                 .collect();
-            let slot = self.order.log.slot(seq);
+            let slot = self.ordering.order.log.slot(seq);
             if slot.sent_prepare {
                 let old = slot.doubts.get(&me).map(Vec::as_slice).unwrap_or(&[]);
                 doubts.retain(|i| old.binary_search(i).is_ok());

@@ -16,6 +16,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .transfer_target()
             .is_some_and(|(seq, _)| seq > self.exec.last_executed())
             && !self
+                .ordering
                 .order
                 .log
                 .contains_key(&(self.exec.last_executed() + 1))
@@ -25,7 +26,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if let Some(t) = self.exec.tentative() {
             // Within a view the slot keeps its digest (a view change undoes the batch first);
             // should it ever differ, the batch is undone rather than kept or waited for.
-            match self.order.log.get(&t.seq) {
+            match self.ordering.order.log.get(&t.seq) {
                 Some(s) if s.pp != Some(t.digest) => self.undo_tentative(),
                 Some(s) if s.committed => self.keep_tentative(),
                 _ => {}
@@ -33,11 +34,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         if self.exec.tentative().is_none() {
             loop {
-                if self.queue.waiting() {
+                if self.remote.queue.waiting() {
                     break; // separated: the checkpoint waits for the execution cluster
                 }
                 let n = self.exec.last_executed() + 1;
-                let Some(slot) = self.order.log.get(&n) else {
+                let Some(slot) = self.ordering.order.log.get(&n) else {
                     break;
                 };
                 if !slot.committed {
@@ -46,7 +47,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 let d = slot.pp.expect("committed implies pre-prepared");
                 if d == NULL_DIGEST {
                     self.execute(n, NULL_DIGEST, None);
-                } else if let Some(b) = self.order.batches.get(&d).cloned() {
+                } else if let Some(b) = self.ordering.order.batches.get(&d).cloned() {
                     if self.cfg.prime() {
                         // What the ordered matrix makes eligible runs once every PO-REQUEST
                         // it needs is here (holes are asked for meanwhile).
@@ -82,7 +83,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if !self.cfg.tentative_execution
             || self.cfg.separated()
             || self.exec.tentative().is_some()
-            || self.replaying
+            || self.out.replaying
             || !self.views.normal
             || self.recovery.is_some()
             || self.exec.transfer_target().is_some()
@@ -90,7 +91,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         }
         let n = self.exec.last_executed() + 1;
-        let Some(slot) = self.order.log.get(&n) else {
+        let Some(slot) = self.ordering.order.log.get(&n) else {
             return;
         };
         if !slot.prepared || slot.committed {
@@ -99,7 +100,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let Some(d) = slot.pp.filter(|d| *d != NULL_DIGEST) else {
             return;
         };
-        let Some(batch) = self.order.batches.get(&d).cloned() else {
+        let Some(batch) = self.ordering.order.batches.get(&d).cloned() else {
             return;
         };
         if !self.executes_tentatively(&batch) || !self.learn_sessions(&batch) {
@@ -259,7 +260,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             let req = &b.requests[index].request;
             let (c, ts) = (req.client, req.timestamp);
             executed.push((c, ts));
-            if self.replaying {
+            if self.out.replaying {
                 continue;
             }
             let to = self.requester(c);
@@ -299,7 +300,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
         }
         self.exec.complete(seq, digest);
-        self.proposing.progress_ms = self.now();
+        self.ordering.proposing.progress_ms = self.now();
         self.stats.batches_executed += 1;
         self.stats.requests_executed += executed.len() as u64;
         if !executed.is_empty() {
@@ -343,7 +344,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             digest,
             replica: id,
         }));
-        self.ckpt_votes.record(self.id, seq, digest);
+        self.ordering.ckpt_votes.record(self.id, seq, digest);
         self.check_checkpoint(seq);
     }
 
@@ -352,12 +353,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return Err(Reject::Inconsistent);
         }
         let repairing = self.exec.repairing();
-        if c.seq < self.ckpt_votes.stable_seq()
-            || (c.seq == self.ckpt_votes.stable_seq() && !repairing)
+        if c.seq < self.ordering.ckpt_votes.stable_seq()
+            || (c.seq == self.ordering.ckpt_votes.stable_seq() && !repairing)
         {
             return Ok(()); // old news
         }
-        self.ckpt_votes.record(from, c.seq, c.digest);
+        self.ordering.ckpt_votes.record(from, c.seq, c.digest);
         self.check_checkpoint(c.seq);
         // A new stable checkpoint may open the window for more proposals.
         self.try_propose();
@@ -366,12 +367,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     pub(super) fn check_checkpoint(&mut self, seq: Seq) {
         let repairing = self.exec.repairing();
-        if seq < self.ckpt_votes.stable_seq() || (seq == self.ckpt_votes.stable_seq() && !repairing)
+        if seq < self.ordering.ckpt_votes.stable_seq()
+            || (seq == self.ordering.ckpt_votes.stable_seq() && !repairing)
         {
             return;
         }
         // Which digest, if any, is vouched for by f+1 (known correct) or 2f+1 (stable)?
-        let Some((digest, count)) = self.ckpt_votes.leading(seq) else {
+        let Some((digest, count)) = self.ordering.ckpt_votes.leading(seq) else {
             return;
         };
         if count < self.cfg.weak_quorum() {
@@ -397,6 +399,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             None if seq > self.exec.last_executed() => {
                 let urgent = seq
                     > self
+                        .ordering
                         .ckpt_votes
                         .stable_seq()
                         .saturating_add(self.cfg.log_size)
@@ -409,7 +412,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     pub(super) fn make_stable(&mut self, seq: Seq, digest: Digest) {
         self.release_send_cap_after(seq);
-        if seq <= self.ckpt_votes.stable_seq() {
+        if seq <= self.ordering.ckpt_votes.stable_seq() {
             return;
         }
         if self.exec.own_checkpoint(seq).is_some() && self.exec.state().held(seq).is_some() {
@@ -419,15 +422,15 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         } else {
             self.persist(Record::Watermark { seq, digest });
         }
-        self.ckpt_votes.set_stable(seq, digest);
-        self.order.log.forget_through(seq);
-        self.order.pending_pp = self.order.pending_pp.split_off(&(seq + 1));
+        self.ordering.ckpt_votes.set_stable(seq, digest);
+        self.ordering.order.log.forget_through(seq);
+        self.ordering.order.pending_pp = self.ordering.order.pending_pp.split_off(&(seq + 1));
         self.exec.forget_executed_through(seq);
         self.exec.forget_checkpoints_below(seq);
-        self.ckpt_votes.forget_through(seq);
+        self.ordering.ckpt_votes.forget_through(seq);
         self.views.claims.forget_through(seq);
-        if self.proposing.next_seq <= seq {
-            self.proposing.next_seq = seq + 1;
+        if self.ordering.proposing.next_seq <= seq {
+            self.ordering.proposing.next_seq = seq + 1;
         }
         self.gc_batches();
         self.prime_stable(seq);
@@ -436,13 +439,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// Bodies of the batches PSet and QSet name, for the journal.
     pub(super) fn pset_batches(&self) -> Vec<Batch> {
-        if self.replaying {
+        if self.out.replaying {
             return Vec::new();
         }
         // And those of the doubted slots, which join Q once their requests verify.
         let ds: BTreeSet<Digest> = self.views.claims.digests().collect();
         ds.iter()
-            .filter_map(|d| self.order.batches.get(d).map(|b| (**b).clone()))
+            .filter_map(|d| self.ordering.order.batches.get(d).map(|b| (**b).clone()))
             .collect()
     }
 
@@ -453,7 +456,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let mut used = 0usize;
         let mut out = Vec::new();
         for d in digests.iter().filter(|d| **d != NULL_DIGEST) {
-            let Some(b) = self.order.batches.get(d) else {
+            let Some(b) = self.ordering.order.batches.get(d) else {
                 continue;
             };
             let size = b.op_bytes() + per_request * b.requests.len() + 64;
@@ -496,11 +499,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Keeps only batch bodies something still refers to.
     pub(super) fn gc_batches(&mut self) {
         let mut keep: BTreeSet<Digest> = BTreeSet::new();
-        keep.extend(self.order.log.values().filter_map(|s| s.pp));
+        keep.extend(self.ordering.order.log.values().filter_map(|s| s.pp));
         keep.extend(self.views.claims.digests());
         for nv in self.views.pending_nv.iter() {
             keep.extend(nv.chosen.iter().copied());
         }
-        self.order.batches.retain(|d, _| keep.contains(d));
+        self.ordering.order.batches.retain(|d, _| keep.contains(d));
     }
 }

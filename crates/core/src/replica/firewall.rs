@@ -38,14 +38,14 @@ impl FirewallSide {
 impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Signs our piece and sends it to the bottom row of filters.
     pub(super) fn send_signed_order(&mut self, order: Order) {
-        let Some(fw) = &self.firewall else {
+        let Some(fw) = &self.remote.firewall else {
             return; // checked at construction: a firewall replica has its keys
         };
         let signature = fw.order_key.sign(&SignedOrder::statement(&order).0);
         let msg = Message::SignedOrder(SignedOrder { order, signature });
         let bytes: Bytes = Arc::new(seal(&self.auth, &msg, None, self.cfg.n()));
         for x in self.cfg.filter_row(0) {
-            self.effects.push(Effect::Send {
+            self.out.effects.push(Effect::Send {
                 to: Principal::Filter(x),
                 bytes: bytes.clone(),
             });
@@ -73,11 +73,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     fn on_reply_cert(&mut self, cert: ReplyCert) -> Result<(), Reject> {
-        let Some(fw) = &mut self.firewall else {
+        let Some(fw) = &mut self.remote.firewall else {
             return Err(Reject::Unexpected);
         };
         let seq = cert.bundle.seq;
-        if seq <= self.queue.acked.saturating_sub(self.cfg.log_size) {
+        if seq <= self.remote.queue.acked.saturating_sub(self.cfg.log_size) {
             return Ok(()); // old news
         }
         let leaves = cert.bundle.leaves();
@@ -106,32 +106,33 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 continue;
             };
             fw.replies.insert(e.client, r.clone());
-            if designated_replier(e.client, e.timestamp, self.cfg.n()) == self.id && !self.replaying
+            if designated_replier(e.client, e.timestamp, self.cfg.n()) == self.id
+                && !self.out.replaying
             {
                 let to = Principal::Client(e.client);
                 let bytes = Arc::new(seal(&self.auth, &Message::CertifiedReply(r), Some(to), 0));
-                self.effects.push(Effect::Send { to, bytes });
+                self.out.effects.push(Effect::Send { to, bytes });
             }
         }
         // Replies only for clients still in the exactly-once table.
         let exec = &self.exec;
         fw.replies.retain(|c, _| exec.last_reply(*c).is_some());
-        let stable = self.queue.stable_acked;
+        let stable = self.remote.queue.stable_acked;
         self.exec_progress(seq, stable);
         Ok(())
     }
 
     fn on_stable_cert(&mut self, c: StableCert) -> Result<(), Reject> {
-        let Some(fw) = &self.firewall else {
+        let Some(fw) = &self.remote.firewall else {
             return Err(Reject::Unexpected);
         };
-        if c.seq <= self.queue.stable_acked {
+        if c.seq <= self.remote.queue.stable_acked {
             return Ok(());
         }
         if !fw.keys.check_stable(&c) {
             return Err(Reject::BadSignature);
         }
-        let acked = self.queue.acked.max(c.seq);
+        let acked = self.remote.queue.acked.max(c.seq);
         self.exec_progress(acked, c.seq);
         Ok(())
     }
@@ -140,6 +141,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// reply, if one came down.
     pub(super) fn answer_from_certificates(&mut self, client: ClientId, timestamp: u64) -> bool {
         let Some(r) = self
+            .remote
             .firewall
             .as_ref()
             .and_then(|fw| fw.replies.get(&client))
@@ -150,7 +152,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         };
         let to = Principal::Client(client);
         let bytes = Arc::new(seal(&self.auth, &Message::CertifiedReply(r), Some(to), 0));
-        self.effects.push(Effect::Send { to, bytes });
+        self.out.effects.push(Effect::Send { to, bytes });
         true
     }
 }

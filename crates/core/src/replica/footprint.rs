@@ -7,12 +7,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Sizes of every bounded structure, for tests and metrics.
     pub fn footprint(&self) -> Footprint {
         Footprint {
-            log_slots: self.order.log.len(),
-            pending_pre_prepares: self.order.pending_pp.len(),
+            log_slots: self.ordering.order.log.len(),
+            pending_pre_prepares: self.ordering.order.pending_pp.len(),
             executed: self.exec.executed_len(),
-            batches: self.order.batches.len(),
+            batches: self.ordering.order.batches.len(),
             checkpoints: self.exec.checkpoints_len(),
-            checkpoint_votes: self.ckpt_votes.len(),
+            checkpoint_votes: self.ordering.ckpt_votes.len(),
             pset: self.views.claims.prepared_len(),
             qset_pairs: self.views.claims.q_pairs(),
             clients: self.exec.clients_len(),
@@ -23,7 +23,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             reads: self.requests.reads.len(),
             view_changes: self.views.store.messages(),
             acks: self.views.store.acks_len(),
-            bodies_journaled: self.order.bodies_journaled.len(),
+            bodies_journaled: self.ordering.order.bodies_journaled.len(),
             body_sessions: self.exec.sessions_len(),
             state: self.exec.state().footprint(),
             prime: self

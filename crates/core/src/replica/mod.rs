@@ -204,49 +204,43 @@ pub struct Replica<S: Service, A: KeyTable> {
     /// The execution component: service, paged state, reply table, what ran where.
     exec: Execution<S>,
     env: Env,
-    effects: Vec<Effect>,
+    /// What this step sends, records and reports, and the rules on it (see [`Outbox`]).
+    out: Outbox,
     pub stats: Stats,
 
     /// Views: the current one, the view-change timer, VIEW-CHANGEs and NEW-VIEWs (see
     /// `views.rs`).
     views: views::Views,
-
-    // Log.
-    /// Slots, batch bodies, waiting pre-prepares, held COMMITs (see `normal.rs`).
-    order: normal::Order,
-    /// The next sequence number, pace and progress of proposals (see `requests.rs`).
-    proposing: requests::Proposing,
-
-    // Checkpoints.
-    /// CHECKPOINT votes: which checkpoints are known correct or stable, and the stable one.
-    ckpt_votes: CheckpointVotes,
-
+    /// The normal case: slots, proposals, checkpoints, who was heard, status messages (see
+    /// `normal.rs`).
+    ordering: normal::Ordering,
     /// Requests pooled, reads waiting, the request timer, suspected clients (see
     /// `requests.rs`).
     requests: requests::Requests,
-    /// Which other replicas were heard lately (see `agreement/heard.rs`).
-    heard: Heard,
-
-    next_status_ms: u64,
-    /// True while re-executing journaled batches after a restart: no sends, no records.
-    replaying: bool,
     /// Session keys: refreshes, NEW-KEYs sent again, clients asked for keys, state
     /// sessions (see `keying.rs`).
     keying: crate::keying::Keying,
 
     // Recovery (see recovery.rs).
     recovery: Option<recovery::Recovery>,
-    /// While recovering: nothing with a sequence number above H_M is sent.
-    send_cap: Option<Seq>,
     /// Why the stored checkpoint did not load at start-up (reported once restored).
     unreadable: Option<String>,
-    /// Separated deployment: the message queue towards the execution nodes (see
-    /// `separated.rs`).
-    queue: separated::Queue,
-    /// Firewall deployment: keys, and what came down (see `firewall.rs`).
-    firewall: Option<firewall::FirewallSide>,
+    /// Separated and firewall deployments: where execution goes (see `separated.rs`).
+    remote: separated::Remote,
     /// Prime ordering: pre-ordering, Suspect-Leader, keys (see `prime.rs`).
     prime: Option<prime::PrimeSide>,
+}
+
+/// What a step sends, records and reports (the effects handed to the host at its end), and
+/// the two rules on them: nothing goes out while journaled batches are re-executed after a
+/// restart, and nothing with a sequence number above H_M while recovering.
+#[derive(Default)]
+struct Outbox {
+    effects: Vec<Effect>,
+    /// True while re-executing journaled batches after a restart: no sends, no records.
+    replaying: bool,
+    /// While recovering: nothing with a sequence number above H_M is sent.
+    send_cap: Option<Seq>,
 }
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
@@ -280,25 +274,24 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             auth,
             exec: Execution::new(service, state, confidential),
             env: Env::default(),
-            effects: Vec::new(),
+            out: Outbox::default(),
             stats: Stats::default(),
             views,
-            proposing: requests::Proposing {
-                next_seq: 1,
-                ..Default::default()
+            ordering: normal::Ordering {
+                order: Default::default(),
+                proposing: requests::Proposing {
+                    next_seq: 1,
+                    ..Default::default()
+                },
+                ckpt_votes,
+                heard: Heard::default(),
+                next_status_ms: 0,
             },
-            order: Default::default(),
-            ckpt_votes,
             requests,
-            heard: Heard::default(),
-            next_status_ms: 0,
-            replaying: false,
             keying: Default::default(),
             recovery: None,
-            send_cap: None,
             unreadable: None,
-            queue: separated::Queue::default(),
-            firewall: None,
+            remote: separated::Remote::default(),
             prime: None,
         };
         if r.cfg.prime() {
@@ -328,8 +321,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             r.exec.set_diverged(true);
             r.exec.stand_at(seq);
         }
-        r.ckpt_votes.set_stable(seq, digest);
-        r.proposing.next_seq = seq + 1;
+        r.ordering.ckpt_votes.set_stable(seq, digest);
+        r.ordering.proposing.next_seq = seq + 1;
         r.exec.note_checkpoint(seq, digest);
         r.prime_sync();
         Ok(r)
@@ -344,7 +337,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         keys: Arc<crate::filter::FirewallKeys>,
         order_key: redoubt_crypto::pk::HolderSecrets,
     ) -> Self {
-        self.firewall = Some(firewall::FirewallSide::new(keys, order_key));
+        self.remote.firewall = Some(firewall::FirewallSide::new(keys, order_key));
         self
     }
 
@@ -370,7 +363,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.exec.last_executed()
     }
     pub fn stable_checkpoint(&self) -> Seq {
-        self.ckpt_votes.stable_seq()
+        self.ordering.ckpt_votes.stable_seq()
     }
     pub fn service(&self) -> &S {
         self.exec.service()
@@ -425,7 +418,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .store
             .check_invariants()
             .map_err(|e| format!("view-change messages: {e}"))?;
-        self.ckpt_votes
+        self.ordering
+            .ckpt_votes
             .check_invariants()
             .map_err(|e| format!("checkpoint votes: {e}"))?;
         self.views
@@ -437,10 +431,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .check_invariants()
             .map_err(|e| format!("view-change claims: {e}"))?;
         let (lo, hi) = (
-            self.ckpt_votes.stable_seq(),
-            self.ckpt_votes.stable_seq() + self.cfg.log_size,
+            self.ordering.ckpt_votes.stable_seq(),
+            self.ordering.ckpt_votes.stable_seq() + self.cfg.log_size,
         );
-        self.order
+        self.ordering
+            .order
             .log
             .check_invariants(lo, hi, self.cfg.n())
             .map_err(|e| format!("agreement log: {e}"))?;
@@ -489,9 +484,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         self.hand_over_state_commits();
         if out.is_empty() {
-            std::mem::swap(&mut self.effects, out);
+            std::mem::swap(&mut self.out.effects, out);
         } else {
-            out.append(&mut self.effects);
+            out.append(&mut self.out.effects);
         }
     }
 
@@ -510,7 +505,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         }
         let bytes = self.seal(msg, Some(to));
-        self.effects.push(Effect::Send { to, bytes });
+        self.out.effects.push(Effect::Send { to, bytes });
     }
 
     fn send_replica(&mut self, to: ReplicaId, msg: &Message) {
@@ -527,22 +522,22 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // together with this message, so they cost no write or wake-up of their own.
         self.flush_deferred_commits();
         let bytes = self.seal(msg, None);
-        self.effects.push(Effect::Broadcast { bytes });
+        self.out.effects.push(Effect::Broadcast { bytes });
     }
 
     /// Hands the state's new moves of its durable base to the host, ahead of whatever the
     /// host does next: a journal record that follows may rely on them.
     fn hand_over_state_commits(&mut self) {
-        if self.replaying {
+        if self.out.replaying {
             return; // written by `restore` itself
         }
         for c in self.exec.state_mut().take_commits() {
-            self.effects.push(Effect::CommitState(c));
+            self.out.effects.push(Effect::CommitState(c));
         }
     }
 
     fn persist(&mut self, r: Record) {
-        if self.replaying {
+        if self.out.replaying {
             return;
         }
         self.hand_over_state_commits();
@@ -550,9 +545,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // `bodies_journaled`): a view record may drop those of earlier views, a checkpoint
         // record those at or below it.
         match &r {
-            Record::View { .. } => self.order.bodies_journaled.clear(),
+            Record::View { .. } => self.ordering.order.bodies_journaled.clear(),
             Record::Checkpoint { seq, .. } => {
-                self.order.bodies_journaled = self
+                self.ordering.order.bodies_journaled = self
+                    .ordering
                     .order
                     .bodies_journaled
                     .split_off(&(seq + 1, Digest([0; 32])));
@@ -563,17 +559,23 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 batch: Some(_),
                 ..
             } => {
-                self.order.bodies_journaled.insert((*seq, *digest));
+                self.ordering.order.bodies_journaled.insert((*seq, *digest));
             }
             _ => {}
         }
-        self.effects.push(Effect::Persist(r));
+        self.out.effects.push(Effect::Persist(r));
     }
 
     /// Records the execution of batch `digest` at `seq`, with its body unless the journal
     /// holds it already.
     fn persist_executed(&mut self, seq: Seq, digest: Digest, batch: Option<&Arc<Batch>>) {
-        let batch = batch.filter(|_| !self.order.bodies_journaled.contains(&(seq, digest)));
+        let batch = batch.filter(|_| {
+            !self
+                .ordering
+                .order
+                .bodies_journaled
+                .contains(&(seq, digest))
+        });
         self.persist(Record::Executed {
             seq,
             digest,
@@ -582,7 +584,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     fn event(&mut self, e: Event) {
-        self.effects.push(Effect::Event(e));
+        self.out.effects.push(Effect::Event(e));
     }
 
     fn reject(&mut self, from: Principal, kind: &'static str, reason: Reject) {
@@ -657,7 +659,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             Principal::Replica(r) => {
                 if r < self.cfg.n() && r != self.id {
                     let now = self.now();
-                    self.heard.note(r, now);
+                    self.ordering.heard.note(r, now);
                 }
                 Some(r)
             }
@@ -701,7 +703,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     fn in_window(&self, n: Seq) -> bool {
-        n > self.ckpt_votes.stable_seq() && n <= self.ckpt_votes.stable_seq() + self.cfg.log_size
+        n > self.ordering.ckpt_votes.stable_seq()
+            && n <= self.ordering.ckpt_votes.stable_seq() + self.cfg.log_size
     }
 
     // ----- timers -------------------------------------------------------------------------
@@ -737,6 +740,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     // for a whole timeout, and the request goes to the primary again each
                     // time (it may have been down, with the others, when we relayed it).
                     let heard_for = self
+                        .ordering
                         .heard
                         .quorum_since_ms()
                         .map(|since| since.saturating_add(self.views.timer.timeout_ms()));
@@ -764,10 +768,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             // somewhere, or none waiting). A view change is always safe.
             if self.is_primary() && self.exec.transfer_target().is_none() && self.recovery.is_none()
             {
-                if self.proposing.next_seq <= self.exec.last_executed().saturating_add(1) {
-                    self.proposing.progress_ms = now;
+                if self.ordering.proposing.next_seq <= self.exec.last_executed().saturating_add(1) {
+                    self.ordering.proposing.progress_ms = now;
                 } else if now
                     >= self
+                        .ordering
                         .proposing
                         .progress_ms
                         .saturating_add(self.views.timer.timeout_ms())
@@ -807,8 +812,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         {
             self.try_propose();
         }
-        if now >= self.next_status_ms {
-            self.next_status_ms = now + self.cfg.status_interval_ms;
+        if now >= self.ordering.next_status_ms {
+            self.ordering.next_status_ms = now + self.cfg.status_interval_ms;
             self.send_status();
         }
     }
@@ -823,6 +828,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let quorum = 2 * self.cfg.f as usize;
         let primary = self.primary();
         if self
+            .ordering
             .heard
             .tick(now, self.cfg.status_interval_ms, quorum, primary)
         {

@@ -19,7 +19,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// certificates not yet complete are dropped, since their messages were authenticated
     /// with keys now retired (peers retransmit what is still needed).
     pub(super) fn rekey(&mut self) {
-        if self.replaying {
+        if self.out.replaying {
             self.keying.refresh_soon();
             return;
         }
@@ -67,8 +67,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // left a replica that re-keyed with a batch in flight unable to prepare it: it never
         // votes again, and with another replica away no quorum forms (simulator seed 801
         // under one schedule).
-        let (stable, me) = (self.ckpt_votes.stable_seq(), self.id);
-        for slot in self.order.log.values_mut() {
+        let (stable, me) = (self.ordering.ckpt_votes.stable_seq(), self.id);
+        for slot in self.ordering.order.log.values_mut() {
             if !slot.prepared {
                 slot.prepares.retain(|r, _| *r == me);
                 slot.doubts.retain(|r, _| *r == me);
@@ -77,7 +77,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 slot.commits.retain(|r, _| *r == me);
             }
         }
-        self.ckpt_votes.forget_others_above(me, stable);
+        self.ordering.ckpt_votes.forget_others_above(me, stable);
         self.forget_view_changes_of(None);
         // Prime: acknowledgements and offered copies towards PO certificates not yet formed.
         if let Some(p) = self.prime.as_mut() {

@@ -3,6 +3,22 @@
 
 use super::*;
 
+/// The normal-case state of PBFT ordering at this replica: the current view's order, the
+/// proposals it makes as primary, the CHECKPOINT votes, which peers were heard lately, and
+/// when its next status message is due.
+pub(super) struct Ordering {
+    /// Slots, batch bodies, waiting pre-prepares, held COMMITs.
+    pub(super) order: Order,
+    /// The next sequence number, pace and progress of proposals (see `requests.rs`).
+    pub(super) proposing: requests::Proposing,
+    /// CHECKPOINT votes: which checkpoints are known correct or stable, and the stable one.
+    pub(super) ckpt_votes: CheckpointVotes,
+    /// Which other replicas were heard lately (see `agreement/heard.rs`).
+    pub(super) heard: Heard,
+    /// When the next status message is due (ms).
+    pub(super) next_status_ms: u64,
+}
+
 /// The order of the current view as this replica holds it: its slots, the batch bodies they
 /// name, pre-prepares waiting for requests, COMMITs held back, and which bodies the journal
 /// already holds.
@@ -35,9 +51,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         for (n, v, d) in self
             .views
             .claims
-            .doubted_above(self.ckpt_votes.stable_seq())
+            .doubted_above(self.ordering.ckpt_votes.stable_seq())
         {
-            let Some(b) = self.order.batches.get(&d) else {
+            let Some(b) = self.ordering.order.batches.get(&d) else {
                 continue;
             };
             if client.is_some_and(|c| b.requests.iter().all(|r| r.request.client != c)) {
@@ -61,13 +77,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let me = self.id;
         !self.is_primary()
             && self
+                .ordering
                 .order
                 .log
                 .from(self.exec.last_executed() + 1)
                 .any(|(_, s)| {
                     s.doubts.contains_key(&me)
                         && s.pp
-                            .and_then(|d| self.order.batches.get(&d))
+                            .and_then(|d| self.ordering.order.batches.get(&d))
                             .is_some_and(|b| b.requests.iter().any(|r| r.request.client == c))
                 })
     }
@@ -206,7 +223,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return Ok((pp, 0));
         }
         let mut from_replaced = 0;
-        let whole = match self.order.batches.get(&pp.digest) {
+        let whole = match self.ordering.order.batches.get(&pp.digest) {
             Some(b) => Some((**b).clone()),
             None => pp.whole_batch(|b| {
                 let (r, replaced) = self.held_beside(b)?;
@@ -230,9 +247,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Pre-prepares still waiting for requests beside them get another try (a batch body
     /// arrived, or a tick): each is resolved in full.
     pub(super) fn retry_pending(&mut self) {
-        let seqs: Vec<Seq> = self.order.pending_pp.keys().copied().collect();
+        let seqs: Vec<Seq> = self.ordering.order.pending_pp.keys().copied().collect();
         for seq in seqs {
-            if let Some(p) = self.order.pending_pp.get_mut(&seq) {
+            if let Some(p) = self.ordering.order.pending_pp.get_mut(&seq) {
                 p.present = 0;
             }
             self.retry_pending_at(seq);
@@ -242,7 +259,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Request (`c`, `digest`) arrived, or was kept: if some pending pre-prepare lacked it
     /// first, the pending pre-prepares get another try.
     pub(super) fn retry_pending_if_first_missing(&mut self, c: ClientId, digest: Digest) {
-        if self.order.pending_pp.values().any(|p| {
+        if self.ordering.order.pending_pp.values().any(|p| {
             p.first_missing()
                 .is_some_and(|b| b.client == c && b.digest == digest)
         }) {
@@ -256,24 +273,24 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// where resolving every pending pre-prepare at every arrival cost O(batch) (and built
     /// the batch each time: an allocation per request in it).
     pub(super) fn retry_pending_scan(&mut self) {
-        let seqs: Vec<Seq> = self.order.pending_pp.keys().copied().collect();
+        let seqs: Vec<Seq> = self.ordering.order.pending_pp.keys().copied().collect();
         for seq in seqs {
             self.retry_pending_at(seq);
         }
     }
 
     pub(super) fn retry_pending_at(&mut self, seq: Seq) {
-        let Some(p) = self.order.pending_pp.get(&seq) else {
+        let Some(p) = self.ordering.order.pending_pp.get(&seq) else {
             return;
         };
         let present = self.present_beside(&p.pp, p.present);
         if present < p.pp.beside.len() {
-            if let Some(p) = self.order.pending_pp.get_mut(&seq) {
+            if let Some(p) = self.ordering.order.pending_pp.get_mut(&seq) {
                 p.present = present;
             }
             return;
         }
-        let Some(p) = self.order.pending_pp.remove(&seq) else {
+        let Some(p) = self.ordering.order.pending_pp.remove(&seq) else {
             return;
         };
         // Resolved and checked there; should a request counted present have been replaced
@@ -317,19 +334,20 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 // Wait for the requests (their clients multicast them); status messages ask
                 // the other replicas for the whole batch meanwhile. The first pre-prepare
                 // for a sequence number stands.
-                if let Some(d) = self.order.log.get(&pp.seq).and_then(|s| s.pp) {
+                if let Some(d) = self.ordering.order.log.get(&pp.seq).and_then(|s| s.pp) {
                     return if d == pp.digest {
                         Ok(())
                     } else {
                         Err(Reject::Conflict)
                     };
                 }
-                return match self.order.pending_pp.get(&pp.seq) {
+                return match self.ordering.order.pending_pp.get(&pp.seq) {
                     Some(p) if p.pp.digest != pp.digest => Err(Reject::Conflict),
                     Some(_) => Ok(()),
                     None => {
                         let present = self.present_beside(&pp, 0);
-                        self.order
+                        self.ordering
+                            .order
                             .pending_pp
                             .insert(pp.seq, PendingPp { pp, present });
                         Ok(())
@@ -338,6 +356,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
         };
         if self
+            .ordering
             .order
             .pending_pp
             .get(&pp.seq)
@@ -345,7 +364,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         {
             return Err(Reject::Conflict);
         }
-        self.order.pending_pp.remove(&pp.seq);
+        self.ordering.order.pending_pp.remove(&pp.seq);
         #[cfg(feature = "mutants")]
         let check_digest = !matches!(self.cfg.mutant, crate::types::Mutant::SkipDigestCheck);
         #[cfg(not(feature = "mutants"))]
@@ -367,12 +386,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         {
             return Err(Reject::TooLarge);
         }
-        if let Some(slot) = self.order.log.get(&pp.seq) {
+        if let Some(slot) = self.ordering.order.log.get(&pp.seq) {
             if let Some(d) = slot.pp {
                 let vouched = slot.vouched_by(self.id);
                 return if d == pp.digest {
                     if let std::collections::btree_map::Entry::Vacant(e) =
-                        self.order.batches.entry(d)
+                        self.ordering.order.batches.entry(d)
                     {
                         e.insert(Arc::new(pp.batch));
                         self.try_execute();
@@ -421,8 +440,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             vouched: doubts.is_empty(),
         });
         self.prime_proposal_accepted(&batch);
-        self.order.batches.insert(digest, batch);
-        let slot = self.order.log.slot(seq);
+        self.ordering.order.batches.insert(digest, batch);
+        let slot = self.ordering.order.log.slot(seq);
         slot.pp = Some(digest);
         slot.sent_prepare = true;
         slot.prepares.insert(self.id, digest);
@@ -452,7 +471,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if p.view != self.views.view || !self.views.normal || !self.in_window(p.seq) {
             return Err(Reject::OutOfWindow);
         }
-        let slot = self.order.log.slot(p.seq);
+        let slot = self.ordering.order.log.slot(p.seq);
         match slot.prepares.get(&from) {
             Some(d) if *d != p.digest => return Err(Reject::Conflict),
             Some(_) => {
@@ -507,7 +526,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if view != self.views.view || !self.views.normal || !self.in_window(seq) {
             return Err(Reject::OutOfWindow);
         }
-        let votes = votes(self.order.log.slot(seq));
+        let votes = votes(self.ordering.order.log.slot(seq));
         match votes.get(&from) {
             Some(d) if *d != digest => return Err(Reject::Conflict),
             Some(_) => return Ok(()),
@@ -521,9 +540,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// Sends the COMMITs held back for tentative batches.
     pub(super) fn flush_deferred_commits(&mut self) {
-        for c in std::mem::take(&mut self.order.deferred_commits) {
+        for c in std::mem::take(&mut self.ordering.order.deferred_commits) {
             let bytes = self.seal(&Message::Commit(c), None);
-            self.effects.push(Effect::Broadcast { bytes });
+            self.out.effects.push(Effect::Broadcast { bytes });
         }
     }
 
@@ -533,6 +552,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     fn defers_commit(&self, digest: &Digest) -> bool {
         self.cfg.defer_tentative_commits
             && self
+                .ordering
                 .order
                 .batches
                 .get(digest)
@@ -570,7 +590,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let (me, f, primary) = (self.id, self.cfg.f, self.primary());
         let quorum = self.commit_quorum();
         let vouching = (self.vouchers(), self.ignores_doubts());
-        let Some(slot) = self.order.log.get_mut(&seq) else {
+        let Some(slot) = self.ordering.order.log.get_mut(&seq) else {
             return;
         };
         let send_commit = slot.advance(me, f, primary, quorum, vouching);
@@ -589,8 +609,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 replica: self.id,
             };
             if self.defers_commit(&digest) {
-                debug_assert!(self.order.deferred_commits.len() < self.cfg.log_size as usize);
-                self.order.deferred_commits.push(c);
+                debug_assert!(
+                    self.ordering.order.deferred_commits.len() < self.cfg.log_size as usize
+                );
+                self.ordering.order.deferred_commits.push(c);
             } else {
                 self.broadcast(&Message::Commit(c));
             }

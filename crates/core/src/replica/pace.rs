@@ -167,13 +167,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let executed = self.stats.requests_executed;
         let view = self.views.view;
         let oldest = self.oldest_waiting_unproposed();
-        let (pace, waited) = match self.proposing.pace.as_mut() {
+        let (pace, waited) = match self.ordering.proposing.pace.as_mut() {
             Some(w) => (
                 w.tick(view, now, executed, window),
                 w.note_waiting(now, oldest),
             ),
             None => {
-                self.proposing.pace = Some(PaceWatch::new(view, now, executed));
+                self.ordering.proposing.pace = Some(PaceWatch::new(view, now, executed));
                 return;
             }
         };
@@ -185,7 +185,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         }
         self.stats.slow_primaries += 1;
-        if let Some(w) = self.proposing.pace.as_mut() {
+        if let Some(w) = self.ordering.proposing.pace.as_mut() {
             w.rebase_reference();
         }
         self.start_view_change(self.views.view.saturating_add(1));

@@ -263,6 +263,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let now = self.now();
         let in_flight = self
+            .ordering
             .proposing
             .next_seq
             .saturating_sub(self.exec.last_executed() + 1);
@@ -336,9 +337,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let n = self.cfg.n() as usize;
         let f = self.cfg.f as usize;
         let mut e = padded(self.exec.eligible(), n);
-        for (_, s) in self.order.log.from(self.exec.last_executed() + 1) {
+        for (_, s) in self.ordering.order.log.from(self.exec.last_executed() + 1) {
             if let Some(m) =
-                s.pp.and_then(|d| self.order.batches.get(&d))
+                s.pp.and_then(|d| self.ordering.order.batches.get(&d))
                     .and_then(|b| b.matrix.as_ref())
             {
                 e = m.eligible_after(&e, f);
@@ -353,8 +354,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if !self.views.normal || !self.is_primary() || self.exec.transfer_target().is_some() {
             return;
         }
-        if self.proposing.next_seq > self.ckpt_votes.stable_seq() + self.cfg.log_size
-            || self.proposing.next_seq <= self.ckpt_votes.stable_seq()
+        if self.ordering.proposing.next_seq
+            > self.ordering.ckpt_votes.stable_seq() + self.cfg.log_size
+            || self.ordering.proposing.next_seq <= self.ordering.ckpt_votes.stable_seq()
         {
             return;
         }
@@ -362,7 +364,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let p = self.prime.as_ref().expect("prime");
         // An idle leader still moves the ordinals on to a recovering replica's recovery
         // point (a matrix that makes nothing new eligible runs nothing), one at a time.
-        let idle_progress = self.proposing.next_seq == self.exec.last_executed() + 1
+        let idle_progress = self.ordering.proposing.next_seq == self.exec.last_executed() + 1
             && self.recovery_progress_target().is_some();
         if !p.po.would_advance(&proposed) && !idle_progress {
             return;
@@ -791,7 +793,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         } else {
             &mut p.next_fetch_ms
         };
-        if now < *next || self.replaying {
+        if now < *next || self.out.replaying {
             return;
         }
         *next = now + self.cfg.status_interval_ms;
@@ -828,7 +830,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
         }
         p.po.executed_through(fenced);
-        if self.replaying {
+        if self.out.replaying {
             return;
         }
         // A proposal slot freed: the leader orders what waits.

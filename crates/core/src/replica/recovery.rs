@@ -117,7 +117,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         if accepted {
             self.stats.recovery_requests_executed += 1;
-            if !self.replaying {
+            if !self.out.replaying {
                 self.event(Event::RecoveryExecuted { replica: r, seq });
             }
             if r != self.id {
@@ -215,7 +215,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     fn last_prepared_seq(&self) -> Seq {
-        self.order
+        self.ordering
+            .order
             .log
             .iter()
             .rev()
@@ -289,7 +290,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// H_M (a tampered journal may have put claims there), and rebuilds our VIEW-CHANGE
     /// without them if it had any.
     fn drop_above(&mut self, h_m: Seq) {
-        self.order.log.retain(|n, _| *n <= h_m);
+        self.ordering.order.log.retain(|n, _| *n <= h_m);
         self.views.claims.keep_through(h_m);
         let above =
             |vc: &ViewChange| vc.p.iter().any(|e| e.seq > h_m) || vc.q.iter().any(|e| e.seq > h_m);
@@ -307,25 +308,25 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// checkpoint the state itself holds, and stop fetching the made-up one.
     fn distrust_watermark_above(&mut self, h_m: Seq) {
         let base = self.exec.state().base_seq();
-        if self.ckpt_votes.stable_seq() <= h_m || base > h_m {
+        if self.ordering.ckpt_votes.stable_seq() <= h_m || base > h_m {
             return;
         }
         let Some((root, aux)) = self.exec.state().held(base) else {
             return;
         };
         self.stats.watermarks_distrusted += 1;
-        self.ckpt_votes.set_stable(
+        self.ordering.ckpt_votes.set_stable(
             base,
             crate::transfer::checkpoint_digest_of(base, &root, &aux),
         );
         if self.exec.own_checkpoint(base).is_none() {
             self.exec
-                .note_checkpoint(base, self.ckpt_votes.stable_digest());
+                .note_checkpoint(base, self.ordering.ckpt_votes.stable_digest());
         }
         self.exec.drop_transfer_above(h_m);
         self.persist(Record::Watermark {
             seq: base,
-            digest: self.ckpt_votes.stable_digest(),
+            digest: self.ordering.ckpt_votes.stable_digest(),
         });
     }
 
@@ -347,13 +348,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // The initial auxiliary bytes always decode; the service may not load over pages
         // that are not genesis pages, which is why execution stops until the fetch.
         self.exec.restart_at_genesis();
-        self.ckpt_votes.set_stable(0, digest);
+        self.ordering.ckpt_votes.set_stable(0, digest);
         self.exec.forget_checkpoints();
         self.exec.note_checkpoint(0, digest);
-        self.order.log.clear();
-        self.order.pending_pp.clear();
+        self.ordering.order.log.clear();
+        self.ordering.order.pending_pp.clear();
         self.exec.drop_transfer();
-        self.proposing.next_seq = 1;
+        self.ordering.proposing.next_seq = 1;
         self.exec.set_diverged(true);
         self.persist(Record::Checkpoint { seq: 0, digest });
     }
@@ -393,8 +394,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.views.pending_nv = None;
         self.views.new_view = None;
         self.views.decision_missing.clear();
-        self.order.log.clear();
-        self.order.pending_pp.clear();
+        self.ordering.order.log.clear();
+        self.ordering.order.pending_pp.clear();
         self.requests.pool.clear_inflight();
         self.requests.timer = None;
         self.views.timer.deadline_ms = None;
@@ -431,7 +432,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     self.drop_above(keep);
                     self.distrust_watermark_above(keep);
                     self.distrust_state_above(keep);
-                    self.send_cap = Some(rec.h_m);
+                    self.out.send_cap = Some(rec.h_m);
                     self.event(Event::RecoveryEstimated { h_m: rec.h_m });
                     rec.phase = Phase::Requesting;
                     rec.next_retry_ms = now;
@@ -471,7 +472,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 }
             }
             Phase::Fetching => {
-                let settled = self.ckpt_votes.stable_seq() >= rec.h
+                let settled = self.ordering.ckpt_votes.stable_seq() >= rec.h
                     && self.exec.transfer_target().is_none()
                     && !self.exec.diverged()
                     && !self.exec.state().needs_repair()
@@ -489,7 +490,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                         pages_fetched: self.stats.transfer_pages - rec.pages_before,
                     };
                     self.stats.recoveries += 1;
-                    self.send_cap = None;
+                    self.out.send_cap = None;
                     self.event(Event::Recovered(report));
                     return;
                 }
@@ -501,17 +502,18 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// A checkpoint at `seq` is becoming stable: the recovery cap lifts once it reaches H_M.
     pub(super) fn release_send_cap_after(&mut self, seq: Seq) {
-        if self.send_cap.is_some_and(|cap| seq >= cap) {
-            self.send_cap = None;
+        if self.out.send_cap.is_some_and(|cap| seq >= cap) {
+            self.out.send_cap = None;
         }
     }
 
     pub(super) fn release_send_cap(&mut self) {
         if self
+            .out
             .send_cap
-            .is_some_and(|cap| self.ckpt_votes.stable_seq() >= cap)
+            .is_some_and(|cap| self.ordering.ckpt_votes.stable_seq() >= cap)
         {
-            self.send_cap = None;
+            self.out.send_cap = None;
         }
     }
 
@@ -622,13 +624,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .filter(|(c, _)| recovery_replica(**c).is_some())
             .filter_map(|(_, l)| postcard::from_bytes::<RecoveryResult>(&l.result).ok())
             .map(|res| res.target)
-            .filter(|t| *t > self.ckpt_votes.stable_seq())
+            .filter(|t| *t > self.ordering.ckpt_votes.stable_seq())
             .max()
     }
 
     /// Whether `msg` carries a sequence number above the recovery cap H_M (not to be sent).
     pub(super) fn above_cap(&self, msg: &Message) -> bool {
-        let Some(cap) = self.send_cap else {
+        let Some(cap) = self.out.send_cap else {
             return false;
         };
         let seq = match msg {

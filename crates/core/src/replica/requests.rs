@@ -232,6 +232,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             && self.exec.tentative().is_none()
             && !self.exec.walking()
             && !self
+                .ordering
                 .order
                 .log
                 .from(self.exec.last_executed() + 1)
@@ -386,7 +387,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .transfer_target()
             .map_or(self.exec.last_executed(), |(seq, _)| seq);
         let holds = |s: &Slot| {
-            s.pp.and_then(|d| self.order.batches.get(&d))
+            s.pp.and_then(|d| self.ordering.order.batches.get(&d))
                 .is_some_and(|b| {
                     b.requests
                         .iter()
@@ -394,7 +395,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 })
         };
         for n in self.exec.last_executed() + 1.. {
-            let Some(s) = self.order.log.get(&n) else {
+            let Some(s) = self.ordering.order.log.get(&n) else {
                 return false;
             };
             if !s.committed && n > skip_to {
@@ -434,16 +435,21 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 .exec
                 .tentative()
                 .map_or(self.exec.last_executed(), |t| t.seq);
-            let in_flight = self.proposing.next_seq.saturating_sub(executed + 1);
+            let in_flight = self
+                .ordering
+                .proposing
+                .next_seq
+                .saturating_sub(executed + 1);
             if in_flight == 0 {
                 // Nothing of ours waits to execute: a stall is measured from here (the
                 // first tick may come after the first proposal).
-                self.proposing.progress_ms = self.now();
+                self.ordering.proposing.progress_ms = self.now();
             }
             if in_flight >= self.cfg.inflight_batches_max
                 || self.exec_pipeline_full()
-                || self.proposing.next_seq > self.ckpt_votes.stable_seq() + self.cfg.log_size
-                || self.proposing.next_seq <= self.ckpt_votes.stable_seq()
+                || self.ordering.proposing.next_seq
+                    > self.ordering.ckpt_votes.stable_seq() + self.cfg.log_size
+                || self.ordering.proposing.next_seq <= self.ordering.ckpt_votes.stable_seq()
             {
                 return;
             }
@@ -475,7 +481,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             if requests.is_empty()
                 && self
                     .recovery_progress_target()
-                    .is_none_or(|t| self.proposing.next_seq > t)
+                    .is_none_or(|t| self.ordering.proposing.next_seq > t)
             {
                 return;
             }
@@ -496,24 +502,24 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         digests: &[Digest],
         matrix: Option<Arc<Matrix>>,
     ) {
-        let time_ms = self.now().max(self.proposing.last_time_ms);
-        self.proposing.last_time_ms = time_ms;
+        let time_ms = self.now().max(self.ordering.proposing.last_time_ms);
+        self.ordering.proposing.last_time_ms = time_ms;
         let batch = Batch {
             nondet: NonDet {
                 time_ms,
-                seed: self.env.entropy ^ self.proposing.next_seq.rotate_left(32),
+                seed: self.env.entropy ^ self.ordering.proposing.next_seq.rotate_left(32),
             },
             requests,
             matrix,
         };
         // The requests were hashed when they arrived.
         let digest = batch.digest_with(digests);
-        let seq = self.proposing.next_seq;
-        self.proposing.next_seq += 1;
+        let seq = self.ordering.proposing.next_seq;
+        self.ordering.proposing.next_seq += 1;
         let batch = Arc::new(batch);
         let pp = self.lean(seq, digest, &batch, digests);
-        self.order.batches.insert(digest, batch.clone());
-        let slot = self.order.log.slot(seq);
+        self.ordering.order.batches.insert(digest, batch.clone());
+        let slot = self.ordering.order.log.slot(seq);
         // A correct primary never assigns a sequence number twice in a view.
         assert!(
             slot.pp.is_none(),

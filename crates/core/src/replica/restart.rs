@@ -36,7 +36,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .rev()
             .find(|x| matches!(x, Record::Checkpoint { .. }))
         {
-            if *seq > r.ckpt_votes.stable_seq() && !r.exec.diverged() {
+            if *seq > r.ordering.ckpt_votes.stable_seq() && !r.exec.diverged() {
                 // The state's base is behind a checkpoint the journal recorded: a crash
                 // between a recovery relabelling a distrusted state as checkpoint 0 (a state
                 // commit) and its journal record, or a journal rewritten while compromised.
@@ -45,27 +45,27 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 r.unreadable.get_or_insert_with(|| {
                     format!(
                         "the journal names checkpoint {seq} but the state's base is {}",
-                        r.ckpt_votes.stable_seq()
+                        r.ordering.ckpt_votes.stable_seq()
                     )
                 });
                 r.exec.set_diverged(true);
             }
-            if *seq == r.ckpt_votes.stable_seq()
-                && *digest != r.ckpt_votes.stable_digest()
+            if *seq == r.ordering.ckpt_votes.stable_seq()
+                && *digest != r.ordering.ckpt_votes.stable_digest()
                 && !r.exec.diverged()
             {
                 // The tree file does not describe the checkpoint the journal recorded.
                 r.exec.set_diverged(true);
             }
         }
-        let h = r.ckpt_votes.stable_seq();
-        r.replaying = true;
+        let h = r.ordering.ckpt_votes.stable_seq();
+        r.out.replaying = true;
         r.replay_executed(records, h);
-        r.replaying = false;
+        r.out.replaying = false;
         // Prime: our own PO-REQUESTs that had not run are held again (and sent again by
         // the retransmission), and our numbering continues after the last.
         r.prime_restore(records);
-        r.effects.clear();
+        r.out.effects.clear();
         // Checkpoints the replay made stable move the base here, at start-up, not by effects.
         r.exec
             .state_mut()
@@ -90,7 +90,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .rev()
             .find(|x| matches!(x, Record::Watermark { .. }))
         {
-            if *seq > r.ckpt_votes.stable_seq() {
+            if *seq > r.ordering.ckpt_votes.stable_seq() {
                 r.adopt_watermark(*seq, *digest);
             }
         }
@@ -141,9 +141,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 _ => None,
             })
             .collect();
-        self.queue.replay_until = executed.keys().next_back().copied().unwrap_or(0);
+        self.remote.queue.replay_until = executed.keys().next_back().copied().unwrap_or(0);
         for (seq, batch) in executed {
-            if self.exec.diverged() || self.queue.waiting() {
+            if self.exec.diverged() || self.remote.queue.waiting() {
                 // Diverged: fetched instead. Waiting (separated deployment): the rest runs
                 // once the execution cluster acknowledged the checkpoint, from the log.
                 break;
@@ -208,7 +208,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     _ => None,
                 });
             for b in batches {
-                self.order.batches.insert(b.digest(), Arc::new(b.clone()));
+                self.ordering
+                    .order
+                    .batches
+                    .insert(b.digest(), Arc::new(b.clone()));
             }
             self.views.claims.restore(pset, qset, doubted, h);
             self.views.mine = vc.as_ref().map(|m| (m.clone(), m.digest()));
@@ -228,11 +231,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     vouched,
                 } if *view == self.views.view && *seq > h => {
                     if let Some(b) = batch {
-                        self.order.batches.insert(*digest, b.clone());
+                        self.ordering.order.batches.insert(*digest, b.clone());
                         // Kept by compaction until the next view or checkpoint record.
-                        self.order.bodies_journaled.insert((*seq, *digest));
+                        self.ordering.order.bodies_journaled.insert((*seq, *digest));
                     }
-                    let slot = self.order.log.slot(*seq);
+                    let slot = self.ordering.order.log.slot(*seq);
                     slot.pp = Some(*digest);
                     if primary {
                         slot.proposed_here = batch.is_some();
@@ -242,7 +245,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     }
                 }
                 Record::Prepared { view, seq, digest } if *view == self.views.view && *seq > h => {
-                    let slot = self.order.log.slot(*seq);
+                    let slot = self.ordering.order.log.slot(*seq);
                     if slot.pp == Some(*digest) {
                         slot.prepared = true;
                         slot.sent_commit = true;
@@ -252,14 +255,18 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 _ => {}
             }
         }
-        for (n, slot) in self.order.log.iter_mut() {
+        for (n, slot) in self.ordering.order.log.iter_mut() {
             if *n <= self.exec.last_executed() && slot.prepared {
                 slot.committed = true;
             }
         }
-        if let Some(last) = self.order.log.keys().next_back() {
-            self.proposing.next_seq = self.proposing.next_seq.max(last + 1);
+        if let Some(last) = self.ordering.order.log.keys().next_back() {
+            self.ordering.proposing.next_seq = self.ordering.proposing.next_seq.max(last + 1);
         }
-        self.proposing.next_seq = self.proposing.next_seq.max(self.exec.last_executed() + 1);
+        self.ordering.proposing.next_seq = self
+            .ordering
+            .proposing
+            .next_seq
+            .max(self.exec.last_executed() + 1);
     }
 }

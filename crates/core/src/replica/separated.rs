@@ -26,6 +26,15 @@ use super::*;
 use crate::seal::seal_to_executors;
 use crate::types::ExecutorId;
 
+/// Where execution goes when this replica does not execute: the message queue towards the
+/// execution nodes (separated deployment), and behind a firewall its keys and what came down.
+#[derive(Default)]
+pub(super) struct Remote {
+    pub(super) queue: Queue,
+    /// Firewall deployment: keys, and what came down (see `firewall.rs`).
+    pub(super) firewall: Option<super::firewall::FirewallSide>,
+}
+
 /// The message queue towards the execution cluster.
 #[derive(Default)]
 pub(super) struct Queue {
@@ -84,13 +93,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             digest,
             batch: batch.cloned(),
         });
-        self.queue
+        self.remote
+            .queue
             .resend
             .insert(seq, (digest, batch.map(|b| Arc::new(b.clone()))));
-        while self.queue.resend.len() as u64 > resend_max(&self.cfg) {
-            self.queue.resend.pop_first();
+        while self.remote.queue.resend.len() as u64 > resend_max(&self.cfg) {
+            self.remote.queue.resend.pop_first();
         }
-        if self.replaying || self.above_cap(&msg) {
+        if self.out.replaying || self.above_cap(&msg) {
             return;
         }
         if self.cfg.firewall() {
@@ -101,7 +111,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let bytes: Bytes = Arc::new(seal_to_executors(&self.auth, &msg, self.cfg.executors));
         for e in 0..self.cfg.executors {
-            self.effects.push(Effect::Send {
+            self.out.effects.push(Effect::Send {
                 to: Principal::Executor(e),
                 bytes: bytes.clone(),
             });
@@ -110,7 +120,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// Sends our piece for `seq` again, to execution node `to` only.
     fn forward_again(&mut self, to: ExecutorId, seq: Seq) -> bool {
-        let Some((d, batch)) = self.queue.resend.get(&seq).cloned() else {
+        let Some((d, batch)) = self.remote.queue.resend.get(&seq).cloned() else {
             return false;
         };
         let batch = batch.map(|b| (*b).clone());
@@ -132,7 +142,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return true;
         }
         let bytes = Arc::new(seal_to_executors(&self.auth, &msg, self.cfg.executors));
-        self.effects.push(Effect::Send {
+        self.out.effects.push(Effect::Send {
             to: Principal::Executor(to),
             bytes,
         });
@@ -145,11 +155,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // A replaying replica waits too (its replay stops there): a checkpoint taken before
         // the execution cluster has the batches would let the replicas' garbage collection
         // drop what no execution node may have.
-        let acknowledged_before = self.replaying && seq < self.queue.replay_until;
-        if !self.cfg.separated() || self.queue.stable_acked >= seq || acknowledged_before {
+        let acknowledged_before = self.out.replaying && seq < self.remote.queue.replay_until;
+        if !self.cfg.separated() || self.remote.queue.stable_acked >= seq || acknowledged_before {
             return false;
         }
-        self.queue.waiting_checkpoint = Some(seq);
+        self.remote.queue.waiting_checkpoint = Some(seq);
         true
     }
 
@@ -164,16 +174,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if a.stable > a.seq {
             return Err(Reject::Inconsistent);
         }
-        let before = self.queue.acks.insert(from, (a.seq, a.stable));
+        let before = self.remote.queue.acks.insert(from, (a.seq, a.stable));
         if before == Some((a.seq, a.stable)) {
             return Ok(());
         }
         // What every execution node holds durably need not be sent again.
         let all = (0..self.cfg.executors)
-            .map(|e| self.queue.acks.get(&e).map_or(0, |(_, s)| *s))
+            .map(|e| self.remote.queue.acks.get(&e).map_or(0, |(_, s)| *s))
             .min()
             .unwrap_or(0);
-        self.queue.resend = self.queue.resend.split_off(&(all + 1));
+        self.remote.queue.resend = self.remote.queue.resend.split_off(&(all + 1));
         if before.is_none_or(|(seq, _)| a.seq != seq) {
             // It moved (or went back: it restarted): what it lacks goes out at once.
             let base = self.cfg.status_interval_ms;
@@ -182,7 +192,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             } else {
                 self.now() + base
             };
-            self.queue.retransmit.insert(from, (due, base));
+            self.remote.queue.retransmit.insert(from, (due, base));
         }
         // What g+1 execution nodes executed (progress), and what g+1 hold as a stable
         // checkpoint: our checkpoint waits for the latter, so our garbage collection never
@@ -193,8 +203,15 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             xs.sort_unstable_by(|x, y| y.cmp(x));
             xs.get(self.cfg.exec_quorum() - 1).copied().unwrap_or(0)
         };
-        let acked = quorum_of(self.queue.acks.values().map(|(seq, _)| *seq).collect());
-        let stable = quorum_of(self.queue.acks.values().map(|(_, s)| *s).collect());
+        let acked = quorum_of(
+            self.remote
+                .queue
+                .acks
+                .values()
+                .map(|(seq, _)| *seq)
+                .collect(),
+        );
+        let stable = quorum_of(self.remote.queue.acks.values().map(|(_, s)| *s).collect());
         self.exec_progress(acked, stable);
         Ok(())
     }
@@ -209,11 +226,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return false;
         }
         let ordered = if self.is_primary() {
-            self.proposing.next_seq.saturating_sub(1)
+            self.ordering.proposing.next_seq.saturating_sub(1)
         } else {
             self.exec.last_executed()
         };
-        if ordered.saturating_sub(self.queue.acked) < self.cfg.exec_inflight_batches_max {
+        if ordered.saturating_sub(self.remote.queue.acked) < self.cfg.exec_inflight_batches_max {
             return false;
         }
         // A batching aid, not a gate: when acknowledgements stall for a heartbeat (lost, or
@@ -222,6 +239,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // with a quarter of the messages lost, ran out of their liveness budget otherwise).
         self.now()
             < self
+                .remote
                 .queue
                 .ack_progress_ms
                 .saturating_add(self.cfg.status_interval_ms)
@@ -230,24 +248,29 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// g+1 execution nodes executed through `acked` and hold a stable checkpoint at
     /// `stable` (from their acknowledgements, or from the firewall's certificates).
     pub(super) fn exec_progress(&mut self, acked: Seq, stable: Seq) {
-        if acked > self.queue.acked {
-            self.queue.acked = acked;
-            self.queue.ack_progress_ms = self.now();
-            self.queue.retried_since_progress = false;
+        if acked > self.remote.queue.acked {
+            self.remote.queue.acked = acked;
+            self.remote.queue.ack_progress_ms = self.now();
+            self.remote.queue.retried_since_progress = false;
             // Room in the execution pipeline: what queued goes out.
             self.try_propose();
         }
-        if stable <= self.queue.stable_acked {
+        if stable <= self.remote.queue.stable_acked {
             return;
         }
-        self.queue.stable_acked = stable;
+        self.remote.queue.stable_acked = stable;
         if self.cfg.firewall() {
             // No per-node acknowledgements behind the firewall: g+1 stable checkpoints (one
             // correct node's) are what the execution nodes fetch state from.
-            self.queue.resend = self.queue.resend.split_off(&(stable + 1));
+            self.remote.queue.resend = self.remote.queue.resend.split_off(&(stable + 1));
         }
-        if let Some(seq) = self.queue.waiting_checkpoint.filter(|s| *s <= stable) {
-            self.queue.waiting_checkpoint = None;
+        if let Some(seq) = self
+            .remote
+            .queue
+            .waiting_checkpoint
+            .filter(|s| *s <= stable)
+        {
+            self.remote.queue.waiting_checkpoint = None;
             if seq == self.exec.last_executed() && seq > self.exec.state().latest() {
                 self.take_checkpoint(seq);
             }
@@ -259,7 +282,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// not acknowledged goes out again at once, under keys it can check.
     pub(super) fn executor_rekeyed(&mut self, e: ExecutorId) {
         let base = self.cfg.status_interval_ms;
-        self.queue.retransmit.insert(e, (self.now(), base));
+        self.remote.queue.retransmit.insert(e, (self.now(), base));
     }
 
     /// Passes an execution node's frame on to its client, unread: only frames of that
@@ -277,7 +300,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return Err(Reject::UnknownSender);
         }
         self.stats.relayed += 1;
-        self.effects.push(Effect::Send {
+        self.out.effects.push(Effect::Send {
             to,
             bytes: Arc::new(m.frame.into_vec()),
         });
@@ -287,7 +310,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// A client's NEW-KEY we accepted carries keys for the execution nodes too: it goes on
     /// to them (clients talk to the agreement nodes only).
     pub(super) fn pass_client_key_on(&mut self, nk: &NewKey) {
-        if !self.cfg.separated() || self.cfg.firewall() || self.replaying {
+        if !self.cfg.separated() || self.cfg.firewall() || self.out.replaying {
             return;
         }
         let bytes: Bytes = Arc::new(seal(
@@ -297,7 +320,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.cfg.n(),
         ));
         for e in 0..self.cfg.executors {
-            self.effects.push(Effect::Send {
+            self.out.effects.push(Effect::Send {
                 to: Principal::Executor(e),
                 bytes: bytes.clone(),
             });
@@ -308,7 +331,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// answer it again (their reply may have been lost).
     /// Behind a firewall: `true` if the certified reply went out again.
     pub(super) fn hint_retry(&mut self, client: ClientId, timestamp: u64) -> bool {
-        self.queue.retried_since_progress = true;
+        self.remote.queue.retried_since_progress = true;
         if self.cfg.firewall() {
             // Nothing goes up but agreement certificates: the certified reply, if it came.
             return self.answer_from_certificates(client, timestamp);
@@ -331,21 +354,22 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// replicas together again; its timeout doubles as for any view change that does not
     /// help (the execution nodes may be down).
     fn check_execution_stall(&mut self, now: u64, last: Seq) {
-        if self.queue.acked >= last || !self.views.normal {
-            self.queue.ack_progress_ms = now;
-            self.queue.retried_since_progress = false;
+        if self.remote.queue.acked >= last || !self.views.normal {
+            self.remote.queue.ack_progress_ms = now;
+            self.remote.queue.retried_since_progress = false;
             return;
         }
-        if self.queue.retried_since_progress
+        if self.remote.queue.retried_since_progress
             && now
                 >= self
+                    .remote
                     .queue
                     .ack_progress_ms
                     .saturating_add(self.views.timer.timeout_ms())
         {
             self.stats.execution_stalls += 1;
-            self.queue.ack_progress_ms = now;
-            self.queue.retried_since_progress = false;
+            self.remote.queue.ack_progress_ms = now;
+            self.remote.queue.retried_since_progress = false;
             self.views.timer.back_off();
             self.start_view_change(self.views.view.saturating_add(1));
         }
@@ -373,27 +397,43 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 // A checkpoint waiting for the execution checkpoint certificate asks again
                 // with the last piece (its answer brings the certificate down again).
                 let stuck = self
+                    .remote
                     .queue
                     .waiting_checkpoint
-                    .is_some_and(|s| s > self.queue.stable_acked);
-                if stuck && self.queue.acked >= last {
+                    .is_some_and(|s| s > self.remote.queue.stable_acked);
+                if stuck && self.remote.queue.acked >= last {
                     last.saturating_sub(1)
                 } else {
-                    self.queue.acked
+                    self.remote.queue.acked
                 }
             } else {
-                self.queue.acks.get(&e).map_or(0, |(seq, _)| *seq)
+                self.remote.queue.acks.get(&e).map_or(0, |(seq, _)| *seq)
             };
             if acked >= last {
                 continue;
             }
-            let (due, backoff) = *self.queue.retransmit.entry(e).or_insert((now + base, base));
+            let (due, backoff) = *self
+                .remote
+                .queue
+                .retransmit
+                .entry(e)
+                .or_insert((now + base, base));
             if now < due {
                 continue;
             }
             let backoff2 = (backoff * 2).min(self.cfg.view_change_timeout_max_ms);
-            self.queue.retransmit.insert(e, (now + backoff2, backoff2));
-            let oldest = self.queue.resend.keys().next().copied().unwrap_or(last);
+            self.remote
+                .queue
+                .retransmit
+                .insert(e, (now + backoff2, backoff2));
+            let oldest = self
+                .remote
+                .queue
+                .resend
+                .keys()
+                .next()
+                .copied()
+                .unwrap_or(last);
             let from = (acked + 1).max(oldest);
             let to = last.min(from + self.cfg.retransmit_entries_max as Seq - 1);
             for seq in from..=to {

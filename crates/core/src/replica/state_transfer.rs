@@ -56,7 +56,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let voters = self
             .exec
             .transfer_target()
-            .map(|(seq, digest)| self.ckpt_votes.voters(seq, &digest))
+            .map(|(seq, digest)| self.ordering.ckpt_votes.voters(seq, &digest))
             .unwrap_or_default();
         self.exec
             .retry_with_next_replier(voters, self.id, self.cfg.n());
@@ -98,10 +98,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             reply_bytes_max: self.cfg.transfer_reply_bytes_max,
             rate_bytes_per_sec: self.cfg.transfer_rate_bytes_per_sec,
         };
-        match self
-            .exec
-            .serve(from, &f, self.ckpt_votes.stable_seq(), self.now(), limits)
-        {
+        match self.exec.serve(
+            from,
+            &f,
+            self.ordering.ckpt_votes.stable_seq(),
+            self.now(),
+            limits,
+        ) {
             Ok((data, used)) => {
                 let data = if self.seals_state() && f.seq != 0 {
                     self.seal_state(from, f.session, data)?
@@ -173,7 +176,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// It counts as that replica's CHECKPOINT vote; f+1 matching ones start a transfer.
     pub(super) fn on_probe_answer(&mut self, from: ReplicaId, d: StateData) -> Result<(), Reject> {
         let (seq, digest) = self.exec.probe_answer(&d, self.cfg.checkpoint_interval)?;
-        self.ckpt_votes.record(from, seq, digest);
+        self.ordering.ckpt_votes.record(from, seq, digest);
         self.check_checkpoint(seq);
         Ok(())
     }
@@ -223,7 +226,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.stats.state_transfers += 1;
         self.stats.transfer_pages += pages;
         self.stats.transfer_metas += metas;
-        let stable = self.ckpt_votes.stable_seq();
+        let stable = self.ordering.ckpt_votes.stable_seq();
         self.exec.forget_checkpoints_but(stable, seq);
         self.exec.note_checkpoint(seq, digest);
         // Our state now is that checkpoint, every page checked against its digest: vouch for
@@ -231,7 +234,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // executed up to it vouch for may never become stable when another replica is silent,
         // and a recovering replica waits for exactly that (seed 1224 of --all-optimizations).
         let id = self.id;
-        self.ckpt_votes.record(id, seq, digest);
+        self.ordering.ckpt_votes.record(id, seq, digest);
         self.broadcast(&Message::Checkpoint(Checkpoint {
             seq,
             digest,
@@ -253,11 +256,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             pages,
             metas,
         });
-        if self.proposing.next_seq <= seq {
-            self.proposing.next_seq = seq + 1;
+        if self.ordering.proposing.next_seq <= seq {
+            self.ordering.proposing.next_seq = seq + 1;
         }
-        if self.ckpt_votes.stable_seq() < seq
-            && self.ckpt_votes.voters(seq, &digest).len() >= self.cfg.quorum()
+        if self.ordering.ckpt_votes.stable_seq() < seq
+            && self.ordering.ckpt_votes.voters(seq, &digest).len() >= self.cfg.quorum()
         {
             self.make_stable(seq, digest);
         }

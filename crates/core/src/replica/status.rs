@@ -45,15 +45,16 @@ impl ResendGate {
 impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn missing_batches(&self) -> Vec<Digest> {
         let mut m: Vec<Digest> = self
+            .ordering
             .order
             .log
             .iter()
             .filter(|(n, s)| **n > self.exec.last_executed() && s.prepared)
             .filter_map(|(_, s)| s.pp)
-            .filter(|d| *d != NULL_DIGEST && !self.order.batches.contains_key(d))
+            .filter(|d| *d != NULL_DIGEST && !self.ordering.order.batches.contains_key(d))
             .collect();
         m.extend(self.views.decision_missing.iter().copied());
-        m.extend(self.order.pending_pp.values().map(|p| p.pp.digest));
+        m.extend(self.ordering.order.pending_pp.values().map(|p| p.pp.digest));
         m.truncate(MISSING_MAX);
         m
     }
@@ -61,6 +62,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn send_status(&mut self) {
         let window = |s: &Slot| s.pp.is_some();
         let prepared: Vec<Seq> = self
+            .ordering
             .order
             .log
             .iter()
@@ -68,6 +70,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .map(|(n, _)| *n)
             .collect();
         let committed: Vec<Seq> = self
+            .ordering
             .order
             .log
             .iter()
@@ -88,7 +91,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 .filter(|(v, _)| self.views.normal && *v == self.views.view)
                 .map(|(_, d)| d),
             last_executed: self.exec.last_executed(),
-            stable: self.ckpt_votes.stable_seq(),
+            stable: self.ordering.ckpt_votes.stable_seq(),
             prepared,
             committed,
             missing_batches: self.missing_batches(),
@@ -123,7 +126,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.vouch_again();
             self.retransmit_log(from, &st);
         }
-        if st.stable < self.ckpt_votes.stable_seq() || st.last_executed < self.exec.last_executed()
+        if st.stable < self.ordering.ckpt_votes.stable_seq()
+            || st.last_executed < self.exec.last_executed()
         {
             self.send_checkpoints(from, &st);
         }
@@ -204,6 +208,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // Pre-prepares carry bodies: bound the bytes one status can make us resend.
         let mut body_bytes_left = self.status_body_budget();
         let entries: Vec<(Seq, Slot)> = self
+            .ordering
             .order
             .log
             .from(st.last_executed.saturating_add(1))
@@ -218,16 +223,21 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             let mut sent = false;
             if !prepared.contains(&n) && !committed.contains(&n) {
                 if s.proposed_here {
-                    let pp = self.order.batches.get(&d).map(|b| match &s.beside {
-                        Some(beside) => self.lean_again(n, d, b, beside),
-                        None => PrePrepare {
-                            view: self.views.view,
-                            seq: n,
-                            digest: d,
-                            batch: (**b).clone(),
-                            beside: Vec::new(),
-                        },
-                    });
+                    let pp = self
+                        .ordering
+                        .order
+                        .batches
+                        .get(&d)
+                        .map(|b| match &s.beside {
+                            Some(beside) => self.lean_again(n, d, b, beside),
+                            None => PrePrepare {
+                                view: self.views.view,
+                                seq: n,
+                                digest: d,
+                                batch: (**b).clone(),
+                                beside: Vec::new(),
+                            },
+                        });
                     if let Some(pp) = pp.filter(|pp| pp.batch.op_bytes() <= body_bytes_left) {
                         body_bytes_left -= pp.batch.op_bytes();
                         self.send_replica(from, &Message::PrePrepare(pp));
@@ -267,15 +277,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     fn send_checkpoints(&mut self, from: ReplicaId, st: &Status) {
         let mine = self.exec.own_checkpoints_from(
             st.stable
-                .max(st.last_executed.min(self.ckpt_votes.stable_seq()))
+                .max(st.last_executed.min(self.ordering.ckpt_votes.stable_seq()))
                 .saturating_add(1),
         );
         let own_stable = (
-            self.ckpt_votes.stable_seq(),
-            self.ckpt_votes.stable_digest(),
+            self.ordering.ckpt_votes.stable_seq(),
+            self.ordering.ckpt_votes.stable_digest(),
         );
         let mut send: Vec<(Seq, Digest)> = mine;
-        if st.stable < self.ckpt_votes.stable_seq() && !send.iter().any(|(n, _)| *n == own_stable.0)
+        if st.stable < self.ordering.ckpt_votes.stable_seq()
+            && !send.iter().any(|(n, _)| *n == own_stable.0)
         {
             send.push(own_stable);
         }

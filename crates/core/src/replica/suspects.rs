@@ -48,8 +48,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// leaving that did not commit.
     pub(super) fn suspect_doubted_clients(&mut self) {
         let mut doubted = BTreeSet::new();
-        for s in self.order.log.values().filter(|s| !s.committed) {
-            let Some(b) = s.pp.and_then(|d| self.order.batches.get(&d)) else {
+        for s in self.ordering.order.log.values().filter(|s| !s.committed) {
+            let Some(b) = s.pp.and_then(|d| self.ordering.order.batches.get(&d)) else {
                 continue;
             };
             for i in s.doubts.values().flatten() {
@@ -69,7 +69,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if !self.cfg.suspect_on_doubts {
             return;
         }
-        let Some(slot) = self.order.log.get(&seq) else {
+        let Some(slot) = self.ordering.order.log.get(&seq) else {
             return;
         };
         let doubting = slot
@@ -82,7 +82,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let client = slot
             .pp
-            .and_then(|d| self.order.batches.get(&d))
+            .and_then(|d| self.ordering.order.batches.get(&d))
             .and_then(|b| b.requests.get(i as usize))
             .map(|r| r.request.client);
         if let Some(c) = client {

@@ -8,7 +8,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     pub(super) fn slot_summaries(&self) -> BTreeMap<Seq, SlotSummary> {
         let primary = self.is_primary();
-        self.order
+        self.ordering
+            .order
             .log
             .iter()
             .filter(|(_, s)| s.pp.is_some())
@@ -47,7 +48,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let mut doubted = Vec::new();
         if self.views.normal && !self.is_primary() {
             let me = self.id;
-            for (n, s) in &self.order.log {
+            for (n, s) in &self.ordering.order.log {
                 if let Some(d) = s.pp.filter(|d| *d != NULL_DIGEST) {
                     if s.sent_prepare && s.doubts.contains_key(&me) {
                         doubted.push((*n, d));
@@ -57,17 +58,19 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         self.views.claims.leave(
             self.views.view,
-            self.ckpt_votes.stable_seq(),
+            self.ordering.ckpt_votes.stable_seq(),
             &slots,
             doubted,
         );
-        self.order.log.clear();
+        self.ordering.order.log.clear();
         let (pw, qw) = self.views.claims.wire();
         let vc = ViewChange {
             view: v,
             replica: self.id,
-            ls: self.ckpt_votes.stable_seq(),
-            checkpoints: self.exec.own_checkpoints_from(self.ckpt_votes.stable_seq()),
+            ls: self.ordering.ckpt_votes.stable_seq(),
+            checkpoints: self
+                .exec
+                .own_checkpoints_from(self.ordering.ckpt_votes.stable_seq()),
             p: pw,
             q: qw,
         };
@@ -81,7 +84,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             // Prime's requests stay in their PO-REQUESTs across views.
             self.requests.pool.clear_inflight();
         }
-        self.order.pending_pp.clear();
+        self.ordering.order.pending_pp.clear();
         self.views.pending_nv = None;
         self.views.new_view = None;
         self.views.decision_missing.clear();
@@ -278,7 +281,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         }
         let refs: Vec<&ViewChange> = s.iter().map(|(_, _, m)| m).collect();
-        let batches = &self.order.batches;
+        let batches = &self.ordering.order.batches;
         let outcome = viewchange::decide(
             self.cfg.f,
             self.cfg.log_size,
@@ -369,7 +372,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         for b in &nv.batches {
             let d = b.digest();
             if chosen.contains(&d) {
-                self.order.batches.insert(d, Arc::new(b.clone()));
+                self.ordering.order.batches.insert(d, Arc::new(b.clone()));
             }
         }
         let mut nv = nv;
@@ -544,14 +547,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.exec.forget_checkpoint(h);
             self.on_divergence();
         }
-        self.ckpt_votes.set_stable(h, hd);
+        self.ordering.ckpt_votes.set_stable(h, hd);
         self.exec.forget_executed_through(h);
         self.exec.forget_checkpoints_below(h);
-        self.ckpt_votes.forget_through(h);
-        self.order.log.forget_through(h);
+        self.ordering.ckpt_votes.forget_through(h);
+        self.ordering.order.log.forget_through(h);
         self.views.claims.forget_through(h);
-        if self.proposing.next_seq <= h {
-            self.proposing.next_seq = h + 1;
+        if self.ordering.proposing.next_seq <= h {
+            self.ordering.proposing.next_seq = h + 1;
         }
         if self.exec.last_executed() < h || self.exec.diverged() {
             self.start_transfer(h, hd, true);
@@ -563,11 +566,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn install_new_view(&mut self, nv: NewView) {
         let (h, hd) = nv.checkpoint;
         self.views.normal = true;
-        self.proposing.progress_ms = self.now();
+        self.ordering.proposing.progress_ms = self.now();
         self.views.timer.deadline_ms = None;
         self.views.pending_nv = None;
         self.views.decision_missing.clear();
-        if h > self.ckpt_votes.stable_seq() {
+        if h > self.ordering.ckpt_votes.stable_seq() {
             match self.exec.own_checkpoint(h) {
                 Some(d) if d == hd => self.make_stable(h, hd),
                 _ => {
@@ -590,15 +593,15 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 }
             }
         }
-        self.order.log.clear();
+        self.ordering.order.log.clear();
         let primary = self.is_primary();
         let mut prepares = Vec::new();
         for (i, d) in nv.chosen.iter().enumerate() {
             let n = h + 1 + i as u64;
-            if n <= self.ckpt_votes.stable_seq() {
+            if n <= self.ordering.ckpt_votes.stable_seq() {
                 continue; // already below our low watermark (we fetched a later checkpoint)
             }
-            let slot = self.order.log.slot(n);
+            let slot = self.ordering.order.log.slot(n);
             slot.pp = Some(*d);
             if !primary {
                 slot.sent_prepare = true;
@@ -618,13 +621,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             doubted: self.views.claims.doubted_wire(),
         });
         let installed: Vec<(Seq, Digest)> = self
+            .ordering
             .order
             .log
             .iter()
             .filter_map(|(n, slot)| slot.pp.map(|d| (*n, d)))
             .collect();
         for (n, d) in installed {
-            let batch = self.order.batches.get(&d).cloned();
+            let batch = self.ordering.order.batches.get(&d).cloned();
             self.persist(Record::PrePrepared {
                 view: self.views.view,
                 seq: n,
@@ -634,7 +638,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             });
         }
         let last = h + nv.chosen.len() as u64;
-        self.proposing.next_seq = (last + 1).max(self.exec.last_executed() + 1).max(h + 1);
+        self.ordering.proposing.next_seq = (last + 1).max(self.exec.last_executed() + 1).max(h + 1);
         let entered = nv.digest();
         self.views.entered_on = Some((self.views.view, entered));
         self.persist(Record::Entered {
@@ -658,7 +662,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 doubts: Vec::new(),
             }));
         }
-        let seqs: Vec<Seq> = self.order.log.keys().copied().collect();
+        let seqs: Vec<Seq> = self.ordering.order.log.keys().copied().collect();
         for n in seqs {
             self.check_slot(n);
         }
@@ -690,22 +694,28 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     pub(super) fn on_batches(&mut self, bodies: Vec<Batch>) -> Result<(), Reject> {
-        let mut wanted: BTreeSet<Digest> = self.order.log.values().filter_map(|s| s.pp).collect();
+        let mut wanted: BTreeSet<Digest> = self
+            .ordering
+            .order
+            .log
+            .values()
+            .filter_map(|s| s.pp)
+            .collect();
         wanted.extend(self.views.decision_missing.iter().copied());
-        wanted.extend(self.order.pending_pp.values().map(|p| p.pp.digest));
+        wanted.extend(self.ordering.order.pending_pp.values().map(|p| p.pp.digest));
         wanted.extend(self.views.claims.prepared_digests());
         let mut useful = false;
         for b in bodies {
             let d = b.digest();
-            if wanted.contains(&d) && !self.order.batches.contains_key(&d) {
-                self.order.batches.insert(d, Arc::new(b));
+            if wanted.contains(&d) && !self.ordering.order.batches.contains_key(&d) {
+                self.ordering.order.batches.insert(d, Arc::new(b));
                 useful = true;
             }
         }
         if !useful {
             return Err(Reject::Unexpected);
         }
-        if !self.order.pending_pp.is_empty() {
+        if !self.ordering.order.pending_pp.is_empty() {
             self.retry_pending();
         }
         self.try_execute();
