@@ -121,16 +121,14 @@ fn run_replica(a: ReplicaArgs) -> anyhow::Result<()> {
         None => replica::Start::At(Instant::now() + Duration::from_millis(a.start_after_ms)),
     };
     tracing::info!(replica = a.id, attack = ?a.attack, delay_ms = delay.as_millis() as u64, target, rate = a.rate, start_after_ms = a.start_after_ms, "faulty replica");
-    let hooks = redoubt_node::Hooks {
-        tamper: Some(Box::new(replica::Attack::new(
-            a.attack, start, delay, target, a.rate,
-        ))),
+    let hooks = redoubt_node::Hooks::tampered(
+        Box::new(replica::Attack::new(a.attack, start, delay, target, a.rate)),
         // A faulty replica never volunteers a view change, least of all against itself.
-        adjust: Some(Box::new(|p: &mut redoubt_core::types::Config| {
+        Some(Box::new(|p: &mut redoubt_core::types::Config| {
             p.view_change_timeout_ms = 1 << 40;
             p.view_change_timeout_max_ms = 1 << 40;
         })),
-    };
+    );
     runtime()?.block_on(redoubt_node::run_replica_with(
         &a.config,
         a.id,

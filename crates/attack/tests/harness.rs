@@ -36,31 +36,31 @@ fn start(
         .map(|i| {
             let p = path.clone();
             tokio::spawn(async move {
-                let hooks = if i == 0 {
-                    Hooks {
-                        tamper: Some(Box::new(Attack::new(
+                let r = if i == 0 {
+                    let hooks = Hooks::tampered(
+                        Box::new(Attack::new(
                             ReplicaAttack::SlowPrimary,
                             Start::At(Instant::now()),
                             DELAY,
                             3,
                             0,
-                        ))),
-                        adjust: Some(Box::new(|p: &mut redoubt_core::types::Config| {
+                        )),
+                        Some(Box::new(|p: &mut redoubt_core::types::Config| {
                             p.view_change_timeout_ms = 1 << 40;
                             p.view_change_timeout_max_ms = 1 << 40;
                         })),
-                    }
+                    );
+                    redoubt_node::run_replica_with(
+                        &p,
+                        i,
+                        Default::default(),
+                        KvService::new(),
+                        hooks,
+                    )
+                    .await
                 } else {
-                    Hooks::none()
+                    redoubt_node::run_replica(&p, i, Default::default(), KvService::new()).await
                 };
-                let r = redoubt_node::run_replica_with(
-                    &p,
-                    i,
-                    Default::default(),
-                    KvService::new(),
-                    hooks,
-                )
-                .await;
                 panic!("replica {i} stopped: {r:?}");
             })
         })

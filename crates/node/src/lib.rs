@@ -29,4 +29,4 @@ pub mod tamper;
 pub use executor::run_executor;
 pub use filter::run_filter;
 pub use runtime::{run_replica, run_replica_with, NodeError};
-pub use tamper::{Hooks, Tamper, Timed};
+pub use tamper::{Direct, Hooks, Interposer, Outgoing, Tamper, Timed};

@@ -12,7 +12,7 @@ use crate::endpoints::{
 use crate::metrics::Metrics;
 use crate::status::{RecoveryBreakdown, StatusReport};
 use crate::storage::{Journal, StorageError};
-use crate::tamper::Hooks;
+use crate::tamper::{Hooks, Outgoing};
 use redoubt_config::{load_keys, ClusterConfig, ConfigError};
 use redoubt_core::message::Reject;
 use redoubt_core::open_state;
@@ -98,7 +98,7 @@ fn penalised(reason: Reject, session_keys: bool) -> bool {
     }
 }
 
-struct Node<S: Service> {
+struct Node<S: Service, O: Outgoing> {
     id: ReplicaId,
     /// Bytes of every frame received (peers and clients).
     bytes_received: u64,
@@ -138,11 +138,12 @@ struct Node<S: Service> {
     peer_up: Vec<bool>,
     last_slow_sync_warn: Option<Instant>,
     last_status_update: Option<Instant>,
-    /// The attack harness's interposer (none in a correct replica).
-    interposer: Option<crate::tamper::Interposer>,
+    /// What stands between the core's frames and the links: nothing ([`crate::Direct`]) in a
+    /// correct replica, the attack harness's interposer in a faulty one.
+    outgoing: O,
 }
 
-impl<S: Service> Node<S> {
+impl<S: Service, O: Outgoing> Node<S, O> {
     fn env(&self) -> Env {
         Env {
             now_ms: now_ms(),
@@ -389,8 +390,8 @@ impl<S: Service> Node<S> {
             self.last_slow_sync_warn = Some(Instant::now());
         }
         let mut sends = std::mem::take(&mut self.pending_sends);
-        if let Some(x) = self.interposer.as_mut() {
-            let dropped = x.route(Instant::now(), &mut sends);
+        let dropped = self.outgoing.route(Instant::now(), &mut sends);
+        if dropped > 0 {
             self.metrics
                 .frames_dropped
                 .with_label_values(&["peer"])
@@ -655,12 +656,12 @@ pub async fn run_replica<S: Service + Send + 'static>(
 
 /// [`run_replica`] with `hooks` altering what the process does: only the attack harness
 /// (`redoubt-attack`) passes any.
-pub async fn run_replica_with<S: Service + Send + 'static>(
+pub async fn run_replica_with<S: Service + Send + 'static, O: Outgoing + 'static>(
     config_path: &Path,
     id: ReplicaId,
     opts: RunOptions,
     service: S,
-    hooks: Hooks,
+    hooks: Hooks<O>,
 ) -> Result<(), NodeError> {
     let process_started_ms = now_ms();
     let cfg = ClusterConfig::load(config_path)?;
@@ -807,7 +808,7 @@ pub async fn run_replica_with<S: Service + Send + 'static>(
         last_slow_sync_warn: None,
         last_status_update: None,
         bytes_received: 0,
-        interposer: hooks.tamper.map(crate::tamper::Interposer::new),
+        outgoing: hooks.outgoing,
     };
     node.metrics
         .key_refresh_period_seconds

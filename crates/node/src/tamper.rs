@@ -28,10 +28,11 @@ pub trait Tamper: Send {
     fn tick(&mut self, _now: Instant, _out: &mut Vec<Timed>) {}
 }
 
-/// How a replica process may be altered; [`Hooks::none`] for every correct one.
-#[derive(Default)]
-pub struct Hooks {
-    pub tamper: Option<Box<dyn Tamper>>,
+/// How a replica process may be altered; [`Hooks::none`] for every correct one. The frames
+/// it sends go through `O`: [`Direct`] (nothing in between, nothing stored: the node of a
+/// correct replica has no interposer at all) or an [`Interposer`] around a [`Tamper`].
+pub struct Hooks<O: Outgoing = Direct> {
+    pub outgoing: O,
     /// Applied to the protocol configuration this process's core runs with (not to the
     /// cluster file, nor to what the other replicas run).
     pub adjust: Option<Box<Adjust>>,
@@ -40,9 +41,38 @@ pub struct Hooks {
 /// A change to the protocol configuration one process runs with.
 pub type Adjust = dyn FnOnce(&mut redoubt_core::types::Config) + Send;
 
-impl Hooks {
-    pub fn none() -> Hooks {
-        Hooks::default()
+impl Hooks<Direct> {
+    pub fn none() -> Hooks<Direct> {
+        Hooks {
+            outgoing: Direct,
+            adjust: None,
+        }
+    }
+}
+
+impl Hooks<Interposer> {
+    /// Frames the replica sends pass through `tamper` (the attack harness).
+    pub fn tampered(tamper: Box<dyn Tamper>, adjust: Option<Box<Adjust>>) -> Hooks<Interposer> {
+        Hooks {
+            outgoing: Interposer::new(tamper),
+            adjust,
+        }
+    }
+}
+
+/// What stands between the core's sealed frames and the links.
+pub trait Outgoing: Send {
+    /// Replaces `sends` by what goes out now; returns how many frames were dropped.
+    fn route(&mut self, now: Instant, sends: &mut Vec<(Principal, Bytes)>) -> u64;
+}
+
+/// Nothing: the frames go out as the core sealed them.
+pub struct Direct;
+
+impl Outgoing for Direct {
+    #[inline]
+    fn route(&mut self, _now: Instant, _sends: &mut Vec<(Principal, Bytes)>) -> u64 {
+        0
     }
 }
 
@@ -50,23 +80,25 @@ impl Hooks {
 pub const HELD_FRAMES_MAX: usize = 1 << 16;
 
 /// A [`Tamper`] at work in the runtime, with the frames it holds back.
-pub(crate) struct Interposer {
+pub struct Interposer {
     tamper: Box<dyn Tamper>,
     held: Held,
 }
 
 impl Interposer {
-    pub(crate) fn new(tamper: Box<dyn Tamper>) -> Interposer {
+    fn new(tamper: Box<dyn Tamper>) -> Interposer {
         Interposer {
             tamper,
             held: Held::default(),
         }
     }
+}
 
+impl Outgoing for Interposer {
     /// Replaces `sends` by what goes out now: the tamper's answer to each frame and its own
     /// additions, due ones at once, later ones held, and held ones that fell due. Returns the
     /// frames dropped because [`HELD_FRAMES_MAX`] were held.
-    pub(crate) fn route(&mut self, now: Instant, sends: &mut Vec<(Principal, Bytes)>) -> u64 {
+    fn route(&mut self, now: Instant, sends: &mut Vec<(Principal, Bytes)>) -> u64 {
         let mut timed = Vec::new();
         for (to, bytes) in sends.drain(..) {
             self.tamper.outgoing(now, to, bytes, &mut timed);
