@@ -128,7 +128,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
 
     /// Our share on our stable checkpoint (once it is stable, and on each heartbeat).
     pub(super) fn send_stable_share(&mut self) {
-        let seq = self.stable;
+        let seq = self.window.stable;
         let Some(fw) = &mut self.firewall else {
             return;
         };

@@ -83,6 +83,37 @@ pub struct ExecutorStats {
     pub transfer_bytes_out: u64,
 }
 
+/// What an execution node keeps above its stable checkpoint: the certificates of the batches
+/// it executed (for peers that missed them), the checkpoint votes, the stable checkpoint
+/// itself, and peers' votes beyond the window (see `transfer.rs`).
+#[derive(Default)]
+struct Window {
+    /// Certificates (the agreement nodes' frames) of executed batches above the stable
+    /// checkpoint, for peers that missed them.
+    done: BTreeMap<Seq, Vec<Bytes>>,
+    /// Execution checkpoint votes above the stable checkpoint.
+    votes: BTreeMap<Seq, BTreeMap<ExecutorId, Digest>>,
+    stable: Seq,
+    /// The latest checkpoint vote of each peer beyond our window (see `transfer.rs`).
+    far: BTreeMap<ExecutorId, (Seq, Digest)>,
+}
+
+/// When an execution node's periodic and on-demand work last happened or is next due (ms),
+/// so that a faulty peer or client cannot make it repeat any of it faster.
+#[derive(Default)]
+struct Pacing {
+    /// When the next periodic acknowledgement and checkpoint vote go out.
+    next_heartbeat_ms: u64,
+    /// When a gap may next be asked for.
+    next_missing_ms: u64,
+    /// When each client's reply was last sent again on a Retry.
+    retried: BTreeMap<ClientId, u64>,
+    /// When each peer's vote for a checkpoint already stable here, and its MISSING, were
+    /// last answered (at most one entry per peer).
+    vote_answered: BTreeMap<ExecutorId, u64>,
+    missing_answered: BTreeMap<ExecutorId, u64>,
+}
+
 /// An execution node (see the module documentation).
 pub struct Executor<S: Service, A: KeyTable> {
     cfg: Config,
@@ -93,28 +124,15 @@ pub struct Executor<S: Service, A: KeyTable> {
     effects: Vec<Effect>,
     pub stats: ExecutorStats,
     orders: Orders,
-    /// Certificates (the agreement nodes' frames) of executed batches above the stable
-    /// checkpoint, for peers that missed them.
-    done: BTreeMap<Seq, Vec<Bytes>>,
-    /// Execution checkpoint votes above the stable checkpoint.
-    votes: BTreeMap<Seq, BTreeMap<ExecutorId, Digest>>,
-    stable: Seq,
-    /// When the next periodic acknowledgement and checkpoint vote go out (ms).
-    next_heartbeat_ms: u64,
-    /// When a gap may next be asked for (ms).
-    next_missing_ms: u64,
-    /// When each client's reply was last sent again on a Retry (ms).
-    retried: BTreeMap<ClientId, u64>,
-    /// The latest checkpoint vote of each peer beyond our window (see `transfer.rs`).
-    far: BTreeMap<ExecutorId, (Seq, Digest)>,
+    /// What this node keeps above its stable checkpoint (see [`Window`]).
+    window: Window,
+    /// When things were last done or answered, so that none is done too often (see
+    /// [`Pacing`]).
+    pacing: Pacing,
     /// The view of the last batch executed (replies sent again carry it).
     last_view: u64,
     /// Session keys: refreshes, NEW-KEYs sent again, state sessions (see `keying.rs`).
     keying: crate::keying::Keying,
-    /// When each peer's vote for a checkpoint already stable here, and its MISSING, were
-    /// last answered (ms; at most one entry per peer).
-    vote_answered: BTreeMap<ExecutorId, u64>,
-    missing_answered: BTreeMap<ExecutorId, u64>,
     /// Firewall deployment: the threshold key share and the shares sent (`firewall.rs`).
     firewall: Option<firewall::ExecFirewall>,
     /// Separated deployment with session keys: signed checkpoint votes (`signed_votes.rs`).
@@ -170,17 +188,13 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             env: Env::default(),
             effects: Vec::new(),
             stats: ExecutorStats::default(),
-            done: BTreeMap::new(),
-            votes: BTreeMap::new(),
-            stable: base,
-            next_heartbeat_ms: 0,
-            next_missing_ms: 0,
-            retried: BTreeMap::new(),
-            far: BTreeMap::new(),
+            window: Window {
+                stable: base,
+                ..Default::default()
+            },
+            pacing: Pacing::default(),
             last_view: 0,
             keying: Default::default(),
-            vote_answered: BTreeMap::new(),
-            missing_answered: BTreeMap::new(),
             firewall: None,
             signed: signed_votes::SignedVotes::default(),
         })
@@ -217,7 +231,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         self.exec.last_executed()
     }
     pub fn stable_checkpoint(&self) -> Seq {
-        self.stable
+        self.window.stable
     }
     pub fn service(&self) -> &S {
         self.exec.service()
@@ -266,10 +280,13 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         if self.orders.len() > self.cfg.n() as usize * window as usize {
             return Err(format!("{} certificate pieces held", self.orders.len()));
         }
-        if self.done.len() as u64 > window {
-            return Err(format!("{} executed certificates held", self.done.len()));
+        if self.window.done.len() as u64 > window {
+            return Err(format!(
+                "{} executed certificates held",
+                self.window.done.len()
+            ));
         }
-        if self.stable > self.exec.last_executed() {
+        if self.window.stable > self.exec.last_executed() {
             return Err("stable checkpoint above the last executed batch".into());
         }
         self.firewall_bounds()?;
@@ -411,13 +428,14 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         }
         let now = self.env.now_ms;
         if self
+            .pacing
             .retried
             .get(&m.client)
             .is_some_and(|t| now < t + RETRY_ANSWER_MIN_MS)
         {
             return;
         }
-        self.retried.insert(m.client, now);
+        self.pacing.retried.insert(m.client, now);
         let reply = Reply {
             view: self.last_view,
             timestamp: last.timestamp,
@@ -436,18 +454,19 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         if !c.seq.is_multiple_of(self.cfg.checkpoint_interval) {
             return Err(Reject::Inconsistent);
         }
-        if c.seq <= self.stable {
+        if c.seq <= self.window.stable {
             // Old news to us, but the peer lacks votes for it: ours again, to it, if we
             // still hold that checkpoint (our stable one), so that it can move on. At most
             // once per status interval per peer (two peers at one stable checkpoint would
             // otherwise answer each other forever).
             let now = self.env.now_ms;
             let due = self
+                .pacing
                 .vote_answered
                 .get(&c.executor)
                 .is_none_or(|t| now >= t + self.cfg.status_interval_ms);
             if let Some(d) = self.exec.own_checkpoint(c.seq).filter(|_| due) {
-                self.vote_answered.insert(c.executor, now);
+                self.pacing.vote_answered.insert(c.executor, now);
                 let m = Message::ExecCheckpoint(ExecCheckpoint {
                     executor: self.id,
                     seq: c.seq,
@@ -463,7 +482,8 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             self.far_vote(c.executor, c.seq, c.digest);
             return Ok(());
         }
-        self.votes
+        self.window
+            .votes
             .entry(c.seq)
             .or_default()
             .insert(c.executor, c.digest);
@@ -479,17 +499,23 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     fn on_missing(&mut self, m: Missing) {
         let now = self.env.now_ms;
         if self
+            .pacing
             .missing_answered
             .get(&m.executor)
             .is_some_and(|t| now < t + self.cfg.status_interval_ms)
         {
             return;
         }
-        self.missing_answered.insert(m.executor, now);
+        self.pacing.missing_answered.insert(m.executor, now);
         let budget = self.cfg.message_bytes_max / 2;
         let mut used = 0usize;
         let mut frames = Vec::new();
-        for (_, fs) in self.done.range(m.seq..).take(CERTIFIED_PER_ANSWER_MAX) {
+        for (_, fs) in self
+            .window
+            .done
+            .range(m.seq..)
+            .take(CERTIFIED_PER_ANSWER_MAX)
+        {
             let size: usize = fs.iter().map(|f| f.len() + 8).sum();
             if used + size > budget {
                 break;
@@ -500,7 +526,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         }
         let c = Certified {
             executor: self.id,
-            stable: self.stable,
+            stable: self.window.stable,
             frames,
             proof: self.checkpoint_proof(),
             votes: self.signed_proof(),
@@ -553,7 +579,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         let before = self.exec.last_executed();
         loop {
             let seq = self.exec.last_executed() + 1;
-            if seq > self.stable + self.cfg.log_size {
+            if seq > self.window.stable + self.cfg.log_size {
                 // Our checkpoints must become stable before we run further ahead (what the
                 // peers that lag need from us is kept until then): we stop acknowledging,
                 // and the agreement cluster waits for us.
@@ -642,7 +668,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         }
         self.exec.complete(seq, cert.digest);
         self.orders.forget_through(seq);
-        self.done.insert(seq, cert.frames);
+        self.window.done.insert(seq, cert.frames);
         self.stats.batches_executed += 1;
         self.stats.requests_executed += executed.len() as u64;
         self.event(Event::Executed {
@@ -685,7 +711,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         let ack = Message::ExecAck(ExecAck {
             executor: self.id,
             seq: self.exec.last_executed(),
-            stable: self.stable,
+            stable: self.window.stable,
         });
         for r in 0..self.cfg.n() {
             self.send(Principal::Replica(r), &ack);
@@ -700,7 +726,11 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         };
         self.exec.note_checkpoint(seq, digest);
         self.event(Event::CheckpointTaken { seq, digest });
-        self.votes.entry(seq).or_default().insert(self.id, digest);
+        self.window
+            .votes
+            .entry(seq)
+            .or_default()
+            .insert(self.id, digest);
         self.send_vote(seq, digest);
         self.check_checkpoint(seq);
     }
@@ -717,7 +747,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     }
 
     fn check_checkpoint(&mut self, seq: Seq) {
-        let Some(votes) = self.votes.get(&seq) else {
+        let Some(votes) = self.window.votes.get(&seq) else {
             return;
         };
         let quorum = self.cfg.exec_quorum();
@@ -747,17 +777,17 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     }
 
     fn make_stable(&mut self, seq: Seq) {
-        if seq <= self.stable {
+        if seq <= self.window.stable {
             return;
         }
         if self.exec.state().held(seq).is_some() {
             self.exec.state_mut().commit_base(seq);
         }
-        self.stable = seq;
+        self.window.stable = seq;
         self.prove_stable(seq);
         self.prove_stable_signed(seq);
-        self.done = self.done.split_off(&(seq + 1));
-        self.votes = self.votes.split_off(&(seq + 1));
+        self.window.done = self.window.done.split_off(&(seq + 1));
+        self.window.votes = self.window.votes.split_off(&(seq + 1));
         self.exec.forget_executed_through(seq);
         self.exec.forget_checkpoints_below(seq);
         self.stats.checkpoints_stable += 1;
@@ -857,32 +887,40 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         if self.keying.take_sessions_retry() {
             self.try_execute();
         }
-        if now >= self.next_heartbeat_ms {
-            self.next_heartbeat_ms = now + self.cfg.status_interval_ms;
+        if now >= self.pacing.next_heartbeat_ms {
+            self.pacing.next_heartbeat_ms = now + self.cfg.status_interval_ms;
             // Acknowledgements and votes may be lost: repeat them (one of each).
             self.acknowledge();
             self.send_stable_share();
             // Every checkpoint of ours from the stable one on (at most L/K + 1 of them): a
             // peer far behind learns what to fetch from the stable one.
-            for (seq, d) in self.exec.own_checkpoints_from(self.stable.max(1)) {
+            for (seq, d) in self.exec.own_checkpoints_from(self.window.stable.max(1)) {
                 self.send_vote(seq, d);
             }
         }
         // A gap: later certificates (or a peer's later checkpoint) but not the next one.
         let next = self.exec.last_executed() + 1;
         let behind = self.orders.any_above(next)
-            || self.votes.keys().next_back().is_some_and(|s| *s >= next);
+            || self
+                .window
+                .votes
+                .keys()
+                .next_back()
+                .is_some_and(|s| *s >= next);
         // Behind a firewall nothing tells a node that caught up to its peers' last checkpoint
         // (a restart, a state transfer) that they executed further: the agreement nodes resend
         // only what g+1 execution nodes have not executed. It asks now and then anyway.
         let probe = self.firewall.is_some()
             && now
                 >= self
+                    .pacing
                     .next_missing_ms
                     .saturating_add(4 * self.cfg.status_interval_ms);
-        if (behind || probe) && self.orders.certified(next).is_none() && now >= self.next_missing_ms
+        if (behind || probe)
+            && self.orders.certified(next).is_none()
+            && now >= self.pacing.next_missing_ms
         {
-            self.next_missing_ms = now + self.cfg.status_interval_ms;
+            self.pacing.next_missing_ms = now + self.cfg.status_interval_ms;
             self.stats.missing_sent += 1;
             let m = Message::Missing(Missing {
                 executor: self.id,

@@ -17,9 +17,13 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     /// for it to us (a faulty peer's votes lie).
     pub(super) fn accept_checkpoint_proof(&mut self, from: ExecutorId, seq: Seq, digest: Digest) {
         if seq > self.exec.last_executed() + self.cfg.log_size + self.cfg.checkpoint_interval {
-            self.far.insert(from, (seq, digest));
+            self.window.far.insert(from, (seq, digest));
         } else {
-            self.votes.entry(seq).or_default().insert(from, digest);
+            self.window
+                .votes
+                .entry(seq)
+                .or_default()
+                .insert(from, digest);
         }
         self.fetch_checkpoint(seq, digest, true);
     }
@@ -43,8 +47,13 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     /// A vote of `from` far beyond our window: kept (the latest per peer); g+1 matching far
     /// votes are a checkpoint to fetch at once.
     pub(super) fn far_vote(&mut self, from: ExecutorId, seq: Seq, digest: Digest) {
-        self.far.insert(from, (seq, digest));
-        let matching = self.far.values().filter(|v| **v == (seq, digest)).count();
+        self.window.far.insert(from, (seq, digest));
+        let matching = self
+            .window
+            .far
+            .values()
+            .filter(|v| **v == (seq, digest))
+            .count();
         if matching >= self.cfg.exec_quorum() {
             self.fetch_checkpoint(seq, digest, true);
         }
@@ -65,6 +74,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             .transfer_target()
             .map(|(seq, digest)| {
                 let near = self
+                    .window
                     .votes
                     .get(&seq)
                     .map(|v| {
@@ -75,6 +85,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                     })
                     .unwrap_or_default();
                 let far = self
+                    .window
                     .far
                     .iter()
                     .filter(|(_, v)| **v == (seq, digest))
@@ -120,7 +131,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         };
         let mut data = match self
             .exec
-            .serve(from, &f, self.stable, self.env.now_ms, limits)
+            .serve(from, &f, self.window.stable, self.env.now_ms, limits)
         {
             Ok((data, used)) => {
                 self.stats.transfer_bytes_out += used as u64;
@@ -202,12 +213,16 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         }
         self.exec.set_diverged(false);
         self.stats.state_transfers += 1;
-        self.exec.forget_checkpoints_but(self.stable, seq);
+        self.exec.forget_checkpoints_but(self.window.stable, seq);
         self.exec.note_checkpoint(seq, digest);
         self.orders.forget_through(seq);
-        self.done.clear();
-        self.far.clear();
-        self.votes.entry(seq).or_default().insert(self.id, digest);
+        self.window.done.clear();
+        self.window.far.clear();
+        self.window
+            .votes
+            .entry(seq)
+            .or_default()
+            .insert(self.id, digest);
         self.event(Event::StateTransferred {
             seq,
             digest,
