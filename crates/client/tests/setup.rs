@@ -1,6 +1,6 @@
 //! A client's setup (from a cluster file, with the client crate alone, or given in code) and
 //! a client that no replica answers. The client against a running cluster is tested with a
-//! service: `crates/services/tests/kv_cluster.rs`, `examples/counter/tests/cluster.rs`.
+//! service: `crates/client/tests/kv_cluster.rs`, `examples/counter/tests/cluster.rs`.
 
 use redoubt_client::{Client, ClientError, ClientSetup};
 use redoubt_core::auth::pairwise_key;
