@@ -295,7 +295,7 @@ impl ClientSetup {
     /// gives this client an `[[overlay_tunnel]]` to is reached through that tunnel port.
     pub fn from_cluster(cfg: &ClusterConfig, id: ClientId) -> Result<Self, ConfigError> {
         cfg.client_entry(id)?;
-        let keys = redoubt_config::load_keys(cfg, Principal::Client(id))?;
+        let keys = redoubt_config::load_file_keys(cfg, Principal::Client(id))?;
         Ok(ClientSetup {
             firewall: redoubt_config::load_firewall(cfg)?,
             timing: cfg.client_timing(),

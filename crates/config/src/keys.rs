@@ -1,5 +1,5 @@
-//! A principal's keys as the cluster file names them ([`load_keys`]), and the files they are
-//! kept in.
+//! A principal's keys as the cluster file names them ([`load_file_keys`]), and the files they
+//! are kept in.
 //!
 //! With session keys (`[keys] mode = "session"`) every principal has a key-holder file (see
 //! `redoubt-keyholder`) and the cluster a public-key directory ([`load_directory`]): a client
@@ -117,44 +117,49 @@ struct RawPeer {
     recv: Spanned<String>,
 }
 
-/// Loads the key file of `me` named by the configuration and checks it: its mode, that it
-/// belongs to `me` and to this cluster, and that it has keys for every peer of `me` in the
-/// cluster. Keys for principals no longer in the configuration are ignored.
-pub fn load_keys(cfg: &ClusterConfig, me: Principal) -> Result<Keys, ConfigError> {
+/// Loads the keys of `me` from the files the configuration names, and checks them: its
+/// static key file (its mode, that it belongs to `me` and to this cluster, that it has keys
+/// for every peer of `me`; keys for principals no longer in the configuration are ignored),
+/// or with session keys a client's key-holder file, run in the caller's process. A replica's
+/// or an execution node's session keys come from its key-holder process over a Unix socket,
+/// which this crate never opens: `redoubt_node::holder::load_keys` connects it and wraps it
+/// with [`session_keys`].
+pub fn load_file_keys(cfg: &ClusterConfig, me: Principal) -> Result<Keys, ConfigError> {
     if !cfg.keys.session() {
         return load_static_keys(cfg, me).map(Keys::Static);
     }
-    let directory = std::sync::Arc::new(load_directory(cfg)?);
-    let holder: Box<dyn redoubt_core::KeyHolder> = match me {
-        Principal::Filter(_) => {
-            return Err(ConfigError::Invalid {
-                path: cfg.path.clone(),
-                field: "[[filter]]".into(),
-                message: "filter nodes hold no keys".into(),
-            })
-        }
-        Principal::Replica(id) | Principal::Executor(id) => {
-            let socket = cfg.holder_socket_for(me)?;
-            let h = redoubt_keyholder::SocketHolder::connect(&socket, me).map_err(|e| {
-                ConfigError::KeyHolder {
-                    principal: principal_name(me),
-                    socket: socket.clone(),
-                    message: e.to_string(),
-                    config: cfg.path.clone(),
-                    id,
-                }
-            })?;
-            Box::new(h)
-        }
+    match me {
         Principal::Client(_) => {
             let file = redoubt_keyholder::read_holder_file(&cfg.key_file_of(me)?, me)?;
             check_holder_cluster(cfg, &file)?;
-            Box::new(redoubt_keyholder::FileHolder::open(
-                file,
-                directory.clone(),
-            )?)
+            let directory = std::sync::Arc::new(load_directory(cfg)?);
+            let holder = redoubt_keyholder::FileHolder::open(file, directory.clone())?;
+            Ok(Keys::Session(SessionKeys::new(Box::new(holder), directory)))
         }
-    };
+        Principal::Filter(_) => Err(ConfigError::Invalid {
+            path: cfg.path.clone(),
+            field: "[[filter]]".into(),
+            message: "filter nodes hold no keys".into(),
+        }),
+        Principal::Replica(_) | Principal::Executor(_) => Err(ConfigError::Invalid {
+            path: cfg.path.clone(),
+            field: "[keys] mode".into(),
+            message: format!(
+                "{}'s session keys are in its key-holder process, reached over its socket, \
+                 not in a file",
+                principal_name(me)
+            ),
+        }),
+    }
+}
+
+/// Session keys over `holder` (a key holder connected by the caller) and the cluster's
+/// public-key directory.
+pub fn session_keys(
+    cfg: &ClusterConfig,
+    holder: Box<dyn redoubt_core::KeyHolder>,
+) -> Result<Keys, ConfigError> {
+    let directory = std::sync::Arc::new(load_directory(cfg)?);
     Ok(Keys::Session(SessionKeys::new(holder, directory)))
 }
 

@@ -8,7 +8,7 @@
 //! - [`protocol`]: `[protocol]`, which is [`redoubt_core::Config`] itself;
 //! - [`sections`]: the other sections and the replica and client entries;
 //! - [`keys`]: key files, the public-key directory, and a principal's keys as the file names
-//!   them ([`keys::load_keys`]);
+//!   them ([`keys::load_file_keys`]);
 //! - [`ConfigError`]: every error names the file concerned and says what to do about it.
 //!
 //! Every option, its default and its unit is documented in `docs/configuration.md`; the file
@@ -28,7 +28,7 @@ pub use error::{ConfigError, Location};
 pub use firewall::{
     load_firewall, load_order_key, load_prime_orders, load_reply_share, write_firewall_keys,
 };
-pub use keys::load_keys;
+pub use keys::{load_file_keys, session_keys};
 pub use redoubt_keyholder::{parse_principal, principal_name};
 pub use sections::{
     ClientEntry, ClientSection, ClusterSection, FilterEntry, KeysSection, NodeSection,

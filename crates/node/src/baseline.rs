@@ -5,8 +5,9 @@
 //! same paged state (in memory, no journal), the same per-client exactly-once table. Clients
 //! talk to it with the ordinary client library configured with f = 0.
 
+use crate::holder::load_keys;
 use crate::runtime::NodeError;
-use redoubt_config::{load_keys, ClusterConfig};
+use redoubt_config::ClusterConfig;
 use redoubt_core::message::{decode_frame_ref, Message, Reply};
 use redoubt_core::seal::{open, seal, verify_request};
 use redoubt_core::state::MemStore;

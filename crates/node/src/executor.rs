@@ -9,10 +9,11 @@
 //! keep what it has not acknowledged) and its peers.
 
 use crate::endpoints::{bind_endpoints, link_config, Endpoints};
+use crate::holder::load_keys;
 use crate::metrics::Metrics;
 use crate::runtime::NodeError;
 use crate::status::StatusReport;
-use redoubt_config::{load_keys, ClusterConfig};
+use redoubt_config::ClusterConfig;
 use redoubt_core::state::FileStore;
 use redoubt_core::{open_state, Effect, Env, Event, Executor, Input, Keys, Principal, Service};
 use redoubt_transport::{ConnId, Link, Listener};

@@ -2,11 +2,32 @@
 //! monitor`, tests): the key holder itself is `redoubt-keyholder`.
 
 use redoubt_config::keys::{check_holder_cluster, load_directory};
+use redoubt_config::{load_file_keys, session_keys};
 use redoubt_config::{ClusterConfig, ConfigError};
+use redoubt_core::keys::Keys;
 use redoubt_core::Principal;
-use redoubt_keyholder::{read_holder_file, serve_shared, FileHolder};
+use redoubt_keyholder::{principal_name, read_holder_file, serve_shared, FileHolder, SocketHolder};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+
+/// The keys of node `me`: with session keys, a replica's or execution node's key holder
+/// connected over its Unix socket (the holder runs in its own process: `redoubt monitor` or
+/// `redoubt keyholder`); otherwise what the files hold ([`load_file_keys`]).
+pub fn load_keys(cfg: &ClusterConfig, me: Principal) -> Result<Keys, ConfigError> {
+    let id = match me {
+        Principal::Replica(id) | Principal::Executor(id) if cfg.keys.session() => id,
+        _ => return load_file_keys(cfg, me),
+    };
+    let socket = cfg.holder_socket_for(me)?;
+    let holder = SocketHolder::connect(&socket, me).map_err(|e| ConfigError::KeyHolder {
+        principal: principal_name(me),
+        socket: socket.clone(),
+        message: e.to_string(),
+        config: cfg.path.clone(),
+        id,
+    })?;
+    session_keys(cfg, Box::new(holder))
+}
 
 /// A key holder served by this process, kept by its monitor: [`Served::begin_epoch`] when it
 /// starts the replica again.

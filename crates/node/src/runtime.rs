@@ -9,11 +9,12 @@
 use crate::endpoints::{
     bind_endpoints, inbound_queue, link_config, replica_preopen, Charged, Endpoints,
 };
+use crate::holder::load_keys;
 use crate::metrics::Metrics;
 use crate::status::{RecoveryBreakdown, StatusReport};
 use crate::storage::{Journal, StorageError};
 use crate::tamper::{Hooks, Outgoing};
-use redoubt_config::{load_keys, ClusterConfig, ConfigError};
+use redoubt_config::{ClusterConfig, ConfigError};
 use redoubt_core::message::Reject;
 use redoubt_core::open_state;
 use redoubt_core::seal::verify_request;

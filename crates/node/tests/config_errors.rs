@@ -2,10 +2,10 @@
 //! happy path round-trips through `redoubt init`.
 
 use redoubt_config::keys::write_key_file;
-use redoubt_config::load_keys;
 use redoubt_config::{ClusterConfig, ConfigError};
 use redoubt_core::{Auth, Principal};
 use redoubt_crypto::Digest;
+use redoubt_node::holder::load_keys;
 use redoubt_node::init::{init_cluster, InitOptions};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
