@@ -188,8 +188,8 @@ pub struct Client<A: KeyTable> {
     /// Firewall deployment: the keys certified replies are checked against, and the views
     /// the replicas passing them on reported.
     firewall: Option<FirewallView>,
-    /// Until when new requests go signed and to every replica: a request of ours completed
-    /// only after its retransmission timeout ran out (see [`Client::complete`]).
+    /// Until when new requests go signed: a request of ours completed only after its
+    /// retransmission timeout ran out (see [`Client::complete`]).
     wary_until_ms: u64,
     /// Requests sent that way.
     pub wary_requests: u64,
@@ -530,7 +530,7 @@ impl<A: KeyTable> Client<A> {
                 to: Principal::Replica(home),
                 bytes: bytes.clone(),
             });
-        } else if fast_read || wary || self.cfg.travels_beside(request.op.len()) {
+        } else if fast_read || self.cfg.travels_beside(request.op.len()) {
             unasked = if fast_read {
                 self.read_skips(timestamp)
             } else {
@@ -860,13 +860,14 @@ impl<A: KeyTable> Client<A> {
             self.view = view;
         }
         if o.timed_out && !o.fast_read && !self.cfg.prime() {
-            // Sent to the primary alone, unsigned, it went unanswered until the timeout:
-            // the primary we know may not be the one ordering (a replica left behind in a
-            // view change, or a faulty one, vouched for the view), may drop what clients
-            // send it, or every replica may suspect us (f+1 of them could not authenticate a
-            // request of ours, their keys stale after a partition, and order only what we
-            // sign, for `suspect_client_ms`). For as long, requests go signed and to every
-            // replica, as retransmissions do; a timeout a request at a time otherwise.
+            // Sent to the primary unsigned, it went unanswered until the timeout: every
+            // replica may suspect us (f+1 of them could not authenticate a request of ours,
+            // their keys stale after a partition) and order only what we sign, for
+            // `suspect_client_ms`. For as long, requests go signed, as retransmissions do: a
+            // timeout a request at a time otherwise. (Still to the primary alone: sent to
+            // every replica, signed requests would run the backups' timers and count as
+            // waiting in their pace checks, and a load that fell while they waited cost
+            // correct primaries their views.)
             self.wary_until_ms = env.now_ms + self.cfg.suspect_client_ms;
         }
         Completion {

@@ -32,6 +32,7 @@ mod effects;
 mod events;
 mod execs;
 mod filters;
+mod flaky;
 mod frames;
 mod join;
 mod network;
@@ -177,6 +178,8 @@ pub struct World {
     directory: Arc<Directory>,
     /// Each principal's key-holder counter, which survives restarts.
     holder_counters: BTreeMap<Principal, Arc<AtomicU64>>,
+    /// Key holders that fail now and then, until the faults are over (`Scenario::holder_fail`).
+    holder_faults: Option<flaky::HolderFaults>,
     /// The NEW-KEY counters each principal's key holder admitted, which survive restarts.
     holder_admitted: BTreeMap<Principal, AdmittedCounters>,
     /// How many key holders were built per principal (seeds each one's generator).
@@ -393,6 +396,7 @@ impl World {
             &mut self.incarnations,
             self.sc.mutant == redoubt_core::Mutant::NoFreshness,
             self.sc.core.separated(),
+            self.holder_faults.as_ref(),
             p,
         )
     }
@@ -686,6 +690,9 @@ impl World {
             let ev = self.events[slot].take().expect("scheduled event present");
             self.free.push(slot);
             self.now = at;
+            if let Some(h) = &self.holder_faults {
+                h.clock.store(at, std::sync::atomic::Ordering::Relaxed);
+            }
             if self.sc.stop_ms.is_some_and(|t| self.now > t) {
                 stopped = true;
                 break;

@@ -102,7 +102,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             if !newer || self.exec.last_reply(e.client).is_none() {
                 continue;
             }
-            let Some(r) = CertifiedReply::of(&cert, &leaves, i, self.views.view) else {
+            let Some(r) = CertifiedReply::of(&cert, &leaves, i, self.views.installed) else {
                 continue;
             };
             fw.replies.insert(e.client, r.clone());

@@ -195,6 +195,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             // corrects any other view a tampered journal names.
             self.views.view = (*view).min(crate::types::VIEW_LIMIT);
             self.views.normal = *normal;
+            if *normal {
+                self.views.installed = self.views.view;
+            }
             // The NEW-VIEW it entered this view on (recorded after the view record).
             let view = self.views.view;
             self.views.entered_on = records

@@ -566,6 +566,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn install_new_view(&mut self, nv: NewView) {
         let (h, hd) = nv.checkpoint;
         self.views.normal = true;
+        self.views.installed = self.views.view;
         self.ordering.proposing.progress_ms = self.now();
         self.views.timer.deadline_ms = None;
         self.views.pending_nv = None;

@@ -69,6 +69,10 @@ pub(super) struct Views {
     pub(super) view: View,
     /// Active in `view` (its NEW-VIEW checked and entered), not changing views.
     pub(super) normal: bool,
+    /// The last view this replica entered normal operation in: what it reports to clients
+    /// (a replica left behind in a view change no other replica joined reports the view
+    /// the others are ordering in, not the one it is trying to change to).
+    pub(super) installed: View,
     pub(super) timer: ViewTimer,
     /// Our VIEW-CHANGE for `view` while changing to it or active in it.
     pub(super) mine: Option<(ViewChange, Digest)>,
@@ -106,6 +110,7 @@ impl Views {
         Views {
             view: 0,
             normal: true,
+            installed: 0,
             timer: ViewTimer::new(cfg),
             mine: None,
             prev: None,

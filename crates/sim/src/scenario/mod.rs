@@ -427,6 +427,9 @@ pub struct Scenario {
     /// bound (see `world/checks.rs` and `world/delay.rs`). Off in the plain sweep, on with
     /// `--bounded-delay`.
     pub bounded_delay: bool,
+    /// With session keys: the probability that a call to a key holder (any principal's)
+    /// fails, before the holder acted or after (its answer lost). 0 in most seeds.
+    pub holder_fail: f64,
 }
 
 impl Scenario {
@@ -591,6 +594,7 @@ impl Scenario {
             mutant: Mutant::None,
             throughput_share: None,
             bounded_delay: false,
+            holder_fail: 0.0,
         }
     }
 

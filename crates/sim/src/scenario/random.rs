@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// The share of seeds whose key holders fail now and then ([`Scenario::holder_fail`]).
+const HOLDER_FAIL_SEEDS: f64 = 0.1;
+
 impl Scenario {
     /// A random scenario mixing every fault kind, drawn from `seed`.
     pub fn random(seed: u64) -> Scenario {
@@ -298,6 +301,12 @@ impl Scenario {
         let mut reads = ChaCha8Rng::seed_from_u64(s.seed ^ 0x57a1_e4ead);
         if s.proactive.is_none() && reads.random_bool(0.03) {
             stale_reads_beside_lagging(&mut s, &mut reads);
+        }
+        // Key holders that fail now and then (a drawing of its own, so that the other draws
+        // of every seed stay as they were).
+        let mut holders = ChaCha8Rng::seed_from_u64(s.seed ^ 0x401d_e4fa);
+        if holders.random_bool(HOLDER_FAIL_SEEDS) {
+            s.holder_fail = holders.random_range(0.01..0.2);
         }
         s
     }

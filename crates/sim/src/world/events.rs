@@ -57,6 +57,13 @@ impl World {
                             }
                         }
                     }
+                    // The key holder failed to open a body session: an application tries
+                    // again (only expected where holders fail).
+                    Err(redoubt_core::client::InvokeError::NoBodySession)
+                        if self.sc.holder_fail > 0.0 =>
+                    {
+                        self.schedule(self.now + TICK_MS, Ev::ClientNext(c));
+                    }
                     Err(e) => self.violation(format!("client c{id} refused invoke: {e}")),
                 }
             }
@@ -184,7 +191,14 @@ impl World {
                     Ok(rep) => {
                         let rep = self.arm_replica(r, rep);
                         let cut = self.cut_before_reboot.remove(&r);
-                        if let Some(v) = self.checker.restarted(r, rep.last_executed(), cut) {
+                        // A key holder that fails while the journal is replayed (a body
+                        // session it does not open) stops the replay short: the replica
+                        // comes back behind its journal and executes the rest again later
+                        // (the agreement checker still compares every batch it executes).
+                        let short = self.sc.holder_fail > 0.0;
+                        if let Some(v) =
+                            self.checker.restarted(r, rep.last_executed(), cut || short)
+                        {
                             self.violation(v);
                         }
                         self.replicas[r as usize] = rep;

@@ -173,6 +173,7 @@ pub(super) fn new_session_keys(
     incarnations: &mut BTreeMap<Principal, u64>,
     forgetful: bool,
     separated: bool,
+    holder_faults: Option<&super::flaky::HolderFaults>,
     p: Principal,
 ) -> SessionKeys {
     let counter = counters
@@ -203,6 +204,11 @@ pub(super) fn new_session_keys(
     };
     if executes {
         holder = holder.with_executor(executor_secret(master));
+    }
+    if let Some(faults) = holder_faults {
+        let seed = blake3::derive_key("redoubt sim holder failures", &material);
+        let flaky = super::flaky::Flaky::new(holder, faults.clone(), seed);
+        return SessionKeys::new(Box::new(flaky), directory.clone());
     }
     SessionKeys::new(Box::new(holder), directory.clone())
 }

@@ -25,6 +25,11 @@ impl World {
                 .collect(),
             executors: Some(frames::executor_secret(&master).public()),
         });
+        let holder_faults = (sc.holder_fail > 0.0).then(|| flaky::HolderFaults {
+            fail: sc.holder_fail,
+            until_ms: sc.settle_ms(),
+            clock: Arc::new(AtomicU64::new(0)),
+        });
         let mut holder_counters = BTreeMap::new();
         let mut holder_admitted = BTreeMap::new();
         let mut incarnations = BTreeMap::new();
@@ -37,6 +42,7 @@ impl World {
                 &mut incarnations,
                 sc.mutant == redoubt_core::Mutant::NoFreshness,
                 sc.core.separated(),
+                holder_faults.as_ref(),
                 p,
             )
         };
@@ -135,6 +141,7 @@ impl World {
             master,
             directory,
             holder_counters,
+            holder_faults,
             holder_admitted,
             incarnations,
             adversary_key_gen: BTreeMap::new(),
