@@ -710,3 +710,42 @@ fn valid_equivocation_in_view_changes_is_survived() {
 fn numbers_near_u64_max_and_status_lies_are_survived() {
     named("extreme-numbers", 0..4);
 }
+
+/// Random seeds the throughput check failed (correct clients below a third of their
+/// fault-free rate, or view changes the control did not have, once the faults were over),
+/// each in the mode that found it; replay with `redoubt-sim [--firewall] --seed S --trace`.
+#[test]
+fn seeds_the_throughput_check_once_failed() {
+    let seeds = [
+        // A replica holding an older key of a client than its request used never asked for
+        // the new one (35375, after a pause); a request older than a committed one of its
+        // client, relayed late, was doubted and its correct client suspected; an operation
+        // invoked during a partition counted its whole wait.
+        (24461, Optimizations::PerSeed),
+        (35375, Optimizations::PerSeed),
+        (44822, Optimizations::PerSeed),
+        (53961, Optimizations::PerSeed),
+        (56867, Optimizations::PerSeed),
+        (76631, Optimizations::PerSeed),
+        (77605, Optimizations::PerSeed),
+        (90677, Optimizations::PerSeed),
+        (95621, Optimizations::PerSeed),
+        // A suspected correct client paid a timeout per request until it signed them
+        // (2174); a replica left alone in a view change reported that view to clients
+        // (3802, 5445).
+        (2017, Optimizations::Firewall),
+        (2174, Optimizations::Firewall),
+        (3485, Optimizations::Firewall),
+        (3802, Optimizations::Firewall),
+        (5445, Optimizations::Firewall),
+        (6303, Optimizations::Firewall),
+        // Wary clients' signed requests sent to every replica made backups' pace checks
+        // replace correct primaries.
+        (8927, Optimizations::PerSeed),
+        (90, Optimizations::Firewall),
+    ];
+    for (seed, opts) in seeds {
+        let out = run(scenario_for(seed, Mutant::None, opts), false);
+        assert!(out.passed(), "seed {seed}: {:?}", out.violations);
+    }
+}
