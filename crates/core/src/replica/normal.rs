@@ -100,18 +100,18 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// re-keyed, is not doubted: doubts put a client under suspicion).
     pub(super) fn can_vouch_for(&self, r: &SignedRequest, d: &Digest) -> bool {
         r.request.op.len() <= self.cfg.op_bytes_max()
-            && (self.superseded(&r.request)
-                || self
-                    .requests
-                    .pool
-                    .get(r.request.client)
-                    .is_some_and(|w| w.req.request.same_as(&r.request))
+            && (self
+                .requests
+                .pool
+                .get(r.request.client)
+                .is_some_and(|w| w.req.request.same_as(&r.request))
                 || self
                     .requests
                     .pool
                     .replaced(r.request.client, d)
                     .is_some_and(|h| h.request.same_as(&r.request))
-                || self.signed_request_authentic(r, d))
+                || self.signed_request_authentic(r, d)
+                || self.superseded(&r.request))
     }
 
     /// Whether `req` is older than a request of its client that committed here: it executes
