@@ -45,6 +45,38 @@ fn a_new_view_alone_never_moves_a_replica() {
     c.tick(0);
 }
 
+/// The view a replica reports in certified replies behind the firewall is the last one it
+/// entered normal operation in, not one it is still trying to change to (a replica left
+/// behind in a view change nobody else joined would send clients after a view nobody orders
+/// in; seeds of the throughput check, `seeds_the_throughput_check_once_failed`).
+#[test]
+fn the_installed_view_is_the_last_one_entered_not_the_one_tried() {
+    let mut c = Cluster::builder(1).live([0]).build();
+    let ck = (0, c.checkpoint_zero());
+    let (vc1, vc2) = (view_change(1, 1, ck), view_change(1, 2, ck));
+    let mine = c.join_view(0, [vc1.clone(), vc2.clone()]);
+    let seen = |c: &Cluster| {
+        let r = c.replica(0);
+        (r.view(), r.is_normal(), r.installed_view())
+    };
+    assert_eq!(
+        seen(&c),
+        (1, false, 0),
+        "changing to view 1: still reports 0"
+    );
+    let named = [(0, mine.digest()), (1, vc1.digest()), (2, vc2.digest())];
+    c.advance(1);
+    c.receive(0, 1, new_view(1, &named, ck));
+    assert_eq!(seen(&c), (1, true, 1), "view 1 entered");
+    // Two others ask for view 2; nobody sends its NEW-VIEW.
+    c.join_view(0, [view_change(2, 1, ck), view_change(2, 2, ck)]);
+    assert_eq!(
+        seen(&c),
+        (2, false, 1),
+        "changing to view 2: still reports 1"
+    );
+}
+
 /// Replica 1 (the primary of view 1) gets the VIEW-CHANGEs of replicas 0 and 2 and their
 /// acks of each other's; first, with `spam`, replicas 0 and 2 get 64 VIEW-CHANGEs of replica
 /// 3 for views far ahead that replica 1 leads. Returns whether replica 1 sent its NEW-VIEW.

@@ -353,6 +353,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub fn is_normal(&self) -> bool {
         self.views.normal
     }
+    /// The last view this replica entered normal operation in (what it tells clients behind
+    /// a firewall; `view()` may be one it is still trying to change to).
+    pub fn installed_view(&self) -> View {
+        self.views.installed
+    }
     pub fn primary(&self) -> ReplicaId {
         self.cfg.primary(self.views.view)
     }
