@@ -11,43 +11,7 @@ pub type View = u64;
 pub const VIEW_LIMIT: View = 1 << 48;
 /// Sequence number assigned by the primary.
 pub type Seq = u64;
-/// Replica identifier in `0..n`.
-pub type ReplicaId = u32;
-/// Client identifier.
-pub type ClientId = u64;
-/// Execution node identifier in `0..executors` (separated deployment).
-pub type ExecutorId = u32;
-/// Filter node identifier of a privacy firewall: `row * (h+1) + column`, row 0 next to the
-/// agreement nodes, row h next to the execution nodes.
-pub type FilterId = u32;
-
-/// A principal that can send authenticated messages.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Principal {
-    Replica(ReplicaId),
-    Client(ClientId),
-    /// An execution node of a separated deployment (see `crate::executor`).
-    Executor(ExecutorId),
-    /// A filter node of a privacy firewall (see `crate::filter`).
-    Filter(FilterId),
-}
-
-impl fmt::Debug for Principal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Principal::Replica(r) => write!(f, "r{r}"),
-            Principal::Client(c) => write!(f, "c{c}"),
-            Principal::Executor(e) => write!(f, "e{e}"),
-            Principal::Filter(x) => write!(f, "x{x}"),
-        }
-    }
-}
-
-impl fmt::Display for Principal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
-    }
-}
+pub use redoubt_keys::{ClientId, ExecutorId, FilterId, Principal, ReplicaId};
 
 /// The protocol that orders requests (`[protocol] ordering`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

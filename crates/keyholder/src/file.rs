@@ -2,11 +2,11 @@
 //! in a client's own process, or behind a replica's socket ([`crate::serve`]).
 
 use crate::{hex, parse_principal, principal_name, unhex32, HolderFileError};
-use redoubt_core::keys::{Admitted, Directory, HolderError, KeyHolder, NewKey, Purpose};
-use redoubt_core::Principal;
 use redoubt_crypto::body::{BodyKey, ExecutorSecret, ENC_LEN};
 use redoubt_crypto::pk::{self, HolderSecrets, SealPublicKey, Signature};
 use redoubt_crypto::{Digest, MacKey};
+use redoubt_keys::Principal;
+use redoubt_keys::{Admitted, Directory, HolderError, KeyHolder, NewKey, Purpose};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -262,14 +262,14 @@ impl FileHolder {
             Some(s) => parse_admitted(&admitted_path, &s, &directory)?,
             None => BTreeMap::new(),
         };
-        // Opening is a start: a new epoch of the counter (`redoubt_core::keys::EPOCH_SHIFT`).
+        // Opening is a start: a new epoch of the counter (`redoubt_keys::EPOCH_SHIFT`).
         // Its values are above every one reserved before, so none is given twice.
         Ok(FileHolder {
             who: file.principal,
             secrets: file.secrets,
             executor: file.executor,
             directory,
-            counter: redoubt_core::keys::next_epoch(counter),
+            counter: redoubt_keys::next_epoch(counter),
             reserved: counter,
             counter_path,
             admitted,
@@ -285,10 +285,10 @@ impl FileHolder {
     /// Starts a new epoch of the counter: the monitor calls it whenever it starts its replica
     /// again (a recovery's reboot, or after a crash), so that whatever the replica had signed
     /// before is of an earlier epoch than what it signs now (see
-    /// `redoubt_core::keys::EPOCH_SHIFT`). Nothing is written: the next signature reserves
+    /// `redoubt_keys::EPOCH_SHIFT`). Nothing is written: the next signature reserves
     /// its block above every value reserved before.
     pub fn begin_epoch(&mut self) {
-        self.counter = redoubt_core::keys::next_epoch(self.counter);
+        self.counter = redoubt_keys::next_epoch(self.counter);
     }
 
     /// The counter of the last NEW-KEY admitted from `p`.
@@ -336,7 +336,7 @@ impl KeyHolder for FileHolder {
             self.reserved = reserve;
         }
         self.counter = next;
-        let st = redoubt_core::keys::holder_statement(purpose, self.who, next, content);
+        let st = redoubt_keys::holder_statement(purpose, self.who, next, content);
         Ok((next, self.secrets.sign(&st.0)))
     }
     fn fresh_key(&mut self) -> Result<MacKey, HolderError> {
@@ -352,7 +352,7 @@ impl KeyHolder for FileHolder {
     }
     fn admit(&mut self, nk: &NewKey) -> Result<Admitted, HolderError> {
         let path = &self.admitted_path;
-        redoubt_core::keys::admit_new_key(
+        redoubt_keys::admit_new_key(
             self.who,
             &self.secrets,
             &self.directory,
@@ -373,6 +373,6 @@ impl KeyHolder for FileHolder {
         info: &[u8],
         enc: &[u8; ENC_LEN],
     ) -> Result<Option<BodyKey>, HolderError> {
-        redoubt_core::keys::open_body_with(self.executor.as_ref(), info, enc)
+        redoubt_keys::open_body_with(self.executor.as_ref(), info, enc)
     }
 }

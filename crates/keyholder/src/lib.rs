@@ -7,7 +7,7 @@
 //! backwards across restarts, and `<file>.admitted` holds the counter of the last NEW-KEY it
 //! admitted from each principal of the directory, written and synced before the key it
 //! carries is released, so a NEW-KEY is never admitted twice (a replica's latest excepted, see
-//! [`redoubt_core::keys::admits`]) across restarts and recoveries. For a replica, the files
+//! [`redoubt_keys::admits`]) across restarts and recoveries. For a replica, the files
 //! are read only by the key-holder service (`redoubt keyholder`, or the one `redoubt monitor`
 //! runs), which answers the replica over a Unix socket: sign a NEW-KEY or a recovery request,
 //! draw a fresh session key, seal a key to a public key, admit a NEW-KEY (check its signature
@@ -35,7 +35,7 @@ mod socket;
 pub use file::{read_holder_file, write_holder_file, FileHolder, HolderFile, COUNTER_RESERVE};
 pub use socket::{serve, serve_shared, SocketHolder};
 
-use redoubt_core::Principal;
+use redoubt_keys::Principal;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -113,9 +113,9 @@ pub fn unhex32(s: &str) -> Result<[u8; 32], String> {
 mod tests {
     use super::*;
     use crate::file::beside;
-    use redoubt_core::keys::{Admitted, Directory, KeyHolder, Purpose};
     use redoubt_crypto::pk::{self, HolderSecrets};
     use redoubt_crypto::{Digest, MacKey};
+    use redoubt_keys::{Admitted, Directory, KeyHolder, Purpose};
     use std::os::unix::fs::PermissionsExt;
     use std::sync::Arc;
 
@@ -142,7 +142,7 @@ mod tests {
             FileHolder::open(read_holder_file(&path, me).unwrap(), directory.clone()).unwrap();
         let (c1, _) = h.sign(Purpose::NewKey, &Digest::of(b"a")).unwrap();
         let (c2, _) = h.sign(Purpose::NewKey, &Digest::of(b"b")).unwrap();
-        let epoch = redoubt_core::keys::EPOCH_SHIFT;
+        let epoch = redoubt_keys::EPOCH_SHIFT;
         assert_eq!((c1, c2), ((1 << epoch) + 1, (1 << epoch) + 2));
         // The monitor starts a new epoch when it restarts the replica.
         h.begin_epoch();
@@ -163,7 +163,7 @@ mod tests {
         let content = Digest::of(b"c");
         let (c4, sig) = remote.sign(Purpose::Recovery, &content).unwrap();
         assert_eq!(c4, (3 << epoch) + 1);
-        let st = redoubt_core::keys::holder_statement(Purpose::Recovery, me, c4, &content);
+        let st = redoubt_keys::holder_statement(Purpose::Recovery, me, c4, &content);
         assert!(pk::verify(&public.verify, &st.0, &sig));
         let k = remote.fresh_key().unwrap();
         let sealed = remote.seal(&public.seal, b"i", &k).unwrap();
@@ -265,7 +265,7 @@ mod tests {
             executors: None,
         });
         let session = |p: Principal| {
-            let holder = redoubt_core::LocalHolder::new(
+            let holder = redoubt_keys::LocalHolder::new(
                 p,
                 secrets(p),
                 directory.clone(),

@@ -2,11 +2,11 @@
 //! [`SocketHolder`] is the replica's side of it.
 
 use crate::{principal_name, FileHolder};
-use redoubt_core::keys::{Admitted, HolderError, KeyHolder, NewKey, Purpose};
-use redoubt_core::Principal;
 use redoubt_crypto::body::{BodyKey, ENC_LEN};
 use redoubt_crypto::pk::{SealPublicKey, Signature};
 use redoubt_crypto::{Digest, MacKey};
+use redoubt_keys::Principal;
+use redoubt_keys::{Admitted, HolderError, KeyHolder, NewKey, Purpose};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;

@@ -1,6 +1,8 @@
 //! Unit tests of session keys, NEW-KEY admission and the key holder's freshness.
 
 use super::*;
+use redoubt_crypto::pk::{HolderSecrets, SealPublicKey, Signature};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A principal's key holder's non-volatile memory: what survives its restarts.
 #[derive(Clone)]
