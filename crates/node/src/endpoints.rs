@@ -8,7 +8,8 @@ use prometheus::IntCounter;
 use redoubt_config::ClusterConfig;
 use redoubt_core::{preopen_from, ClientId, Preopened, Principal};
 use redoubt_transport::{
-    ByteBudget, Charge, ConnId, ConnInbound, Inbound, LinkConfig, Listener, ListenerConfig,
+    ByteBudget, Bytes, Charge, ConnId, ConnInbound, Inbound, Link, LinkConfig, LinkError, Listener,
+    ListenerConfig,
 };
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -199,6 +200,20 @@ pub(crate) fn link_config(cfg: &ClusterConfig) -> LinkConfig {
         backoff_min: Duration::from_millis(cfg.node.reconnect_backoff_min_ms),
         backoff_max: Duration::from_millis(cfg.node.reconnect_backoff_max_ms),
         connect_timeout: Duration::from_secs(2),
+    }
+}
+
+/// Sends `frame` on the link to peer `i` of `peers`, where this node's own entry (`None`)
+/// counts as sent (the core never sends to its own id); `None` for a peer there is not.
+pub(crate) fn send_to_peer(
+    peers: &[Option<Link>],
+    i: u32,
+    frame: Bytes,
+) -> Option<Result<(), LinkError>> {
+    match peers.get(i as usize) {
+        Some(Some(link)) => Some(link.send(frame)),
+        Some(None) => Some(Ok(())),
+        None => None,
     }
 }
 

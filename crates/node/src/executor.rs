@@ -8,8 +8,9 @@
 //! checkpoint, and a restarted node resumes from there, catching up from the replicas (which
 //! keep what it has not acknowledged) and its peers.
 
-use crate::endpoints::{bind_endpoints, link_config, Endpoints};
+use crate::endpoints::{bind_endpoints, link_config, send_to_peer, Endpoints};
 use crate::holder::load_keys;
+use crate::host::{now_ms, serve, tick_period, Hosted, Inbound, Signals};
 use crate::metrics::Metrics;
 use crate::runtime::NodeError;
 use crate::status::StatusReport;
@@ -19,18 +20,8 @@ use redoubt_core::{open_state, Effect, Env, Event, Executor, Input, Keys, Princi
 use redoubt_transport::{ConnId, Link, Listener};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::signal::unix::{signal, SignalKind};
+use std::time::{Duration, Instant};
 use tracing::{debug, error, info, warn};
-
-/// How often metrics and the JSON status are refreshed.
-const STATUS_REFRESH: Duration = Duration::from_millis(100);
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 struct ExecNode<S: Service> {
     id: u32,
@@ -136,12 +127,7 @@ impl<S: Service> ExecNode<S> {
                         Principal::Replica(r) => {
                             self.replicas.get(r as usize).map(|l| l.send(bytes))
                         }
-                        Principal::Executor(p) => match self.peers.get(p as usize) {
-                            Some(Some(l)) => Some(l.send(bytes)),
-                            // Ourselves (the core never sends to its own id).
-                            Some(None) => Some(Ok(())),
-                            None => None,
-                        },
+                        Principal::Executor(p) => send_to_peer(&self.peers, p, bytes),
                         Principal::Filter(x) => self
                             .filters
                             .iter()
@@ -246,6 +232,31 @@ impl<S: Service> ExecNode<S> {
     }
 }
 
+impl<S: Service> Hosted for ExecNode<S> {
+    type Frame = Vec<u8>;
+
+    fn tick(&mut self) {
+        self.input(Input::Tick, None);
+    }
+
+    fn listener_frame(&mut self, conn: ConnId, frame: Vec<u8>) {
+        self.input(Input::Receive(&frame), Some(conn));
+    }
+
+    fn link_frame(&mut self, frame: Vec<u8>) {
+        self.input(Input::Receive(&frame), None);
+    }
+
+    fn refresh(&mut self) {
+        self.try_leak();
+        self.update_status();
+    }
+
+    fn stopped(&mut self) {
+        info!(executor = self.id, "shut down cleanly");
+    }
+}
+
 /// Runs execution node `id` of the cluster described by `config_path`, hosting `service`,
 /// until SIGTERM or SIGINT. Every execution node must host the same service.
 pub async fn run_executor<S: Service + Send + 'static>(
@@ -283,7 +294,7 @@ pub async fn run_executor<S: Service + Send + 'static>(
     let metrics = Arc::new(Metrics::for_executor(id));
     let Endpoints {
         listener,
-        inbound: mut in_rx,
+        inbound: in_rx,
         status,
         http: _http,
         ..
@@ -295,8 +306,8 @@ pub async fn run_executor<S: Service + Send + 'static>(
         crate::endpoints::as_received(),
     )
     .await?;
-    // Links only send; what comes back on them is dropped (peers answer on their own links).
-    let (link_tx, mut link_rx, _) = crate::endpoints::inbound_queue(
+    // Peers answer on their own links; what does come back on these is handled all the same.
+    let (link_tx, link_rx, _) = crate::endpoints::inbound_queue(
         &cfg,
         &metrics,
         "link_inbound",
@@ -322,8 +333,7 @@ pub async fn run_executor<S: Service + Send + 'static>(
         .iter()
         .map(|x| (x.id != id).then(|| Link::spawn(x.addr, link_cfg.clone(), link_tx.clone())))
         .collect();
-    let mut sigterm = signal(SignalKind::terminate()).map_err(NodeError::Signal)?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(NodeError::Signal)?;
+    let signals = Signals::new(false)?;
     info!(
         executor = id,
         addr = %entry.addr,
@@ -354,23 +364,10 @@ pub async fn run_executor<S: Service + Send + 'static>(
         );
         node.leak = Some((redoubt_config::load_reply_share(&cfg, id)?, Instant::now()));
     }
-    let mut tick = tokio::time::interval(Duration::from_millis(cfg.node.tick_ms.max(1)));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut last_status = Instant::now();
-    loop {
-        tokio::select! {
-            _ = sigterm.recv() => break,
-            _ = sigint.recv() => break,
-            _ = tick.tick() => node.input(Input::Tick, None),
-            Some((conn, bytes)) = in_rx.recv() => node.input(Input::Receive(&bytes.take()), Some(conn)),
-            Some(bytes) = link_rx.recv() => node.input(Input::Receive(&bytes.take()), None),
-        }
-        if last_status.elapsed() >= STATUS_REFRESH {
-            node.try_leak();
-            node.update_status();
-            last_status = Instant::now();
-        }
-    }
-    info!(executor = id, "shut down cleanly");
+    let inbound = Inbound {
+        listener: in_rx,
+        links: link_rx,
+    };
+    serve(node, signals, inbound, tick_period(&cfg)).await;
     Ok(())
 }

@@ -6,27 +6,18 @@
 //! execution nodes and the outside to cross a correct row of filters.
 
 use crate::endpoints::{bind_endpoints, link_config, Endpoints};
+use crate::host::{now_ms, serve, Hosted, Inbound, Signals, STATUS_REFRESH};
 use crate::metrics::Metrics;
 use crate::runtime::NodeError;
 use crate::status::StatusReport;
 use redoubt_config::ClusterConfig;
 use redoubt_core::{Effect, Env, Event, Filter, FilterStats, Input, Principal};
-use redoubt_transport::Link;
+use redoubt_transport::{ConnId, Link};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::signal::unix::{signal, SignalKind};
+use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
-
-/// How often metrics and the JSON status are refreshed.
-const STATUS_REFRESH: Duration = Duration::from_millis(100);
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 struct FilterNode {
     id: u32,
@@ -122,6 +113,28 @@ impl FilterNode {
     }
 }
 
+/// A filter node has no timers of its own: its tick only wakes the loop for the status
+/// refresh, and what comes back on its links is dropped (peers answer on their own links).
+impl Hosted for FilterNode {
+    type Frame = Vec<u8>;
+
+    fn tick(&mut self) {}
+
+    fn listener_frame(&mut self, _conn: ConnId, frame: Vec<u8>) {
+        self.receive(&frame);
+    }
+
+    fn link_frame(&mut self, _frame: Vec<u8>) {}
+
+    fn refresh(&mut self) {
+        self.update_status();
+    }
+
+    fn stopped(&mut self) {
+        info!(filter = self.id, "shut down cleanly");
+    }
+}
+
 /// Runs filter node `id` of the firewall deployment described by `config_path` until
 /// SIGTERM or SIGINT.
 pub async fn run_filter(config_path: &Path, id: u32) -> Result<(), NodeError> {
@@ -153,7 +166,7 @@ pub async fn run_filter(config_path: &Path, id: u32) -> Result<(), NodeError> {
     let metrics = Arc::new(Metrics::for_filter(id));
     let Endpoints {
         listener: _listener,
-        inbound: mut in_rx,
+        inbound: in_rx,
         status,
         http: _http,
         ..
@@ -167,7 +180,7 @@ pub async fn run_filter(config_path: &Path, id: u32) -> Result<(), NodeError> {
     .await?;
     // Links to the rows next to this one only (what comes back on them is dropped: peers
     // answer on their own links).
-    let (link_tx, mut link_rx, _) = crate::endpoints::inbound_queue(
+    let (link_tx, link_rx, _) = crate::endpoints::inbound_queue(
         &cfg,
         &metrics,
         "link_inbound",
@@ -209,8 +222,7 @@ pub async fn run_filter(config_path: &Path, id: u32) -> Result<(), NodeError> {
         .into_iter()
         .map(|(p, addr)| (p, Link::spawn(addr, link_cfg.clone(), link_tx.clone())))
         .collect();
-    let mut sigterm = signal(SignalKind::terminate()).map_err(NodeError::Signal)?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(NodeError::Signal)?;
+    let signals = Signals::new(false)?;
     info!(
         filter = id,
         row,
@@ -218,7 +230,7 @@ pub async fn run_filter(config_path: &Path, id: u32) -> Result<(), NodeError> {
         metrics = %entry.metrics_addr,
         "filter node started"
     );
-    let mut node = FilterNode {
+    let node = FilterNode {
         id,
         core,
         links,
@@ -229,21 +241,10 @@ pub async fn run_filter(config_path: &Path, id: u32) -> Result<(), NodeError> {
         last_warn: Instant::now(),
         rejected_since_warn: 0,
     };
-    let mut last_status = Instant::now();
-    let mut refresh = tokio::time::interval(STATUS_REFRESH);
-    loop {
-        tokio::select! {
-            _ = sigterm.recv() => break,
-            _ = sigint.recv() => break,
-            _ = refresh.tick() => {}
-            Some((_conn, bytes)) = in_rx.recv() => node.receive(&bytes.take()),
-            Some(_bytes) = link_rx.recv() => {}
-        }
-        if last_status.elapsed() >= STATUS_REFRESH {
-            node.update_status();
-            last_status = Instant::now();
-        }
-    }
-    info!(filter = id, "shut down cleanly");
+    let inbound = Inbound {
+        listener: in_rx,
+        links: link_rx,
+    };
+    serve(node, signals, inbound, STATUS_REFRESH).await;
     Ok(())
 }

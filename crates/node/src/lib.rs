@@ -4,9 +4,10 @@
 //!   `redoubt-config`;
 //! - [`holder`]: serving a replica's key holder (`redoubt-keyholder`) from this process;
 //! - [`storage`]: the durable journal (group-committed before sends);
-//! - [`runtime`]: the replica event loop on tokio (`redoubt replica`);
-//! - [`executor`]: the execution node's event loop (`redoubt executor`, separated deployment);
-//! - [`filter`]: the filter node's event loop (`redoubt filter`, firewall deployment);
+//! - `host`: the one event loop on tokio that every node process runs;
+//! - [`runtime`]: the replica process (`redoubt replica`);
+//! - [`executor`]: the execution node process (`redoubt executor`, separated deployment);
+//! - [`filter`]: the filter node process (`redoubt filter`, firewall deployment);
 //! - [`metrics`] and [`status`]: Prometheus metrics and the JSON status over HTTP;
 //! - [`logging`]: human or JSON logs.
 //!
@@ -18,6 +19,7 @@ mod endpoints;
 pub mod executor;
 pub mod filter;
 pub mod holder;
+mod host;
 pub mod init;
 pub mod logging;
 pub mod metrics;

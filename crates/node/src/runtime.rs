@@ -4,16 +4,19 @@
 //! turn of the loop takes a batch of inputs (frames from the listener and from peer links, or a
 //! tick), hands them to the core, appends the journal records the core asked for, syncs the
 //! journal once for the whole batch, and only then performs the sends: a message never leaves
-//! before the state it depends on is durable (group commit).
+//! before the state it depends on is durable (group commit). The loop is the one every node
+//! runs (`host.rs`); what a replica does in it is its [`Hosted`] implementation.
 
 use crate::endpoints::{
-    bind_endpoints, inbound_queue, link_config, replica_preopen, Charged, Endpoints,
+    bind_endpoints, inbound_queue, link_config, replica_preopen, send_to_peer, Endpoints,
 };
 use crate::holder::load_keys;
+use crate::host::{now_ms, serve, tick_period, Depths, Hosted, Inbound, Signals, Stop};
 use crate::metrics::Metrics;
 use crate::status::{RecoveryBreakdown, StatusReport};
 use crate::storage::{Journal, StorageError};
 use crate::tamper::{Hooks, Outgoing};
+use prometheus::IntGauge;
 use redoubt_config::{ClusterConfig, ConfigError};
 use redoubt_core::message::Reject;
 use redoubt_core::open_state;
@@ -23,20 +26,16 @@ use redoubt_core::{
     Bytes, ClientId, Effect, Env, Event, Input, Keys, Preopened, Principal, Replica, ReplicaId,
     Service,
 };
-use redoubt_transport::{ConnId, Link, Listener};
+use redoubt_transport::{ByteBudget, ConnId, Link, Listener};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::mpsc;
+use std::time::{Duration, Instant};
 use tracing::{debug, error, info, warn};
 
 /// Frames buffered between the network tasks and the protocol task.
 pub(crate) const INBOUND_FRAMES_MAX: usize = 16_384;
-/// How often metrics and the JSON status are refreshed.
-const STATUS_REFRESH: Duration = Duration::from_millis(100);
 /// A journal sync slower than this is reported (at most every 10 s).
 const SLOW_SYNC: Duration = Duration::from_millis(100);
 /// Inputs handled per turn before syncing and sending (bounds latency under load).
@@ -76,12 +75,6 @@ pub struct RunOptions {
     pub save_ms: u64,
     /// The watchdog period T_w the monitor uses (ms), exported as a metric.
     pub watchdog_period_ms: u64,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Frame rejections that mean the sender is broken or hostile; its connection is closed.
@@ -138,7 +131,9 @@ struct Node<S: Service, O: Outgoing> {
     last_cache: (u64, u64),
     peer_up: Vec<bool>,
     last_slow_sync_warn: Option<Instant>,
-    last_status_update: Option<Instant>,
+    /// The inbound queues' depth gauges.
+    listener_queue: QueueGauges,
+    link_queue: QueueGauges,
     /// What stands between the core's frames and the links: nothing ([`crate::Direct`]) in a
     /// correct replica, the attack harness's interposer in a faulty one.
     outgoing: O,
@@ -367,90 +362,6 @@ impl<S: Service, O: Outgoing> Node<S, O> {
         (2 * self.key_refresh_ms + self.opts.watchdog_period_ms + r) as f64 / 1000.0
     }
 
-    /// Makes journal records durable, then sends.
-    fn flush(&mut self) {
-        let t = Instant::now();
-        if let Err(err) = self.journal.sync() {
-            error!(replica = self.id, error = %err, "journal sync failed; stopping");
-            std::process::exit(70);
-        }
-        let took = t.elapsed();
-        self.metrics
-            .journal_sync_seconds
-            .observe(took.as_secs_f64());
-        if took >= SLOW_SYNC
-            && self
-                .last_slow_sync_warn
-                .is_none_or(|w| w.elapsed() >= Duration::from_secs(10))
-        {
-            warn!(
-                replica = self.id,
-                ms = took.as_millis() as u64,
-                "journal sync slow: every request waits for it; check the disk"
-            );
-            self.last_slow_sync_warn = Some(Instant::now());
-        }
-        let mut sends = std::mem::take(&mut self.pending_sends);
-        let dropped = self.outgoing.route(Instant::now(), &mut sends);
-        if dropped > 0 {
-            self.metrics
-                .frames_dropped
-                .with_label_values(&["peer"])
-                .inc_by(dropped);
-        }
-        for (to, bytes) in sends.drain(..) {
-            let result = match to {
-                Principal::Replica(r) => match self.links.get(r as usize) {
-                    Some(Some(link)) => Some(link.send(bytes)),
-                    // Ourselves (the core never sends to its own id).
-                    Some(None) => Some(Ok(())),
-                    None => None,
-                },
-                Principal::Client(c) => self
-                    .client_conns
-                    .get(&c)
-                    .map(|conn| self.listener.send(*conn, bytes)),
-                Principal::Executor(e) => self.exec_links.get(e as usize).map(|l| l.send(bytes)),
-                Principal::Filter(x) => self.filter_links.get(x as usize).map(|l| l.send(bytes)),
-            };
-            let kind = match to {
-                Principal::Client(_) => "client",
-                _ => "peer",
-            };
-            self.metrics.sent(kind, result);
-        }
-        self.pending_sends = sends;
-    }
-
-    /// Group commit: handles what else already waits, the other replicas' frames and the
-    /// clients' in turn, up to [`BATCH_INPUTS_MAX`] of them, so that one journal write and
-    /// one send per peer serve them all.
-    fn drain_inputs(
-        &mut self,
-        clients: &mut mpsc::Receiver<(ConnId, Charged<Preopened>)>,
-        peers: &mut mpsc::Receiver<Charged<Preopened>>,
-    ) {
-        let mut handled = 0;
-        while handled < BATCH_INPUTS_MAX {
-            let mut any = false;
-            if let Ok(frame) = peers.try_recv() {
-                self.input(Input::Preopened(frame.take()), None);
-                handled += 1;
-                any = true;
-            }
-            if let Ok((conn, frame)) = clients.try_recv() {
-                let frame = frame.take();
-                self.note_sender(conn, &frame);
-                self.input(Input::Preopened(frame), Some(conn));
-                handled += 1;
-                any = true;
-            }
-            if !any {
-                break;
-            }
-        }
-    }
-
     fn note_sender(&mut self, conn: ConnId, frame: &Preopened) {
         // Replies go back on the connection a client last sent an authentic request on. The
         // route moves only for a request whose authenticator entry for this replica verifies,
@@ -640,6 +551,152 @@ impl<S: Service, O: Outgoing> Node<S, O> {
     }
 }
 
+/// An inbound queue's depth gauges (frames and bytes queued), looked up once, with the
+/// queue's byte budget.
+struct QueueGauges {
+    frames: IntGauge,
+    bytes: IntGauge,
+    budget: Arc<ByteBudget>,
+}
+
+impl QueueGauges {
+    fn new(metrics: &Metrics, queue: &str, budget: Arc<ByteBudget>) -> QueueGauges {
+        QueueGauges {
+            frames: metrics.queue_depth.with_label_values(&[queue]),
+            bytes: metrics.queue_bytes.with_label_values(&[queue]),
+            budget,
+        }
+    }
+
+    fn set(&self, frames: usize) {
+        self.frames.set(frames as i64);
+        self.bytes.set(self.budget.queued() as i64);
+    }
+}
+
+impl<S: Service, O: Outgoing> Hosted for Node<S, O> {
+    type Frame = Preopened;
+    /// Group commit: a turn woken by a frame handles what else already waits, the other
+    /// replicas' frames and the clients' in turn, up to [`BATCH_INPUTS_MAX`] of them, so that
+    /// one journal write and one send per peer serve them all.
+    const BATCH_MORE: usize = BATCH_INPUTS_MAX;
+    const REFRESH_AT_ONCE: bool = true;
+
+    fn tick(&mut self) {
+        self.input(Input::Tick, None);
+    }
+
+    fn listener_frame(&mut self, conn: ConnId, frame: Preopened) {
+        self.note_sender(conn, &frame);
+        self.input(Input::Preopened(frame), Some(conn));
+    }
+
+    fn link_frame(&mut self, frame: Preopened) {
+        self.input(Input::Preopened(frame), None);
+    }
+
+    fn refresh(&mut self) {
+        self.update_status();
+    }
+
+    /// A primary asked to stop hands over first (a recovery must not cost a view-change
+    /// timeout): it sends VIEW-CHANGE and keeps running until the next view is installed or
+    /// a second has passed.
+    fn stop(&mut self) -> Stop {
+        if !self.replica.is_primary() {
+            return Stop::Now;
+        }
+        info!(
+            replica = self.id,
+            view = self.replica.view(),
+            "stopping: handing over as primary first"
+        );
+        self.input(Input::StepDown, None);
+        Stop::HandOver(Duration::from_secs(1))
+    }
+
+    fn handed_over(&self) -> bool {
+        self.replica.is_normal() && !self.replica.is_primary()
+    }
+
+    /// SIGUSR1: checks every page of the state against its digest now (a scrub on demand).
+    fn check_state(&mut self) {
+        info!(
+            replica = self.id,
+            "checking every page of the state (SIGUSR1)"
+        );
+        let started = Instant::now();
+        let corrupt = self.replica.check_state();
+        info!(
+            replica = self.id,
+            corrupt = corrupt.len(),
+            took_ms = started.elapsed().as_millis() as u64,
+            "state check done"
+        );
+        self.input(Input::Tick, None);
+    }
+
+    fn turn_done(&mut self, took: Duration, depths: Depths) {
+        self.metrics.handle_seconds.observe(took.as_secs_f64());
+        self.listener_queue.set(depths.listener);
+        self.link_queue.set(depths.links);
+    }
+
+    /// Makes journal records durable, then sends.
+    fn flush(&mut self) {
+        let t = Instant::now();
+        if let Err(err) = self.journal.sync() {
+            error!(replica = self.id, error = %err, "journal sync failed; stopping");
+            std::process::exit(70);
+        }
+        let took = t.elapsed();
+        self.metrics
+            .journal_sync_seconds
+            .observe(took.as_secs_f64());
+        if took >= SLOW_SYNC
+            && self
+                .last_slow_sync_warn
+                .is_none_or(|w| w.elapsed() >= Duration::from_secs(10))
+        {
+            warn!(
+                replica = self.id,
+                ms = took.as_millis() as u64,
+                "journal sync slow: every request waits for it; check the disk"
+            );
+            self.last_slow_sync_warn = Some(Instant::now());
+        }
+        let mut sends = std::mem::take(&mut self.pending_sends);
+        let dropped = self.outgoing.route(Instant::now(), &mut sends);
+        if dropped > 0 {
+            self.metrics
+                .frames_dropped
+                .with_label_values(&["peer"])
+                .inc_by(dropped);
+        }
+        for (to, bytes) in sends.drain(..) {
+            let result = match to {
+                Principal::Replica(r) => send_to_peer(&self.links, r, bytes),
+                Principal::Client(c) => self
+                    .client_conns
+                    .get(&c)
+                    .map(|conn| self.listener.send(*conn, bytes)),
+                Principal::Executor(e) => self.exec_links.get(e as usize).map(|l| l.send(bytes)),
+                Principal::Filter(x) => self.filter_links.get(x as usize).map(|l| l.send(bytes)),
+            };
+            let kind = match to {
+                Principal::Client(_) => "client",
+                _ => "peer",
+            };
+            self.metrics.sent(kind, result);
+        }
+        self.pending_sends = sends;
+    }
+
+    fn stopped(&mut self) {
+        info!(replica = self.id, "shut down cleanly");
+    }
+}
+
 /// Runs replica `id` of the cluster described by `config_path`, hosting `service`, until
 /// SIGTERM or SIGINT. Every replica of a cluster must host the same service (the same code,
 /// with the same parameters): the replicas' states and replies must agree byte for byte.
@@ -725,7 +782,7 @@ pub async fn run_replica_with<S: Service + Send + 'static, O: Outgoing + 'static
     let metrics = Arc::new(Metrics::new(id));
     let Endpoints {
         listener,
-        inbound: mut in_rx,
+        inbound: in_rx,
         inbound_budget: listener_budget,
         status,
         http: _http,
@@ -737,7 +794,7 @@ pub async fn run_replica_with<S: Service + Send + 'static, O: Outgoing + 'static
         replica_preopen(&cfg),
     )
     .await?;
-    let (link_tx, mut link_rx, link_budget) =
+    let (link_tx, link_rx, link_budget) =
         inbound_queue(&cfg, &metrics, "link_inbound", replica_preopen(&cfg));
     let link_cfg = link_config(&cfg);
     let links = cfg
@@ -762,10 +819,8 @@ pub async fn run_replica_with<S: Service + Send + 'static, O: Outgoing + 'static
         .filter_map(|x| cfg.filters.get(x as usize))
         .map(|x| Link::spawn(x.addr, link_cfg.clone(), link_tx.clone()))
         .collect();
-    let mut sigterm = signal(SignalKind::terminate()).map_err(NodeError::Signal)?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(NodeError::Signal)?;
     // SIGUSR1: check every page of the state against its digest now (a scrub on demand).
-    let mut sigusr1 = signal(SignalKind::user_defined1()).map_err(NodeError::Signal)?;
+    let signals = Signals::new(true)?;
     info!(
         replica = id,
         addr = %entry.addr,
@@ -776,6 +831,8 @@ pub async fn run_replica_with<S: Service + Send + 'static, O: Outgoing + 'static
         restored,
         "replica started"
     );
+    let listener_queue = QueueGauges::new(&metrics, "listener_inbound", listener_budget);
+    let link_queue = QueueGauges::new(&metrics, "link_inbound", link_budget);
     let mut node = Node {
         id,
         replica,
@@ -807,7 +864,8 @@ pub async fn run_replica_with<S: Service + Send + 'static, O: Outgoing + 'static
         last_cache: (0, 0),
         peer_up: vec![false; cfg.replicas.len()],
         last_slow_sync_warn: None,
-        last_status_update: None,
+        listener_queue,
+        link_queue,
         bytes_received: 0,
         outgoing: hooks.outgoing,
     };
@@ -830,109 +888,10 @@ pub async fn run_replica_with<S: Service + Send + 'static, O: Outgoing + 'static
             node.flush();
         }
     }
-    let mut tick = tokio::time::interval(Duration::from_millis(cfg.node.tick_ms.max(1)));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    enum Wake {
-        Stop,
-        CheckState,
-        Tick,
-        Listener(ConnId, Charged<Preopened>),
-        Link(Charged<Preopened>),
-    }
-    // A primary asked to stop hands over first (a recovery must not cost a view-change
-    // timeout): it sends VIEW-CHANGE and keeps running until the next view is installed or a
-    // second has passed.
-    let mut stop_deadline: Option<Instant> = None;
-    // The inbound queues' depth gauges, looked up once.
-    let gauge = |vec: &prometheus::IntGaugeVec, queue: &str| vec.with_label_values(&[queue]);
-    let (listener_frames, link_frames) = (
-        gauge(&node.metrics.queue_depth, "listener_inbound"),
-        gauge(&node.metrics.queue_depth, "link_inbound"),
-    );
-    let (listener_bytes, link_bytes) = (
-        gauge(&node.metrics.queue_bytes, "listener_inbound"),
-        gauge(&node.metrics.queue_bytes, "link_inbound"),
-    );
-    loop {
-        if let Some(d) = stop_deadline {
-            let handed_over = node.replica.is_normal() && !node.replica.is_primary();
-            if handed_over || Instant::now() >= d {
-                break;
-            }
-        }
-        let wake = tokio::select! {
-            _ = sigterm.recv() => Wake::Stop,
-            _ = sigint.recv() => Wake::Stop,
-            _ = sigusr1.recv() => Wake::CheckState,
-            _ = tick.tick() => Wake::Tick,
-            Some((conn, frame)) = in_rx.recv() => Wake::Listener(conn, frame),
-            Some(frame) = link_rx.recv() => Wake::Link(frame),
-        };
-        let t = Instant::now();
-        match wake {
-            Wake::Stop => {
-                if stop_deadline.is_some() || !node.replica.is_primary() {
-                    break;
-                }
-                info!(
-                    replica = id,
-                    view = node.replica.view(),
-                    "stopping: handing over as primary first"
-                );
-                node.input(Input::StepDown, None);
-                stop_deadline = Some(Instant::now() + Duration::from_secs(1));
-            }
-            Wake::CheckState => {
-                info!(replica = id, "checking every page of the state (SIGUSR1)");
-                let started = Instant::now();
-                let corrupt = node.replica.check_state();
-                info!(
-                    replica = id,
-                    corrupt = corrupt.len(),
-                    took_ms = started.elapsed().as_millis() as u64,
-                    "state check done"
-                );
-                node.input(Input::Tick, None);
-            }
-            Wake::Tick => node.input(Input::Tick, None),
-            Wake::Listener(conn, frame) => {
-                let frame = frame.take();
-                node.note_sender(conn, &frame);
-                node.input(Input::Preopened(frame), Some(conn));
-                node.drain_inputs(&mut in_rx, &mut link_rx);
-            }
-            Wake::Link(frame) => {
-                node.input(Input::Preopened(frame.take()), None);
-                node.drain_inputs(&mut in_rx, &mut link_rx);
-            }
-        }
-        node.metrics
-            .handle_seconds
-            .observe(t.elapsed().as_secs_f64());
-        for (frames, bytes, len, budget) in [
-            (
-                &listener_frames,
-                &listener_bytes,
-                in_rx.len(),
-                &listener_budget,
-            ),
-            (&link_frames, &link_bytes, link_rx.len(), &link_budget),
-        ] {
-            frames.set(len as i64);
-            bytes.set(budget.queued() as i64);
-        }
-        node.flush();
-        // Metrics, status and peer checks take locks: refresh them a few times a second, not
-        // on every turn of the loop.
-        if node
-            .last_status_update
-            .is_none_or(|t| t.elapsed() >= STATUS_REFRESH)
-        {
-            node.update_status();
-            node.last_status_update = Some(Instant::now());
-        }
-    }
-    node.flush();
-    info!(replica = id, "shut down cleanly");
+    let inbound = Inbound {
+        listener: in_rx,
+        links: link_rx,
+    };
+    serve(node, signals, inbound, tick_period(&cfg)).await;
     Ok(())
 }
