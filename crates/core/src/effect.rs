@@ -33,6 +33,9 @@ pub enum Effect {
     CommitState(Arc<crate::state::StateCommit>),
     /// An observation for metrics, logs and the simulator's checkers.
     Event(Event),
+    /// Ask the key holder, off the protocol thread: the host performs the call (see
+    /// [`crate::holder::perform`]) and hands the answer back as an input.
+    Holder(crate::holder::HolderCall),
 }
 
 /// Observable protocol events.

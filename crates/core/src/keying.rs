@@ -36,6 +36,8 @@ pub(crate) struct Keying {
     /// The key holder failed to open a body session: execution waits, retried on the next
     /// tick.
     sessions_retry: bool,
+    /// Calls to the key holder in flight: peers' NEW-KEYs, our refresh (`crate::holder`).
+    pub(crate) calls: crate::holder::Calls,
 }
 
 /// Why a state answer could not be sealed.

@@ -17,6 +17,7 @@
 //! in a deployment the node connects it to a separate key-holder process over a local socket.
 
 use crate::auth::{Auth, StaticKeys};
+use crate::holder::{make_new_key, HolderRequest};
 use crate::types::{ClientId, Principal, ReplicaId};
 use redoubt_crypto::body::{self, BodyKey, ENC_LEN};
 use redoubt_crypto::{Digest, Mac, MacKey};
@@ -41,6 +42,18 @@ pub enum NewKeyError {
     Holder,
 }
 
+/// What the checks of a NEW-KEY that need no key holder found (see [`SessionKeys::check`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// The NEW-KEY installed from this principal, again: nothing to do.
+    Again(Principal),
+    /// Genuine and fresh here: the key holder is to admit it.
+    Admit,
+}
+
+/// A key holder shared between a node's protocol state and the host thread that calls it.
+pub type SharedHolder = Arc<Mutex<Box<dyn KeyHolder>>>;
+
 /// What an accepted NEW-KEY changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Accepted {
@@ -61,7 +74,7 @@ pub enum Accepted {
 #[derive(Clone)]
 pub struct SessionKeys {
     me: Principal,
-    holder: Arc<Mutex<Box<dyn KeyHolder>>>,
+    holder: SharedHolder,
     directory: Arc<Directory>,
     /// Key `peer → me` (chosen by me; for clients, chosen by the client).
     inbound: BTreeMap<Principal, MacKey>,
@@ -152,26 +165,34 @@ impl SessionKeys {
         self.latest.as_ref()
     }
 
-    /// Draws fresh keys for `recipients`, installs them, and returns the signed NEW-KEY.
-    /// Keys for replicas become our inbound keys; a client's keys serve both directions.
+    /// Draws fresh keys for `recipients`, installs them, and returns the signed NEW-KEY,
+    /// asking the key holder in the caller's thread (clients; replicas and execution nodes
+    /// ask it through an effect, see `crate::holder`).
     pub fn refresh(&mut self, recipients: &[Principal]) -> Result<NewKey, HolderError> {
-        let mut sealed = Vec::with_capacity(recipients.len());
-        let mut fresh = Vec::with_capacity(recipients.len());
-        let me = self.me;
-        let directory = self.directory.clone();
-        let (counter, sig) = self.with_holder(|h| {
-            for &p in recipients {
-                let Some(pubkeys) = directory.get(p).copied() else {
-                    continue;
-                };
-                let k = h.fresh_key()?;
-                let s = h.seal(&pubkeys.seal, &seal_info(me, p), &k)?;
-                sealed.push((p, s));
-                fresh.push((p, k));
-            }
-            let content = NewKey::content_digest(me, &sealed);
-            h.sign(Purpose::NewKey, &content)
-        })?;
+        let HolderRequest::NewKey { from, recipients } = self.refresh_request(recipients) else {
+            unreachable!("a refresh request");
+        };
+        let (nk, fresh) = self.with_holder(|h| make_new_key(h, from, &recipients))?;
+        self.install_refresh(nk.clone(), fresh);
+        Ok(nk)
+    }
+
+    /// What to ask the key holder for a refresh of our keys for `recipients` (those of the
+    /// directory).
+    pub fn refresh_request(&self, recipients: &[Principal]) -> HolderRequest {
+        let recipients = recipients
+            .iter()
+            .filter_map(|p| self.directory.get(*p).map(|k| (*p, k.seal)))
+            .collect();
+        HolderRequest::NewKey {
+            from: self.me,
+            recipients,
+        }
+    }
+
+    /// Installs the fresh keys of our NEW-KEY `nk` (the key holder's answer to a refresh):
+    /// keys for replicas become our inbound keys; a client's keys serve both directions.
+    pub fn install_refresh(&mut self, nk: NewKey, fresh: Vec<(Principal, MacKey)>) {
         let client_side = matches!(self.me, Principal::Client(_));
         for (p, k) in fresh {
             if client_side {
@@ -185,41 +206,59 @@ impl SessionKeys {
                 }
             }
         }
-        let nk = NewKey {
-            from: self.me,
-            counter,
-            keys: sealed,
-            sig,
-        };
-        self.latest = Some(nk.clone());
+        self.latest = Some(nk);
         self.refreshes += 1;
         self.generation += 1;
-        Ok(nk)
     }
 
-    /// Checks and installs a NEW-KEY. `now_ms` dates a client's refresh. The checks are the
-    /// key holder's ([`KeyHolder::admit`]): its record of admitted counters survives restarts
-    /// and recoveries, so a NEW-KEY recorded earlier (by an attacker) is refused here even
-    /// when this incarnation never saw a newer one.
+    /// Checks and installs a NEW-KEY, asking the key holder in the caller's thread (clients,
+    /// whose key holder is in their process; replicas and execution nodes ask it through an
+    /// effect, see `crate::holder`). `now_ms` dates a client's refresh.
     pub fn accept(&mut self, nk: &NewKey, now_ms: u64) -> Result<Accepted, NewKeyError> {
-        if self.directory.get(nk.from).is_none() {
-            return Err(NewKeyError::UnknownSender);
+        match self.check(nk)? {
+            Check::Again(p) => Ok(Accepted::Again(p)),
+            Check::Admit => {
+                let admitted = self.with_holder(|h| h.admit(nk));
+                self.install(nk, admitted, now_ms)
+            }
         }
-        let print = nk.fingerprint();
-        if let Some((last, last_print)) = self.accepted_counters.get(&nk.from).copied() {
+    }
+
+    /// The checks of a NEW-KEY that need no key holder: its sender is in the directory, its
+    /// signature verifies, its counter is fresh against the last one this incarnation
+    /// installed from the sender (see [`admits`]), and it is not the very NEW-KEY installed
+    /// (whose key is still held). The key holder checks the signature and the counter again
+    /// against its record, which survives restarts and recoveries.
+    pub fn check(&self, nk: &NewKey) -> Result<Check, NewKeyError> {
+        let Some(pubkeys) = self.directory.get(nk.from) else {
+            return Err(NewKeyError::UnknownSender);
+        };
+        if let Some((last, _)) = self.accepted_counters.get(&nk.from).copied() {
             if !admits(nk.from, Some(last), nk.counter) {
                 return Err(NewKeyError::Stale);
             }
-            // The very NEW-KEY we installed, again.
-            #[cfg(feature = "mutants")]
-            let again = print == last_print && !self.forget_on_replay;
-            #[cfg(not(feature = "mutants"))]
-            let again = print == last_print;
-            if again && self.outbound.contains_key(&nk.from) {
-                return Ok(Accepted::Again(nk.from));
+            if self.installed_again(nk, &nk.fingerprint()) {
+                return Ok(Check::Again(nk.from));
             }
         }
-        let key = match self.with_holder(|h| h.admit(nk)) {
+        let content = NewKey::content_digest(nk.from, &nk.keys);
+        let st = holder_statement(Purpose::NewKey, nk.from, nk.counter, &content);
+        if !redoubt_crypto::pk::verify(&pubkeys.verify, &st.0, &nk.sig) {
+            return Err(NewKeyError::BadSignature);
+        }
+        Ok(Check::Admit)
+    }
+
+    /// Installs the key of `nk` as the key holder `admitted` it. An answer about a NEW-KEY
+    /// older than one installed since it was asked (answers may come out of order) is stale
+    /// and changes nothing. `now_ms` dates a client's refresh.
+    pub fn install(
+        &mut self,
+        nk: &NewKey,
+        admitted: Result<Admitted, HolderError>,
+        now_ms: u64,
+    ) -> Result<Accepted, NewKeyError> {
+        let key = match admitted {
             Ok(Admitted::Key(k)) => k,
             Ok(Admitted::Stale) => return Err(NewKeyError::Stale),
             Ok(Admitted::BadSignature) => return Err(NewKeyError::BadSignature),
@@ -227,6 +266,15 @@ impl SessionKeys {
             Ok(Admitted::NoKey) => return Err(NewKeyError::NoKey),
             Err(_) => return Err(NewKeyError::Holder),
         };
+        let print = nk.fingerprint();
+        if let Some((last, _)) = self.accepted_counters.get(&nk.from).copied() {
+            if last > nk.counter {
+                return Err(NewKeyError::Stale);
+            }
+            if self.installed_again(nk, &print) {
+                return Ok(Accepted::Again(nk.from));
+            }
+        }
         self.generation += 1;
         self.accepted_counters.insert(nk.from, (nk.counter, print));
         match nk.from {
@@ -246,6 +294,25 @@ impl SessionKeys {
                 Ok(Accepted::Client(c))
             }
         }
+    }
+
+    /// Whether `nk` (fingerprint `print`) is the very NEW-KEY installed from its sender, whose
+    /// key is still held.
+    fn installed_again(&self, nk: &NewKey, print: &Digest) -> bool {
+        #[cfg(feature = "mutants")]
+        if self.forget_on_replay {
+            return false;
+        }
+        self.accepted_counters
+            .get(&nk.from)
+            .is_some_and(|(_, last)| last == print)
+            && self.outbound.contains_key(&nk.from)
+    }
+
+    /// The key holder, for a host to perform [`crate::holder::HolderCall`]s with off the
+    /// protocol thread.
+    pub fn holder(&self) -> SharedHolder {
+        self.holder.clone()
     }
 
     /// Forgets every client key (at recovery: an attacker may know them).

@@ -639,3 +639,45 @@ fn a_restarted_replica_measures_the_leader_of_its_view() {
     );
     assert!(views.iter().all(|v| *v == 1), "views {views:?}");
 }
+
+/// A recovering replica asks its key holder for fresh keys and, until they are installed,
+/// counts no REPLY-STABLE towards its estimate: the answers would be authenticated under keys
+/// an attacker who held the replica knows. (With key-holder calls as effects the keys come
+/// later than the recovery starts; before, a failed refresh let the estimate go on under the
+/// old keys.)
+#[test]
+fn a_recovery_estimates_only_once_its_fresh_keys_are_installed() {
+    let mut c = Cluster::builder(1).session_keys().build();
+    c.run(2_000);
+    c.hold_key_holder(3);
+    let out = c.input(3, Input::Recover);
+    let new_key = |m: &Message| matches!(m, Message::NewKey(_));
+    assert!(
+        !out.any(new_key),
+        "no NEW-KEY before the key holder answers"
+    );
+    assert!(
+        !out.any(|m| matches!(m, Message::QueryStable(_))),
+        "no QUERY-STABLE under the old keys"
+    );
+    let answer = ReplyStable {
+        replica: 1,
+        nonce: 0,
+        c: 0,
+        p: 0,
+    };
+    let out = c.receive(3, 1, Message::ReplyStable(answer));
+    assert!(
+        out.rejected(),
+        "a REPLY-STABLE before the keys counts for nothing"
+    );
+    let out = c.release_key_holder(3);
+    assert!(out.any(new_key), "the NEW-KEY goes out");
+    assert!(
+        out.any(|m| matches!(m, Message::QueryStable(_))),
+        "then the estimate"
+    );
+    c.run(20_000);
+    let recovered = c.events(3).iter().any(|e| matches!(e, Event::Recovered(_)));
+    assert!(recovered, "replica 3 completed its recovery");
+}

@@ -9,7 +9,7 @@
 //! keep what it has not acknowledged) and its peers.
 
 use crate::endpoints::{bind_endpoints, link_config, send_to_peer, Endpoints};
-use crate::holder::load_keys;
+use crate::holder::{call_holder, load_keys, HolderDesk};
 use crate::host::{now_ms, serve, tick_period, Hosted, Inbound, Signals};
 use crate::metrics::Metrics;
 use crate::runtime::NodeError;
@@ -40,6 +40,8 @@ struct ExecNode<S: Service> {
     /// Demonstration of a compromised node (`redoubt executor --compromised-leak`): its
     /// share key, and when it last tried to smuggle its state out.
     leak: Option<(redoubt_crypto::threshold::KeyShare, Instant)>,
+    /// The key holder's thread, with session keys (the core's `Effect::Holder`).
+    holder: Option<HolderDesk>,
 }
 
 impl<S: Service> ExecNode<S> {
@@ -140,6 +142,9 @@ impl<S: Service> ExecNode<S> {
                 }
                 Effect::Broadcast { .. } | Effect::Persist(_) => {}
                 Effect::Event(ev) => self.event(ev, conn),
+                Effect::Holder(call) => {
+                    call_holder(&self.holder, Principal::Executor(self.id), call);
+                }
             }
         }
     }
@@ -247,6 +252,10 @@ impl<S: Service> Hosted for ExecNode<S> {
         self.input(Input::Receive(&frame), None);
     }
 
+    fn holder_answer(&mut self, answer: redoubt_core::HolderAnswer) {
+        self.input(Input::Holder(answer), None);
+    }
+
     fn refresh(&mut self) {
         self.try_leak();
         self.update_status();
@@ -342,6 +351,7 @@ pub async fn run_executor<S: Service + Send + 'static>(
         last_executed = core.last_executed(),
         "execution node started"
     );
+    let (holder, holder_answers) = HolderDesk::for_keys(core.auth(), Principal::Executor(id));
     let mut node = ExecNode {
         id,
         core,
@@ -355,6 +365,7 @@ pub async fn run_executor<S: Service + Send + 'static>(
         last: Default::default(),
         started: Instant::now(),
         leak: None,
+        holder,
     };
     if compromised_leak && cfg.protocol.firewall() {
         warn!(
@@ -367,6 +378,7 @@ pub async fn run_executor<S: Service + Send + 'static>(
     let inbound = Inbound {
         listener: in_rx,
         links: link_rx,
+        holder: holder_answers,
     };
     serve(node, signals, inbound, tick_period(&cfg)).await;
     Ok(())

@@ -244,6 +244,7 @@ pub async fn run_filter(config_path: &Path, id: u32) -> Result<(), NodeError> {
     let inbound = Inbound {
         listener: in_rx,
         links: link_rx,
+        holder: None,
     };
     serve(node, signals, inbound, STATUS_REFRESH).await;
     Ok(())

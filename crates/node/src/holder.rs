@@ -4,11 +4,13 @@
 use redoubt_config::keys::{check_holder_cluster, load_directory};
 use redoubt_config::{load_file_keys, session_keys};
 use redoubt_config::{ClusterConfig, ConfigError};
-use redoubt_core::keys::Keys;
+use redoubt_core::holder::{perform, HolderAnswer, HolderCall};
+use redoubt_core::keys::{KeyTable, Keys};
 use redoubt_core::Principal;
 use redoubt_keyholder::{principal_name, read_holder_file, serve_shared, FileHolder, SocketHolder};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use tracing::{error, warn};
 
 /// The keys of node `me`: with session keys, a replica's or execution node's key holder
 /// connected over its Unix socket (the holder runs in its own process: `redoubt monitor` or
@@ -78,4 +80,69 @@ pub fn serve_kept(cfg: &ClusterConfig, me: Principal) -> Result<Served, ConfigEr
     let holder = Arc::new(Mutex::new(holder));
     serve_shared(&socket, holder.clone()).map_err(io("serve the key holder on", &socket))?;
     Ok(Served { socket, holder })
+}
+
+/// A node's calls to its key holder (the core's `Effect::Holder`), made on a thread of their
+/// own so the protocol thread never waits on the key holder's socket (each answer follows a
+/// sync to disk). Answers come back to the host loop in the order the holder gave them.
+/// Both queues are bounded: a call that finds its queue full is dropped with a warning, and
+/// the core gives it up after `redoubt_core::holder::CALL_TIMEOUT_MS`.
+pub(crate) struct HolderDesk {
+    calls: std::sync::mpsc::SyncSender<HolderCall>,
+    who: Principal,
+}
+
+/// Calls (and answers) that may wait at once: the core keeps at most two admissions per
+/// principal of the directory and one refresh in flight.
+const HOLDER_QUEUE: usize = 4096;
+
+impl HolderDesk {
+    /// The desk of a node whose keys are `keys`, and the queue its answers arrive on; `None`
+    /// without session keys (nothing is asked of a key holder then).
+    pub(crate) fn for_keys(
+        keys: &Keys,
+        who: Principal,
+    ) -> (
+        Option<HolderDesk>,
+        Option<tokio::sync::mpsc::Receiver<HolderAnswer>>,
+    ) {
+        let Some(holder) = keys.session_ref().map(|s| s.holder()) else {
+            return (None, None);
+        };
+        let (calls, incoming) = std::sync::mpsc::sync_channel::<HolderCall>(HOLDER_QUEUE);
+        let (answers, received) = tokio::sync::mpsc::channel(HOLDER_QUEUE);
+        let spawned = std::thread::Builder::new()
+            .name(format!("{who}-keyholder"))
+            .spawn(move || {
+                for call in incoming {
+                    let answer = {
+                        let mut h = holder.lock().unwrap_or_else(|e| e.into_inner());
+                        perform(h.as_mut(), &call)
+                    };
+                    if answers.blocking_send(answer).is_err() {
+                        break; // the node is gone
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            error!(node = %who, error = %e, "cannot start the key-holder thread");
+            return (None, Some(received));
+        }
+        (Some(HolderDesk { calls, who }), Some(received))
+    }
+
+    /// Hands `call` to the key-holder thread.
+    pub(crate) fn call(&self, call: HolderCall) {
+        if let Err(e) = self.calls.try_send(call) {
+            warn!(node = %self.who, error = %e, "key-holder call dropped (the core gives it up)");
+        }
+    }
+}
+
+/// Hands `call` to `desk`, or reports that this node has no key holder to ask.
+pub(crate) fn call_holder(desk: &Option<HolderDesk>, who: Principal, call: HolderCall) {
+    match desk {
+        Some(d) => d.call(call),
+        None => error!(node = %who, "the core asked a key holder this node does not have"),
+    }
 }

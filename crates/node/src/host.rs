@@ -10,6 +10,7 @@
 use crate::endpoints::Charged;
 use crate::runtime::NodeError;
 use redoubt_config::ClusterConfig;
+use redoubt_core::HolderAnswer;
 use redoubt_transport::ConnId;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -73,6 +74,8 @@ pub(crate) trait Hosted {
     fn handed_over(&self) -> bool {
         true
     }
+    /// The key holder answered a call of the node's (see `crate::holder::HolderDesk`).
+    fn holder_answer(&mut self, _answer: HolderAnswer) {}
     /// SIGUSR1, for nodes whose [`Signals`] take it: check the state now.
     fn check_state(&mut self) {}
     /// The turn's work is done, after `took`, and `depths` frames wait.
@@ -105,10 +108,12 @@ impl Signals {
     }
 }
 
-/// A node's inbound queues: the listener's frames with their connections, and the links'.
+/// A node's inbound queues: the listener's frames with their connections, the links', and
+/// its key holder's answers (nodes with session keys).
 pub(crate) struct Inbound<F> {
     pub listener: mpsc::Receiver<(ConnId, Charged<F>)>,
     pub links: mpsc::Receiver<Charged<F>>,
+    pub holder: Option<mpsc::Receiver<HolderAnswer>>,
 }
 
 impl<F> Inbound<F> {
@@ -131,6 +136,14 @@ impl<F> Inbound<F> {
                 break;
             }
         }
+    }
+}
+
+/// The next answer of the key holder, or never without one.
+async fn next_answer(holder: &mut Option<mpsc::Receiver<HolderAnswer>>) -> Option<HolderAnswer> {
+    match holder {
+        Some(h) => h.recv().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -158,6 +171,7 @@ pub(crate) async fn serve<H: Hosted>(
         Tick,
         Listener(ConnId, Charged<F>),
         Link(Charged<F>),
+        Holder(HolderAnswer),
     }
     let mut stop_deadline: Option<Instant> = None;
     let mut last_refresh = (!H::REFRESH_AT_ONCE).then(Instant::now);
@@ -174,6 +188,7 @@ pub(crate) async fn serve<H: Hosted>(
             _ = tick.tick() => Wake::Tick,
             Some((conn, frame)) = inbound.listener.recv() => Wake::Listener(conn, frame),
             Some(frame) = inbound.links.recv() => Wake::Link(frame),
+            Some(answer) = next_answer(&mut inbound.holder) => Wake::Holder(answer),
         };
         let t = Instant::now();
         match wake {
@@ -196,6 +211,7 @@ pub(crate) async fn serve<H: Hosted>(
                 host.link_frame(frame.take());
                 inbound.drain(&mut host);
             }
+            Wake::Holder(answer) => host.holder_answer(answer),
         }
         let took = t.elapsed();
         let depths = Depths {
@@ -280,7 +296,11 @@ mod tests {
         let (listener_tx, listener) = mpsc::channel(16);
         let (links_tx, links) = mpsc::channel(16);
         (
-            Inbound { listener, links },
+            Inbound {
+                listener,
+                links,
+                holder: None,
+            },
             Opening::new(listener_tx, as_received(), budget(), dropped()),
             Opening::new(links_tx, as_received(), budget(), dropped()),
         )

@@ -10,7 +10,7 @@
 use crate::endpoints::{
     bind_endpoints, inbound_queue, link_config, replica_preopen, send_to_peer, Endpoints,
 };
-use crate::holder::load_keys;
+use crate::holder::{call_holder, load_keys, HolderDesk};
 use crate::host::{now_ms, serve, tick_period, Depths, Hosted, Inbound, Signals, Stop};
 use crate::metrics::Metrics;
 use crate::status::{RecoveryBreakdown, StatusReport};
@@ -137,6 +137,8 @@ struct Node<S: Service, O: Outgoing> {
     /// What stands between the core's frames and the links: nothing ([`crate::Direct`]) in a
     /// correct replica, the attack harness's interposer in a faulty one.
     outgoing: O,
+    /// The key holder's thread, with session keys (the core's `Effect::Holder`).
+    holder: Option<HolderDesk>,
 }
 
 impl<S: Service, O: Outgoing> Node<S, O> {
@@ -192,6 +194,9 @@ impl<S: Service, O: Outgoing> Node<S, O> {
                     }
                 }
                 Effect::Event(ev) => self.event(ev, conn),
+                Effect::Holder(call) => {
+                    call_holder(&self.holder, Principal::Replica(self.id), call);
+                }
             }
         }
         self.effects = effects;
@@ -595,6 +600,10 @@ impl<S: Service, O: Outgoing> Hosted for Node<S, O> {
         self.input(Input::Preopened(frame), None);
     }
 
+    fn holder_answer(&mut self, answer: redoubt_core::HolderAnswer) {
+        self.input(Input::Holder(answer), None);
+    }
+
     fn refresh(&mut self) {
         self.update_status();
     }
@@ -833,6 +842,7 @@ pub async fn run_replica_with<S: Service + Send + 'static, O: Outgoing + 'static
     );
     let listener_queue = QueueGauges::new(&metrics, "listener_inbound", listener_budget);
     let link_queue = QueueGauges::new(&metrics, "link_inbound", link_budget);
+    let (holder, holder_answers) = HolderDesk::for_keys(replica.auth(), Principal::Replica(id));
     let mut node = Node {
         id,
         replica,
@@ -868,6 +878,7 @@ pub async fn run_replica_with<S: Service + Send + 'static, O: Outgoing + 'static
         link_queue,
         bytes_received: 0,
         outgoing: hooks.outgoing,
+        holder,
     };
     node.metrics
         .key_refresh_period_seconds
@@ -891,6 +902,7 @@ pub async fn run_replica_with<S: Service + Send + 'static, O: Outgoing + 'static
     let inbound = Inbound {
         listener: in_rx,
         links: link_rx,
+        holder: holder_answers,
     };
     serve(node, signals, inbound, tick_period(&cfg)).await;
     Ok(())

@@ -34,6 +34,7 @@ mod execs;
 mod filters;
 mod flaky;
 mod frames;
+mod holders;
 mod join;
 mod network;
 mod nonces;
@@ -120,6 +121,12 @@ enum Ev {
         r: ReplicaId,
         recovered_at: u64,
         target: u64,
+    },
+    /// The key holder of `to` (in its life `life`) answers a call (`holders.rs`).
+    HolderAnswer {
+        to: Principal,
+        life: u64,
+        call: redoubt_core::HolderCall,
     },
 }
 
@@ -588,8 +595,6 @@ impl World {
                     self.join_on_delivery(r, &bytes);
                 }
                 let env = self.replica_env(r);
-                let keys_before = self.replicas[r as usize].stats.new_keys_accepted;
-                let forgotten_before = self.replicas[r as usize].stats.view_changes_forgotten;
                 let suspected_before = self.replicas[r as usize].stats.leaders_suspected;
                 self.join_before(r, from);
                 self.replica_deliveries += 1;
@@ -599,13 +604,6 @@ impl World {
                 } else {
                     self.replicas[r as usize].handle(env, Input::Receive(&bytes))
                 };
-                let accepted = self.replicas[r as usize].stats.new_keys_accepted > keys_before;
-                if accepted {
-                    self.new_key_accepted(r, &bytes);
-                }
-                let forgotten =
-                    self.replicas[r as usize].stats.view_changes_forgotten - forgotten_before;
-                self.check_new_key_replay(r, &bytes, accepted, forgotten);
                 self.join_handled(r, suspected_before);
                 self.replica_effects(r, eff);
                 self.join_after();

@@ -37,7 +37,8 @@ mod transfer;
 
 use crate::effect::{Bytes, Effect, Env, Event};
 use crate::execution::{Execution, Step};
-use crate::keys::{Accepted, KeyTable, NewKey};
+use crate::holder::HolderResult;
+use crate::keys::{Accepted, HolderError, KeyTable, NewKey};
 use crate::message::*;
 use crate::replica::Input;
 use crate::seal::{open, seal};
@@ -266,6 +267,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             // Execution nodes have no view to step down from, and do not recover
             // proactively (module documentation).
             Input::StepDown | Input::Recover => {}
+            Input::Holder(answer) => self.on_holder_answer(answer),
         }
         for c in self.exec.state_mut().take_commits() {
             self.effects.push(Effect::CommitState(c));
@@ -276,6 +278,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     /// Checks the node's invariants; `Err` names the first that fails.
     pub fn check_invariants(&self) -> Result<(), String> {
         self.exec.check_invariants()?;
+        self.keying.calls.check_with(self.auth.session_ref())?;
         let window = self.cfg.log_size;
         if self.orders.len() > self.cfg.n() as usize * window as usize {
             return Err(format!("{} certificate pieces held", self.orders.len()));
@@ -398,22 +401,55 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         if nk.from != from && !relayed {
             return Err(Reject::Inconsistent);
         }
-        let now = self.env.now_ms;
-        let Some(s) = self.auth.session() else {
+        let Some(s) = self.auth.session_ref() else {
             return Err(Reject::Unexpected);
         };
-        match s.accept(&nk, now) {
-            Ok(Accepted::Replica(r)) => {
-                // What it sent before may have been sent while it was compromised.
-                self.orders.forget_from(r);
-                Ok(())
+        match s.check(&nk).map_err(crate::holder::reject_of)? {
+            crate::keys::Check::Again(_) => {}
+            crate::keys::Check::Admit => {
+                if let Some(call) = self.keying.calls.admit(nk, self.env.now_ms) {
+                    self.effects.push(Effect::Holder(call));
+                }
             }
-            Ok(Accepted::Client(_) | Accepted::Executor(_) | Accepted::Again(_)) => Ok(()),
-            Err(crate::keys::NewKeyError::Stale) => Err(Reject::Stale),
-            Err(crate::keys::NewKeyError::BadSignature) => Err(Reject::BadSignature),
-            Err(crate::keys::NewKeyError::UnknownSender) => Err(Reject::UnknownSender),
-            Err(crate::keys::NewKeyError::NoKey) => Err(Reject::Inconsistent),
-            Err(crate::keys::NewKeyError::Holder) => Err(Reject::KeyHolder),
+        }
+        Ok(())
+    }
+
+    /// The key holder answered a call of ours: a NEW-KEY's key is installed, or our own
+    /// refresh goes out.
+    fn on_holder_answer(&mut self, answer: crate::holder::HolderAnswer) {
+        let what = self.keying.calls.answered(answer.id, self.env.now_ms);
+        self.holder_done(what, Some(answer.result));
+    }
+
+    /// A call is done: answered with `result`, or given up (`None`, see
+    /// `crate::holder::CALL_TIMEOUT_MS`).
+    fn holder_done(&mut self, what: crate::holder::Answered, result: Option<HolderResult>) {
+        use crate::holder::Answered;
+        match what {
+            Answered::Admission(a) => {
+                let (nk, next) = *a;
+                if let Some(call) = next {
+                    self.effects.push(Effect::Holder(call));
+                }
+                let admitted = HolderResult::admitted(result);
+                let Some(s) = self.auth.session() else {
+                    return;
+                };
+                match s.install(&nk, admitted, self.env.now_ms) {
+                    Ok(Accepted::Replica(r)) => {
+                        // What it sent before may have been sent while it was compromised.
+                        self.orders.forget_from(r);
+                    }
+                    Ok(Accepted::Client(_) | Accepted::Executor(_) | Accepted::Again(_)) => {}
+                    Err(e) => self.reject(nk.from, "new-key", crate::holder::reject_of(e)),
+                }
+                for m in self.keying.calls.release(nk.from) {
+                    self.send(nk.from, &m);
+                }
+            }
+            Answered::Refresh => self.refreshed(HolderResult::made(result)),
+            Answered::Unknown => {}
         }
     }
 
@@ -838,35 +874,63 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     }
 
     /// With session keys: fresh keys for the replicas and the other execution nodes every
-    /// `key_refresh_ms` (BFT-PR §4.1); clients' keys expire when not refreshed.
+    /// `key_refresh_ms` (BFT-PR §4.1), asked of the key holder (sent when it answers, see
+    /// `refreshed`); clients' keys expire when not refreshed.
     fn tick_keys(&mut self) {
         let now = self.env.now_ms;
+        for what in self.keying.calls.expired(now) {
+            self.holder_done(what, None);
+        }
         if self.auth.session_ref().is_none() || !self.keying.refresh_due(now) {
             return;
         }
+        let peers = self.key_peers();
+        let lifetime = self.cfg.client_key_lifetime_ms;
+        let Some(s) = self.auth.session() else {
+            return;
+        };
+        s.expire_clients(now, lifetime);
+        if self.keying.calls.refreshing() {
+            return;
+        }
+        let request = s.refresh_request(&peers);
+        if let Some(call) = self.keying.calls.refresh(request, now) {
+            self.effects.push(Effect::Holder(call));
+        }
+    }
+
+    /// Who our NEW-KEYs go to: the replicas and the other execution nodes; behind a firewall
+    /// only the peers (nothing of ours reaches the agreement nodes but signature shares).
+    fn key_peers(&self) -> Vec<Principal> {
         let me = self.id;
-        // Behind a firewall only the peers: nothing of ours reaches the agreement nodes but
-        // signature shares.
         let replicas = if self.cfg.firewall() { 0 } else { self.cfg.n() };
-        let peers: Vec<Principal> = (0..replicas)
+        (0..replicas)
             .map(Principal::Replica)
             .chain(
                 (0..self.cfg.executors)
                     .filter(|e| *e != me)
                     .map(Principal::Executor),
             )
-            .collect();
-        let lifetime = self.cfg.client_key_lifetime_ms;
+            .collect()
+    }
+
+    /// The key holder answered our refresh: the fresh keys are installed and the NEW-KEY goes
+    /// out.
+    fn refreshed(
+        &mut self,
+        made: Result<(NewKey, Vec<(Principal, redoubt_crypto::MacKey)>), HolderError>,
+    ) {
+        let now = self.env.now_ms;
         let Some(s) = self.auth.session() else {
             return;
         };
-        s.expire_clients(now, lifetime);
-        match s.refresh(&peers) {
-            Ok(nk) => {
+        match made {
+            Ok((nk, fresh)) => {
+                s.install_refresh(nk.clone(), fresh);
                 self.keying.refreshed(now, &self.cfg);
                 self.stats.key_refreshes += 1;
                 let m = Message::NewKey(nk);
-                for p in peers {
+                for p in self.key_peers() {
                     self.send(p, &m);
                 }
                 self.event(Event::KeysRefreshed);
@@ -933,6 +997,9 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     // ----- sending --------------------------------------------------------------------------
 
     fn send(&mut self, to: Principal, msg: &Message) {
+        if self.keying.calls.hold(to, msg) {
+            return; // its NEW-KEY is being admitted: sent under the new key once it is
+        }
         let bytes = Arc::new(seal(&self.auth, msg, Some(to), self.cfg.n()));
         self.effects.push(Effect::Send { to, bytes });
     }

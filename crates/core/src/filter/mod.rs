@@ -192,7 +192,8 @@ impl Filter {
         match input {
             Input::Receive(bytes) => self.receive(bytes),
             Input::Preopened(p) => self.receive(p.bytes()),
-            Input::Tick | Input::StepDown | Input::Recover => {}
+            // Filters hold no session keys and call no key holder.
+            Input::Tick | Input::StepDown | Input::Recover | Input::Holder(_) => {}
         }
         std::mem::take(&mut self.effects)
     }

@@ -236,3 +236,37 @@ fn a_repeated_replica_new_key_is_recognised_without_the_key_holder() {
     assert_eq!(r1.accept(&next, 0), Ok(Accepted::Replica(0)));
     assert_eq!(admits.load(Ordering::SeqCst), 2);
 }
+
+/// Admissions answered out of order (the key holder is asked through effects): a NEW-KEY's
+/// key installed after a newer one of the same sender would roll the sender's key back, so
+/// the older answer changes nothing. A forged NEW-KEY never reaches the key holder.
+#[test]
+fn an_admission_answered_after_a_newer_key_was_installed_changes_nothing() {
+    let ps = [Principal::Replica(0), Principal::Replica(1)];
+    let (_, mut ks) = setup(&ps);
+    let older = ks[0].refresh(&ps[1..2]).unwrap();
+    let newer = ks[0].refresh(&ps[1..2]).unwrap();
+    assert_eq!(ks[1].check(&older), Ok(Check::Admit));
+    assert_eq!(ks[1].check(&newer), Ok(Check::Admit));
+    // The key holder admits both, in order; the answers come back the other way round.
+    let holder = ks[1].holder();
+    let a_older = holder.lock().unwrap().admit(&older);
+    let a_newer = holder.lock().unwrap().admit(&newer);
+    assert_eq!(ks[1].install(&newer, a_newer, 0), Ok(Accepted::Replica(0)));
+    assert_eq!(
+        ks[1].install(&older, a_older, 0),
+        Err(NewKeyError::Stale),
+        "the older key is not installed over the newer"
+    );
+    let d = Digest::of(b"m");
+    let mac = ks[1].mac_to(ps[0], &d).unwrap();
+    assert!(
+        ks[0].verify_from(ps[1], 0, &d, &mac),
+        "the newer key is in force"
+    );
+    assert_eq!(ks[1].check(&newer), Ok(Check::Again(ps[0])));
+    assert_eq!(ks[1].check(&older), Err(NewKeyError::Stale));
+    let mut forged = ks[0].refresh(&ps[1..2]).unwrap();
+    forged.keys[0].1[3] ^= 1;
+    assert_eq!(ks[1].check(&forged), Err(NewKeyError::BadSignature));
+}

@@ -84,6 +84,8 @@ pub enum Input<'a> {
     Tick,
     /// The primary is about to stop (for recovery or shutdown): hand over to the next view.
     StepDown,
+    /// The key holder's answer to a call this node made (an [`Effect::Holder`]).
+    Holder(crate::holder::HolderAnswer),
     /// Proactive recovery (BFT-PR §4.4): the host restarted this replica from its saved state
     /// with trusted code; discard client keys, refresh keys, estimate, send the recovery
     /// request, check and fetch state. Needs session keys.
@@ -423,6 +425,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .store
             .check_invariants()
             .map_err(|e| format!("view-change messages: {e}"))?;
+        self.keying.calls.check_with(self.auth.session_ref())?;
         self.ordering
             .ckpt_votes
             .check_invariants()
@@ -486,6 +489,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 }
             }
             Input::Recover => self.start_recovery(),
+            Input::Holder(answer) => self.on_holder_answer(answer),
         }
         self.hand_over_state_commits();
         if out.is_empty() {
@@ -506,7 +510,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     fn send(&mut self, to: Principal, msg: &Message) {
-        if self.above_cap(msg) {
+        if self.above_cap(msg) || self.keying.calls.hold(to, msg) {
             return;
         }
         let bytes = self.seal(msg, Some(to));
@@ -528,6 +532,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.flush_deferred_commits();
         let bytes = self.seal(msg, None);
         self.out.effects.push(Effect::Broadcast { bytes });
+        // A replica whose NEW-KEY is being admitted refuses this copy: it gets its own later.
+        for r in (0..self.cfg.n()).filter(|r| *r != self.id) {
+            self.keying.calls.hold(Principal::Replica(r), msg);
+        }
     }
 
     /// Hands the state's new moves of its durable base to the host, ahead of whatever the

@@ -5,7 +5,9 @@
 
 use super::recovery::recovery_of;
 use super::*;
-use crate::keys::{Accepted, NewKeyError};
+use crate::holder::{reject_of, Answered, HolderResult};
+use crate::keys::{Accepted, Admitted, Check, HolderError};
+use redoubt_crypto::MacKey;
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
     // ----- session keys -----------------------------------------------------------------------
@@ -15,41 +17,68 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.auth.session_ref().is_some()
     }
 
-    /// Sends a NEW-KEY with fresh keys for every other replica. Applies the freshness rule:
-    /// certificates not yet complete are dropped, since their messages were authenticated
-    /// with keys now retired (peers retransmit what is still needed).
+    /// Asks the key holder for a NEW-KEY with fresh keys for every other replica (sent when
+    /// it answers, see `refreshed`); nothing while a refresh is in flight.
     pub(super) fn rekey(&mut self) {
         if self.out.replaying {
             self.keying.refresh_soon();
             return;
         }
-        // Separated: the execution nodes get our keys too (they send us acknowledgements);
-        // behind a firewall they send us nothing but certificates, and are out of reach.
+        if self.keying.calls.refreshing() {
+            return;
+        }
+        let peers = self.key_peers();
+        let Some(s) = self.auth.session_ref() else {
+            return;
+        };
+        let request = s.refresh_request(&peers);
+        if let Some(call) = self.keying.calls.refresh(request, self.now()) {
+            self.out.effects.push(Effect::Holder(call));
+        }
+    }
+
+    /// Who our NEW-KEYs go to: every other replica, and in the separated deployment the
+    /// execution nodes (they send us acknowledgements); behind a firewall they send us nothing
+    /// but certificates, and are out of reach.
+    fn key_peers(&self) -> Vec<Principal> {
         let executors = if self.cfg.firewall() {
             0
         } else {
             self.cfg.executors
         };
-        let peers: Vec<Principal> = (0..self.cfg.n())
+        (0..self.cfg.n())
             .filter(|r| *r != self.id)
             .map(Principal::Replica)
             .chain((0..executors).map(Principal::Executor))
-            .collect();
+            .collect()
+    }
+
+    /// The key holder answered our refresh: the fresh keys are installed and the NEW-KEY goes
+    /// out. Applies the freshness rule: certificates not yet complete are dropped, since their
+    /// messages were authenticated with keys now retired (peers retransmit what is still
+    /// needed). A recovery waiting for its keys goes on.
+    fn refreshed(&mut self, made: Result<(NewKey, Vec<(Principal, MacKey)>), HolderError>) {
         let now = self.now();
         let Some(s) = self.auth.session() else {
             return;
         };
-        match s.refresh(&peers) {
-            Ok(nk) => {
+        match made {
+            Ok((nk, fresh)) => {
+                s.install_refresh(nk.clone(), fresh);
                 self.keying.refreshed(now, &self.cfg);
                 self.stats.key_refreshes += 1;
                 self.drop_incomplete_certificates();
                 let nk = Message::NewKey(nk);
+                let peers = self.key_peers();
                 self.broadcast(&nk);
-                for e in 0..executors {
-                    self.send(Principal::Executor(e), &nk);
+                for p in peers
+                    .into_iter()
+                    .filter(|p| matches!(p, Principal::Executor(_)))
+                {
+                    self.send(p, &nk);
                 }
                 self.event(Event::KeysRefreshed);
+                self.keys_refreshed_for_recovery();
             }
             Err(e) => {
                 // Try again shortly; the old keys stay in force meanwhile.
@@ -118,41 +147,94 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
     }
 
+    /// A NEW-KEY arrived: what needs no key holder is checked here, and a genuine, fresh one
+    /// goes to the key holder for admission (its key is installed when the answer comes, see
+    /// `on_holder_answer`).
     pub(super) fn on_new_key(&mut self, from: Principal, nk: NewKey) -> Result<(), Reject> {
         if nk.from != from {
             return Err(Reject::Inconsistent);
         }
+        let Some(s) = self.auth.session_ref() else {
+            return Err(Reject::Unexpected);
+        };
+        match s.check(&nk).map_err(reject_of)? {
+            // A retransmission or a replay of what we installed: nothing to forget.
+            Check::Again(_) => Ok(()),
+            Check::Admit => {
+                if let Some(call) = self.keying.calls.admit(nk, self.now()) {
+                    self.out.effects.push(Effect::Holder(call));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The key holder answered a call of ours.
+    pub(super) fn on_holder_answer(&mut self, answer: crate::holder::HolderAnswer) {
+        let what = self.keying.calls.answered(answer.id, self.now());
+        self.holder_done(what, Some(answer.result));
+    }
+
+    /// Gives up the calls the key holder left unanswered too long (see
+    /// `crate::holder::CALL_TIMEOUT_MS`), as if they had failed.
+    fn expire_holder_calls(&mut self) {
+        for what in self.keying.calls.expired(self.now()) {
+            self.holder_done(what, None);
+        }
+    }
+
+    /// A call is done: answered with `result`, or given up (`None`).
+    fn holder_done(&mut self, what: Answered, result: Option<HolderResult>) {
+        match what {
+            Answered::Admission(a) => {
+                let (nk, next) = *a;
+                if let Some(call) = next {
+                    self.out.effects.push(Effect::Holder(call));
+                }
+                let admitted = HolderResult::admitted(result);
+                if let Err(reason) = self.admitted(&nk, admitted) {
+                    self.reject(nk.from, "new-key", reason);
+                }
+                for m in self.keying.calls.release(nk.from) {
+                    self.send(nk.from, &m);
+                }
+            }
+            Answered::Refresh => self.refreshed(HolderResult::made(result)),
+            // Not ours (a call of an earlier life, or given up before the answer came).
+            Answered::Unknown => {}
+        }
+    }
+
+    /// Installs the key of `nk` as the key holder admitted it, and forgets what its sender's
+    /// old keys authenticated.
+    fn admitted(
+        &mut self,
+        nk: &NewKey,
+        admitted: Result<Admitted, HolderError>,
+    ) -> Result<(), Reject> {
         let now = self.now();
         let Some(s) = self.auth.session() else {
             return Err(Reject::Unexpected);
         };
-        match s.accept(&nk, now) {
-            Ok(Accepted::Replica(r)) => {
+        match s.install(nk, admitted, now).map_err(reject_of)? {
+            Accepted::Replica(r) => {
                 self.stats.new_keys_accepted += 1;
                 self.forget_view_changes_of(Some(r));
-                Ok(())
             }
-            Ok(Accepted::Executor(e)) => {
+            Accepted::Executor(e) => {
                 self.stats.new_keys_accepted += 1;
                 self.executor_rekeyed(e);
-                Ok(())
             }
-            // A retransmission or a replay of what we installed: nothing to forget.
-            Ok(Accepted::Again(_)) => Ok(()),
-            Ok(Accepted::Client(_)) => {
+            Accepted::Again(_) => {}
+            Accepted::Client(_) => {
                 self.stats.new_keys_accepted += 1;
-                self.pass_client_key_on(&nk);
+                self.pass_client_key_on(nk);
                 // Requests that arrived before the key may verify now.
                 self.vouch_late();
                 self.vouch_after_leaving(None);
-                Ok(())
             }
-            Err(NewKeyError::Stale) => Err(Reject::Stale),
-            Err(NewKeyError::BadSignature) => Err(Reject::BadSignature),
-            Err(NewKeyError::UnknownSender) => Err(Reject::UnknownSender),
-            Err(NewKeyError::NoKey) => Err(Reject::Inconsistent),
-            Err(NewKeyError::Holder) => Err(Reject::KeyHolder),
         }
+        Ok(())
     }
 
     /// A replica sent us something we cannot authenticate: it may hold an old key of ours, so
@@ -195,6 +277,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if !self.uses_session_keys() {
             return;
         }
+        self.expire_holder_calls();
         let now = self.now();
         if self.keying.refresh_due(now) {
             self.rekey();

@@ -32,6 +32,9 @@ pub(super) fn recovery_of(c: ClientId, n: u32) -> Option<ReplicaId> {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Phase {
+    /// Waiting for the key holder's fresh keys: nothing received under the old ones (an
+    /// attacker who held this replica knows them) may count towards the estimate.
+    Keying,
     Estimating,
     Requesting,
     Fetching,
@@ -168,7 +171,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.rekey();
         let now = self.now();
         self.recovery = Some(Recovery {
-            phase: Phase::Estimating,
+            phase: Phase::Keying,
             started_ms: now,
             nonce: self.env.entropy,
             c_min: BTreeMap::new(),
@@ -187,6 +190,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         });
         self.event(Event::RecoveryStarted);
         self.drive_recovery();
+    }
+
+    /// Our keys were refreshed: a recovery waiting for them starts its estimate.
+    pub(super) fn keys_refreshed_for_recovery(&mut self) {
+        let now = self.now();
+        if let Some(rec) = self.recovery.as_mut().filter(|r| r.phase == Phase::Keying) {
+            rec.phase = Phase::Estimating;
+            rec.next_retry_ms = now;
+            self.drive_recovery();
+        }
     }
 
     /// Whether a recovery is in progress.
@@ -422,6 +435,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         };
         let now = self.now();
         match rec.phase {
+            // `keys_refreshed_for_recovery` moves on; a failed refresh is retried by the tick.
+            Phase::Keying => {}
             Phase::Estimating => {
                 if let Some(c_m) = self.estimate(&rec) {
                     rec.h_m = c_m + self.cfg.log_size;

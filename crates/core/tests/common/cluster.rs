@@ -183,6 +183,8 @@ impl Builder {
             completions: Vec::new(),
             accepted: Vec::new(),
             prime_keys,
+            holding: BTreeSet::new(),
+            held: Vec::new(),
         }
     }
 }
@@ -210,6 +212,10 @@ pub struct Cluster {
     accepted: Vec<(Principal, KeyOutcome)>,
     /// Prime: the replicas' public order keys and each one's own, given again at a restart.
     prime_keys: Option<PrimeKeys>,
+    /// Replicas whose key holder keeps its answers back (see [`Cluster::hold_key_holder`]),
+    /// and the calls it holds.
+    holding: BTreeSet<ReplicaId>,
+    held: Vec<(ReplicaId, HolderCall)>,
 }
 
 type PrimeKeys = (
@@ -705,8 +711,10 @@ impl Cluster {
     /// Routes the effects of a step of `from`: frames to the network, records to its
     /// journal, events to the log.
     fn route(&mut self, from: Principal, effects: Vec<Effect>) -> Out {
+        let mut calls = Vec::new();
         for e in &effects {
             match e {
+                Effect::Holder(call) => calls.push(call.clone()),
                 Effect::Send { to, bytes } => {
                     self.queue(from, *to, bytes.clone(), super::decode(bytes));
                 }
@@ -737,7 +745,47 @@ impl Cluster {
                 }
             }
         }
-        Out { effects }
+        let mut out = Out { effects };
+        // The key holder answers at once, in order (unless it holds its answers back).
+        let Principal::Replica(i) = from else {
+            return out;
+        };
+        if self.holding.contains(&i) {
+            self.held.extend(calls.into_iter().map(|c| (i, c)));
+            return out;
+        }
+        out.extend(self.answer_calls(i, calls));
+        out
+    }
+
+    /// Replica `i`'s key holder keeps its answers back until [`Cluster::release_key_holder`].
+    pub fn hold_key_holder(&mut self, i: ReplicaId) {
+        self.holding.insert(i);
+    }
+
+    /// Replica `i`'s key holder answers what it held, and answers at once from now on.
+    pub fn release_key_holder(&mut self, i: ReplicaId) -> Out {
+        self.holding.remove(&i);
+        let (calls, kept): (Vec<_>, Vec<_>) = self.held.drain(..).partition(|(r, _)| *r == i);
+        self.held = kept;
+        self.answer_calls(i, calls.into_iter().map(|(_, c)| c).collect())
+    }
+
+    /// Replica `i`'s key holder answers `calls`, in order.
+    fn answer_calls(&mut self, i: ReplicaId, calls: Vec<HolderCall>) -> Out {
+        let mut out = Out::default();
+        for call in calls {
+            let holder = self
+                .replica(i)
+                .auth()
+                .session_ref()
+                .expect("only nodes with session keys call their key holder")
+                .holder();
+            let answer =
+                redoubt_core::holder::perform(holder.lock().expect("key holder").as_mut(), &call);
+            out.extend(self.input(i, Input::Holder(answer)));
+        }
+        out
     }
 
     fn deliver_envelope(&mut self, e: Envelope) -> Out {

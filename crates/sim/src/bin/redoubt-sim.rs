@@ -168,6 +168,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         let mut collusion = None;
+        let sc_holder_delay_ms = sc.holder_delay_ms;
         let out = if args.scenario.as_deref() == Some("colluding-client") {
             let report = redoubt_sim::runner::colluding_client(seed, args.trace);
             let line = format!(
@@ -233,6 +234,13 @@ fn main() -> ExitCode {
                 w,
                 "  {} old NEW-KEYs replayed to replicas right after they rebooted",
                 out.stats.new_keys_replayed
+            );
+        }
+        if out.stats.holder_calls > 0 {
+            let _ = writeln!(
+                w,
+                "  {} key-holder calls answered up to {}ms late, {} answers lost to a restart",
+                out.stats.holder_calls, sc_holder_delay_ms, out.stats.holder_answers_lost
             );
         }
         if out.stats.power_cuts_mid_step > 0 {

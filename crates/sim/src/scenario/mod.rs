@@ -430,6 +430,9 @@ pub struct Scenario {
     /// With session keys: the probability that a call to a key holder (any principal's)
     /// fails, before the holder acted or after (its answer lost). 0 in most seeds.
     pub holder_fail: f64,
+    /// Key holders answer each call up to this many ms late (drawn per call), so answers
+    /// come out of order (see `world/holders.rs`).
+    pub holder_delay_ms: u64,
 }
 
 impl Scenario {
@@ -595,6 +598,7 @@ impl Scenario {
             throughput_share: None,
             bounded_delay: false,
             holder_fail: 0.0,
+            holder_delay_ms: 0,
         }
     }
 

@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// The share of seeds whose key holders answer up to half a second late
+/// ([`Scenario::holder_delay_ms`]).
+const HOLDER_SLOW_SEEDS: f64 = 0.2;
 /// The share of seeds whose key holders fail now and then ([`Scenario::holder_fail`]).
 const HOLDER_FAIL_SEEDS: f64 = 0.1;
 
@@ -308,6 +311,13 @@ impl Scenario {
         if holders.random_bool(HOLDER_FAIL_SEEDS) {
             s.holder_fail = holders.random_range(0.01..0.2);
         }
+        // Key holders answer within 20 ms (a sync to disk), and in a fifth of the seeds
+        // within half a second (an overloaded machine).
+        s.holder_delay_ms = if holders.random_bool(HOLDER_SLOW_SEEDS) {
+            holders.random_range(50..=500)
+        } else {
+            holders.random_range(0..=20)
+        };
         s
     }
 }

@@ -27,6 +27,7 @@ impl World {
                 }
                 Effect::Event(ev) => self.observe(r, ev),
                 e @ (Effect::Persist(_) | Effect::CommitState(_)) => self.write(r, e),
+                Effect::Holder(call) => self.holder_call(Principal::Replica(r), call),
             }
         }
     }
@@ -64,7 +65,8 @@ impl World {
                 // What it did in memory before the failure is still checked.
                 Effect::Event(ev) => self.observe(r, ev),
                 Effect::Persist(_) | Effect::CommitState(_) => writes.push(e),
-                Effect::Send { .. } | Effect::Broadcast { .. } => {}
+                // Nothing leaves the process: no message, no call to the key holder.
+                Effect::Send { .. } | Effect::Broadcast { .. } | Effect::Holder(_) => {}
             }
         }
         let total = writes.len();

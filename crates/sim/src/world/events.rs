@@ -250,6 +250,7 @@ impl World {
                 recovered_at,
                 target,
             } => self.recovered_check(r, recovered_at, target),
+            Ev::HolderAnswer { to, life, call } => self.holder_answer(to, life, call),
             Ev::StepDown => {
                 // The replica that believes it is primary hands over.
                 for r in 0..self.sc.core.n() {

@@ -124,6 +124,21 @@ impl World {
         self.exec_effects(e, eff);
     }
 
+    /// Execution node `e`'s key holder answers `call` (see `holders.rs`).
+    pub(super) fn exec_holder_answer(&mut self, e: ExecutorId, call: redoubt_core::HolderCall) {
+        if self.execs[e as usize].off {
+            return;
+        }
+        let holder = self.execs[e as usize].core.auth().holder();
+        let answer =
+            redoubt_core::holder::perform(holder.lock().expect("key holder").as_mut(), &call);
+        let env = self.env();
+        let eff = self.execs[e as usize]
+            .core
+            .handle(env, Input::Holder(answer));
+        self.exec_effects(e, eff);
+    }
+
     fn exec_effects(&mut self, e: ExecutorId, effects: Vec<Effect>) {
         let faulty = self.exec_faulty(e);
         if !faulty {
@@ -135,6 +150,7 @@ impl World {
             match eff {
                 Effect::Send { to, bytes } => self.exec_send(e, to, bytes.to_vec()),
                 Effect::Broadcast { .. } | Effect::Persist(_) => {}
+                Effect::Holder(call) => self.holder_call(Principal::Executor(e), call),
                 Effect::CommitState(c) => {
                     let mut store = self.execs[e as usize].store.clone();
                     if let Err(err) = c.apply(&mut store) {

@@ -11,6 +11,7 @@
 //! client's own retransmission of its current key, and allowed.)
 
 use super::*;
+use redoubt_core::NewKey;
 use std::collections::VecDeque;
 
 /// Distinct NEW-KEY frames kept per sender.
@@ -27,7 +28,7 @@ pub(super) struct NewKeys {
     accepted: BTreeMap<(ReplicaId, Principal), u64>,
     /// Each replica's latest NEW-KEY frame seen on the network (for the replaying client).
     latest: BTreeMap<ReplicaId, Vec<u8>>,
-    /// Per replica, the NEW-KEY frames delivered to it in its current life (digests).
+    /// Per replica, the NEW-KEYs it installed in its current life (fingerprints).
     delivered: BTreeMap<ReplicaId, BTreeSet<[u8; 32]>>,
 }
 
@@ -80,30 +81,27 @@ impl World {
         }
     }
 
-    /// The check of replays (second review, G3): a NEW-KEY frame replica `r` accepted
-    /// before in this life, delivered again, must not make it forget anything (`forgotten`:
-    /// how many view-change messages the delivery made it drop; `accepted`: whether it
-    /// accepted the frame as a new key).
+    /// The check of replays (second review, G3): a NEW-KEY replica `r` accepted before in
+    /// this life, admitted again, must not make it forget anything (`forgotten`: how many
+    /// view-change messages installing it made it drop; `accepted`: whether it was installed
+    /// as a new key).
     pub(super) fn check_new_key_replay(
         &mut self,
         r: ReplicaId,
-        bytes: &[u8],
+        nk: &NewKey,
         accepted: bool,
         forgotten: u64,
     ) {
-        if !is_new_key(bytes) {
-            return;
-        }
-        let digest = *blake3::hash(bytes).as_bytes();
+        let print = nk.fingerprint().0;
         let seen = self.new_keys.delivered.entry(r).or_default();
-        let again = seen.contains(&digest);
+        let again = seen.contains(&print);
         if accepted {
-            seen.insert(digest);
+            seen.insert(print);
         }
         let correct = !self.faulty.contains(&r) && !self.adversary.controls(r);
         if again && correct && forgotten > 0 {
             self.violation(format!(
-                "r{r} forgot {forgotten} view-change messages on a NEW-KEY it had been delivered \
+                "r{r} forgot {forgotten} view-change messages on a NEW-KEY it had installed \
                  before (a replay)"
             ));
         }
@@ -152,15 +150,8 @@ impl World {
         }
     }
 
-    /// A frame was delivered to replica `r` and its count of accepted NEW-KEYs went up: the
-    /// frame is that NEW-KEY.
-    pub(super) fn new_key_accepted(&mut self, r: ReplicaId, bytes: &[u8]) {
-        let Ok(frame) = decode_frame(bytes, usize::MAX) else {
-            return;
-        };
-        let Ok(Message::NewKey(nk)) = decode_body(&frame.body) else {
-            return;
-        };
+    /// Replica `r` installed `nk` as a new key.
+    pub(super) fn new_key_accepted(&mut self, r: ReplicaId, nk: &NewKey) {
         let prev = self.new_keys.accepted.get(&(r, nk.from)).copied();
         let correct = !self.faulty.contains(&r) && !self.adversary.controls(r);
         if let (Some(m), Principal::Client(c), true) = (prev, nk.from, correct) {

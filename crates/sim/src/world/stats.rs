@@ -64,6 +64,10 @@ pub struct RunStats {
     pub store_base_tampered: u64,
     /// Old NEW-KEY frames replayed to replicas right after they rebooted.
     pub new_keys_replayed: u64,
+    /// Calls replicas and execution nodes made to their key holders, and answers lost
+    /// because the caller restarted or crashed before they came (`holders.rs`).
+    pub holder_calls: u64,
+    pub holder_answers_lost: u64,
     /// Power failures in the middle of a replica's step (part of its writes lost).
     pub power_cuts_mid_step: u64,
     /// Separated deployment: checkpoints correct execution nodes fetched from their peers.

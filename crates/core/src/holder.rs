@@ -1,0 +1,448 @@
+//! Key-holder work as effects: what a replica or an execution node asks its key holder leaves
+//! `handle` as an [`Effect::Holder`](crate::Effect::Holder) and its answer comes back as an
+//! input, so the protocol thread never waits on the key holder (in a deployment a process
+//! behind a Unix socket that syncs its counters to disk before it answers). The host performs a
+//! call with [`perform`] off the protocol thread; the simulator delays, reorders and fails
+//! answers.
+//!
+//! Refreshing the node's own keys is asked this way (fresh keys for the recipients, sealed to
+//! each, and the NEW-KEY signed: [`HolderRequest::NewKey`]); at most one refresh is in flight,
+//! and the keys are installed when the answer comes. Admitting a peer's NEW-KEY is asked this
+//! way too. A node first checks what needs no key holder
+//! ([`SessionKeys::check`](crate::keys::SessionKeys::check): the sender, the signature, the
+//! counter against what it installed), so only genuine NEW-KEYs reach [`Admissions`]: per
+//! sender at most one admission in flight and one waiting (the newest), a bound set by the
+//! directory. An answer arriving after a newer key of the same sender was installed changes
+//! nothing (see [`SessionKeys::install`](crate::keys::SessionKeys::install)).
+
+use crate::keys::{seal_info, Admitted, HolderError, KeyHolder, NewKey, NewKeyError, Purpose};
+use crate::message::{Message, Reject};
+use crate::types::Principal;
+use redoubt_crypto::pk::SealPublicKey;
+use redoubt_crypto::MacKey;
+use std::collections::{BTreeMap, VecDeque};
+
+/// A call to the key holder, named by `id` (unique within the node's life).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HolderCall {
+    pub id: u64,
+    pub request: HolderRequest,
+}
+
+/// What the key holder is asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HolderRequest {
+    /// Admit a peer's NEW-KEY (see [`KeyHolder::admit`]).
+    Admit(NewKey),
+    /// Draw a fresh key for each recipient, seal it to the recipient's public key, and sign
+    /// the NEW-KEY of `from` carrying them.
+    NewKey {
+        from: Principal,
+        recipients: Vec<(Principal, SealPublicKey)>,
+    },
+}
+
+/// The key holder's answer to the call `id`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HolderAnswer {
+    pub id: u64,
+    pub result: HolderResult,
+}
+
+/// What the key holder answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HolderResult {
+    Admitted(Result<Admitted, HolderError>),
+    /// The signed NEW-KEY and the fresh keys it carries, per recipient.
+    NewKey(Result<(NewKey, Vec<(Principal, MacKey)>), HolderError>),
+}
+
+/// Performs `call` with `holder` (hosts do, off the protocol thread).
+pub fn perform(holder: &mut dyn KeyHolder, call: &HolderCall) -> HolderAnswer {
+    let result = match &call.request {
+        HolderRequest::Admit(nk) => HolderResult::Admitted(holder.admit(nk)),
+        HolderRequest::NewKey { from, recipients } => {
+            HolderResult::NewKey(make_new_key(holder, *from, recipients))
+        }
+    };
+    HolderAnswer {
+        id: call.id,
+        result,
+    }
+}
+
+impl HolderResult {
+    /// What a NEW-KEY's admission came to: this answer's, or a failure if the call was given
+    /// up (`None`) or answered with something else.
+    pub(crate) fn admitted(this: Option<HolderResult>) -> Result<Admitted, HolderError> {
+        match this {
+            Some(HolderResult::Admitted(a)) => a,
+            _ => Err(unanswered()),
+        }
+    }
+
+    /// What a refresh came to, likewise.
+    pub(crate) fn made(
+        this: Option<HolderResult>,
+    ) -> Result<(NewKey, Vec<(Principal, MacKey)>), HolderError> {
+        match this {
+            Some(HolderResult::NewKey(m)) => m,
+            _ => Err(unanswered()),
+        }
+    }
+}
+
+fn unanswered() -> HolderError {
+    HolderError::Unreachable("no answer from the key holder in time".into())
+}
+
+/// Fresh keys for `recipients`, sealed to each, in a NEW-KEY of `from` the holder signs.
+pub fn make_new_key(
+    holder: &mut dyn KeyHolder,
+    from: Principal,
+    recipients: &[(Principal, SealPublicKey)],
+) -> Result<(NewKey, Vec<(Principal, MacKey)>), HolderError> {
+    let mut sealed = Vec::with_capacity(recipients.len());
+    let mut fresh = Vec::with_capacity(recipients.len());
+    for (p, public) in recipients {
+        let k = holder.fresh_key()?;
+        sealed.push((*p, holder.seal(public, &seal_info(from, *p), &k)?));
+        fresh.push((*p, k));
+    }
+    let content = NewKey::content_digest(from, &sealed);
+    let (counter, sig) = holder.sign(Purpose::NewKey, &content)?;
+    let nk = NewKey {
+        from,
+        counter,
+        keys: sealed,
+        sig,
+    };
+    Ok((nk, fresh))
+}
+
+/// Why a NEW-KEY is refused, as a rejection.
+pub(crate) fn reject_of(e: NewKeyError) -> Reject {
+    match e {
+        NewKeyError::Stale => Reject::Stale,
+        NewKeyError::BadSignature => Reject::BadSignature,
+        NewKeyError::UnknownSender => Reject::UnknownSender,
+        NewKeyError::NoKey => Reject::Inconsistent,
+        NewKeyError::Holder => Reject::KeyHolder,
+    }
+}
+
+/// How long a call may go unanswered before it counts as failed (a host that lost it, a key
+/// holder that never answers): the key holder's own socket gives up after 5 s.
+pub const CALL_TIMEOUT_MS: u64 = 10_000;
+
+/// A node's calls to its key holder in flight: NEW-KEYs being admitted (per sender one in
+/// flight and the newest one waiting behind it) and at most one refresh of its own keys, each
+/// with the time it was made.
+#[derive(Debug, Default)]
+pub(crate) struct Calls {
+    next_id: u64,
+    in_flight: BTreeMap<u64, (NewKey, u64)>,
+    waiting: BTreeMap<Principal, NewKey>,
+    refresh: Option<(u64, u64)>,
+    /// Messages for principals whose NEW-KEY is being admitted, sent once it is: sent now
+    /// they would go under the key the principal just retired, and be refused.
+    held: BTreeMap<Principal, VecDeque<Message>>,
+    held_len: usize,
+}
+
+/// Messages held for one principal while its NEW-KEY is admitted, and for all of them: the
+/// oldest go first when full (what still matters is sent again by the protocol).
+const HELD_PER_PRINCIPAL: usize = 256;
+const HELD_MAX: usize = 4096;
+
+/// What an answer was about (see [`Calls::answered`]).
+pub(crate) enum Answered {
+    /// The admission of this NEW-KEY; the call for its sender's waiting one, if any (boxed:
+    /// the other answers are small).
+    Admission(Box<(NewKey, Option<HolderCall>)>),
+    /// Our refresh.
+    Refresh,
+    /// Not a call of ours (of an earlier life), or answered twice.
+    Unknown,
+}
+
+impl Calls {
+    /// `nk` (checked: genuine, and newer than what is installed) is to be admitted: returns
+    /// the call to make now, or `None` when one of its sender is in flight (it waits, unless
+    /// an equal or newer one already does) or this very NEW-KEY is.
+    pub(crate) fn admit(&mut self, nk: NewKey, now_ms: u64) -> Option<HolderCall> {
+        let from = nk.from;
+        if let Some((flying, _)) = self.in_flight.values().find(|(f, _)| f.from == from) {
+            if flying.counter < nk.counter
+                && self
+                    .waiting
+                    .get(&from)
+                    .is_none_or(|w| w.counter < nk.counter)
+            {
+                self.waiting.insert(from, nk);
+            }
+            return None;
+        }
+        Some(self.call_admit(nk, now_ms))
+    }
+
+    fn call_admit(&mut self, nk: NewKey, now_ms: u64) -> HolderCall {
+        let id = self.id();
+        self.in_flight.insert(id, (nk.clone(), now_ms));
+        HolderCall {
+            id,
+            request: HolderRequest::Admit(nk),
+        }
+    }
+
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// A refresh of our keys (`request`, a [`HolderRequest::NewKey`]): the call to make, or
+    /// `None` while one is in flight.
+    pub(crate) fn refresh(&mut self, request: HolderRequest, now_ms: u64) -> Option<HolderCall> {
+        if self.refresh.is_some() {
+            return None;
+        }
+        let id = self.id();
+        self.refresh = Some((id, now_ms));
+        Some(HolderCall { id, request })
+    }
+
+    /// Keeps `msg` for `to` if a NEW-KEY of `to` is being admitted (true), to be sent once it
+    /// is ([`Calls::release`]). NEW-KEYs themselves go at once: their signature is their
+    /// authentication.
+    pub(crate) fn hold(&mut self, to: Principal, msg: &Message) -> bool {
+        if matches!(msg, Message::NewKey(_)) || !self.admitting(to) {
+            return false;
+        }
+        let q = self.held.entry(to).or_default();
+        if q.len() >= HELD_PER_PRINCIPAL || self.held_len >= HELD_MAX {
+            if q.pop_front().is_none() {
+                return false; // full with other principals' messages: sent now, refused
+            }
+            self.held_len -= 1;
+        }
+        q.push_back(msg.clone());
+        self.held_len += 1;
+        true
+    }
+
+    /// The messages held for `to`, once no NEW-KEY of `to` is being admitted any more.
+    pub(crate) fn release(&mut self, to: Principal) -> Vec<Message> {
+        if self.admitting(to) {
+            return Vec::new();
+        }
+        let out: Vec<Message> = self.held.remove(&to).map(Vec::from).unwrap_or_default();
+        self.held_len -= out.len();
+        out
+    }
+
+    /// Whether a NEW-KEY of `p` is being admitted.
+    fn admitting(&self, p: Principal) -> bool {
+        self.in_flight.values().any(|(nk, _)| nk.from == p)
+    }
+
+    /// Whether a refresh of our keys is in flight.
+    pub(crate) fn refreshing(&self) -> bool {
+        self.refresh.is_some()
+    }
+
+    /// The answer to call `id` arrived at `now_ms`: what it was about.
+    pub(crate) fn answered(&mut self, id: u64, now_ms: u64) -> Answered {
+        if self.refresh.is_some_and(|(r, _)| r == id) {
+            self.refresh = None;
+            return Answered::Refresh;
+        }
+        let Some((nk, _)) = self.in_flight.remove(&id) else {
+            return Answered::Unknown;
+        };
+        let next = self
+            .waiting
+            .remove(&nk.from)
+            .map(|w| self.call_admit(w, now_ms));
+        Answered::Admission(Box::new((nk, next)))
+    }
+
+    /// The calls unanswered for [`CALL_TIMEOUT_MS`] at `now_ms`, given up (a late answer is
+    /// then ignored): what each was about, as if it had failed.
+    pub(crate) fn expired(&mut self, now_ms: u64) -> Vec<Answered> {
+        let late = |sent: u64| now_ms.saturating_sub(sent) >= CALL_TIMEOUT_MS;
+        let mut ids: Vec<u64> = self
+            .in_flight
+            .iter()
+            .filter(|(_, (_, sent))| late(*sent))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.extend(
+            self.refresh
+                .filter(|(_, sent)| late(*sent))
+                .map(|(id, _)| id),
+        );
+        ids.into_iter()
+            .map(|id| self.answered(id, now_ms))
+            .collect()
+    }
+
+    /// Admissions in flight and NEW-KEYs waiting (bounded by twice the directory).
+    pub(crate) fn len(&self) -> usize {
+        self.in_flight.len() + self.waiting.len()
+    }
+
+    /// [`Calls::check_invariants`] for a node whose session keys are `keys`.
+    pub(crate) fn check_with(&self, keys: Option<&crate::keys::SessionKeys>) -> Result<(), String> {
+        let senders = keys.map_or(0, |s| s.directory().keys.len());
+        self.check_invariants(senders)
+            .map_err(|e| format!("key-holder calls: {e}"))
+    }
+
+    /// Checks the bounds: per sender one admission in flight and one waiting, `senders` (the
+    /// directory's principals) at most.
+    pub(crate) fn check_invariants(&self, senders: usize) -> Result<(), String> {
+        if self.len() > 2 * senders {
+            return Err(format!(
+                "{} admissions for {senders} principals",
+                self.len()
+            ));
+        }
+        let mut senders = std::collections::BTreeSet::new();
+        for (nk, _) in self.in_flight.values() {
+            if !senders.insert(nk.from) {
+                return Err(format!("two admissions of {} in flight", nk.from));
+            }
+        }
+        for p in self.waiting.keys() {
+            if !senders.contains(p) {
+                return Err(format!("a NEW-KEY of {p} waits with none in flight"));
+            }
+        }
+        let held: usize = self.held.values().map(|q| q.len()).sum();
+        if held != self.held_len || held > HELD_MAX {
+            return Err(format!("{held} messages held, {} counted", self.held_len));
+        }
+        if let Some(p) = self.held.keys().find(|p| !senders.contains(p)) {
+            return Err(format!("messages held for {p} with no admission in flight"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redoubt_crypto::pk::Signature;
+
+    fn nk(from: Principal, counter: u64) -> NewKey {
+        NewKey {
+            from,
+            counter,
+            keys: Vec::new(),
+            sig: Signature([0; 64]),
+        }
+    }
+
+    #[test]
+    fn one_admission_per_sender_in_flight_and_the_newest_waits() {
+        let r1 = Principal::Replica(1);
+        let mut a = Calls::default();
+        let first = a.admit(nk(r1, 5), 0).expect("nothing in flight");
+        assert!(a.admit(nk(r1, 5), 0).is_none(), "the same one again");
+        assert!(a.admit(nk(r1, 7), 0).is_none());
+        assert!(
+            a.admit(nk(r1, 6), 0).is_none(),
+            "older than the waiting one"
+        );
+        let other = a
+            .admit(nk(Principal::Client(3), 1), 0)
+            .expect("another sender");
+        assert_eq!(a.len(), 3);
+        assert_eq!(a.check_invariants(2), Ok(()));
+        assert!(a.check_invariants(1).is_err());
+        let Answered::Admission(done) = a.answered(first.id, 1) else {
+            panic!("the first admission");
+        };
+        let (done, Some(next)) = *done else {
+            panic!("the waiting one next");
+        };
+        assert_eq!(done.counter, 5);
+        assert_eq!(next.request, HolderRequest::Admit(nk(r1, 7)));
+        assert!(
+            matches!(a.answered(first.id, 1), Answered::Unknown),
+            "answered twice"
+        );
+        a.answered(other.id, 1);
+        a.answered(next.id, 1);
+        assert_eq!(a.len(), 0);
+    }
+
+    #[test]
+    fn one_refresh_at_a_time() {
+        let mut a = Calls::default();
+        let request = HolderRequest::NewKey {
+            from: Principal::Replica(0),
+            recipients: Vec::new(),
+        };
+        let call = a.refresh(request.clone(), 0).expect("none in flight");
+        assert!(a.refresh(request.clone(), 0).is_none());
+        assert!(a.refreshing());
+        assert!(matches!(a.answered(call.id, 1), Answered::Refresh));
+        assert!(a.refresh(request, 1).is_some());
+    }
+
+    #[test]
+    fn calls_unanswered_for_the_timeout_are_given_up() {
+        let r1 = Principal::Replica(1);
+        let mut a = Calls::default();
+        let request = HolderRequest::NewKey {
+            from: Principal::Replica(0),
+            recipients: Vec::new(),
+        };
+        let refresh = a.refresh(request, 0).unwrap();
+        let admit = a.admit(nk(r1, 5), 100).unwrap();
+        a.admit(nk(r1, 6), 200);
+        assert!(a.expired(CALL_TIMEOUT_MS - 1).is_empty());
+        let gone = a.expired(CALL_TIMEOUT_MS + 100);
+        assert_eq!(gone.len(), 2, "the refresh and the first admission");
+        assert!(!a.refreshing());
+        let next = gone.into_iter().find_map(|g| match g {
+            Answered::Admission(a) => Some((a.0.counter, a.1)),
+            _ => None,
+        });
+        let (5, Some(next)) = next.expect("the admission") else {
+            panic!("the waiting NEW-KEY goes next");
+        };
+        assert!(
+            matches!(a.answered(refresh.id, 0), Answered::Unknown),
+            "late answers"
+        );
+        assert!(matches!(a.answered(admit.id, 0), Answered::Unknown));
+        assert!(matches!(a.answered(next.id, 0), Answered::Admission(..)));
+    }
+
+    #[test]
+    fn messages_for_a_principal_wait_while_its_new_key_is_admitted() {
+        let r1 = Principal::Replica(1);
+        let mut a = Calls::default();
+        let status = Message::Batches(Vec::new());
+        assert!(!a.hold(r1, &status), "no admission: sent at once");
+        let call = a.admit(nk(r1, 5), 0).unwrap();
+        assert!(a.hold(r1, &status));
+        assert!(!a.hold(r1, &Message::NewKey(nk(Principal::Replica(0), 1))));
+        assert!(!a.hold(Principal::Replica(2), &status));
+        for _ in 0..HELD_PER_PRINCIPAL + 10 {
+            a.hold(r1, &status);
+        }
+        assert_eq!(a.check_invariants(4), Ok(()));
+        assert!(a.release(r1).is_empty(), "still admitting");
+        a.answered(call.id, 1);
+        assert_eq!(
+            a.release(r1).len(),
+            HELD_PER_PRINCIPAL,
+            "the newest, bounded"
+        );
+        assert!(a.release(r1).is_empty());
+        assert_eq!(a.check_invariants(4), Ok(()));
+    }
+}
