@@ -241,7 +241,7 @@ impl Calls {
     }
 
     /// Whether a NEW-KEY of `p` is being admitted.
-    fn admitting(&self, p: Principal) -> bool {
+    pub(crate) fn admitting(&self, p: Principal) -> bool {
         self.in_flight.values().any(|(nk, _)| nk.from == p)
     }
 

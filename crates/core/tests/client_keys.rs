@@ -265,15 +265,7 @@ fn a_restarted_replica_refuses_a_client_new_key_recorded_before_the_restart() {
 /// every one of them to the backups' relays (simulator seed 35375, for 15 s after a pause).
 #[test]
 fn a_replica_holding_an_older_client_key_asks_for_the_new_one() {
-    let mut c = Cluster::builder(1)
-        .session_keys()
-        .clients([])
-        .live_client(CLIENT)
-        .config(|cfg| cfg.key_refresh_ms = 5_000)
-        .build();
-    c.run(50);
-    let ts = c.invoke(CLIENT, b"first");
-    assert!(c.run_until(1_000, |c| c.completed(CLIENT, ts)));
+    let mut c = refreshing_every_5_s_after_one_operation();
     // The periodic NEW-KEY at 5 s never reaches the primary.
     let lost = c.block(|e| {
         e.from == client(CLIENT) && e.to == replica(0) && matches!(e.msg, Message::NewKey(_))
@@ -303,4 +295,42 @@ fn a_replica_holding_an_older_client_key_asks_for_the_new_one() {
         !stale(&c),
         "replica 0 holds the client's current key before its next periodic re-key (10 s)"
     );
+}
+
+/// While a replica's key holder admits a client's NEW-KEY, a request of the client under the
+/// new key does not authenticate yet: the replica does not ask the client for its keys again
+/// (each ask makes the client re-key, which starts another admission: under load the asks and
+/// re-keys chased each other), and the request is vouched for once the key is installed.
+#[test]
+fn a_replica_admitting_a_client_key_does_not_ask_for_it_again() {
+    let mut c = refreshing_every_5_s_after_one_operation();
+    // The periodic re-key at 5 s: replica 0's key holder is slow to admit it.
+    c.hold_key_holder(0);
+    c.advance_to(5_100);
+    c.run(100);
+    let asked = c.replica(0).stats.client_keys_asked;
+    let ts = c.invoke(CLIENT, b"second");
+    c.run(300);
+    assert_eq!(
+        c.replica(0).stats.client_keys_asked,
+        asked,
+        "no ask while the admission is under way"
+    );
+    c.release_key_holder(0);
+    assert!(c.run_until(3_000, |c| c.completed(CLIENT, ts)));
+    assert_eq!(c.replica(0).stats.client_keys_asked, asked);
+}
+
+/// Session keys refreshed every 5 s, one live client whose first operation completed.
+fn refreshing_every_5_s_after_one_operation() -> Cluster {
+    let mut c = Cluster::builder(1)
+        .session_keys()
+        .clients([])
+        .live_client(CLIENT)
+        .config(|cfg| cfg.key_refresh_ms = 5_000)
+        .build();
+    c.run(50);
+    let ts = c.invoke(CLIENT, b"first");
+    assert!(c.run_until(1_000, |c| c.completed(CLIENT, ts)));
+    c
 }

@@ -259,8 +259,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         };
         let client = Principal::Client(c);
-        if recovery_of(c, self.cfg.n()).is_some() || !s.knows(client) {
-            return;
+        if recovery_of(c, self.cfg.n()).is_some()
+            || !s.knows(client)
+            || self.keying.calls.admitting(client)
+        {
+            return; // its NEW-KEY is being admitted: the request is vouched for once it is
         }
         let Some(nk) = s.latest().cloned() else {
             return;
