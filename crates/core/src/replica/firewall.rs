@@ -93,6 +93,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             fw.checked.pop_first();
         }
         self.stats.certified_replies += 1;
+        let mut ours = Vec::new();
         for (i, e) in cert.bundle.entries.iter().enumerate() {
             let newer = fw
                 .replies
@@ -109,14 +110,15 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             if designated_replier(e.client, e.timestamp, self.cfg.n()) == self.id
                 && !self.out.replaying
             {
-                let to = Principal::Client(e.client);
-                let bytes = Arc::new(seal(&self.auth, &Message::CertifiedReply(r), Some(to), 0));
-                self.out.effects.push(Effect::Send { to, bytes });
+                ours.push((e.client, r));
             }
         }
         // Replies only for clients still in the exactly-once table.
         let exec = &self.exec;
         fw.replies.retain(|c, _| exec.last_reply(*c).is_some());
+        for (client, r) in ours {
+            self.send_certified(client, r);
+        }
         let stable = self.remote.queue.stable_acked;
         self.exec_progress(seq, stable);
         Ok(())
@@ -150,9 +152,19 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         else {
             return false;
         };
-        let to = Principal::Client(client);
-        let bytes = Arc::new(seal(&self.auth, &Message::CertifiedReply(r), Some(to), 0));
-        self.out.effects.push(Effect::Send { to, bytes });
+        self.send_certified(client, r);
         true
+    }
+
+    /// A certified reply to `client`, under its key (held while the client's NEW-KEY is being
+    /// admitted: the client retired the key we hold now).
+    fn send_certified(&mut self, client: ClientId, r: CertifiedReply) {
+        let to = Principal::Client(client);
+        let msg = Message::CertifiedReply(r);
+        if self.keying.calls.hold(to, &msg) {
+            return;
+        }
+        let bytes = Arc::new(seal(&self.auth, &msg, Some(to), 0));
+        self.out.effects.push(Effect::Send { to, bytes });
     }
 }

@@ -14,7 +14,11 @@ impl World {
     /// Node `to` asks its key holder.
     pub(super) fn holder_call(&mut self, to: Principal, call: HolderCall) {
         let life = self.incarnations.get(&to).copied().unwrap_or(0);
-        let delay = self.rng.random_range(0..=self.sc.holder_delay_ms);
+        // No draw when holders answer at once: the run's other draws stay as they were.
+        let delay = match self.sc.holder_delay_ms {
+            0 => 0,
+            most => self.rng.random_range(0..=most),
+        };
         self.stats.holder_calls += 1;
         self.schedule(self.now + delay, Ev::HolderAnswer { to, life, call });
     }
