@@ -169,10 +169,8 @@ impl SessionKeys {
     /// asking the key holder in the caller's thread (clients; replicas and execution nodes
     /// ask it through an effect, see `crate::holder`).
     pub fn refresh(&mut self, recipients: &[Principal]) -> Result<NewKey, HolderError> {
-        let HolderRequest::NewKey { from, recipients } = self.refresh_request(recipients) else {
-            unreachable!("a refresh request");
-        };
-        let (nk, fresh) = self.with_holder(|h| make_new_key(h, from, &recipients))?;
+        let (me, recipients) = (self.me, self.sealing_keys(recipients));
+        let (nk, fresh) = self.with_holder(|h| make_new_key(h, me, &recipients))?;
         self.install_refresh(nk.clone(), fresh);
         Ok(nk)
     }
@@ -180,14 +178,21 @@ impl SessionKeys {
     /// What to ask the key holder for a refresh of our keys for `recipients` (those of the
     /// directory).
     pub fn refresh_request(&self, recipients: &[Principal]) -> HolderRequest {
-        let recipients = recipients
-            .iter()
-            .filter_map(|p| self.directory.get(*p).map(|k| (*p, k.seal)))
-            .collect();
         HolderRequest::NewKey {
             from: self.me,
-            recipients,
+            recipients: self.sealing_keys(recipients),
         }
+    }
+
+    /// The public keys `recipients` (those of the directory) get their keys sealed to.
+    fn sealing_keys(
+        &self,
+        recipients: &[Principal],
+    ) -> Vec<(Principal, redoubt_crypto::pk::SealPublicKey)> {
+        recipients
+            .iter()
+            .filter_map(|p| self.directory.get(*p).map(|k| (*p, k.seal)))
+            .collect()
     }
 
     /// Installs the fresh keys of our NEW-KEY `nk` (the key holder's answer to a refresh):
