@@ -1,6 +1,6 @@
 //! Prime (Amir, Coan, Kirsch, Lane; spec prime.md), the second ordering protocol: its pure
-//! components, each tested on its own. ADR 0007 gives the design that composes them with the
-//! replica; until then nothing outside this module uses them.
+//! components, each tested on its own. The replica composes them (`replica/prime.rs`; the
+//! design is ADR 0007).
 
 pub mod matrix;
 pub mod preorder;
