@@ -12,6 +12,13 @@
 //! SIGUSR1 asks for a recovery now (still waiting while `f` others recover); with `--manual`
 //! that and a crash are the only triggers (benchmarks, operators who schedule recoveries
 //! themselves).
+//!
+//! The pin is re-read from the cluster file before every start and on SIGHUP. A replica whose
+//! executable is not the pinned one is held down, not given up: the monitor says why on the
+//! replica's metrics address (`/status` and `/healthz` answer 503 with the reason;
+//! `redoubt_replica_held_down` on `/metrics`), checks again every few seconds and at once on
+//! SIGHUP, and still honours SIGTERM and SIGINT. SIGHUP after `redoubt pin` restarts a replica
+//! that runs another executable on the pinned one, as a recovery (a rolling upgrade).
 
 use crate::cmd_keyholder::start_key_holder;
 use anyhow::Context as _;
@@ -69,17 +76,14 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Whether the executable may be started: its hash matches the configured one (or none is
-/// configured). Says why not.
-fn executable_ok(cfg: &ClusterConfig, exe: &Path) -> Result<(), String> {
-    let want = cfg.recovery.executable_blake3.trim().to_ascii_lowercase();
-    if want.is_empty() {
-        return Ok(());
-    }
+/// Whether the executable at `exe` may be started under `pin` (empty: anything may): its
+/// BLAKE3 hash if so, why not otherwise.
+fn executable_ok(pin: &str, exe: &Path) -> Result<String, String> {
+    let want = pin.trim().to_ascii_lowercase();
     match file_blake3(exe) {
-        Ok(h) if h == want => Ok(()),
+        Ok(h) if want.is_empty() || h == want => Ok(h),
         Ok(h) => Err(format!(
-            "{} has BLAKE3 {h}, not the configured {want} ([recovery] executable_blake3): refusing to start it",
+            "{} has BLAKE3 {h}, not the pinned {want} ([recovery] executable_blake3): pin it with `redoubt pin` and send this monitor SIGHUP, or install the pinned executable",
             exe.display()
         )),
         Err(e) => Err(format!("cannot read {}: {e}", exe.display())),
@@ -102,6 +106,17 @@ struct Recovery {
     alerted: bool,
 }
 
+impl Recovery {
+    /// A recovery the watchdog (or a crash, or an upgrade) started at `at` (ms).
+    fn at(at: u64) -> Recovery {
+        Recovery {
+            watchdog_at_ms: at,
+            started: Instant::now(),
+            alerted: false,
+        }
+    }
+}
+
 struct Monitor {
     cfg: ClusterConfig,
     id: u32,
@@ -114,7 +129,24 @@ struct Monitor {
     recoveries: u64,
     /// The replica's key holder, served by this process.
     holder: redoubt_node::holder::Served,
+    /// `[recovery] executable_blake3` as last read from the cluster file.
+    pin: String,
+    /// BLAKE3 of the executable the running replica was started from.
+    running: Option<String>,
 }
+
+/// The replica held down because it may not be started (its executable is not the pinned
+/// one): why, the stand-in answering on its metrics address, when to check again, and
+/// whether to start it recovering.
+struct Held {
+    reason: String,
+    stand_in: Option<tokio::task::JoinHandle<()>>,
+    retry_at: Instant,
+    recover: bool,
+}
+
+/// How often a held-down replica's executable and pin are checked again.
+const HELD_RETRY: Duration = Duration::from_secs(5);
 
 impl Monitor {
     fn period_ms(&self) -> u64 {
@@ -122,7 +154,7 @@ impl Monitor {
             .unwrap_or_else(|| self.cfg.watchdog_period_ms(self.longest_recovery_ms))
     }
 
-    fn spawn(&self, recover: Option<(u64, u64)>) -> anyhow::Result<Child> {
+    fn spawn(&self, recover: Option<(u64, u64)>) -> std::io::Result<Child> {
         if recover.is_some() {
             // Whatever the replica had its key holder sign before this start (an attacker
             // holding it may have had recovery requests signed in advance) is of an earlier
@@ -150,24 +182,72 @@ impl Monitor {
         }
         // The replica never outlives its monitor.
         redoubt_localcluster::procs::die_with_parent(&mut cmd);
-        Ok(Command::from(cmd).kill_on_drop(true).spawn()?)
+        Command::from(cmd).kill_on_drop(true).spawn()
     }
 
-    /// Starts the replica if its executable checks out; otherwise keeps checking every few
-    /// seconds (the replica stays down until an operator installs the right executable).
-    async fn start(&self, recover: Option<(u64, u64)>) -> anyhow::Result<Child> {
-        let mut warned = false;
-        loop {
-            match executable_ok(&self.cfg, &self.exe) {
-                Ok(()) => return self.spawn(recover),
-                Err(why) => {
-                    if !warned {
-                        error!(replica = self.id, "{why}");
-                        warned = true;
-                    }
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                }
+    /// Re-reads the pin from the cluster file (keeping the one it has if the file does not
+    /// load, with a warning).
+    fn reload_pin(&mut self) {
+        match ClusterConfig::load(&self.cfg.path) {
+            Ok(c) if c.recovery.executable_blake3 != self.pin => {
+                info!(replica = self.id, pin = %c.recovery.executable_blake3, was = %self.pin, "new executable pin");
+                self.pin = c.recovery.executable_blake3;
             }
+            Ok(_) => {}
+            Err(e) => warn!(
+                replica = self.id,
+                "cannot re-read the pin, keeping {}: {e}", self.pin
+            ),
+        }
+    }
+
+    /// Starts the replica if its executable is the pinned one (the pin re-read first); why
+    /// not otherwise.
+    fn start(&mut self, recover: Option<(u64, u64)>) -> Result<Child, String> {
+        self.reload_pin();
+        let hash = executable_ok(&self.pin, &self.exe)?;
+        let child = self
+            .spawn(recover)
+            .map_err(|e| format!("cannot start {}: {e}", self.exe.display()))?;
+        self.running = Some(hash);
+        Ok(child)
+    }
+
+    /// Whether the running replica's executable is not the pinned one.
+    fn runs_unpinned(&self) -> bool {
+        !self.pin.is_empty()
+            && self
+                .running
+                .as_deref()
+                .is_some_and(|h| !h.eq_ignore_ascii_case(self.pin.trim()))
+    }
+
+    /// Holds the replica down for `reason`: logs it and answers on its metrics address.
+    async fn hold(&self, reason: String, recover: bool) -> Held {
+        error!(replica = self.id, "replica held down: {reason}");
+        let addr = self.cfg.replica(self.id).map(|r| r.metrics_addr);
+        let stand_in = match addr {
+            Ok(addr) => match redoubt_node::metrics::serve_held_down(
+                addr,
+                self.id,
+                "executable_not_pinned",
+                reason.clone(),
+            )
+            .await
+            {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    warn!(replica = self.id, %addr, "cannot say why on the metrics address: {e}");
+                    None
+                }
+            },
+            Err(_) => None,
+        };
+        Held {
+            reason,
+            stand_in,
+            retry_at: Instant::now() + HELD_RETRY,
+            recover,
         }
     }
 
@@ -239,33 +319,57 @@ pub fn run(args: MonitorArgs) -> anyhow::Result<ExitCode> {
             })?;
     }
     let exe = std::env::current_exe()?;
-    if let Err(why) = executable_ok(&cfg, &exe) {
-        anyhow::bail!("{why}");
-    }
     info!(replica = args.id, socket = %socket.display(), exe = %exe.display(), "monitor: key holder serving");
     let monitor = Monitor {
         period_override_ms: args.watchdog_period_s.map(|s| s * 1000),
         manual: args.manual,
         replica_ids,
+        pin: cfg.recovery.executable_blake3.clone(),
         cfg,
         id: args.id,
         exe,
         longest_recovery_ms: 0,
         recoveries: 0,
         holder,
+        running: None,
     };
-    let rt = crate::runtime_with(1)?;
-    let code = rt.block_on(supervise(monitor))?;
+    let code = crate::runtime_with(1).and_then(|rt| rt.block_on(supervise(monitor)));
+    // The key holder's socket goes whatever the way out.
     let _ = std::fs::remove_file(&socket);
-    Ok(code)
+    code
+}
+
+/// The replica's process: running, or held down (with why).
+enum Replica {
+    Running(Child),
+    Held(Held),
+}
+
+impl Replica {
+    /// Waits for the running replica to exit (never, when held down).
+    async fn exited(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        match self {
+            Replica::Running(c) => c.wait().await,
+            Replica::Held(_) => std::future::pending().await,
+        }
+    }
+}
+
+/// Starts the replica, or holds it down saying why.
+async fn launch(m: &mut Monitor, recover: Option<(u64, u64)>) -> Replica {
+    match m.start(recover) {
+        Ok(child) => Replica::Running(child),
+        Err(why) => Replica::Held(m.hold(why, recover.is_some()).await),
+    }
 }
 
 async fn supervise(mut m: Monitor) -> anyhow::Result<ExitCode> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
     let mut usr1 = signal(SignalKind::user_defined1())?;
-    let mut child = m.start(None).await?;
+    let mut replica = launch(&mut m, None).await;
     let enabled = m.cfg.recovery.enabled;
     let n = m.cfg.protocol.n();
     let f = m.cfg.protocol.f as usize;
@@ -279,6 +383,8 @@ async fn supervise(mut m: Monitor) -> anyhow::Result<ExitCode> {
     let mut turn = schedule(&m);
     let mut waiting_since: Option<Instant> = None;
     let mut pending: Option<Recovery> = None;
+    // SIGHUP found the replica on another executable than the pinned one.
+    let mut upgrade = false;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     let alert_ms = m.cfg.recovery.alert_after_s * 1000;
     let status_addr = m.cfg.replica(m.id)?.metrics_addr;
@@ -299,19 +405,30 @@ async fn supervise(mut m: Monitor) -> anyhow::Result<ExitCode> {
         Stop,
         Exited(std::io::Result<std::process::ExitStatus>),
         RecoverNow,
+        Reload,
         Tick,
     }
     loop {
         let wake = tokio::select! {
             _ = term.recv() => Wake::Stop,
             _ = int.recv() => Wake::Stop,
-            s = child.wait() => Wake::Exited(s),
+            s = replica.exited() => Wake::Exited(s),
             _ = usr1.recv() => Wake::RecoverNow,
+            _ = hup.recv() => Wake::Reload,
             _ = tick.tick() => Wake::Tick,
         };
         match wake {
             Wake::Stop => {
-                stop(&mut child, Duration::from_secs(10)).await;
+                match &mut replica {
+                    Replica::Running(child) => {
+                        stop(child, Duration::from_secs(10)).await;
+                    }
+                    Replica::Held(h) => {
+                        if let Some(s) = h.stand_in.take() {
+                            s.abort();
+                        }
+                    }
+                }
                 info!(replica = m.id, "monitor stopped");
                 return Ok(ExitCode::SUCCESS);
             }
@@ -319,13 +436,9 @@ async fn supervise(mut m: Monitor) -> anyhow::Result<ExitCode> {
                 warn!(replica = m.id, status = ?status.ok(), "replica exited unexpectedly; restarting it{}", if enabled { " with a recovery" } else { "" });
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 let at = now_ms();
-                child = m.start(enabled.then_some((at, 0))).await?;
-                if enabled {
-                    pending = Some(Recovery {
-                        watchdog_at_ms: at,
-                        started: Instant::now(),
-                        alerted: false,
-                    });
+                replica = launch(&mut m, enabled.then_some((at, 0))).await;
+                if enabled && matches!(replica, Replica::Running(_)) {
+                    pending = Some(Recovery::at(at));
                 }
             }
             Wake::RecoverNow => {
@@ -336,12 +449,75 @@ async fn supervise(mut m: Monitor) -> anyhow::Result<ExitCode> {
                     );
                 } else if pending.is_some() {
                     warn!(replica = m.id, "SIGUSR1 ignored: a recovery is in progress");
+                } else if let Replica::Held(h) = &replica {
+                    warn!(
+                        replica = m.id,
+                        "SIGUSR1 ignored: the replica is held down ({})", h.reason
+                    );
                 } else {
                     info!(replica = m.id, "SIGUSR1: recovering now");
                     turn = now_ms();
                 }
             }
+            Wake::Reload => {
+                m.reload_pin();
+                match &mut replica {
+                    Replica::Held(h) => {
+                        info!(replica = m.id, "SIGHUP: checking the executable again");
+                        h.retry_at = Instant::now();
+                    }
+                    Replica::Running(_) if m.runs_unpinned() => {
+                        info!(
+                            replica = m.id,
+                            running = m.running.as_deref().unwrap_or_default(),
+                            pin = %m.pin,
+                            "SIGHUP: the replica runs another executable than the pinned one; restarting it on the pinned one (after the f others that may be recovering)"
+                        );
+                        upgrade = true;
+                    }
+                    Replica::Running(_) => {
+                        info!(
+                            replica = m.id,
+                            "SIGHUP: pin re-read; the replica runs the pinned executable"
+                        );
+                    }
+                }
+            }
             Wake::Tick => {
+                if let Replica::Held(h) = &mut replica {
+                    if Instant::now() < h.retry_at {
+                        continue;
+                    }
+                    m.reload_pin();
+                    match executable_ok(&m.pin, &m.exe) {
+                        Err(why) => {
+                            if why != h.reason {
+                                error!(replica = m.id, "replica held down: {why}");
+                                h.reason = why;
+                            }
+                            h.retry_at = Instant::now() + HELD_RETRY;
+                            continue;
+                        }
+                        Ok(_) => {
+                            // The stand-in leaves the metrics address to the replica.
+                            if let Some(s) = h.stand_in.take() {
+                                s.abort();
+                                let _ = s.await;
+                            }
+                            let recover = h.recover && enabled;
+                            info!(
+                                replica = m.id,
+                                "the executable is the pinned one: starting the replica"
+                            );
+                            let at = now_ms();
+                            replica = launch(&mut m, recover.then_some((at, 0))).await;
+                            if recover && matches!(replica, Replica::Running(_)) {
+                                pending = Some(Recovery::at(at));
+                            }
+                            continue;
+                        }
+                    }
+                }
                 if let Some(p) = &mut pending {
                     if let Ok(s) = fetch(status_addr, Duration::from_millis(500)).await {
                         if let (false, Some(b)) = (s.recovering, s.last_recovery) {
@@ -369,7 +545,7 @@ async fn supervise(mut m: Monitor) -> anyhow::Result<ExitCode> {
                     }
                     continue;
                 }
-                if !enabled || now_ms() < turn {
+                if !upgrade && (!enabled || now_ms() < turn) {
                     continue;
                 }
                 // At most f replicas recover at once.
@@ -384,16 +560,22 @@ async fn supervise(mut m: Monitor) -> anyhow::Result<ExitCode> {
                 let at = now_ms();
                 info!(
                     replica = m.id,
-                    "watchdog: recovering (save state, restart, recover)"
+                    "{}: recovering (save state, restart, recover)",
+                    if upgrade { "upgrade" } else { "watchdog" }
                 );
-                let saved = stop(&mut child, Duration::from_secs(30)).await;
-                child = m.start(Some((at, saved.as_millis() as u64))).await?;
-                pending = Some(Recovery {
-                    watchdog_at_ms: at,
-                    started: Instant::now(),
-                    alerted: false,
-                });
-                turn = schedule(&m);
+                upgrade = false;
+                let Replica::Running(child) = &mut replica else {
+                    continue;
+                };
+                let saved = stop(child, Duration::from_secs(30)).await;
+                let recover = enabled.then_some((at, saved.as_millis() as u64));
+                replica = launch(&mut m, recover).await;
+                if enabled && matches!(replica, Replica::Running(_)) {
+                    pending = Some(Recovery::at(at));
+                }
+                if enabled {
+                    turn = schedule(&m);
+                }
             }
         }
     }

@@ -76,6 +76,7 @@ pub fn json(cfg: &ClusterConfig, probes: &[Probe], serving: bool, verdict: &str)
         "agreement": agreed,
         "serving": serving,
         "verdict": verdict,
+        "executable_pin": cfg.recovery.executable_blake3,
     })
     .to_string()
 }
@@ -92,7 +93,9 @@ pub fn table(cfg: &ClusterConfig, probes: &[Probe]) -> String {
         "last exec",
         "stable ckpt",
         "req/s",
+        "executable",
     ];
+    let pin = cfg.recovery.executable_blake3.to_ascii_lowercase();
     let mut rows: Vec<Vec<String>> = Vec::new();
     for (r, p) in cfg.replicas.iter().zip(probes) {
         let mut row = vec![r.id.to_string(), r.addr.to_string()];
@@ -105,10 +108,11 @@ pub fn table(cfg: &ClusterConfig, probes: &[Probe]) -> String {
                 s.last_executed.to_string(),
                 s.stable_checkpoint.to_string(),
                 format!("{:.1}", s.requests_per_s),
+                executable_cell(&s.executable_blake3, &pin),
             ]),
             Err(_) => {
                 row.push("down".to_string());
-                row.extend(std::iter::repeat_n("-".to_string(), 6));
+                row.extend(std::iter::repeat_n("-".to_string(), 7));
             }
         }
         rows.push(row);
@@ -127,7 +131,7 @@ pub fn table(cfg: &ClusterConfig, probes: &[Probe]) -> String {
         let mut l = String::new();
         for (i, c) in cells.iter().enumerate() {
             // Text columns left-aligned, numbers right-aligned.
-            if i == 1 || i == 2 || i == 5 {
+            if i == 1 || i == 2 || i == 5 || i == 9 {
                 let _ = write!(l, "{c:<w$}  ", w = widths[i]);
             } else {
                 let _ = write!(l, "{c:>w$}  ", w = widths[i]);
@@ -143,15 +147,43 @@ pub fn table(cfg: &ClusterConfig, probes: &[Probe]) -> String {
         line(&mut out, row);
     }
     for (r, p) in cfg.replicas.iter().zip(probes) {
-        if let Err(e) = p {
-            let _ = writeln!(
-                out,
-                "replica {} down: http://{}/status: {e}",
-                r.id, r.metrics_addr
-            );
+        match p {
+            Err(e) => {
+                let _ = writeln!(
+                    out,
+                    "replica {} down: http://{}/status: {e}",
+                    r.id, r.metrics_addr
+                );
+            }
+            Ok(s) if unpinned(&s.executable_blake3, &pin) => {
+                let _ = writeln!(
+                    out,
+                    "replica {} runs executable {}, not the pinned {pin}: send its monitor SIGHUP to restart it on the pinned one",
+                    r.id, s.executable_blake3
+                );
+            }
+            Ok(_) => {}
         }
     }
     out
+}
+
+/// Whether a replica reporting executable `hash` runs another one than `pin` (neither empty).
+fn unpinned(hash: &str, pin: &str) -> bool {
+    !hash.is_empty() && !pin.is_empty() && !hash.eq_ignore_ascii_case(pin)
+}
+
+/// The executable column: the hash's first 8 digits, `*` after them when it is not the pin.
+fn executable_cell(hash: &str, pin: &str) -> String {
+    if hash.is_empty() {
+        return "?".into();
+    }
+    let short = &hash[..hash.len().min(8)];
+    if unpinned(hash, pin) {
+        format!("{short}*")
+    } else {
+        short.to_string()
+    }
 }
 
 /// Whether the cluster can serve requests (2f+1 replicas up, in normal operation, in the same
@@ -168,6 +200,12 @@ pub fn verdict(cfg: &ClusterConfig, probes: &[Probe]) -> (bool, String) {
                 "cluster is serving: {up} of {n} replicas up, view {} (primary {}), {} in normal operation in that view (quorum {quorum})",
                 a.view, a.primary, a.replicas
             );
+            if a.replicas == quorum && n > quorum {
+                let _ = write!(
+                    s,
+                    "\nwarning: no fault margin left: if one more replica stops (or leaves this view), so does the service; bring the others back first"
+                );
+            }
             true
         }
         Some(a) => {

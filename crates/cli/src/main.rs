@@ -20,6 +20,7 @@ mod cmd_kv;
 mod cmd_monitor;
 mod cmd_mount;
 mod cmd_overlay;
+mod cmd_pin;
 mod cmd_replica;
 mod cmd_sql_gateway;
 mod cmd_status;
@@ -66,6 +67,8 @@ enum Command {
     Monitor(cmd_monitor::MonitorArgs),
     /// Run only a replica's key holder on its Unix socket
     Keyholder(cmd_keyholder::KeyholderArgs),
+    /// Pin an executable in the cluster file (rolling upgrade: then SIGHUP each monitor in turn)
+    Pin(cmd_pin::PinArgs),
     /// Run one key-value operation through the cluster
     Kv(cmd_kv::KvArgs),
     /// Show every replica's view, progress and health
@@ -129,6 +132,7 @@ fn main() -> ExitCode {
         Command::Keyholder(a) => cmd_keyholder::run(a),
         Command::Kv(a) => cmd_kv::run(a),
         Command::Status(a) => cmd_status::run(a),
+        Command::Pin(a) => cmd_pin::run(a),
         Command::SqlGateway(a) => cmd_sql_gateway::run(a),
         Command::Mount(a) => cmd_mount::run(a),
         Command::Demo(a) => demo::run(a),

@@ -514,6 +514,11 @@ async fn kv_and_status_commands() {
         "{answer}"
     );
     assert_eq!(answer["replicas"][0]["status"]["normal"], true, "{answer}");
+    // Each replica says which executable it runs (what a rolling upgrade follows).
+    let exe = answer["replicas"][0]["status"]["executable_blake3"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(exe.len(), 64, "{answer}");
 
     // One replica down: still serving (3 = 2f+1 left), the table says `down`.
     cluster.kill(3);
@@ -521,6 +526,7 @@ async fn kv_and_status_commands() {
     assert_eq!(code, Some(0), "{out}{err}");
     assert_eq!(out.matches(" down ").count(), 1, "{out}");
     assert!(out.contains("replica 3 down"), "{out}");
+    assert!(out.contains("warning: no fault margin left"), "{out}");
     // Two down: no quorum; exit status 1 with the reason.
     cluster.kill(2);
     let (code, out, err) = cli(&cluster, &["status"]);

@@ -19,6 +19,7 @@ mod cluster;
 mod error;
 mod firewall;
 pub mod keys;
+mod pin;
 pub mod protocol;
 pub mod sections;
 mod template;
@@ -29,6 +30,7 @@ pub use firewall::{
     load_firewall, load_order_key, load_prime_orders, load_reply_share, write_firewall_keys,
 };
 pub use keys::{load_file_keys, session_keys};
+pub use pin::pin_executable;
 pub use redoubt_keyholder::{parse_principal, principal_name};
 pub use sections::{
     ClientEntry, ClientSection, ClusterSection, FilterEntry, KeysSection, NodeSection,

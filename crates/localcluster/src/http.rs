@@ -102,17 +102,29 @@ fn complete_response(buf: &[u8]) -> Result<Option<Vec<u8>>, String> {
             status_line
         ));
     }
-    if code != "200" {
-        return Err(format!("HTTP error: {}", status_line.trim()));
-    }
     let body = &buf[body_at..];
-    if head.chunked {
-        return Ok(dechunk(body));
+    let body = if head.chunked {
+        dechunk(body)
+    } else {
+        match head.length {
+            Some(len) if body.len() >= len => Some(body[..len].to_vec()),
+            _ => None,
+        }
+    };
+    if code != "200" {
+        if body.is_none() && (head.length.is_some() || head.chunked) {
+            return Ok(None); // its text is still coming
+        }
+        // The answer's own text says why (a monitor holding its replica down, say).
+        let why = body
+            .as_deref()
+            .map(|b| String::from_utf8_lossy(b).trim().to_string())
+            .filter(|t| !t.is_empty() && t.len() <= 512)
+            .map_or(String::new(), |t| format!(": {t}"));
+        let reason = status_line.trim().split_once(' ').map_or("", |(_, r)| r);
+        return Err(format!("HTTP {reason}{why}"));
     }
-    match head.length {
-        Some(len) if body.len() >= len => Ok(Some(body[..len].to_vec())),
-        _ => Ok(None),
-    }
+    Ok(body)
 }
 
 /// Decodes a chunked body if it is complete.
@@ -148,6 +160,12 @@ mod tests {
         let c = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nhel\r\n2\r\nlo\r\n0\r\n\r\n";
         assert_eq!(complete_response(c).unwrap(), Some(b"hello".to_vec()));
         let e = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
-        assert!(complete_response(e).unwrap_err().contains("404"));
+        assert_eq!(complete_response(e).unwrap_err(), "HTTP 404 Not Found");
+        let held = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 13\r\n\r\nheld down: x\n";
+        assert_eq!(complete_response(&held[..held.len() - 4]).unwrap(), None);
+        assert_eq!(
+            complete_response(held).unwrap_err(),
+            "HTTP 503 Service Unavailable: held down: x"
+        );
     }
 }

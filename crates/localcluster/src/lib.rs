@@ -8,7 +8,6 @@ pub mod probe;
 pub mod procs;
 
 use anyhow::Context as _;
-use std::path::Path;
 
 /// A multi-thread tokio runtime with `workers` threads, for the commands that talk to the
 /// network.
@@ -21,11 +20,7 @@ pub fn runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// BLAKE3 of a file (hex).
-pub fn file_blake3(path: &Path) -> std::io::Result<String> {
-    let mut h = blake3::Hasher::new();
-    h.update_reader(std::fs::File::open(path)?)?;
-    Ok(h.finalize().to_hex().to_string())
-}
+pub use redoubt_node::status::file_blake3;
 
 /// BLAKE3 of this executable (hex): what `[recovery] executable_blake3` pins.
 pub fn executable_blake3() -> anyhow::Result<String> {

@@ -231,6 +231,7 @@ impl<S: Service> ExecNode<S> {
             state_base: self.core.state().base_seq(),
             uptime_s: self.started.elapsed().as_secs_f64(),
             key_refreshes: s.key_refreshes,
+            executable_blake3: crate::status::own_executable_blake3().to_string(),
             ..StatusReport::default()
         };
         self.last = s;

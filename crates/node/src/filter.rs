@@ -107,6 +107,7 @@ impl FilterNode {
             normal: true,
             last_executed: self.core.max_certified(),
             uptime_s: self.started.elapsed().as_secs_f64(),
+            executable_blake3: crate::status::own_executable_blake3().to_string(),
             ..StatusReport::default()
         };
         self.last = s;

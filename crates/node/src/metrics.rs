@@ -609,8 +609,47 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     status: Arc<Mutex<StatusReport>>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    serve_with(addr, move |method, path| {
+        route(method, path, &metrics, &status)
+    })
+    .await
+}
+
+/// What a monitor serves on its replica's metrics address while it holds the replica down
+/// (its executable is not the pinned one, say): `/status` and `/healthz` answer 503 with
+/// `reason`, `/metrics` has `redoubt_replica_held_down{replica,reason}` = 1. `cause` is a
+/// short label for the metric.
+pub async fn serve_held_down(
+    addr: SocketAddr,
+    replica: u32,
+    cause: &'static str,
+    reason: String,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let text = format!("held down by its monitor: {reason}\n");
+    let metric = format!(
+        "# HELP redoubt_replica_held_down The monitor holds this replica down (label: why).\n\
+         # TYPE redoubt_replica_held_down gauge\n\
+         redoubt_replica_held_down{{replica=\"{replica}\",reason=\"{cause}\"}} 1\n"
+    );
+    serve_with(addr, move |method, path| match (method, path) {
+        (&Method::GET, "/metrics") => (StatusCode::OK, METRICS_TYPE, metric.clone()),
+        (&Method::GET, "/status" | "/healthz") => {
+            (StatusCode::SERVICE_UNAVAILABLE, "text/plain", text.clone())
+        }
+        _ => not_here(method),
+    })
+    .await
+}
+
+/// Serves HTTP/1.1 `GET`s with `answer(method, path)` until the task is dropped, at most
+/// [`HTTP_CONNECTIONS_MAX`] connections at once.
+async fn serve_with(
+    addr: SocketAddr,
+    answer: impl Fn(&Method, &str) -> (StatusCode, &'static str, String) + Send + Sync + 'static,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let listener = TcpListener::bind(addr).await?;
     let slots = Arc::new(Semaphore::new(HTTP_CONNECTIONS_MAX));
+    let answer = Arc::new(answer);
     Ok(tokio::spawn(async move {
         loop {
             let Ok(permit) = slots.clone().acquire_owned().await else {
@@ -619,12 +658,11 @@ pub async fn serve(
             let Ok((sock, _)) = listener.accept().await else {
                 continue;
             };
-            let metrics = metrics.clone();
-            let status = status.clone();
+            let answer = answer.clone();
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| {
-                    let answer = route(&req, &metrics, &status);
-                    async move { Ok::<_, std::convert::Infallible>(answer) }
+                let service = hyper::service::service_fn(move |req: Request<_>| {
+                    let reply = response(answer(req.method(), req.uri().path()));
+                    async move { Ok::<_, std::convert::Infallible>(reply) }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
@@ -638,18 +676,45 @@ pub async fn serve(
     }))
 }
 
+/// Prometheus' text format.
+const METRICS_TYPE: &str = "text/plain; version=0.0.4";
+
+/// A path we do not serve, or a method other than GET.
+fn not_here(method: &Method) -> (StatusCode, &'static str, String) {
+    if method == Method::GET {
+        (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "try /metrics, /status or /healthz\n".into(),
+        )
+    } else {
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "only GET\n".into(),
+        )
+    }
+}
+
+fn response((code, ctype, body): (StatusCode, &'static str, String)) -> Response<Full<Bytes>> {
+    let mut answer = Response::new(Full::new(Bytes::from(body)));
+    *answer.status_mut() = code;
+    answer.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(ctype),
+    );
+    answer
+}
+
 /// The answer to one request.
-fn route<B>(
-    req: &Request<B>,
+fn route(
+    method: &Method,
+    path: &str,
     metrics: &Metrics,
     status: &Mutex<StatusReport>,
-) -> Response<Full<Bytes>> {
-    let (code, ctype, body) = match (req.method(), req.uri().path()) {
-        (&Method::GET, "/metrics") => (
-            StatusCode::OK,
-            "text/plain; version=0.0.4",
-            metrics.encode(),
-        ),
+) -> (StatusCode, &'static str, String) {
+    match (method, path) {
+        (&Method::GET, "/metrics") => (StatusCode::OK, METRICS_TYPE, metrics.encode()),
         (&Method::GET, "/status") => {
             let s = status.lock().expect("status lock").clone();
             (
@@ -661,24 +726,8 @@ fn route<B>(
         // The process is up and answering; `/status` says whether the replica is in normal
         // operation.
         (&Method::GET, "/healthz") => (StatusCode::OK, "text/plain", "ok\n".into()),
-        (&Method::GET, _) => (
-            StatusCode::NOT_FOUND,
-            "text/plain",
-            "try /metrics, /status or /healthz\n".into(),
-        ),
-        _ => (
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain",
-            "only GET\n".into(),
-        ),
-    };
-    let mut answer = Response::new(Full::new(Bytes::from(body)));
-    *answer.status_mut() = code;
-    answer.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static(ctype),
-    );
-    answer
+        _ => not_here(method),
+    }
 }
 
 #[cfg(test)]
@@ -741,5 +790,31 @@ mod tests {
         let _ = ask(port, "\x00\x01 not http\r\n\r\n").await;
         let again = ask(port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
         assert!(again.starts_with("HTTP/1.1 200"), "{again}");
+    }
+
+    #[tokio::test]
+    async fn a_held_down_replica_says_why_and_is_not_healthy() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port");
+        let _server = serve_held_down(port, 2, "executable_not_pinned", "not pinned".into())
+            .await
+            .expect("bind");
+        for path in ["/status", "/healthz"] {
+            let answer = ask(port, &format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n")).await;
+            assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+            assert!(
+                answer.ends_with("held down by its monitor: not pinned\n"),
+                "{answer}"
+            );
+        }
+        let text = ask(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+        assert!(
+            text.contains(
+                "redoubt_replica_held_down{replica=\"2\",reason=\"executable_not_pinned\"} 1"
+            ),
+            "{text}"
+        );
     }
 }

@@ -521,6 +521,7 @@ impl<S: Service, O: Outgoing> Node<S, O> {
             recoveries: s.recoveries,
             last_recovery: self.last_recovery.clone(),
             window_of_vulnerability_s: tv,
+            executable_blake3: crate::status::own_executable_blake3().to_string(),
         };
         self.last_stats = s;
         let lstats = self.listener.stats();

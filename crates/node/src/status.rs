@@ -52,6 +52,29 @@ pub struct StatusReport {
     /// Window of vulnerability T_v = 2 T_k + T_r (s), 0 when unknown.
     #[serde(default)]
     pub window_of_vulnerability_s: f64,
+    /// BLAKE3 (hex) of the executable this process runs: what `[recovery]
+    /// executable_blake3` pins; empty when it could not be read.
+    #[serde(default)]
+    pub executable_blake3: String,
+}
+
+/// BLAKE3 (hex) of the executable this process runs, hashed once (from `/proc/self/exe`,
+/// which still names the running file after a new one was installed at its path); empty if
+/// it cannot be read. Call it at start-up: the first call reads the whole file.
+pub fn own_executable_blake3() -> &'static str {
+    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HASH.get_or_init(|| {
+        file_blake3(std::path::Path::new("/proc/self/exe"))
+            .or_else(|_| file_blake3(&std::env::current_exe()?))
+            .unwrap_or_default()
+    })
+}
+
+/// BLAKE3 (hex) of the file at `path`.
+pub fn file_blake3(path: &std::path::Path) -> std::io::Result<String> {
+    let mut h = blake3::Hasher::new();
+    h.update_reader(std::fs::File::open(path)?)?;
+    Ok(h.finalize().to_hex().to_string())
 }
 
 /// What one recovery took (ms), step by step (BFT-PR Table 4).

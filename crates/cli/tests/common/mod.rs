@@ -141,6 +141,9 @@ pub struct Cluster {
     executors: Vec<Option<Child>>,
     /// Firewall deployment: the `redoubt filter` processes.
     filters: Vec<Option<Child>>,
+    /// The `redoubt` executable the processes run: the test build's, or a copy a test put at
+    /// `<dir>/bin/redoubt` (in `prepare`) to replace it under running monitors.
+    program: PathBuf,
 }
 
 impl Cluster {
@@ -220,7 +223,14 @@ impl Cluster {
     fn new(dir: tempfile::TempDir, config: PathBuf, monitored: bool) -> Cluster {
         let cfg = ClusterConfig::load(&config).expect("config loads");
         let n = cfg.replicas.len();
+        let copy = dir.path().join("bin").join("redoubt");
+        let program = if copy.exists() {
+            copy
+        } else {
+            PathBuf::from(env!("CARGO_BIN_EXE_redoubt"))
+        };
         Cluster {
+            program,
             dir,
             config,
             cfg,
@@ -339,7 +349,7 @@ impl Cluster {
             .append(true)
             .open(log)
             .expect("log file");
-        redoubt()
+        Command::new(&self.program)
             .args(args)
             .arg("--config")
             .arg(&self.config)
