@@ -17,6 +17,8 @@ const EMPTY: &[&str] = &[
     "pg_policy",
     "pg_statistic_ext",
     "pg_publication",
+    "pg_publication_rel",
+    "pg_publication_namespace",
     "pg_inherits",
     "pg_rewrite",
 ];
@@ -108,6 +110,61 @@ fn literals_in(sql: &str, marker: &str) -> Option<Vec<String>> {
             return None;
         }
     }
+}
+
+/// True when each top-level `SELECT` of `sql` (its `UNION` parts) inner-joins a catalog
+/// that is empty here, with no outer join: the query has no rows then (psql's footers of
+/// `\d NAME` ask for policies, publications, inheritance...). Subqueries do not count.
+fn only_empty_catalogs(sql: &str) -> bool {
+    let l = code_only(sql);
+    // The words at parenthesis depth 0.
+    let mut words: Vec<String> = Vec::new();
+    let mut depth = 0i32;
+    let mut word = String::new();
+    for c in l.chars().chain(std::iter::once(' ')) {
+        if c.is_alphanumeric() || c == '_' || c == '.' {
+            if depth == 0 {
+                word.push(c);
+            }
+            continue;
+        }
+        if !word.is_empty() {
+            words.push(std::mem::take(&mut word));
+        }
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            _ => {}
+        }
+    }
+    let mut parts = 0;
+    let mut in_from = false;
+    let mut empty_here = false;
+    for w in words
+        .iter()
+        .map(String::as_str)
+        .chain(std::iter::once("union"))
+    {
+        match w {
+            "left" | "right" | "full" | "outer" => return false,
+            "from" => in_from = true,
+            "where" | "group" | "order" | "having" | "limit" => in_from = false,
+            "union" | "intersect" | "except" => {
+                if !empty_here {
+                    return false;
+                }
+                parts += 1;
+                in_from = false;
+                empty_here = false;
+            }
+            _ if in_from => {
+                let table = w.strip_prefix("pg_catalog.").unwrap_or(w);
+                empty_here |= EMPTY.contains(&table);
+            }
+            _ => {}
+        }
+    }
+    parts > 0
 }
 
 /// The oid in `marker '16385'`.
@@ -233,20 +290,8 @@ pub fn rewrite(sql: &str) -> Result<String, GwError> {
             quote(&name)
         ));
     }
-    // Catalogs that are empty here, read alone.
-    for t in EMPTY {
-        if contains_word(&l, &format!("pg_catalog.{t}")) || contains_word(&l, t) {
-            let others = [
-                "pg_class",
-                "pg_type",
-                "pg_attribute",
-                "pg_namespace",
-                "pg_index",
-            ];
-            if !others.iter().any(|o| contains_word(&l, o)) {
-                return Ok("SELECT NULL AS \"none\" WHERE 0".into());
-            }
-        }
+    if only_empty_catalogs(sql) {
+        return Ok("SELECT NULL AS \"none\" WHERE 0".into());
     }
     let first = sql.split_whitespace().take(6).collect::<Vec<_>>().join(" ");
     Err(unsupported(&format!("this catalog query ({first} ...)")))
@@ -288,6 +333,30 @@ mod tests {
         assert!(rewrite(d3).unwrap().contains("= 16385"));
         let pol = "SELECT pol.polname FROM pg_catalog.pg_policy pol WHERE pol.polrelid = '1'";
         assert!(rewrite(pol).unwrap().contains("WHERE 0"));
+        let publications = "SELECT pubname , NULL , NULL\nFROM pg_catalog.pg_publication p\n\
+                            JOIN pg_catalog.pg_publication_namespace pn ON p.oid = pn.pnpubid\n\
+                            JOIN pg_catalog.pg_class pc ON pc.relnamespace = pn.pnnspid\n\
+                            WHERE pc.oid ='16386'\nUNION\nSELECT pubname, NULL, NULL\nFROM \
+                            pg_catalog.pg_publication p\nWHERE p.puballtables\nORDER BY 1;";
+        assert!(rewrite(publications).unwrap().contains("WHERE 0"));
+        // An outer join to an empty catalog keeps the other side's rows: refused.
+        let outer = "SELECT c.relname FROM pg_catalog.pg_inherits i RIGHT JOIN \
+                     pg_catalog.pg_class c ON c.oid = i.inhrelid";
+        assert_eq!(rewrite(outer).unwrap_err().code, "0A000");
+        let inherits = "SELECT c.oid::pg_catalog.regclass\nFROM pg_catalog.pg_class c, \
+                        pg_catalog.pg_inherits i\nWHERE c.oid = i.inhparent AND i.inhrelid = \
+                        '16386'\n  AND c.relispartition = false\nORDER BY inhseqno;";
+        assert!(rewrite(inherits).unwrap().contains("WHERE 0"));
+        let policies = "SELECT pol.polname, CASE WHEN pol.polroles = '{0}' THEN NULL ELSE \
+                        pg_catalog.array_to_string(array(select rolname from \
+                        pg_catalog.pg_roles where oid = any (pol.polroles) order by 1),',') \
+                        END\nFROM pg_catalog.pg_policy pol\nWHERE pol.polrelid = '16386' \
+                        ORDER BY 1;";
+        assert!(rewrite(policies).unwrap().contains("WHERE 0"));
+        // A UNION part that reads another catalog: refused.
+        let mixed = "SELECT polname FROM pg_catalog.pg_policy UNION SELECT relname FROM \
+                     pg_catalog.pg_class";
+        assert_eq!(rewrite(mixed).unwrap_err().code, "0A000");
         assert_eq!(
             rewrite("SELECT * FROM pg_catalog.pg_proc")
                 .unwrap_err()
