@@ -569,7 +569,7 @@ impl ExtendedQueryHandler for Connection {
         r
     }
 
-    /// A portal whose result columns are not all known before it runs (expressions such as
+    /// A read whose result columns are not all known before it runs (expressions such as
     /// `count(*)`, or a table its transaction created) runs now, so that its columns
     /// announce the types of its values (`count(*)` as `int8`); its Execute, which follows
     /// at once in what drivers send (libpq's Bind, Describe, Execute), sends the result
@@ -586,7 +586,10 @@ impl ExtendedQueryHandler for Connection {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let p = &portal.statement.statement;
+        // Only a read runs early: a write runs when the client executes it, never because
+        // it asked what the result will look like (its undeclared columns are then text).
         let unknown = p.command == Command::Sql
+            && reads_only(&p.sql)
             && p.columns
                 .as_ref()
                 .is_none_or(|cols| cols.iter().any(|c| c.decl_type.is_none()));
@@ -666,6 +669,21 @@ impl ExtendedQueryHandler for Connection {
         })
         .await?;
         response.map_err(user_error)
+    }
+}
+
+/// Whether `sql` surely only reads: a SELECT or VALUES, or a WITH naming no writing
+/// statement (conservative: a false answer only costs typed result columns).
+fn reads_only(sql: &str) -> bool {
+    match redoubt_services::sql::leading_keyword(sql).as_str() {
+        "SELECT" | "VALUES" => true,
+        "WITH" => {
+            let upper = sql.to_ascii_uppercase();
+            !["INSERT", "UPDATE", "DELETE", "REPLACE"]
+                .iter()
+                .any(|w| upper.contains(w))
+        }
+        _ => false,
     }
 }
 
