@@ -202,6 +202,13 @@ impl Transaction<'_> {
         &self.stmts
     }
 
+    /// Forgets every statement after the first `n` (a savepoint's `ROLLBACK TO`): they are
+    /// not committed, and later statements run after the first `n` alone.
+    pub fn rollback_to(&mut self, n: usize) {
+        self.stmts.truncate(n);
+        self.seen.truncate(n);
+    }
+
     /// Commits: one ordered operation, applied only if every statement returns what it
     /// returned in [`Transaction::run`].
     pub async fn commit(self) -> Result<(), SqlClientError> {

@@ -8,18 +8,22 @@
 //! tags. It is trusted by its own PostgreSQL clients, not by the replicas: a compromised
 //! gateway can do whatever its client ids may do, no more.
 //!
+//! - [`catalog`]: the PostgreSQL catalog queries psql and drivers send, on SQLite's schema;
 //! - [`split`]: the SQL lexer (statements, placeholders, commands the gateway answers);
+//! - [`translate`]: PostgreSQL syntax drivers send (`::` casts, `SERIAL`...) in SQLite's;
 //! - [`types`]: PostgreSQL types of result columns and parameters;
 //! - [`session`]: one connection's transaction state machine, behind a [`session::Backend`];
 //! - [`server`]: the pgwire handlers, the pool of client ids and the accept loop.
 //!
 //! The gateway authenticates nobody (trust): it must listen on a trusted interface only.
 
+pub mod catalog;
 pub mod server;
 pub mod session;
 pub mod split;
 #[cfg(test)]
 mod testing;
+pub mod translate;
 pub mod types;
 
 pub use server::{serve, Gateway, GatewayConfig, GatewayError};

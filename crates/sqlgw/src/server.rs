@@ -8,6 +8,7 @@
 //! the transaction status pgwire reports in ReadyForQuery equal to the session's.
 
 use crate::session::{self, Backend, Outcome, Prepared, SessionHandle, TxStatus};
+use crate::split::{classify, split, Command};
 use crate::types::{decode_param, described_types, encode_rows, fields, format_at, inferred_types};
 use crate::GwError;
 use async_trait::async_trait;
@@ -20,7 +21,7 @@ use pgwire::api::query::{
     send_execution_response, send_query_response, send_ready_for_query, ExtendedQueryHandler,
     SimpleQueryHandler,
 };
-use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::results::{DescribePortalResponse, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{
@@ -197,6 +198,7 @@ async fn connection<B: Backend + Clone>(socket: TcpStream, peer: SocketAddr, lea
         }),
         session,
         status: Mutex::new(TxStatus::Idle),
+        described: Mutex::new(None),
         client,
     });
     if let Err(e) = pgwire::tokio::process_socket(socket, None, Handlers(conn)).await {
@@ -268,7 +270,51 @@ struct Connection {
     parser: Arc<Parser>,
     /// The session's status after its last request, for ReadyForQuery.
     status: Mutex<TxStatus>,
+    /// A portal that ran when it was described (see `do_describe_portal`), for its Execute.
+    described: Mutex<Option<Described>>,
     client: u64,
+}
+
+/// The outcome of a portal run at its Describe, and the fields that Describe announced.
+struct Described {
+    /// The portal's address: a new Bind makes a new portal.
+    portal: usize,
+    sql: String,
+    outcome: Outcome,
+    fields: Vec<FieldInfo>,
+}
+
+/// Where `portal` lives, to tell it from other portals.
+fn portal_key(portal: &Portal<Prepared>) -> usize {
+    portal as *const Portal<Prepared> as usize
+}
+
+/// The statement `portal` runs: its SQL and its parameters as SQLite values.
+fn bound_statement(portal: &Portal<Prepared>) -> Result<Statement, GwError> {
+    let p = &portal.statement.statement;
+    if portal.parameters.len() != p.params {
+        return Err(GwError::new(
+            "08P01",
+            format!(
+                "bind message supplies {} parameters, but prepared statement requires {}",
+                portal.parameters.len(),
+                p.params
+            ),
+        ));
+    }
+    let mut params = Vec::with_capacity(p.params);
+    for (i, b) in portal.parameters.iter().enumerate() {
+        let ty = portal
+            .statement
+            .parameter_types
+            .get(i)
+            .cloned()
+            .flatten()
+            .unwrap_or(Type::TEXT);
+        let format = format_at(&portal.parameter_format, i);
+        params.push(decode_param(i, &ty, format, b.as_deref())?);
+    }
+    Ok(Statement::with_params(p.sql.clone(), params))
 }
 
 fn pg_status(s: TxStatus) -> TransactionStatus {
@@ -399,6 +445,11 @@ impl SimpleQueryHandler for Connection {
             return Err(PgWireError::NotReadyForQuery);
         }
         client.set_state(PgWireConnectionState::QueryInProgress);
+        for s in split(&query.query) {
+            if let Command::Deallocate(Some(name)) = classify(s) {
+                client.portal_store().rm_statement(&name);
+            }
+        }
         let (outcomes, mut status) = self.session.simple(query.query).await;
         if outcomes.is_empty() {
             client
@@ -518,6 +569,58 @@ impl ExtendedQueryHandler for Connection {
         r
     }
 
+    /// A read whose result columns are not all known before it runs (expressions such as
+    /// `count(*)`, or a table its transaction created) runs now, so that its columns
+    /// announce the types of its values (`count(*)` as `int8`); its Execute, which follows
+    /// at once in what drivers send (libpq's Bind, Describe, Execute), sends the result
+    /// kept here. Other portals are described from their statement.
+    async fn do_describe_portal<C>(
+        &self,
+        _client: &mut C,
+        portal: &Portal<Prepared>,
+    ) -> PgWireResult<DescribePortalResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let p = &portal.statement.statement;
+        // Only a read runs early: a write runs when the client executes it, never because
+        // it asked what the result will look like (its undeclared columns are then text).
+        let unknown = p.command == Command::Sql
+            && reads_only(&p.sql)
+            && p.columns
+                .as_ref()
+                .is_none_or(|cols| cols.iter().any(|c| c.decl_type.is_none()));
+        if !unknown {
+            let fields = self
+                .parser
+                .get_result_schema(p, Some(&portal.result_column_format))?;
+            return Ok(DescribePortalResponse::new(fields));
+        }
+        let stmt = bound_statement(portal).map_err(user_error)?;
+        let (outcome, status) = self.session.execute(p.command.clone(), stmt).await;
+        self.set_status(status);
+        let fields = match &outcome {
+            Outcome::Error(e) => return Err(user_error(e.clone())),
+            Outcome::Rows { result, .. } if !result.columns.is_empty() => {
+                let types = inferred_types(&result.columns, &result.rows);
+                fields(&result.columns, &types, &portal.result_column_format)
+            }
+            _ => Vec::new(),
+        };
+        // No fields: NoData.
+        let response = DescribePortalResponse::new(fields.clone());
+        *self.described.lock().unwrap_or_else(|e| e.into_inner()) = Some(Described {
+            portal: portal_key(portal),
+            sql: p.sql.clone(),
+            outcome,
+            fields,
+        });
+        Ok(response)
+    }
+
     async fn do_query<C>(
         &self,
         client: &mut C,
@@ -531,29 +634,19 @@ impl ExtendedQueryHandler for Connection {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let p = &portal.statement.statement;
-        if portal.parameters.len() != p.params {
-            return Err(user_error(GwError::new(
-                "08P01",
-                format!(
-                    "bind message supplies {} parameters, but prepared statement requires {}",
-                    portal.parameters.len(),
-                    p.params
-                ),
-            )));
+        let ran = {
+            let mut d = self.described.lock().unwrap_or_else(|e| e.into_inner());
+            match d.take() {
+                Some(d) if d.portal == portal_key(portal) && d.sql == p.sql => Some(d),
+                _ => None,
+            }
+        };
+        if let Some(d) = ran {
+            let fields = d.fields;
+            let response = respond(client, d.outcome, |_| Ok(fields)).await?;
+            return response.map_err(user_error);
         }
-        let mut params = Vec::with_capacity(p.params);
-        for (i, b) in portal.parameters.iter().enumerate() {
-            let ty = portal
-                .statement
-                .parameter_types
-                .get(i)
-                .cloned()
-                .flatten()
-                .unwrap_or(Type::TEXT);
-            let format = format_at(&portal.parameter_format, i);
-            params.push(decode_param(i, &ty, format, b.as_deref()).map_err(user_error)?);
-        }
-        let stmt = Statement::with_params(p.sql.clone(), params);
+        let stmt = bound_statement(portal).map_err(user_error)?;
         let (outcome, status) = self.session.execute(p.command.clone(), stmt).await;
         self.set_status(status);
         let response = respond(client, outcome, |r| {
@@ -576,6 +669,21 @@ impl ExtendedQueryHandler for Connection {
         })
         .await?;
         response.map_err(user_error)
+    }
+}
+
+/// Whether `sql` surely only reads: a SELECT or VALUES, or a WITH naming no writing
+/// statement (conservative: a false answer only costs typed result columns).
+fn reads_only(sql: &str) -> bool {
+    match redoubt_services::sql::leading_keyword(sql).as_str() {
+        "SELECT" | "VALUES" => true,
+        "WITH" => {
+            let upper = sql.to_ascii_uppercase();
+            !["INSERT", "UPDATE", "DELETE", "REPLACE"]
+                .iter()
+                .any(|w| upper.contains(w))
+        }
+        _ => false,
     }
 }
 

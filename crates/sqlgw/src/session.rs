@@ -13,7 +13,9 @@
 //! A session runs in its own task ([`spawn`]) because a transaction borrows its client; the
 //! connection's handlers talk to it through a [`SessionHandle`].
 
+use crate::catalog;
 use crate::split::{classify, command_tag, placeholders, split, Command};
+use crate::translate::translate;
 use crate::GwError;
 use redoubt_client::sql::{SqlClient, SqlClientError, Transaction};
 use redoubt_services::sql::{Column, Statement, StmtResult, Value};
@@ -55,6 +57,12 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Commits `tx`.
     fn commit(tx: Self::Tx<'_>) -> impl Future<Output = Result<(), SqlClientError>> + Send;
+
+    /// How many statements `tx` holds (where a savepoint marks it).
+    fn mark(tx: &Self::Tx<'_>) -> usize;
+
+    /// Forgets the statements of `tx` after the first `mark` (`ROLLBACK TO` a savepoint).
+    fn rollback_to(tx: &mut Self::Tx<'_>, mark: usize);
 }
 
 impl Backend for SqlClient {
@@ -91,6 +99,14 @@ impl Backend for SqlClient {
 
     fn commit(tx: Self::Tx<'_>) -> impl Future<Output = Result<(), SqlClientError>> + Send {
         tx.commit()
+    }
+
+    fn mark(tx: &Self::Tx<'_>) -> usize {
+        tx.statements().len()
+    }
+
+    fn rollback_to(tx: &mut Self::Tx<'_>, mark: usize) {
+        tx.rollback_to(mark)
     }
 }
 
@@ -161,22 +177,42 @@ const SETTINGS: &[(&str, &str)] = &[
     ("client_encoding", "UTF8"),
     ("transaction_isolation", "serializable"),
     ("default_transaction_isolation", "serializable"),
+    ("transaction isolation level", "serializable"),
     ("standard_conforming_strings", "on"),
     ("datestyle", "ISO, MDY"),
     ("timezone", "UTC"),
     ("integer_datetimes", "on"),
 ];
 
+/// A transaction's savepoints, oldest first: name and the statement count they mark.
+type Savepoints = Vec<(String, usize)>;
+
 enum State<T> {
     Idle,
-    Open(T),
-    Failed,
+    Open(T, Savepoints),
+    /// Failed by an error: the transaction is kept while it has savepoints, which `ROLLBACK
+    /// TO` can return to.
+    Failed(Option<(T, Savepoints)>),
 }
 
 /// One connection's session state machine.
 pub struct Session<'b, B: Backend> {
     backend: &'b B,
     state: State<B::Tx<'b>>,
+}
+
+/// A statement for the service in SQLite's dialect: a catalog query rewritten on SQLite's
+/// schema, anything else translated (see [`crate::translate`]).
+fn to_sqlite(sql: &str) -> Result<String, GwError> {
+    if catalog::reads_catalog(sql) {
+        catalog::rewrite(sql)
+    } else {
+        translate(sql)
+    }
+}
+
+fn no_savepoint(name: &str) -> GwError {
+    GwError::new("3B001", format!("savepoint \"{name}\" does not exist"))
 }
 
 fn aborted() -> GwError {
@@ -197,16 +233,20 @@ impl<'b, B: Backend> Session<'b, B> {
     pub fn status(&self) -> TxStatus {
         match self.state {
             State::Idle => TxStatus::Idle,
-            State::Open(_) => TxStatus::InTransaction,
-            State::Failed => TxStatus::Failed,
+            State::Open(..) => TxStatus::InTransaction,
+            State::Failed(_) => TxStatus::Failed,
         }
     }
 
     /// An error the session did not see (a protocol error, a result that could not be
     /// encoded) happened: an open transaction fails, as any error fails it.
     pub fn abort(&mut self) {
-        if let State::Open(_) = self.state {
-            self.state = State::Failed;
+        if let State::Open(..) = self.state {
+            let State::Open(tx, savepoints) = std::mem::replace(&mut self.state, State::Idle)
+            else {
+                unreachable!("matched above")
+            };
+            self.state = State::Failed((!savepoints.is_empty()).then_some((tx, savepoints)));
         }
     }
 
@@ -216,7 +256,23 @@ impl<'b, B: Backend> Session<'b, B> {
     pub async fn simple(&mut self, sql: &str) -> Vec<Outcome> {
         let mut out = Vec::new();
         let mut batch: Vec<Statement> = Vec::new();
-        let stmts = split(sql);
+        // As PostgreSQL parses the whole query string before running any of it, a statement
+        // the gateway cannot translate fails the query before anything runs.
+        let mut stmts: Vec<String> = Vec::new();
+        for s in split(sql) {
+            if classify(s) != Command::Sql {
+                stmts.push(s.to_string());
+                continue;
+            }
+            match to_sqlite(s) {
+                Ok(t) => stmts.push(t),
+                Err(e) => {
+                    self.abort();
+                    return vec![Outcome::Error(e)];
+                }
+            }
+        }
+        let stmts: Vec<&str> = stmts.iter().map(String::as_str).collect();
         let mut k = 0;
         while k < stmts.len() {
             let s = stmts[k];
@@ -236,7 +292,7 @@ impl<'b, B: Backend> Session<'b, B> {
                     if !self.flush(&mut batch, &mut out).await {
                         // As in PostgreSQL: the rest of the query, COMMIT included, is
                         // skipped, and the block stays open, failed, until ROLLBACK.
-                        self.state = State::Failed;
+                        self.state = State::Failed(None);
                         return out;
                     }
                     out.push(Outcome::command("COMMIT"));
@@ -311,16 +367,23 @@ impl<'b, B: Backend> Session<'b, B> {
             }
         };
         let command = classify(s);
+        let translated;
+        let s = if command == Command::Sql {
+            translated = to_sqlite(s)?;
+            translated.as_str()
+        } else {
+            s
+        };
         let (params, columns) = match &command {
             Command::Sql => {
-                if let State::Failed = self.state {
+                if let State::Failed(_) = self.state {
                     return Err(aborted());
                 }
                 match self.backend.describe(s).await {
                     Ok((n, columns)) => (n as usize, Some(columns)),
                     // The service describes against the committed database: a statement on
                     // a table this transaction created is not known there yet.
-                    Err(_) if matches!(self.state, State::Open(_)) => (placeholders(s), None),
+                    Err(_) if matches!(self.state, State::Open(..)) => (placeholders(s), None),
                     Err(e) => return Err(GwError::from_client(&e)),
                 }
             }
@@ -344,15 +407,15 @@ impl<'b, B: Backend> Session<'b, B> {
     async fn step(&mut self, command: Command, stmt: Statement) -> Outcome {
         let outcome = match (command, &mut self.state) {
             (Command::Begin, State::Idle) => {
-                self.state = State::Open(self.backend.begin());
+                self.state = State::Open(self.backend.begin(), Vec::new());
                 Outcome::command("BEGIN")
             }
-            (Command::Begin, State::Open(_)) => Outcome::warned(
+            (Command::Begin, State::Open(..)) => Outcome::warned(
                 "BEGIN",
                 "25001",
                 "there is already a transaction in progress",
             ),
-            (Command::Commit | Command::Rollback, State::Failed) => {
+            (Command::Commit | Command::Rollback, State::Failed(_)) => {
                 self.state = State::Idle;
                 Outcome::command("ROLLBACK")
             }
@@ -362,8 +425,8 @@ impl<'b, B: Backend> Session<'b, B> {
             (Command::Rollback, State::Idle) => {
                 Outcome::warned("ROLLBACK", "25P01", "there is no transaction in progress")
             }
-            (Command::Commit, State::Open(_)) => {
-                let State::Open(tx) = std::mem::replace(&mut self.state, State::Idle) else {
+            (Command::Commit, State::Open(..)) => {
+                let State::Open(tx, _) = std::mem::replace(&mut self.state, State::Idle) else {
                     unreachable!("matched above")
                 };
                 match B::commit(tx).await {
@@ -371,11 +434,66 @@ impl<'b, B: Backend> Session<'b, B> {
                     Err(e) => Outcome::Error(GwError::from_client(&e)),
                 }
             }
-            (Command::Rollback, State::Open(_)) => {
+            (Command::Rollback, State::Open(..)) => {
                 self.state = State::Idle;
                 Outcome::command("ROLLBACK")
             }
-            (_, State::Failed) => Outcome::Error(aborted()),
+            (Command::Deallocate(name), _) => {
+                // Protocol-level prepared statements are dropped by the connection (it holds
+                // them); SQL-level PREPARE is refused, so there is nothing else to drop.
+                Outcome::command(if name.is_some() {
+                    "DEALLOCATE"
+                } else {
+                    "DEALLOCATE ALL"
+                })
+            }
+            (Command::Savepoint(_) | Command::Release(_) | Command::RollbackTo(_), State::Idle) => {
+                Outcome::Error(GwError::new(
+                    "25P01",
+                    "savepoints can only be used in transaction blocks",
+                ))
+            }
+            (Command::Savepoint(name), State::Open(tx, savepoints)) => {
+                savepoints.push((name, B::mark(tx)));
+                Outcome::command("SAVEPOINT")
+            }
+            (Command::Release(name), State::Open(_, savepoints)) => {
+                match savepoints.iter().rposition(|(n, _)| *n == name) {
+                    Some(i) => {
+                        savepoints.truncate(i);
+                        Outcome::command("RELEASE")
+                    }
+                    None => Outcome::Error(no_savepoint(&name)),
+                }
+            }
+            (Command::RollbackTo(name), State::Open(tx, savepoints)) => {
+                match savepoints.iter().rposition(|(n, _)| *n == name) {
+                    Some(i) => {
+                        B::rollback_to(tx, savepoints[i].1);
+                        savepoints.truncate(i + 1);
+                        Outcome::command("ROLLBACK")
+                    }
+                    None => Outcome::Error(no_savepoint(&name)),
+                }
+            }
+            (Command::RollbackTo(name), State::Failed(kept)) => {
+                let found = kept
+                    .as_ref()
+                    .and_then(|(_, sps)| sps.iter().rposition(|(n, _)| *n == name));
+                match (found, kept.take()) {
+                    (Some(i), Some((mut tx, mut savepoints))) => {
+                        B::rollback_to(&mut tx, savepoints[i].1);
+                        savepoints.truncate(i + 1);
+                        self.state = State::Open(tx, savepoints);
+                        Outcome::command("ROLLBACK")
+                    }
+                    (_, back) => {
+                        *kept = back;
+                        Outcome::Error(no_savepoint(&name))
+                    }
+                }
+            }
+            (_, State::Failed(_)) => Outcome::Error(aborted()),
             (Command::Set, _) => Outcome::command("SET"),
             (Command::Reset, _) => Outcome::command("RESET"),
             (Command::Show(name), _) => show(&name),
@@ -394,7 +512,7 @@ impl<'b, B: Backend> Session<'b, B> {
                     Err(e) => Outcome::Error(GwError::from_client(&e)),
                 }
             }
-            (Command::Sql, State::Open(tx)) => {
+            (Command::Sql, State::Open(tx, _)) => {
                 let sql = stmt.sql.clone();
                 match B::run(tx, stmt).await {
                     Ok(r) => Outcome::rows(&sql, r),

@@ -187,10 +187,37 @@ pub enum Command {
     Reset,
     /// `SHOW name` (the name lower-cased).
     Show(String),
+    /// `SAVEPOINT name` (the name as PostgreSQL folds it).
+    Savepoint(String),
+    /// `RELEASE [SAVEPOINT] name`.
+    Release(String),
+    /// `ROLLBACK [WORK | TRANSACTION] TO [SAVEPOINT] name`.
+    RollbackTo(String),
+    /// `DEALLOCATE [PREPARE] name` (`None`: `ALL`).
+    Deallocate(Option<String>),
     /// A statement the gateway refuses (SQLSTATE 0A000): the feature's name.
     Unsupported(&'static str),
     /// Anything else: SQL for the service.
     Sql,
+}
+
+/// The last word or quoted identifier of `stmt`, as PostgreSQL folds names: a quoted name as
+/// written, an unquoted one lower-cased ("" when there is none).
+fn last_name(stmt: &str) -> String {
+    let s = stmt.trim_end();
+    if let Some(inner) = s.strip_suffix('"') {
+        if let Some(open) = inner.rfind('"') {
+            return inner[open + 1..].to_string();
+        }
+    }
+    let start = s
+        .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .map_or(0, |i| i + 1);
+    let w = s[start..].to_lowercase();
+    match w.as_str() {
+        "savepoint" | "release" | "to" | "prepare" | "deallocate" => String::new(),
+        _ => w,
+    }
 }
 
 /// Classifies one statement (as [`split`] returns them).
@@ -208,12 +235,13 @@ pub fn classify(stmt: &str) -> Command {
                 word(1)
             };
             if next == "TO" {
-                Command::Unsupported("SAVEPOINT")
+                Command::RollbackTo(last_name(stmt))
             } else {
                 Command::Rollback
             }
         }
-        "SAVEPOINT" | "RELEASE" => Command::Unsupported("SAVEPOINT"),
+        "SAVEPOINT" => Command::Savepoint(last_name(stmt)),
+        "RELEASE" => Command::Release(last_name(stmt)),
         "SET" => Command::Set,
         "RESET" => Command::Reset,
         "SHOW" => {
@@ -223,7 +251,12 @@ pub fn classify(stmt: &str) -> Command {
         }
         "COPY" => Command::Unsupported("COPY"),
         "LISTEN" | "UNLISTEN" | "NOTIFY" => Command::Unsupported("LISTEN/NOTIFY"),
-        "PREPARE" | "EXECUTE" | "DEALLOCATE" => {
+        "DEALLOCATE" => {
+            let name = last_name(stmt);
+            let all = name.is_empty() || (name == "all" && !stmt.trim_end().ends_with('"'));
+            Command::Deallocate((!all).then_some(name))
+        }
+        "PREPARE" | "EXECUTE" => {
             Command::Unsupported("PREPARE/EXECUTE (use the extended query protocol)")
         }
         "DECLARE" | "FETCH" | "MOVE" | "CLOSE" => Command::Unsupported("cursors"),
@@ -332,13 +365,27 @@ mod tests {
         assert_eq!(classify("abort"), Command::Rollback);
         assert_eq!(
             classify("ROLLBACK TO SAVEPOINT a"),
-            Command::Unsupported("SAVEPOINT")
+            Command::RollbackTo("a".into())
         );
         assert_eq!(
-            classify("rollback work to a"),
-            Command::Unsupported("SAVEPOINT")
+            classify("rollback work to \"_pg3 X\""),
+            Command::RollbackTo("_pg3 X".into())
         );
-        assert_eq!(classify("SAVEPOINT a"), Command::Unsupported("SAVEPOINT"));
+        assert_eq!(classify("SAVEPOINT A1"), Command::Savepoint("a1".into()));
+        assert_eq!(
+            classify("RELEASE SAVEPOINT _pg3_1"),
+            Command::Release("_pg3_1".into())
+        );
+        assert_eq!(classify("release x"), Command::Release("x".into()));
+        assert_eq!(classify("DEALLOCATE ALL"), Command::Deallocate(None));
+        assert_eq!(
+            classify("deallocate prepare _pg3_0"),
+            Command::Deallocate(Some("_pg3_0".into()))
+        );
+        assert_eq!(
+            classify("PREPARE p AS SELECT 1"),
+            Command::Unsupported("PREPARE/EXECUTE (use the extended query protocol)")
+        );
         assert_eq!(classify("SET search_path = x"), Command::Set);
         assert_eq!(
             classify("SHOW transaction_isolation"),

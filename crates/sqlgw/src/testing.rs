@@ -123,6 +123,15 @@ impl Backend for Fake {
         std::future::ready(r)
     }
 
+    fn mark(tx: &Self::Tx<'_>) -> usize {
+        tx.stmts.len()
+    }
+
+    fn rollback_to(tx: &mut Self::Tx<'_>, mark: usize) {
+        tx.fake.log(format!("rollback_to {mark}"));
+        tx.stmts.truncate(mark);
+    }
+
     fn commit(tx: Self::Tx<'_>) -> impl Future<Output = Result<(), SqlClientError>> + Send {
         tx.fake.log(format!("commit {}", tx.stmts.join(" | ")));
         let r = if tx.fake.conflict.load(Ordering::Relaxed) {

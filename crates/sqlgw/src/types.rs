@@ -23,7 +23,7 @@ pub fn type_of_decl(decl: &str) -> Type {
         Type::INT8
     } else if d.contains("CHAR") || d.contains("CLOB") || d.contains("TEXT") {
         Type::TEXT
-    } else if d.contains("BLOB") {
+    } else if d.contains("BLOB") || d.contains("BYTEA") {
         Type::BYTEA
     } else if d.contains("REAL") || d.contains("FLOA") || d.contains("DOUB") {
         Type::FLOAT8
@@ -44,23 +44,33 @@ pub fn described_types(columns: &[Column]) -> Vec<Type> {
 }
 
 /// The types a result's columns announce when the rows are at hand (the simple query
-/// protocol): the declared type's, else that of the column's first non-null value.
+/// protocol, and a portal described before it runs): the declared type's, else one that
+/// holds every value of the column: `int8` when all are integers, `float8` when all are
+/// numbers, `bytea` when all are blobs, else (and with no values) `text`.
 pub fn inferred_types(columns: &[Column], rows: &[Vec<Value>]) -> Vec<Type> {
     columns
         .iter()
         .enumerate()
         .map(|(i, c)| match &c.decl_type {
             Some(d) => type_of_decl(d),
-            None => rows
-                .iter()
-                .filter_map(|r| r.get(i))
-                .find(|v| !matches!(v, Value::Null))
-                .map_or(Type::TEXT, |v| match v {
-                    Value::Integer(_) => Type::INT8,
-                    Value::Real(_) => Type::FLOAT8,
-                    Value::Blob(_) => Type::BYTEA,
-                    Value::Text(_) | Value::Null => Type::TEXT,
-                }),
+            None => {
+                let (mut ints, mut reals, mut blobs, mut texts) = (0, 0, 0, 0);
+                for v in rows.iter().filter_map(|r| r.get(i)) {
+                    match v {
+                        Value::Null => {}
+                        Value::Integer(_) => ints += 1,
+                        Value::Real(_) => reals += 1,
+                        Value::Blob(_) => blobs += 1,
+                        Value::Text(_) => texts += 1,
+                    }
+                }
+                match (ints, reals, blobs, texts) {
+                    (1.., 0, 0, 0) => Type::INT8,
+                    (_, 1.., 0, 0) => Type::FLOAT8,
+                    (0, 0, 1.., 0) => Type::BYTEA,
+                    _ => Type::TEXT,
+                }
+            }
         })
         .collect()
 }
@@ -324,6 +334,27 @@ fn decode_binary(i: usize, ty: &Type, b: &[u8]) -> Result<Value, GwError> {
         Type::NUMERIC => Value::Real(
             decode_numeric(b).ok_or_else(|| bad_param(i, ty, "invalid binary numeric"))?,
         ),
+        Type::DATE => Value::Text(date_text(i32::from_be_bytes(
+            sized(4)?.try_into().expect("4"),
+        ))),
+        Type::TIMESTAMP => Value::Text(timestamp_text(
+            i64::from_be_bytes(sized(8)?.try_into().expect("8")),
+            "",
+        )),
+        // The gateway's time zone is UTC, in which the client sent the instant.
+        Type::TIMESTAMPTZ => Value::Text(timestamp_text(
+            i64::from_be_bytes(sized(8)?.try_into().expect("8")),
+            "+00:00",
+        )),
+        Type::TIME => Value::Text(time_text(i64::from_be_bytes(
+            sized(8)?.try_into().expect("8"),
+        ))),
+        Type::UUID => Value::Text(uuid_text(sized(16)?)),
+        Type::JSONB if b.first() == Some(&1) => {
+            Value::Text(String::from_utf8(b[1..].to_vec()).map_err(|_| {
+                GwError::new("22021", format!("parameter ${} is not valid UTF-8", i + 1))
+            })?)
+        }
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN | Type::JSON => {
             Value::Text(String::from_utf8(b.to_vec()).map_err(|_| {
                 GwError::new("22021", format!("parameter ${} is not valid UTF-8", i + 1))
@@ -341,6 +372,89 @@ fn decode_binary(i: usize, ty: &Type, b: &[u8]) -> Result<Value, GwError> {
             ))
         }
     })
+}
+
+/// Days since 1970-01-01 as a civil date (proleptic Gregorian).
+fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + (m <= 2) as i64, m, d)
+}
+
+/// Days from 1970-01-01 to 2000-01-01, PostgreSQL's epoch.
+const PG_EPOCH_DAYS: i64 = 10_957;
+
+/// A binary date (days since 2000-01-01) in PostgreSQL's ISO text form.
+fn date_text(days: i32) -> String {
+    match days {
+        i32::MAX => "infinity".into(),
+        i32::MIN => "-infinity".into(),
+        _ => {
+            let (y, m, d) = civil(days as i64 + PG_EPOCH_DAYS);
+            if y <= 0 {
+                format!("{:04}-{m:02}-{d:02} BC", 1 - y)
+            } else {
+                format!("{y:04}-{m:02}-{d:02}")
+            }
+        }
+    }
+}
+
+/// Microseconds since midnight as `HH:MM:SS[.ffffff]` (trailing zeros dropped).
+fn time_text(us: i64) -> String {
+    let secs = us.div_euclid(1_000_000);
+    let frac = us.rem_euclid(1_000_000);
+    let mut s = format!(
+        "{:02}:{:02}:{:02}",
+        secs / 3600,
+        (secs / 60) % 60,
+        secs % 60
+    );
+    if frac != 0 {
+        let f = format!("{frac:06}");
+        s.push('.');
+        s.push_str(f.trim_end_matches('0'));
+    }
+    s
+}
+
+/// A binary timestamp (microseconds since 2000-01-01 00:00) in PostgreSQL's ISO text form,
+/// `zone` appended.
+fn timestamp_text(us: i64, zone: &str) -> String {
+    match us {
+        i64::MAX => "infinity".into(),
+        i64::MIN => "-infinity".into(),
+        _ => {
+            let days = us.div_euclid(86_400_000_000);
+            let (y, m, d) = civil(days + PG_EPOCH_DAYS);
+            let time = time_text(us.rem_euclid(86_400_000_000));
+            let date = if y <= 0 {
+                format!("{:04}-{m:02}-{d:02}", 1 - y)
+            } else {
+                format!("{y:04}-{m:02}-{d:02}")
+            };
+            let era = if y <= 0 { " BC" } else { "" };
+            format!("{date} {time}{zone}{era}")
+        }
+    }
+}
+
+/// 16 bytes as a UUID's hyphenated lower-case text.
+fn uuid_text(b: &[u8]) -> String {
+    let mut s = String::with_capacity(36);
+    for (k, x) in b.iter().enumerate() {
+        if matches!(k, 4 | 6 | 8 | 10) {
+            s.push('-');
+        }
+        s.push_str(&format!("{x:02x}"));
+    }
+    s
 }
 
 /// PostgreSQL's binary numeric: digit count, weight, sign, display scale, then base-10000
@@ -390,6 +504,7 @@ mod tests {
         assert_eq!(type_of_decl("VARCHAR(20)"), Type::TEXT);
         assert_eq!(type_of_decl("clob"), Type::TEXT);
         assert_eq!(type_of_decl("BLOB"), Type::BYTEA);
+        assert_eq!(type_of_decl("BYTEA"), Type::BYTEA);
         assert_eq!(type_of_decl("DOUBLE PRECISION"), Type::FLOAT8);
         assert_eq!(type_of_decl("float"), Type::FLOAT8);
         assert_eq!(type_of_decl("REAL"), Type::FLOAT8);
@@ -592,10 +707,62 @@ mod tests {
             "22P03"
         );
         assert_eq!(
-            decode_param(0, &Type::DATE, b, Some(&[0; 4]))
+            decode_param(0, &Type::INTERVAL, b, Some(&[0; 16]))
                 .unwrap_err()
                 .code,
             "0A000"
+        );
+    }
+
+    #[test]
+    fn dates_times_and_uuids_decode_from_binary_to_iso_text() {
+        let b = FieldFormat::Binary;
+        let text = |ty: &Type, bytes: &[u8]| match decode_param(0, ty, b, Some(bytes)).unwrap() {
+            Value::Text(s) => s,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(text(&Type::DATE, &0i32.to_be_bytes()), "2000-01-01");
+        // 2024-02-29 is 8825 days after 2000-01-01.
+        assert_eq!(text(&Type::DATE, &8825i32.to_be_bytes()), "2024-02-29");
+        assert_eq!(text(&Type::DATE, &(-1i32).to_be_bytes()), "1999-12-31");
+        let us = (8825i64 * 86_400 + 12 * 3600 + 30 * 60 + 5) * 1_000_000 + 250_000;
+        assert_eq!(
+            text(&Type::TIMESTAMP, &us.to_be_bytes()),
+            "2024-02-29 12:30:05.25"
+        );
+        assert_eq!(
+            text(&Type::TIMESTAMPTZ, &(us - 250_000).to_be_bytes()),
+            "2024-02-29 12:30:05+00:00"
+        );
+        assert_eq!(
+            text(&Type::TIME, &(3_723_000_001i64).to_be_bytes()),
+            "01:02:03.000001"
+        );
+        assert_eq!(text(&Type::TIMESTAMP, &i64::MAX.to_be_bytes()), "infinity");
+        let id: Vec<u8> = (0u8..16).collect();
+        assert_eq!(
+            text(&Type::UUID, &id),
+            "00010203-0405-0607-0809-0a0b0c0d0e0f"
+        );
+        assert_eq!(text(&Type::JSONB, b"\x01{}"), "{}");
+        assert_eq!(
+            decode_param(0, &Type::DATE, b, Some(&[0; 3]))
+                .unwrap_err()
+                .code,
+            "22P03"
+        );
+    }
+
+    #[test]
+    fn mixed_columns_announce_a_type_that_holds_every_value() {
+        let cols = vec![col("a", None), col("b", None), col("c", None)];
+        let rows = vec![
+            vec![Value::Integer(1), Value::Integer(1), Value::Integer(1)],
+            vec![Value::Integer(2), Value::Real(1.5), Value::Text("x".into())],
+        ];
+        assert_eq!(
+            inferred_types(&cols, &rows),
+            vec![Type::INT8, Type::FLOAT8, Type::TEXT]
         );
     }
 }

@@ -234,3 +234,17 @@ async fn ready_for_query_carries_the_session_status() {
     assert_eq!(names(&m), ["1", "2", "D", "SELECT 1"]);
     assert_eq!(st, b'I');
 }
+
+#[test]
+fn only_reads_run_when_described() {
+    assert!(super::reads_only("select count(*) from t"));
+    assert!(super::reads_only("  (VALUES (1))"));
+    assert!(super::reads_only("WITH x AS (SELECT 1) SELECT * FROM x"));
+    assert!(!super::reads_only(
+        "WITH x AS (SELECT 1) INSERT INTO t SELECT * FROM x"
+    ));
+    assert!(!super::reads_only(
+        "INSERT INTO t VALUES (1) RETURNING id * 2"
+    ));
+    assert!(!super::reads_only("UPDATE t SET a = 1 RETURNING a + 1"));
+}

@@ -203,8 +203,89 @@ async fn set_show_and_unsupported_statements_stay_in_the_gateway() {
     assert!(fake.take_calls().is_empty());
     // Inside a block, an unsupported statement fails the transaction.
     s.simple("BEGIN").await;
-    assert_eq!(show_outcomes(&s.simple("SAVEPOINT a").await), ["!0A000"]);
+    assert_eq!(
+        show_outcomes(&s.simple("COPY t TO STDOUT").await),
+        ["!0A000"]
+    );
     assert_eq!(s.status(), TxStatus::Failed);
+}
+
+#[tokio::test]
+async fn savepoints_forget_the_statements_rolled_back_to() {
+    let fake = Fake::default();
+    let mut s = Session::new(&fake);
+    // Outside a block, as in PostgreSQL: 25P01.
+    assert_eq!(show_outcomes(&s.simple("SAVEPOINT a").await), ["!25P01"]);
+    let out = s
+        .simple("BEGIN; INSERT INTO t VALUES (1); SAVEPOINT a; INSERT INTO t VALUES (2)")
+        .await;
+    assert_eq!(
+        show_outcomes(&out),
+        ["BEGIN", "INSERT 0 1", "SAVEPOINT", "INSERT 0 1"]
+    );
+    assert_eq!(
+        show_outcomes(&s.simple("ROLLBACK TO SAVEPOINT a").await),
+        ["ROLLBACK"]
+    );
+    // An error after a savepoint fails the block until ROLLBACK TO.
+    assert_eq!(show_outcomes(&s.simple("SELECT fail").await), ["!42P01"]);
+    assert_eq!(s.status(), TxStatus::Failed);
+    assert_eq!(show_outcomes(&s.simple("SELECT 1").await), ["!25P02"]);
+    assert_eq!(show_outcomes(&s.simple("ROLLBACK TO b").await), ["!3B001"]);
+    assert_eq!(s.status(), TxStatus::Failed);
+    assert_eq!(
+        show_outcomes(&s.simple("ROLLBACK TO a").await),
+        ["ROLLBACK"]
+    );
+    assert_eq!(s.status(), TxStatus::InTransaction);
+    let out = s
+        .simple("SAVEPOINT b; INSERT INTO t VALUES (3); RELEASE SAVEPOINT b; RELEASE a")
+        .await;
+    assert_eq!(
+        show_outcomes(&out),
+        ["SAVEPOINT", "INSERT 0 1", "RELEASE", "RELEASE"]
+    );
+    assert_eq!(show_outcomes(&s.simple("RELEASE a").await), ["!3B001"]);
+    s.simple("ROLLBACK").await;
+    let out = s
+        .simple("BEGIN; INSERT INTO t VALUES (1); SAVEPOINT a; INSERT INTO t VALUES (2); RELEASE a; COMMIT")
+        .await;
+    assert_eq!(out.len(), 6, "{out:?}");
+    let calls = fake.take_calls();
+    assert!(calls.contains(&"rollback_to 1".to_string()), "{calls:?}");
+    // The commit holds what was not rolled back: 1 and 3, then 1 and 2.
+    assert!(
+        calls.contains(&"commit INSERT INTO t VALUES (1) | INSERT INTO t VALUES (2)".to_string()),
+        "{calls:?}"
+    );
+    // Without a savepoint, an error drops the transaction: ROLLBACK TO finds nothing.
+    s.simple("BEGIN; SELECT fail").await;
+    assert_eq!(show_outcomes(&s.simple("ROLLBACK TO a").await), ["!3B001"]);
+    assert_eq!(show_outcomes(&s.simple("ROLLBACK").await), ["ROLLBACK"]);
+}
+
+#[tokio::test]
+async fn deallocate_and_translated_statements() {
+    let fake = Fake::default();
+    let mut s = Session::new(&fake);
+    assert_eq!(
+        show_outcomes(&s.simple("DEALLOCATE ALL; DEALLOCATE p1").await),
+        ["DEALLOCATE ALL", "DEALLOCATE"]
+    );
+    assert_eq!(
+        show_outcomes(&s.simple("SELECT $1::int").await)[0],
+        "SELECT 1"
+    );
+    assert_eq!(fake.take_calls(), ["execute SELECT CAST($1 AS INTEGER)"]);
+    // An untranslatable statement fails the whole query before anything runs.
+    assert_eq!(
+        show_outcomes(&s.simple("INSERT INTO t VALUES (1); SELECT ARRAY[1]").await),
+        ["!0A000"]
+    );
+    assert!(fake.take_calls().is_empty());
+    let p = s.prepare("SELECT $1::int").await.unwrap().unwrap();
+    assert_eq!(p.sql, "SELECT CAST($1 AS INTEGER)");
+    assert_eq!(p.params, 1);
 }
 
 #[tokio::test]
