@@ -56,8 +56,8 @@ pub enum Event {
     CheckpointTaken { seq: Seq, digest: Digest },
     /// A checkpoint became stable (low watermark advanced).
     Stable { seq: Seq },
-    /// This replica sent VIEW-CHANGE for `view`.
-    ViewChangeStarted { view: View },
+    /// This replica sent VIEW-CHANGE for `view`, for `cause`.
+    ViewChangeStarted { view: View, cause: ViewChangeCause },
     /// This replica entered `view` (NEW-VIEW accepted or sent).
     NewViewInstalled { view: View },
     /// This replica replaced its state by a fetched checkpoint, fetching `pages` pages and
@@ -131,4 +131,81 @@ pub struct RecoveryReport {
     /// Corrupt pages found by the check and pages fetched during the recovery.
     pub corrupt_pages: u64,
     pub pages_fetched: u64,
+}
+
+/// Why a replica started a view change (what an operator reads in the log and the metrics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViewChangeCause {
+    /// A client request waited here past the view-change timeout.
+    RequestTimer,
+    /// As primary it made no progress within the timeout: it steps down.
+    PrimaryStalled,
+    /// The view change before this one did not complete within its timeout.
+    ViewChangeTimer,
+    /// f+1 replicas are in later views: it joins them.
+    JoinedOthers,
+    /// The primary stepped down (its VIEW-CHANGE for the next view arrived).
+    PrimarySteppedDown,
+    /// As primary it hands over (asked to stop, or recovering).
+    HandOver,
+    /// The primary's NEW-VIEW contradicted the VIEW-CHANGEs it names.
+    BadNewView,
+    /// The execution nodes stopped acknowledging within the timeout (separated deployment).
+    ExecutionStalled,
+    /// The primary's pace fell below half its recent best while requests waited.
+    PrimaryPace,
+    /// Suspect-Leader (Prime): the leader's turnaround time exceeded the bound (ms).
+    LeaderSlow { tat_ms: u64, bound_ms: u64 },
+    /// A recovering replica resumes at the view it estimated.
+    Recovery,
+}
+
+impl ViewChangeCause {
+    /// A short label (the metric's `cause`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            ViewChangeCause::RequestTimer => "request_timer",
+            ViewChangeCause::PrimaryStalled => "primary_stalled",
+            ViewChangeCause::ViewChangeTimer => "view_change_timer",
+            ViewChangeCause::JoinedOthers => "joined_others",
+            ViewChangeCause::PrimarySteppedDown => "primary_stepped_down",
+            ViewChangeCause::HandOver => "hand_over",
+            ViewChangeCause::BadNewView => "bad_new_view",
+            ViewChangeCause::ExecutionStalled => "execution_stalled",
+            ViewChangeCause::PrimaryPace => "primary_pace",
+            ViewChangeCause::LeaderSlow { .. } => "leader_slow",
+            ViewChangeCause::Recovery => "recovery",
+        }
+    }
+}
+
+impl std::fmt::Display for ViewChangeCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ViewChangeCause::RequestTimer => {
+                write!(f, "a client request waited past the view-change timeout")
+            }
+            ViewChangeCause::PrimaryStalled => {
+                write!(f, "as primary it made no progress within the timeout")
+            }
+            ViewChangeCause::ViewChangeTimer => {
+                write!(f, "the previous view change did not complete in time")
+            }
+            ViewChangeCause::JoinedOthers => write!(f, "f+1 replicas are in later views"),
+            ViewChangeCause::PrimarySteppedDown => write!(f, "the primary stepped down"),
+            ViewChangeCause::HandOver => write!(f, "as primary it hands over"),
+            ViewChangeCause::BadNewView => write!(f, "the primary's NEW-VIEW was inconsistent"),
+            ViewChangeCause::ExecutionStalled => {
+                write!(f, "the execution nodes stopped acknowledging")
+            }
+            ViewChangeCause::PrimaryPace => {
+                write!(f, "the primary's pace fell below half its recent best")
+            }
+            ViewChangeCause::LeaderSlow { tat_ms, bound_ms } => write!(
+                f,
+                "Suspect-Leader: the leader's turnaround {tat_ms} ms exceeds the bound {bound_ms} ms"
+            ),
+            ViewChangeCause::Recovery => write!(f, "recovering at the estimated view"),
+        }
+    }
 }

@@ -32,7 +32,7 @@ pub mod viewchange;
 
 pub use auth::{Auth, StaticKeys};
 pub use client::{Client, ClientTiming, Completion, InvokeError};
-pub use effect::{Bytes, Effect, Env, Event, RecoveryReport};
+pub use effect::{Bytes, Effect, Env, Event, RecoveryReport, ViewChangeCause};
 pub use execution::open_state;
 pub use executor::{Executor, ExecutorStats};
 pub use filter::{Filter, FilterStats, FirewallKeys};

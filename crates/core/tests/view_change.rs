@@ -188,6 +188,22 @@ fn a_view_change_for_a_later_view_counts_toward_the_view_change_timer() {
         2,
         "the timer ran and the replica moved on to view 2"
     );
+    // Each view change says why it started (the node logs it and counts it by cause).
+    let causes: Vec<(u64, ViewChangeCause)> = c
+        .events(3)
+        .iter()
+        .filter_map(|e| match e {
+            Event::ViewChangeStarted { view, cause } => Some((*view, *cause)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        causes,
+        [
+            (1, ViewChangeCause::JoinedOthers),
+            (2, ViewChangeCause::ViewChangeTimer)
+        ]
+    );
 }
 
 /// n = 7 (f = 2). The primary (0) is faulty: it pre-prepares a client's request at backups 1

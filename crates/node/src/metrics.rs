@@ -76,6 +76,8 @@ pub struct Metrics {
     /// Frames the protocol addressed to a principal it could not be handed to (no connection
     /// or link, closed, too large); see [`Metrics::sent`].
     pub sends_undelivered: IntCounterVec,
+    /// View changes this replica started, by cause.
+    pub view_change_causes: IntCounterVec,
     pub handle_seconds: Histogram,
     pub journal_sync_seconds: Histogram,
     pub state_commit_seconds: Histogram,
@@ -234,7 +236,18 @@ impl Metrics {
         .expect("valid");
         r.register(Box::new(sends_undelivered.clone()))
             .expect("unique");
+        let view_change_causes = IntCounterVec::new(
+            Opts::new(
+                "redoubt_view_change_causes_total",
+                "View changes this replica started, by cause",
+            ),
+            &["cause"],
+        )
+        .expect("valid");
+        r.register(Box::new(view_change_causes.clone()))
+            .expect("unique");
         Metrics {
+            view_change_causes,
             fw_requests_forwarded: counter(
                 r,
                 "redoubt_firewall_requests_forwarded_total",

@@ -218,8 +218,17 @@ impl<S: Service, O: Outgoing> Node<S, O> {
                     }
                 }
             }
-            Event::ViewChangeStarted { view } => {
-                info!(replica = self.id, view, "view change started");
+            Event::ViewChangeStarted { view, cause } => {
+                info!(
+                    replica = self.id,
+                    view,
+                    cause = cause.label(),
+                    "view change started: {cause}"
+                );
+                self.metrics
+                    .view_change_causes
+                    .with_label_values(&[cause.label()])
+                    .inc();
             }
             Event::NewViewInstalled { view } => {
                 let primary = self.replica.primary();

@@ -503,7 +503,7 @@ impl World {
             _ => {}
         }
         match &ev {
-            Event::ViewChangeStarted { view } => {
+            Event::ViewChangeStarted { view, .. } => {
                 self.stats.view_changes += 1;
                 let grace = self.stats.settle_ms + 4 * self.sc.core.view_change_timeout_ms;
                 if self.now >= grace && !self.faulty.contains(&r) && *view > self.stats.late_view {

@@ -28,7 +28,7 @@ use crate::agreement::log::{Slot, SlotLog};
 use crate::agreement::pool::{Pick, RequestPool, Waiting};
 use crate::agreement::vcstore::{Stored, ACKS_PER_ACKER_MAX};
 use crate::auth::Auth;
-use crate::effect::{Bytes, Effect, Env, Event, RecoveryReport};
+use crate::effect::{Bytes, Effect, Env, Event, RecoveryReport, ViewChangeCause};
 use crate::execution::{
     Answered, Due, Execution, Finished, LastReply, Refused, ServeLimits, Step, Undone,
 };
@@ -485,7 +485,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             Input::Tick => self.tick(),
             Input::StepDown => {
                 if self.views.normal && self.is_primary() {
-                    self.start_view_change(self.views.view.saturating_add(1));
+                    self.start_view_change(
+                        self.views.view.saturating_add(1),
+                        ViewChangeCause::HandOver,
+                    );
                 }
             }
             Input::Recover => self.start_recovery(),
@@ -767,7 +770,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                         self.relay_waiting();
                     } else if still && !self.is_primary() {
                         self.views.timer.back_off();
-                        self.start_view_change(self.views.view.saturating_add(1));
+                        self.start_view_change(
+                            self.views.view.saturating_add(1),
+                            ViewChangeCause::RequestTimer,
+                        );
                     } else {
                         self.arm_request_timer();
                     }
@@ -792,13 +798,19 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 {
                     self.stats.primary_stalls += 1;
                     self.views.timer.back_off();
-                    self.start_view_change(self.views.view.saturating_add(1));
+                    self.start_view_change(
+                        self.views.view.saturating_add(1),
+                        ViewChangeCause::PrimaryStalled,
+                    );
                 }
             }
         } else if let Some(deadline) = self.views.timer.deadline_ms {
             if now >= deadline {
                 self.views.timer.back_off();
-                self.start_view_change(self.views.view.saturating_add(1));
+                self.start_view_change(
+                    self.views.view.saturating_add(1),
+                    ViewChangeCause::ViewChangeTimer,
+                );
             }
         }
         if self.keying.take_sessions_retry() {

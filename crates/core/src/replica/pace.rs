@@ -188,7 +188,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if let Some(w) = self.ordering.proposing.pace.as_mut() {
             w.rebase_reference();
         }
-        self.start_view_change(self.views.view.saturating_add(1));
+        self.start_view_change(
+            self.views.view.saturating_add(1),
+            ViewChangeCause::PrimaryPace,
+        );
     }
 
     /// The oldest request waiting here that no batch proposed to us holds and that blames

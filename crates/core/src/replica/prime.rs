@@ -460,9 +460,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if !self.views.normal || self.exec.transfer_target().is_some() {
             return;
         }
-        if self.prime.as_ref().is_some_and(|p| p.sus.suspects()) {
+        let Some(sus) = self.prime.as_ref().map(|p| &p.sus) else {
+            return;
+        };
+        if sus.suspects() {
+            let cause = ViewChangeCause::LeaderSlow {
+                tat_ms: sus.tat_leader(),
+                bound_ms: sus.bound().unwrap_or(0),
+            };
             self.stats.leaders_suspected += 1;
-            self.start_view_change(self.views.view.saturating_add(1));
+            self.start_view_change(self.views.view.saturating_add(1), cause);
         }
     }
 

@@ -159,7 +159,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         if self.views.normal && self.is_primary() {
             // Hand over first; the recovery proceeds meanwhile.
-            self.start_view_change(self.views.view.saturating_add(1));
+            self.start_view_change(self.views.view.saturating_add(1), ViewChangeCause::HandOver);
         }
         if let Some(s) = self.auth.session() {
             s.discard_client_keys();
@@ -424,7 +424,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             batches,
             doubted: self.views.claims.doubted_wire(),
         });
-        self.event(Event::ViewChangeStarted { view: v });
+        self.event(Event::ViewChangeStarted {
+            view: v,
+            cause: ViewChangeCause::Recovery,
+        });
         self.prime_view(v, v != 0);
     }
 

@@ -371,7 +371,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.remote.queue.ack_progress_ms = now;
             self.remote.queue.retried_since_progress = false;
             self.views.timer.back_off();
-            self.start_view_change(self.views.view.saturating_add(1));
+            self.start_view_change(
+                self.views.view.saturating_add(1),
+                ViewChangeCause::ExecutionStalled,
+            );
         }
     }
 

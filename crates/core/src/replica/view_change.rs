@@ -28,7 +28,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     /// Sends VIEW-CHANGE for `v` and enters it (not yet active).
-    pub(super) fn start_view_change(&mut self, v: View) {
+    pub(super) fn start_view_change(&mut self, v: View, cause: ViewChangeCause) {
         debug_assert!(v > self.views.view || (v == self.views.view && self.views.normal));
         if v <= self.views.view && !self.views.normal {
             return;
@@ -103,7 +103,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             batches,
             doubted: self.views.claims.doubted_wire(),
         });
-        self.event(Event::ViewChangeStarted { view: v });
+        self.event(Event::ViewChangeStarted { view: v, cause });
         self.prime_view(v, true);
         self.broadcast(&Message::ViewChange(vc));
         // Vouch now for the view changes of this view we stored before entering it.
@@ -171,7 +171,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // A primary stepping down hands over at once.
         if self.views.normal && from == self.primary() && view == self.views.view.saturating_add(1)
         {
-            self.start_view_change(view);
+            self.start_view_change(view, ViewChangeCause::PrimarySteppedDown);
             return Ok(());
         }
         self.after_vc_update();
@@ -189,7 +189,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         };
         if let Some(v) = quorum::join_view(join_f, self.views.view, &others) {
             if v > self.views.view {
-                self.start_view_change(v);
+                self.start_view_change(v, ViewChangeCause::JoinedOthers);
                 return;
             }
         }
@@ -533,7 +533,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             reason: Reject::Inconsistent,
         });
         self.views.timer.back_off();
-        self.start_view_change(self.views.view.saturating_add(1));
+        self.start_view_change(
+            self.views.view.saturating_add(1),
+            ViewChangeCause::BadNewView,
+        );
     }
 
     /// Moves the low watermark to checkpoint `h` (`hd`), which this replica does not hold:

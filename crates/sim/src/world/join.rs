@@ -97,7 +97,7 @@ impl World {
                     }
                 }
             }
-            Event::ViewChangeStarted { view } => {
+            Event::ViewChangeStarted { view, .. } => {
                 let v = *view;
                 if let Some(s) = self.join.step.filter(|s| s.replica == r) {
                     self.join_check(s, v);
