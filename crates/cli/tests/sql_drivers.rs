@@ -9,48 +9,11 @@
 
 mod common;
 
-use common::{redoubt, Cluster};
-use std::io::{BufRead, BufReader};
+use common::{start_gateway, Cluster};
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
-
-/// The gateway process; killed on drop.
-struct GatewayProcess {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for GatewayProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_gateway(cluster: &Cluster, clients: &str) -> GatewayProcess {
-    let log = std::fs::File::create(cluster.dir.path().join("sql-gateway.log")).expect("log");
-    let mut child = redoubt()
-        .arg("sql-gateway")
-        .arg("--config")
-        .arg(cluster.config_path())
-        .args(["--clients", clients, "--listen", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .expect("spawn redoubt sql-gateway");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read the gateway's first line");
-    let addr = line
-        .strip_prefix("sql-gateway listening on ")
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap_or_else(|| panic!("unexpected first line from the gateway: {line:?}"))
-        .to_string();
-    GatewayProcess { child, addr }
-}
 
 /// A venv with the drivers, made (or brought up to date) under the cargo target dir.
 fn venv() -> Option<PathBuf> {

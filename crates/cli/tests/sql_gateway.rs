@@ -5,52 +5,12 @@
 
 mod common;
 
-use common::{redoubt, Cluster};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
+use common::{start_gateway, Cluster};
+
 use std::time::{Duration, Instant};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
-
-/// The gateway process; killed on drop.
-struct GatewayProcess {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for GatewayProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `redoubt sql-gateway` with `clients` on a free port; returns once it listens.
-fn start_gateway(cluster: &Cluster, clients: &str) -> GatewayProcess {
-    let log = std::fs::File::create(cluster.dir.path().join("sql-gateway.log")).expect("log");
-    let mut child = redoubt()
-        .arg("sql-gateway")
-        .arg("--config")
-        .arg(cluster.config_path())
-        .args(["--clients", clients, "--listen", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .expect("spawn redoubt sql-gateway");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read the gateway's first line");
-    // "sql-gateway listening on ADDR with N client ids"
-    let addr = line
-        .strip_prefix("sql-gateway listening on ")
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap_or_else(|| panic!("unexpected first line from the gateway: {line:?}"))
-        .to_string();
-    GatewayProcess { child, addr }
-}
 
 async fn connect(addr: &str) -> Result<Client, tokio_postgres::Error> {
     let (host, port) = addr.rsplit_once(':').expect("host:port");

@@ -163,6 +163,9 @@ pub(crate) async fn serve<H: Hosted>(
     mut inbound: Inbound<H::Frame>,
     tick_every: Duration,
 ) {
+    // The executable's hash, which every status refresh reports, is read once, before the
+    // first frame (it reads the whole file).
+    let _ = crate::status::own_executable_blake3();
     let mut tick = tokio::time::interval(tick_every);
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     enum Wake<F> {

@@ -251,42 +251,6 @@ fn estr_value(lit: &str) -> Result<String, GwError> {
     String::from_utf8(out).map_err(|_| GwError::new("22021", "an E'...' string is not valid UTF-8"))
 }
 
-/// The bytes of PostgreSQL's bytea text input (`\x` hex, or the escape format).
-fn bytea_value(s: &str) -> Option<Vec<u8>> {
-    let b = s.as_bytes();
-    if let Some(hex) = b.strip_prefix(b"\\x") {
-        let digits: Vec<u8> = hex
-            .iter()
-            .copied()
-            .filter(|c| !c.is_ascii_whitespace())
-            .collect();
-        if !digits.len().is_multiple_of(2) {
-            return None;
-        }
-        let nibble = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-        return digits
-            .chunks(2)
-            .map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?))
-            .collect();
-    }
-    let mut out = Vec::with_capacity(b.len());
-    let mut k = 0;
-    while k < b.len() {
-        if b[k] != b'\\' {
-            out.push(b[k]);
-            k += 1;
-        } else if b.get(k + 1) == Some(&b'\\') {
-            out.push(b'\\');
-            k += 2;
-        } else {
-            let s = std::str::from_utf8(b.get(k + 1..k + 4)?).ok()?;
-            out.push(u8::from_str_radix(s, 8).ok()?);
-            k += 4;
-        }
-    }
-    Some(out)
-}
-
 fn parse_bool(s: &str) -> Option<bool> {
     match s.trim().to_ascii_lowercase().as_str() {
         "t" | "true" | "y" | "yes" | "on" | "1" => Some(true),
@@ -763,7 +727,7 @@ fn cast(sql: &str, toks: &[Tok], mut k: usize, out: &mut Vec<Piece>) -> Result<u
         }
         (Target::Bool, Some(v)) => (parse_bool(v).ok_or_else(|| invalid(v))? as i64).to_string(),
         (Target::Blob, Some(v)) => {
-            let bytes = bytea_value(v).ok_or_else(|| invalid(v))?;
+            let bytes = crate::types::parse_bytea(v.as_bytes()).ok_or_else(|| invalid(v))?;
             let mut s = String::from("X'");
             for b in bytes {
                 s.push_str(&format!("{b:02x}"));

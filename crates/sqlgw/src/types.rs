@@ -247,7 +247,9 @@ pub fn decode_param(
 
 fn decode_text(i: usize, ty: &Type, b: &[u8]) -> Result<Value, GwError> {
     if *ty == Type::BYTEA {
-        return decode_bytea_text(b).ok_or_else(|| bad_param(i, ty, "invalid bytea text"));
+        return parse_bytea(b)
+            .map(Value::Blob)
+            .ok_or_else(|| bad_param(i, ty, "invalid bytea text"));
     }
     let s = std::str::from_utf8(b)
         .map_err(|_| GwError::new("22021", format!("parameter ${} is not valid UTF-8", i + 1)))?;
@@ -269,8 +271,9 @@ fn decode_text(i: usize, ty: &Type, b: &[u8]) -> Result<Value, GwError> {
     }
 }
 
-/// PostgreSQL's bytea input: `\x` and hex digits, or the escape format (`\\` and `\ooo`).
-fn decode_bytea_text(b: &[u8]) -> Option<Value> {
+/// PostgreSQL's bytea text input: `\x` and hex digits, or the escape format (`\\` and
+/// `\ooo`); `None` if it is not valid.
+pub(crate) fn parse_bytea(b: &[u8]) -> Option<Vec<u8>> {
     if let Some(hex) = b.strip_prefix(b"\\x") {
         let digits: Vec<u8> = hex
             .iter()
@@ -281,11 +284,10 @@ fn decode_bytea_text(b: &[u8]) -> Option<Value> {
             return None;
         }
         let nibble = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-        let mut out = Vec::with_capacity(digits.len() / 2);
-        for pair in digits.chunks(2) {
-            out.push(nibble(pair[0])? << 4 | nibble(pair[1])?);
-        }
-        return Some(Value::Blob(out));
+        return digits
+            .chunks(2)
+            .map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?))
+            .collect();
     }
     let mut out = Vec::with_capacity(b.len());
     let mut k = 0;
@@ -297,13 +299,12 @@ fn decode_bytea_text(b: &[u8]) -> Option<Value> {
             out.push(b'\\');
             k += 2;
         } else {
-            let oct = b.get(k + 1..k + 4)?;
-            let s = std::str::from_utf8(oct).ok()?;
+            let s = std::str::from_utf8(b.get(k + 1..k + 4)?).ok()?;
             out.push(u8::from_str_radix(s, 8).ok()?);
             k += 4;
         }
     }
-    Some(Value::Blob(out))
+    Some(out)
 }
 
 fn decode_binary(i: usize, ty: &Type, b: &[u8]) -> Result<Value, GwError> {

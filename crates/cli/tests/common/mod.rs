@@ -6,6 +6,7 @@
 use redoubt_client::ClientSetup;
 use redoubt_config::ClusterConfig;
 use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -528,4 +529,43 @@ impl Drop for Cluster {
             eprintln!("cluster directory kept: {}", dir.keep().display());
         }
     }
+}
+
+/// The gateway process; killed on drop.
+pub struct GatewayProcess {
+    child: Child,
+    pub addr: String,
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `redoubt sql-gateway` with `clients` on a free port; returns once it listens.
+pub fn start_gateway(cluster: &Cluster, clients: &str) -> GatewayProcess {
+    let log = std::fs::File::create(cluster.dir.path().join("sql-gateway.log")).expect("log");
+    let mut child = redoubt()
+        .arg("sql-gateway")
+        .arg("--config")
+        .arg(cluster.config_path())
+        .args(["--clients", clients, "--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("spawn redoubt sql-gateway");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the gateway's first line");
+    // "sql-gateway listening on ADDR with N client ids"
+    let addr = line
+        .strip_prefix("sql-gateway listening on ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("unexpected first line from the gateway: {line:?}"))
+        .to_string();
+    GatewayProcess { child, addr }
 }
