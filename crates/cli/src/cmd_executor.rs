@@ -1,5 +1,5 @@
-//! `redoubt executor`: runs one execution node of a separated deployment (the key-value
-//! store) until SIGTERM or SIGINT. With session keys its key holder runs in this process.
+//! `redoubt executor`: runs one execution node of a separated deployment (hosting the service
+//! its cluster file names: kv, sql or files) until SIGTERM or SIGINT. With session keys its key holder runs in this process.
 //! `redoubt filter`: runs one filter node of a firewall deployment (no keys, no state).
 
 use crate::EXIT_FAILURE;

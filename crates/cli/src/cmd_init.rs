@@ -216,6 +216,11 @@ fn summary(cfg: &ClusterConfig) -> String {
         );
     }
     let _ = writeln!(s, "Next:");
+    let program = program();
+    let bin = program.command.as_str();
+    if let Some(note) = &program.note {
+        let _ = writeln!(s, "  ({note})");
+    }
     if !cfg.filters.is_empty() {
         let _ = writeln!(
             s,
@@ -223,7 +228,7 @@ fn summary(cfg: &ClusterConfig) -> String {
   deployment puts each on its own machine, linked to the rows next to it only:"
         );
         for x in &cfg.filters {
-            let _ = writeln!(s, "    redoubt filter --config {config} --id {}", x.id);
+            let _ = writeln!(s, "    {bin} filter --config {config} --id {}", x.id);
         }
     }
     if !cfg.executors.is_empty() {
@@ -232,7 +237,7 @@ fn summary(cfg: &ClusterConfig) -> String {
             "  start every execution node (separated deployment), each in its own terminal:"
         );
         for x in &cfg.executors {
-            let _ = writeln!(s, "    redoubt executor --config {config} --id {}", x.id);
+            let _ = writeln!(s, "    {bin} executor --config {config} --id {}", x.id);
         }
     }
     if cfg.keys.session() {
@@ -241,7 +246,7 @@ fn summary(cfg: &ClusterConfig) -> String {
             "  start every replica's monitor (key holder, replica, proactive recovery), each in its\n  own terminal (on several hosts: docs/operations.md):"
         );
         for r in &cfg.replicas {
-            let _ = writeln!(s, "    redoubt monitor --config {config} --id {}", r.id);
+            let _ = writeln!(s, "    {bin} monitor --config {config} --id {}", r.id);
         }
     } else {
         let _ = writeln!(
@@ -249,25 +254,122 @@ fn summary(cfg: &ClusterConfig) -> String {
             "  start every replica, each in its own terminal (on several hosts: docs/operations.md):"
         );
         for r in &cfg.replicas {
-            let _ = writeln!(s, "    redoubt replica --config {config} --id {}", r.id);
+            let _ = writeln!(s, "    {bin} replica --config {config} --id {}", r.id);
         }
     }
     let _ = writeln!(s, "  check that they are up:");
-    let _ = writeln!(s, "    redoubt status --config {config}");
-    if let Some(c) = cfg.clients.first() {
-        let _ = writeln!(s, "  store and read a value:");
-        let _ = writeln!(
-            s,
-            "    redoubt kv --config {config} --client {} put greeting hello",
-            c.id
-        );
-        let _ = writeln!(
-            s,
-            "    redoubt kv --config {config} --client {} get greeting",
-            c.id
-        );
+    let _ = writeln!(s, "    {bin} status --config {config}");
+    let first = cfg.clients.first().map(|c| c.id);
+    let last = cfg.clients.last().map(|c| c.id);
+    match (cfg.state.service.as_str(), first, last) {
+        (_, None, _) | (_, _, None) => {}
+        ("sql", Some(a), Some(b)) => {
+            let ids = if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            };
+            let _ = writeln!(
+                s,
+                "  serve PostgreSQL clients (one open connection per client id; no \
+                 authentication:\n  listen on a trusted interface only), then connect with psql:"
+            );
+            let _ = writeln!(
+                s,
+                "    {bin} sql-gateway --config {config} --clients {ids} --listen 127.0.0.1:5432"
+            );
+            let _ = writeln!(s, "    psql \"host=127.0.0.1 port=5432 dbname=redoubt\"");
+        }
+        ("files", Some(a), Some(b)) => {
+            let ids = if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{}", b.min(a + 63))
+            };
+            let _ = writeln!(
+                s,
+                "  mount the file system (FUSE: needs /dev/fuse; SIGINT or SIGTERM unmounts):"
+            );
+            let _ = writeln!(s, "    mkdir -p /tmp/redoubt-files");
+            let _ = writeln!(
+                s,
+                "    {bin} mount --config {config} --client {ids} /tmp/redoubt-files"
+            );
+        }
+        (_, Some(c), _) => {
+            let _ = writeln!(s, "  store and read a value:");
+            let _ = writeln!(
+                s,
+                "    {bin} kv --config {config} --client {c} put greeting hello"
+            );
+            let _ = writeln!(
+                s,
+                "    {bin} kv --config {config} --client {c} get greeting"
+            );
+        }
     }
     s
+}
+
+/// How the next steps name the `redoubt` executable.
+struct Program {
+    /// `redoubt` when that name on PATH is this executable, else this executable's path.
+    command: String,
+    /// Why the commands do not say plain `redoubt`, if they do not.
+    note: Option<String>,
+}
+
+/// The executable that runs `init`, as the next steps should name it.
+fn program() -> Program {
+    let Ok(me) = std::env::current_exe() else {
+        return Program {
+            command: "redoubt".into(),
+            note: Some(
+                "the path of this executable is unknown: `redoubt` below means it; it is not \
+                 necessarily the one on PATH"
+                    .into(),
+            ),
+        };
+    };
+    let me_canonical = std::fs::canonicalize(&me).unwrap_or_else(|_| me.clone());
+    let on_path = std::env::var_os("PATH")
+        .map(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join("redoubt"))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_default();
+    match on_path {
+        Some(p) if std::fs::canonicalize(&p).is_ok_and(|c| c == me_canonical) => Program {
+            command: "redoubt".into(),
+            note: None,
+        },
+        other => {
+            let shown = me.display().to_string();
+            let command = if shown
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/._-+,:@".contains(c))
+            {
+                shown
+            } else {
+                format!("'{}'", shown.replace('\'', r"'\''"))
+            };
+            let why = match other {
+                Some(p) => format!(
+                    "`redoubt` on PATH is {}, not this executable: the commands below name \
+                     this one",
+                    p.display()
+                ),
+                None => "`redoubt` is not on PATH: the commands below name this executable \
+                         by its path"
+                    .to_string(),
+            };
+            Program {
+                command,
+                note: Some(why),
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use crate::{json_bytes, show_bytes, Output, EXIT_NEGATIVE};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use redoubt_client::kv::{KvClient, KvClientError};
-use redoubt_client::ClientSetup;
+use redoubt_client::{ClientError, ClientSetup};
 use redoubt_config::ClusterConfig;
 use redoubt_core::ClientId;
 use std::ffi::OsString;
@@ -104,8 +104,16 @@ pub fn lock_client(config: &Path, c: ClientId) -> anyhow::Result<std::fs::File> 
     Ok(file)
 }
 
+impl KvArgs {
+    /// How the answer (or the error) is printed.
+    pub fn output(&self) -> Output {
+        self.output
+    }
+}
+
 pub fn run(args: KvArgs) -> anyhow::Result<ExitCode> {
     let cfg = ClusterConfig::load(&args.config)?;
+    crate::require_service(&cfg, "kv")?;
     let _lock = lock_client(&args.config, args.client)?;
     let mut setup = ClientSetup::from_cluster(&cfg, args.client)?;
     if let Some(secs) = args.timeout {
@@ -118,6 +126,27 @@ pub fn run(args: KvArgs) -> anyhow::Result<ExitCode> {
     let rt = crate::runtime(1)?;
     let json = args.output == Output::Json;
     rt.block_on(operate(&args.config, setup, args.op, json))
+}
+
+/// Why a read (`get`, `scan`) failed, without the write's warning that it may or may not
+/// have taken effect: a read changes nothing, and can be retried as it is.
+fn read_failure(e: &ClientError) -> String {
+    match e {
+        ClientError::Unreachable {
+            deadline,
+            connected,
+            replicas,
+        } => format!(
+            "no reply certificate from the cluster within {deadline:?} ({connected} of \
+             {replicas} replicas connected); nothing was read (a read changes nothing: retry it \
+             when the cluster serves again)"
+        ),
+        ClientError::NoReplicaReachable { waited, replicas } => format!(
+            "no replica reachable for {waited:?} (0 of {replicas} connected): are the replicas \
+             running, and do the cluster file's addresses match them? Nothing was read"
+        ),
+        other => other.to_string(),
+    }
 }
 
 /// Prints a JSON answer (one object and a newline); the exit status is 0, or 3 when the
@@ -151,10 +180,19 @@ async fn operate(
     let failed = |what: &str| {
         let what = what.to_string();
         let config = config.display().to_string();
+        // `get` and `scan` change nothing: whether they "took effect" means nothing.
+        let read = what == "get" || what == "scan";
         move |e: KvClientError| match e {
-            KvClientError::Client(_) => anyhow::anyhow!(
-                "{what}: {e}; check the replicas with `redoubt status --config {config}`"
-            ),
+            KvClientError::Client(c) => {
+                let e = if read {
+                    read_failure(&c)
+                } else {
+                    c.to_string()
+                };
+                anyhow::anyhow!(
+                    "{what}: {e}; check the replicas with `redoubt status --config {config}`"
+                )
+            }
             _ => anyhow::anyhow!("{what}: {e}"),
         }
     };

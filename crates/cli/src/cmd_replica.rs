@@ -1,4 +1,5 @@
-//! `redoubt replica`: runs one replica of the key-value store until SIGTERM or SIGINT.
+//! `redoubt replica`: runs one replica, hosting the service its cluster file names ([state]
+//! service: kv, sql or files), until SIGTERM or SIGINT.
 
 use crate::EXIT_FAILURE;
 use clap::{Args, ValueEnum};

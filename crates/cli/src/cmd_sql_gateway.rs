@@ -69,6 +69,7 @@ fn parse_ids(s: &str) -> Result<ClientIds, String> {
 pub fn run(args: SqlGatewayArgs) -> anyhow::Result<ExitCode> {
     redoubt_node::logging::init(redoubt_node::logging::LogFormat::Human);
     let cfg = ClusterConfig::load(&args.config)?;
+    crate::require_service(&cfg, "sql")?;
     let ids = args.clients.0;
     let mut locks = Vec::with_capacity(ids.len());
     let mut clients = Vec::with_capacity(ids.len());

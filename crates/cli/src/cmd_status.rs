@@ -1,7 +1,9 @@
 //! `redoubt status`: asks every replica's `/status` endpoint (concurrently, short timeout) and
-//! prints one table row per replica, then whether the cluster can serve requests. With
-//! `-o json`: one object on stdout, every replica's full status (or why it could not be
-//! asked) and the verdict. Exit status 1 when the cluster cannot serve, either way.
+//! prints the service and ordering the cluster file names, one table row per replica, then
+//! whether the cluster can serve requests. With `-o json`: one object on stdout, the service,
+//! every replica's full status (or why it could not be asked) and the verdict; an error (a
+//! cluster file that does not load) is one object `{"error": ..., "exit": 1}` too. Exit
+//! status 1 when the cluster cannot serve, either way.
 
 use clap::Args;
 use redoubt_config::ClusterConfig;
@@ -24,6 +26,13 @@ pub struct StatusArgs {
     output: crate::Output,
 }
 
+impl StatusArgs {
+    /// How the answer (or the error) is printed.
+    pub fn output(&self) -> crate::Output {
+        self.output
+    }
+}
+
 pub fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let cfg = ClusterConfig::load(&args.config)?;
     let rt = crate::runtime(1)?;
@@ -38,6 +47,7 @@ pub fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
             ExitCode::FAILURE
         });
     }
+    println!("{}", heading(&cfg));
     print!("{}", table(&cfg, &probes));
     if serving {
         println!("{verdict}");
@@ -72,6 +82,8 @@ pub fn json(cfg: &ClusterConfig, probes: &[Probe], serving: bool, verdict: &str)
     let agreed = agreement(probes)
         .map(|a| serde_json::json!({"view": a.view, "primary": a.primary, "replicas": a.replicas}));
     serde_json::json!({
+        "service": cfg.state.service,
+        "ordering": cfg.protocol.ordering.to_string(),
         "replicas": replicas,
         "agreement": agreed,
         "serving": serving,
@@ -79,6 +91,25 @@ pub fn json(cfg: &ClusterConfig, probes: &[Probe], serving: bool, verdict: &str)
         "executable_pin": cfg.recovery.executable_blake3,
     })
     .to_string()
+}
+
+/// The line above the table: the cluster's name, the service its replicas host and the
+/// ordering protocol, as the cluster file says.
+pub fn heading(cfg: &ClusterConfig) -> String {
+    let what = match cfg.state.service.as_str() {
+        "kv" => " (key-value store: `redoubt kv`)",
+        "sql" => " (SQL database: `redoubt sql-gateway`)",
+        "files" => " (file system: `redoubt mount`)",
+        _ => "",
+    };
+    format!(
+        "cluster {:?}: service {}{what}, ordering {}, {} replicas (f = {})",
+        cfg.cluster.name,
+        cfg.state.service,
+        cfg.protocol.ordering,
+        cfg.replicas.len(),
+        cfg.protocol.f
+    )
 }
 
 /// The table of replicas, then one line per replica that is down saying why.

@@ -1,4 +1,5 @@
-//! `redoubt`: the command-line front end of the redoubt replicated key-value store.
+//! `redoubt`: the command-line front end of redoubt, an intrusion-tolerant replicated service
+//! (a key-value store, an SQL database or a file system; PBFT or Prime ordering).
 //!
 //! - `redoubt init`: write a cluster configuration and one key file per principal;
 //! - `redoubt replica`: run one replica until SIGTERM/SIGINT;
@@ -40,8 +41,13 @@ pub const EXIT_NEGATIVE: u8 = 3;
 #[command(
     name = "redoubt",
     version,
-    about = "An intrusion-tolerant replicated key-value store (PBFT)",
-    long_about = "An intrusion-tolerant replicated key-value store (PBFT).\n\n\
+    about = "An intrusion-tolerant replicated service: key-value store, SQL database or file \
+        system (PBFT or Prime ordering)",
+    long_about = "An intrusion-tolerant replicated service (PBFT or Prime ordering).\n\n\
+        Services (`redoubt init --service`): kv, the key-value store (`redoubt kv`); sql, an SQL \
+        database (`redoubt sql-gateway`, then any PostgreSQL client); files, a file system \
+        (`redoubt mount`). A custom service runs in its own binary that calls \
+        redoubt_node::run_replica (examples/counter).\n\n\
         Quick look: `redoubt demo` runs a 4-replica cluster on this machine, crashes its primary \
         under load and checks that no acknowledged write was lost.\n\n\
         Exit status: 0 success, 1 failure, 2 usage error, 3 negative kv answer (key absent, \
@@ -57,9 +63,11 @@ struct Cli {
 enum Command {
     /// Write a cluster configuration and one key file per replica and client
     Init(cmd_init::InitArgs),
-    /// Run one replica of a cluster (the key-value store) until SIGTERM or SIGINT
+    /// Run one replica of a cluster (the service its file names: kv, sql or files) until
+    /// SIGTERM or SIGINT
     Replica(cmd_replica::ReplicaArgs),
-    /// Run one execution node of a separated deployment (the key-value store)
+    /// Run one execution node of a separated deployment (the service its file names: kv, sql
+    /// or files)
     Executor(cmd_executor::ExecutorArgs),
     /// Run one filter node of a firewall deployment (no keys, no state)
     Filter(cmd_executor::FilterArgs),
@@ -69,9 +77,9 @@ enum Command {
     Keyholder(cmd_keyholder::KeyholderArgs),
     /// Pin an executable in the cluster file (rolling upgrade: then SIGHUP each monitor in turn)
     Pin(cmd_pin::PinArgs),
-    /// Run one key-value operation through the cluster
+    /// Run one key-value operation through a cluster of the kv service
     Kv(cmd_kv::KvArgs),
-    /// Show every replica's view, progress and health
+    /// Show the cluster's service and every replica's view, progress and health
     Status(cmd_status::StatusArgs),
     /// Serve PostgreSQL clients from a cluster running the SQL service (no authentication)
     SqlGateway(cmd_sql_gateway::SqlGatewayArgs),
@@ -79,7 +87,8 @@ enum Command {
     Mount(cmd_mount::MountArgs),
     /// Run a 4-replica cluster on 127.0.0.1 under load, crash its primary, verify every write
     Demo(demo::DemoArgs),
-    /// Benchmarks on a local cluster against unreplicated baselines (micro, attack, separation, recovery, ...)
+    /// Benchmarks on a local cluster against unreplicated baselines: micro, recovery,
+    /// state-transfer, separation, attack, sql, andrew, overlay
     Bench(redoubt_bench::BenchArgs),
     /// Run the unreplicated baseline server of the benchmarks (one server, no agreement)
     Baseline(BaselineArgs),
@@ -122,7 +131,30 @@ fn baseline(args: BaselineArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // A usage error of `kv` or `status -o json` is a JSON object on stdout too, for the
+            // program that reads it (the text stays on stderr for people); help and version
+            // are not errors.
+            if e.use_stderr() && json_requested(std::env::args_os().skip(1)) {
+                let text = e.render().to_string();
+                let first = text
+                    .lines()
+                    .map(|l| l.trim().trim_start_matches("error:").trim())
+                    .find(|l| !l.is_empty())
+                    .unwrap_or("usage error")
+                    .to_string();
+                print_json_error(&first, e.exit_code());
+            }
+            e.exit()
+        }
+    };
+    let json_errors = match &cli.command {
+        Command::Kv(a) => a.output() == Output::Json,
+        Command::Status(a) => a.output() == Output::Json,
+        _ => false,
+    };
     let result = match cli.command {
         Command::Init(a) => cmd_init::run(a).map(|()| ExitCode::SUCCESS),
         Command::Replica(a) => return cmd_replica::run(a),
@@ -144,10 +176,72 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", report(&e));
+            let line = report(&e);
+            eprintln!("error: {line}");
+            if json_errors {
+                print_json_error(&line, i32::from(EXIT_FAILURE));
+            }
             ExitCode::from(EXIT_FAILURE)
         }
     }
+}
+
+/// An error for programs (`-o json`): one object `{"error": MESSAGE, "exit": STATUS}` and a
+/// newline on stdout.
+fn print_json_error(message: &str, exit: i32) {
+    use std::io::Write as _;
+    let v = serde_json::json!({ "error": message, "exit": exit });
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{v}");
+    let _ = out.flush();
+}
+
+/// Whether command-line arguments that did not parse are those of `kv` or `status` with
+/// `-o json` (`-o json`, `-ojson`, `--output json`, `--output=json`).
+fn json_requested(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    let args: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
+    let Some(cmd) = args.iter().find(|a| !a.starts_with('-')) else {
+        return false;
+    };
+    if cmd != "kv" && cmd != "status" {
+        return false;
+    }
+    args.iter().enumerate().any(|(i, a)| match a.as_str() {
+        "-o" | "--output" => args.get(i + 1).is_some_and(|v| v == "json"),
+        "-ojson" | "--output=json" => true,
+        _ => false,
+    })
+}
+
+/// Refuses to go on when the cluster in `cfg` does not run the service `wanted` ([state]
+/// service: kv, sql or files), naming the service it runs and the command that fits it (a
+/// client of another service would only get undecodable replies later).
+pub fn require_service(cfg: &redoubt_config::ClusterConfig, wanted: &str) -> anyhow::Result<()> {
+    let service = cfg.state.service.as_str();
+    if service == wanted {
+        return Ok(());
+    }
+    let config = cfg.path.display();
+    let what = |s: &str| match s {
+        "kv" => "the key-value store",
+        "sql" => "the SQL database",
+        "files" => "the file system",
+        _ => "another service",
+    };
+    let fits = match service {
+        "kv" => format!("use `redoubt kv --config {config} --client C get KEY` (and put, delete, cas, scan)"),
+        "sql" => format!(
+            "serve it to PostgreSQL clients with `redoubt sql-gateway --config {config} --clients IDS`, then connect with psql"
+        ),
+        "files" => format!("mount it with `redoubt mount --config {config} --client C DIR`"),
+        _ => "use that service's own client".to_string(),
+    };
+    anyhow::bail!(
+        "the cluster in {config} runs the {service:?} service ([state] service), not {}: {fits} \
+         (or make a cluster of {} with `redoubt init --service {wanted}`)",
+        what(wanted),
+        what(wanted),
+    )
 }
 
 /// An error and its causes on one line, each cause once: messages that already name their
@@ -167,6 +261,17 @@ pub fn report(e: &anyhow::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::report;
+
+    #[test]
+    fn json_is_requested_by_kv_and_status_only() {
+        let yes = |line: &str| super::json_requested(line.split(' ').map(Into::into));
+        assert!(yes("kv -o json get"));
+        assert!(yes("kv --client 1 --output=json"));
+        assert!(yes("status -ojson --nope"));
+        assert!(!yes("kv -o text get"));
+        assert!(!yes("init -o json"));
+        assert!(!yes("-o json"));
+    }
 
     #[test]
     fn a_cause_the_message_names_is_not_repeated() {

@@ -17,7 +17,9 @@ use toml::Spanned;
 #[serde(deny_unknown_fields)]
 struct RawReplica {
     id: Spanned<ReplicaId>,
+    #[serde(deserialize_with = "crate::addr::addr")]
     addr: SocketAddr,
+    #[serde(deserialize_with = "crate::addr::metrics_addr")]
     metrics_addr: SocketAddr,
     home: PathBuf,
     key_file: PathBuf,

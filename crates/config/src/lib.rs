@@ -15,6 +15,7 @@
 //! that `redoubt init` writes lists every option with a comment. Unknown keys are errors, so a
 //! misspelt option never silently falls back to its default.
 
+pub mod addr;
 mod cluster;
 mod error;
 mod firewall;

@@ -46,6 +46,7 @@ pub struct OverlayTunnel {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<ClientId>,
     pub peer: ReplicaId,
+    #[serde(deserialize_with = "crate::addr::addr")]
     pub addr: SocketAddr,
 }
 
@@ -56,8 +57,10 @@ pub struct FilterEntry {
     /// `row * (h+1) + column`, row 0 next to the replicas.
     pub id: u32,
     /// Traffic from the adjacent rows.
+    #[serde(deserialize_with = "crate::addr::addr")]
     pub addr: SocketAddr,
     /// Prometheus `/metrics` and `/status` HTTP endpoint.
+    #[serde(deserialize_with = "crate::addr::metrics_addr")]
     pub metrics_addr: SocketAddr,
 }
 
