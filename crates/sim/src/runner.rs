@@ -52,6 +52,7 @@ pub fn scenario_for(seed: u64, mutant: Mutant, opts: Optimizations) -> Scenario 
         Optimizations::PrimeBounded => {
             s.prime();
             s.bounded_delay = true;
+            s.fast_holders();
         }
     }
     s
