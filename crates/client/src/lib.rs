@@ -54,6 +54,11 @@ use tracing::{debug, trace};
 
 /// How often an invocation ticks the core while its request is outstanding.
 const TICK: Duration = Duration::from_millis(5);
+
+/// How long a client's first fast read waits for its connections to settle (established, or
+/// refused at least once), so that it leaves the replicas it cannot reach out of the read
+/// rather than waiting for their answers before asking the others.
+const FIRST_READ_CONNECT_WAIT: Duration = Duration::from_millis(50);
 /// An invocation fails with [`ClientError::NoReplicaReachable`] once no replica has been
 /// connected for this long (before its deadline, if that is longer).
 pub const UNREACHABLE_AFTER: Duration = Duration::from_secs(3);
@@ -515,6 +520,7 @@ impl Client {
             core,
             inbound,
             reconnects: vec![0; connections.links.len()],
+            links_settled: false,
             links: connections.links.clone(),
             state: state.clone(),
             deadline: setup.deadline,
@@ -696,6 +702,8 @@ struct Driver {
     /// The core's count of rejected frames last reported.
     rejected_seen: u64,
     rewrite: Option<Rewrite>,
+    /// Whether a fast read already waited for the connections to settle.
+    links_settled: bool,
 }
 
 impl Driver {
@@ -721,6 +729,10 @@ impl Driver {
             self.publish();
         }
         self.note_reconnects();
+        if read_only {
+            self.settle_links().await;
+        }
+        self.note_unreachable();
         let effects = match self.core.invoke(self.clock.env(), op, read_only) {
             Ok((timestamp, effects)) => {
                 trace!(client = self.core.id(), timestamp, read_only, "invoke");
@@ -825,6 +837,35 @@ impl Driver {
         self.publish();
         self.route(effects);
         Ok(())
+    }
+
+    /// Waits, once, up to [`FIRST_READ_CONNECT_WAIT`] until every connection is established
+    /// or has failed at least once (a new process's first read: connecting to a replica that
+    /// is down is refused within a round trip).
+    async fn settle_links(&mut self) {
+        if self.links_settled {
+            return;
+        }
+        self.links_settled = true;
+        let start = tokio::time::Instant::now();
+        while start.elapsed() < FIRST_READ_CONNECT_WAIT
+            && !self.links.iter().all(|l| {
+                let s = l.stats();
+                s.connected || s.connect_failures > 0
+            })
+        {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Tells the core which replicas cannot be reached now: no connection, and connecting
+    /// failed (fast reads leave them out).
+    fn note_unreachable(&mut self) {
+        let down = self.links.iter().enumerate().filter_map(|(r, l)| {
+            let s = l.stats();
+            (!s.connected && s.connect_failures > 0).then_some(r as u32)
+        });
+        self.core.set_unreachable(down);
     }
 
     fn note_reconnects(&mut self) {

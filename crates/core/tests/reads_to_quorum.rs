@@ -164,3 +164,29 @@ fn a_replica_answering_wrong_costs_one_widening_then_is_left_out() {
     );
     assert_eq!(c.client(7).fallbacks, 0);
 }
+
+/// A replica the host reports unreachable (its connection is down and connecting failed) is
+/// left out of every fast read from the first, without the widening a silent replica costs;
+/// once reachable again, reads spread over it too.
+#[test]
+fn a_replica_the_host_cannot_reach_is_left_out_from_the_first_read() {
+    let mut c = cluster(true);
+    let down = 1;
+    let rule =
+        c.block(move |e| e.to == Principal::Replica(down) || e.from == Principal::Replica(down));
+    c.client_mut(7).set_unreachable([down]);
+    for i in 0..12 {
+        let ts = read(&mut c, format!("read:k{i}").as_bytes());
+        let to = asked(&c, ts);
+        assert!(!to.contains(&down), "read {i}: {to:?}");
+    }
+    assert_eq!(c.client(7).read_widenings, 0);
+    c.unblock(rule);
+    c.client_mut(7).set_unreachable([]);
+    let mut asked_down = false;
+    for i in 0..12 {
+        let ts = read(&mut c, format!("read:again{i}").as_bytes());
+        asked_down |= asked(&c, ts).contains(&down);
+    }
+    assert!(asked_down, "reads go to the replica again");
+}

@@ -162,6 +162,9 @@ pub struct Client<A: KeyTable> {
     /// A replica that was late to answer a fast read, left out of the next reads (and how
     /// many more).
     read_skip: Option<(ReplicaId, u32)>,
+    /// Replicas the host cannot reach now (no connection, and connecting failed), left out
+    /// of fast reads first (see [`Client::set_unreachable`]).
+    unreachable: Vec<ReplicaId>,
     /// Fast reads sent to 2f+1 replicas (turns the replicas left out).
     reads_narrowed: u64,
     /// Replies dropped unverified because they answer no outstanding request (the replies
@@ -215,6 +218,7 @@ impl<A: KeyTable> Client<A> {
             fallbacks: 0,
             read_widenings: 0,
             read_skip: None,
+            unreachable: Vec::new(),
             reads_narrowed: 0,
             unwanted: 0,
             next_rekey_ms: 0,
@@ -243,6 +247,17 @@ impl<A: KeyTable> Client<A> {
             views: vec![0; self.cfg.n() as usize],
         });
         self
+    }
+
+    /// The replicas the host cannot reach now (its connection to them is down and connecting
+    /// failed): fast reads leave them out first, so that a client (a new process above all,
+    /// which has not yet seen who answers late) does not wait for a replica that is down
+    /// before it asks the others. Only a hint: what a replica answers is checked as ever.
+    pub fn set_unreachable(&mut self, replicas: impl IntoIterator<Item = ReplicaId>) {
+        let n = self.cfg.n();
+        self.unreachable.clear();
+        self.unreachable
+            .extend(replicas.into_iter().filter(|r| *r < n).take(n as usize));
     }
 
     /// Replica `r` lost our key (it asked for it, or it restarted): a NEW-KEY with a fresh key
@@ -544,7 +559,8 @@ impl<A: KeyTable> Client<A> {
     }
 
     /// The f replicas a fast read under `timestamp` leaves out at first (none without
-    /// `read_only_to_quorum`): the replica lately late to answer, if any, then the others in
+    /// `read_only_to_quorum`): the replica lately late to answer, if any, the replicas the
+    /// host cannot reach, then the others in
     /// turn from one that moves on with every read, so reads spread over every replica,
     /// passing over the replica that sends the full result (digest replies) as this client
     /// knows the primary.
@@ -563,6 +579,11 @@ impl<A: KeyTable> Client<A> {
         if let Some((r, left)) = self.read_skip {
             skips.push(r);
             self.read_skip = left.checked_sub(1).map(|l| (r, l)).filter(|(_, l)| *l > 0);
+        }
+        for r in &self.unreachable {
+            if skips.len() < leave && !skips.contains(r) {
+                skips.push(*r);
+            }
         }
         self.reads_narrowed = self.reads_narrowed.wrapping_add(1);
         let start = (self.id.wrapping_add(self.reads_narrowed) % n as u64) as ReplicaId;
