@@ -52,6 +52,11 @@ pub struct InitArgs {
     /// reached through `redoubt sql-gateway`) or files (the file system, `redoubt mount`)
     #[arg(long, default_value = "kv", value_name = "SERVICE", value_parser = ["kv", "sql", "files"])]
     service: String,
+    /// Run replica and client traffic over the overlay network: also write overlay.toml (one
+    /// daemon beside each replica, one for the clients, every pair linked, every tunnel),
+    /// the matching [[overlay_tunnel]] entries, and the daemons' key files
+    #[arg(long)]
+    overlay: bool,
 }
 
 pub fn run(args: InitArgs) -> anyhow::Result<()> {
@@ -74,14 +79,54 @@ pub fn run(args: InitArgs) -> anyhow::Result<()> {
         },
     };
     let path = init_cluster(&opts)?;
-    let cfg = ClusterConfig::load(&path).with_context(|| {
-        format!(
-            "`redoubt init` wrote {} but cannot read it back",
-            path.display()
-        )
-    })?;
+    let load = || {
+        ClusterConfig::load(&path).with_context(|| {
+            format!(
+                "`redoubt init` wrote {} but cannot read it back",
+                path.display()
+            )
+        })
+    };
+    let mut cfg = load()?;
+    let overlay = if args.overlay {
+        let written = crate::init_overlay::write(&cfg, opts.base_port)?;
+        cfg = load()?;
+        Some(written)
+    } else {
+        None
+    };
     print!("{}", summary(&cfg));
+    if let Some(w) = overlay {
+        print!("{}", overlay_summary(&cfg, &w));
+    }
     Ok(())
+}
+
+/// What `init --overlay` wrote beside the cluster, and how to start the daemons.
+fn overlay_summary(cfg: &ClusterConfig, w: &crate::init_overlay::Written) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let file = w.overlay_file.display();
+    let _ = writeln!(
+        s,
+        "\nOverlay: {file} ({} daemons: node i beside replica i, node {} for the clients; {} \
+         tunnels in the cluster file), keys {} ... {} (mode 0600: copy each only to its node's host).",
+        w.daemons,
+        w.daemons - 1,
+        cfg.overlay_tunnels.len(),
+        w.key_files.first().map(|p| p.display().to_string()).unwrap_or_default(),
+        w.key_files
+            .last()
+            .and_then(|p| p.file_name())
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    );
+    let _ = writeln!(
+        s,
+        "Start the daemons first, then the replicas as above:\n  for k in $(seq 0 {}); do redoubt overlay --config {file} --id $k & done",
+        w.daemons - 1
+    );
+    s
 }
 
 /// What `init` wrote and what to run next.

@@ -27,6 +27,7 @@ mod cmd_sql_gateway;
 mod cmd_status;
 mod cmd_vip;
 mod demo;
+mod init_overlay;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -107,6 +107,17 @@ fn counter(log: &str, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// `redoubt kv --client 1 ARGS` against the cluster file `config`: its output.
+fn kv_as_client_1(config: &Path, args: &[&str]) -> String {
+    let mut c = redoubt();
+    c.arg("kv")
+        .arg("--config")
+        .arg(config)
+        .args(["--client", "1"])
+        .args(args);
+    stdout_of_success(c, Duration::from_secs(20))
+}
+
 /// Overlay daemons, killed on drop.
 struct Daemons {
     children: Vec<Option<Child>>,
@@ -439,15 +450,7 @@ async fn a_cluster_runs_kv_over_the_overlay() {
     let setup = redoubt_client::ClientSetup::from_cluster(&cluster.cfg, 1).expect("client setup");
     let ports: Vec<SocketAddr> = client_tunnels.iter().map(|t| t.2).collect();
     assert_eq!(setup.replicas, ports);
-    let kv = |args: &[&str]| {
-        let mut c = redoubt();
-        c.arg("kv")
-            .arg("--config")
-            .arg(cluster.config_path())
-            .args(["--client", "1"])
-            .args(args);
-        stdout_of_success(c, Duration::from_secs(20))
-    };
+    let kv = |args: &[&str]| kv_as_client_1(cluster.config_path(), args);
     for i in 0..20 {
         kv(&["put", &format!("k{i}"), &format!("v{i}")]);
     }
@@ -480,4 +483,49 @@ async fn a_cluster_runs_kv_over_the_overlay() {
         .sum();
     assert!(opened >= 4, "{}", daemons.all_logs());
     cluster.stop_all();
+}
+
+/// `redoubt init --overlay` writes everything a cluster over the overlay needs: the overlay
+/// file, its keys, and the tunnels in the cluster file. Started as its summary says (daemons,
+/// then replicas), the cluster serves a client whose traffic goes through the overlay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_overlay_writes_a_cluster_that_runs_over_the_overlay() {
+    let mut daemons = None;
+    let cluster = Cluster::start_monitored_init(
+        &["--overlay"],
+        1,
+        0,
+        |text| text,
+        &[],
+        |dir| {
+            let file = dir.join("overlay.toml");
+            assert!(dir.join("keys/overlay-4.key").exists());
+            daemons = Some(Daemons::start(dir, &file, 5));
+        },
+    )
+    .await;
+    let daemons = daemons.expect("daemons started");
+    // 12 replica-to-replica tunnels and 4 for the client.
+    assert_eq!(cluster.cfg.overlay_tunnels.len(), 16);
+    let setup = redoubt_client::ClientSetup::from_cluster(&cluster.cfg, 1).expect("client setup");
+    let replicas: Vec<SocketAddr> = cluster.cfg.replicas.iter().map(|r| r.addr).collect();
+    assert!(
+        setup.replicas.iter().all(|a| !replicas.contains(a)),
+        "the client dials the overlay's tunnels, never a replica: {:?}",
+        setup.replicas
+    );
+    let kv = |args: &[&str]| kv_as_client_1(cluster.config_path(), args);
+    for i in 0..5 {
+        kv(&["put", &format!("k{i}"), &format!("v{i}")]);
+    }
+    let out = kv(&["get", "k3"]);
+    assert!(out.contains("v3"), "{out}");
+    daemons.signal(4, libc::SIGUSR1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log4 = daemons.log(4);
+    assert!(
+        counter(&log4, "tunnel_conns_accepted") >= 1 && counter(&log4, "tunnel_frames_out") > 0,
+        "{}",
+        daemons.all_logs()
+    );
 }
