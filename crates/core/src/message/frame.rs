@@ -98,8 +98,6 @@ pub enum Reject {
     BadSignature,
     #[error("key holder unavailable")]
     KeyHolder,
-    #[error("sender's NEW-KEY still being admitted, and no room to hold the frame till it is")]
-    KeyPending,
 }
 
 impl Reject {
@@ -124,7 +122,6 @@ impl Reject {
             Reject::Unexpected => "unexpected",
             Reject::BadSignature => "bad_signature",
             Reject::KeyHolder => "key_holder",
-            Reject::KeyPending => "key_pending",
         }
     }
 }

@@ -198,9 +198,6 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 for m in self.keying.calls.release(nk.from) {
                     self.send(nk.from, &m);
                 }
-                for frame in self.keying.calls.release_in(nk.from) {
-                    self.receive_again(&frame);
-                }
             }
             Answered::Refresh => self.refreshed(HolderResult::made(result)),
             // Not ours (a call of an earlier life, or given up before the answer came).
