@@ -45,6 +45,10 @@ pub struct AndrewArgs {
     /// Override a setting of the benchmarked cluster (repeatable; see docs/configuration.md)
     #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
     sets: Vec<String>,
+    /// Kill this replica once the cluster is up and never restart it: the redoubt mount runs
+    /// every phase with a tolerated fault (at most f = 1), e.g. `--down 3`
+    #[arg(long, value_delimiter = ',', value_name = "ID")]
+    down: Vec<u32>,
     /// Directory for andrew.md, andrew.csv and andrew.svg
     #[arg(long, value_name = "DIR", default_value = "bench-andrew")]
     out: PathBuf,
@@ -94,6 +98,7 @@ async fn andrew(args: AndrewArgs) -> anyhow::Result<ExitCode> {
         args.mount_clients,
         args.fsync,
         &args.sets,
+        &args.down,
     )?;
     let work = cluster.dir.join("andrew");
     std::fs::create_dir(&work)?;
@@ -118,7 +123,16 @@ async fn andrew(args: AndrewArgs) -> anyhow::Result<ExitCode> {
     let root = |fs: Fs| work.join(format!("fs-{}", fs.name()));
     let stats = |fs: Fs| cluster.dir.join(format!("calls-{}.csv", fs.name()));
     let mut procs = cluster.replicas();
-    start(System::Redoubt, &cluster, &mut procs, None, None).await?;
+    let system = if cluster.down.is_empty() {
+        System::Redoubt
+    } else {
+        println!(
+            "  redoubt with {} (killed once the cluster is up, never restarted)",
+            cluster.down_label()
+        );
+        System::Degraded
+    };
+    start(system, &cluster, &mut procs, None, None).await?;
     let mut mounts = Vec::new();
     for fs in ALL {
         std::fs::create_dir(root(fs))?;
@@ -180,7 +194,8 @@ async fn andrew(args: AndrewArgs) -> anyhow::Result<ExitCode> {
         );
     }
 
-    let report = report(&tree, runs, &results, &calls);
+    let down = (!cluster.down.is_empty()).then(|| cluster.down_label());
+    let report = report(&tree, runs, &results, &calls, down.as_deref());
     print!("{report}");
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
@@ -242,14 +257,18 @@ fn report(
     runs: u32,
     results: &[(Fs, Vec<Run>)],
     calls: &[(Fs, Vec<OpCalls>)],
+    down: Option<&str>,
 ) -> String {
     let mut out = format!(
-        "Run in a checkout at commit {} with `redoubt bench andrew{}`.\n\nSource tree: {} directories, {} files, {} KiB of C; `make -j1` with `{}`. Median of {runs} run(s) per file system, seconds:\n\n| phase |",
+        "Run in a checkout at commit {} with `redoubt bench andrew{}`.{}\n\nSource tree: {} directories, {} files, {} KiB of C; `make -j1` with `{}`. Median of {runs} run(s) per file system, seconds:\n\n| phase |",
         source_commit(),
         std::env::args()
             .skip(3)
             .map(|a| format!(" {a}"))
             .collect::<String>(),
+        down.map_or_else(String::new, |d| format!(
+            " The redoubt mount ran with {d} (killed once the cluster was up, never restarted)."
+        )),
         tree.dirs.len(),
         tree.files.len(),
         tree.bytes / 1024,

@@ -69,6 +69,11 @@ pub struct MicroArgs {
     /// Run only redoubt (for profiling); no ratios are printed
     #[arg(long)]
     redoubt_only: bool,
+    /// Run redoubt a second time with this replica killed once the cluster is up and never
+    /// restarted (a tolerated fault for the whole run; at most f = 1), and report it beside the
+    /// healthy cluster, e.g. `--down 3` (a backup) or `--down 0` (the first primary)
+    #[arg(long, value_delimiter = ',', value_name = "ID")]
+    down: Vec<u32>,
     /// Directory for micro.csv and the plots
     #[arg(long, value_name = "DIR", default_value = "bench-micro")]
     out: PathBuf,
@@ -265,7 +270,14 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
         Some(cores) => Some(CpuCaps::new(cores)?.cores()),
         None => None,
     };
-    let cluster = versus::make_cluster("micro", "kv", max_clients, args.fsync, &args.sets)?;
+    let cluster = versus::make_cluster(
+        "micro",
+        "kv",
+        max_clients,
+        args.fsync,
+        &args.sets,
+        &args.down,
+    )?;
     let models = args.connections.models();
     println!(
         "redoubt bench micro: redoubt (n = 4, f = 1, journal fsync {}) against an unreplicated baseline, on {} cores; clients on {}",
@@ -280,6 +292,12 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(", then ")
     );
+    if !cluster.down.is_empty() {
+        println!(
+            "  then redoubt again with {} (killed once the cluster is up, never restarted)",
+            cluster.down_label()
+        );
+    }
     if let Some(cores) = server_cpu {
         println!(
             "  every server process (the baseline's server, each replica) capped at {cores} cores in a control group of its own; the clients uncapped"
@@ -294,11 +312,7 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
 
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
-    let systems: &[System] = if args.redoubt_only {
-        &[System::Redoubt]
-    } else {
-        &[System::Baseline, System::Redoubt]
-    };
+    let systems = cluster.systems(args.redoubt_only);
     let profiles_per_model = if args.flamegraph { ops.len() } else { 0 };
     let mut progress = Progress::new(
         models.len() * (systems.len() * ops.len() * (1 + clients.len()) + profiles_per_model),
@@ -307,8 +321,8 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
     let mut throttled = Vec::new();
     let mut flames = Vec::new();
     for &conn in models {
-        for &system in systems {
-            if system == System::Redoubt {
+        for &system in &systems {
+            if system.replicated() {
                 cluster.fresh_homes()?;
             }
             let mut procs = cluster.replicas();
@@ -393,6 +407,9 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
             let _ = writeln!(report, "\n## {}", conn.heading());
         }
         tables(&mut report, &pts, &ops, &clients);
+        if !cluster.down.is_empty() {
+            degraded_tables(&mut report, &pts, &ops, &clients, &cluster.down_label());
+        }
     }
     if !flames.is_empty() {
         let _ = writeln!(
@@ -429,8 +446,9 @@ async fn micro(args: MicroArgs) -> anyhow::Result<ExitCode> {
                 op.name.replace('/', "-"),
                 op.mode()
             ));
-            let series: Vec<Series> = [System::Baseline, System::Redoubt]
-                .into_iter()
+            let series: Vec<Series> = systems
+                .iter()
+                .copied()
                 .map(|system| {
                     let mut pts: Vec<&Point> = points
                         .iter()
@@ -570,6 +588,67 @@ fn tables(report: &mut String, points: &[Point], ops: &[Op], clients: &[u32]) {
                 r.s.busiest_main_cpu_us,
                 r.s.client_cpu_us,
             );
+        }
+    }
+}
+
+/// The tables of one client model's degraded run: redoubt with `down` (e.g. "replica 3
+/// down") against the healthy cluster of the same run.
+fn degraded_tables(report: &mut String, points: &[Point], ops: &[Op], clients: &[u32], down: &str) {
+    let _ = writeln!(
+        report,
+        "\nWith {down} (killed once the cluster was up, never restarted), against the healthy cluster of this run:\n\n| operation | healthy p50 (1 client) | down p50 | healthy p99 | down p99 | healthy peak ops/s | down peak ops/s | down / healthy peak |\n|---|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for op in ops {
+        let latency = |s: System| {
+            points
+                .iter()
+                .find(|p| p.system == s && p.op.label() == op.label() && p.s.clients == 0)
+        };
+        if let (Some(h), Some(d), Some(hp), Some(dp)) = (
+            latency(System::Redoubt),
+            latency(System::Degraded),
+            peak(points, System::Redoubt, op),
+            peak(points, System::Degraded, op),
+        ) {
+            let _ = writeln!(
+                report,
+                "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.0} | {:.0} | {:.0}% |",
+                op.label(),
+                h.s.p50_ms,
+                d.s.p50_ms,
+                h.s.p99_ms,
+                d.s.p99_ms,
+                hp.s.ops_per_s,
+                dp.s.ops_per_s,
+                100.0 * dp.s.ops_per_s / hp.s.ops_per_s
+            );
+        }
+    }
+    let _ = writeln!(
+        report,
+        "\nBy clients, healthy and with {down}:\n\n| operation | clients | healthy ops/s | healthy p50 | healthy p99 | down ops/s | down p50 | down p99 |\n|---|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for op in ops {
+        for c in clients {
+            let find = |s: System| {
+                points
+                    .iter()
+                    .find(|p| p.system == s && p.op.label() == op.label() && p.s.clients == *c)
+            };
+            if let (Some(h), Some(d)) = (find(System::Redoubt), find(System::Degraded)) {
+                let _ = writeln!(
+                    report,
+                    "| {} | {c} | {:.0} | {:.2} | {:.2} | {:.0} | {:.2} | {:.2} |",
+                    op.label(),
+                    h.s.ops_per_s,
+                    h.s.p50_ms,
+                    h.s.p99_ms,
+                    d.s.ops_per_s,
+                    d.s.p50_ms,
+                    d.s.p99_ms
+                );
+            }
         }
     }
 }

@@ -53,6 +53,10 @@ pub struct SqlArgs {
     /// Override a setting of the benchmarked cluster (repeatable; see docs/configuration.md)
     #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
     sets: Vec<String>,
+    /// Run redoubt a second time with this replica killed once the cluster is up and never
+    /// restarted (at most f = 1), reported beside the healthy cluster, e.g. `--down 3`
+    #[arg(long, value_delimiter = ',', value_name = "ID")]
+    down: Vec<u32>,
     /// Directory for sql.csv, sql.md and sql.svg
     #[arg(long, value_name = "DIR", default_value = "bench-sql")]
     out: PathBuf,
@@ -145,7 +149,14 @@ async fn sql(args: SqlArgs) -> anyhow::Result<ExitCode> {
         seconds,
     };
     let max_clients = *w.clients.iter().max().expect("non-empty");
-    let cluster = versus::make_cluster("sql", "sql", max_clients, args.fsync, &args.sets)?;
+    let cluster = versus::make_cluster(
+        "sql",
+        "sql",
+        max_clients,
+        args.fsync,
+        &args.sets,
+        &args.down,
+    )?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
         "redoubt bench sql: redoubt (n = 4, f = 1, journal fsync {}) against the same SQL engine unreplicated, on {cores} cores, everything on 127.0.0.1",
@@ -164,9 +175,16 @@ async fn sql(args: SqlArgs) -> anyhow::Result<ExitCode> {
         w.seconds
     );
 
-    let mut progress = Progress::new(2 * (1 + w.mixes.len() * w.clients.len()));
+    if !cluster.down.is_empty() {
+        println!(
+            "  then redoubt again with {} (killed once the cluster is up, never restarted)",
+            cluster.down_label()
+        );
+    }
+    let systems = cluster.systems(false);
+    let mut progress = Progress::new(systems.len() * (1 + w.mixes.len() * w.clients.len()));
     let mut runs = Vec::new();
-    for system in [System::Baseline, System::Redoubt] {
+    for system in systems {
         let mut procs = cluster.replicas();
         let result = run_system(system, &cluster, &mut procs, &w, &mut progress).await;
         procs.stop_all(Duration::from_secs(5));
@@ -174,7 +192,7 @@ async fn sql(args: SqlArgs) -> anyhow::Result<ExitCode> {
     }
     progress.finish();
 
-    let report = report(&w, &runs, cores);
+    let report = report(&w, &runs, cores, &cluster);
     print!("{report}");
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
@@ -252,9 +270,16 @@ async fn run_system(
     progress.step(&format!("{} load", system.name()));
 
     let server_pids = versus::server_pids(baseline.as_ref(), procs);
-    // Replica 0 orders every batch: its counters give the batch sizes.
-    let metrics = (system == System::Redoubt)
-        .then(|| cfg.replicas.first().map(|r| r.metrics_addr))
+    // The primary orders every batch: its counters give the batch sizes (replica 0's, or
+    // with replica 0 down the first that runs: a backup's log holds the same batches).
+    let metrics = system
+        .replicated()
+        .then(|| {
+            cfg.replicas
+                .iter()
+                .find(|r| system == System::Redoubt || !cluster.down.contains(&r.id))
+                .map(|r| r.metrics_addr)
+        })
         .flatten();
     let updates_sql: Arc<Vec<String>> = Arc::new(
         (0..w.tables)
@@ -370,7 +395,7 @@ async fn load(sql: &SqlClient, tables: u32, rows: u32) -> anyhow::Result<()> {
 }
 
 /// The report: what was measured, on what, how to run it again, and the figures.
-fn report(w: &Workload, runs: &[(System, Run)], cores: usize) -> String {
+fn report(w: &Workload, runs: &[(System, Run)], cores: usize, cluster: &versus::Cluster) -> String {
     let args: String = std::env::args().skip(3).map(|a| format!(" {a}")).collect();
     let mut r = format!(
         "Run in a checkout at commit {} with `redoubt bench sql{args}`, on {cores} cores.\n\n",
@@ -437,6 +462,33 @@ fn report(w: &Workload, runs: &[(System, Run)], cores: usize) -> String {
                 b.s.client_cpu_us,
                 x.s.client_cpu_us
             );
+        }
+    }
+    if !cluster.down.is_empty() {
+        let down = cluster.down_label();
+        let _ = writeln!(
+            r,
+            "\nWith {down} (killed once the cluster was up, never restarted), against the healthy cluster of this run:\n\n| mix | clients | healthy ops/s | p50 | p99 | down ops/s | p50 | p99 | down / healthy |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for &mix in &w.mixes {
+            for &n in &w.clients {
+                if let (Some(h), Some(d)) =
+                    (find(System::Redoubt, mix, n), find(System::Degraded, mix, n))
+                {
+                    let _ = writeln!(
+                        r,
+                        "| {} | {n} | {:.0} | {:.2} | {:.2} | {:.0} | {:.2} | {:.2} | {:.2} |",
+                        mix_label(mix),
+                        h.s.ops_per_s,
+                        h.s.p50_ms,
+                        h.s.p99_ms,
+                        d.s.ops_per_s,
+                        d.s.p50_ms,
+                        d.s.p99_ms,
+                        d.s.ops_per_s / h.s.ops_per_s
+                    );
+                }
+            }
         }
     }
     let _ = writeln!(r);

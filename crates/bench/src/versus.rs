@@ -20,6 +20,9 @@ use std::time::Duration;
 pub(super) enum System {
     Baseline,
     Redoubt,
+    /// redoubt with the replicas of [`Cluster::down`] killed once the cluster is up and never
+    /// restarted: a tolerated fault for the whole run.
+    Degraded,
 }
 
 impl System {
@@ -27,6 +30,7 @@ impl System {
         match self {
             System::Baseline => "baseline",
             System::Redoubt => "redoubt",
+            System::Degraded => "redoubt-down",
         }
     }
 
@@ -35,7 +39,13 @@ impl System {
         match self {
             System::Baseline => "baseline (1 server)",
             System::Redoubt => "redoubt (n = 4)",
+            System::Degraded => "redoubt (n = 4, f down)",
         }
+    }
+
+    /// Whether this system runs the replicas (healthy or not).
+    pub fn replicated(self) -> bool {
+        self != System::Baseline
     }
 }
 
@@ -46,6 +56,8 @@ pub(super) struct Cluster {
     pub dir: PathBuf,
     pub config_path: PathBuf,
     pub cfg: ClusterConfig,
+    /// The replicas [`System::Degraded`] runs without.
+    pub down: Vec<u32>,
     _tmp: tempfile::TempDir,
 }
 
@@ -60,6 +72,29 @@ impl Cluster {
         )
     }
 
+    /// The systems a benchmark runs: the baseline (unless `redoubt_only`), redoubt, and
+    /// redoubt with replicas down when any are.
+    pub fn systems(&self, redoubt_only: bool) -> Vec<System> {
+        let mut v = Vec::new();
+        if !redoubt_only {
+            v.push(System::Baseline);
+        }
+        v.push(System::Redoubt);
+        if !self.down.is_empty() {
+            v.push(System::Degraded);
+        }
+        v
+    }
+
+    /// What [`System::Degraded`] is, for reports: "replica 3 down".
+    pub fn down_label(&self) -> String {
+        let ids: Vec<String> = self.down.iter().map(u32::to_string).collect();
+        match ids.len() {
+            1 => format!("replica {} down", ids[0]),
+            _ => format!("replicas {} down", ids.join(", ")),
+        }
+    }
+
     /// Empties every replica's home (journal, state, checkpoints), so that the next start
     /// is a new cluster's and not a restart of the last one: each client model of a run
     /// measures a cluster from the same fresh state, in view 0.
@@ -71,16 +106,34 @@ impl Cluster {
     }
 }
 
+/// Checks `--down`: at most f = 1 of the four replicas, each an id below 4, no repeats.
+pub(super) fn check_down(down: &[u32]) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        down.iter().all(|r| *r < 4),
+        "--down: replica ids are 0 to 3"
+    );
+    let mut d = down.to_vec();
+    d.sort_unstable();
+    d.dedup();
+    anyhow::ensure!(
+        d.len() == down.len() && d.len() <= 1,
+        "--down: at most one replica (f = 1 of 4), named once; with more down the cluster cannot order"
+    );
+    Ok(())
+}
+
 /// Writes a cluster of four replicas on 127.0.0.1 hosting `service` into a new temporary
 /// directory, for `max_clients` benchmark clients, with journal fsync as `fsync` and the
-/// overrides `sets` (each printed).
+/// overrides `sets` (each printed); [`System::Degraded`] runs it without the replicas `down`.
 pub(super) fn make_cluster(
     bench: &str,
     service: &str,
     max_clients: u32,
     fsync: bool,
     sets: &[String],
+    down: &[u32],
 ) -> anyhow::Result<Cluster> {
+    check_down(down)?;
     let exe = std::env::current_exe().context("cannot find the path of this program")?;
     let tmp = tempfile::Builder::new()
         .prefix(&format!("redoubt-{bench}-"))
@@ -114,6 +167,7 @@ pub(super) fn make_cluster(
         dir,
         cfg: ClusterConfig::load(&config_path)?,
         config_path,
+        down: down.to_vec(),
         _tmp: tmp,
     })
 }
@@ -136,8 +190,9 @@ pub(super) fn rewrite_config(
     Ok(())
 }
 
-/// Starts `system`: the four replicas of `procs` (returning once they agree on a view), or
-/// the baseline server with `baseline_threads` runtime threads (the replicas' when `None`),
+/// Starts `system`: the four replicas of `procs` (returning once they agree on a view; for
+/// [`System::Degraded`] then kills the replicas of [`Cluster::down`] with SIGKILL), or the
+/// baseline server with `baseline_threads` runtime threads (the replicas' when `None`),
 /// which the caller then holds. `caps` puts each server process in a control group of its
 /// own.
 pub(super) async fn start(
@@ -149,7 +204,7 @@ pub(super) async fn start(
 ) -> anyhow::Result<Option<KillOnDrop>> {
     let (cfg, exe, config_path) = (&cluster.cfg, &cluster.exe, &cluster.config_path);
     match system {
-        System::Redoubt => {
+        System::Redoubt | System::Degraded => {
             for i in 0..4 {
                 procs.start(i)?;
                 if let (Some(caps), Some(pid)) = (caps.as_deref_mut(), procs.pid(i)) {
@@ -157,6 +212,11 @@ pub(super) async fn start(
                 }
             }
             super::common::wait_until_up(cfg, procs).await?;
+            if system == System::Degraded {
+                for &r in &cluster.down {
+                    procs.kill(r)?;
+                }
+            }
             Ok(None)
         }
         System::Baseline => {

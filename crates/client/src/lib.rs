@@ -55,10 +55,11 @@ use tracing::{debug, trace};
 /// How often an invocation ticks the core while its request is outstanding.
 const TICK: Duration = Duration::from_millis(5);
 
-/// How long a client's first fast read waits for its connections to settle (established, or
-/// refused at least once), so that it leaves the replicas it cannot reach out of the read
-/// rather than waiting for their answers before asking the others.
-const FIRST_READ_CONNECT_WAIT: Duration = Duration::from_millis(50);
+/// How long a client's first request waits for its connections to settle (established, or
+/// refused at least once), so that it knows the replicas it cannot reach: a fast read leaves
+/// them out rather than waiting for their answers before asking the others, and no request
+/// leaves its result to one of them (digest replies).
+const FIRST_CONNECT_WAIT: Duration = Duration::from_millis(50);
 /// An invocation fails with [`ClientError::NoReplicaReachable`] once no replica has been
 /// connected for this long (before its deadline, if that is longer).
 pub const UNREACHABLE_AFTER: Duration = Duration::from_secs(3);
@@ -410,6 +411,9 @@ pub struct ClientStats {
     /// invocation.
     pub reads_widened: u64,
     pub reads_ordered: u64,
+    /// Results asked for again because matching digests came without the result in full
+    /// (its designated replier is down or slow), as of the last completed invocation.
+    pub results_asked_again: u64,
     /// Replicas with an established connection right now.
     pub replicas_connected: usize,
     /// The view the client believes current (its primary is `view mod n`).
@@ -729,9 +733,7 @@ impl Driver {
             self.publish();
         }
         self.note_reconnects();
-        if read_only {
-            self.settle_links().await;
-        }
+        self.settle_links().await;
         self.note_unreachable();
         let effects = match self.core.invoke(self.clock.env(), op, read_only) {
             Ok((timestamp, effects)) => {
@@ -839,16 +841,17 @@ impl Driver {
         Ok(())
     }
 
-    /// Waits, once, up to [`FIRST_READ_CONNECT_WAIT`] until every connection is established
-    /// or has failed at least once (a new process's first read: connecting to a replica that
-    /// is down is refused within a round trip).
+    /// Waits, once, up to [`FIRST_CONNECT_WAIT`] until every connection is established or
+    /// has failed at least once (a new process's first request: connecting to a replica that
+    /// is down is refused within a round trip), so that the first read leaves out a replica
+    /// that is down, and the first request does not leave its result to one.
     async fn settle_links(&mut self) {
         if self.links_settled {
             return;
         }
         self.links_settled = true;
         let start = tokio::time::Instant::now();
-        while start.elapsed() < FIRST_READ_CONNECT_WAIT
+        while start.elapsed() < FIRST_CONNECT_WAIT
             && !self.links.iter().all(|l| {
                 let s = l.stats();
                 s.connected || s.connect_failures > 0
@@ -888,11 +891,13 @@ impl Driver {
         self.state.view.fetch_max(self.core.view(), Relaxed);
         let unwanted = self.core.unwanted;
         let (widened, ordered) = (self.core.read_widenings, self.core.fallbacks);
+        let asked_again = self.core.full_result_asks;
         self.state.update(|s| {
             s.completed += 1;
             s.replies_unwanted = unwanted;
             s.reads_widened = widened;
             s.reads_ordered = ordered;
+            s.results_asked_again = asked_again;
             s.retransmissions += c.retransmissions as u64;
             s.last_latency = Some(Duration::from_millis(c.latency_ms));
         });

@@ -8,7 +8,7 @@ use redoubt_client::{Client, ClientError, ClientSetup, Connections};
 use redoubt_config::ClusterConfig;
 use redoubt_core::{ClientId, ReplicaId};
 use redoubt_node::init::{init_cluster, InitOptions};
-use redoubt_services::kv::KvService;
+use redoubt_services::kv::{KvOp, KvResult, KvService};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
@@ -289,5 +289,30 @@ async fn reads_leave_out_a_replica_that_is_down() {
     assert_eq!(s.completed, 21);
     assert_eq!(s.reads_widened, 0, "{s:?}");
     assert_eq!(s.reads_ordered, 0, "{s:?}");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_result_waits_for_a_replica_that_is_down() {
+    // Replica 2 never starts. An ordered get of a long value is answered in full by one
+    // replica (picked by the request's timestamp) and as a digest by the others: the client
+    // never leaves the result to replica 2, so none is asked for again (one in three was).
+    let cluster = TestCluster::start(&[0, 1, 3]).await;
+    let kv = KvClient::connect(cluster.setup(1, Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let value = vec![b'x'; 200];
+    assert_eq!(kv.put("long", value.clone()).await.unwrap(), None);
+    let get = KvOp::Get {
+        key: b"long".to_vec(),
+    }
+    .encode();
+    for _ in 0..30 {
+        let r = kv.client().invoke(get.clone()).await.unwrap();
+        assert_eq!(KvResult::decode(&r).unwrap(), KvResult::Value(Some(value.clone())));
+    }
+    let s = kv.client().stats();
+    assert_eq!(s.completed, 31);
+    assert_eq!(s.results_asked_again, 0, "{s:?}");
     cluster.shutdown().await;
 }

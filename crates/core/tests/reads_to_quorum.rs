@@ -190,3 +190,68 @@ fn a_replica_the_host_cannot_reach_is_left_out_from_the_first_read() {
     }
     assert!(asked_down, "reads go to the replica again");
 }
+
+/// Ordered requests of client 7 with long results (sent as digests by all but one replica),
+/// one backup cut off; returns how many of `requests` needed their result asked for again.
+fn full_result_asks_with_a_backup_down(report_unreachable: bool, requests: usize) -> u64 {
+    let mut c = cluster(true);
+    let down = 2;
+    c.block(move |e| e.to == Principal::Replica(down) || e.from == Principal::Replica(down));
+    if report_unreachable {
+        c.client_mut(7).set_unreachable([down]);
+    }
+    for i in 0..requests {
+        let op = format!("write {i}: a result longer than a digest, sent in full by one replica");
+        let ts = c.invoke_as(7, op.as_bytes(), false);
+        assert!(
+            c.run_until(5_000, |c| c.completed(7, ts)),
+            "request {i} completes"
+        );
+    }
+    c.client(7).full_result_asks
+}
+
+/// The request's timestamp picks the replica that sends the result in full (digest replies):
+/// a client never lets it pick one the host cannot reach, so no result waits for a
+/// retransmission; without the hint some do (the check can fail).
+#[test]
+fn no_result_is_left_to_a_replica_the_host_cannot_reach() {
+    assert_eq!(full_result_asks_with_a_backup_down(true, 24), 0);
+    assert!(
+        full_result_asks_with_a_backup_down(false, 24) > 0,
+        "without the hint, the unreachable backup is some request's designated replier"
+    );
+}
+
+/// A client of an unreplicated server (f = 0: the benchmarks' baseline) that the host reports
+/// unreachable, as before the server accepts connections, still sends it its requests: there
+/// is no other replica to pick.
+#[test]
+fn a_client_of_a_lone_server_reported_unreachable_still_sends_to_it() {
+    let mut cfg = Config::new(1);
+    cfg.f = 0;
+    let mut ring = Keyring::new(KeyMode::Static, 1, [7]);
+    let keys = ring.keys(Principal::Client(7));
+    let mut client = Client::new(cfg, ClientTiming::default(), 7, keys);
+    client.set_unreachable([0]);
+    for read_only in [false, true] {
+        let env = Env {
+            now_ms: 1,
+            ..Env::default()
+        };
+        let (_, effects) = client
+            .invoke(env, b"read: longer than a digest".to_vec(), read_only)
+            .expect("invoked");
+        assert!(
+            effects.iter().any(|e| matches!(
+                e,
+                Effect::Send {
+                    to: Principal::Replica(0),
+                    ..
+                }
+            )),
+            "{effects:?}"
+        );
+        client.abandon();
+    }
+}
