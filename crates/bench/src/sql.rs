@@ -185,6 +185,9 @@ async fn sql(args: SqlArgs) -> anyhow::Result<ExitCode> {
     let mut progress = Progress::new(systems.len() * (1 + w.mixes.len() * w.clients.len()));
     let mut runs = Vec::new();
     for system in systems {
+        if system.replicated() {
+            cluster.fresh_homes()?;
+        }
         let mut procs = cluster.replicas();
         let result = run_system(system, &cluster, &mut procs, &w, &mut progress).await;
         procs.stop_all(Duration::from_secs(5));
@@ -472,9 +475,10 @@ fn report(w: &Workload, runs: &[(System, Run)], cores: usize, cluster: &versus::
         );
         for &mix in &w.mixes {
             for &n in &w.clients {
-                if let (Some(h), Some(d)) =
-                    (find(System::Redoubt, mix, n), find(System::Degraded, mix, n))
-                {
+                if let (Some(h), Some(d)) = (
+                    find(System::Redoubt, mix, n),
+                    find(System::Degraded, mix, n),
+                ) {
                     let _ = writeln!(
                         r,
                         "| {} | {n} | {:.0} | {:.2} | {:.2} | {:.0} | {:.2} | {:.2} | {:.2} |",

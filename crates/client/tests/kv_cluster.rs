@@ -309,7 +309,10 @@ async fn no_result_waits_for_a_replica_that_is_down() {
     .encode();
     for _ in 0..30 {
         let r = kv.client().invoke(get.clone()).await.unwrap();
-        assert_eq!(KvResult::decode(&r).unwrap(), KvResult::Value(Some(value.clone())));
+        assert_eq!(
+            KvResult::decode(&r).unwrap(),
+            KvResult::Value(Some(value.clone()))
+        );
     }
     let s = kv.client().stats();
     assert_eq!(s.completed, 31);

@@ -490,14 +490,13 @@ impl<A: KeyTable> Client<A> {
         // The timestamp picks the replica that sends the result in full (digest replies):
         // never one the host cannot reach, or the result would come only after a
         // retransmission. Timestamps need only increase, so skipping some costs nothing.
-        let replicas_reply = !self.cfg.separated() && !self.cfg.firewall();
-        for _ in 0..DESIGNATED_REDRAWS_MAX {
-            if !(self.cfg.digest_replies && replicas_reply)
-                || !self.unreachable.contains(&self.designated(timestamp))
-            {
-                break;
+        if self.cfg.digest_replies && !self.cfg.separated() && !self.cfg.firewall() {
+            for _ in 0..DESIGNATED_REDRAWS_MAX {
+                if !self.unreachable.contains(&self.designated(timestamp)) {
+                    break;
+                }
+                timestamp += 1;
             }
-            timestamp += 1;
         }
         self.last_timestamp = timestamp;
         let session = self.body.clone().filter(|_| self.cfg.confidential_bodies);
