@@ -15,6 +15,9 @@ fn short_demo_passes() {
         "killed replica",
         "view change: view",
         "restarted replica",
+        "  before kill    ",
+        " down (the view change included)",
+        "  after restart  ",
         "verification   passed",
         "stopped 4 replicas cleanly",
     ] {

@@ -224,7 +224,7 @@ pub async fn client_loop(w: Arc<Workload>, idx: usize, mut conn: Conn) {
             Ok(transfer) => {
                 w.completed(t0);
                 let mut r = lock(record);
-                r.latencies_us.push(t0.elapsed().as_micros() as u64);
+                r.record(t0);
                 if transfer {
                     r.puts += 1;
                 } else {

@@ -147,7 +147,8 @@ struct Workload {
 
 #[derive(Default)]
 struct ClientRecord {
-    latencies_us: Vec<u64>,
+    /// Each completed operation: when it completed, and its latency (µs).
+    done: Vec<(Instant, u64)>,
     puts: u64,
     reads: u64,
     keys: BTreeMap<String, KeyHistory>,
@@ -162,6 +163,50 @@ struct ClientRecord {
 struct KeyHistory {
     acked: Option<Vec<u8>>,
     unacked: Vec<Vec<u8>>,
+}
+
+impl ClientRecord {
+    /// An operation invoked at `t0` completed now.
+    fn record(&mut self, t0: Instant) {
+        self.done
+            .push((Instant::now(), t0.elapsed().as_micros() as u64));
+    }
+}
+
+/// Throughput and latency of the operations completed within one part of the run.
+struct Phase {
+    name: String,
+    ops_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+impl Phase {
+    /// The operations of `done` completed in `[from, to)`.
+    fn of(name: String, done: &[(Instant, u64)], from: Instant, to: Instant) -> Phase {
+        let mut lat: Vec<u64> = done
+            .iter()
+            .filter(|(t, _)| *t >= from && *t < to)
+            .map(|(_, l)| *l)
+            .collect();
+        lat.sort_unstable();
+        let secs = to.saturating_duration_since(from).as_secs_f64().max(0.001);
+        Phase {
+            name,
+            ops_per_s: lat.len() as f64 / secs,
+            p50_ms: percentile_ms(&lat, 0.5),
+            p99_ms: percentile_ms(&lat, 0.99),
+        }
+    }
+}
+
+/// The `q` quantile of sorted latencies in µs, in ms (0 when there are none).
+fn percentile_ms(sorted_us: &[u64], q: f64) -> f64 {
+    if sorted_us.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted_us.len() as f64 - 1.0) * q).round() as usize;
+    sorted_us[i] as f64 / 1000.0
 }
 
 impl KeyHistory {
@@ -211,7 +256,7 @@ async fn client_loop(w: Arc<Workload>, idx: usize, kv: KvClient) {
             Ok(_) => {
                 w.completed(t0);
                 let mut r = lock(record);
-                r.latencies_us.push(t0.elapsed().as_micros() as u64);
+                r.record(t0);
                 r.puts += 1;
                 let h = r.keys.entry(key.clone()).or_default();
                 h.acked = Some(value);
@@ -230,7 +275,7 @@ async fn client_loop(w: Arc<Workload>, idx: usize, kv: KvClient) {
             Ok(v) => {
                 w.completed(t0);
                 let mut r = lock(record);
-                r.latencies_us.push(t0.elapsed().as_micros() as u64);
+                r.record(t0);
                 r.reads += 1;
                 let h = r.keys.get(&key).cloned().unwrap_or_default();
                 if !h.admits(&v) {
@@ -675,21 +720,31 @@ async fn scenario(
     };
 
     // Summary.
-    let mut latencies: Vec<u64> = Vec::new();
+    let mut done: Vec<(Instant, u64)> = Vec::new();
     let (mut puts, mut reads) = (0, 0);
     for r in &workload.clients {
         let r = lock(r);
-        latencies.extend_from_slice(&r.latencies_us);
+        done.extend_from_slice(&r.done);
         puts += r.puts;
         reads += r.reads;
     }
+    let mut latencies: Vec<u64> = done.iter().map(|(_, l)| *l).collect();
     latencies.sort_unstable();
-    let pct = |q: f64| -> f64 {
-        if latencies.is_empty() {
-            return 0.0;
+    let pct = |q: f64| percentile_ms(&latencies, q);
+    let end = start + stopped_at;
+    let phases: Vec<Phase> = match (victim, restarted) {
+        (Some((p, _, kill)), restart) => {
+            let back = restart.unwrap_or(end).min(end);
+            let mut v = vec![
+                Phase::of("before kill".into(), &done, start, kill),
+                Phase::of(format!("replica {p} down"), &done, kill, back),
+            ];
+            if back < end {
+                v.push(Phase::of("after restart".into(), &done, back, end));
+            }
+            v
         }
-        let i = ((latencies.len() as f64 - 1.0) * q).round() as usize;
-        latencies[i] as f64 / 1000.0
+        (None, _) => Vec::new(),
     };
     let ops = puts + reads;
     let failed = workload.failed.load(Relaxed);
@@ -716,6 +771,20 @@ async fn scenario(
         pct(0.99),
         pct(1.0)
     );
+    for ph in &phases {
+        println!(
+            "  {:<15}{:.0} ops/s, p50 {:.1} ms, p99 {:.1} ms{}",
+            ph.name,
+            ph.ops_per_s,
+            ph.p50_ms,
+            ph.p99_ms,
+            if ph.name.ends_with("down") {
+                " (the view change included)"
+            } else {
+                ""
+            }
+        );
+    }
     match (victim, view_change, final_agreement) {
         (Some((p, v0, _)), Some((v1, p1, after)), _) => println!(
             "  view change    view {v0} (primary {p}) -> view {v1} (primary {p1}), seen {:.1} s after the kill",
