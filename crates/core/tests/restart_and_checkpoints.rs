@@ -8,6 +8,7 @@
 use redoubt_core::message::{Message, NewView, Status, ViewChange};
 use redoubt_core::*;
 use redoubt_crypto::Digest;
+use std::sync::Arc;
 
 mod common;
 use common::*;
@@ -283,4 +284,41 @@ fn a_replica_that_lost_its_voucher_vouches_again_on_f_plus_1_reports() {
     assert_eq!(reported(&mut c), None, "reports again on f reports");
     assert!(!c.receive(3, 2, active(2)).rejected());
     assert_eq!(reported(&mut c), Some(nv.digest()), "did not report again");
+}
+
+/// The journal holds pre-prepare and prepare records above the log window of the checkpoint
+/// the replica restarts at: its state's base is behind the journal's checkpoint (the state
+/// was relabelled by a recovery, or the journal rewritten while the replica was compromised).
+/// Those slots are left out of the log: it holds only the window above the stable checkpoint,
+/// and the replica fetches a vouched checkpoint before it takes part again. Found by the
+/// simulator (seed 8891: a slot 29 in a log whose window was (0, 8] after a reboot from a
+/// tampered journal).
+#[test]
+fn journal_records_beyond_the_window_stay_out_of_the_log() {
+    let mut c = short_log(2, false);
+    for n in 1..=2u64 {
+        let pp = pre_prepare(0, n, vec![c.request(7, n, &[n as u8])]);
+        c.agree(3, pp, &[1, 2], &[0, 1]);
+    }
+    let mut records = c.journal(3).to_vec();
+    let far = pre_prepare(0, 9, vec![c.request(7, 9, b"far")]);
+    records.push(Record::Checkpoint {
+        seq: 8,
+        digest: Digest([5; 32]),
+    });
+    records.push(Record::PrePrepared {
+        view: 0,
+        seq: 9,
+        digest: far.digest,
+        batch: Some(Arc::new(far.batch.clone())),
+        vouched: true,
+    });
+    records.push(Record::Prepared {
+        view: 0,
+        seq: 9,
+        digest: far.digest,
+    });
+    c.restart(3, &records);
+    assert_eq!(c.replica(3).check_invariants(), Ok(()));
+    assert_eq!(c.replica(3).stats.state_unreadable, 1);
 }

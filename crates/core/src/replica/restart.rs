@@ -224,6 +224,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// The log of the view entered last: pre-prepares, prepared slots, what committed.
     fn restore_log(&mut self, records: &[Record], h: Seq) {
         let primary = self.is_primary();
+        // Only the log window above the stable checkpoint: records beyond it
+        // come from a journal ahead of the state (relabelled by a recovery, or rewritten
+        // while compromised), and such a replica fetches a vouched checkpoint before it takes
+        // part again (simulator seed 8891: a slot 29 in a window (0, 8]).
+        let top = self
+            .ordering
+            .ckpt_votes
+            .stable_seq()
+            .saturating_add(self.cfg.log_size);
+        let window = |seq: Seq| seq > h && seq <= top;
         for x in records {
             match x {
                 Record::PrePrepared {
@@ -232,7 +242,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     digest,
                     batch,
                     vouched,
-                } if *view == self.views.view && *seq > h => {
+                } if *view == self.views.view && window(*seq) => {
                     if let Some(b) = batch {
                         self.ordering.order.batches.insert(*digest, b.clone());
                         // Kept by compaction until the next view or checkpoint record.
@@ -247,7 +257,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                         slot.prepares.insert(self.id, *digest);
                     }
                 }
-                Record::Prepared { view, seq, digest } if *view == self.views.view && *seq > h => {
+                Record::Prepared { view, seq, digest }
+                    if *view == self.views.view && window(*seq) =>
+                {
                     let slot = self.ordering.order.log.slot(*seq);
                     if slot.pp == Some(*digest) {
                         slot.prepared = true;
