@@ -296,9 +296,7 @@ pub struct Config {
     /// such a batch is off the client's path (the tentative replies already went out), so
     /// holding it costs no latency, and under a closed loop of light load the 3f+1 x 3f
     /// COMMITs of each operation ride with the next batch's messages instead of costing
-    /// writes and wake-ups of their own. Batches that execute once committed never hold their
-    /// COMMIT, and a fast read that arrives while one is held (it waits for the commit) sends
-    /// the held COMMITs at once.
+    /// writes and wake-ups of their own. Batches that execute once committed never hold their COMMIT.
     #[serde(default = "defaults::defer_tentative_commits")]
     pub defer_tentative_commits: bool,
     /// Requests whose operation has at least this many bytes travel beside the pre-prepare

@@ -113,13 +113,6 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
             self.requests.reads.insert(req.client, sr.request);
             self.answer_reads();
-            if !self.requests.reads.is_empty() {
-                // A read waits for what this replica prepared to commit: the COMMITs held
-                // back for tentative batches (`defer_tentative_commits`) go now rather than
-                // at the next batch or tick, or a read after a write waits a tick (a mix of
-                // half updates and half queries ran at a quarter of its pace).
-                self.flush_deferred_commits();
-            }
             return Ok(());
         }
         let ordered = self.exec.last_reply(req.client).map(|l| l.timestamp);
