@@ -173,42 +173,6 @@ impl ClientRecord {
     }
 }
 
-/// Throughput and latency of the operations completed within one part of the run.
-struct Phase {
-    name: String,
-    ops_per_s: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-}
-
-impl Phase {
-    /// The operations of `done` completed in `[from, to)`.
-    fn of(name: String, done: &[(Instant, u64)], from: Instant, to: Instant) -> Phase {
-        let mut lat: Vec<u64> = done
-            .iter()
-            .filter(|(t, _)| *t >= from && *t < to)
-            .map(|(_, l)| *l)
-            .collect();
-        lat.sort_unstable();
-        let secs = to.saturating_duration_since(from).as_secs_f64().max(0.001);
-        Phase {
-            name,
-            ops_per_s: lat.len() as f64 / secs,
-            p50_ms: percentile_ms(&lat, 0.5),
-            p99_ms: percentile_ms(&lat, 0.99),
-        }
-    }
-}
-
-/// The `q` quantile of sorted latencies in µs, in ms (0 when there are none).
-fn percentile_ms(sorted_us: &[u64], q: f64) -> f64 {
-    if sorted_us.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted_us.len() as f64 - 1.0) * q).round() as usize;
-    sorted_us[i] as f64 / 1000.0
-}
-
 impl KeyHistory {
     fn admits(&self, v: &Option<Vec<u8>>) -> bool {
         *v == self.acked || v.as_ref().is_some_and(|v| self.unacked.contains(v))
@@ -1002,5 +966,7 @@ fn outcome(mut problems: Vec<String>, passed: impl FnOnce() -> String) -> Result
 }
 
 mod bank;
+mod phase;
+use phase::{percentile_ms, Phase};
 mod deployments;
 use deployments::{firewall_check, ExecStory, FW_LEAKER, FW_VICTIM};
