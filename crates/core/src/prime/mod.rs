@@ -4,4 +4,5 @@
 
 pub mod matrix;
 pub mod preorder;
+pub mod side;
 pub mod suspect;

@@ -206,7 +206,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         after: Vec<Seq>,
     ) {
         debug_assert_eq!(seq, self.exec.last_executed() + 1);
-        let before = prime::padded(self.exec.eligible(), self.cfg.n() as usize);
+        let before = crate::prime::side::padded(self.exec.eligible(), self.cfg.n() as usize);
         self.persist(Record::Ran {
             seq,
             eligible: after.clone(),

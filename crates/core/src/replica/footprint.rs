@@ -70,7 +70,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 invalid_pages: self.exec.state().geometry().pages() as usize,
             },
             prime: if self.prime.is_some() {
-                prime::prime_bounds(&self.cfg, ckpts)
+                crate::prime::side::prime_bounds(&self.cfg, ckpts)
             } else {
                 PrimeFootprint::default()
             },
@@ -102,19 +102,6 @@ pub struct Footprint {
     pub state: StateFootprint,
     /// Prime's structures (all zero under PBFT).
     pub prime: PrimeFootprint,
-}
-
-/// Sizes of Prime's bounded structures (see [`Footprint`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PrimeFootprint {
-    /// PO-REQUEST slots, and the acknowledgements and offered copies in them.
-    pub slots: usize,
-    pub slot_entries: usize,
-    /// Suspect-Leader's open challenges and unanswered pings.
-    pub challenges: usize,
-    pub pings: usize,
-    /// Eligibility vectors kept per checkpoint above the stable one.
-    pub checkpoints: usize,
 }
 
 impl Footprint {

@@ -66,7 +66,8 @@ mod suspects;
 mod view_change;
 mod views;
 
-pub use footprint::{Footprint, PrimeFootprint};
+pub use crate::prime::side::PrimeFootprint;
+pub use footprint::Footprint;
 
 /// Admin and transport inputs.
 // An input is made and moved once per frame; boxing the decoded one would cost an
@@ -230,7 +231,7 @@ pub struct Replica<S: Service, A: KeyTable> {
     /// Separated and firewall deployments: where execution goes (see `separated.rs`).
     remote: separated::Remote,
     /// Prime ordering: pre-ordering, Suspect-Leader, keys (see `prime.rs`).
-    prime: Option<prime::PrimeSide>,
+    prime: Option<crate::prime::side::PrimeSide>,
 }
 
 /// What a step sends, records and reports (the effects handed to the host at its end), and
@@ -297,7 +298,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             prime: None,
         };
         if r.cfg.prime() {
-            r.prime = Some(prime::PrimeSide::new(&r.cfg, id, 0));
+            r.prime = Some(crate::prime::side::PrimeSide::new(&r.cfg, id, 0));
         }
         #[cfg(feature = "mutants")]
         if r.cfg.mutant == crate::types::Mutant::ClearBodies {

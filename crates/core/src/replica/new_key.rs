@@ -110,7 +110,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.forget_view_changes_of(None);
         // Prime: acknowledgements and offered copies towards PO certificates not yet formed.
         if let Some(p) = self.prime.as_mut() {
-            p.po.drop_uncertified_votes();
+            p.drop_uncertified_votes();
         }
         // Ours were never received under any key: send them again under the new ones.
         if !self.views.normal {
