@@ -14,10 +14,16 @@
 //! sender at most one admission in flight and one waiting (the newest), a bound set by the
 //! directory. An answer arriving after a newer key of the same sender was installed changes
 //! nothing (see [`SessionKeys::install`](crate::keys::SessionKeys::install)).
+//!
+//! Opening a client's body session (the key its sealed operations open under, from the
+//! executors' secret the key holder keeps) is asked this way too, per client at most one call
+//! in flight: the batch that needs it waits for the answer, and a read-only request waits
+//! among the reads.
 
 use crate::keys::{seal_info, Admitted, HolderError, KeyHolder, NewKey, NewKeyError, Purpose};
 use crate::message::{Message, Reject};
-use crate::types::Principal;
+use crate::types::{ClientId, Principal};
+use redoubt_crypto::body::{BodyKey, ENC_LEN};
 use redoubt_crypto::pk::SealPublicKey;
 use redoubt_crypto::MacKey;
 use std::collections::{BTreeMap, VecDeque};
@@ -40,6 +46,11 @@ pub enum HolderRequest {
         from: Principal,
         recipients: Vec<(Principal, SealPublicKey)>,
     },
+    /// Open `client`'s body session `enc` (see [`KeyHolder::open_body`]).
+    OpenBody {
+        client: ClientId,
+        enc: [u8; ENC_LEN],
+    },
 }
 
 /// The key holder's answer to the call `id`.
@@ -55,6 +66,9 @@ pub enum HolderResult {
     Admitted(Result<Admitted, HolderError>),
     /// The signed NEW-KEY and the fresh keys it carries, per recipient.
     NewKey(Result<(NewKey, Vec<(Principal, MacKey)>), HolderError>),
+    /// The body session's key (`None`: the session does not open, at any key holder; boxed:
+    /// a key comes with its cipher's key schedule).
+    BodyKey(Box<Result<Option<BodyKey>, HolderError>>),
 }
 
 /// Performs `call` with `holder` (hosts do, off the protocol thread).
@@ -64,6 +78,9 @@ pub fn perform(holder: &mut dyn KeyHolder, call: &HolderCall) -> HolderAnswer {
         HolderRequest::NewKey { from, recipients } => {
             HolderResult::NewKey(make_new_key(holder, *from, recipients))
         }
+        HolderRequest::OpenBody { client, enc } => HolderResult::BodyKey(Box::new(
+            holder.open_body(&crate::keys::body_info(*client), enc),
+        )),
     };
     HolderAnswer {
         id: call.id,
@@ -87,6 +104,16 @@ impl HolderResult {
     ) -> Result<(NewKey, Vec<(Principal, MacKey)>), HolderError> {
         match this {
             Some(HolderResult::NewKey(m)) => m,
+            _ => Err(unanswered()),
+        }
+    }
+}
+
+impl HolderResult {
+    /// What opening a body session came to, likewise.
+    pub(crate) fn body_key(this: Option<HolderResult>) -> Result<Option<BodyKey>, HolderError> {
+        match this {
+            Some(HolderResult::BodyKey(k)) => *k,
             _ => Err(unanswered()),
         }
     }
@@ -144,6 +171,8 @@ pub(crate) struct Calls {
     in_flight: BTreeMap<u64, (NewKey, u64)>,
     waiting: BTreeMap<Principal, NewKey>,
     refresh: Option<(u64, u64)>,
+    /// Body sessions being opened: per call the client and its session (one per client).
+    bodies: BTreeMap<u64, (ClientId, [u8; ENC_LEN], u64)>,
     /// Messages for principals whose NEW-KEY is being admitted, sent once it is: sent now
     /// they would go under the key the principal just retired, and be refused.
     held: BTreeMap<Principal, VecDeque<Message>>,
@@ -162,6 +191,11 @@ pub(crate) enum Answered {
     Admission(Box<(NewKey, Option<HolderCall>)>),
     /// Our refresh.
     Refresh,
+    /// Opening `client`'s body session `enc`.
+    Body {
+        client: ClientId,
+        enc: [u8; ENC_LEN],
+    },
     /// Not a call of ours (of an earlier life), or answered twice.
     Unknown,
 }
@@ -211,6 +245,25 @@ impl Calls {
         Some(HolderCall { id, request })
     }
 
+    /// `client`'s body session `enc` is to be opened: the call to make now, or `None` while
+    /// one for this client is in flight (asked again, if still needed, once it is answered).
+    pub(crate) fn open_body(
+        &mut self,
+        client: ClientId,
+        enc: [u8; ENC_LEN],
+        now_ms: u64,
+    ) -> Option<HolderCall> {
+        if self.bodies.values().any(|(c, _, _)| *c == client) {
+            return None;
+        }
+        let id = self.id();
+        self.bodies.insert(id, (client, enc, now_ms));
+        Some(HolderCall {
+            id,
+            request: HolderRequest::OpenBody { client, enc },
+        })
+    }
+
     /// Keeps `msg` for `to` if a NEW-KEY of `to` is being admitted (true), to be sent once it
     /// is ([`Calls::release`]). NEW-KEYs themselves go at once: their signature is their
     /// authentication.
@@ -256,6 +309,9 @@ impl Calls {
             self.refresh = None;
             return Answered::Refresh;
         }
+        if let Some((client, enc, _)) = self.bodies.remove(&id) {
+            return Answered::Body { client, enc };
+        }
         let Some((nk, _)) = self.in_flight.remove(&id) else {
             return Answered::Unknown;
         };
@@ -281,6 +337,12 @@ impl Calls {
                 .filter(|(_, sent)| late(*sent))
                 .map(|(id, _)| id),
         );
+        ids.extend(
+            self.bodies
+                .iter()
+                .filter(|(_, (_, _, sent))| late(*sent))
+                .map(|(id, _)| *id),
+        );
         ids.into_iter()
             .map(|id| self.answered(id, now_ms))
             .collect()
@@ -299,8 +361,20 @@ impl Calls {
     }
 
     /// Checks the bounds: per sender one admission in flight and one waiting, `senders` (the
-    /// directory's principals) at most.
+    /// directory's principals) at most; per client one body session being opened.
     pub(crate) fn check_invariants(&self, senders: usize) -> Result<(), String> {
+        let mut clients = std::collections::BTreeSet::new();
+        for (c, _, _) in self.bodies.values() {
+            if !clients.insert(*c) {
+                return Err(format!("two body sessions of client {c} being opened"));
+            }
+        }
+        if self.bodies.len() > senders {
+            return Err(format!(
+                "{} body sessions being opened for {senders} principals",
+                self.bodies.len()
+            ));
+        }
         if self.len() > 2 * senders {
             return Err(format!(
                 "{} admissions for {senders} principals",
@@ -419,6 +493,24 @@ mod tests {
         );
         assert!(matches!(a.answered(admit.id, 0), Answered::Unknown));
         assert!(matches!(a.answered(next.id, 0), Answered::Admission(..)));
+    }
+
+    #[test]
+    fn one_body_session_per_client_is_opened_at_a_time() {
+        let mut a = Calls::default();
+        let first = a.open_body(7, [1; ENC_LEN], 0).expect("none in flight");
+        assert!(a.open_body(7, [2; ENC_LEN], 0).is_none(), "client 7's in flight");
+        let other = a.open_body(8, [1; ENC_LEN], 0).expect("another client");
+        assert_eq!(a.check_invariants(2), Ok(()));
+        assert!(a.check_invariants(1).is_err(), "more calls than principals");
+        assert!(matches!(
+            a.answered(first.id, 1),
+            Answered::Body { client: 7, enc } if enc == [1; ENC_LEN]
+        ));
+        assert!(a.open_body(7, [2; ENC_LEN], 1).is_some(), "answered: asked again");
+        let gone = a.expired(CALL_TIMEOUT_MS + 1);
+        assert_eq!(gone.len(), 2, "both given up");
+        assert!(matches!(a.answered(other.id, 0), Answered::Unknown));
     }
 
     #[test]

@@ -7,8 +7,11 @@
 //! Bounds: one resend time per principal that reached us, at most [`CLIENT_KEY_ASKED_MAX`]
 //! clients asked, one served state session per peer.
 
-use crate::keys::{KeyTable, NewKey};
-use crate::message::{Reject, StateData};
+use crate::execution::Execution;
+use crate::holder::{HolderCall, HolderResult};
+use crate::keys::{HolderError, KeyTable, NewKey};
+use crate::message::{Reject, Request, StateData};
+use crate::service::Service;
 use crate::types::{ClientId, Config, Principal};
 use redoubt_crypto::body::{BodyKey, ENC_LEN};
 use std::collections::BTreeMap;
@@ -38,6 +41,17 @@ pub(crate) struct Keying {
     sessions_retry: bool,
     /// Calls to the key holder in flight: peers' NEW-KEYs, our refresh (`crate::holder`).
     pub(crate) calls: crate::holder::Calls,
+}
+
+/// Where a request's body session stands (see [`Keying::body_session`]).
+pub(crate) enum Session {
+    /// Its key is known: the request may run (`opened`: learnt just now).
+    Ready { opened: bool },
+    /// Asked of the key holder (the call to hand the host, unless one for this client is in
+    /// flight already): the request waits for the answer.
+    Asked(Option<HolderCall>),
+    /// The key holder failed: retried on the next tick.
+    Failed(HolderError),
 }
 
 /// Why a state answer could not be sealed.
@@ -134,6 +148,58 @@ impl Keying {
     /// Whether execution waits for a retry (cleared).
     pub(crate) fn take_sessions_retry(&mut self) -> bool {
         std::mem::take(&mut self.sessions_retry)
+    }
+
+    /// Where the body session `req` was sealed in stands for `exec`: known (or bodies in
+    /// clear), opened now, or asked of the key holder. It is opened at once (`at_once`, while
+    /// replaying the journal) or where no key holder is behind `auth` (static keys: the
+    /// executors' secret is at hand); otherwise the call leaves as an effect and the request
+    /// waits for its answer ([`Keying::body_session_answered`]).
+    pub(crate) fn body_session<S: Service>(
+        &mut self,
+        exec: &mut Execution<S>,
+        auth: &mut impl KeyTable,
+        req: &Request,
+        now: u64,
+        at_once: bool,
+    ) -> Session {
+        let Some(enc) = exec.session_wanted(req) else {
+            return Session::Ready { opened: false };
+        };
+        if at_once || auth.session_ref().is_none() {
+            return match auth.open_body_key(req.client, &enc) {
+                Ok(key) => {
+                    exec.learn_session(req.client, enc, key);
+                    Session::Ready { opened: true }
+                }
+                Err(e) => {
+                    self.retry_sessions();
+                    Session::Failed(e)
+                }
+            };
+        }
+        Session::Asked(self.calls.open_body(req.client, enc, now))
+    }
+
+    /// The key holder answered (or, `None`, did not in time) the call opening `client`'s body
+    /// session `enc`: the key is learnt by `exec`; an error is retried on the next tick.
+    pub(crate) fn body_session_answered<S: Service>(
+        &mut self,
+        exec: &mut Execution<S>,
+        client: ClientId,
+        enc: [u8; ENC_LEN],
+        result: Option<HolderResult>,
+    ) -> Result<(), HolderError> {
+        match HolderResult::body_key(result) {
+            Ok(key) => {
+                exec.learn_session(client, enc, key);
+                Ok(())
+            }
+            Err(e) => {
+                self.retry_sessions();
+                Err(e)
+            }
+        }
     }
 
     // ----- state sessions ---------------------------------------------------------------------

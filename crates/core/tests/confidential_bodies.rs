@@ -100,6 +100,38 @@ fn a_session_renewed_with_the_keys_still_opens_and_old_sessions_stop_working() {
     assert_eq!(c.sent().iter().filter(|e| holds_mark(&e.bytes)).count(), 0);
 }
 
+#[test]
+fn a_batch_waits_for_its_body_session_from_the_key_holder_and_runs_when_it_answers() {
+    // Replica 1's key holder holds its answers back: replica 1 opens no session, so it runs
+    // nothing of client 7, and the other three answer the client. (Opened inside `handle`,
+    // as before, the session would not wait for the held answer.)
+    let mut c = Cluster::builder(1)
+        .session_keys()
+        .live_client(7)
+        .config(|c| c.confidential_bodies = true)
+        .build();
+    c.run(50);
+    c.hold_key_holder(1);
+    let ts = c.invoke(7, b"SECRET-1");
+    assert!(c.run_until(5_000, |c| c.completed(7, ts)));
+    let read = c.invoke_as(7, b"read:SECRET-1", true);
+    assert!(c.run_until(5_000, |c| c.completed(7, read)));
+    c.run(200);
+    assert_eq!(c.replica(1).stats.requests_executed, 0);
+    assert_eq!(c.replica(1).stats.body_sessions_opened, 0);
+    assert!(c.replica(0).stats.requests_executed >= 1);
+    // The answer comes: the batches that waited run.
+    c.release_key_holder(1);
+    c.run(200);
+    assert_eq!(c.replica(1).stats.body_sessions_opened, 1);
+    assert!(c.replica(1).stats.requests_executed >= 1);
+    assert_eq!(
+        c.replica(1).last_executed(),
+        c.replica(0).last_executed(),
+        "replica 1 caught up"
+    );
+}
+
 /// Client 9 (scripted, faulty) sends `op` to every replica; returns the results of the
 /// replies it got, per replica.
 fn results_for(op: Vec<u8>) -> Vec<Vec<u8>> {

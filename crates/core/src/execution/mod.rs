@@ -25,6 +25,7 @@ pub(crate) use serve::{Refused, ServeLimits};
 use crate::message::{Batch, Request};
 use crate::service::{ExecContext, Service};
 use crate::types::{ClientId, ReplicaId, Seq};
+use redoubt_crypto::body::ENC_LEN;
 use redoubt_crypto::Digest;
 use redoubt_state::{PageStore, PagedState};
 use replies::Replies;
@@ -175,20 +176,20 @@ impl<S: Service> Execution<S> {
         }
     }
 
-    /// Opens through the key holder the body session `req` was sealed in, unless it is known
-    /// already or bodies are in clear: `Ok(true)` if a session was opened now. An error means
-    /// the request cannot run yet (every executor must run it alike: it waits).
-    pub(crate) fn open_session(
+    /// The body session whose key must be learnt before `req` can run, if any.
+    pub(crate) fn session_wanted(&self, req: &Request) -> Option<[u8; ENC_LEN]> {
+        self.sessions.wanted(req)
+    }
+
+    /// The key of `client`'s body session `enc`, as the key holder opened it (`None`: the
+    /// session does not open).
+    pub(crate) fn learn_session(
         &mut self,
-        auth: &mut impl crate::keys::KeyTable,
-        req: &Request,
-    ) -> Result<bool, crate::keys::HolderError> {
-        let Some(enc) = self.sessions.wanted(req) else {
-            return Ok(false);
-        };
-        let key = auth.open_body_key(req.client, &enc)?;
-        self.sessions.learn(req.client, enc, key);
-        Ok(true)
+        client: ClientId,
+        enc: [u8; ENC_LEN],
+        key: Option<redoubt_crypto::body::BodyKey>,
+    ) {
+        self.sessions.learn(client, enc, key);
     }
 
     /// Mutant `clear-bodies`.

@@ -40,6 +40,18 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                 }
             }
             Answered::Refresh => self.refreshed(HolderResult::made(result)),
+            Answered::Body { client, enc } => {
+                match self
+                    .keying
+                    .body_session_answered(&mut self.exec, client, enc, result)
+                {
+                    Ok(()) => {
+                        self.stats.body_sessions_opened += 1;
+                        self.try_execute();
+                    }
+                    Err(e) => self.event(Event::KeyHolderFailed(e.to_string())),
+                }
+            }
             Answered::Unknown => {}
         }
     }

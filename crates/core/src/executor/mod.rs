@@ -38,6 +38,7 @@ mod transfer;
 
 use crate::effect::{Bytes, Effect, Env, Event};
 use crate::execution::{Execution, Step};
+use crate::keying::Session;
 use crate::keys::{Accepted, KeyTable, NewKey};
 use crate::message::*;
 use crate::replica::Input;
@@ -600,20 +601,31 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         }
     }
 
-    /// Learns the body sessions `batch`'s requests were sealed in; `false` if the key
-    /// holder failed (the batch waits: every execution node must run it alike).
+    /// Whether the body sessions `batch`'s requests were sealed in are known here; those that
+    /// are not are asked of the key holder and the batch waits for the answers (retried on
+    /// the next tick if the key holder failed): every execution node must run it alike.
     fn learn_sessions(&mut self, batch: &Batch) -> bool {
+        let now = self.env.now_ms;
+        let mut ready = true;
         for r in &batch.requests {
-            match self.exec.open_session(&mut self.auth, &r.request) {
-                Ok(opened) => self.stats.body_sessions_opened += opened as u64,
-                Err(e) => {
-                    self.keying.retry_sessions();
+            match self
+                .keying
+                .body_session(&mut self.exec, &mut self.auth, &r.request, now, false)
+            {
+                Session::Ready { opened } => self.stats.body_sessions_opened += opened as u64,
+                Session::Asked(call) => {
+                    if let Some(call) = call {
+                        self.effects.push(Effect::Holder(call));
+                    }
+                    ready = false;
+                }
+                Session::Failed(e) => {
                     self.event(Event::KeyHolderFailed(e.to_string()));
                     return false;
                 }
             }
         }
-        true
+        ready
     }
 
     fn execute(&mut self, seq: Seq, cert: CertifiedBatch) {

@@ -3,6 +3,8 @@
 //! §4.3).
 
 use super::*;
+use crate::holder::HolderResult;
+use crate::keying::Session;
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
     // ----- execution --------------------------------------------------------------------------
@@ -152,33 +154,74 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.event(Event::TentativeUndone { seq });
     }
 
-    /// Learns from the key holder the body sessions `batch`'s requests were sealed in (see
-    /// `execution/sessions.rs`). `false` if the key holder failed: the batch must wait (it
-    /// is retried on the next tick), since every executor must run it alike.
+    /// Whether the body sessions `batch`'s requests were sealed in are known here (see
+    /// `execution/sessions.rs`); those that are not are asked of the key holder, and the
+    /// batch waits for the answers (retried on the next tick if the key holder failed),
+    /// since every executor must run it alike.
     pub(super) fn learn_sessions(&mut self, batch: &Batch) -> bool {
         let n = self.cfg.n();
-        batch
-            .requests
-            .iter()
-            .filter(|r| recovery::recovery_of(r.request.client, n).is_none())
-            .all(|r| self.learn_session(&r.request))
+        let mut ready = true;
+        for r in &batch.requests {
+            if recovery::recovery_of(r.request.client, n).is_some() {
+                continue;
+            }
+            match self.learn_session(&r.request) {
+                Some(true) => {}
+                // Every session missing is asked for at once.
+                Some(false) => ready = false,
+                None => return false,
+            }
+        }
+        ready
     }
 
-    /// Like [`Replica::learn_sessions`] for one request.
-    pub(super) fn learn_session(&mut self, req: &Request) -> bool {
+    /// Like [`Replica::learn_sessions`] for one request: `Some(true)` if it may run,
+    /// `Some(false)` while its session is asked for, `None` if the key holder failed.
+    pub(super) fn learn_session(&mut self, req: &Request) -> Option<bool> {
         if self.cfg.separated() {
-            return true; // the execution nodes open bodies, not the replicas
+            return Some(true); // the execution nodes open bodies, not the replicas
         }
-        match self.exec.open_session(&mut self.auth, req) {
-            Ok(opened) => {
+        let now = self.now();
+        let at_once = self.out.replaying;
+        match self
+            .keying
+            .body_session(&mut self.exec, &mut self.auth, req, now, at_once)
+        {
+            Session::Ready { opened } => {
                 self.stats.body_sessions_opened += opened as u64;
-                true
+                Some(true)
             }
-            Err(e) => {
-                self.keying.retry_sessions();
+            Session::Asked(call) => {
+                if let Some(call) = call {
+                    self.out.effects.push(Effect::Holder(call));
+                }
+                Some(false)
+            }
+            Session::Failed(e) => {
                 self.event(Event::KeyHolderFailed(e.to_string()));
-                false
+                None
             }
+        }
+    }
+
+    /// The key holder answered the call opening `client`'s body session `enc` (`None`: it
+    /// was given up): what waited for it runs.
+    pub(super) fn body_session_answered(
+        &mut self,
+        client: ClientId,
+        enc: [u8; redoubt_crypto::body::ENC_LEN],
+        result: Option<HolderResult>,
+    ) {
+        match self
+            .keying
+            .body_session_answered(&mut self.exec, client, enc, result)
+        {
+            Ok(()) => {
+                self.stats.body_sessions_opened += 1;
+                self.try_execute();
+                self.answer_reads();
+            }
+            Err(e) => self.event(Event::KeyHolderFailed(e.to_string())),
         }
     }
 

@@ -200,6 +200,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 }
             }
             Answered::Refresh => self.refreshed(HolderResult::made(result)),
+            Answered::Body { client, enc } => self.body_session_answered(client, enc, result),
             // Not ours (a call of an earlier life, or given up before the answer came).
             Answered::Unknown => {}
         }

@@ -98,8 +98,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             if !matches!(from, Principal::Client(_)) {
                 return Err(Reject::Unexpected); // read-only requests are never relayed
             }
-            if !self.learn_session(&sr.request) {
-                return Ok(()); // the key holder failed: the client retransmits
+            match self.learn_session(&sr.request) {
+                Some(true) => {}
+                // Its session is asked for: answered once it is open.
+                Some(false) => {
+                    self.requests.reads.insert(req.client, sr.request);
+                    return Ok(());
+                }
+                None => return Ok(()), // the key holder failed: the client retransmits
             }
             let Some(result) = self.exec.read_only(req) else {
                 return Err(Reject::Inconsistent); // flagged read-only but it is not
@@ -256,8 +262,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let reads = std::mem::take(&mut self.requests.reads);
         for (c, req) in reads {
-            if !self.learn_session(&req) {
-                continue;
+            match self.learn_session(&req) {
+                Some(true) => {}
+                // Its session is asked for: it waits for the answer.
+                Some(false) => {
+                    self.requests.reads.insert(c, req);
+                    continue;
+                }
+                None => continue,
             }
             let Some(result) = self.exec.read_only(&req) else {
                 continue;
