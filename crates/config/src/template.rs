@@ -418,6 +418,11 @@ const PROTOCOL_OPTIONS: Section = Section {
             "Prime: the period of round-trip pings and turnaround reports (ms). Default: {default}.",
         ),
         (
+            "prime_row_interval_ms",
+            "Prime: under load, a replica signs a new PO-ARU row at most this often (ms); a row that\n\
+             covers everything it holds goes at once. 0: a row at every growth. Default: {default}.",
+        ),
+        (
             "message_bytes_max",
             "Largest encoded message accepted; bigger frames are rejected before decoding (bytes).\n\
              batch_bytes_max must be at most half of it. Default: {default} (32 MiB).",

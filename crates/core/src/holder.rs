@@ -499,7 +499,10 @@ mod tests {
     fn one_body_session_per_client_is_opened_at_a_time() {
         let mut a = Calls::default();
         let first = a.open_body(7, [1; ENC_LEN], 0).expect("none in flight");
-        assert!(a.open_body(7, [2; ENC_LEN], 0).is_none(), "client 7's in flight");
+        assert!(
+            a.open_body(7, [2; ENC_LEN], 0).is_none(),
+            "client 7's in flight"
+        );
         let other = a.open_body(8, [1; ENC_LEN], 0).expect("another client");
         assert_eq!(a.check_invariants(2), Ok(()));
         assert!(a.check_invariants(1).is_err(), "more calls than principals");
@@ -507,7 +510,10 @@ mod tests {
             a.answered(first.id, 1),
             Answered::Body { client: 7, enc } if enc == [1; ENC_LEN]
         ));
-        assert!(a.open_body(7, [2; ENC_LEN], 1).is_some(), "answered: asked again");
+        assert!(
+            a.open_body(7, [2; ENC_LEN], 1).is_some(),
+            "answered: asked again"
+        );
         let gone = a.expired(CALL_TIMEOUT_MS + 1);
         assert_eq!(gone.len(), 2, "both given up");
         assert!(matches!(a.answered(other.id, 0), Answered::Unknown));

@@ -392,6 +392,10 @@ pub struct Config {
     /// Prime: the period of round-trip pings and of turnaround bound reports (ms).
     #[serde(default = "defaults::prime_ping_interval_ms")]
     pub prime_ping_interval_ms: u64,
+    /// Prime: under load, a replica signs a new PO-ARU row at most once per this many ms (a
+    /// row that covers everything it holds goes at once; 0: a row at every growth).
+    #[serde(default = "defaults::prime_row_interval_ms")]
+    pub prime_row_interval_ms: u64,
     /// Mutant to run (simulator only).
     #[cfg(feature = "mutants")]
     #[serde(skip)]
@@ -445,6 +449,7 @@ impl Config {
             prime_k_lat_permille: defaults::prime_k_lat_permille(),
             prime_min_rtt_ms: defaults::prime_min_rtt_ms(),
             prime_ping_interval_ms: defaults::prime_ping_interval_ms(),
+            prime_row_interval_ms: defaults::prime_row_interval_ms(),
             #[cfg(feature = "mutants")]
             mutant: Mutant::None,
         }
@@ -694,5 +699,8 @@ mod defaults {
     }
     pub fn prime_ping_interval_ms() -> u64 {
         500
+    }
+    pub fn prime_row_interval_ms() -> u64 {
+        2
     }
 }

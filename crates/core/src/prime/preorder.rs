@@ -517,6 +517,12 @@ impl PreOrder {
         })
     }
 
+    /// Whether we hold PO-REQUESTs not yet certified here (their certificates are on the
+    /// way: a row signed now would soon be out of date).
+    pub fn certifying(&self) -> bool {
+        self.aru.iter().zip(&self.cum_aru).any(|(a, c)| a > c)
+    }
+
     /// A signed row (signature and shape checked by the caller). `Newer` rows replace the
     /// sender's previous one in our summary matrix.
     pub fn receive_row(&mut self, row: SignedPoAru) -> RowOrder {

@@ -84,6 +84,10 @@ struct Timers {
     fetch_ms: u64,
     /// When the leader last proposed (proposals are paced by `Δpp`).
     last_proposal_ms: u64,
+    /// When we last signed a row, and whether a row waits for `prime_row_interval_ms` to
+    /// pass since.
+    last_row_ms: u64,
+    row_deferred: bool,
 }
 
 /// A replica's Prime state.
@@ -297,8 +301,21 @@ impl PrimeSide {
     }
 
     /// Signs our row if our certificates grew, keeps it in our own matrix, and sends it;
-    /// true if it did (our matrix changed).
-    pub fn sign_row(&mut self) -> bool {
+    /// true if it did (our matrix changed). Under load a row waits: one signed within the
+    /// last `prime_row_interval_ms` while PO-REQUESTs we hold are still being certified
+    /// defers the next until the interval has passed ([`Self::row_due`]): each row costs a
+    /// signature here and a verification at every peer, and one row then covers the
+    /// certificates of many. A row that covers everything we hold goes at once (a lone
+    /// client's request waits for no interval).
+    pub fn sign_row(&mut self, now: u64) -> bool {
+        let interval = self.cfg.prime_row_interval_ms;
+        if interval > 0
+            && now < self.timers.last_row_ms.saturating_add(interval)
+            && self.po.certifying()
+        {
+            self.timers.row_deferred = true;
+            return false;
+        }
         let Some(row) = self.po.new_row() else {
             return false;
         };
@@ -309,8 +326,20 @@ impl PrimeSide {
         let signed = SignedPoAru { row, sig };
         self.po.receive_row(signed.clone());
         self.row = Some(signed.clone());
+        self.timers.last_row_ms = now;
+        self.timers.row_deferred = false;
         self.broadcast(Message::PoAru(signed));
         true
+    }
+
+    /// Whether a deferred row is due now (see [`Self::sign_row`]).
+    pub fn row_due(&self, now: u64) -> bool {
+        self.timers.row_deferred
+            && now
+                >= self
+                    .timers
+                    .last_row_ms
+                    .saturating_add(self.cfg.prime_row_interval_ms)
     }
 
     /// Whether our matrix makes more eligible than `eligible`.

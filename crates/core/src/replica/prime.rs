@@ -56,6 +56,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.side().proposal_due(now) {
             self.prime_propose();
         }
+        if self.side_ref().row_due(now) {
+            self.sign_row();
+        }
         self.side().suspect_tick(now);
         self.prime_apply();
         self.check_leader();
@@ -157,7 +160,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if !self.prime_may_speak() {
             return;
         }
-        if self.side().sign_row() {
+        let now = self.now();
+        if self.side().sign_row(now) {
             self.prime_apply();
             self.matrix_changed();
         }

@@ -11,6 +11,8 @@ const N: usize = 4;
 fn config() -> Config {
     let mut cfg = Config::new(1);
     cfg.ordering = OrderProtocol::Prime;
+    // Rows at every growth (a test of its own checks the interval).
+    cfg.prime_row_interval_ms = 0;
     cfg
 }
 
@@ -118,7 +120,7 @@ impl Net {
             };
             if fresh {
                 s.send_acks();
-                s.sign_row();
+                s.sign_row(0);
             }
             self.collect(to);
         }
@@ -286,4 +288,54 @@ fn a_restart_gives_back_what_the_journal_holds() {
         .derive(&fresh.counted(&m, &dealt), &[0; N])
         .expect("restored from the journal");
     assert_eq!(requests, vec![req]);
+}
+
+#[test]
+fn rows_under_load_wait_for_the_interval_and_one_covering_everything_goes_at_once() {
+    let mut cfg = config();
+    cfg.prime_row_interval_ms = 5;
+    let orders: Arc<Vec<VerifyKey>> =
+        Arc::new((0..N).map(|i| order_key(i).public().verify).collect());
+    let mut s = PrimeSide::new(&cfg, 0, 0);
+    s.set_keys(orders, order_key(0));
+    let po = |originator: ReplicaId, op: &[u8]| {
+        Arc::new(PoRequest {
+            originator,
+            seq: 1,
+            requests: vec![request(originator as ClientId + 10, op)],
+        })
+    };
+    let ack = |from: ReplicaId, r: &PoRequest| PoAck {
+        replica: from,
+        parts: vec![crate::prime::preorder::AckPart {
+            originator: r.originator,
+            seq: r.seq,
+            digest: r.digest(),
+        }],
+    };
+    let (a, b) = (po(1, b"a"), po(3, b"b"));
+    assert!(s.on_po_request(a.clone()).unwrap());
+    assert!(s.on_po_request(b.clone()).unwrap());
+    s.send_acks();
+    for j in [1, 2] {
+        s.on_po_ack(j, &ack(j, &a)).unwrap();
+    }
+    // A is certified here, B not yet: the row waits for the interval.
+    assert_eq!(s.rows().1, vec![0, 1, 0, 0]);
+    assert!(!s.sign_row(1));
+    assert!(!s.row_due(4));
+    assert!(s.row_due(5));
+    assert!(s.sign_row(5));
+    assert!(!s.row_due(6));
+    // B certified: a row covering everything held goes at once, within the interval.
+    for j in [1, 2] {
+        s.on_po_ack(j, &ack(j, &b)).unwrap();
+    }
+    assert!(s.sign_row(6));
+    let rows = s
+        .take_outs()
+        .into_iter()
+        .filter(|o| matches!(o, Out::Broadcast(Message::PoAru(_))))
+        .count();
+    assert_eq!(rows, 2);
 }
