@@ -316,6 +316,7 @@ impl PrimeSide {
             self.timers.row_deferred = true;
             return false;
         }
+        self.timers.row_deferred = false;
         let Some(row) = self.po.new_row() else {
             return false;
         };
@@ -327,7 +328,6 @@ impl PrimeSide {
         self.po.receive_row(signed.clone());
         self.row = Some(signed.clone());
         self.timers.last_row_ms = now;
-        self.timers.row_deferred = false;
         self.broadcast(Message::PoAru(signed));
         true
     }
