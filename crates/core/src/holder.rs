@@ -107,9 +107,7 @@ impl HolderResult {
             _ => Err(unanswered()),
         }
     }
-}
 
-impl HolderResult {
     /// What opening a body session came to, likewise.
     pub(crate) fn body_key(this: Option<HolderResult>) -> Result<Option<BodyKey>, HolderError> {
         match this {

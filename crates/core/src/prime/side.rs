@@ -182,11 +182,6 @@ impl PrimeSide {
         }
     }
 
-    /// Our summary matrix.
-    pub fn matrix(&self) -> Matrix {
-        self.po.matrix()
-    }
-
     /// The rows of our summary matrix, and how far we hold certificates per originator.
     pub fn rows(&self) -> (Vec<Option<PoAru>>, Vec<Seq>) {
         let rows = self
@@ -317,10 +312,11 @@ impl PrimeSide {
             return false;
         }
         self.timers.row_deferred = false;
-        let Some(row) = self.po.new_row() else {
+        // The key first: a row taken from pre-ordering counts as signed.
+        let Some(key) = self.keys.signing_key() else {
             return false;
         };
-        let Some(key) = self.keys.signing_key() else {
+        let Some(row) = self.po.new_row() else {
             return false;
         };
         let sig = key.sign(&row.statement().0);

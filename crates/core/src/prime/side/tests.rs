@@ -254,7 +254,7 @@ fn rows_not_signed_with_the_key_in_force_are_refused() {
     // Signed with the right key, but named for an incarnation a recovery retired: where a
     // recovery installed incarnation 1, a row of incarnation 0 counts for nothing.
     let installed = |j: ReplicaId| (j == 1).then(|| (1, order_key(9).public().verify));
-    let m = s0.matrix();
+    let m = s0.proposing(10);
     let counted = s0.counted(&m, &installed);
     assert!(counted.rows[1].is_none());
     assert!(counted.rows[2].is_some());
