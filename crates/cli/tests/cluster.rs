@@ -668,6 +668,25 @@ async fn corrupt_page_file_is_found_at_start_and_repaired() {
     }
 }
 
+/// Every new client process's first ordered request is answered without a retransmission:
+/// its NEW-KEY goes right before the request, and the replicas hold the request until the
+/// key is admitted and send the answers back on the connection the NEW-KEY came on (the
+/// issue's "0.4 s per `redoubt kv put`" was one retransmission timeout per new process).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_client_process_is_answered_without_a_retransmission() {
+    let cluster = Cluster::start(1).await;
+    for i in 0..4 {
+        // A new Client is what a new process is: a new session, a new NEW-KEY.
+        let kv = KvClient::connect(cluster.client_setup(1, DEADLINE))
+            .await
+            .expect("client");
+        kv.put(format!("k{i}"), b"v".to_vec()).await.expect("put");
+        let stats = kv.client().stats();
+        assert_eq!(stats.completed, 1, "{stats:?}");
+        assert_eq!(stats.retransmissions, 0, "client {i}: {stats:?}");
+    }
+}
+
 /// With a replica down, a new client process's fast reads leave it out from its first read
 /// (connecting to it was refused), instead of waiting for its answer before asking the
 /// others (0.2 s on three reads in four).

@@ -175,12 +175,23 @@ pub(crate) struct Calls {
     /// they would go under the key the principal just retired, and be refused.
     held: BTreeMap<Principal, VecDeque<Message>>,
     held_len: usize,
+    /// Frames carrying requests of principals whose NEW-KEY is being admitted that do not
+    /// verify under the key installed (from the client, or relayed by a replica), read again
+    /// once it is: a client's first request comes right behind its NEW-KEY, and refused it
+    /// would wait out the client's retransmission timeout.
+    held_in: BTreeMap<Principal, VecDeque<Vec<u8>>>,
+    held_in_bytes: usize,
 }
 
 /// Messages held for one principal while its NEW-KEY is admitted, and for all of them: the
 /// oldest go first when full (what still matters is sent again by the protocol).
 const HELD_PER_PRINCIPAL: usize = 256;
 const HELD_MAX: usize = 4096;
+
+/// Frames held from one principal while its NEW-KEY is admitted, and the bytes held from all
+/// of them: the oldest go first when full (the sender retransmits what still matters).
+const HELD_IN_PER_PRINCIPAL: usize = 8;
+const HELD_IN_BYTES_MAX: usize = 4 << 20;
 
 /// What an answer was about (see [`Calls::answered`]).
 pub(crate) enum Answered {
@@ -291,6 +302,46 @@ impl Calls {
         out
     }
 
+    /// Keeps the frame `bytes` (a request of `from`, sent by it or relayed) if a NEW-KEY of
+    /// `from` is being admitted (true), to be read again once it is ([`Calls::release_in`]).
+    pub(crate) fn hold_in(&mut self, from: Principal, bytes: &[u8]) -> bool {
+        if !self.admitting(from) || bytes.len() > HELD_IN_BYTES_MAX {
+            return false;
+        }
+        let q = self.held_in.entry(from).or_default();
+        while q.len() >= HELD_IN_PER_PRINCIPAL
+            || self.held_in_bytes + bytes.len() > HELD_IN_BYTES_MAX
+        {
+            let Some(old) = q.pop_front() else {
+                break;
+            };
+            self.held_in_bytes -= old.len();
+        }
+        if self.held_in_bytes + bytes.len() > HELD_IN_BYTES_MAX {
+            if q.is_empty() {
+                self.held_in.remove(&from);
+            }
+            return false; // full with other principals' frames: refused now
+        }
+        q.push_back(bytes.to_vec());
+        self.held_in_bytes += bytes.len();
+        true
+    }
+
+    /// The frames held from `from`, once no NEW-KEY of `from` is being admitted any more.
+    pub(crate) fn release_in(&mut self, from: Principal) -> Vec<Vec<u8>> {
+        if self.admitting(from) {
+            return Vec::new();
+        }
+        let out: Vec<Vec<u8>> = self
+            .held_in
+            .remove(&from)
+            .map(Vec::from)
+            .unwrap_or_default();
+        self.held_in_bytes -= out.iter().map(Vec::len).sum::<usize>();
+        out
+    }
+
     /// Whether a NEW-KEY of `p` is being admitted.
     pub(crate) fn admitting(&self, p: Principal) -> bool {
         self.in_flight.values().any(|(nk, _)| nk.from == p)
@@ -397,6 +448,24 @@ impl Calls {
         if let Some(p) = self.held.keys().find(|p| !senders.contains(p)) {
             return Err(format!("messages held for {p} with no admission in flight"));
         }
+        let held_in: usize = self.held_in.values().flatten().map(Vec::len).sum();
+        if held_in != self.held_in_bytes || held_in > HELD_IN_BYTES_MAX {
+            return Err(format!(
+                "{held_in} bytes of frames held, {} counted",
+                self.held_in_bytes
+            ));
+        }
+        if let Some((p, q)) = self
+            .held_in
+            .iter()
+            .find(|(p, q)| !senders.contains(p) || q.is_empty() || q.len() > HELD_IN_PER_PRINCIPAL)
+        {
+            return Err(format!(
+                "{} frames held from {p}, with {} admission in flight",
+                q.len(),
+                if senders.contains(p) { "an" } else { "no" }
+            ));
+        }
         Ok(())
     }
 }
@@ -447,6 +516,39 @@ mod tests {
         a.answered(other.id, 1);
         a.answered(next.id, 1);
         assert_eq!(a.len(), 0);
+    }
+
+    #[test]
+    fn frames_are_held_from_a_sender_being_admitted_within_bounds() {
+        let (c1, c2) = (Principal::Client(1), Principal::Client(2));
+        let mut a = Calls::default();
+        assert!(!a.hold_in(c1, b"early"), "no admission in flight");
+        let call = a.admit(nk(c1, 5), 0).unwrap();
+        for i in 0..HELD_IN_PER_PRINCIPAL + 2 {
+            assert!(a.hold_in(c1, &[i as u8; 10]));
+        }
+        assert!(!a.hold_in(c1, &vec![0; HELD_IN_BYTES_MAX + 1]), "too large");
+        assert!(!a.hold_in(c2, b"x"), "c2 is not being admitted");
+        assert_eq!(a.check_invariants(2), Ok(()));
+        assert!(a.release_in(c1).is_empty(), "still being admitted");
+        a.answered(call.id, 1);
+        let out = a.release_in(c1);
+        assert_eq!(out.len(), HELD_IN_PER_PRINCIPAL, "the oldest went first");
+        assert_eq!(out[0], [2u8; 10]);
+        assert_eq!(a.check_invariants(2), Ok(()));
+        assert!(a.release_in(c1).is_empty());
+        // One sender fills the byte budget: another sender's frame is refused, not
+        // pushed out of the first's queue.
+        let first = a.admit(nk(c1, 6), 2).unwrap();
+        a.admit(nk(c2, 1), 2).unwrap();
+        let big = vec![0; HELD_IN_BYTES_MAX / 2];
+        assert!(a.hold_in(c1, &big) && a.hold_in(c1, &big));
+        assert!(!a.hold_in(c2, b"x"));
+        assert_eq!(a.check_invariants(2), Ok(()));
+        a.answered(first.id, 3);
+        assert_eq!(a.release_in(c1).len(), 2);
+        assert!(a.hold_in(c2, b"x"));
+        assert_eq!(a.check_invariants(2), Ok(()));
     }
 
     #[test]

@@ -334,3 +334,69 @@ fn refreshing_every_5_s_after_one_operation() -> Cluster {
     assert!(c.run_until(1_000, |c| c.completed(CLIENT, ts)));
     c
 }
+
+/// A new client's first request comes right behind its NEW-KEY, while the replicas' key
+/// holders still admit it: the replicas hold the request, read it again once the key is in,
+/// and it completes with no retransmission (before, it was refused and the client waited
+/// out its first retransmission timeout, 0.4 s per `redoubt kv put`).
+#[test]
+fn a_new_clients_first_request_waits_for_its_key_not_for_a_timeout() {
+    let mut c = Cluster::builder(1)
+        .session_keys()
+        .clients([])
+        .live_client(CLIENT)
+        .build();
+    for r in 0..4 {
+        c.hold_key_holder(r);
+    }
+    c.run(50);
+    let ts = c.invoke(CLIENT, b"first");
+    c.run(20);
+    assert!(!c.completed(CLIENT, ts), "no key is in yet");
+    for r in 0..4 {
+        c.release_key_holder(r);
+    }
+    assert!(c.run_until(50, |c| c.completed(CLIENT, ts)));
+    let done = c.completions(CLIENT);
+    assert_eq!(done[0].retransmissions, 0, "{:?}", done[0]);
+    let held: u64 = (0..4)
+        .map(|r| c.replica(r).stats.frames_held_for_keys)
+        .sum();
+    assert!(held >= 1, "the primary held the request");
+    for r in 0..4 {
+        assert_eq!(c.replica(r).stats.client_keys_asked, 0);
+    }
+}
+
+/// The same when the client's request reaches a backup (the client believes an earlier
+/// view) and the backup relays it to the primary before the primary's key holder admitted
+/// the client's NEW-KEY: the primary holds the relayed request too.
+#[test]
+fn a_relayed_request_waits_for_its_clients_key_not_for_a_timeout() {
+    let mut c = Cluster::builder(1)
+        .session_keys()
+        .clients([])
+        .live_client(CLIENT)
+        .build();
+    c.run(50);
+    c.input(0, Input::StepDown);
+    assert!(c.run_until(2_000, |c| (0..4).all(|r| c.replica(r).view() == 1)));
+    // The client (in view 0 still) re-keys with every replica before its next request.
+    c.advance_to(5_000);
+    for r in 0..4 {
+        c.client_mut(CLIENT).refresh_keys_soon(r);
+    }
+    // The backup it sends to admits at once; the primary's key holder is slow.
+    c.hold_key_holder(1);
+    let ts = c.invoke(CLIENT, b"after the re-key");
+    c.run(20);
+    assert!(!c.completed(CLIENT, ts));
+    c.release_key_holder(1);
+    assert!(c.run_until(50, |c| c.completed(CLIENT, ts)));
+    let done = c.completions(CLIENT);
+    assert_eq!(done.last().unwrap().retransmissions, 0, "{done:?}");
+    assert!(
+        c.replica(1).stats.frames_held_for_keys >= 1,
+        "the relayed request waited"
+    );
+}

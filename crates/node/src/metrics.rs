@@ -89,6 +89,7 @@ pub struct Metrics {
     pub key_refreshes: IntCounter,
     pub keys_accepted: IntCounter,
     pub client_keys_asked: IntCounter,
+    pub frames_held_for_keys: IntCounter,
     pub watchdog_period_seconds: Gauge,
     pub recoveries: IntCounter,
     pub recovery_requests_executed: IntCounter,
@@ -448,6 +449,11 @@ impl Metrics {
                 r,
                 "redoubt_keys_client_asked_total",
                 "Clients sent this replica's NEW-KEY because it held no key of theirs (after a recovery or a key expiry)",
+            ),
+            frames_held_for_keys: counter(
+                r,
+                "redoubt_frames_held_for_keys_total",
+                "Client requests held while the client's NEW-KEY was being admitted by the key holder, and read again once it was",
             ),
             watchdog_period_seconds: fgauge(
                 r,

@@ -195,11 +195,31 @@ impl<S: Service, O: Outgoing> Node<S, O> {
                 }
                 Effect::Event(ev) => self.event(ev, conn),
                 Effect::Holder(call) => {
+                    if let Some(conn) = conn {
+                        self.note_new_key_sender(conn, &call);
+                    }
                     call_holder(&self.holder, Principal::Replica(self.id), call);
                 }
             }
         }
         self.effects = effects;
+    }
+
+    /// A client's frame on `conn` made the core ask the key holder to admit the client's
+    /// NEW-KEY: the core found it signed by the client's key holder and fresher than any
+    /// installed, so replies go back on that connection from now on. A new client process
+    /// sends its NEW-KEY right before its first request, whose authenticator cannot verify
+    /// until the key is in (`note_sender` leaves the route as it was); without this, the
+    /// answers to that request went to the connection of the client's previous process, and
+    /// the client waited out its retransmission timeout (0.4 s per `redoubt kv put`).
+    fn note_new_key_sender(&mut self, conn: ConnId, call: &redoubt_core::HolderCall) {
+        if let redoubt_core::holder::HolderRequest::Admit(nk) = &call.request {
+            if let Principal::Client(c) = nk.from {
+                if self.known_clients.contains(&c) {
+                    self.client_conns.insert(c, conn);
+                }
+            }
+        }
     }
 
     fn event(&mut self, ev: Event, conn: Option<ConnId>) {
@@ -465,6 +485,8 @@ impl<S: Service, O: Outgoing> Node<S, O> {
             .inc_by(s.new_keys_accepted - self.last_stats.new_keys_accepted);
         m.client_keys_asked
             .inc_by(s.client_keys_asked - self.last_stats.client_keys_asked);
+        m.frames_held_for_keys
+            .inc_by(s.frames_held_for_keys - self.last_stats.frames_held_for_keys);
         m.recovery_requests_executed
             .inc_by(s.recovery_requests_executed - self.last_stats.recovery_requests_executed);
         m.order_keys_installed

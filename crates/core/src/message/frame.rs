@@ -98,6 +98,8 @@ pub enum Reject {
     BadSignature,
     #[error("key holder unavailable")]
     KeyHolder,
+    #[error("sender's NEW-KEY still being admitted, and no room to hold the frame till it is")]
+    KeyPending,
 }
 
 impl Reject {
@@ -122,6 +124,7 @@ impl Reject {
             Reject::Unexpected => "unexpected",
             Reject::BadSignature => "bad_signature",
             Reject::KeyHolder => "key_holder",
+            Reject::KeyPending => "key_pending",
         }
     }
 }

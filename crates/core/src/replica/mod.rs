@@ -132,6 +132,9 @@ pub struct Stats {
     pub new_keys_accepted: u64,
     /// Clients sent our NEW-KEY because we held no key of theirs (they re-key on it).
     pub client_keys_asked: u64,
+    /// Frames (a client's requests) held while their sender's NEW-KEY was being admitted,
+    /// and read again once it was.
+    pub frames_held_for_keys: u64,
     /// Recoveries completed here, and recovery requests (of any replica) executed.
     pub recoveries: u64,
     pub recovery_requests_executed: u64,
@@ -658,9 +661,26 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
         };
         let kind = msg.kind();
-        if let Err(r) = self.dispatch(from, msg, bytes.len(), request_digest) {
-            self.reject(from, kind, r);
+        // A request is held for its client's key (see `on_request`), whoever sent it.
+        let client = match &msg {
+            Message::Request(sr) => Some(Principal::Client(sr.request.client)),
+            _ => None,
+        };
+        match self.dispatch(from, msg, bytes.len(), request_digest) {
+            Err(Reject::KeyPending)
+                if client.is_some_and(|c| self.keying.calls.hold_in(c, bytes)) =>
+            {
+                self.stats.frames_held_for_keys += 1;
+            }
+            Err(r) => self.reject(from, kind, r),
+            Ok(()) => {}
         }
+    }
+
+    /// Reads again a frame held while its sender's NEW-KEY was admitted.
+    pub(super) fn receive_again(&mut self, bytes: &[u8]) {
+        let head = Head::of(bytes, |p| self.auth.knows(p));
+        self.receive(bytes, head);
     }
 
     /// Acts on an authenticated message of `len` bytes; `request_digest` is the digest of the

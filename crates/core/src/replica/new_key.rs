@@ -198,6 +198,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 for m in self.keying.calls.release(nk.from) {
                     self.send(nk.from, &m);
                 }
+                for frame in self.keying.calls.release_in(nk.from) {
+                    self.receive_again(&frame);
+                }
             }
             Answered::Refresh => self.refreshed(HolderResult::made(result)),
             Answered::Body { client, enc } => self.body_session_answered(client, enc, result),
