@@ -19,12 +19,20 @@
 //! executors' secret the key holder keeps) is asked this way too, per client at most one call
 //! in flight: the batch that needs it waits for the answer, and a read-only request waits
 //! among the reads.
+//!
+//! A recovering replica's recovery request is signed this way ([`HolderRequest::SignRecovery`],
+//! with the fresh order key it names under Prime), one call at a time; the request goes out
+//! when the answer comes. An execution node's checkpoint votes are signed this way too
+//! ([`HolderRequest::SignVote`], one call per checkpoint): the vote goes with its MAC alone
+//! until the signature comes, then again with it.
 
 use crate::keys::{seal_info, Admitted, HolderError, KeyHolder, NewKey, NewKeyError, Purpose};
+use crate::message::{checkpoint_statement, RecoveryOp};
 use crate::message::{Message, Reject};
-use crate::types::{ClientId, Principal};
+use crate::types::{ClientId, Principal, ReplicaId, Seq};
 use redoubt_crypto::body::{BodyKey, ENC_LEN};
-use redoubt_crypto::pk::SealPublicKey;
+use redoubt_crypto::pk::{HolderSecrets, SealPublicKey, Signature, VerifyKey};
+use redoubt_crypto::Digest;
 use redoubt_crypto::MacKey;
 use std::collections::{BTreeMap, VecDeque};
 
@@ -51,6 +59,17 @@ pub enum HolderRequest {
         client: ClientId,
         enc: [u8; ENC_LEN],
     },
+    /// Sign `replica`'s recovery request for the estimate `h_m` (BFT-PR §4.4); with
+    /// `order_key`, first draw the fresh order key whose public half the request names
+    /// (Prime: the old one may be in an attacker's hands). See [`sign_recovery`].
+    SignRecovery {
+        replica: ReplicaId,
+        h_m: Seq,
+        order_key: bool,
+    },
+    /// Sign an execution node's vote for checkpoint `(seq, digest)` (see
+    /// [`checkpoint_statement`]).
+    SignVote { seq: Seq, digest: Digest },
 }
 
 /// The key holder's answer to the call `id`.
@@ -69,6 +88,45 @@ pub enum HolderResult {
     /// The body session's key (`None`: the session does not open, at any key holder; boxed:
     /// a key comes with its cipher's key schedule).
     BodyKey(Box<Result<Option<BodyKey>, HolderError>>),
+    /// The signed recovery request's parts.
+    Recovery(Result<SignedRecovery, HolderError>),
+    /// A signature with the counter it was made under.
+    Signed(Result<(u64, Signature), HolderError>),
+}
+
+/// A recovery request as the key holder signed it: the order key's seed and public half
+/// (Prime), and the counter and signature over [`RecoveryOp::content_digest`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignedRecovery {
+    pub seed: Option<MacKey>,
+    pub row_key: Option<VerifyKey>,
+    pub counter: u64,
+    pub sig: Signature,
+}
+
+/// Draws the order key (with `order_key`) and signs `replica`'s recovery request for `h_m`.
+pub fn sign_recovery(
+    holder: &mut dyn KeyHolder,
+    replica: ReplicaId,
+    h_m: Seq,
+    order_key: bool,
+) -> Result<SignedRecovery, HolderError> {
+    let seed = if order_key {
+        Some(holder.fresh_key()?)
+    } else {
+        None
+    };
+    let row_key = seed
+        .as_ref()
+        .map(|s| HolderSecrets::from_seed(&s.0).public().verify);
+    let content = RecoveryOp::content_digest(replica, h_m, row_key.as_ref());
+    let (counter, sig) = holder.sign(Purpose::Recovery, &content)?;
+    Ok(SignedRecovery {
+        seed,
+        row_key,
+        counter,
+        sig,
+    })
 }
 
 /// Performs `call` with `holder` (hosts do, off the protocol thread).
@@ -81,6 +139,14 @@ pub fn perform(holder: &mut dyn KeyHolder, call: &HolderCall) -> HolderAnswer {
         HolderRequest::OpenBody { client, enc } => HolderResult::BodyKey(Box::new(
             holder.open_body(&crate::keys::body_info(*client), enc),
         )),
+        HolderRequest::SignRecovery {
+            replica,
+            h_m,
+            order_key,
+        } => HolderResult::Recovery(sign_recovery(holder, *replica, *h_m, *order_key)),
+        HolderRequest::SignVote { seq, digest } => HolderResult::Signed(
+            holder.sign(Purpose::Checkpoint, &checkpoint_statement(*seq, digest)),
+        ),
     };
     HolderAnswer {
         id: call.id,
@@ -104,6 +170,22 @@ impl HolderResult {
     ) -> Result<(NewKey, Vec<(Principal, MacKey)>), HolderError> {
         match this {
             Some(HolderResult::NewKey(m)) => m,
+            _ => Err(unanswered()),
+        }
+    }
+
+    /// What signing a recovery request came to, likewise.
+    pub(crate) fn recovery(this: Option<HolderResult>) -> Result<SignedRecovery, HolderError> {
+        match this {
+            Some(HolderResult::Recovery(r)) => r,
+            _ => Err(unanswered()),
+        }
+    }
+
+    /// What a signature came to, likewise.
+    pub(crate) fn signed(this: Option<HolderResult>) -> Result<(u64, Signature), HolderError> {
+        match this {
+            Some(HolderResult::Signed(r)) => r,
             _ => Err(unanswered()),
         }
     }
@@ -171,6 +253,11 @@ pub(crate) struct Calls {
     refresh: Option<(u64, u64)>,
     /// Body sessions being opened: per call the client and its session (one per client).
     bodies: BTreeMap<u64, (ClientId, [u8; ENC_LEN], u64)>,
+    /// Our recovery request being signed: the call and when it was made.
+    recovery: Option<(u64, u64)>,
+    /// Checkpoint votes being signed: per call the checkpoint and when it was made (one call
+    /// per checkpoint).
+    votes: BTreeMap<u64, (Seq, Digest, u64)>,
     /// Messages for principals whose NEW-KEY is being admitted, sent once it is: sent now
     /// they would go under the key the principal just retired, and be refused.
     held: BTreeMap<Principal, VecDeque<Message>>,
@@ -193,6 +280,17 @@ const HELD_MAX: usize = 4096;
 const HELD_IN_PER_PRINCIPAL: usize = 8;
 const HELD_IN_BYTES_MAX: usize = 4 << 20;
 
+/// The id of a new call for `slot`, a kind of call made one at a time (noted in it with
+/// `now_ms`); `None` while one is in flight.
+fn one_at_a_time(next_id: &mut u64, slot: &mut Option<(u64, u64)>, now_ms: u64) -> Option<u64> {
+    if slot.is_some() {
+        return None;
+    }
+    *next_id += 1;
+    *slot = Some((*next_id, now_ms));
+    Some(*next_id)
+}
+
 /// What an answer was about (see [`Calls::answered`]).
 pub(crate) enum Answered {
     /// The admission of this NEW-KEY; the call for its sender's waiting one, if any (boxed:
@@ -205,6 +303,10 @@ pub(crate) enum Answered {
         client: ClientId,
         enc: [u8; ENC_LEN],
     },
+    /// Signing our recovery request.
+    Recovery,
+    /// Signing our vote for checkpoint `(seq, digest)`.
+    Vote { seq: Seq, digest: Digest },
     /// Not a call of ours (of an earlier life), or answered twice.
     Unknown,
 }
@@ -246,12 +348,38 @@ impl Calls {
     /// A refresh of our keys (`request`, a [`HolderRequest::NewKey`]): the call to make, or
     /// `None` while one is in flight.
     pub(crate) fn refresh(&mut self, request: HolderRequest, now_ms: u64) -> Option<HolderCall> {
-        if self.refresh.is_some() {
+        let id = one_at_a_time(&mut self.next_id, &mut self.refresh, now_ms)?;
+        Some(HolderCall { id, request })
+    }
+
+    /// Our recovery request is to be signed (`request`, a [`HolderRequest::SignRecovery`]):
+    /// the call to make, or `None` while one is in flight.
+    pub(crate) fn sign_recovery(
+        &mut self,
+        request: HolderRequest,
+        now_ms: u64,
+    ) -> Option<HolderCall> {
+        let id = one_at_a_time(&mut self.next_id, &mut self.recovery, now_ms)?;
+        Some(HolderCall { id, request })
+    }
+
+    /// Our vote for checkpoint `(seq, digest)` is to be signed: the call to make, or `None`
+    /// while one for `seq` is in flight.
+    pub(crate) fn sign_vote(
+        &mut self,
+        seq: Seq,
+        digest: Digest,
+        now_ms: u64,
+    ) -> Option<HolderCall> {
+        if self.votes.values().any(|(s, _, _)| *s == seq) {
             return None;
         }
         let id = self.id();
-        self.refresh = Some((id, now_ms));
-        Some(HolderCall { id, request })
+        self.votes.insert(id, (seq, digest, now_ms));
+        Some(HolderCall {
+            id,
+            request: HolderRequest::SignVote { seq, digest },
+        })
     }
 
     /// `client`'s body session `enc` is to be opened: the call to make now, or `None` while
@@ -358,8 +486,15 @@ impl Calls {
             self.refresh = None;
             return Answered::Refresh;
         }
+        if self.recovery.is_some_and(|(r, _)| r == id) {
+            self.recovery = None;
+            return Answered::Recovery;
+        }
         if let Some((client, enc, _)) = self.bodies.remove(&id) {
             return Answered::Body { client, enc };
+        }
+        if let Some((seq, digest, _)) = self.votes.remove(&id) {
+            return Answered::Vote { seq, digest };
         }
         let Some((nk, _)) = self.in_flight.remove(&id) else {
             return Answered::Unknown;
@@ -382,12 +517,20 @@ impl Calls {
             .map(|(id, _)| *id)
             .collect();
         ids.extend(
-            self.refresh
+            [self.refresh, self.recovery]
+                .into_iter()
+                .flatten()
                 .filter(|(_, sent)| late(*sent))
                 .map(|(id, _)| id),
         );
         ids.extend(
             self.bodies
+                .iter()
+                .filter(|(_, (_, _, sent))| late(*sent))
+                .map(|(id, _)| *id),
+        );
+        ids.extend(
+            self.votes
                 .iter()
                 .filter(|(_, (_, _, sent))| late(*sent))
                 .map(|(id, _)| *id),
@@ -412,6 +555,12 @@ impl Calls {
     /// Checks the bounds: per sender one admission in flight and one waiting, `senders` (the
     /// directory's principals) at most; per client one body session being opened.
     pub(crate) fn check_invariants(&self, senders: usize) -> Result<(), String> {
+        let mut seqs = std::collections::BTreeSet::new();
+        for (seq, _, _) in self.votes.values() {
+            if !seqs.insert(*seq) {
+                return Err(format!("two votes for checkpoint {seq} being signed"));
+            }
+        }
         let mut clients = std::collections::BTreeSet::new();
         for (c, _, _) in self.bodies.values() {
             if !clients.insert(*c) {
@@ -617,6 +766,37 @@ mod tests {
         let gone = a.expired(CALL_TIMEOUT_MS + 1);
         assert_eq!(gone.len(), 2, "both given up");
         assert!(matches!(a.answered(other.id, 0), Answered::Unknown));
+    }
+
+    #[test]
+    fn one_call_signs_a_recovery_request_and_one_per_checkpoint_signs_a_vote() {
+        let mut a = Calls::default();
+        let req = || HolderRequest::SignRecovery {
+            replica: 3,
+            h_m: 256,
+            order_key: true,
+        };
+        let rec = a.sign_recovery(req(), 0).expect("none in flight");
+        assert!(a.sign_recovery(req(), 0).is_none(), "one at a time");
+        let d = Digest::of(b"state");
+        let v8 = a.sign_vote(8, d, 0).expect("none for 8");
+        assert!(a.sign_vote(8, d, 5).is_none(), "8's in flight");
+        let v16 = a.sign_vote(16, d, 5).expect("another checkpoint");
+        assert_eq!(a.check_invariants(1), Ok(()));
+        assert!(matches!(a.answered(rec.id, 1), Answered::Recovery));
+        assert!(matches!(
+            a.answered(v8.id, 1),
+            Answered::Vote { seq: 8, digest } if digest == d
+        ));
+        assert!(a.sign_recovery(req(), 1).is_some(), "answered: asked again");
+        // Given up after the timeout, each as what it was about.
+        let gone = a.expired(CALL_TIMEOUT_MS + 5);
+        assert_eq!(gone.len(), 2);
+        assert!(gone.iter().any(|g| matches!(g, Answered::Recovery)));
+        assert!(gone
+            .iter()
+            .any(|g| matches!(g, Answered::Vote { seq: 16, .. })));
+        assert!(matches!(a.answered(v16.id, 0), Answered::Unknown));
     }
 
     #[test]

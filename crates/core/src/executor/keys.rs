@@ -52,7 +52,9 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                     Err(e) => self.event(Event::KeyHolderFailed(e.to_string())),
                 }
             }
-            Answered::Unknown => {}
+            Answered::Vote { seq, digest } => self.vote_signed(seq, digest, result),
+            // Execution nodes sign no recovery requests; `Unknown`: not ours.
+            Answered::Recovery | Answered::Unknown => {}
         }
     }
 

@@ -10,6 +10,7 @@
 //! Behind a firewall the threshold signature does the same job (see `firewall.rs`).
 
 use super::*;
+use crate::holder::HolderResult;
 use crate::keys::{holder_statement, Purpose};
 use redoubt_crypto::pk;
 use std::collections::BTreeSet;
@@ -32,8 +33,9 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     }
 
     /// Our key holder's signature on our vote for `(seq, digest)` (signed once); `None`
-    /// behind a firewall, without session keys, or if the key holder fails (the vote then
-    /// goes with its MAC alone).
+    /// behind a firewall, without session keys, or while the key holder has not signed it
+    /// (it is asked, unless it already is: the vote goes with its MAC alone meanwhile, and
+    /// again with the signature once it comes; see [`Executor::vote_signed`]).
     pub(super) fn vote_signature(
         &mut self,
         seq: Seq,
@@ -47,14 +49,32 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                 return Some((*counter, *sig));
             }
         }
-        let st = checkpoint_statement(seq, digest);
-        let (counter, sig) = self
-            .auth
-            .session_ref()?
-            .with_holder(|h| h.sign(Purpose::Checkpoint, &st))
-            .ok()?;
-        self.signed.own.insert(seq, (*digest, counter, sig));
-        Some((counter, sig))
+        let now = self.env.now_ms;
+        if let Some(call) = self.keying.calls.sign_vote(seq, *digest, now) {
+            self.effects.push(Effect::Holder(call));
+        }
+        None
+    }
+
+    /// The key holder answered the call signing our vote for `(seq, digest)` (`None`: given
+    /// up; the next heartbeat asks again): the vote goes to the peers again, signed, and if
+    /// the checkpoint is already stable here, it joins the proof.
+    pub(super) fn vote_signed(&mut self, seq: Seq, digest: Digest, result: Option<HolderResult>) {
+        let (counter, sig) = match HolderResult::signed(result) {
+            Ok(s) => s,
+            Err(e) => {
+                self.event(Event::KeyHolderFailed(e.to_string()));
+                return;
+            }
+        };
+        if seq < self.window.stable || self.exec.own_checkpoint(seq) != Some(digest) {
+            return; // no longer ours to vote for
+        }
+        self.signed.own.insert(seq, (digest, counter, sig));
+        self.send_vote(seq, digest);
+        if seq == self.window.stable {
+            self.prove_stable_signed(seq);
+        }
     }
 
     /// Whether `v` is a vote of its executor that its key holder signed.
@@ -141,9 +161,10 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             self.signed.proof = votes;
         }
         // Our signature on the stable checkpoint stays: peers that lag get our vote for it
-        // again, and a key holder writes its counter with every signature.
+        // again, and a key holder writes its counter with every signature. The peers' votes
+        // for it stay too: should our own signature come later, the proof is made again.
         self.signed.own = self.signed.own.split_off(&seq);
-        self.signed.peers = self.signed.peers.split_off(&(seq + 1));
+        self.signed.peers = self.signed.peers.split_off(&seq);
     }
 
     /// The proof of our stable checkpoint, for a peer that asked (empty if we hold none).

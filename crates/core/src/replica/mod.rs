@@ -12,8 +12,10 @@
 //! - `state_transfer.rs`: when to fetch and adopting a fetched checkpoint (BFT-PR §4.6.2);
 //! - `view_change.rs`: the MAC-only view change (BFT-PR §4.3);
 //! - `status.rs`: receiver-driven retransmission (BFT-PR §4.6.1);
-//! - `restart.rs`: restart from the journal; `recovery.rs`: session keys and proactive
-//!   recovery (BFT-PR §4.4–4.5); `suspects.rs`: clients under suspicion;
+//! - `restart.rs`: restart from the journal; `recovery/`: proactive recovery (BFT-PR
+//!   §4.4–4.5: the recovery in progress, its estimate, its request, and recovery requests
+//!   as every replica executes them); `new_key.rs`: session keys; `suspects.rs`: clients
+//!   under suspicion;
 //! - `pace.rs`: the primary's pace check; `firewall.rs`, `separated.rs`: the deployments
 //!   with execution apart; `prime.rs` (with `prime/keys.rs`, order keys and incarnations):
 //!   Prime's ordering (ADR 0007).
@@ -227,7 +229,7 @@ pub struct Replica<S: Service, A: KeyTable> {
     /// sessions (see `keying.rs`).
     keying: crate::keying::Keying,
 
-    // Recovery (see recovery.rs).
+    // Recovery (see recovery/mod.rs).
     recovery: Option<recovery::Recovery>,
     /// Why the stored checkpoint did not load at start-up (reported once restored).
     unreadable: Option<String>,

@@ -204,6 +204,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
             Answered::Refresh => self.refreshed(HolderResult::made(result)),
             Answered::Body { client, enc } => self.body_session_answered(client, enc, result),
+            Answered::Recovery => self.recovery_signed(result),
+            // Replicas sign no checkpoint votes.
+            Answered::Vote { .. } => {}
             // Not ours (a call of an earlier life, or given up before the answer came).
             Answered::Unknown => {}
         }

@@ -183,7 +183,7 @@ impl Builder {
             completions: Vec::new(),
             accepted: Vec::new(),
             prime_keys,
-            holding: BTreeSet::new(),
+            holding: BTreeMap::new(),
             held: Vec::new(),
         }
     }
@@ -214,7 +214,8 @@ pub struct Cluster {
     prime_keys: Option<PrimeKeys>,
     /// Replicas whose key holder keeps its answers back (see [`Cluster::hold_key_holder`]),
     /// and the calls it holds.
-    holding: BTreeSet<ReplicaId>,
+    /// Replicas whose key holders keep answers back: to the calls the function picks.
+    holding: BTreeMap<ReplicaId, fn(&HolderCall) -> bool>,
     held: Vec<(ReplicaId, HolderCall)>,
 }
 
@@ -750,17 +751,26 @@ impl Cluster {
         let Principal::Replica(i) = from else {
             return out;
         };
-        if self.holding.contains(&i) {
-            self.held.extend(calls.into_iter().map(|c| (i, c)));
-            return out;
-        }
+        let calls = match self.holding.get(&i) {
+            Some(which) => {
+                let (held, now): (Vec<_>, Vec<_>) = calls.into_iter().partition(which);
+                self.held.extend(held.into_iter().map(|c| (i, c)));
+                now
+            }
+            None => calls,
+        };
         out.extend(self.answer_calls(i, calls));
         out
     }
 
     /// Replica `i`'s key holder keeps its answers back until [`Cluster::release_key_holder`].
     pub fn hold_key_holder(&mut self, i: ReplicaId) {
-        self.holding.insert(i);
+        self.holding.insert(i, |_| true);
+    }
+
+    /// Like [`Cluster::hold_key_holder`] for the calls `which` picks only.
+    pub fn hold_key_holder_calls(&mut self, i: ReplicaId, which: fn(&HolderCall) -> bool) {
+        self.holding.insert(i, which);
     }
 
     /// Replica `i`'s key holder answers what it held, and answers at once from now on.
