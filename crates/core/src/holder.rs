@@ -25,6 +25,12 @@
 //! when the answer comes. An execution node's checkpoint votes are signed this way too
 //! ([`HolderRequest::SignVote`], one call per checkpoint): the vote goes with its MAC alone
 //! until the signature comes, then again with it.
+//!
+//! State transfers under confidential bodies are sealed under state sessions, and both ends
+//! ask the key holder this way too: the fetching node for the fresh randomness of its own
+//! session ([`HolderRequest::FreshKey`], one call at a time; its FETCH goes out with the
+//! answer), the serving node for the key of the fetcher's session ([`HolderRequest::OpenState`],
+//! one call per peer; the FETCH that needed it is answered with the answer).
 
 use crate::keys::{seal_info, Admitted, HolderError, KeyHolder, NewKey, NewKeyError, Purpose};
 use crate::message::{checkpoint_statement, RecoveryOp};
@@ -70,6 +76,10 @@ pub enum HolderRequest {
     /// Sign an execution node's vote for checkpoint `(seq, digest)` (see
     /// [`checkpoint_statement`]).
     SignVote { seq: Seq, digest: Digest },
+    /// Fresh randomness for a state session of ours (see [`KeyHolder::fresh_key`]).
+    FreshKey,
+    /// Open the key of `peer`'s state session `enc` (see [`KeyHolder::open_body`]).
+    OpenState { peer: Principal, enc: [u8; ENC_LEN] },
 }
 
 /// The key holder's answer to the call `id`.
@@ -92,6 +102,8 @@ pub enum HolderResult {
     Recovery(Result<SignedRecovery, HolderError>),
     /// A signature with the counter it was made under.
     Signed(Result<(u64, Signature), HolderError>),
+    /// Fresh randomness.
+    Fresh(Result<MacKey, HolderError>),
 }
 
 /// A recovery request as the key holder signed it: the order key's seed and public half
@@ -147,6 +159,13 @@ pub fn perform(holder: &mut dyn KeyHolder, call: &HolderCall) -> HolderAnswer {
         HolderRequest::SignVote { seq, digest } => HolderResult::Signed(
             holder.sign(Purpose::Checkpoint, &checkpoint_statement(*seq, digest)),
         ),
+        HolderRequest::FreshKey => HolderResult::Fresh(holder.fresh_key()),
+        HolderRequest::OpenState { peer, enc } => {
+            HolderResult::BodyKey(Box::new(match crate::keys::state_info_of(*peer) {
+                Some(info) => holder.open_body(&info, enc),
+                None => Err(HolderError::Refused("clients fetch no state".into())),
+            }))
+        }
     };
     HolderAnswer {
         id: call.id,
@@ -178,6 +197,14 @@ impl HolderResult {
     pub(crate) fn recovery(this: Option<HolderResult>) -> Result<SignedRecovery, HolderError> {
         match this {
             Some(HolderResult::Recovery(r)) => r,
+            _ => Err(unanswered()),
+        }
+    }
+
+    /// What a call for fresh randomness came to, likewise.
+    pub(crate) fn fresh(this: Option<HolderResult>) -> Result<MacKey, HolderError> {
+        match this {
+            Some(HolderResult::Fresh(r)) => r,
             _ => Err(unanswered()),
         }
     }
@@ -258,6 +285,11 @@ pub(crate) struct Calls {
     /// Checkpoint votes being signed: per call the checkpoint and when it was made (one call
     /// per checkpoint).
     votes: BTreeMap<u64, (Seq, Digest, u64)>,
+    /// Fresh randomness for our state session being drawn: the call and when it was made.
+    fresh: Option<(u64, u64)>,
+    /// Peers' state sessions being opened: per call the peer, its session and when it was
+    /// made (one call per peer).
+    states: BTreeMap<u64, (Principal, [u8; ENC_LEN], u64)>,
     /// Messages for principals whose NEW-KEY is being admitted, sent once it is: sent now
     /// they would go under the key the principal just retired, and be refused.
     held: BTreeMap<Principal, VecDeque<Message>>,
@@ -307,6 +339,10 @@ pub(crate) enum Answered {
     Recovery,
     /// Signing our vote for checkpoint `(seq, digest)`.
     Vote { seq: Seq, digest: Digest },
+    /// Drawing fresh randomness for our state session.
+    Fresh,
+    /// Opening `peer`'s state session `enc`.
+    State { peer: Principal, enc: [u8; ENC_LEN] },
     /// Not a call of ours (of an earlier life), or answered twice.
     Unknown,
 }
@@ -379,6 +415,35 @@ impl Calls {
         Some(HolderCall {
             id,
             request: HolderRequest::SignVote { seq, digest },
+        })
+    }
+
+    /// Fresh randomness for our state session is to be drawn: the call to make, or `None`
+    /// while one is in flight.
+    pub(crate) fn draw_fresh(&mut self, now_ms: u64) -> Option<HolderCall> {
+        let id = one_at_a_time(&mut self.next_id, &mut self.fresh, now_ms)?;
+        Some(HolderCall {
+            id,
+            request: HolderRequest::FreshKey,
+        })
+    }
+
+    /// `peer`'s state session `enc` is to be opened: the call to make, or `None` while one
+    /// for `peer` is in flight.
+    pub(crate) fn open_state(
+        &mut self,
+        peer: Principal,
+        enc: [u8; ENC_LEN],
+        now_ms: u64,
+    ) -> Option<HolderCall> {
+        if self.states.values().any(|(p, _, _)| *p == peer) {
+            return None;
+        }
+        let id = self.id();
+        self.states.insert(id, (peer, enc, now_ms));
+        Some(HolderCall {
+            id,
+            request: HolderRequest::OpenState { peer, enc },
         })
     }
 
@@ -490,6 +555,13 @@ impl Calls {
             self.recovery = None;
             return Answered::Recovery;
         }
+        if self.fresh.is_some_and(|(r, _)| r == id) {
+            self.fresh = None;
+            return Answered::Fresh;
+        }
+        if let Some((peer, enc, _)) = self.states.remove(&id) {
+            return Answered::State { peer, enc };
+        }
         if let Some((client, enc, _)) = self.bodies.remove(&id) {
             return Answered::Body { client, enc };
         }
@@ -517,7 +589,7 @@ impl Calls {
             .map(|(id, _)| *id)
             .collect();
         ids.extend(
-            [self.refresh, self.recovery]
+            [self.refresh, self.recovery, self.fresh]
                 .into_iter()
                 .flatten()
                 .filter(|(_, sent)| late(*sent))
@@ -531,6 +603,12 @@ impl Calls {
         );
         ids.extend(
             self.votes
+                .iter()
+                .filter(|(_, (_, _, sent))| late(*sent))
+                .map(|(id, _)| *id),
+        );
+        ids.extend(
+            self.states
                 .iter()
                 .filter(|(_, (_, _, sent))| late(*sent))
                 .map(|(id, _)| *id),
@@ -559,6 +637,12 @@ impl Calls {
         for (seq, _, _) in self.votes.values() {
             if !seqs.insert(*seq) {
                 return Err(format!("two votes for checkpoint {seq} being signed"));
+            }
+        }
+        let mut peers = std::collections::BTreeSet::new();
+        for (p, _, _) in self.states.values() {
+            if !peers.insert(*p) {
+                return Err(format!("two state sessions of {p} being opened"));
             }
         }
         let mut clients = std::collections::BTreeSet::new();

@@ -5,12 +5,13 @@
 //! holder do the cryptography; this component decides when and remembers what.
 //!
 //! Bounds: one resend time per principal that reached us, at most [`CLIENT_KEY_ASKED_MAX`]
-//! clients asked, one served state session per peer.
+//! clients asked, one served state session and one FETCH waiting for it per peer.
 
+use crate::effect::{Effect, Event};
 use crate::execution::Execution;
 use crate::holder::{HolderCall, HolderResult};
 use crate::keys::{HolderError, KeyTable, NewKey};
-use crate::message::{Reject, Request, StateData};
+use crate::message::{Fetch, Reject, Request, StateData};
 use crate::service::Service;
 use crate::types::{ClientId, Config, Principal};
 use redoubt_crypto::body::{BodyKey, ENC_LEN};
@@ -36,6 +37,9 @@ pub(crate) struct Keying {
     ours: Option<([u8; ENC_LEN], BodyKey)>,
     /// The state session of each peer we serve.
     served: BTreeMap<Principal, ([u8; ENC_LEN], Option<BodyKey>)>,
+    /// Per peer, the FETCH that waits for the key holder to open the peer's state session
+    /// (answered once it did; at most one per peer, the latest).
+    fetch_waiting: BTreeMap<Principal, Fetch>,
     /// The key holder failed to open a body session: execution waits, retried on the next
     /// tick.
     sessions_retry: bool,
@@ -52,14 +56,6 @@ pub(crate) enum Session {
     Asked(Option<HolderCall>),
     /// The key holder failed: retried on the next tick.
     Failed(HolderError),
-}
-
-/// Why a state answer could not be sealed.
-pub(crate) enum SealRefused {
-    /// The asker named no session, or one the key holder does not open.
-    Rejected(Reject),
-    /// The key holder failed (its message).
-    Holder(String),
 }
 
 impl Keying {
@@ -209,44 +205,126 @@ impl Keying {
         self.ours = None;
     }
 
-    /// Our state session for the transfer under way, started through the key holder on first
-    /// use: its encapsulation, or `None` if the key holder failed.
+    /// Our state session for the transfer under way, started on first use: at once where no
+    /// key holder is behind `auth` (static keys), otherwise with fresh randomness asked of the
+    /// key holder (the call goes into `out`; [`Keying::state_session_answered`]). Its
+    /// encapsulation, or `None` while asked or if the key holder failed (reported in `out`).
     pub(crate) fn state_session(
         &mut self,
         auth: &mut impl KeyTable,
         entropy: u64,
+        now: u64,
+        out: &mut Vec<Effect>,
     ) -> Option<[u8; ENC_LEN]> {
         if self.ours.is_none() {
+            if auth.session_ref().is_some() {
+                out.extend(self.calls.draw_fresh(now).map(Effect::Holder));
+                return None;
+            }
             self.ours = auth.start_state_session(entropy);
+            if self.ours.is_none() {
+                out.push(Effect::Event(Event::KeyHolderFailed(
+                    "cannot start a state session with the executors".into(),
+                )));
+            }
         }
         self.ours.as_ref().map(|(enc, _)| *enc)
     }
 
-    /// Seals `data` in place for `peer`'s state session `session` (`sender` is our id), so
-    /// that pages never leave in clear. `peer` is authenticated: one entry per peer.
-    pub(crate) fn seal_state(
+    /// The key holder answered (or, `None`, did not in time) the call for our state
+    /// session's randomness: whether the session is made (the FETCH waiting for it may go
+    /// out); a failure is reported in `out`.
+    pub(crate) fn state_session_answered(
+        &mut self,
+        auth: &impl KeyTable,
+        entropy: u64,
+        result: Option<HolderResult>,
+        out: &mut Vec<Effect>,
+    ) -> bool {
+        let made = HolderResult::fresh(result).map(|ikm| {
+            if self.ours.is_none() {
+                self.ours = auth
+                    .session_ref()
+                    .and_then(|s| s.establish_state(ikm, entropy));
+            }
+        });
+        match (made, &self.ours) {
+            (Ok(()), Some(_)) => true,
+            (Err(e), _) => {
+                out.push(Effect::Event(Event::KeyHolderFailed(e.to_string())));
+                false
+            }
+            (Ok(()), None) => {
+                out.push(Effect::Event(Event::KeyHolderFailed(
+                    "no executors' public key to seal a state session to".into(),
+                )));
+                false
+            }
+        }
+    }
+
+    /// The key of `peer`'s state session named in `fetch`, for sealing what we serve it
+    /// (`peer` is authenticated: one entry per peer): known, opened at once where no key
+    /// holder is behind `auth`, or asked of the key holder (`None`: the call goes into `out`
+    /// and `fetch` waits for the answer, [`Keying::state_key_answered`]). A failure of the
+    /// key holder is reported in `out`.
+    pub(crate) fn state_key(
         &mut self,
         auth: &mut impl KeyTable,
         peer: Principal,
-        session: Option<[u8; ENC_LEN]>,
-        sender: u32,
-        entropy: u64,
-        data: &mut StateData,
-    ) -> Result<(), SealRefused> {
-        let enc = session.ok_or(SealRefused::Rejected(Reject::BadState))?;
+        fetch: &Fetch,
+        now: u64,
+        out: &mut Vec<Effect>,
+    ) -> Result<Option<BodyKey>, Reject> {
+        let enc = fetch.session.ok_or(Reject::BadState)?;
         let key = match self.served.get(&peer) {
             Some((known, key)) if *known == enc => key.clone(),
+            _ if auth.session_ref().is_some() => {
+                self.fetch_waiting.insert(peer, fetch.clone());
+                out.extend(self.calls.open_state(peer, enc, now).map(Effect::Holder));
+                return Ok(None);
+            }
             _ => match auth.open_state_key(peer, &enc) {
                 Ok(key) => {
                     self.served.insert(peer, (enc, key.clone()));
                     key
                 }
-                Err(e) => return Err(SealRefused::Holder(e.to_string())),
+                Err(e) => {
+                    out.push(Effect::Event(Event::KeyHolderFailed(e.to_string())));
+                    return Err(Reject::KeyHolder);
+                }
             },
         };
-        let key = key.ok_or(SealRefused::Rejected(Reject::BadState))?;
-        crate::transfer::seal_answer(&key, sender, entropy, data);
-        Ok(())
+        key.map(Some).ok_or(Reject::BadState)
+    }
+
+    /// The key holder answered (or, `None`, did not in time) the call opening `peer`'s state
+    /// session `enc`: the key is kept, and the FETCH that waited for it is handed back to be
+    /// answered (a failure, reported in `out`, drops it: the peer asks again).
+    pub(crate) fn state_key_answered(
+        &mut self,
+        peer: Principal,
+        enc: [u8; ENC_LEN],
+        result: Option<HolderResult>,
+        out: &mut Vec<Effect>,
+    ) -> Option<Fetch> {
+        let waiting = self.fetch_waiting.remove(&peer);
+        match HolderResult::body_key(result) {
+            Ok(key) => {
+                self.served.insert(peer, (enc, key));
+                waiting
+            }
+            Err(e) => {
+                out.push(Effect::Event(Event::KeyHolderFailed(e.to_string())));
+                None
+            }
+        }
+    }
+
+    /// Seals `data` in place under `key` (see [`Keying::state_key`]; `sender` is our id), so
+    /// that pages never leave in clear.
+    pub(crate) fn seal_state(key: &BodyKey, sender: u32, entropy: u64, data: &mut StateData) {
+        crate::transfer::seal_answer(key, sender, entropy, data);
     }
 
     /// Opens a sealed answer to our FETCH in place (an unsealed one is refused; none is

@@ -146,12 +146,34 @@ impl SessionKeys {
     /// A session with the executors under the context `info`: an encapsulation of fresh
     /// randomness from the key holder (mixed with `entropy`) to the executors' public key.
     fn start_session(&self, info: &[u8], entropy: u64) -> Option<([u8; ENC_LEN], BodyKey)> {
+        let ikm = self.with_holder(|h| h.fresh_key()).ok()?;
+        self.establish(info, ikm, entropy)
+    }
+
+    /// A session with the executors under the context `info` from the key holder's fresh
+    /// randomness `ikm` mixed with `entropy`.
+    fn establish(
+        &self,
+        info: &[u8],
+        ikm: MacKey,
+        entropy: u64,
+    ) -> Option<([u8; ENC_LEN], BodyKey)> {
         let public = self.directory.executors?;
-        let mut ikm = self.with_holder(|h| h.fresh_key()).ok()?.0;
+        let mut ikm = ikm.0;
         for (b, e) in ikm.iter_mut().zip(entropy.to_le_bytes()) {
             *b ^= e;
         }
         body::establish(&public, info, ikm)
+    }
+
+    /// Our state session with the executors from the key holder's fresh randomness `ikm`
+    /// (asked as an effect, see `crate::holder`) mixed with `entropy`.
+    pub(crate) fn establish_state(
+        &self,
+        ikm: MacKey,
+        entropy: u64,
+    ) -> Option<([u8; ENC_LEN], BodyKey)> {
+        self.establish(&state_info_of(self.me)?, ikm, entropy)
     }
 
     /// Runs `f` with the key holder.

@@ -192,25 +192,34 @@ fn read_only_answers_are_sealed_too() {
     assert_eq!(c.sent().iter().filter(|e| holds_mark(&e.bytes)).count(), 0);
 }
 
+/// A cluster (checkpoints every 4, windows of 8) in which replica 3 was cut off while client
+/// 7 ran 30 marked operations: two log windows behind, it must fetch state once let back in
+/// (through the returned cut).
+fn replica_3_left_behind(confidential: bool, mode: KeyMode) -> (Cluster, Rule) {
+    let mut b = Cluster::builder(1).live_client(7).config(|c| {
+        c.confidential_bodies = confidential;
+        c.checkpoint_interval = 4;
+        c.log_size = 8;
+    });
+    if mode == KeyMode::Session {
+        b = b.session_keys();
+    }
+    let mut c = b.build();
+    c.run(50);
+    let cut = c.isolate(3);
+    for i in 0..30 {
+        let ts = c.invoke(7, format!("SECRET-{i}").as_bytes());
+        assert!(c.run_until(5_000, |c| c.completed(7, ts)));
+    }
+    (c, cut)
+}
+
 /// A replica cut off while the others move two log windows on fetches their state: the pages
 /// and the reply table come back sealed under its state session, and it catches up.
 #[test]
 fn state_transfer_answers_are_sealed() {
     for confidential in [true, false] {
-        let mut c = Cluster::builder(1)
-            .live_client(7)
-            .config(|c| {
-                c.confidential_bodies = confidential;
-                c.checkpoint_interval = 4;
-                c.log_size = 8;
-            })
-            .build();
-        c.run(20);
-        let cut = c.isolate(3);
-        for i in 0..30 {
-            let ts = c.invoke(7, format!("SECRET-{i}").as_bytes());
-            assert!(c.run_until(5_000, |c| c.completed(7, ts)));
-        }
+        let (mut c, cut) = replica_3_left_behind(confidential, KeyMode::Static);
         c.unblock(cut);
         let caught_up = c.run_until(20_000, |c| c.replica(3).stats.state_transfers > 0);
         assert!(
@@ -232,4 +241,45 @@ fn state_transfer_answers_are_sealed() {
             );
         }
     }
+}
+
+/// With session keys both ends of a sealed state transfer ask their key holders as effects:
+/// the fetching replica for its session's randomness, the serving replicas for the key of
+/// that session. While the key holders keep those answers back nothing is fetched and the
+/// replicas go on handling inputs; once the fetcher's answers, its FETCH goes out and waits
+/// at the servers; once theirs answer, it is answered and the replica catches up.
+#[test]
+fn a_sealed_state_transfer_waits_for_the_key_holders_at_both_ends() {
+    use redoubt_core::holder::HolderRequest;
+    let (mut c, cut) = replica_3_left_behind(true, KeyMode::Session);
+    c.hold_key_holder_calls(3, |call| matches!(call.request, HolderRequest::FreshKey));
+    for r in 0..3 {
+        c.hold_key_holder_calls(r, |call| {
+            matches!(call.request, HolderRequest::OpenState { .. })
+        });
+    }
+    let from = c.sent().len();
+    c.unblock(cut);
+    let fetches = |c: &Cluster| {
+        c.sent()[from..]
+            .iter()
+            .filter(|e| e.from == Principal::Replica(3) && e.kind() == "fetch")
+            .count()
+    };
+    c.run(3_000);
+    assert_eq!(fetches(&c), 0, "no FETCH without a state session");
+    assert_eq!(c.replica(3).stats.state_transfers, 0);
+    c.release_key_holder(3);
+    c.run(2_000);
+    assert!(fetches(&c) > 0, "the FETCH went out with the answer");
+    assert_eq!(
+        c.replica(3).stats.state_transfers,
+        0,
+        "the servers wait for their key holders"
+    );
+    for r in 0..3 {
+        c.release_key_holder(r);
+    }
+    assert!(c.run_until(20_000, |c| c.replica(3).stats.state_transfers > 0));
+    assert_eq!(c.sent().iter().filter(|e| holds_mark(&e.bytes)).count(), 0);
 }

@@ -200,6 +200,14 @@ impl<S: Service> Execution<S> {
         }
     }
 
+    /// The FETCH [`Execution::next_fetch`] just made did not go out (its state session was
+    /// not ready): what it asked is asked again with the next one.
+    pub(crate) fn unsend_fetch(&mut self) {
+        if let Some(w) = self.transfer.as_mut().and_then(|t| t.walk.as_mut()) {
+            w.requeue();
+        }
+    }
+
     /// Whatever was asked and not answered is asked again, of the next designated replier:
     /// in turn among `voters` (the replicas that vouched for the checkpoint), all others if
     /// none did, skipping any that sent a wrong answer. `me` is this replica, of `n`.

@@ -53,6 +53,8 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                 }
             }
             Answered::Vote { seq, digest } => self.vote_signed(seq, digest, result),
+            Answered::Fresh => self.state_session_answered(result),
+            Answered::State { peer, enc } => self.state_key_answered(peer, enc, result),
             // Execution nodes sign no recovery requests; `Unknown`: not ours.
             Answered::Recovery | Answered::Unknown => {}
         }

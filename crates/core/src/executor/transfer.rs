@@ -9,7 +9,7 @@
 
 use super::*;
 use crate::execution::{Answered, Due, Finished, Refused as ServeRefused, ServeLimits};
-use crate::keying::SealRefused;
+use crate::holder::HolderResult;
 
 impl<S: Service, A: KeyTable> Executor<S, A> {
     /// A peer proved (threshold signature, or g+1 signed votes) that checkpoint `seq` with
@@ -103,21 +103,56 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             self.cfg.transfer_items_max,
             self.cfg.state_transfer_retry_ms,
         );
-        let Some((to, mut fetch)) = self.exec.next_fetch(self.env.now_ms, max, retry) else {
+        let now = self.env.now_ms;
+        let Some((to, mut fetch)) = self.exec.next_fetch(now, max, retry) else {
             return;
         };
         if self.cfg.confidential_bodies {
-            match self.keying.state_session(&mut self.auth, self.env.entropy) {
+            let entropy = self.env.entropy;
+            match self
+                .keying
+                .state_session(&mut self.auth, entropy, now, &mut self.effects)
+            {
                 Some(enc) => fetch.session = Some(enc),
                 None => {
-                    self.event(Event::KeyHolderFailed(
-                        "cannot start a state session with the executors".into(),
-                    ));
-                    return; // the retry timer asks again
+                    // Asked of the key holder (sent with its answer), or it failed (the retry
+                    // timer asks again).
+                    self.exec.unsend_fetch();
+                    return;
                 }
             }
         }
         self.send(Principal::Executor(to), &Message::Fetch(fetch));
+    }
+
+    /// The key holder answered the call for our state session's randomness (`None`: given
+    /// up): the FETCH that waited for it goes out.
+    pub(super) fn state_session_answered(&mut self, result: Option<HolderResult>) {
+        let entropy = self.env.entropy;
+        if self
+            .keying
+            .state_session_answered(&self.auth, entropy, result, &mut self.effects)
+        {
+            self.send_fetch();
+        }
+    }
+
+    /// The key holder answered the call opening `peer`'s state session `enc` (`None`: given
+    /// up): the FETCH that waited for it is answered.
+    pub(super) fn state_key_answered(
+        &mut self,
+        peer: Principal,
+        enc: [u8; 32],
+        result: Option<HolderResult>,
+    ) {
+        let waiting = self
+            .keying
+            .state_key_answered(peer, enc, result, &mut self.effects);
+        if let (Some(f), Principal::Executor(e)) = (waiting, peer) {
+            if let Err(reason) = self.on_fetch(e, f) {
+                self.reject(peer, "fetch", reason);
+            }
+        }
     }
 
     pub(super) fn on_fetch(&mut self, from: ExecutorId, f: Fetch) -> Result<(), Reject> {
@@ -128,6 +163,20 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             items_max: self.cfg.transfer_items_max,
             reply_bytes_max: self.cfg.transfer_reply_bytes_max,
             rate_bytes_per_sec: self.cfg.transfer_rate_bytes_per_sec,
+        };
+        // Sealed under the fetcher's state session, whose key may first be asked of the key
+        // holder (the FETCH is answered with its answer).
+        let key = if self.cfg.confidential_bodies {
+            let (peer, now) = (Principal::Executor(from), self.env.now_ms);
+            match self
+                .keying
+                .state_key(&mut self.auth, peer, &f, now, &mut self.effects)?
+            {
+                Some(key) => Some(key),
+                None => return Ok(()),
+            }
+        } else {
+            None
         };
         let mut data = match self
             .exec
@@ -144,20 +193,8 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                 return Err(Reject::Stale);
             }
         };
-        if self.cfg.confidential_bodies {
-            let peer = Principal::Executor(from);
-            let (id, entropy) = (self.id, self.env.entropy);
-            match self
-                .keying
-                .seal_state(&mut self.auth, peer, f.session, id, entropy, &mut data)
-            {
-                Ok(()) => {}
-                Err(SealRefused::Rejected(r)) => return Err(r),
-                Err(SealRefused::Holder(e)) => {
-                    self.event(Event::KeyHolderFailed(e));
-                    return Err(Reject::KeyHolder);
-                }
-            }
+        if let Some(key) = &key {
+            crate::keying::Keying::seal_state(key, self.id, self.env.entropy, &mut data);
         }
         self.send(Principal::Executor(from), &Message::StateData(data));
         Ok(())

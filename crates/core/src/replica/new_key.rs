@@ -205,6 +205,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             Answered::Refresh => self.refreshed(HolderResult::made(result)),
             Answered::Body { client, enc } => self.body_session_answered(client, enc, result),
             Answered::Recovery => self.recovery_signed(result),
+            Answered::Fresh => self.state_session_answered(result),
+            Answered::State { peer, enc } => self.state_key_answered(peer, enc, result),
             // Replicas sign no checkpoint votes.
             Answered::Vote { .. } => {}
             // Not ours (a call of an earlier life, or given up before the answer came).

@@ -2,7 +2,7 @@
 //! walk for the next FETCH, serving others, and adopting a fetched checkpoint.
 
 use super::*;
-use crate::keying::SealRefused;
+use crate::holder::HolderResult;
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
     // ----- state transfer ---------------------------------------------------------------------
@@ -73,7 +73,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             if self.seals_state() {
                 match self.state_session() {
                     Some(enc) => fetch.session = Some(enc),
-                    None => return, // the key holder failed: the retry timer asks again
+                    None => {
+                        // Asked of the key holder (sent with its answer), or it failed (the
+                        // retry timer asks again).
+                        self.exec.unsend_fetch();
+                        return;
+                    }
                 }
             }
             self.send_replica(to, &Message::Fetch(fetch));
@@ -98,6 +103,20 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             reply_bytes_max: self.cfg.transfer_reply_bytes_max,
             rate_bytes_per_sec: self.cfg.transfer_rate_bytes_per_sec,
         };
+        // Under confidential bodies pages never leave in clear: the answer is sealed under
+        // the fetcher's state session, whose key may first be asked of the key holder.
+        let key = if self.seals_state() && f.seq != 0 {
+            let (peer, now) = (Principal::Replica(from), self.now());
+            let key =
+                self.keying
+                    .state_key(&mut self.auth, peer, &f, now, &mut self.out.effects)?;
+            match key {
+                Some(key) => Some(key),
+                None => return Ok(()), // answered when the key holder has opened it
+            }
+        } else {
+            None
+        };
         match self.exec.serve(
             from,
             &f,
@@ -105,12 +124,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.now(),
             limits,
         ) {
-            Ok((data, used)) => {
-                let data = if self.seals_state() && f.seq != 0 {
-                    self.seal_state(from, f.session, data)?
-                } else {
-                    data
-                };
+            Ok((mut data, used)) => {
+                if let Some(key) = &key {
+                    crate::keying::Keying::seal_state(key, self.id, self.env.entropy, &mut data);
+                }
                 self.stats.transfer_bytes_out += used as u64;
                 self.send_replica(from, &Message::StateData(data));
                 Ok(())
@@ -282,40 +299,41 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.cfg.confidential_bodies && !self.cfg.separated()
     }
 
-    /// Our state session with the executors for the transfer under way (started on first use
-    /// through the key holder); its encapsulation, or `None` if the key holder failed.
+    /// Our state session with the executors for the transfer under way (see
+    /// [`crate::keying::Keying::state_session`]): `None` while the key holder is asked for it
+    /// or if it failed.
     fn state_session(&mut self) -> Option<[u8; 32]> {
-        let enc = self.keying.state_session(&mut self.auth, self.env.entropy);
-        if enc.is_none() {
-            self.event(Event::KeyHolderFailed(
-                "cannot start a state session with the executors".into(),
-            ));
-        }
-        enc
+        let now = self.now();
+        self.keying
+            .state_session(&mut self.auth, self.env.entropy, now, &mut self.out.effects)
     }
 
-    /// Seals `data` (its auxiliary bytes and items) for `from`'s state session `session`:
-    /// under confidential bodies, pages never leave a replica in clear.
-    fn seal_state(
+    /// The key holder answered the call for our state session's randomness (`None`: given
+    /// up): the FETCH that waited for it goes out.
+    pub(super) fn state_session_answered(&mut self, result: Option<HolderResult>) {
+        let entropy = self.env.entropy;
+        if self
+            .keying
+            .state_session_answered(&self.auth, entropy, result, &mut self.out.effects)
+        {
+            self.send_fetch();
+        }
+    }
+
+    /// The key holder answered the call opening `peer`'s state session `enc` (`None`: given
+    /// up): the FETCH that waited for it is answered.
+    pub(super) fn state_key_answered(
         &mut self,
-        from: ReplicaId,
-        session: Option<[u8; 32]>,
-        mut data: StateData,
-    ) -> Result<StateData, Reject> {
-        let peer = Principal::Replica(from);
-        match self.keying.seal_state(
-            &mut self.auth,
-            peer,
-            session,
-            self.id,
-            self.env.entropy,
-            &mut data,
-        ) {
-            Ok(()) => Ok(data),
-            Err(SealRefused::Rejected(r)) => Err(r),
-            Err(SealRefused::Holder(e)) => {
-                self.event(Event::KeyHolderFailed(e));
-                Err(Reject::KeyHolder)
+        peer: Principal,
+        enc: [u8; 32],
+        result: Option<HolderResult>,
+    ) {
+        let waiting = self
+            .keying
+            .state_key_answered(peer, enc, result, &mut self.out.effects);
+        if let (Some(f), Principal::Replica(r)) = (waiting, peer) {
+            if let Err(reason) = self.on_fetch(r, f) {
+                self.reject(peer, "fetch", reason);
             }
         }
     }
