@@ -454,6 +454,14 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             return Err(Reject::Inconsistent);
         }
         if c.seq <= self.window.stable {
+            if c.seq == self.window.stable {
+                // Its signature may come only now (votes go with their MAC alone until their
+                // key holder signs them): it completes our proof of the stable checkpoint.
+                self.note_signed_vote(&c);
+                if self.signed.proof.first().is_none_or(|v| v.seq != c.seq) {
+                    self.prove_stable_signed(c.seq);
+                }
+            }
             // Old news to us, but the peer lacks votes for it: ours again, to it, if we
             // still hold that checkpoint (our stable one), so that it can move on. At most
             // once per status interval per peer (two peers at one stable checkpoint would
