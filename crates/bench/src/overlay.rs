@@ -106,6 +106,7 @@ fn overlay_file(
             addr: free_udp()?,
             replica_addr: replicas.iter().find(|r| r.0 == id).map(|r| r.1),
             key_file: None,
+            metrics_addr: None,
         });
     }
     let file = OverlayFile {

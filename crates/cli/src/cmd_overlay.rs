@@ -60,6 +60,59 @@ pub fn run(args: OverlayArgs) -> anyhow::Result<ExitCode> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(redoubt_overlayd::run(file, id))?;
+    let metrics_addr = file.nodes.get(usize::from(id)).and_then(|n| n.metrics_addr);
+    rt.block_on(async move {
+        let (control, control_rx) = redoubt_overlayd::control_channel();
+        if let Some(addr) = metrics_addr {
+            serve_metrics(addr, control).await?;
+        }
+        redoubt_overlayd::run_controlled(file, id, control_rx).await?;
+        anyhow::Ok(())
+    })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// How often the metrics endpoint's figures are read from the daemon.
+const METRICS_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Serves the daemon's `/metrics` (Prometheus), `/status` (its JSON status) and `/healthz` on
+/// `addr`, from its status read through `control` every [`METRICS_REFRESH`].
+async fn serve_metrics(
+    addr: std::net::SocketAddr,
+    control: tokio::sync::mpsc::Sender<redoubt_overlayd::Control>,
+) -> anyhow::Result<()> {
+    use std::sync::{Arc, Mutex};
+    let latest = Arc::new(Mutex::new(serde_json::Value::Null));
+    let shown = latest.clone();
+    redoubt_node::metrics::serve_get(addr, move |path| {
+        let status = shown.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match path {
+            "/metrics" => Some((
+                redoubt_node::metrics::METRICS_TYPE,
+                redoubt_overlayd::metrics::prometheus_text(&status),
+            )),
+            "/status" => Some(("application/json", format!("{status}\n"))),
+            "/healthz" => Some(("text/plain", "ok\n".into())),
+            _ => None,
+        }
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("overlay metrics address {addr}: {e}"))?;
+    tokio::spawn(async move {
+        loop {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            if control
+                .send(redoubt_overlayd::Control::Status(tx))
+                .await
+                .is_err()
+            {
+                return; // the daemon stopped
+            }
+            if let Ok(status) = rx.await {
+                *latest.lock().unwrap_or_else(|e| e.into_inner()) = status;
+            }
+            tokio::time::sleep(METRICS_REFRESH).await;
+        }
+    });
+    Ok(())
 }

@@ -4,7 +4,8 @@
 //!
 //! Ports, from the cluster's base port P: daemon `k` binds UDP P+200+k (the clients' daemon
 //! is node n); daemon `k`'s tunnel to replica `j` listens on 127.0.0.1:P+300+k·n+j (tunnel
-//! ports are local: each replica, and each client host, dials the daemon on its own machine).
+//! ports are local: each replica, and each client host, dials the daemon on its own machine);
+//! daemon `k` serves its metrics on P+300+(n+1)·n+k, right after the tunnel ports.
 
 use anyhow::Context;
 use redoubt_config::ClusterConfig;
@@ -28,11 +29,11 @@ pub struct Written {
 /// the daemons' key files.
 pub fn write(cfg: &ClusterConfig, base_port: u16) -> anyhow::Result<Written> {
     let n = cfg.replicas.len() as u32;
-    let last = u32::from(base_port) + TUNNEL_OFFSET + (n + 1) * n;
+    let last = u32::from(base_port) + TUNNEL_OFFSET + (n + 1) * n + n;
     if last > u32::from(u16::MAX) {
         anyhow::bail!(
             "--overlay needs ports up to base port + {} ({last}): choose a lower --base-port",
-            TUNNEL_OFFSET + (n + 1) * n
+            TUNNEL_OFFSET + (n + 1) * n + n
         );
     }
     let host = cfg
@@ -47,6 +48,12 @@ pub fn write(cfg: &ClusterConfig, base_port: u16) -> anyhow::Result<Written> {
             u32::from(base_port) + TUNNEL_OFFSET + k * n + j
         )
     };
+    let metrics = |k: u32| {
+        format!(
+            "{host}:{}",
+            u32::from(base_port) + TUNNEL_OFFSET + (n + 1) * n + k
+        )
+    };
     let mut o = String::from(
         "# The overlay of `redoubt overlay --config overlay.toml --id K` (docs/operations.md,\n\
          # \"Running replicas over the overlay\"; every option: docs/configuration.md).\n\
@@ -58,15 +65,17 @@ pub fn write(cfg: &ClusterConfig, base_port: u16) -> anyhow::Result<Written> {
     for (k, r) in cfg.replicas.iter().enumerate() {
         let _ = write!(
             o,
-            "\n[[node]]\nid = {k}\naddr = \"{}\"\nkey_file = \"keys/overlay-{k}.key\"\nreplica_addr = \"{}\"\n",
+            "\n[[node]]\nid = {k}\naddr = \"{}\"\nkey_file = \"keys/overlay-{k}.key\"\nreplica_addr = \"{}\"\nmetrics_addr = \"{}\"\n",
             udp(k as u32),
-            r.addr
+            r.addr,
+            metrics(k as u32)
         );
     }
     let _ = write!(
         o,
-        "\n[[node]]\nid = {n}\naddr = \"{}\"\nkey_file = \"keys/overlay-{n}.key\"\n",
-        udp(n)
+        "\n[[node]]\nid = {n}\naddr = \"{}\"\nkey_file = \"keys/overlay-{n}.key\"\nmetrics_addr = \"{}\"\n",
+        udp(n),
+        metrics(n)
     );
     for a in 0..=n {
         for b in a + 1..=n {

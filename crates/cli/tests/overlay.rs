@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{redoubt, stdout_of_success, Cluster};
+use common::{http_get, redoubt, stdout_of_success, Cluster};
 use std::fmt::Write as _;
 use std::fs::File;
 use std::net::SocketAddr;
@@ -528,4 +528,36 @@ async fn init_overlay_writes_a_cluster_that_runs_over_the_overlay() {
         "{}",
         daemons.all_logs()
     );
+    // Every daemon serves its metrics where the overlay file says (`init` wrote the
+    // addresses); the clients' daemon carried the client's frames.
+    let file = redoubt_overlayd::OverlayFile::load(&cluster.dir.path().join("overlay.toml"))
+        .expect("overlay file");
+    let addr = |k: usize| {
+        file.nodes[k]
+            .metrics_addr
+            .expect("init writes metrics_addr")
+    };
+    tokio::time::sleep(Duration::from_millis(1_200)).await; // one refresh of the figures
+    let text = http_get(addr(4), "/metrics")
+        .await
+        .expect("node 4's metrics");
+    let value = |text: &str, name: &str| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing from\n{text}"))
+    };
+    assert!(
+        value(&text, "redoubt_overlay_tunnel_frames_out_total{node=\"4\"}") > 0,
+        "{text}"
+    );
+    assert!(value(&text, "redoubt_overlay_frames_sent_total{node=\"4\"}") > 0);
+    assert!(
+        text.contains("redoubt_overlay_link_up{node=\"4\",neighbour=\"0\"} 1"),
+        "{text}"
+    );
+    for k in 0..4 {
+        let status = http_get(addr(k), "/status").await.expect("status");
+        assert!(status.contains(&format!("\"node\":{k}")), "{status}");
+    }
 }

@@ -660,6 +660,19 @@ pub async fn serve_held_down(
     .await
 }
 
+/// Serves `GET`s of the paths `answer` knows (`Some((content type, body))`: 200; `None`:
+/// 404) until the task is dropped, like [`serve`] (the overlay daemon's endpoint).
+pub async fn serve_get(
+    addr: SocketAddr,
+    answer: impl Fn(&str) -> Option<(&'static str, String)> + Send + Sync + 'static,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    serve_with(addr, move |method, path| match (method, answer(path)) {
+        (&Method::GET, Some((kind, body))) => (StatusCode::OK, kind, body),
+        _ => not_here(method),
+    })
+    .await
+}
+
 /// Serves HTTP/1.1 `GET`s with `answer(method, path)` until the task is dropped, at most
 /// [`HTTP_CONNECTIONS_MAX`] connections at once.
 async fn serve_with(
@@ -696,7 +709,7 @@ async fn serve_with(
 }
 
 /// Prometheus' text format.
-const METRICS_TYPE: &str = "text/plain; version=0.0.4";
+pub const METRICS_TYPE: &str = "text/plain; version=0.0.4";
 
 /// A path we do not serve, or a method other than GET.
 fn not_here(method: &Method) -> (StatusCode, &'static str, String) {

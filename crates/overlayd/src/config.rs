@@ -136,6 +136,10 @@ pub struct NodeEntry {
     /// file's directory: the key it shares with each other node, and no other.
     #[serde(default)]
     pub key_file: Option<PathBuf>,
+    /// Where `redoubt overlay` serves this daemon's Prometheus `/metrics`, `/status` (JSON)
+    /// and `/healthz` over HTTP. Absent: not served.
+    #[serde(default)]
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// Emulated wide-area behaviour of one link, applied by each end to what it sends.

@@ -105,8 +105,22 @@ pub async fn spawn(file: OverlayFile, id: u16) -> Result<DaemonHandle, DaemonErr
 /// and `[[faulty]]` entries; SIGUSR1 logs the status line.
 pub async fn run(file: OverlayFile, id: u16) -> Result<(), DaemonError> {
     let (_control_tx, control_rx) = mpsc::channel(CONTROL_QUEUE_MAX);
+    run_controlled(file, id, control_rx).await
+}
+
+/// [`run`], answering `control` too (its status feeds the metrics endpoint).
+pub async fn run_controlled(
+    file: OverlayFile,
+    id: u16,
+    control: mpsc::Receiver<Control>,
+) -> Result<(), DaemonError> {
     let d = Daemon::start(file, id, None).await?;
-    d.run(control_rx, true).await
+    d.run(control, true).await
+}
+
+/// A control channel of the bounded size the daemon reads ([`run_controlled`]).
+pub fn control_channel() -> (mpsc::Sender<Control>, mpsc::Receiver<Control>) {
+    mpsc::channel(CONTROL_QUEUE_MAX)
 }
 
 struct Daemon {

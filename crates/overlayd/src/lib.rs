@@ -40,9 +40,12 @@ mod conns;
 mod daemon;
 pub mod faulty;
 pub mod keys;
+pub mod metrics;
 pub mod tunnel;
 pub mod wan;
 
 pub use config::{Emulation, OverlayConfigError, OverlayFile};
 pub use conns::TunnelCounters;
-pub use daemon::{run, spawn, Control, Counters, DaemonError, DaemonHandle};
+pub use daemon::{
+    control_channel, run, run_controlled, spawn, Control, Counters, DaemonError, DaemonHandle,
+};
