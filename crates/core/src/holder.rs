@@ -540,6 +540,11 @@ impl Calls {
         self.in_flight.values().any(|(nk, _)| nk.from == p)
     }
 
+    /// Whether a call opening a state session of `peer` is in flight.
+    pub(crate) fn opening_state(&self, peer: Principal) -> bool {
+        self.states.values().any(|(p, _, _)| *p == peer)
+    }
+
     /// Whether a refresh of our keys is in flight.
     pub(crate) fn refreshing(&self) -> bool {
         self.refresh.is_some()

@@ -321,6 +321,26 @@ impl Keying {
         }
     }
 
+    /// Checks the calls in flight (for a node whose session keys are `keys`) and that every
+    /// FETCH waiting for a peer's state session has its call in flight (answers and expiries
+    /// take both away): one per peer.
+    pub(crate) fn check_invariants(
+        &self,
+        keys: Option<&crate::keys::SessionKeys>,
+    ) -> Result<(), String> {
+        self.calls.check_with(keys)?;
+        match self
+            .fetch_waiting
+            .keys()
+            .find(|p| !self.calls.opening_state(**p))
+        {
+            Some(p) => Err(format!(
+                "a FETCH of {p} waits for a state session nobody opens"
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Seals `data` in place under `key` (see [`Keying::state_key`]; `sender` is our id), so
     /// that pages never leave in clear.
     pub(crate) fn seal_state(key: &BodyKey, sender: u32, entropy: u64, data: &mut StateData) {

@@ -279,7 +279,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     /// Checks the node's invariants; `Err` names the first that fails.
     pub fn check_invariants(&self) -> Result<(), String> {
         self.exec.check_invariants()?;
-        self.keying.calls.check_with(self.auth.session_ref())?;
+        self.keying.check_invariants(self.auth.session_ref())?;
         let window = self.cfg.log_size;
         if self.orders.len() > self.cfg.n() as usize * window as usize {
             return Err(format!("{} certificate pieces held", self.orders.len()));

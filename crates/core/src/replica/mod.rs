@@ -431,7 +431,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .store
             .check_invariants()
             .map_err(|e| format!("view-change messages: {e}"))?;
-        self.keying.calls.check_with(self.auth.session_ref())?;
+        self.keying.check_invariants(self.auth.session_ref())?;
         self.ordering
             .ckpt_votes
             .check_invariants()
