@@ -73,15 +73,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return self.on_prime_request(from, sr, digest);
         }
         let mac_ok = self.request_authentic(req, &digest, &sr.auth);
-        if !mac_ok
-            && sr.sig.is_none()
-            && matches!(client, Principal::Client(_))
-            && self.keying.calls.admitting(client)
+        if !mac_ok && matches!(client, Principal::Client(_)) && self.keying.calls.admitting(client)
         {
             // Under the key of the client's NEW-KEY the key holder is admitting, most likely
             // (a new client's first request comes right behind it, and a backup relays it
             // to the primary at once): `receive` holds the frame and reads it again once
-            // the key is in. A signed request goes on: its signature vouches for it.
+            // the key is in. A signed one too (a new client process signs its first
+            // requests): answered now, its reply would go to the connection of the client's
+            // previous process, as the route moves only when the key is admitted.
             return Err(Reject::KeyPending);
         }
         if !mac_ok {
