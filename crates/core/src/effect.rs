@@ -105,11 +105,6 @@ pub enum Event {
     /// A client came under suspicion: a request of it was doubted in a batch that did not
     /// commit before a view change; its unsigned requests are not ordered for a while.
     ClientSuspected { client: ClientId },
-    /// A client's NEW-KEY (signed by its key holder, fresher than the key installed) goes to
-    /// the key holder to be admitted, now or after the one in flight: once the key holder
-    /// admits counter `counter`, a host routes the client's replies to the connection the
-    /// NEW-KEY came on (a new client process's first request is answered there).
-    ClientNewKey { client: ClientId, counter: u64 },
     /// The stored checkpoint `seq` did not load at start-up (`reason`): the replica stays
     /// diverged and fetches a checkpoint f+1 replicas vouch for.
     StateUnreadable { seq: Seq, reason: String },

@@ -117,10 +117,6 @@ struct Node<S: Service, O: Outgoing> {
     filter_links: Vec<Link>,
     known_clients: std::collections::HashSet<ClientId>,
     client_conns: HashMap<ClientId, ConnId>,
-    /// Per client, the newest NEW-KEY counter sent to be admitted and the connection it came
-    /// on; and the admission calls in flight (see [`Node::note_admission`]).
-    new_key_conns: HashMap<ClientId, (u64, ConnId)>,
-    admissions: std::collections::BTreeMap<u64, (ClientId, u64)>,
     metrics: Arc<Metrics>,
     status: Arc<Mutex<StatusReport>>,
     started: Instant,
@@ -144,9 +140,6 @@ struct Node<S: Service, O: Outgoing> {
     /// The key holder's thread, with session keys (the core's `Effect::Holder`).
     holder: Option<HolderDesk>,
 }
-
-/// Admission calls remembered for routing (see [`Node::note_admission`]).
-const ADMISSIONS_MAX: usize = 4096;
 
 impl<S: Service, O: Outgoing> Node<S, O> {
     fn env(&self) -> Env {
@@ -202,7 +195,9 @@ impl<S: Service, O: Outgoing> Node<S, O> {
                 }
                 Effect::Event(ev) => self.event(ev, conn),
                 Effect::Holder(call) => {
-                    self.note_admission(&call);
+                    if let Some(conn) = conn {
+                        self.note_new_key_sender(conn, &call);
+                    }
                     call_holder(&self.holder, Principal::Replica(self.id), call);
                 }
             }
@@ -210,16 +205,18 @@ impl<S: Service, O: Outgoing> Node<S, O> {
         self.effects = effects;
     }
 
-    /// The core asked the key holder to admit a client's NEW-KEY: which client and counter
-    /// the call is about, so that its answer can move the client's route (see
-    /// [`Node::holder_answer`]). Bounded: the core keeps at most two admissions per principal
-    /// in flight; answers remove them, and the oldest go beyond [`ADMISSIONS_MAX`].
-    fn note_admission(&mut self, call: &redoubt_core::HolderCall) {
+    /// A client's frame on `conn` made the core ask the key holder to admit the client's
+    /// NEW-KEY: the core found it signed by the client's key holder and fresher than any
+    /// installed, so replies go back on that connection from now on. A new client process
+    /// sends its NEW-KEY right before its first request, whose authenticator cannot verify
+    /// until the key is in (`note_sender` leaves the route as it was); without this, the
+    /// answers to that request went to the connection of the client's previous process, and
+    /// the client waited out its retransmission timeout (0.4 s per `redoubt kv put`).
+    fn note_new_key_sender(&mut self, conn: ConnId, call: &redoubt_core::HolderCall) {
         if let redoubt_core::holder::HolderRequest::Admit(nk) = &call.request {
             if let Principal::Client(c) = nk.from {
-                self.admissions.insert(call.id, (c, nk.counter));
-                while self.admissions.len() > ADMISSIONS_MAX {
-                    self.admissions.pop_first();
+                if self.known_clients.contains(&c) {
+                    self.client_conns.insert(c, conn);
                 }
             }
         }
@@ -291,17 +288,6 @@ impl<S: Service, O: Outgoing> Node<S, O> {
             }
             Event::StateDistrusted { seq, h_m } => {
                 error!(replica = self.id, seq, h_m, "recovery: the state claims a checkpoint above the recovery estimate; fetching the whole state again");
-            }
-            Event::ClientNewKey { client, counter } => {
-                if let Some(conn) = conn.filter(|_| self.known_clients.contains(&client)) {
-                    if self
-                        .new_key_conns
-                        .get(&client)
-                        .is_none_or(|(k, _)| *k <= counter)
-                    {
-                        self.new_key_conns.insert(client, (counter, conn));
-                    }
-                }
             }
             Event::ClientSuspected { client } => {
                 warn!(replica = self.id, client, "client under suspicion: a request of it was doubted in a batch that did not commit before a view change; its requests are ordered only when signed for a while");
@@ -647,25 +633,6 @@ impl<S: Service, O: Outgoing> Hosted for Node<S, O> {
     }
 
     fn holder_answer(&mut self, answer: redoubt_core::HolderAnswer) {
-        // A client's NEW-KEY admitted: its replies go back on the connection that NEW-KEY came
-        // on from now on (before the core answers the requests held for the key). Only a key
-        // the holder admitted moves the route: a replayed NEW-KEY, refused as stale, does not.
-        if let Some((c, counter)) = self.admissions.remove(&answer.id) {
-            let admitted = matches!(
-                answer.result,
-                redoubt_core::holder::HolderResult::Admitted(Ok(redoubt_core::Admitted::Key(_)))
-            );
-            if admitted
-                && self
-                    .new_key_conns
-                    .get(&c)
-                    .is_some_and(|(k, _)| *k == counter)
-            {
-                if let Some((_, conn)) = self.new_key_conns.remove(&c) {
-                    self.client_conns.insert(c, conn);
-                }
-            }
-        }
         self.input(Input::Holder(answer), None);
     }
 
@@ -927,8 +894,6 @@ pub async fn run_replica_with<S: Service + Send + 'static, O: Outgoing + 'static
         filter_links,
         known_clients: cfg.clients.iter().map(|c| c.id).collect(),
         client_conns: HashMap::new(),
-        new_key_conns: HashMap::new(),
-        admissions: Default::default(),
         metrics,
         status,
         started: Instant::now(),

@@ -161,12 +161,6 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             // A retransmission or a replay of what we installed: nothing to forget.
             Check::Again(_) => Ok(()),
             Check::Admit => {
-                if let Principal::Client(client) = from {
-                    self.event(Event::ClientNewKey {
-                        client,
-                        counter: nk.counter,
-                    });
-                }
                 if let Some(call) = self.keying.calls.admit(nk, self.now()) {
                     self.out.effects.push(Effect::Holder(call));
                 }

@@ -79,8 +79,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             // (a new client's first request comes right behind it, and a backup relays it
             // to the primary at once): `receive` holds the frame and reads it again once
             // the key is in. A signed one too (a new client process signs its first
-            // requests): answered now, its reply would go to the connection of the client's
-            // previous process, as the route moves only when the key is admitted.
+            // requests), like the others.
             return Err(Reject::KeyPending);
         }
         if !mac_ok {
