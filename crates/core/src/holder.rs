@@ -160,12 +160,9 @@ pub fn perform(holder: &mut dyn KeyHolder, call: &HolderCall) -> HolderAnswer {
             holder.sign(Purpose::Checkpoint, &checkpoint_statement(*seq, digest)),
         ),
         HolderRequest::FreshKey => HolderResult::Fresh(holder.fresh_key()),
-        HolderRequest::OpenState { peer, enc } => {
-            HolderResult::BodyKey(Box::new(match crate::keys::state_info_of(*peer) {
-                Some(info) => holder.open_body(&info, enc),
-                None => Err(HolderError::Refused("clients fetch no state".into())),
-            }))
-        }
+        HolderRequest::OpenState { peer, enc } => HolderResult::BodyKey(Box::new(
+            crate::keys::state_info_for(*peer).and_then(|info| holder.open_body(&info, enc)),
+        )),
     };
     HolderAnswer {
         id: call.id,

@@ -341,12 +341,6 @@ impl Keying {
         }
     }
 
-    /// Seals `data` in place under `key` (see [`Keying::state_key`]; `sender` is our id), so
-    /// that pages never leave in clear.
-    pub(crate) fn seal_state(key: &BodyKey, sender: u32, entropy: u64, data: &mut StateData) {
-        crate::transfer::seal_answer(key, sender, entropy, data);
-    }
-
     /// Opens a sealed answer to our FETCH in place (an unsealed one is refused; none is
     /// expected without a session of ours).
     pub(crate) fn open_state(&self, d: &mut StateData) -> Result<(), Reject> {

@@ -449,6 +449,12 @@ pub trait KeyTable: Auth {
     ) -> Result<Option<BodyKey>, HolderError>;
 }
 
+/// The HPKE context of `p`'s state session (see [`state_info_of`]); refused for principals
+/// that fetch no state.
+pub(crate) fn state_info_for(p: Principal) -> Result<Vec<u8>, HolderError> {
+    state_info_of(p).ok_or_else(|| HolderError::Refused("clients fetch no state".into()))
+}
+
 impl KeyTable for StaticKeys {
     fn start_body_session(&mut self, entropy: u64) -> Option<([u8; ENC_LEN], BodyKey)> {
         let Principal::Client(c) = self.me() else {
@@ -474,8 +480,7 @@ impl KeyTable for StaticKeys {
         p: Principal,
         enc: &[u8; ENC_LEN],
     ) -> Result<Option<BodyKey>, HolderError> {
-        let info = state_info_of(p)
-            .ok_or_else(|| HolderError::Refused("clients fetch no state".into()))?;
+        let info = state_info_for(p)?;
         open_body_with(self.executor_secret(), &info, enc)
     }
 }
@@ -509,8 +514,7 @@ impl KeyTable for SessionKeys {
         p: Principal,
         enc: &[u8; ENC_LEN],
     ) -> Result<Option<BodyKey>, HolderError> {
-        let info = state_info_of(p)
-            .ok_or_else(|| HolderError::Refused("clients fetch no state".into()))?;
+        let info = state_info_for(p)?;
         self.with_holder(|h| h.open_body(&info, enc))
     }
 }

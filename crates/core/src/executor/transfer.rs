@@ -194,7 +194,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             }
         };
         if let Some(key) = &key {
-            crate::keying::Keying::seal_state(key, self.id, self.env.entropy, &mut data);
+            crate::transfer::seal_answer(key, self.id, self.env.entropy, &mut data);
         }
         self.send(Principal::Executor(from), &Message::StateData(data));
         Ok(())

@@ -126,7 +126,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         ) {
             Ok((mut data, used)) => {
                 if let Some(key) = &key {
-                    crate::keying::Keying::seal_state(key, self.id, self.env.entropy, &mut data);
+                    crate::transfer::seal_answer(key, self.id, self.env.entropy, &mut data);
                 }
                 self.stats.transfer_bytes_out += used as u64;
                 self.send_replica(from, &Message::StateData(data));
