@@ -537,15 +537,26 @@ async fn init_overlay_writes_a_cluster_that_runs_over_the_overlay() {
             .metrics_addr
             .expect("init writes metrics_addr")
     };
-    tokio::time::sleep(Duration::from_millis(1_200)).await; // one refresh of the figures
-    let text = http_get(addr(4), "/metrics")
-        .await
-        .expect("node 4's metrics");
-    let value = |text: &str, name: &str| -> u64 {
+    let value = |text: &str, name: &str| -> Option<u64> {
         text.lines()
             .find(|l| l.starts_with(name))
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-            .unwrap_or_else(|| panic!("{name} missing from\n{text}"))
+    };
+    // The figures are read from the daemon every second: up to ten seconds for ones that
+    // include the client's traffic.
+    let out = "redoubt_overlay_tunnel_frames_out_total{node=\"4\"}";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = http_get(addr(4), "/metrics")
+            .await
+            .expect("node 4's metrics");
+        if value(&text, out).is_some_and(|v| v > 0) || Instant::now() >= deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let value = |text: &str, name: &str| -> u64 {
+        value(text, name).unwrap_or_else(|| panic!("{name} missing from\n{text}"))
     };
     assert!(
         value(&text, "redoubt_overlay_tunnel_frames_out_total{node=\"4\"}") > 0,
