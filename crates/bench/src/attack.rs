@@ -111,6 +111,10 @@ pub struct AttackArgs {
     /// 0: off) of the clusters attacked, instead of the default
     #[arg(long, value_name = "MS")]
     primary_pace_window_ms: Option<u64>,
+    /// Override a setting of every attacked cluster, e.g. `--set protocol.prime_row_interval_ms=5`
+    /// (repeatable; see docs/configuration.md)
+    #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
+    sets: Vec<String>,
     /// Write the tables, CSV and plots to DIR
     #[arg(long, value_name = "DIR", default_value = ".")]
     out: PathBuf,
@@ -182,6 +186,9 @@ async fn bench(args: AttackArgs) -> anyhow::Result<ExitCode> {
         Ordering::Prime => vec![OrderProtocol::Prime],
         Ordering::Both => vec![OrderProtocol::Pbft, OrderProtocol::Prime],
     };
+    for s in &args.sets {
+        println!("  setting {s}");
+    }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let (tempdir, root) =
@@ -257,7 +264,10 @@ async fn one_run(
             .validate()
             .map_err(|e| anyhow::anyhow!("--primary-pace-window-ms: {e}"))?;
     }
-    std::fs::write(&config_path, cfg.to_toml()?)?;
+    let text = redoubt_config::override_toml(&cfg.to_toml()?, &args.sets)
+        .map_err(|e| anyhow::anyhow!("--set: {e}"))?;
+    ClusterConfig::parse(&config_path, &text).map_err(|e| anyhow::anyhow!("--set: {e}"))?;
+    std::fs::write(&config_path, text)?;
     let start_file = dir.join("attack-started");
     let mut procs = ReplicaProcs::new(exe.to_path_buf(), config_path.clone(), dir.to_path_buf(), 4);
     if let Some((id, behaviour)) = attack.replica() {

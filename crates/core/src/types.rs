@@ -701,6 +701,6 @@ mod defaults {
         500
     }
     pub fn prime_row_interval_ms() -> u64 {
-        2
+        5
     }
 }

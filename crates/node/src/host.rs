@@ -78,6 +78,8 @@ pub(crate) trait Hosted {
     fn holder_answer(&mut self, _answer: HolderAnswer) {}
     /// SIGUSR1, for nodes whose [`Signals`] take it: check the state now.
     fn check_state(&mut self) {}
+    /// Every frame that waited has been handled: work that serves the whole turn goes now.
+    fn idle(&mut self) {}
     /// The turn's work is done, after `took`, and `depths` frames wait.
     fn turn_done(&mut self, _took: Duration, _depths: Depths) {}
     /// Ends a turn (and the loop): makes durable what must be, then sends.
@@ -216,6 +218,7 @@ pub(crate) async fn serve<H: Hosted>(
             }
             Wake::Holder(answer) => host.holder_answer(answer),
         }
+        host.idle();
         let took = t.elapsed();
         let depths = Depths {
             listener: inbound.listener.len(),
@@ -273,6 +276,17 @@ mod tests {
             self.note(format!("link {}", frame[0]));
         }
         fn refresh(&mut self) {}
+        /// Noted after frames only (every turn ends idle; ticks would fill the log).
+        fn idle(&mut self) {
+            let mut log = self.0.lock().unwrap();
+            if log
+                .seen
+                .last()
+                .is_some_and(|s| s.starts_with("listener") || s.starts_with("link"))
+            {
+                log.seen.push("idle".into());
+            }
+        }
         fn stop(&mut self) -> Stop {
             self.note("stop".into());
             self.0.lock().unwrap().ticks_after_stop = Some(0);
@@ -353,7 +367,7 @@ mod tests {
         let log = log.lock().unwrap();
         assert_eq!(
             log.seen,
-            ["listener 1 9", "flush", "stop", "flush", "stopped"]
+            ["listener 1 9", "idle", "flush", "stop", "flush", "stopped"]
         );
         assert_eq!(log.ticks_after_stop, Some(3));
     }

@@ -677,6 +677,10 @@ impl<S: Service, O: Outgoing> Hosted for Node<S, O> {
         self.input(Input::Tick, None);
     }
 
+    fn idle(&mut self) {
+        self.input(Input::Idle, None);
+    }
+
     fn turn_done(&mut self, took: Duration, depths: Depths) {
         self.metrics.handle_seconds.observe(took.as_secs_f64());
         self.listener_queue.set(depths.listener);

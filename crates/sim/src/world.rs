@@ -278,6 +278,28 @@ impl World {
         self.queue.push(Reverse((Key(at, id), slot)));
     }
 
+    /// Ends replica `r`'s turn (`Input::Idle`), after the effects of its last input were
+    /// done: the core takes the state commits it handed over as written when it is called.
+    fn end_turn(&mut self, r: ReplicaId) {
+        let env = self.replica_env(r);
+        let eff = self.replicas[r as usize].handle(env, Input::Idle);
+        self.replica_effects(r, eff);
+    }
+
+    /// Whether replica `r`'s turn ends after the delivery being handled: unless the next
+    /// event is another delivery to it at the same millisecond, which the same turn takes
+    /// (the node runtime handles what already waits in one turn, then `Input::Idle`).
+    fn turn_ends(&self, r: ReplicaId) -> bool {
+        let Some(Reverse((Key(at, _), slot))) = self.queue.peek() else {
+            return true;
+        };
+        let next_to_r = matches!(
+            &self.events[*slot],
+            Some(Ev::Deliver { to: Principal::Replica(to), .. }) if *to == r
+        );
+        !(*at == self.now && next_to_r)
+    }
+
     fn schedule_initial(&mut self) {
         let n = self.sc.core.n();
         for r in 0..n {
@@ -606,6 +628,9 @@ impl World {
                 };
                 self.join_handled(r, suspected_before);
                 self.replica_effects(r, eff);
+                if self.turn_ends(r) {
+                    self.end_turn(r);
+                }
                 self.join_after();
                 for (t, b, d) in extra {
                     self.transmit(Principal::Replica(r), t, b, d);

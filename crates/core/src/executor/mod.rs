@@ -265,6 +265,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             // Opened here as it arrived (execution nodes do not split the work).
             Input::Preopened(p) => self.receive(p.bytes()),
             Input::Tick => self.tick(),
+            Input::Idle => {}
             // Execution nodes have no view to step down from, and do not recover
             // proactively (module documentation).
             Input::StepDown | Input::Recover => {}

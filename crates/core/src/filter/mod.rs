@@ -193,7 +193,7 @@ impl Filter {
             Input::Receive(bytes) => self.receive(bytes),
             Input::Preopened(p) => self.receive(p.bytes()),
             // Filters hold no session keys and call no key holder.
-            Input::Tick | Input::StepDown | Input::Recover | Input::Holder(_) => {}
+            Input::Tick | Input::Idle | Input::StepDown | Input::Recover | Input::Holder(_) => {}
         }
         std::mem::take(&mut self.effects)
     }

@@ -107,7 +107,37 @@ pub struct PrimeSide {
     /// Our latest signed row (resent at every status interval: rows are not retransmitted
     /// otherwise).
     row: Option<SignedPoAru>,
+    /// What this turn's inputs asked of the host, done once at the turn's end.
+    deferred: TurnWork,
     outs: Vec<Out>,
+}
+
+/// Work Prime's inputs ask for that serves every input of a turn at once: done at the end of
+/// the host's turn ([`crate::replica::Input::Idle`], or the next tick), so that the requests,
+/// PO-REQUESTs and acknowledgements a busy replica reads in one turn cost one PO-REQUEST, one
+/// PO-ACK, at most one row and one summary, not one of each per input.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TurnWork {
+    /// Waiting clients' requests to introduce.
+    pub introduce: bool,
+    /// Acknowledgements to send.
+    pub acks: bool,
+    /// A row to sign (our certificates may have grown).
+    pub row: bool,
+    /// Our matrix changed: tell the leader, or propose.
+    pub matrix: bool,
+    /// Held PO-REQUESTs or certificates changed: ordered matrices may run now.
+    pub execute: bool,
+}
+
+impl TurnWork {
+    fn merge(&mut self, o: TurnWork) {
+        self.introduce |= o.introduce;
+        self.acks |= o.acks;
+        self.row |= o.row;
+        self.matrix |= o.matrix;
+        self.execute |= o.execute;
+    }
 }
 
 impl PrimeSide {
@@ -131,6 +161,7 @@ impl PrimeSide {
             summarized: vec![0; n],
             at_checkpoint: BTreeMap::new(),
             row: None,
+            deferred: TurnWork::default(),
             outs: Vec::new(),
         };
         #[cfg(feature = "mutants")]
@@ -277,6 +308,16 @@ impl PrimeSide {
     pub fn may_propose_now(&self, now: u64, in_flight: Seq) -> bool {
         in_flight < self.cfg.inflight_batches_max
             || now >= self.timers.last_proposal_ms + self.cfg.prime_proposal_period_ms
+    }
+
+    /// Notes work for the end of the turn.
+    pub fn defer(&mut self, w: TurnWork) {
+        self.deferred.merge(w);
+    }
+
+    /// The work this turn's inputs asked for (nothing is left deferred).
+    pub fn take_deferred(&mut self) -> TurnWork {
+        std::mem::take(&mut self.deferred)
     }
 
     /// Whether we could introduce a PO-REQUEST now (the window allows one).

@@ -85,6 +85,11 @@ pub enum Input<'a> {
     Preopened(Preopened),
     /// Time passed; fire due timers. Hosts call this every few milliseconds.
     Tick,
+    /// The host handled every frame that was waiting (the end of its turn): work the turn's
+    /// inputs asked for that serves them all at once goes out now (Prime's PO-REQUEST,
+    /// PO-ACK, row and summary). A host that batches inputs calls it after each batch, one
+    /// that does not after each input; work still deferred goes at the next `Tick`.
+    Idle,
     /// The primary is about to stop (for recovery or shutdown): hand over to the next view.
     StepDown,
     /// The key holder's answer to a call this node made (an [`Effect::Holder`]).
@@ -489,6 +494,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 }
             }
             Input::Tick => self.tick(),
+            Input::Idle => self.turn_end(),
             Input::StepDown => {
                 if self.views.normal && self.is_primary() {
                     self.start_view_change(
@@ -747,6 +753,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     // ----- timers -------------------------------------------------------------------------
+
+    /// The end of the host's turn ([`Input::Idle`]).
+    fn turn_end(&mut self) {
+        self.prime_turn_end();
+    }
 
     fn tick(&mut self) {
         let now = self.now();

@@ -9,10 +9,20 @@
 //! the replicas measured is replaced by a view change.
 
 use super::*;
-use crate::prime::side::{derived, padded, Out, PrimeSide};
+use crate::prime::side::{derived, padded, Out, PrimeSide, TurnWork};
 
 mod keys;
 pub(super) use keys::installed_key;
+
+/// A PO-REQUEST came to be held: it is acknowledged, may complete certificates (a row), and
+/// may be what an ordered matrix waited for.
+const HELD_CHANGED: TurnWork = TurnWork {
+    introduce: false,
+    acks: true,
+    row: true,
+    matrix: false,
+    execute: true,
+};
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
     fn prime_ready(&self) -> bool {
@@ -49,6 +59,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if !self.prime_ready() {
             return;
         }
+        self.prime_turn_end();
         let now = self.now();
         if self.side().preorder_due(now) {
             self.preorder_round();
@@ -66,6 +77,40 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             let replaying = self.out.replaying;
             self.side().resend(now, replaying);
             self.prime_apply();
+        }
+    }
+
+    /// The end of the host's turn: what its inputs asked for, once for all of them
+    /// ([`TurnWork`]).
+    pub(super) fn prime_turn_end(&mut self) {
+        let Some(p) = self.prime.as_mut() else {
+            return;
+        };
+        let w = p.take_deferred();
+        if !self.prime_ready() {
+            return;
+        }
+        if w.introduce {
+            self.introduce();
+        }
+        if w.acks {
+            self.send_acks();
+        }
+        if w.row {
+            self.sign_row();
+        }
+        if w.matrix {
+            self.matrix_changed();
+        }
+        if w.execute {
+            self.try_execute();
+        }
+    }
+
+    /// Notes work for the end of the turn.
+    fn defer(&mut self, w: TurnWork) {
+        if let Some(p) = self.prime.as_mut() {
+            p.defer(w);
         }
     }
 
@@ -289,9 +334,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
             _ => self.requests.pool.admit(sr, digest, true, true),
         }
-        if self.prime_ready() {
-            self.introduce();
-        }
+        self.defer(TurnWork {
+            introduce: true,
+            ..TurnWork::default()
+        });
         self.arm_request_timer();
         Ok(())
     }
@@ -310,9 +356,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let new = self.side().on_po_request(req)?;
         if new {
             self.prime_apply();
-            self.send_acks();
-            self.sign_row();
-            self.try_execute();
+            self.defer(HELD_CHANGED);
         }
         Ok(())
     }
@@ -348,8 +392,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         self.side().on_po_ack(from, &ack)?;
         self.prime_apply();
-        self.sign_row();
-        self.try_execute();
+        self.defer(TurnWork {
+            row: true,
+            execute: true,
+            ..TurnWork::default()
+        });
         Ok(())
     }
 
@@ -361,7 +408,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let exec = &self.exec;
         let p = self.prime.as_mut().expect("prime");
         if p.on_po_aru(row, &|j| installed_key(exec, j))? {
-            self.matrix_changed();
+            self.defer(TurnWork {
+                matrix: true,
+                ..TurnWork::default()
+            });
         }
         Ok(())
     }
@@ -408,9 +458,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .po_request_shape(from, c.replica, &c.request)?;
         self.check_po_requests(&c.request)?;
         if self.side().on_po_copy(from, c.request) {
-            self.send_acks();
-            self.sign_row();
-            self.try_execute();
+            self.defer(HELD_CHANGED);
         }
         Ok(())
     }

@@ -397,7 +397,8 @@ impl Cluster {
     pub fn input(&mut self, i: ReplicaId, input: Input<'_>) -> Out {
         let env = self.env();
         let effects = self.replica_mut(i).handle(env, input);
-        self.route(Principal::Replica(i), effects)
+        let out = self.route(Principal::Replica(i), effects);
+        self.end_turn(i, out)
     }
 
     /// One tick of live client `c`.
@@ -469,6 +470,39 @@ impl Cluster {
         let bytes: Bytes = self.seal(from, to, &msg).into();
         self.log(from, to, bytes.clone(), msg);
         self.hand(to, &bytes)
+    }
+
+    /// Replica `to` reads `msgs` (sender, message) in one turn of its host, as a busy node
+    /// reads what already waits: no `Input::Idle` between them, one after the last; returns
+    /// what it did, and without `idle` leaves the end of the turn out.
+    pub fn receive_turn(
+        &mut self,
+        to: ReplicaId,
+        msgs: Vec<(Principal, Message)>,
+        idle: bool,
+    ) -> Out {
+        let dest = Principal::Replica(to);
+        let mut out = Out::default();
+        for (from, msg) in msgs {
+            let bytes: Bytes = self.seal(from, dest, &msg).into();
+            self.log(from, dest, bytes.clone(), msg);
+            let env = self.env();
+            let effects = self.replica_mut(to).handle(env, Input::Receive(&bytes));
+            out.extend(self.route(dest, effects));
+        }
+        if idle {
+            out = self.end_turn(to, out);
+        }
+        out
+    }
+
+    /// Ends live replica `i`'s turn (`Input::Idle`) after `out`, the effects of its last
+    /// input, were routed (its state commits written); returns `out` and what it did.
+    fn end_turn(&mut self, i: ReplicaId, mut out: Out) -> Out {
+        let env = self.env();
+        let effects = self.replica_mut(i).handle(env, Input::Idle);
+        out.extend(self.route(Principal::Replica(i), effects));
+        out
     }
 
     /// Client `sr.request.client` sends its request to replica `to`, which gets it at once.
@@ -813,7 +847,11 @@ impl Cluster {
             Principal::Replica(i) => match &mut self.replicas[i as usize] {
                 Node::Live(r) => {
                     let effects = r.handle(env, Input::Receive(bytes));
-                    return self.route(to, effects);
+                    let out = self.route(to, effects);
+                    let Principal::Replica(i) = to else {
+                        unreachable!()
+                    };
+                    return self.end_turn(i, out);
                 }
                 Node::Scripted(keys) => keys,
             },
