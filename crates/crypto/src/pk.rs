@@ -13,6 +13,9 @@ use rand_chacha::rand_core::SeedableRng;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+mod zip215;
+pub use zip215::{verify_all_zip215, verify_zip215, Item};
+
 /// An Ed25519 signature.
 #[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Signature(#[serde(with = "serde_bytes")] pub [u8; 64]);
@@ -134,25 +137,37 @@ const VERIFYING_KEYS_MAX: usize = 4096;
 /// `key` decompressed, from a process-wide table (decompressing costs about a fifth of a
 /// verification; the same few keys verify everything).
 fn verifying_key(key: &VerifyKey) -> Option<ed25519_dalek::VerifyingKey> {
-    static KEYS: std::sync::Mutex<
-        Option<std::collections::HashMap<[u8; 32], ed25519_dalek::VerifyingKey>>,
-    > = std::sync::Mutex::new(None);
-    if let Some(vk) = KEYS
+    static KEYS: KeyTable<ed25519_dalek::VerifyingKey> = std::sync::Mutex::new(None);
+    decompressed(&KEYS, key, || {
+        ed25519_dalek::VerifyingKey::from_bytes(&key.0).ok()
+    })
+}
+
+/// A process-wide table of decompressed public keys, by their bytes.
+type KeyTable<K> = std::sync::Mutex<Option<std::collections::HashMap<[u8; 32], K>>>;
+
+/// `key` from `table`, or made by `decompress` and kept (at most [`VERIFYING_KEYS_MAX`]).
+fn decompressed<K: Copy>(
+    table: &KeyTable<K>,
+    key: &VerifyKey,
+    decompress: impl FnOnce() -> Option<K>,
+) -> Option<K> {
+    if let Some(k) = table
         .lock()
         .expect("key table")
         .as_ref()
         .and_then(|m| m.get(&key.0))
     {
-        return Some(*vk);
+        return Some(*k);
     }
-    let vk = ed25519_dalek::VerifyingKey::from_bytes(&key.0).ok()?;
-    let mut table = KEYS.lock().expect("key table");
+    let k = decompress()?;
+    let mut table = table.lock().expect("key table");
     let map = table.get_or_insert_with(Default::default);
     if map.len() >= VERIFYING_KEYS_MAX {
         map.clear();
     }
-    map.insert(key.0, vk);
-    Some(vk)
+    map.insert(key.0, k);
+    Some(k)
 }
 
 /// Seals a 32-byte session key to `to` (HPKE base mode). `info` binds the context (sender,

@@ -22,18 +22,43 @@ pub(crate) fn check_once(
     sig: &[u8],
     check: impl FnOnce() -> bool,
 ) -> bool {
+    let id = id(scheme, key, msg, sig);
+    if let Some(ok) = lookup(&id) {
+        return ok;
+    }
+    let ok = check();
+    note(id, ok);
+    ok
+}
+
+/// The answer for (key, msg, sig) under `scheme` if a check made it before.
+pub(crate) fn known(scheme: &str, key: &[u8], msg: &[u8], sig: &[u8]) -> Option<bool> {
+    lookup(&id(scheme, key, msg, sig))
+}
+
+/// Remembers `ok` as the answer for (key, msg, sig) under `scheme`.
+pub(crate) fn remember(scheme: &str, key: &[u8], msg: &[u8], sig: &[u8], ok: bool) {
+    note(id(scheme, key, msg, sig), ok);
+}
+
+fn id(scheme: &str, key: &[u8], msg: &[u8], sig: &[u8]) -> [u8; 32] {
     let mut h = blake3::Hasher::new_derive_key("redoubt remembered signature check v1");
     for part in [scheme.as_bytes(), key, msg, sig] {
         h.update(&(part.len() as u64).to_le_bytes());
         h.update(part);
     }
-    let id: [u8; 32] = h.finalize().into();
-    if let Some((map, _)) = CHECKED.lock().expect("check table").as_ref() {
-        if let Some(ok) = map.get(&id) {
-            return *ok;
-        }
-    }
-    let ok = check();
+    h.finalize().into()
+}
+
+fn lookup(id: &[u8; 32]) -> Option<bool> {
+    CHECKED
+        .lock()
+        .expect("check table")
+        .as_ref()
+        .and_then(|(map, _)| map.get(id).copied())
+}
+
+fn note(id: [u8; 32], ok: bool) {
     let mut table = CHECKED.lock().expect("check table");
     let (map, order) = table.get_or_insert_with(Default::default);
     if map.insert(id, ok).is_none() {
@@ -44,5 +69,4 @@ pub(crate) fn check_once(
             }
         }
     }
-    ok
 }

@@ -104,25 +104,56 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     /// Whether `sig` is client `req.client`'s key-holder signature of the request.
+    ///
+    /// Requests' signatures are checked under ZIP 215's rules ([`pk::verify_zip215`]), alone
+    /// here and in batches in PO-REQUESTs ([`Self::request_signatures_valid`]): a signature's
+    /// verdict is then the same in every grouping, at every replica.
     pub(super) fn request_signature_valid(
         &self,
         req: &Request,
         digest: &Digest,
         sig: &RequestSig,
     ) -> bool {
+        self.request_statement(req, digest, sig)
+            .is_some_and(|(key, st)| pk::verify_zip215(&key, &st, &sig.sig))
+    }
+
+    /// Whether every one of `reqs` (request, digest, signature) carries its client's valid
+    /// signature, checked in one batch.
+    pub(super) fn request_signatures_valid(&self, reqs: &[(&Request, Digest, RequestSig)]) -> bool {
+        let mut statements = Vec::with_capacity(reqs.len());
+        for (req, digest, sig) in reqs {
+            let Some(s) = self.request_statement(req, digest, sig) else {
+                return false;
+            };
+            statements.push(s);
+        }
+        let items: Vec<pk::Item<'_>> = statements
+            .iter()
+            .zip(reqs)
+            .map(|((key, st), (_, _, sig))| (key, &st[..], &sig.sig))
+            .collect();
+        pk::verify_all_zip215(&items)
+    }
+
+    /// The key a request's signature must verify under, and the statement it signs; `None` if
+    /// its client has no key (or it is a recovering replica's).
+    fn request_statement(
+        &self,
+        req: &Request,
+        digest: &Digest,
+        sig: &RequestSig,
+    ) -> Option<(pk::VerifyKey, [u8; 32])> {
         let c = Principal::Client(req.client);
         if recovery_replica(req.client).is_some() {
-            return false;
+            return None;
         }
-        let Some(pubkeys) = self
+        let pubkeys = self
             .auth
             .session_ref()
-            .and_then(|s| s.directory().get(c).copied())
-        else {
-            return false;
-        };
+            .and_then(|s| s.directory().get(c).copied())?;
         let st = crate::keys::holder_statement(Purpose::Request, c, sig.counter, digest);
-        pk::verify(&pubkeys.verify, &st.0, &sig.sig)
+        Some((pubkeys.verify, st.0))
     }
 
     pub(super) fn recovery_authentic(&self, r: ReplicaId, req: &Request) -> bool {

@@ -362,9 +362,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     /// Every client request in a PO-REQUEST must carry its client's valid signature (MACs
-    /// would verify at some replicas only; ADR 0007) and be within the size limit.
+    /// would verify at some replicas only; ADR 0007) and be within the size limit. The
+    /// clients' signatures are checked in one batch.
     fn check_po_requests(&self, req: &PoRequest) -> Result<(), Reject> {
         let n = self.cfg.n();
+        let mut signed = Vec::with_capacity(req.requests.len());
         for r in &req.requests {
             if r.request.op.len() > self.cfg.op_bytes_max() {
                 return Err(Reject::Inconsistent);
@@ -375,13 +377,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 }
                 continue;
             }
-            let d = r.request.digest();
-            if !r
-                .sig
-                .is_some_and(|s| self.request_signature_valid(&r.request, &d, &s))
-            {
+            let Some(sig) = r.sig else {
                 return Err(Reject::BadRequestAuth);
-            }
+            };
+            signed.push((&r.request, r.request.digest(), sig));
+        }
+        if !self.request_signatures_valid(&signed) {
+            return Err(Reject::BadRequestAuth);
         }
         Ok(())
     }

@@ -1,6 +1,8 @@
-//! Prime's work per turn (`Input::Idle`): the requests, PO-REQUESTs and acknowledgements a
-//! busy replica reads in one turn of its host cost one PO-REQUEST and one PO-ACK, not one per
-//! frame read; a host that never ends a turn still gets them out at the next tick.
+//! Prime under load. Work per turn (`Input::Idle`): the requests, PO-REQUESTs and
+//! acknowledgements a busy replica reads in one turn of its host cost one PO-REQUEST and one
+//! PO-ACK, not one per frame read; a host that never ends a turn still gets them out at the
+//! next tick. The clients' signatures in a PO-REQUEST are checked in one batch, and one bad
+//! signature among them refuses it.
 
 use redoubt_core::message::{Message, PoRequest, SignedRequest};
 use redoubt_core::*;
@@ -119,4 +121,45 @@ fn a_turn_that_never_ends_goes_out_at_the_next_tick() {
     let sent = po_requests_sent(&out);
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(sent[0].requests.len(), CLIENTS.len());
+}
+
+/// Replica 0's PO-REQUEST 1 introducing every client's request, the one at `bad` (if any)
+/// under a signature of another request.
+fn po_request_signed(c: &Cluster, bad: Option<usize>) -> Message {
+    let mut requests: Vec<SignedRequest> = CLIENTS.iter().map(|&cl| signed(c, cl)).collect();
+    if let Some(i) = bad {
+        let other = c.sign(c.request(CLIENTS[i], 1, b"put elsewhere v"));
+        requests[i].sig = other.sig;
+    }
+    Message::PoRequest(Arc::new(PoRequest {
+        originator: 0,
+        seq: 1,
+        requests,
+    }))
+}
+
+#[test]
+fn one_bad_client_signature_refuses_the_po_request_wherever_it_is() {
+    for bad in 0..CLIENTS.len() {
+        let mut c = cluster();
+        let m = po_request_signed(&c, Some(bad));
+        let out = c.receive_turn(1, vec![(Principal::Replica(0), m)], true);
+        assert!(
+            out.events().iter().any(|e| matches!(
+                e,
+                Event::Rejected {
+                    reason: Reject::BadRequestAuth,
+                    ..
+                }
+            )),
+            "bad at {bad}: {:?}",
+            out.events()
+        );
+        assert_eq!(po_acks_sent(&out), 0, "bad at {bad}");
+    }
+    let mut c = cluster();
+    let m = po_request_signed(&c, None);
+    let out = c.receive_turn(1, vec![(Principal::Replica(0), m)], true);
+    assert!(!out.rejected(), "{:?}", out.events());
+    assert_eq!(po_acks_sent(&out), 1);
 }
