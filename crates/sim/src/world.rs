@@ -280,8 +280,9 @@ impl World {
 
     /// Ends replica `r`'s turn (`Input::Idle`), after the effects of its last input were
     /// done: the core takes the state commits it handed over as written when it is called.
-    fn end_turn(&mut self, r: ReplicaId) {
-        let env = self.replica_env(r);
+    /// `env` is the last input's (no fresh entropy is drawn: a run without Prime, where the
+    /// end of a turn does nothing, draws what it drew before turns ended).
+    fn end_turn(&mut self, r: ReplicaId, env: Env) {
         let eff = self.replicas[r as usize].handle(env, Input::Idle);
         self.replica_effects(r, eff);
     }
@@ -629,7 +630,7 @@ impl World {
                 self.join_handled(r, suspected_before);
                 self.replica_effects(r, eff);
                 if self.turn_ends(r) {
-                    self.end_turn(r);
+                    self.end_turn(r, env);
                 }
                 self.join_after();
                 for (t, b, d) in extra {

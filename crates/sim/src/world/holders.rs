@@ -64,6 +64,6 @@ impl World {
             self.check_new_key_replay(r, nk, accepted, forgotten);
         }
         self.replica_effects(r, eff);
-        self.end_turn(r);
+        self.end_turn(r, env);
     }
 }

@@ -243,7 +243,7 @@ impl World {
             self.stats.forged_before_rekey += 1;
         }
         self.replica_effects(to, eff);
-        self.end_turn(to);
+        self.end_turn(to, env);
     }
 
     /// A correct replica's routine proactive recovery (`Scenario::routine_recoveries`), one
