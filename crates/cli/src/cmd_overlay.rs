@@ -66,7 +66,7 @@ pub fn run(args: OverlayArgs) -> anyhow::Result<ExitCode> {
         if let Some(addr) = metrics_addr {
             serve_metrics(addr, control).await?;
         }
-        redoubt_overlayd::run_controlled(file, id, control_rx).await?;
+        redoubt_overlayd::run(file, id, control_rx).await?;
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)

@@ -31,17 +31,8 @@ pub(crate) fn check_once(
     ok
 }
 
-/// The answer for (key, msg, sig) under `scheme` if a check made it before.
-pub(crate) fn known(scheme: &str, key: &[u8], msg: &[u8], sig: &[u8]) -> Option<bool> {
-    lookup(&id(scheme, key, msg, sig))
-}
-
-/// Remembers `ok` as the answer for (key, msg, sig) under `scheme`.
-pub(crate) fn remember(scheme: &str, key: &[u8], msg: &[u8], sig: &[u8], ok: bool) {
-    note(id(scheme, key, msg, sig), ok);
-}
-
-fn id(scheme: &str, key: &[u8], msg: &[u8], sig: &[u8]) -> [u8; 32] {
+/// What the table knows (key, msg, sig) under `scheme` by.
+pub(crate) fn id(scheme: &str, key: &[u8], msg: &[u8], sig: &[u8]) -> [u8; 32] {
     let mut h = blake3::Hasher::new_derive_key("redoubt remembered signature check v1");
     for part in [scheme.as_bytes(), key, msg, sig] {
         h.update(&(part.len() as u64).to_le_bytes());
@@ -50,7 +41,8 @@ fn id(scheme: &str, key: &[u8], msg: &[u8], sig: &[u8]) -> [u8; 32] {
     h.finalize().into()
 }
 
-fn lookup(id: &[u8; 32]) -> Option<bool> {
+/// The answer a check gave for `id` before, if any.
+pub(crate) fn lookup(id: &[u8; 32]) -> Option<bool> {
     CHECKED
         .lock()
         .expect("check table")
@@ -58,7 +50,8 @@ fn lookup(id: &[u8; 32]) -> Option<bool> {
         .and_then(|(map, _)| map.get(id).copied())
 }
 
-fn note(id: [u8; 32], ok: bool) {
+/// Remembers `ok` as the answer for `id`.
+pub(crate) fn note(id: [u8; 32], ok: bool) {
     let mut table = CHECKED.lock().expect("check table");
     let (map, order) = table.get_or_insert_with(Default::default);
     if map.insert(id, ok).is_none() {

@@ -78,7 +78,9 @@ pub(crate) trait Hosted {
     fn holder_answer(&mut self, _answer: HolderAnswer) {}
     /// SIGUSR1, for nodes whose [`Signals`] take it: check the state now.
     fn check_state(&mut self) {}
-    /// Every frame that waited has been handled: work that serves the whole turn goes now.
+    /// Every frame that waited has been handled (after a turn of frames, or a key holder's
+    /// answer, which may release held ones): work that serves the whole turn goes now. A
+    /// tick does such work itself.
     fn idle(&mut self) {}
     /// The turn's work is done, after `took`, and `depths` frames wait.
     fn turn_done(&mut self, _took: Duration, _depths: Depths) {}
@@ -211,14 +213,18 @@ pub(crate) async fn serve<H: Hosted>(
             Wake::Listener(conn, frame) => {
                 host.listener_frame(conn, frame.take());
                 inbound.drain(&mut host);
+                host.idle();
             }
             Wake::Link(frame) => {
                 host.link_frame(frame.take());
                 inbound.drain(&mut host);
+                host.idle();
             }
-            Wake::Holder(answer) => host.holder_answer(answer),
+            Wake::Holder(answer) => {
+                host.holder_answer(answer);
+                host.idle();
+            }
         }
-        host.idle();
         let took = t.elapsed();
         let depths = Depths {
             listener: inbound.listener.len(),
@@ -276,16 +282,8 @@ mod tests {
             self.note(format!("link {}", frame[0]));
         }
         fn refresh(&mut self) {}
-        /// Noted after frames only (every turn ends idle; ticks would fill the log).
         fn idle(&mut self) {
-            let mut log = self.0.lock().unwrap();
-            if log
-                .seen
-                .last()
-                .is_some_and(|s| s.starts_with("listener") || s.starts_with("link"))
-            {
-                log.seen.push("idle".into());
-            }
+            self.note("idle".into());
         }
         fn stop(&mut self) -> Stop {
             self.note("stop".into());

@@ -101,15 +101,10 @@ pub async fn spawn(file: OverlayFile, id: u16) -> Result<DaemonHandle, DaemonErr
     })
 }
 
-/// Runs node `id` of `file` until SIGTERM or SIGINT. SIGHUP rereads the file's `[[link]]`
-/// and `[[faulty]]` entries; SIGUSR1 logs the status line.
-pub async fn run(file: OverlayFile, id: u16) -> Result<(), DaemonError> {
-    let (_control_tx, control_rx) = mpsc::channel(CONTROL_QUEUE_MAX);
-    run_controlled(file, id, control_rx).await
-}
-
-/// [`run`], answering `control` too (its status feeds the metrics endpoint).
-pub async fn run_controlled(
+/// Runs node `id` of `file` until SIGTERM or SIGINT, answering `control` (its status feeds
+/// the metrics endpoint; see [`control_channel`]). SIGHUP rereads the file's `[[link]]` and
+/// `[[faulty]]` entries; SIGUSR1 logs the status line.
+pub async fn run(
     file: OverlayFile,
     id: u16,
     control: mpsc::Receiver<Control>,
@@ -118,7 +113,7 @@ pub async fn run_controlled(
     d.run(control, true).await
 }
 
-/// A control channel of the bounded size the daemon reads ([`run_controlled`]).
+/// A control channel of the bounded size the daemon reads ([`run`]).
 pub fn control_channel() -> (mpsc::Sender<Control>, mpsc::Receiver<Control>) {
     mpsc::channel(CONTROL_QUEUE_MAX)
 }

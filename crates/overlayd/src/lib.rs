@@ -46,6 +46,4 @@ pub mod wan;
 
 pub use config::{Emulation, OverlayConfigError, OverlayFile};
 pub use conns::TunnelCounters;
-pub use daemon::{
-    control_channel, run, run_controlled, spawn, Control, Counters, DaemonError, DaemonHandle,
-};
+pub use daemon::{control_channel, run, spawn, Control, Counters, DaemonError, DaemonHandle};

@@ -848,9 +848,6 @@ impl Cluster {
                 Node::Live(r) => {
                     let effects = r.handle(env, Input::Receive(bytes));
                     let out = self.route(to, effects);
-                    let Principal::Replica(i) = to else {
-                        unreachable!()
-                    };
                     return self.end_turn(i, out);
                 }
                 Node::Scripted(keys) => keys,

@@ -32,23 +32,28 @@ pub fn verify_zip215(key: &VerifyKey, msg: &[u8], sig: &Signature) -> bool {
 /// Whether every signature of `items` verifies under ZIP 215's rules: those not checked
 /// before in one batch, and one by one only if the batch fails. Each verdict is remembered.
 pub fn verify_all_zip215(items: &[Item<'_>]) -> bool {
+    use crate::remember;
     let mut fresh = Vec::with_capacity(items.len());
     for &(key, msg, sig) in items {
-        match crate::remember::known(SCHEME, &key.0, msg, &sig.0) {
+        let id = remember::id(SCHEME, &key.0, msg, &sig.0);
+        match remember::lookup(&id) {
             Some(true) => {}
             Some(false) => return false,
-            None => fresh.push((key, msg, sig)),
+            None => fresh.push((id, (key, msg, sig))),
         }
     }
-    if fresh.len() > 1 && in_batch(&fresh) {
-        for (key, msg, sig) in fresh {
-            crate::remember::remember(SCHEME, &key.0, msg, &sig.0, true);
+    let batch: Vec<Item<'_>> = fresh.iter().map(|(_, item)| *item).collect();
+    if batch.len() > 1 && in_batch(&batch) {
+        for (id, _) in fresh {
+            remember::note(id, true);
         }
         return true;
     }
-    fresh
-        .into_iter()
-        .all(|(key, msg, sig)| verify_zip215(key, msg, sig))
+    fresh.into_iter().all(|(id, (key, msg, sig))| {
+        let ok = single(key, msg, sig);
+        remember::note(id, ok);
+        ok
+    })
 }
 
 fn single(key: &VerifyKey, msg: &[u8], sig: &Signature) -> bool {
