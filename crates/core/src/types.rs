@@ -106,6 +106,11 @@ pub enum Mutant {
     /// Firewall: filters pass reply certificates down without checking their signature or
     /// waiting for a request from below.
     FilterUnvouched,
+    /// Firewall: agreement nodes and filters take a reply certificate one filter of the row
+    /// above passed down, unchecked (h+1 are needed).
+    OneFilterVouches,
+    /// Firewall: a client takes a certified reply f replicas vouched for (f+1 are needed).
+    ClientVouchesAtF,
     /// Firewall: the execution cluster's threshold key is dealt so that g shares sign, and
     /// the top row of filters combines g (g+1 are needed).
     ThresholdAtG,
@@ -157,7 +162,7 @@ pub enum Mutant {
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 36] = [
+    pub const ALL: [(&'static str, Mutant); 38] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -183,6 +188,8 @@ impl Mutant {
         ("trust-one-order", Mutant::TrustOneOrder),
         ("exec-reply-at-g", Mutant::ExecReplyAtG),
         ("filter-unvouched", Mutant::FilterUnvouched),
+        ("one-filter-vouches", Mutant::OneFilterVouches),
+        ("client-vouches-at-f", Mutant::ClientVouchesAtF),
         ("threshold-at-g", Mutant::ThresholdAtG),
         ("leader-never-suspected", Mutant::LeaderNeverSuspected),
         ("po-acks-at-f", Mutant::PoAcksAtF),
@@ -532,6 +539,16 @@ impl Config {
     /// Matching execution nodes that vouch for a reply or a checkpoint: g+1 (one correct).
     pub fn exec_quorum(&self) -> usize {
         self.g() as usize + 1
+    }
+
+    /// Filters of one row that vouch for an execution certificate they passed down: h+1, the
+    /// whole row (one correct; `crate::filter::vouch`).
+    pub fn vouchers(&self) -> usize {
+        #[cfg(feature = "mutants")]
+        if self.mutant == Mutant::OneFilterVouches {
+            return 1;
+        }
+        self.filter_rows as usize
     }
 
     /// Weak certificate size: at least one correct member.

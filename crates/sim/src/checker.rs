@@ -79,6 +79,13 @@ impl Checker {
         self.checkpoints.keys().next_back().copied().unwrap_or(0)
     }
 
+    /// The highest sequence number a correct member executed or took a checkpoint at (0
+    /// before any).
+    pub fn max_executed(&self) -> Seq {
+        let executed = self.executed.keys().next_back().copied().unwrap_or(0);
+        executed.max(self.max_checkpoint())
+    }
+
     /// The digest correct replicas agree on at checkpoint `seq`, if one was seen.
     pub fn checkpoint_digest(&self, seq: Seq) -> Option<Digest> {
         self.checkpoints.get(&seq).map(|(d, _)| *d)

@@ -428,9 +428,10 @@ fn every_mutant_is_caught() {
         // The mutants of the separated deployment break it only: its random mix.
         let opts = match m {
             Mutant::TrustOneOrder | Mutant::ExecReplyAtG => Optimizations::Separated,
-            Mutant::FilterUnvouched | Mutant::ThresholdAtG | Mutant::TrustViewHint => {
-                Optimizations::Firewall
-            }
+            Mutant::FilterUnvouched
+            | Mutant::ThresholdAtG
+            | Mutant::TrustViewHint
+            | Mutant::OneFilterVouches => Optimizations::Firewall,
             Mutant::PoAcksAtF
             | Mutant::CutWithoutQuorum
             | Mutant::KeepOrderKeys

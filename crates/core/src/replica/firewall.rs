@@ -10,8 +10,10 @@
 //! of the last `log_size` reply certificates checked here.
 
 use super::*;
+use crate::filter::vouch::{Vouched, Vouches};
 use crate::filter::FirewallKeys;
 use redoubt_crypto::pk::HolderSecrets;
+use redoubt_crypto::threshold::ThresholdSig;
 
 /// The replica's firewall keys and what came down through the firewall.
 pub(super) struct FirewallSide {
@@ -19,18 +21,38 @@ pub(super) struct FirewallSide {
     order_key: HolderSecrets,
     /// Each client's reply from the latest certificate naming it.
     replies: BTreeMap<ClientId, CertifiedReply>,
-    /// Reply certificates whose signature checked here (the h+1 bottom filters each send
-    /// one): sequence number and statement.
-    checked: BTreeMap<Seq, Digest>,
+    /// Reply certificates taken in here (the h+1 bottom filters each send one): sequence
+    /// number and statement.
+    accepted: BTreeMap<Seq, Digest>,
+    /// Reply certificates fewer than h+1 bottom-row filters passed down yet.
+    unchecked: Vouches<CertKey, Unchecked>,
+}
+
+/// A reply certificate's sequence number, statement and signature.
+type CertKey = (Seq, Digest, ThresholdSig);
+
+/// A reply certificate passed to its clients but not taken in yet.
+struct Unchecked {
+    cert: ReplyCert,
+    leaves: Vec<Digest>,
+    st: Digest,
+}
+
+/// Whether entry `e` is newer than the reply held for its client.
+fn newer_than_held(held: &BTreeMap<ClientId, CertifiedReply>, e: &ReplyEntry) -> bool {
+    held.get(&e.client)
+        .is_none_or(|r| r.entry.timestamp <= e.timestamp)
 }
 
 impl FirewallSide {
-    pub(super) fn new(keys: Arc<FirewallKeys>, order_key: HolderSecrets) -> Self {
+    /// `vouchers`: h+1, the filters of the bottom row.
+    pub(super) fn new(keys: Arc<FirewallKeys>, order_key: HolderSecrets, vouchers: usize) -> Self {
         FirewallSide {
             keys,
             order_key,
             replies: BTreeMap::new(),
-            checked: BTreeMap::new(),
+            accepted: BTreeMap::new(),
+            unchecked: Vouches::new(vouchers),
         }
     }
 }
@@ -66,13 +88,19 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return Err(Reject::WrongTag);
         }
         match msg {
-            Message::ReplyCert(c) => self.on_reply_cert(c),
+            Message::ReplyCert(c) => self.on_reply_cert(x, c),
             Message::StableCert(c) => self.on_stable_cert(c),
             _ => Err(Reject::Unexpected),
         }
     }
 
-    fn on_reply_cert(&mut self, cert: ReplyCert) -> Result<(), Reject> {
+    /// A reply certificate from bottom-row filter `x`. Its clients' entries go out at once
+    /// (each client checks the certificate itself). The replica takes it in, its replies kept
+    /// for clients asking again and the execution progress it shows, once h+1 bottom-row
+    /// filters passed it down (one of them is correct, and a correct filter passes down only
+    /// a certificate whose signature it checked), or its own check at the next tick but one
+    /// holds: a pairing saved per certificate and replica while every filter is up.
+    fn on_reply_cert(&mut self, x: FilterId, cert: ReplyCert) -> Result<(), Reject> {
         let Some(fw) = &mut self.remote.firewall else {
             return Err(Reject::Unexpected);
         };
@@ -82,46 +110,124 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let leaves = cert.bundle.leaves();
         let st = bundle_statement(seq, &leaves);
-        if fw.checked.get(&seq) == Some(&st) {
+        if fw.accepted.get(&seq) == Some(&st) {
             return Ok(()); // the same certificate through another filter
         }
-        if !fw.keys.group.verify(&st.0, &cert.signature) {
+        let key = (seq, st, cert.signature);
+        let w = match fw
+            .unchecked
+            .vouch(key, x, || Unchecked { cert, leaves, st })
+        {
+            Vouched::Waits => return Ok(()),
+            Vouched::Enough(w) => {
+                if w.by.len() == 1 {
+                    self.send_designated(&w.item);
+                }
+                self.accept_reply_cert(w.item);
+                return Ok(());
+            }
+            Vouched::First(w) => w,
+        };
+        self.send_designated(&w.item);
+        let fw = self.remote.firewall.as_mut().expect("checked above");
+        if !fw.unchecked.full() {
+            fw.unchecked.wait(w);
+            return Ok(());
+        }
+        // What waits is bounded: this one is checked at once.
+        if !fw.keys.group.verify(&st.0, &w.item.cert.signature) {
             return Err(Reject::BadSignature);
         }
-        fw.checked.insert(seq, st);
-        while fw.checked.len() as u64 > self.cfg.log_size {
-            fw.checked.pop_first();
+        self.accept_reply_cert(w.item);
+        Ok(())
+    }
+
+    /// The entries of `c` this replica answers (the designated replier of each client newer
+    /// than the reply it holds), to their clients.
+    fn send_designated(&mut self, c: &Unchecked) {
+        if self.out.replaying {
+            return;
         }
-        self.stats.certified_replies += 1;
+        let Some(fw) = &self.remote.firewall else {
+            return;
+        };
         let mut ours = Vec::new();
-        for (i, e) in cert.bundle.entries.iter().enumerate() {
-            let newer = fw
-                .replies
-                .get(&e.client)
-                .is_none_or(|r| r.entry.timestamp <= e.timestamp);
-            // Only clients the exactly-once table knows (bounded with it).
-            if !newer || self.exec.last_reply(e.client).is_none() {
+        for (i, e) in c.cert.bundle.entries.iter().enumerate() {
+            if designated_replier(e.client, e.timestamp, self.cfg.n()) != self.id
+                || !newer_than_held(&fw.replies, e)
+                // Only clients the exactly-once table knows (bounded with it).
+                || self.exec.last_reply(e.client).is_none()
+            {
                 continue;
             }
-            let Some(r) = CertifiedReply::of(&cert, &leaves, i, self.views.installed) else {
-                continue;
-            };
-            fw.replies.insert(e.client, r.clone());
-            if designated_replier(e.client, e.timestamp, self.cfg.n()) == self.id
-                && !self.out.replaying
-            {
+            if let Some(r) = CertifiedReply::of(&c.cert, &c.leaves, i, self.views.installed) {
                 ours.push((e.client, r));
+            }
+        }
+        for (client, r) in ours {
+            self.send_certified(client, r);
+        }
+    }
+
+    /// At a tick: checks the signatures of the reply certificates that waited since the
+    /// tick before for h+1 filters, taking in those that hold.
+    pub(super) fn check_reply_certs(&mut self) {
+        let Some(fw) = &mut self.remote.firewall else {
+            return;
+        };
+        let due = fw.unchecked.take_due();
+        let keys = fw.keys.clone();
+        for w in due {
+            if keys.group.verify(&w.item.st.0, &w.item.cert.signature) {
+                self.accept_reply_cert(w.item);
+            } else {
+                for x in w.by {
+                    self.reject(Principal::Filter(x), "filter", Reject::BadSignature);
+                }
+            }
+        }
+    }
+
+    /// A reply certificate h+1 filters vouched for, or whose signature checked: its replies kept for the clients asking
+    /// again, and the execution progress it shows.
+    fn accept_reply_cert(&mut self, c: Unchecked) {
+        let Some(fw) = &mut self.remote.firewall else {
+            return;
+        };
+        let seq = c.cert.bundle.seq;
+        fw.accepted.insert(seq, c.st);
+        while fw.accepted.len() as u64 > self.cfg.log_size {
+            fw.accepted.pop_first();
+        }
+        self.stats.certified_replies += 1;
+        let mut vouches = Vec::new();
+        for (i, e) in c.cert.bundle.entries.iter().enumerate() {
+            if self.exec.last_reply(e.client).is_none() {
+                continue;
+            }
+            vouches.push(ReplyVouch {
+                client: e.client,
+                timestamp: e.timestamp,
+                seq,
+                statement: c.st,
+            });
+            if !newer_than_held(&fw.replies, e) {
+                continue;
+            }
+            if let Some(r) = CertifiedReply::of(&c.cert, &c.leaves, i, self.views.installed) {
+                fw.replies.insert(e.client, r);
             }
         }
         // Replies only for clients still in the exactly-once table.
         let exec = &self.exec;
         fw.replies.retain(|c, _| exec.last_reply(*c).is_some());
-        for (client, r) in ours {
-            self.send_certified(client, r);
+        if !self.out.replaying {
+            for v in vouches {
+                self.send_to_client(v.client, Message::ReplyVouch(v));
+            }
         }
         let stable = self.remote.queue.stable_acked;
         self.exec_progress(seq, stable);
-        Ok(())
     }
 
     fn on_stable_cert(&mut self, c: StableCert) -> Result<(), Reject> {
@@ -152,15 +258,27 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         else {
             return false;
         };
+        if let Some(statement) = r.statement() {
+            let v = ReplyVouch {
+                client,
+                timestamp,
+                seq: r.seq,
+                statement,
+            };
+            self.send_to_client(client, Message::ReplyVouch(v));
+        }
         self.send_certified(client, r);
         true
     }
 
-    /// A certified reply to `client`, under its key (held while the client's NEW-KEY is being
-    /// admitted: the client retired the key we hold now).
     fn send_certified(&mut self, client: ClientId, r: CertifiedReply) {
+        self.send_to_client(client, Message::CertifiedReply(r));
+    }
+
+    /// A certified reply or a vouch to `client`, under its key (held while the client's
+    /// NEW-KEY is being admitted: the client retired the key we hold now).
+    fn send_to_client(&mut self, client: ClientId, msg: Message) {
         let to = Principal::Client(client);
-        let msg = Message::CertifiedReply(r);
         if self.keying.calls.hold(to, &msg) {
             return;
         }

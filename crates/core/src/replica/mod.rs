@@ -350,7 +350,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         keys: Arc<crate::filter::FirewallKeys>,
         order_key: redoubt_crypto::pk::HolderSecrets,
     ) -> Self {
-        self.remote.firewall = Some(firewall::FirewallSide::new(keys, order_key));
+        self.remote.firewall = Some(firewall::FirewallSide::new(
+            keys,
+            order_key,
+            self.cfg.vouchers(),
+        ));
         self
     }
 
@@ -379,6 +383,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
     pub fn last_executed(&self) -> Seq {
         self.exec.last_executed()
+    }
+    /// Separated deployment: the sequence number the execution cluster acknowledged
+    /// executing through, as this replica learnt it.
+    pub fn execution_acked(&self) -> Seq {
+        self.remote.queue.acked
     }
     pub fn stable_checkpoint(&self) -> Seq {
         self.ordering.ckpt_votes.stable_seq()
@@ -854,6 +863,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.prime.is_some() {
             self.prime_tick();
         }
+        self.check_reply_certs();
         self.drive_transfer();
         self.tick_queue();
         self.tick_keys();

@@ -10,6 +10,7 @@ impl World {
         self.stats.sim_time_ms = self.now;
         self.check_footprints();
         self.check_watermarks();
+        self.check_execution_acked();
         if self.violations.is_empty() && !self.all_clients_done() && !stopped {
             let stuck: Vec<String> = self
                 .clients
@@ -304,6 +305,29 @@ impl World {
             if !over.is_empty() {
                 let fp = rep.footprint();
                 self.violation(format!("r{r} exceeds memory bounds {over:?}: {fp:?}"));
+            }
+        }
+    }
+
+    /// Separated deployments: what a correct agreement node takes as executed (from
+    /// execution nodes' acknowledgements or certificates) some correct execution node
+    /// executed; beyond it, the agreement node was fooled (and may drop batches execution
+    /// still needs).
+    pub(super) fn check_execution_acked(&mut self) {
+        if !self.sc.core.separated() {
+            return;
+        }
+        let max = self.exec_checker.max_executed();
+        for r in 0..self.sc.core.n() {
+            if self.up[r as usize] != Up::Running || self.checker.is_faulty(r) {
+                continue;
+            }
+            let acked = self.replicas[r as usize].execution_acked();
+            if acked > max && self.watermark_reported.insert(r) {
+                self.violation(format!(
+                    "r{r} took execution through n{acked}, beyond what every correct \
+                     execution node executed (n{max})"
+                ));
             }
         }
     }
