@@ -109,8 +109,6 @@ pub enum Mutant {
     /// Firewall: agreement nodes and filters take a reply certificate one filter of the row
     /// above passed down, unchecked (h+1 are needed).
     OneFilterVouches,
-    /// Firewall: a client takes a certified reply f replicas vouched for (f+1 are needed).
-    ClientVouchesAtF,
     /// Firewall: the execution cluster's threshold key is dealt so that g shares sign, and
     /// the top row of filters combines g (g+1 are needed).
     ThresholdAtG,
@@ -162,7 +160,7 @@ pub enum Mutant {
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 38] = [
+    pub const ALL: [(&'static str, Mutant); 37] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -189,7 +187,6 @@ impl Mutant {
         ("exec-reply-at-g", Mutant::ExecReplyAtG),
         ("filter-unvouched", Mutant::FilterUnvouched),
         ("one-filter-vouches", Mutant::OneFilterVouches),
-        ("client-vouches-at-f", Mutant::ClientVouchesAtF),
         ("threshold-at-g", Mutant::ThresholdAtG),
         ("leader-never-suspected", Mutant::LeaderNeverSuspected),
         ("po-acks-at-f", Mutant::PoAcksAtF),

@@ -9,7 +9,7 @@ use rand_chacha::ChaCha8Rng;
 use redoubt_core::keys::Forger;
 use redoubt_core::message::{
     decode_body, decode_frame, Batch, Commit, Message, NewView, PEntry, PrePrepare, Prepare,
-    QEntry, ReplyVouch, Request, SignedRequest, StateItem, ViewChange, NULL_DIGEST,
+    QEntry, Request, SignedRequest, StateItem, ViewChange, NULL_DIGEST,
 };
 use redoubt_core::seal::seal;
 use redoubt_core::viewchange::{self, Broken};
@@ -273,8 +273,8 @@ impl Adversary {
                     pp.batch = alt;
                     vec![(to, self.seal(from, &Message::PrePrepare(pp), to), 0)]
                 }
-                // Behind a firewall: a result of its own making in the client's entry, and
-                // its vouch for that certificate (f+1 vouches are needed).
+                // Behind a firewall: a result of its own making in the client's entry (the
+                // execution cluster's signature no longer covers it).
                 Message::CertifiedReply(mut cert) if !cert.entry.result.is_empty() => {
                     for b in cert.entry.result.iter_mut() {
                         *b ^= 0x5a;
@@ -282,22 +282,8 @@ impl Adversary {
                     if let Some(leaf) = cert.leaves.get_mut(cert.index as usize) {
                         *leaf = cert.entry.leaf();
                     }
-                    let Some(statement) = cert.statement() else {
-                        return honest;
-                    };
-                    let vouch = Message::ReplyVouch(ReplyVouch {
-                        client: cert.entry.client,
-                        timestamp: cert.entry.timestamp,
-                        seq: cert.seq,
-                        statement,
-                    });
-                    vec![
-                        (to, self.seal(from, &Message::CertifiedReply(cert), to), 0),
-                        (to, self.seal(from, &vouch, to), 0),
-                    ]
+                    vec![(to, self.seal(from, &Message::CertifiedReply(cert), to), 0)]
                 }
-                // Its vouches go for its forgeries only.
-                Message::ReplyVouch(_) => vec![],
                 _ => honest,
             },
             Behavior::LieVotes => {

@@ -1,11 +1,6 @@
-//! What a client behind a privacy firewall keeps: the view it follows (second review, G7),
-//! and the certified replies and vouches of its outstanding request.
-//!
-//! Bounds: per replica one held certified reply and one vouch, the latest.
+//! The view a client behind a privacy firewall follows (second review, G7).
 
-use crate::message::{CertifiedReply, ReplyVouch};
-use crate::types::{ReplicaId, Seq, View};
-use redoubt_crypto::Digest;
+use crate::types::{ReplicaId, View};
 use std::sync::Arc;
 
 /// What a client behind a firewall keeps: the keys reply certificates are checked against,
@@ -16,64 +11,10 @@ use std::sync::Arc;
 /// client follows is the (f+1)-th highest report, vouched for by a correct replica.
 pub(super) struct FirewallView {
     pub(super) keys: Arc<crate::filter::FirewallKeys>,
-    views: Vec<View>,
-    /// Per replica: the certified reply it passed on that waits for vouches (its statement,
-    /// and the view the client would follow with it).
-    held: Vec<Option<(CertifiedReply, Digest, View)>>,
-    /// Per replica: its latest vouch (request timestamp, sequence number, statement).
-    vouches: Vec<Option<(u64, Seq, Digest)>>,
+    pub(super) views: Vec<View>,
 }
 
 impl FirewallView {
-    pub(super) fn new(keys: Arc<crate::filter::FirewallKeys>, n: u32) -> Self {
-        let n = n as usize;
-        FirewallView {
-            keys,
-            views: vec![0; n],
-            held: vec![None; n],
-            vouches: vec![None; n],
-        }
-    }
-
-    /// How many replicas vouched for the certificate `(seq, statement)` answering request
-    /// `timestamp`.
-    pub(super) fn vouchers(&self, timestamp: u64, seq: Seq, statement: &Digest) -> usize {
-        self.vouches
-            .iter()
-            .filter(|v| **v == Some((timestamp, seq, *statement)))
-            .count()
-    }
-
-    /// Holds replica `r`'s certified reply until vouches for it come.
-    pub(super) fn hold(&mut self, r: ReplicaId, cert: CertifiedReply, st: Digest, view: View) {
-        if let Some(slot) = self.held.get_mut(r as usize) {
-            *slot = Some((cert, st, view));
-        }
-    }
-
-    pub(super) fn vouch(&mut self, r: ReplicaId, v: &ReplyVouch) {
-        if let Some(slot) = self.vouches.get_mut(r as usize) {
-            *slot = Some((v.timestamp, v.seq, v.statement));
-        }
-    }
-
-    /// A held certified reply answering request `timestamp` that `needed` replicas vouched
-    /// for, and its view; what is held is dropped then.
-    pub(super) fn take_vouched(
-        &mut self,
-        timestamp: u64,
-        needed: usize,
-    ) -> Option<(CertifiedReply, View)> {
-        let i = self.held.iter().position(|h| {
-            h.as_ref().is_some_and(|(c, st, _)| {
-                c.entry.timestamp == timestamp && self.vouchers(timestamp, c.seq, st) >= needed
-            })
-        })?;
-        let (cert, _, view) = self.held[i].take()?;
-        self.held.iter_mut().for_each(|h| *h = None);
-        Some((cert, view))
-    }
-
     /// Replica `r` passed on a certified reply in `view`; returns the view f+1 replicas
     /// reported, at least.
     pub(super) fn report(&mut self, f: u32, r: ReplicaId, view: View) -> View {

@@ -246,7 +246,10 @@ impl<A: KeyTable> Client<A> {
     /// Gives a client of a firewall deployment the firewall's public keys: it accepts one
     /// reply certificate of the execution cluster instead of g+1 replies.
     pub fn with_firewall(mut self, keys: Arc<crate::filter::FirewallKeys>) -> Self {
-        self.firewall = Some(FirewallView::new(keys, self.cfg.n()));
+        self.firewall = Some(FirewallView {
+            keys,
+            views: vec![0; self.cfg.n() as usize],
+        });
         self
     }
 
@@ -811,31 +814,14 @@ impl<A: KeyTable> Client<A> {
         self.refresh_keys_soon_for(p);
     }
 
-    /// Behind a firewall: a certified reply passed on by a replica, or a replica's vouch for
-    /// a reply certificate. A certified reply is taken once f+1 replicas vouched for its
-    /// statement (one of them is correct and took the certificate in), or, after a
-    /// retransmission, once its threshold signature checks here: a pairing saved per request
-    /// while f+1 replicas answer.
+    /// Behind a firewall: a certified reply passed on by a replica (whichever: the
+    /// execution cluster's threshold signature is what vouches for it).
     fn receive_certified(&mut self, env: Env, frame: &FrameRef<'_>) -> Option<Completion> {
-        let from = match frame.from {
-            Principal::Replica(r) if r < self.cfg.n() => r,
-            _ => {
-                self.rejected += 1;
-                return None;
-            }
-        };
-        let cert = match decode_body(frame.body) {
-            Ok(Message::CertifiedReply(c)) => c,
-            Ok(Message::NewKey(nk)) if nk.from == frame.from => {
+        let (from, cert) = match (frame.from, decode_body(frame.body)) {
+            (Principal::Replica(r), Ok(Message::CertifiedReply(c))) if r < self.cfg.n() => (r, c),
+            (Principal::Replica(_), Ok(Message::NewKey(nk))) if nk.from == frame.from => {
                 self.asked_for_keys(frame.from);
                 return None;
-            }
-            Ok(Message::ReplyVouch(_)) => {
-                let Ok(Message::ReplyVouch(v)) = open(&self.auth, frame) else {
-                    self.rejected += 1;
-                    return None;
-                };
-                return self.on_vouch(env, from, v);
             }
             _ => {
                 self.rejected += 1;
@@ -862,51 +848,11 @@ impl<A: KeyTable> Client<A> {
             self.unwanted += 1;
             return None;
         }
-        let Some(statement) = cert.statement() else {
-            self.rejected += 1;
-            return None;
-        };
-        let needed = self.vouches_needed();
-        let fw = self.firewall.as_mut()?;
-        let vouched = fw.vouchers(cert.entry.timestamp, cert.seq, &statement) >= needed;
-        let retransmitted = self.outstanding.as_ref().is_some_and(|o| o.backoff > 0);
-        if !vouched && !retransmitted {
-            fw.hold(from, cert, statement, view);
-            return None;
-        }
-        if !vouched && !fw.keys.check_certified_reply(&cert) {
+        let fw = self.firewall.as_ref()?;
+        if !fw.keys.check_certified_reply(&cert) {
             self.rejected += 1;
             return None;
         }
-        let o = self.outstanding.take().expect("wanted");
-        Some(self.complete(env, o, cert.entry.result, view))
-    }
-
-    /// Vouches for a reply certificate that make one taken: f+1 (one correct replica).
-    fn vouches_needed(&self) -> usize {
-        #[cfg(feature = "mutants")]
-        if self.cfg.mutant == crate::types::Mutant::ClientVouchesAtF {
-            return self.cfg.f as usize;
-        }
-        self.cfg.f as usize + 1
-    }
-
-    /// Replica `from` vouched for the reply certificate of `v`: a certified reply held for
-    /// it completes the request once f+1 did.
-    fn on_vouch(
-        &mut self,
-        env: Env,
-        from: ReplicaId,
-        v: crate::message::ReplyVouch,
-    ) -> Option<Completion> {
-        if v.client != self.id || !self.wants(v.timestamp) {
-            self.unwanted += 1;
-            return None;
-        }
-        let needed = self.vouches_needed();
-        let fw = self.firewall.as_mut()?;
-        fw.vouch(from, &v);
-        let (cert, view) = fw.take_vouched(v.timestamp, needed)?;
         let o = self.outstanding.take().expect("wanted");
         Some(self.complete(env, o, cert.entry.result, view))
     }

@@ -229,7 +229,12 @@ fn certificates_from_above_are_vouched_for_or_checked_and_held_until_asked_for()
     // A forged certificate one filter of the row above passed down waits for the other
     // filter of that row; alone, the second tick checks it and refuses it.
     let above = Principal::Filter(2);
-    assert!(step(&mut x0, 0, &frame(above, &Message::ReplyCert(forged.clone()))).is_empty());
+    assert!(step(
+        &mut x0,
+        0,
+        &frame(above, &Message::ReplyCert(forged.clone()))
+    )
+    .is_empty());
     tick(&mut x0, 1);
     assert_eq!(x0.stats.certificates_rejected, 0, "waits a tick");
     tick(&mut x0, 2);

@@ -129,19 +129,6 @@ pub struct StableCert {
     pub signature: ThresholdSig,
 }
 
-/// An agreement node to a client: the reply certificate with `statement` at `seq`, which
-/// answers the client's request `timestamp`, is one the agreement node took in (h+1 filters
-/// passed it down, or its signature checked there). The vouches of f+1 agreement nodes (one
-/// correct) stand for the signature: the client takes a certified reply with that statement
-/// without a pairing of its own. MAC-authenticated, unlike the certified reply.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReplyVouch {
-    pub client: ClientId,
-    pub timestamp: u64,
-    pub seq: Seq,
-    pub statement: Digest,
-}
-
 /// An agreement node to a client: the client's entry of a reply certificate, with the other
 /// entries' leaves (digests only), which the client checks against the signature, and the
 /// agreement node's view (outside the signature: a hint of the primary).

@@ -557,8 +557,6 @@ pub enum Message {
     /// and filling holes.
     PoFetch(PoFetch),
     PoCopy(PoCopy),
-    /// Firewall: an agreement node vouches to a client for a reply certificate it took in.
-    ReplyVouch(ReplyVouch),
 }
 
 /// QUERY-STABLE: the estimation step of a recovery; `nonce` ties the answers to it.
@@ -684,7 +682,6 @@ impl Message {
             Message::Suspicion(_) => "suspicion",
             Message::PoFetch(_) => "po-fetch",
             Message::PoCopy(_) => "po-copy",
-            Message::ReplyVouch(_) => "reply-vouch",
         }
     }
 
@@ -717,8 +714,7 @@ impl Message {
             | Message::Certified(_)
             | Message::Relay(_)
             | Message::Summary(_)
-            | Message::PoCopy(_)
-            | Message::ReplyVouch(_) => TagKind::Mac,
+            | Message::PoCopy(_) => TagKind::Mac,
             Message::PrePrepare(_)
             | Message::Prepare(_)
             | Message::Commit(_)

@@ -188,8 +188,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
     }
 
-    /// A reply certificate h+1 filters vouched for, or whose signature checked: its replies kept for the clients asking
-    /// again, and the execution progress it shows.
+    /// A reply certificate h+1 filters vouched for, or whose signature checked: its replies
+    /// kept for the clients asking again, and the execution progress it shows.
     fn accept_reply_cert(&mut self, c: Unchecked) {
         let Some(fw) = &mut self.remote.firewall else {
             return;
@@ -200,18 +200,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             fw.accepted.pop_first();
         }
         self.stats.certified_replies += 1;
-        let mut vouches = Vec::new();
         for (i, e) in c.cert.bundle.entries.iter().enumerate() {
-            if self.exec.last_reply(e.client).is_none() {
-                continue;
-            }
-            vouches.push(ReplyVouch {
-                client: e.client,
-                timestamp: e.timestamp,
-                seq,
-                statement: c.st,
-            });
-            if !newer_than_held(&fw.replies, e) {
+            if !newer_than_held(&fw.replies, e) || self.exec.last_reply(e.client).is_none() {
                 continue;
             }
             if let Some(r) = CertifiedReply::of(&c.cert, &c.leaves, i, self.views.installed) {
@@ -221,11 +211,6 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // Replies only for clients still in the exactly-once table.
         let exec = &self.exec;
         fw.replies.retain(|c, _| exec.last_reply(*c).is_some());
-        if !self.out.replaying {
-            for v in vouches {
-                self.send_to_client(v.client, Message::ReplyVouch(v));
-            }
-        }
         let stable = self.remote.queue.stable_acked;
         self.exec_progress(seq, stable);
     }
@@ -258,27 +243,15 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         else {
             return false;
         };
-        if let Some(statement) = r.statement() {
-            let v = ReplyVouch {
-                client,
-                timestamp,
-                seq: r.seq,
-                statement,
-            };
-            self.send_to_client(client, Message::ReplyVouch(v));
-        }
         self.send_certified(client, r);
         true
     }
 
+    /// A certified reply to `client`, under its key (held while the client's NEW-KEY is being
+    /// admitted: the client retired the key we hold now).
     fn send_certified(&mut self, client: ClientId, r: CertifiedReply) {
-        self.send_to_client(client, Message::CertifiedReply(r));
-    }
-
-    /// A certified reply or a vouch to `client`, under its key (held while the client's
-    /// NEW-KEY is being admitted: the client retired the key we hold now).
-    fn send_to_client(&mut self, client: ClientId, msg: Message) {
         let to = Principal::Client(client);
+        let msg = Message::CertifiedReply(r);
         if self.keying.calls.hold(to, &msg) {
             return;
         }

@@ -117,10 +117,6 @@ pub fn describe(bytes: &[u8]) -> String {
             "CERTIFIED-REPLY c{} t{} n{}",
             r.entry.client, r.entry.timestamp, r.seq
         ),
-        Message::ReplyVouch(v) => format!(
-            "REPLY-VOUCH c{} t{} n{} {}",
-            v.client, v.timestamp, v.seq, v.statement
-        ),
         Message::Certified(c) => format!(
             "CERTIFIED e{} stable{} {} frames",
             c.executor,
