@@ -34,15 +34,11 @@ struct FilterNode {
 impl FilterNode {
     fn receive(&mut self, bytes: &[u8]) {
         self.metrics.bytes_received.inc_by(bytes.len() as u64);
-        self.input(Input::Receive(bytes));
-    }
-
-    fn input(&mut self, input: Input<'_>) {
         let env = Env {
             now_ms: now_ms(),
             entropy: 0,
         };
-        for e in self.core.handle(env, input) {
+        for e in self.core.handle(env, Input::Receive(bytes)) {
             match e {
                 Effect::Send { to, bytes } => {
                     let result = self.links.get(&to).map(|l| l.send(bytes));
@@ -123,9 +119,7 @@ impl FilterNode {
 impl Hosted for FilterNode {
     type Frame = Vec<u8>;
 
-    fn tick(&mut self) {
-        self.input(Input::Tick);
-    }
+    fn tick(&mut self) {}
 
     fn listener_frame(&mut self, _conn: ConnId, frame: Vec<u8>) {
         self.receive(&frame);

@@ -39,7 +39,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub(crate) mod vouch;
-use vouch::{Vouched, Vouches};
 
 /// The public keys everything crossing the firewall is checked against.
 #[derive(Clone, Debug)]
@@ -137,8 +136,6 @@ pub struct Filter {
     stable_down: Seq,
     stable_body: Option<Arc<Vec<u8>>>,
     stable_again_ms: u64,
-    /// Reply certificates fewer than h+1 filters of the row above passed down yet.
-    vouches: Vouches<Digest, (Seq, ReplyCert, Arc<Vec<u8>>)>,
 }
 
 impl Filter {
@@ -157,7 +154,6 @@ impl Filter {
                 cfg.n()
             ));
         }
-        let vouchers = cfg.vouchers();
         Ok(Filter {
             row: id / cfg.filter_rows,
             cfg,
@@ -176,7 +172,6 @@ impl Filter {
             stable_down: 0,
             stable_body: None,
             stable_again_ms: 0,
-            vouches: Vouches::new(vouchers),
         })
     }
 
@@ -199,9 +194,8 @@ impl Filter {
         match input {
             Input::Receive(bytes) => self.receive(bytes),
             Input::Preopened(p) => self.receive(p.bytes()),
-            Input::Tick => self.tick(),
             // Filters hold no session keys and call no key holder.
-            Input::Idle | Input::StepDown | Input::Recover | Input::Holder(_) => {}
+            Input::Tick | Input::Idle | Input::StepDown | Input::Recover | Input::Holder(_) => {}
         }
         std::mem::take(&mut self.effects)
     }
@@ -273,9 +267,12 @@ impl Filter {
                     }
                     return;
                 }
-                match f {
-                    Principal::Filter(x) => self.vouch_reply(x, seq, c, body),
-                    _ => self.check_reply_now(seq, &c, Arc::new(body.to_vec())),
+                if self.keys.check_reply(&c) {
+                    self.complete_reply(seq, Arc::new(body.to_vec()));
+                    Ok(())
+                } else {
+                    self.stats.certificates_rejected += 1;
+                    Err(Reject::BadSignature)
                 }
             }
             (Message::StableCert(c), f) if self.above(f) => {
@@ -294,64 +291,6 @@ impl Filter {
         };
         if let Err(r) = res {
             self.reject(from, kind, r);
-        }
-    }
-
-    /// A reply certificate filter `x` of the row above passed down: taken once h+1 filters of
-    /// that row passed the same one ([`vouch`]), or its signature checked.
-    fn vouch_reply(
-        &mut self,
-        x: FilterId,
-        seq: Seq,
-        c: ReplyCert,
-        body: &[u8],
-    ) -> Result<(), Reject> {
-        let key = Digest::of(body);
-        let w = match self
-            .vouches
-            .vouch(key, x, || (seq, c, Arc::new(body.to_vec())))
-        {
-            Vouched::Waits => return Ok(()),
-            Vouched::Enough(w) => {
-                let (seq, _, body) = w.item;
-                self.complete_reply(seq, body);
-                return Ok(());
-            }
-            Vouched::First(w) => w,
-        };
-        if self.vouches.full() {
-            let (seq, c, body) = w.item;
-            return self.check_reply_now(seq, &c, body);
-        }
-        self.vouches.wait(w);
-        Ok(())
-    }
-
-    fn check_reply_now(
-        &mut self,
-        seq: Seq,
-        c: &ReplyCert,
-        body: Arc<Vec<u8>>,
-    ) -> Result<(), Reject> {
-        if self.keys.check_reply(c) {
-            self.complete_reply(seq, body);
-            Ok(())
-        } else {
-            self.stats.certificates_rejected += 1;
-            Err(Reject::BadSignature)
-        }
-    }
-
-    /// Reply certificates fewer than h+1 filters of the row above passed down since the tick
-    /// before: their signatures checked now.
-    fn tick(&mut self) {
-        for w in self.vouches.take_due() {
-            let (seq, c, body) = w.item;
-            if self.check_reply_now(seq, &c, body).is_err() {
-                for x in w.by {
-                    self.reject(Principal::Filter(x), "reply-cert", Reject::BadSignature);
-                }
-            }
         }
     }
 

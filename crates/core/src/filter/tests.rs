@@ -194,16 +194,10 @@ fn a_bad_share_does_not_stall_the_certificate_and_g_shares_make_none() {
     assert!(step(&mut top, 4, &share(&s, 0, &leak)).is_empty());
 }
 
-fn tick(f: &mut Filter, now_ms: u64) {
-    let env = Env {
-        now_ms,
-        ..Env::default()
-    };
-    f.handle(env, Input::Tick);
-}
-
-/// Filter 0's certificate of `bundle(1)`, and one whose entry a faulty node changed.
-fn good_and_forged(s: &Setup) -> (ReplyCert, ReplyCert) {
+#[test]
+fn certificates_from_above_are_checked_and_held_until_asked_for() {
+    let s = setup();
+    let mut x0 = Filter::new(s.cfg.clone(), 0, s.keys.clone()).unwrap();
     let b = bundle(1);
     let good = ReplyCert {
         signature: s
@@ -214,72 +208,30 @@ fn good_and_forged(s: &Setup) -> (ReplyCert, ReplyCert) {
                 (2, s.shares[2].sign(&b.statement().0)),
             ])
             .unwrap(),
-        bundle: b,
+        bundle: b.clone(),
     };
     let mut forged = good.clone();
     forged.bundle.entries[0].result = b"~secret~ smuggled".to_vec();
-    (good, forged)
-}
-
-#[test]
-fn certificates_from_above_are_vouched_for_or_checked_and_held_until_asked_for() {
-    let s = setup();
-    let mut x0 = Filter::new(s.cfg.clone(), 0, s.keys.clone()).unwrap();
-    let (good, forged) = good_and_forged(&s);
-    // A forged certificate one filter of the row above passed down waits for the other
-    // filter of that row; alone, the second tick checks it and refuses it.
     let above = Principal::Filter(2);
-    assert!(step(
-        &mut x0,
-        0,
-        &frame(above, &Message::ReplyCert(forged.clone()))
-    )
-    .is_empty());
-    tick(&mut x0, 1);
-    assert_eq!(x0.stats.certificates_rejected, 0, "waits a tick");
-    tick(&mut x0, 2);
+    assert!(step(&mut x0, 0, &frame(above, &Message::ReplyCert(forged))).is_empty());
     assert_eq!(x0.stats.certificates_rejected, 1);
     // Not from the row above: refused whatever it carries.
     assert!(step(
         &mut x0,
-        3,
+        0,
         &frame(Principal::Replica(0), &Message::ReplyCert(good.clone()))
     )
     .is_empty());
-    // The good one from both filters of the row above (h+1): taken without a check.
-    assert!(step(&mut x0, 4, &frame(above, &Message::ReplyCert(good.clone()))).is_empty());
-    assert_eq!(x0.stats.replies_held, 0);
-    let other = Principal::Filter(3);
-    assert!(step(&mut x0, 4, &frame(other, &Message::ReplyCert(good.clone()))).is_empty());
+    assert!(step(&mut x0, 1, &frame(above, &Message::ReplyCert(good.clone()))).is_empty());
     assert_eq!(x0.stats.replies_held, 1);
     let batch1 = batch(1);
-    step(&mut x0, 5, &piece(&s, 0, 1, &batch1, Principal::Replica(0)));
-    let out = step(&mut x0, 6, &piece(&s, 1, 1, &batch1, Principal::Replica(1)));
+    step(&mut x0, 2, &piece(&s, 0, 1, &batch1, Principal::Replica(0)));
+    let out = step(&mut x0, 3, &piece(&s, 1, 1, &batch1, Principal::Replica(1)));
     // Down to every agreement node, nothing up.
     assert_eq!(out.len(), 4);
     assert!(out.iter().all(
         |(to, m)| matches!(to, Principal::Replica(_)) && *m == Message::ReplyCert(good.clone())
     ));
-    // The forgery from the other filter now: a second certificate at n1, refused.
-    assert!(step(&mut x0, 7, &frame(other, &Message::ReplyCert(forged))).is_empty());
-    assert_eq!(x0.stats.certificates_rejected, 2);
-}
-
-#[test]
-fn a_certificate_one_filter_above_passed_down_is_checked_at_the_second_tick() {
-    let s = setup();
-    let mut x0 = Filter::new(s.cfg.clone(), 0, s.keys.clone()).unwrap();
-    let (good, forged) = good_and_forged(&s);
-    // Two filters above pass down different certificates (one of them faulty): neither has
-    // h+1 vouchers, and the check at the second tick tells them apart.
-    let above = Principal::Filter(2);
-    let other = Principal::Filter(3);
-    assert!(step(&mut x0, 0, &frame(above, &Message::ReplyCert(good.clone()))).is_empty());
-    assert!(step(&mut x0, 0, &frame(other, &Message::ReplyCert(forged))).is_empty());
-    tick(&mut x0, 1);
-    tick(&mut x0, 2);
-    assert_eq!(x0.stats.certificates_rejected, 1);
-    assert_eq!(x0.stats.replies_held, 1);
 }
 
 #[test]

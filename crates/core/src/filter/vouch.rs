@@ -1,15 +1,15 @@
-//! Certificates of the execution cluster taken on the word of h+1 nodes of a filter row.
-//!
-//! A correct filter passes a reply certificate down only once its threshold signature checked
-//! (the top row combines and checks it; every row below checks what comes from above or takes
-//! it here), and at most h filters are faulty. So a certificate that h+1 distinct filters of
-//! the same row passed down is one a correct filter checked: the node below takes it without
-//! a pairing of its own. One that fewer pass down (a filter of the row is down or faulty)
-//! waits, and the second tick after its arrival has its signature checked.
+//! Certificates of the execution cluster waiting for their signature check at an agreement
+//! node, each kept once whichever filters passed it down.
 //!
 //! A certificate is named by everything its validity depends on (the sequence number, the
-//! statement and the signature, or the whole message body): a faulty filter that passes the
-//! right bundle under a wrong signature vouches for a different certificate.
+//! statement and the signature): a faulty filter that passes the right bundle under a wrong
+//! signature passes a different certificate, checked on its own.
+//!
+//! The filters that passed a certificate down are counted, but their word takes nothing: frames
+//! across the firewall carry no MAC and name their senders unauthenticated (ADR 0006), so one
+//! faulty node can name every filter of a row. Production passes `needed = usize::MAX`; the
+//! mutant `one-filter-vouches` takes a certificate on one filter's word, and the simulator
+//! catches it.
 //!
 //! Bounds: at most [`WAITING_MAX`] certificates wait; the caller checks one beyond at once.
 
@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 /// Certificates waiting for vouchers, at most.
 pub(crate) const WAITING_MAX: usize = 64;
 
-/// A certificate some filters passed down, not taken yet.
+/// A certificate some filters passed down, not checked yet.
 pub(crate) struct Waiting<K, T> {
     pub(crate) key: K,
     pub(crate) by: BTreeSet<FilterId>,
@@ -28,7 +28,7 @@ pub(crate) struct Waiting<K, T> {
 
 /// What a filter's copy of a certificate did.
 pub(crate) enum Vouched<K, T> {
-    /// h+1 filters passed it down: take it.
+    /// `needed` filters passed it down (only a mutant sets a `needed` that can be reached).
     Enough(Waiting<K, T>),
     /// The first copy: it waits (unless the caller finds no room, see [`Vouches::full`]).
     First(Waiting<K, T>),
@@ -37,26 +37,23 @@ pub(crate) enum Vouched<K, T> {
     Waits,
 }
 
-/// The certificates fewer than h+1 filters vouched for: those that came since the last tick
-/// (`fresh`) and before it (`due`).
+/// The certificates waiting for their check.
 pub(crate) struct Vouches<K, T> {
     needed: usize,
-    fresh: Vec<Waiting<K, T>>,
-    due: Vec<Waiting<K, T>>,
+    waiting: Vec<Waiting<K, T>>,
 }
 
 impl<K: PartialEq, T> Vouches<K, T> {
-    /// Certificates `needed` filters vouch for are taken (h+1).
+    /// Certificates `needed` filters pass down are taken unchecked.
     pub(crate) fn new(needed: usize) -> Self {
         Vouches {
             needed: needed.max(1),
-            fresh: Vec::new(),
-            due: Vec::new(),
+            waiting: Vec::new(),
         }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.fresh.len() + self.due.len()
+        self.waiting.len()
     }
 
     /// Whether a first copy finds no room to wait (the caller checks it at once).
@@ -66,14 +63,12 @@ impl<K: PartialEq, T> Vouches<K, T> {
 
     /// Filter `x` passed down the certificate `key`; `item` builds what is kept of it.
     pub(crate) fn vouch(&mut self, key: K, x: FilterId, item: impl FnOnce() -> T) -> Vouched<K, T> {
-        for list in [&mut self.fresh, &mut self.due] {
-            if let Some(i) = list.iter().position(|w| w.key == key) {
-                list[i].by.insert(x);
-                if list[i].by.len() >= self.needed {
-                    return Vouched::Enough(list.swap_remove(i));
-                }
-                return Vouched::Waits;
+        if let Some(i) = self.waiting.iter().position(|w| w.key == key) {
+            self.waiting[i].by.insert(x);
+            if self.waiting[i].by.len() >= self.needed {
+                return Vouched::Enough(self.waiting.swap_remove(i));
             }
+            return Vouched::Waits;
         }
         let w = Waiting {
             key,
@@ -89,13 +84,12 @@ impl<K: PartialEq, T> Vouches<K, T> {
 
     /// Keeps a first copy waiting (the caller made sure it is not [`full`](Self::full)).
     pub(crate) fn wait(&mut self, w: Waiting<K, T>) {
-        self.fresh.push(w);
+        self.waiting.push(w);
     }
 
-    /// At a tick: the certificates that waited since the tick before, for the caller to
-    /// check their signatures.
-    pub(crate) fn take_due(&mut self) -> Vec<Waiting<K, T>> {
-        std::mem::replace(&mut self.due, std::mem::take(&mut self.fresh))
+    /// Every certificate waiting, for the caller to check their signatures.
+    pub(crate) fn take_all(&mut self) -> Vec<Waiting<K, T>> {
+        std::mem::take(&mut self.waiting)
     }
 }
 
@@ -104,7 +98,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn h_plus_one_distinct_filters_make_a_certificate_taken() {
+    fn needed_distinct_filters_make_a_certificate_taken() {
         let mut v: Vouches<u32, ()> = Vouches::new(2);
         let Vouched::First(w) = v.vouch(7, 0, || ()) else {
             panic!("first copy")
@@ -121,22 +115,25 @@ mod tests {
     }
 
     #[test]
-    fn with_h_zero_one_filter_is_enough() {
+    fn with_one_needed_the_first_copy_is_enough() {
         let mut v: Vouches<u32, ()> = Vouches::new(1);
         assert!(matches!(v.vouch(7, 0, || ()), Vouched::Enough(_)));
     }
 
     #[test]
-    fn what_waits_is_due_at_the_second_tick() {
-        let mut v: Vouches<u32, ()> = Vouches::new(2);
-        let Vouched::First(w) = v.vouch(7, 0, || ()) else {
-            panic!()
-        };
-        v.wait(w);
-        assert!(v.take_due().is_empty(), "arrived since the last tick");
-        let due = v.take_due();
-        assert_eq!(due.len(), 1);
-        assert_eq!(due[0].key, 7);
+    fn copies_of_one_certificate_wait_once_and_all_are_taken_at_once() {
+        let mut v: Vouches<u32, ()> = Vouches::new(usize::MAX);
+        for (key, x) in [(7, 0), (7, 1), (8, 1)] {
+            match v.vouch(key, x, || ()) {
+                Vouched::First(w) => v.wait(w),
+                Vouched::Waits => {}
+                Vouched::Enough(_) => panic!("no filter's word is enough"),
+            }
+        }
+        assert_eq!(v.len(), 2);
+        let all = v.take_all();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].by.len(), 2);
         assert_eq!(v.len(), 0);
     }
 }

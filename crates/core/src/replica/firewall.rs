@@ -6,8 +6,13 @@
 //! checkpoint. Clients get their entry of a reply certificate ([`CertifiedReply`]), and a
 //! client asking again gets it from the last certificate that named it.
 //!
+//! A reply certificate's entries go to their clients when its first copy comes; its signature
+//! is checked here at the next tick, off the clients' path (they check it themselves), and
+//! nothing of it is recorded before.
+//!
 //! Bounds: one cached certified reply per client with an exactly-once entry; the statements
-//! of the last `log_size` reply certificates checked here.
+//! of the last `log_size` reply certificates taken in here; at most
+//! [`WAITING_MAX`](crate::filter::vouch::WAITING_MAX) certificates waiting for their check.
 
 use super::*;
 use crate::filter::vouch::{Vouched, Vouches};
@@ -24,7 +29,7 @@ pub(super) struct FirewallSide {
     /// Reply certificates taken in here (the h+1 bottom filters each send one): sequence
     /// number and statement.
     accepted: BTreeMap<Seq, Digest>,
-    /// Reply certificates fewer than h+1 bottom-row filters passed down yet.
+    /// Reply certificates passed to their clients and waiting for their check.
     unchecked: Vouches<CertKey, Unchecked>,
 }
 
@@ -45,7 +50,7 @@ fn newer_than_held(held: &BTreeMap<ClientId, CertifiedReply>, e: &ReplyEntry) ->
 }
 
 impl FirewallSide {
-    /// `vouchers`: h+1, the filters of the bottom row.
+    /// `vouchers`: `Config::vouchers`.
     pub(super) fn new(keys: Arc<FirewallKeys>, order_key: HolderSecrets, vouchers: usize) -> Self {
         FirewallSide {
             keys,
@@ -95,11 +100,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     /// A reply certificate from bottom-row filter `x`. Its clients' entries go out at once
-    /// (each client checks the certificate itself). The replica takes it in, its replies kept
-    /// for clients asking again and the execution progress it shows, once h+1 bottom-row
-    /// filters passed it down (one of them is correct, and a correct filter passes down only
-    /// a certificate whose signature it checked), or its own check at the next tick but one
-    /// holds: a pairing saved per certificate and replica while every filter is up.
+    /// (each client checks the certificate itself); the replica takes it in, its replies kept
+    /// for clients asking again and the execution progress it shows, once its signature checks
+    /// at the next tick. The copies the h+1 bottom filters send wait once.
     fn on_reply_cert(&mut self, x: FilterId, cert: ReplyCert) -> Result<(), Reject> {
         let Some(fw) = &mut self.remote.firewall else {
             return Err(Reject::Unexpected);
@@ -169,13 +172,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
     }
 
-    /// At a tick: checks the signatures of the reply certificates that waited since the
-    /// tick before for h+1 filters, taking in those that hold.
+    /// At a tick: checks the signatures of the reply certificates waiting, taking in those
+    /// that hold.
     pub(super) fn check_reply_certs(&mut self) {
         let Some(fw) = &mut self.remote.firewall else {
             return;
         };
-        let due = fw.unchecked.take_due();
+        let due = fw.unchecked.take_all();
         let keys = fw.keys.clone();
         for w in due {
             if keys.group.verify(&w.item.st.0, &w.item.cert.signature) {
@@ -188,7 +191,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
     }
 
-    /// A reply certificate h+1 filters vouched for, or whose signature checked: its replies
+    /// A reply certificate whose signature checked: its replies
     /// kept for the clients asking again, and the execution progress it shows.
     fn accept_reply_cert(&mut self, c: Unchecked) {
         let Some(fw) = &mut self.remote.firewall else {

@@ -325,7 +325,7 @@ impl World {
             let acked = self.replicas[r as usize].execution_acked();
             if acked > max && self.watermark_reported.insert(r) {
                 self.violation(format!(
-                    "r{r} took execution through n{acked}, beyond what every correct \
+                    "r{r} took execution through n{acked}, beyond what any correct \
                      execution node executed (n{max})"
                 ));
             }

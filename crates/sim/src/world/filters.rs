@@ -146,32 +146,25 @@ impl World {
         match self.filters[x as usize].behavior {
             Some(FilterBehavior::Silent) => {}
             Some(FilterBehavior::Leaky) => self.leak_through(x, from, bytes),
-            None => self.filter_input(x, Input::Receive(bytes)),
-        }
-    }
-
-    pub(super) fn tick_filter(&mut self, x: FilterId) {
-        if self.filters[x as usize].behavior.is_none() {
-            self.filter_input(x, Input::Tick);
-        }
-        self.schedule(self.now + TICK_MS, Ev::TickFilter(x));
-    }
-
-    fn filter_input(&mut self, x: FilterId, input: Input<'_>) {
-        let env = self.env();
-        let eff = self.filters[x as usize].core.handle(env, input);
-        if let Err(v) = self.filters[x as usize].core.check_invariants() {
-            self.violation(format!("x{x} broke an invariant of its core: {v}"));
-        }
-        for e in eff {
-            match e {
-                Effect::Send { to, bytes } => {
-                    self.transmit(Principal::Filter(x), to, bytes.to_vec(), 0)
+            None => {
+                let env = self.env();
+                let eff = self.filters[x as usize]
+                    .core
+                    .handle(env, Input::Receive(bytes));
+                if let Err(v) = self.filters[x as usize].core.check_invariants() {
+                    self.violation(format!("x{x} broke an invariant of its core: {v}"));
                 }
-                Effect::Event(Event::Rejected { from, kind, reason }) => {
-                    self.log(|| format!("x{x} rejected {kind} from {from:?}: {reason}"));
+                for e in eff {
+                    match e {
+                        Effect::Send { to, bytes } => {
+                            self.transmit(Principal::Filter(x), to, bytes.to_vec(), 0)
+                        }
+                        Effect::Event(Event::Rejected { from, kind, reason }) => {
+                            self.log(|| format!("x{x} rejected {kind} from {from:?}: {reason}"));
+                        }
+                        _ => {}
+                    }
                 }
-                _ => {}
             }
         }
     }
