@@ -1,10 +1,12 @@
 //! The order keys of the privacy firewall (`[protocol] filter_rows > 0`) and of Prime
 //! (`ordering = "prime"`): one public file (`[keys] firewall`, default `keys/firewall.toml`)
 //! with each replica's order key and, with a firewall, the execution nodes' threshold group
-//! key, read by every node and client; and beside it one secret file per node, mode 0600:
-//! `order-replica-<id>.key` (the replica signs its pieces of agreement certificates, or its
-//! Prime PO-ARU rows, with it) and `share-executor-<id>.key` (the execution node's share of the
-//! threshold key). `redoubt init` is the dealer ([`write_firewall_keys`]).
+//! key and each filter's filter key, read by every node and client; and beside it one secret
+//! file per node, mode 0600: `order-replica-<id>.key` (the replica signs its pieces of
+//! agreement certificates, or its Prime PO-ARU rows, with it), `share-executor-<id>.key` (the
+//! execution node's share of the threshold key) and `vouch-filter-<id>.key` (the filter signs
+//! its vouches for the reply certificates it passes down with it). `redoubt init` is the
+//! dealer ([`write_firewall_keys`]).
 
 use crate::error::ConfigError;
 use crate::ClusterConfig;
@@ -26,6 +28,9 @@ struct PublicFile {
     /// The threshold group key (hex); none without a firewall (Prime).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     group: Option<String>,
+    /// Each filter's filter key, by id (hex); none without a firewall.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    filters: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -50,12 +55,15 @@ impl ClusterConfig {
         self.resolve(&self.keys.firewall)
     }
 
-    /// The secret firewall key file of replica or execution node `name` (`replica-0`).
+    /// The secret firewall key file of replica, execution node or filter `name`
+    /// (`replica-0`).
     fn firewall_secret_path(&self, name: &str) -> PathBuf {
         let public = self.firewall_path();
         let dir = public.parent().map(Path::to_path_buf).unwrap_or_default();
         let prefix = if name.starts_with("replica") {
             "order"
+        } else if name.starts_with("filter") {
+            "vouch"
         } else {
             "share"
         };
@@ -64,8 +72,8 @@ impl ClusterConfig {
 }
 
 /// Deals the order keys: an order key per replica and, with a firewall, a (g+1)-of-(2g+1)
-/// threshold key for the execution nodes, from the dealer's randomness `rng`. Writes the public file and
-/// the secret files (refusing to overwrite any).
+/// threshold key for the execution nodes and a filter key per filter, from the dealer's
+/// randomness `rng`. Writes the public file and the secret files (refusing to overwrite any).
 pub fn write_firewall_keys(
     cfg: &ClusterConfig,
     rng: &mut impl FnMut() -> [u8; 32],
@@ -93,14 +101,25 @@ pub fn write_firewall_keys(
     } else {
         None
     };
+    let mut filters = Vec::new();
+    if cfg.protocol.firewall() {
+        for x in 0..cfg.protocol.filters() {
+            let seed = rng();
+            filters.push(hex(&HolderSecrets::from_seed(&seed).public().verify.0));
+            let name = format!("filter-{x}");
+            write_secret(cfg, &cfg.firewall_secret_path(&name), &name, &seed)?;
+        }
+    }
     let file = PublicFile {
         cluster: cfg.cluster.id.clone(),
         orders,
         group,
+        filters,
     };
     let text = format!(
         "# The privacy firewall's public keys (written by `redoubt init`, read by every node\n\
-         # and client): each replica's order key, and the execution nodes' threshold key.\n{}",
+         # and client): each replica's order key, the execution nodes' threshold key and each\n\
+         # filter's filter key.\n{}",
         toml::to_string(&file).map_err(|e| invalid(cfg, &public_path, e.to_string()))?
     );
     crate::keys::write_new_file(&public_path, &text, 0o644)
@@ -147,7 +166,18 @@ pub fn load_firewall(cfg: &ClusterConfig) -> Result<Option<Arc<FirewallKeys>>, C
             ),
         ));
     }
-    Ok(Some(Arc::new(FirewallKeys { orders, group })))
+    let filters = public_keys(
+        cfg,
+        &path,
+        &raw.filters,
+        cfg.protocol.filters() as usize,
+        ("filter", "filters"),
+    )?;
+    Ok(Some(Arc::new(FirewallKeys {
+        orders,
+        group,
+        filters,
+    })))
 }
 
 /// Every replica's public order key, for Prime (they check each other's PO-ARU rows with
@@ -180,24 +210,44 @@ fn load_public(cfg: &ClusterConfig) -> Result<(PathBuf, PublicFile, Vec<VerifyKe
             ),
         ));
     }
-    if raw.orders.len() != cfg.replicas.len() {
+    let orders = public_keys(
+        cfg,
+        &path,
+        &raw.orders,
+        cfg.replicas.len(),
+        ("order", "replicas"),
+    )?;
+    Ok((path, raw, orders))
+}
+
+/// The `count` public keys in `hexes`, by id; `(kind, owners)` name them in errors ("order",
+/// "replicas").
+fn public_keys(
+    cfg: &ClusterConfig,
+    path: &Path,
+    hexes: &[String],
+    count: usize,
+    (kind, owners): (&str, &str),
+) -> Result<Vec<VerifyKey>, ConfigError> {
+    if hexes.len() != count {
         return Err(invalid(
             cfg,
-            &path,
+            path,
             format!(
-                "{} order keys for {} replicas (rerun `redoubt init`)",
-                raw.orders.len(),
-                cfg.replicas.len()
+                "{} {kind} keys for {count} {owners} (rerun `redoubt init`)",
+                hexes.len()
             ),
         ));
     }
-    let orders = raw
-        .orders
+    hexes
         .iter()
-        .map(|h| unhex32(h).map(VerifyKey))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| invalid(cfg, &path, format!("an order key: {e}")))?;
-    Ok((path, raw, orders))
+        .enumerate()
+        .map(|(i, h)| {
+            unhex32(h)
+                .map(VerifyKey)
+                .map_err(|e| invalid(cfg, path, format!("{kind} key {i}: {e}")))
+        })
+        .collect()
 }
 
 fn load_secret(cfg: &ClusterConfig, name: &str) -> Result<[u8; 32], ConfigError> {
@@ -234,6 +284,11 @@ fn load_secret(cfg: &ClusterConfig, name: &str) -> Result<[u8; 32], ConfigError>
 /// Replica `id`'s order key.
 pub fn load_order_key(cfg: &ClusterConfig, id: u32) -> Result<HolderSecrets, ConfigError> {
     load_secret(cfg, &format!("replica-{id}")).map(|s| HolderSecrets::from_seed(&s))
+}
+
+/// Filter `id`'s filter key (it signs its vouches with it).
+pub fn load_filter_key(cfg: &ClusterConfig, id: u32) -> Result<HolderSecrets, ConfigError> {
+    load_secret(cfg, &format!("filter-{id}")).map(|s| HolderSecrets::from_seed(&s))
 }
 
 /// Execution node `id`'s share of the threshold key.

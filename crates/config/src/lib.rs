@@ -28,7 +28,8 @@ mod template;
 pub use cluster::{override_toml, ClusterConfig};
 pub use error::{ConfigError, Location};
 pub use firewall::{
-    load_firewall, load_order_key, load_prime_orders, load_reply_share, write_firewall_keys,
+    load_filter_key, load_firewall, load_order_key, load_prime_orders, load_reply_share,
+    write_firewall_keys,
 };
 pub use keys::{load_file_keys, session_keys};
 pub use pin::pin_executable;

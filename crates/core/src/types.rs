@@ -106,8 +106,8 @@ pub enum Mutant {
     /// Firewall: filters pass reply certificates down without checking their signature or
     /// waiting for a request from below.
     FilterUnvouched,
-    /// Firewall: agreement nodes take a reply certificate one filter passed down, unchecked
-    /// (no filter's word is enough: frames name their senders unauthenticated).
+    /// Firewall: filters and agreement nodes take a reply certificate one filter of the row
+    /// above vouched for, unchecked (h+1 are needed).
     OneFilterVouches,
     /// Firewall: the execution cluster's threshold key is dealt so that g shares sign, and
     /// the top row of filters combines g (g+1 are needed).
@@ -538,15 +538,15 @@ impl Config {
         self.g() as usize + 1
     }
 
-    /// Filters whose copies of an execution certificate make an agreement node take it
-    /// without its own check: none (`usize::MAX`), since frames across the firewall name
-    /// their senders unauthenticated (`crate::filter::vouch`).
+    /// Filters of one row whose vouches make a filter below or an agreement node take a reply
+    /// certificate without checking its threshold signature: h+1, the whole row (one correct;
+    /// `crate::filter::vouch`).
     pub fn vouchers(&self) -> usize {
         #[cfg(feature = "mutants")]
         if self.mutant == Mutant::OneFilterVouches {
             return 1;
         }
-        usize::MAX
+        self.filter_rows as usize
     }
 
     /// Weak certificate size: at least one correct member.

@@ -81,9 +81,12 @@ impl<S: Service> ExecNode<S> {
         };
         let signed = share.sign(&bundle.statement().0);
         let me = Principal::Executor(self.id);
-        let forged = Message::ReplyCert(ReplyCert {
-            bundle: bundle.clone(),
-            signature: signed,
+        let forged = Message::VouchedCert(VouchedCert {
+            cert: ReplyCert {
+                bundle: bundle.clone(),
+                signature: signed,
+            },
+            vouch: redoubt_crypto::pk::Signature([0; 64]),
         });
         let shared = Message::ReplyShare(ReplyShare {
             executor: self.id,

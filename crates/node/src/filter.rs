@@ -34,11 +34,15 @@ struct FilterNode {
 impl FilterNode {
     fn receive(&mut self, bytes: &[u8]) {
         self.metrics.bytes_received.inc_by(bytes.len() as u64);
+        self.input(Input::Receive(bytes));
+    }
+
+    fn input(&mut self, input: Input<'_>) {
         let env = Env {
             now_ms: now_ms(),
             entropy: 0,
         };
-        for e in self.core.handle(env, Input::Receive(bytes)) {
+        for e in self.core.handle(env, input) {
             match e {
                 Effect::Send { to, bytes } => {
                     let result = self.links.get(&to).map(|l| l.send(bytes));
@@ -76,6 +80,12 @@ impl FilterNode {
             .inc_by(s.certificates_rejected - self.last.certificates_rejected);
         m.fw_pieces_rejected
             .inc_by(s.pieces_rejected - self.last.pieces_rejected);
+        m.fw_vouches_rejected
+            .inc_by(s.vouches_rejected - self.last.vouches_rejected);
+        m.fw_replies_vouched
+            .inc_by(s.replies_vouched - self.last.replies_vouched);
+        m.fw_replies_checked
+            .inc_by(s.replies_checked - self.last.replies_checked);
         m.peers_connected.set(
             self.links
                 .values()
@@ -91,6 +101,14 @@ impl FilterNode {
                 certificates = s.certificates_rejected - self.last.certificates_rejected,
                 shares = s.shares_rejected - self.last.shares_rejected,
                 "refused what the execution cluster did not vouch for (a faulty node above)"
+            );
+        }
+        if s.vouches_rejected > self.last.vouches_rejected {
+            warn!(
+                filter = self.id,
+                vouches = s.vouches_rejected - self.last.vouches_rejected,
+                "refused vouches that did not verify under their sender's filter key (a faulty \
+                 filter above, or a filter's key file that does not match the public key file)"
             );
         }
         if self.rejected_since_warn > 0 && self.last_warn.elapsed() >= Duration::from_secs(10) {
@@ -114,12 +132,15 @@ impl FilterNode {
     }
 }
 
-/// A filter node has no timers of its own: its tick only wakes the loop for the status
-/// refresh, and what comes back on its links is dropped (peers answer on their own links).
+/// A filter node's tick checks the certificates fewer filters above vouched for in time, and
+/// wakes the loop for the status refresh; what comes back on its links is dropped (peers
+/// answer on their own links).
 impl Hosted for FilterNode {
     type Frame = Vec<u8>;
 
-    fn tick(&mut self) {}
+    fn tick(&mut self) {
+        self.input(Input::Tick);
+    }
 
     fn listener_frame(&mut self, _conn: ConnId, frame: Vec<u8>) {
         self.receive(&frame);
@@ -157,7 +178,8 @@ pub async fn run_filter(config_path: &Path, id: u32) -> Result<(), NodeError> {
             message: "the cluster has no firewall (filter_rows = 0)".into(),
         })
     })?;
-    let core = Filter::new(cfg.protocol.clone(), id, keys).map_err(|message| {
+    let vouch_key = redoubt_config::load_filter_key(&cfg, id)?;
+    let core = Filter::new(cfg.protocol.clone(), id, keys, vouch_key).map_err(|message| {
         NodeError::Config(redoubt_config::ConfigError::Invalid {
             path: cfg.path.clone(),
             field: "[protocol]".into(),

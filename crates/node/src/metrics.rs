@@ -107,6 +107,9 @@ pub struct Metrics {
     pub fw_shares_rejected: IntCounter,
     pub fw_certificates_rejected: IntCounter,
     pub fw_pieces_rejected: IntCounter,
+    pub fw_vouches_rejected: IntCounter,
+    pub fw_replies_vouched: IntCounter,
+    pub fw_replies_checked: IntCounter,
 }
 
 fn fgauge(r: &Registry, name: &str, help: &str) -> Gauge {
@@ -282,13 +285,30 @@ impl Metrics {
             fw_certificates_rejected: counter(
                 r,
                 "redoubt_firewall_certificates_rejected_total",
-                "Filter: certificates from above whose threshold signature did not verify \
-                 (leak attempts blocked)",
+                "Filter: certificates from above whose threshold signature did not verify, or \
+                 made by an execution node (leak attempts blocked)",
             ),
             fw_pieces_rejected: counter(
                 r,
                 "redoubt_firewall_pieces_rejected_total",
                 "Filter: agreement pieces whose signature or body did not check",
+            ),
+            fw_vouches_rejected: counter(
+                r,
+                "redoubt_firewall_vouches_rejected_total",
+                "Filter: vouches from the row above that did not verify under their sender's \
+                 filter key",
+            ),
+            fw_replies_vouched: counter(
+                r,
+                "redoubt_firewall_replies_vouched_total",
+                "Filter: reply certificates taken on the vouches of every filter of the row above",
+            ),
+            fw_replies_checked: counter(
+                r,
+                "redoubt_firewall_replies_checked_total",
+                "Filter: reply certificates from above whose threshold signature was checked \
+                 here (fewer filters vouched for them within a tick)",
             ),
             requests_executed: counter(
                 r,

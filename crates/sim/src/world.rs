@@ -68,6 +68,8 @@ enum Ev {
     TickReplica(ReplicaId),
     /// An execution node's tick (separated deployment).
     TickExec(redoubt_core::ExecutorId),
+    /// A filter node's tick (firewall deployment).
+    TickFilter(redoubt_core::FilterId),
     /// An execution node loses power, and reboots from its page store.
     ExecOff(redoubt_core::ExecutorId),
     ExecOn(redoubt_core::ExecutorId),
@@ -310,6 +312,10 @@ impl World {
         for e in 0..self.execs.len() as u32 {
             let jitter = self.rng.random_range(0..TICK_MS);
             self.schedule(jitter, Ev::TickExec(e));
+        }
+        for x in 0..self.filters.len() as u32 {
+            let jitter = self.rng.random_range(0..TICK_MS);
+            self.schedule(jitter, Ev::TickFilter(x));
         }
         for (e, start, end) in self.sc.exec_reboots.clone() {
             self.schedule(start, Ev::ExecOff(e));

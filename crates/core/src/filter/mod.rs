@@ -16,8 +16,13 @@
 //! - Execution checkpoint certificates go down once each, in increasing order (agreement
 //!   nodes collect garbage below them).
 //!
-//! Filters hold no keys: everything they forward authenticates itself, so a filter checks
-//! what it passes and forwards the frame's body unchanged under its own name. Which row a
+//! What a filter forwards authenticates itself, so a filter checks what it passes and
+//! forwards pieces and checkpoint certificates unchanged under its own name. Reply
+//! certificates go down with its vouch ([`VouchedCert`]), signed with its filter key: the
+//! filters of the row below and the agreement nodes take a certificate that all h+1 filters
+//! of the row above vouched for without checking its threshold signature (one of them is
+//! correct and checked it, or took it on the vouches of the row above it), and check the
+//! signature themselves of one that fewer vouched for within a tick ([`vouch`]). Which row a
 //! frame came from is its claimed sender's; deployments give filters links to the adjacent
 //! rows only (docs/operations.md, "Firewall deployment"), which the simulator models.
 //!
@@ -32,13 +37,14 @@ use crate::effect::{Bytes, Effect, Env, Event};
 use crate::message::*;
 use crate::replica::Input;
 use crate::types::{Config, ExecutorId, FilterId, Principal, ReplicaId, Seq};
-use redoubt_crypto::pk::{self, VerifyKey};
+use redoubt_crypto::pk::{self, HolderSecrets, VerifyKey};
 use redoubt_crypto::threshold::{GroupKey, ThresholdSig};
 use redoubt_crypto::Digest;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub(crate) mod vouch;
+use vouch::{Vouched, Vouches, Waiting};
 
 /// The public keys everything crossing the firewall is checked against.
 #[derive(Clone, Debug)]
@@ -47,6 +53,8 @@ pub struct FirewallKeys {
     pub orders: Vec<VerifyKey>,
     /// The execution cluster's threshold group key.
     pub group: GroupKey,
+    /// Each filter's filter key (it signs its vouches with it), by filter id.
+    pub filters: Vec<VerifyKey>,
 }
 
 impl FirewallKeys {
@@ -60,6 +68,12 @@ impl FirewallKeys {
     pub fn check_reply(&self, cert: &ReplyCert) -> bool {
         self.group
             .verify(&cert.bundle.statement().0, &cert.signature)
+    }
+    /// Whether `vouch` is filter `x`'s on the certificate [`VouchedCert::statement`] `key`.
+    pub fn check_vouch(&self, x: FilterId, key: &Digest, vouch: &pk::Signature) -> bool {
+        self.filters
+            .get(x as usize)
+            .is_some_and(|k| pk::verify(k, &key.0, vouch))
     }
     pub fn check_stable(&self, c: &StableCert) -> bool {
         self.group.verify(&stable_statement(c.seq).0, &c.signature)
@@ -88,6 +102,12 @@ pub struct FilterStats {
     /// for: the leak attempts the firewall blocks).
     pub shares_rejected: u64,
     pub certificates_rejected: u64,
+    /// Vouches that did not verify under their claimed filter's key.
+    pub vouches_rejected: u64,
+    /// Reply certificates taken on the vouches of every filter of the row above, and those
+    /// whose threshold signature was checked here (fewer vouched for them in time).
+    pub replies_vouched: u64,
+    pub replies_checked: u64,
     /// Pieces whose signature or body did not check, and frames rejected otherwise.
     pub pieces_rejected: u64,
     pub rejected: u64,
@@ -96,12 +116,13 @@ pub struct FilterStats {
 /// An agreement node's piece as a filter keeps it: the digest it names, and its message body.
 type Piece = (Digest, Arc<Vec<u8>>);
 
-/// Per sequence number: whether a request came from below, and the reply certificate
-/// (its encoded message body) once known.
+/// Per sequence number: whether a request came from below, and the reply certificate once
+/// known: its [`VouchedCert::statement`] and the message body this filter passes down (the
+/// certificate with its vouch).
 #[derive(Default)]
 struct Slot {
     seen: bool,
-    reply: Option<Arc<Vec<u8>>>,
+    reply: Option<(Digest, Arc<Vec<u8>>)>,
     /// When the certificate last went up (ms).
     sent_up_ms: Option<u64>,
 }
@@ -117,6 +138,8 @@ pub struct Filter {
     id: FilterId,
     row: u32,
     keys: Arc<FirewallKeys>,
+    /// This filter's filter key: it signs its vouches.
+    vouch_key: HolderSecrets,
     env: Env,
     effects: Vec<Effect>,
     pub stats: FilterStats,
@@ -136,10 +159,19 @@ pub struct Filter {
     stable_down: Seq,
     stable_body: Option<Arc<Vec<u8>>>,
     stable_again_ms: u64,
+    /// Reply certificates from the row above that fewer than h+1 of its filters vouched for
+    /// yet (their [`VouchedCert::statement`]s).
+    vouches: Vouches<Digest, ReplyCert>,
 }
 
 impl Filter {
-    pub fn new(cfg: Config, id: FilterId, keys: Arc<FirewallKeys>) -> Result<Filter, String> {
+    /// Filter `id` with the firewall's public keys and its own filter key.
+    pub fn new(
+        cfg: Config,
+        id: FilterId,
+        keys: Arc<FirewallKeys>,
+        vouch_key: HolderSecrets,
+    ) -> Result<Filter, String> {
         cfg.validate()?;
         if !cfg.firewall() || id >= cfg.filters() {
             return Err(format!(
@@ -154,11 +186,25 @@ impl Filter {
                 cfg.n()
             ));
         }
+        if keys.filters.len() != cfg.filters() as usize {
+            return Err(format!(
+                "{} filter keys for {} filters",
+                keys.filters.len(),
+                cfg.filters()
+            ));
+        }
+        if keys.filters[id as usize] != vouch_key.public().verify {
+            return Err(format!(
+                "the filter key given is not filter {id}'s in the public key file"
+            ));
+        }
+        let vouchers = cfg.vouchers();
         Ok(Filter {
             row: id / cfg.filter_rows,
             cfg,
             id,
             keys,
+            vouch_key,
             env: Env::default(),
             effects: Vec::new(),
             stats: FilterStats::default(),
@@ -172,6 +218,7 @@ impl Filter {
             stable_down: 0,
             stable_body: None,
             stable_again_ms: 0,
+            vouches: Vouches::new(vouchers),
         })
     }
 
@@ -194,8 +241,9 @@ impl Filter {
         match input {
             Input::Receive(bytes) => self.receive(bytes),
             Input::Preopened(p) => self.receive(p.bytes()),
+            Input::Tick => self.tick(),
             // Filters hold no session keys and call no key holder.
-            Input::Tick | Input::Idle | Input::StepDown | Input::Recover | Input::Holder(_) => {}
+            Input::Idle | Input::StepDown | Input::Recover | Input::Holder(_) => {}
         }
         std::mem::take(&mut self.effects)
     }
@@ -213,6 +261,12 @@ impl Filter {
         }
         if self.reply_shares.len() > span || self.stable_shares.len() > span {
             return Err("too many share slots held".into());
+        }
+        if self.vouches.len() > vouch::WAITING_MAX {
+            return Err(format!(
+                "{} certificates wait for vouches",
+                self.vouches.len()
+            ));
         }
         Ok(())
     }
@@ -247,33 +301,14 @@ impl Filter {
             (Message::StableShare(s), Principal::Executor(e)) if self.top() && s.executor == e => {
                 self.on_stable_share(s)
             }
-            (Message::ReplyCert(c), f) if self.above(f) => {
-                #[cfg(feature = "mutants")]
-                if self.cfg.mutant == crate::types::Mutant::FilterUnvouched {
-                    self.send_down(body);
-                    return;
-                }
-                let seq = c.bundle.seq;
-                if !self.in_window(seq) {
-                    return; // old news
-                }
-                if let Some(known) = self.table.get(&seq).and_then(|e| e.reply.as_deref()) {
-                    // The certificate through the other filter of the row above: nothing to
-                    // check again, nothing goes down for it. A certificate at a sequence
-                    // number is unique (one bundle, one signature): any other is forged.
-                    if known.as_slice() != body {
-                        self.stats.certificates_rejected += 1;
-                        self.reject(from, kind, Reject::BadSignature);
-                    }
-                    return;
-                }
-                if self.keys.check_reply(&c) {
-                    self.complete_reply(seq, Arc::new(body.to_vec()));
-                    Ok(())
-                } else {
-                    self.stats.certificates_rejected += 1;
-                    Err(Reject::BadSignature)
-                }
+            (Message::VouchedCert(v), Principal::Filter(x)) if self.above(from) => {
+                self.on_vouched(x, v)
+            }
+            (Message::VouchedCert(_), Principal::Executor(_)) if self.above(from) => {
+                // Execution nodes send shares only: a certificate of one's own making is a
+                // leak attempt, refused unchecked.
+                self.stats.certificates_rejected += 1;
+                Err(Reject::Unexpected)
             }
             (Message::StableCert(c), f) if self.above(f) => {
                 if c.seq <= self.stable_down {
@@ -291,6 +326,74 @@ impl Filter {
         };
         if let Err(r) = res {
             self.reject(from, kind, r);
+        }
+    }
+
+    /// A reply certificate filter `x` of the row above passed down with its vouch: taken once
+    /// every filter of that row vouched for it, or its signature checked at the second tick
+    /// after it came (at once when too many wait).
+    fn on_vouched(&mut self, x: FilterId, v: VouchedCert) -> Result<(), Reject> {
+        let seq = v.cert.bundle.seq;
+        if !self.in_window(seq) {
+            return Ok(()); // old news
+        }
+        let key = VouchedCert::statement(seq, &v.cert.bundle.statement(), &v.cert.signature);
+        if let Some((known, _)) = self.table.get(&seq).and_then(|e| e.reply.as_ref()) {
+            // The certificate through another filter of the row above: nothing to check
+            // again, nothing goes down for it. A certificate at a sequence number is unique
+            // (one bundle, one signature): any other is forged.
+            if *known != key {
+                self.stats.certificates_rejected += 1;
+                return Err(Reject::BadSignature);
+            }
+            return Ok(());
+        }
+        if !self.keys.check_vouch(x, &key, &v.vouch) {
+            self.stats.vouches_rejected += 1;
+            return Err(Reject::BadSignature);
+        }
+        #[cfg(feature = "mutants")]
+        if self.cfg.mutant == crate::types::Mutant::FilterUnvouched {
+            let body = self.vouched_body(key, v.cert);
+            self.send_down(&body);
+            return Ok(());
+        }
+        let w = match self.vouches.vouch(key, x, || v.cert) {
+            Vouched::Waits => return Ok(()),
+            Vouched::Enough(w) => {
+                self.stats.replies_vouched += 1;
+                self.complete_reply(seq, w.key, w.item);
+                return Ok(());
+            }
+            Vouched::First(w) => w,
+        };
+        if self.vouches.full() {
+            return self.check_reply_now(w);
+        }
+        self.vouches.wait(w);
+        Ok(())
+    }
+
+    /// Checks the threshold signature of a certificate fewer than h+1 filters vouched for.
+    fn check_reply_now(&mut self, w: Waiting<Digest, ReplyCert>) -> Result<(), Reject> {
+        if !self.keys.check_reply(&w.item) {
+            self.stats.certificates_rejected += 1;
+            return Err(Reject::BadSignature);
+        }
+        self.stats.replies_checked += 1;
+        self.complete_reply(w.item.bundle.seq, w.key, w.item);
+        Ok(())
+    }
+
+    /// At a tick: certificates waiting since the tick before are checked now.
+    fn tick(&mut self) {
+        for w in self.vouches.take_due() {
+            let by = w.by.clone();
+            if let Err(r) = self.check_reply_now(w) {
+                for x in by {
+                    self.reject(Principal::Filter(x), "vouched-cert", r);
+                }
+            }
         }
     }
 
@@ -390,7 +493,7 @@ impl Filter {
                 }
             }
         }
-        if let Some(reply) = reply {
+        if let Some((_, reply)) = reply {
             self.send_down(&reply);
             self.stats.replies_forwarded += 1;
             // The agreement nodes ask again for what ran: their checkpoint may wait for the
@@ -443,25 +546,35 @@ impl Filter {
 
     // ----- replies (down) -------------------------------------------------------------------
 
-    /// A complete reply certificate for `seq` (its message body): down if asked for, else
-    /// held.
-    fn complete_reply(&mut self, seq: Seq, body: Arc<Vec<u8>>) {
+    /// A complete reply certificate for `seq` (`key` its [`VouchedCert::statement`]): down
+    /// with our vouch if asked for, else held.
+    fn complete_reply(&mut self, seq: Seq, key: Digest, cert: ReplyCert) {
         if !self.in_window(seq) {
             return;
         }
         self.advance(seq);
         self.reply_shares.remove(&seq);
-        let entry = self.table.entry(seq).or_default();
-        if entry.reply.is_some() {
+        if self.table.get(&seq).is_some_and(|e| e.reply.is_some()) {
             return; // a duplicate: nothing goes down for it
         }
-        entry.reply = Some(body.clone());
+        let body = self.vouched_body(key, cert);
+        let entry = self.table.entry(seq).or_default();
+        entry.reply = Some((key, body.clone()));
         if entry.seen {
             self.send_down(&body);
             self.stats.replies_forwarded += 1;
         } else {
             self.stats.replies_held += 1;
         }
+    }
+
+    /// The message body of `cert` (`key` its statement) with our vouch.
+    fn vouched_body(&self, key: Digest, cert: ReplyCert) -> Arc<Vec<u8>> {
+        let vouch = self.vouch_key.sign(&key.0);
+        Arc::new(encode_body(&Message::VouchedCert(VouchedCert {
+            cert,
+            vouch,
+        })))
     }
 
     fn complete_stable(&mut self, c: StableCert) {
@@ -502,12 +615,13 @@ impl Filter {
             return Ok(());
         };
         let bundle = self.reply_shares[&seq][&st].content.clone();
+        let key = VouchedCert::statement(seq, &st, &sig);
         let cert = ReplyCert {
             bundle,
             signature: sig,
         };
         self.stats.replies_combined += 1;
-        self.complete_reply(seq, Arc::new(encode_body(&Message::ReplyCert(cert))));
+        self.complete_reply(seq, key, cert);
         Ok(())
     }
 

@@ -1,6 +1,7 @@
 //! The filter's forwarding rules (Yin et al. 2003 §4.1): certificates up only when f+1
-//! agreement nodes vouch, replies down only as a valid threshold signature and only in answer
-//! to a request from below, at most one reply per request, and g shares never enough.
+//! agreement nodes vouch, replies down only as a valid threshold signature (or one every
+//! filter of the row above vouched for) and only in answer to a request from below, at most
+//! one reply per request, and g shares never enough.
 
 use super::*;
 use crate::message::{Batch, NonDet};
@@ -12,6 +13,8 @@ struct Setup {
     keys: Arc<FirewallKeys>,
     orders: Vec<HolderSecrets>,
     shares: Vec<KeyShare>,
+    /// The filters' filter keys.
+    vouching: Vec<HolderSecrets>,
 }
 
 fn setup() -> Setup {
@@ -25,16 +28,45 @@ fn setup() -> Setup {
         .map(|r| HolderSecrets::from_seed(&[r + 1; 32]))
         .collect();
     let (group, shares) = deal(1, 3, [42; 32]);
+    let vouching: Vec<HolderSecrets> = (0..4u8)
+        .map(|x| HolderSecrets::from_seed(&[x + 100; 32]))
+        .collect();
     let keys = Arc::new(FirewallKeys {
         orders: orders.iter().map(|k| k.public().verify).collect(),
         group,
+        filters: vouching.iter().map(|k| k.public().verify).collect(),
     });
     Setup {
         cfg,
         keys,
         orders,
         shares,
+        vouching,
     }
+}
+
+fn filter(s: &Setup, x: FilterId) -> Filter {
+    Filter::new(
+        s.cfg.clone(),
+        x,
+        s.keys.clone(),
+        s.vouching[x as usize].clone(),
+    )
+    .unwrap()
+}
+
+/// `cert` as filter `x` passes it down, vouched for with `by`'s filter key.
+fn vouched(s: &Setup, x: FilterId, by: FilterId, cert: &ReplyCert) -> Vec<u8> {
+    let key = VouchedCert::statement(cert.bundle.seq, &cert.bundle.statement(), &cert.signature);
+    let m = Message::VouchedCert(VouchedCert {
+        cert: cert.clone(),
+        vouch: s.vouching[by as usize].sign(&key.0),
+    });
+    frame(Principal::Filter(x), &m)
+}
+
+fn tick(f: &mut Filter) -> Vec<Effect> {
+    f.handle(Env::default(), Input::Tick)
 }
 
 fn frame(from: Principal, msg: &Message) -> Vec<u8> {
@@ -107,7 +139,7 @@ fn step(f: &mut Filter, now_ms: u64, bytes: &[u8]) -> Vec<(Principal, Message)> 
 #[test]
 fn a_batch_goes_up_once_f_plus_one_agreement_nodes_vouch_for_it() {
     let s = setup();
-    let mut x0 = Filter::new(s.cfg.clone(), 0, s.keys.clone()).unwrap();
+    let mut x0 = filter(&s, 0);
     let b = batch(1);
     let out = step(&mut x0, 0, &piece(&s, 0, 1, &b, Principal::Replica(0)));
     assert!(out.is_empty(), "one piece certifies nothing");
@@ -134,7 +166,7 @@ fn a_batch_goes_up_once_f_plus_one_agreement_nodes_vouch_for_it() {
 #[test]
 fn a_reply_goes_down_only_when_asked_for_and_once_per_request() {
     let s = setup();
-    let mut top = Filter::new(s.cfg.clone(), 2, s.keys.clone()).unwrap();
+    let mut top = filter(&s, 2);
     let b = bundle(1);
     // Shares arrive before any request came from below: the reply is held.
     assert!(step(&mut top, 0, &share(&s, 0, &b)).is_empty());
@@ -149,23 +181,30 @@ fn a_reply_goes_down_only_when_asked_for_and_once_per_request() {
     assert!(step(&mut top, 3, &piece(&s, 0, 1, &batch1, below)).is_empty());
     let out = step(&mut top, 4, &piece(&s, 1, 1, &batch1, below));
     assert_eq!(out.len(), 2);
-    let Message::ReplyCert(cert) = &out[0].1 else {
+    let Message::VouchedCert(v) = &out[0].1 else {
         panic!("a reply certificate goes down, not {:?}", out[0].1);
     };
-    assert!(s.keys.check_reply(cert));
+    assert!(s.keys.check_reply(&v.cert));
+    let key = VouchedCert::statement(1, &b.statement(), &v.cert.signature);
+    assert!(
+        s.keys.check_vouch(2, &key, &v.vouch),
+        "with the filter's vouch"
+    );
     assert!(out
         .iter()
         .all(|(to, _)| matches!(to, Principal::Filter(0 | 1))));
     // Each further request from below releases it once more; nothing goes up for it.
     let out = step(&mut top, 500, &piece(&s, 2, 1, &batch1, below));
     assert_eq!(out.len(), 2);
-    assert!(out.iter().all(|(_, m)| matches!(m, Message::ReplyCert(_))));
+    assert!(out
+        .iter()
+        .all(|(_, m)| matches!(m, Message::VouchedCert(_))));
 }
 
 #[test]
 fn a_bad_share_does_not_stall_the_certificate_and_g_shares_make_none() {
     let s = setup();
-    let mut top = Filter::new(s.cfg.clone(), 3, s.keys.clone()).unwrap();
+    let mut top = filter(&s, 3);
     let b = bundle(1);
     let below = Principal::Filter(1);
     let batch1 = batch(1);
@@ -194,12 +233,10 @@ fn a_bad_share_does_not_stall_the_certificate_and_g_shares_make_none() {
     assert!(step(&mut top, 4, &share(&s, 0, &leak)).is_empty());
 }
 
-#[test]
-fn certificates_from_above_are_checked_and_held_until_asked_for() {
-    let s = setup();
-    let mut x0 = Filter::new(s.cfg.clone(), 0, s.keys.clone()).unwrap();
+/// A certificate on bundle(1) with the execution cluster's signature.
+fn good_cert(s: &Setup) -> ReplyCert {
     let b = bundle(1);
-    let good = ReplyCert {
+    ReplyCert {
         signature: s
             .keys
             .group
@@ -208,36 +245,103 @@ fn certificates_from_above_are_checked_and_held_until_asked_for() {
                 (2, s.shares[2].sign(&b.statement().0)),
             ])
             .unwrap(),
-        bundle: b.clone(),
-    };
+        bundle: b,
+    }
+}
+
+/// Asks filter 0 for sequence number 1 (f+1 agreement nodes' pieces): what goes down.
+fn ask(s: &Setup, x0: &mut Filter) -> Vec<(Principal, Message)> {
+    let batch1 = batch(1);
+    step(x0, 2, &piece(s, 0, 1, &batch1, Principal::Replica(0)));
+    step(x0, 3, &piece(s, 1, 1, &batch1, Principal::Replica(1)))
+}
+
+#[test]
+fn a_certificate_every_filter_above_vouched_for_is_taken_unchecked_and_held_until_asked_for() {
+    let s = setup();
+    let mut x0 = filter(&s, 0);
+    let good = good_cert(&s);
+    assert!(step(&mut x0, 0, &vouched(&s, 2, 2, &good)).is_empty());
+    assert_eq!(x0.stats.replies_held, 0, "one vouch of two waits");
+    assert!(step(&mut x0, 1, &vouched(&s, 3, 3, &good)).is_empty());
+    assert_eq!(x0.stats.replies_held, 1);
+    assert_eq!((x0.stats.replies_vouched, x0.stats.replies_checked), (1, 0));
+    // Down to every agreement node with filter 0's own vouch, nothing up.
+    let out = ask(&s, &mut x0);
+    assert_eq!(out.len(), 4);
+    let key = VouchedCert::statement(1, &good.bundle.statement(), &good.signature);
+    assert!(out.iter().all(|(to, m)| matches!(to, Principal::Replica(_))
+        && matches!(m, Message::VouchedCert(v) if v.cert == good && s.keys.check_vouch(0, &key, &v.vouch))));
+}
+
+#[test]
+fn a_certificate_one_filter_vouched_for_is_checked_at_the_second_tick() {
+    let s = setup();
+    let mut x0 = filter(&s, 0);
+    let good = good_cert(&s);
     let mut forged = good.clone();
     forged.bundle.entries[0].result = b"~secret~ smuggled".to_vec();
-    let above = Principal::Filter(2);
-    assert!(step(&mut x0, 0, &frame(above, &Message::ReplyCert(forged))).is_empty());
+    // A faulty filter 2 vouches for a forged certificate: it waits, then fails its check.
+    assert!(step(&mut x0, 0, &vouched(&s, 2, 2, &forged)).is_empty());
+    tick(&mut x0);
+    assert_eq!(
+        x0.stats.certificates_rejected, 0,
+        "a tick has not passed yet"
+    );
+    let rejected = tick(&mut x0);
+    assert!(rejected.iter().any(|e| matches!(
+        e,
+        Effect::Event(Event::Rejected {
+            from: Principal::Filter(2),
+            ..
+        })
+    )));
     assert_eq!(x0.stats.certificates_rejected, 1);
-    // Not from the row above: refused whatever it carries.
-    assert!(step(
-        &mut x0,
-        0,
-        &frame(Principal::Replica(0), &Message::ReplyCert(good.clone()))
-    )
-    .is_empty());
-    assert!(step(&mut x0, 1, &frame(above, &Message::ReplyCert(good.clone()))).is_empty());
-    assert_eq!(x0.stats.replies_held, 1);
-    let batch1 = batch(1);
-    step(&mut x0, 2, &piece(&s, 0, 1, &batch1, Principal::Replica(0)));
-    let out = step(&mut x0, 3, &piece(&s, 1, 1, &batch1, Principal::Replica(1)));
-    // Down to every agreement node, nothing up.
-    assert_eq!(out.len(), 4);
-    assert!(out.iter().all(
-        |(to, m)| matches!(to, Principal::Replica(_)) && *m == Message::ReplyCert(good.clone())
-    ));
+    // The good one through filter 3 alone (filter 2 silent): checked, held, passed down.
+    assert!(step(&mut x0, 1, &vouched(&s, 3, 3, &good)).is_empty());
+    tick(&mut x0);
+    tick(&mut x0);
+    assert_eq!((x0.stats.replies_vouched, x0.stats.replies_checked), (0, 1));
+    assert_eq!(ask(&s, &mut x0).len(), 4);
+}
+
+#[test]
+fn a_vouch_in_another_filters_name_or_from_below_counts_for_nothing() {
+    let s = setup();
+    let mut x0 = filter(&s, 0);
+    let good = good_cert(&s);
+    // Filter 3 sends filter 2's vouch under its own name, then a vouch with filter 2's key
+    // under filter 2's name comes from below: neither counts.
+    assert!(step(&mut x0, 0, &vouched(&s, 3, 2, &good)).is_empty());
+    assert_eq!(x0.stats.vouches_rejected, 1);
+    let from_below = {
+        let key = VouchedCert::statement(1, &good.bundle.statement(), &good.signature);
+        let m = Message::VouchedCert(VouchedCert {
+            cert: good.clone(),
+            vouch: s.vouching[2].sign(&key.0),
+        });
+        frame(Principal::Replica(0), &m)
+    };
+    assert!(step(&mut x0, 0, &from_below).is_empty());
+    // Filter 2's true vouch alone is one of two: nothing is taken before the check.
+    assert!(step(&mut x0, 1, &vouched(&s, 2, 2, &good)).is_empty());
+    assert_eq!(x0.stats.replies_held, 0);
+    assert_eq!(x0.stats.rejected, 2);
+}
+
+#[test]
+fn a_filter_refuses_a_key_that_is_not_its_own() {
+    let s = setup();
+    let err = Filter::new(s.cfg.clone(), 1, s.keys.clone(), s.vouching[0].clone())
+        .err()
+        .unwrap();
+    assert!(err.contains("not filter 1's"), "{err}");
 }
 
 #[test]
 fn execution_checkpoint_certificates_go_down_once_and_again_on_request() {
     let s = setup();
-    let mut top = Filter::new(s.cfg.clone(), 2, s.keys.clone()).unwrap();
+    let mut top = filter(&s, 2);
     let st = stable_statement(8);
     let stable = |e: ExecutorId| {
         frame(
@@ -263,7 +367,7 @@ fn execution_checkpoint_certificates_go_down_once_and_again_on_request() {
 fn a_restarted_filter_joins_in_at_the_agreement_nodes_sequence_numbers() {
     let s = setup();
     // A fresh filter (maxN = 0, window 16) while the cluster orders at 100.
-    let mut x0 = Filter::new(s.cfg.clone(), 0, s.keys.clone()).unwrap();
+    let mut x0 = filter(&s, 0);
     let b = batch(100);
     assert!(step(&mut x0, 0, &piece(&s, 0, 100, &b, Principal::Replica(0))).is_empty());
     // A faulty replica alone cannot move the window: its piece elsewhere changes nothing.

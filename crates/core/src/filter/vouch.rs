@@ -1,15 +1,19 @@
-//! Certificates of the execution cluster waiting for their signature check at an agreement
-//! node, each kept once whichever filters passed it down.
+//! Reply certificates of the execution cluster vouched for by filters of the row above, at a
+//! filter or an agreement node, each kept once whichever filters vouched for it.
+//!
+//! A correct filter vouches only for a certificate it took in, and at most h filters are
+//! faulty: once all h+1 filters of a row vouched for a certificate (`needed`, from
+//! `Config::vouchers`), one of them is correct, and the certificate is taken without checking
+//! its threshold signature again. Each vouch is the filter's signature with its filter key
+//! (`VouchedCert`), checked by the caller before it counts here: a faulty node cannot vouch in
+//! another filter's name. The mutant `one-filter-vouches` takes a certificate on one filter's
+//! vouch, and the simulator catches it.
 //!
 //! A certificate is named by everything its validity depends on (the sequence number, the
-//! statement and the signature): a faulty filter that passes the right bundle under a wrong
-//! signature passes a different certificate, checked on its own.
-//!
-//! The filters that passed a certificate down are counted, but their word takes nothing: frames
-//! across the firewall carry no MAC and name their senders unauthenticated (ADR 0006), so one
-//! faulty node can name every filter of a row. Production passes `needed = usize::MAX`; the
-//! mutant `one-filter-vouches` takes a certificate on one filter's word, and the simulator
-//! catches it.
+//! statement and the signature): a faulty filter that vouches for the right bundle under a
+//! wrong signature vouches for a different certificate, counted on its own. One fewer vouches
+//! than needed within a tick (a faulty or slow filter) leaves the caller to check the
+//! signature itself ([`Vouches::take_due`]).
 //!
 //! Bounds: at most [`WAITING_MAX`] certificates wait; the caller checks one beyond at once.
 
@@ -24,11 +28,13 @@ pub(crate) struct Waiting<K, T> {
     pub(crate) key: K,
     pub(crate) by: BTreeSet<FilterId>,
     pub(crate) item: T,
+    /// Whether a tick passed since it began to wait.
+    aged: bool,
 }
 
 /// What a filter's copy of a certificate did.
 pub(crate) enum Vouched<K, T> {
-    /// `needed` filters passed it down (only a mutant sets a `needed` that can be reached).
+    /// `needed` filters vouched for it.
     Enough(Waiting<K, T>),
     /// The first copy: it waits (unless the caller finds no room, see [`Vouches::full`]).
     First(Waiting<K, T>),
@@ -44,7 +50,7 @@ pub(crate) struct Vouches<K, T> {
 }
 
 impl<K: PartialEq, T> Vouches<K, T> {
-    /// Certificates `needed` filters pass down are taken unchecked.
+    /// Certificates `needed` filters vouch for are taken unchecked.
     pub(crate) fn new(needed: usize) -> Self {
         Vouches {
             needed: needed.max(1),
@@ -61,7 +67,7 @@ impl<K: PartialEq, T> Vouches<K, T> {
         self.len() >= WAITING_MAX
     }
 
-    /// Filter `x` passed down the certificate `key`; `item` builds what is kept of it.
+    /// Filter `x` vouched for the certificate `key`; `item` builds what is kept of it.
     pub(crate) fn vouch(&mut self, key: K, x: FilterId, item: impl FnOnce() -> T) -> Vouched<K, T> {
         if let Some(i) = self.waiting.iter().position(|w| w.key == key) {
             self.waiting[i].by.insert(x);
@@ -74,6 +80,7 @@ impl<K: PartialEq, T> Vouches<K, T> {
             key,
             by: BTreeSet::from([x]),
             item: item(),
+            aged: false,
         };
         if self.needed <= 1 {
             Vouched::Enough(w)
@@ -87,9 +94,17 @@ impl<K: PartialEq, T> Vouches<K, T> {
         self.waiting.push(w);
     }
 
-    /// Every certificate waiting, for the caller to check their signatures.
-    pub(crate) fn take_all(&mut self) -> Vec<Waiting<K, T>> {
-        std::mem::take(&mut self.waiting)
+    /// At a tick: the certificates that waited since the tick before, for the caller to
+    /// check their signatures (the others wait one more tick).
+    pub(crate) fn take_due(&mut self) -> Vec<Waiting<K, T>> {
+        let (due, young) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|w| w.aged);
+        self.waiting = young;
+        for w in &mut self.waiting {
+            w.aged = true;
+        }
+        due
     }
 }
 
@@ -121,19 +136,26 @@ mod tests {
     }
 
     #[test]
-    fn copies_of_one_certificate_wait_once_and_all_are_taken_at_once() {
-        let mut v: Vouches<u32, ()> = Vouches::new(usize::MAX);
+    fn copies_of_one_certificate_wait_once_and_are_due_at_the_second_tick() {
+        let mut v: Vouches<u32, ()> = Vouches::new(3);
         for (key, x) in [(7, 0), (7, 1), (8, 1)] {
             match v.vouch(key, x, || ()) {
                 Vouched::First(w) => v.wait(w),
                 Vouched::Waits => {}
-                Vouched::Enough(_) => panic!("no filter's word is enough"),
+                Vouched::Enough(_) => panic!("three are needed"),
             }
         }
         assert_eq!(v.len(), 2);
-        let all = v.take_all();
-        assert_eq!(all.len(), 2);
-        assert_eq!(all[0].by.len(), 2);
+        assert!(v.take_due().is_empty(), "nothing waited a whole tick yet");
+        let Vouched::First(w) = v.vouch(9, 0, || ()) else {
+            panic!("first copy")
+        };
+        v.wait(w);
+        let due = v.take_due();
+        assert_eq!(due.iter().map(|w| w.key).collect::<Vec<_>>(), [7, 8]);
+        assert_eq!(due[0].by.len(), 2);
+        assert_eq!(v.len(), 1);
+        assert_eq!(v.take_due().len(), 1);
         assert_eq!(v.len(), 0);
     }
 }

@@ -1,8 +1,9 @@
 //! Messages of the privacy firewall (Yin et al. 2003 §4; `crate::filter`). Everything that
-//! crosses the firewall authenticates itself, so a filter needs no keys and forwards a frame
-//! unchanged: agreement nodes sign their pieces of agreement certificates ([`SignedOrder`]),
-//! and execution nodes' replies and checkpoints cross only as threshold signatures of g+1 of
-//! them ([`ReplyCert`], [`StableCert`]), whose encoding is unique.
+//! crosses the firewall authenticates itself: agreement nodes sign their pieces of agreement
+//! certificates ([`SignedOrder`]), and execution nodes' replies and checkpoints cross only as
+//! threshold signatures of g+1 of them ([`ReplyCert`], [`StableCert`]), whose encoding is
+//! unique. Filters pass reply certificates down with their vouch ([`VouchedCert`]), signed
+//! with their filter key, so that those below need not check the threshold signature again.
 
 use super::Order;
 use crate::types::{ClientId, ExecutorId, ReplicaId, Seq, View};
@@ -119,6 +120,30 @@ pub struct StableShare {
     pub executor: ExecutorId,
     pub seq: Seq,
     pub share: ThresholdSig,
+}
+
+/// A reply certificate as a filter passes it down (to the row below, or from the bottom row
+/// to the agreement nodes), with its vouch: its signature with its filter key on
+/// [`VouchedCert::statement`]. A correct filter vouches only for a certificate it took in (its
+/// threshold signature checked, or the vouches of every filter of the row above), and at most
+/// h filters are faulty: the vouches of the h+1 filters of one row stand for the signature
+/// (`crate::filter::vouch`). Who vouched is the frame's sender, checked by the signature.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VouchedCert {
+    pub cert: ReplyCert,
+    pub vouch: Signature,
+}
+
+impl VouchedCert {
+    /// What a vouch covers: everything a certificate's validity depends on (a certificate
+    /// with the right bundle under a wrong signature is another certificate).
+    pub fn statement(seq: Seq, bundle_statement: &Digest, signature: &ThresholdSig) -> Digest {
+        DigestBuilder::new("redoubt.firewall.vouch.v1")
+            .u64(seq)
+            .digest(bundle_statement)
+            .bytes(&signature.0)
+            .finish()
+    }
 }
 
 /// An execution checkpoint certificate: g+1 execution nodes hold a stable checkpoint at

@@ -541,8 +541,8 @@ pub enum Message {
     /// execution nodes to the top row of filters,
     ReplyShare(ReplyShare),
     StableShare(StableShare),
-    /// filters down to the agreement nodes,
-    ReplyCert(ReplyCert),
+    /// filters down to the agreement nodes (reply certificates with each filter's vouch),
+    VouchedCert(VouchedCert),
     StableCert(StableCert),
     /// and agreement nodes to clients.
     CertifiedReply(CertifiedReply),
@@ -672,7 +672,7 @@ impl Message {
             Message::SignedOrder(_) => "signed-order",
             Message::ReplyShare(_) => "reply-share",
             Message::StableShare(_) => "stable-share",
-            Message::ReplyCert(_) => "reply-cert",
+            Message::VouchedCert(_) => "vouched-cert",
             Message::StableCert(_) => "stable-cert",
             Message::CertifiedReply(_) => "certified-reply",
             Message::PoRequest(_) => "po-request",
@@ -695,7 +695,7 @@ impl Message {
             Message::SignedOrder(_)
             | Message::ReplyShare(_)
             | Message::StableShare(_)
-            | Message::ReplyCert(_)
+            | Message::VouchedCert(_)
             | Message::StableCert(_)
             | Message::CertifiedReply(_) => TagKind::None,
             // A PO-ARU row is signed: it travels inside others' messages.

@@ -6,9 +6,11 @@
 //! checkpoint. Clients get their entry of a reply certificate ([`CertifiedReply`]), and a
 //! client asking again gets it from the last certificate that named it.
 //!
-//! A reply certificate's entries go to their clients when its first copy comes; its signature
-//! is checked here at the next tick, off the clients' path (they check it themselves), and
-//! nothing of it is recorded before.
+//! A reply certificate's entries go to their clients when its first copy comes (each client
+//! checks the certificate itself). The replica takes it in (its replies kept for clients
+//! asking again, the execution progress it shows) once all h+1 bottom-row filters vouched for
+//! it ([`VouchedCert`], `crate::filter::vouch`), or once its threshold signature checked here,
+//! at the second tick after it came with fewer vouches; nothing of it is recorded before.
 //!
 //! Bounds: one cached certified reply per client with an exactly-once entry; the statements
 //! of the last `log_size` reply certificates taken in here; at most
@@ -93,28 +95,35 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return Err(Reject::WrongTag);
         }
         match msg {
-            Message::ReplyCert(c) => self.on_reply_cert(x, c),
+            Message::VouchedCert(v) => self.on_reply_cert(x, v),
             Message::StableCert(c) => self.on_stable_cert(c),
             _ => Err(Reject::Unexpected),
         }
     }
 
-    /// A reply certificate from bottom-row filter `x`. Its clients' entries go out at once
-    /// (each client checks the certificate itself); the replica takes it in, its replies kept
-    /// for clients asking again and the execution progress it shows, once its signature checks
-    /// at the next tick. The copies the h+1 bottom filters send wait once.
-    fn on_reply_cert(&mut self, x: FilterId, cert: ReplyCert) -> Result<(), Reject> {
+    /// A reply certificate bottom-row filter `x` vouched for. Its clients' entries go out at
+    /// once; the replica takes it in once every bottom-row filter vouched for it, or its
+    /// signature checked (see the module's text).
+    fn on_reply_cert(&mut self, x: FilterId, v: VouchedCert) -> Result<(), Reject> {
         let Some(fw) = &mut self.remote.firewall else {
             return Err(Reject::Unexpected);
         };
-        let seq = cert.bundle.seq;
+        let seq = v.cert.bundle.seq;
         if seq <= self.remote.queue.acked.saturating_sub(self.cfg.log_size) {
             return Ok(()); // old news
         }
+        let VouchedCert { cert, vouch } = v;
         let leaves = cert.bundle.leaves();
         let st = bundle_statement(seq, &leaves);
         if fw.accepted.get(&seq) == Some(&st) {
             return Ok(()); // the same certificate through another filter
+        }
+        if !fw.keys.check_vouch(
+            x,
+            &VouchedCert::statement(seq, &st, &cert.signature),
+            &vouch,
+        ) {
+            return Err(Reject::BadSignature);
         }
         let key = (seq, st, cert.signature);
         let w = match fw
@@ -172,13 +181,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
     }
 
-    /// At a tick: checks the signatures of the reply certificates waiting, taking in those
-    /// that hold.
+    /// At a tick: checks the signatures of the reply certificates that waited since the tick
+    /// before, taking in those that hold.
     pub(super) fn check_reply_certs(&mut self) {
         let Some(fw) = &mut self.remote.firewall else {
             return;
         };
-        let due = fw.unchecked.take_all();
+        let due = fw.unchecked.take_due();
         let keys = fw.keys.clone();
         for w in due {
             if keys.group.verify(&w.item.st.0, &w.item.cert.signature) {

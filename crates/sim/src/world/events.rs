@@ -15,6 +15,7 @@ impl World {
                 self.schedule(self.now + TICK_MS, Ev::TickReplica(r));
             }
             Ev::TickExec(e) => self.tick_exec(e),
+            Ev::TickFilter(x) => self.tick_filter(x),
             Ev::ExecOff(e) => self.exec_power(e, false),
             Ev::ExecOn(e) => self.exec_power(e, true),
             Ev::TickClient(c) => {

@@ -9,7 +9,8 @@ use super::*;
 use crate::scenario::ExecBehavior;
 use redoubt_core::keys::Purpose;
 use redoubt_core::message::{
-    checkpoint_statement, decode_frame, Certified, Relay, Reply, ReplyBundle, ReplyCert, SignedVote,
+    checkpoint_statement, decode_frame, Certified, Relay, Reply, ReplyBundle, ReplyCert,
+    SignedVote, VouchedCert,
 };
 use redoubt_core::{Executor, ExecutorId};
 use redoubt_crypto::threshold::ThresholdSig;
@@ -313,16 +314,19 @@ impl World {
         }
         let mut v = secrets::SECRET_TAG.to_vec();
         v.extend_from_slice(b"smuggled");
-        let cert = Message::ReplyCert(ReplyCert {
-            bundle: ReplyBundle {
-                seq: self.execs[e as usize].core.last_executed(),
-                entries: vec![redoubt_core::message::ReplyEntry {
-                    client: 1,
-                    timestamp: 1,
-                    result: v,
-                }],
+        let cert = Message::VouchedCert(VouchedCert {
+            cert: ReplyCert {
+                bundle: ReplyBundle {
+                    seq: self.execs[e as usize].core.last_executed(),
+                    entries: vec![redoubt_core::message::ReplyEntry {
+                        client: 1,
+                        timestamp: 1,
+                        result: v,
+                    }],
+                },
+                signature: ThresholdSig([0x11; redoubt_crypto::threshold::SIG_LEN]),
             },
-            signature: ThresholdSig([0x11; redoubt_crypto::threshold::SIG_LEN]),
+            vouch: redoubt_crypto::pk::Signature([0x22; 64]),
         });
         let auth = self.execs[e as usize].core.auth();
         let bytes = seal(auth, &cert, None, self.sc.core.n());

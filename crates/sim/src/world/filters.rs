@@ -9,7 +9,7 @@
 use super::*;
 use crate::scenario::FilterBehavior;
 use redoubt_core::filter::FirewallKeys;
-use redoubt_core::message::{frame_sender, ReplyBundle, ReplyCert, ReplyEntry};
+use redoubt_core::message::{frame_sender, ReplyBundle, ReplyCert, ReplyEntry, VouchedCert};
 use redoubt_core::{Filter, FilterId};
 use redoubt_crypto::threshold::{self, KeyShare, ThresholdSig};
 
@@ -29,6 +29,8 @@ pub(super) struct Dealt {
     pub(super) keys: Arc<FirewallKeys>,
     pub(super) order_keys: Vec<HolderSecrets>,
     pub(super) shares: Vec<KeyShare>,
+    /// Each filter's filter key (it signs its vouches).
+    pub(super) vouching: Vec<HolderSecrets>,
 }
 
 impl World {
@@ -53,14 +55,19 @@ impl World {
             sc.core.executors as usize,
             seed("threshold dealer"),
         );
+        let vouching: Vec<HolderSecrets> = (0..sc.core.filters())
+            .map(|x| HolderSecrets::from_seed(&seed(&format!("filter key x{x}"))))
+            .collect();
         let keys = Arc::new(FirewallKeys {
             orders: order_keys.iter().map(|k| k.public().verify).collect(),
             group,
+            filters: vouching.iter().map(|k| k.public().verify).collect(),
         });
         Some(Dealt {
             keys,
             order_keys,
             shares,
+            vouching,
         })
     }
 
@@ -70,7 +77,13 @@ impl World {
         };
         (0..sc.core.filters())
             .map(|x| SimFilter {
-                core: Filter::new(sc.core.clone(), x, d.keys.clone()).expect("valid filter"),
+                core: Filter::new(
+                    sc.core.clone(),
+                    x,
+                    d.keys.clone(),
+                    d.vouching[x as usize].clone(),
+                )
+                .expect("valid filter"),
                 behavior: sc
                     .filter_byzantine
                     .iter()
@@ -146,32 +159,40 @@ impl World {
         match self.filters[x as usize].behavior {
             Some(FilterBehavior::Silent) => {}
             Some(FilterBehavior::Leaky) => self.leak_through(x, from, bytes),
-            None => {
-                let env = self.env();
-                let eff = self.filters[x as usize]
-                    .core
-                    .handle(env, Input::Receive(bytes));
-                if let Err(v) = self.filters[x as usize].core.check_invariants() {
-                    self.violation(format!("x{x} broke an invariant of its core: {v}"));
+            None => self.filter_input(x, Input::Receive(bytes)),
+        }
+    }
+
+    pub(super) fn tick_filter(&mut self, x: FilterId) {
+        if self.filters[x as usize].behavior.is_none() {
+            self.filter_input(x, Input::Tick);
+        }
+        self.schedule(self.now + TICK_MS, Ev::TickFilter(x));
+    }
+
+    fn filter_input(&mut self, x: FilterId, input: Input<'_>) {
+        let env = self.env();
+        let eff = self.filters[x as usize].core.handle(env, input);
+        if let Err(v) = self.filters[x as usize].core.check_invariants() {
+            self.violation(format!("x{x} broke an invariant of its core: {v}"));
+        }
+        for e in eff {
+            match e {
+                Effect::Send { to, bytes } => {
+                    self.transmit(Principal::Filter(x), to, bytes.to_vec(), 0)
                 }
-                for e in eff {
-                    match e {
-                        Effect::Send { to, bytes } => {
-                            self.transmit(Principal::Filter(x), to, bytes.to_vec(), 0)
-                        }
-                        Effect::Event(Event::Rejected { from, kind, reason }) => {
-                            self.log(|| format!("x{x} rejected {kind} from {from:?}: {reason}"));
-                        }
-                        _ => {}
-                    }
+                Effect::Event(Event::Rejected { from, kind, reason }) => {
+                    self.log(|| format!("x{x} rejected {kind} from {from:?}: {reason}"));
                 }
+                _ => {}
             }
         }
     }
 
     /// A leaky filter: everything it got goes on to every node it has a link to, under its
-    /// own name (once per distinct frame), and what came from the execution nodes also down
-    /// inside a reply certificate of its own.
+    /// own name (once per distinct frame; others' vouches so passed on do not verify), and what
+    /// came from the execution nodes also down inside a reply certificate of its own making,
+    /// vouched for with its own filter key.
     fn leak_through(&mut self, x: FilterId, from: Principal, bytes: &[u8]) {
         let Ok(frame) = decode_frame(bytes, usize::MAX) else {
             return;
@@ -197,10 +218,17 @@ impl World {
                     result: frame.body.clone(),
                 }],
             };
-            let cert = Message::ReplyCert(ReplyCert {
+            let cert = ReplyCert {
                 bundle,
                 signature: ThresholdSig([0x5a; threshold::SIG_LEN]),
-            });
+            };
+            let key =
+                VouchedCert::statement(cert.bundle.seq, &cert.bundle.statement(), &cert.signature);
+            let vouch = match &self.dealt {
+                Some(d) => d.vouching[x as usize].sign(&key.0),
+                None => return,
+            };
+            let cert = Message::VouchedCert(VouchedCert { cert, vouch });
             out.push(redoubt_core::message::encode_body(&cert));
         }
         let peers: Vec<Principal> = (0..self.sc.core.n())

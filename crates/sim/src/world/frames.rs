@@ -103,10 +103,11 @@ pub fn describe(bytes: &[u8]) -> String {
             s.bundle.entries.len()
         ),
         Message::StableShare(s) => format!("STABLE-SHARE e{} n{}", s.executor, s.seq),
-        Message::ReplyCert(c) => format!(
-            "REPLY-CERT n{} {:?}",
-            c.bundle.seq,
-            c.bundle
+        Message::VouchedCert(v) => format!(
+            "VOUCHED-CERT n{} {:?}",
+            v.cert.bundle.seq,
+            v.cert
+                .bundle
                 .entries
                 .iter()
                 .map(|e| format!("c{} t{}", e.client, e.timestamp))
