@@ -37,6 +37,7 @@ pub(super) fn kv_cluster(
         } else {
             None
         },
+        state_geometry: None,
     })?;
     let cfg = ClusterConfig::load(&path)?;
     Ok((path, cfg))

@@ -394,6 +394,7 @@ fn make_cluster(
         ordering: redoubt_core::OrderProtocol::Pbft,
         service: "kv".into(),
         executable_blake3: None,
+        state_geometry: None,
     })?;
     let mut cfg = ClusterConfig::load(&config_path)?;
     cfg.storage.fsync = false;

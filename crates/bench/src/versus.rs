@@ -155,6 +155,7 @@ pub(super) fn make_cluster(
         ordering: redoubt_core::OrderProtocol::Pbft,
         service: service.into(),
         executable_blake3: None,
+        state_geometry: None,
     })?;
     let mut cfg = ClusterConfig::load(&config_path)?;
     cfg.storage.fsync = fsync;

@@ -4,8 +4,9 @@ use anyhow::Context as _;
 use clap::Args;
 use redoubt_config::ClusterConfig;
 use redoubt_node::init::{init_cluster, InitOptions, DEFAULT_BASE_PORT};
+use redoubt_node::snapshot::Snapshot;
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Args)]
 pub struct InitArgs {
@@ -50,8 +51,13 @@ pub struct InitArgs {
     ordering: redoubt_core::OrderProtocol,
     /// The service the replicas host: kv (the key-value store), sql (the SQL database,
     /// reached through `redoubt sql-gateway`) or files (the file system, `redoubt mount`)
-    #[arg(long, default_value = "kv", value_name = "SERVICE", value_parser = ["kv", "sql", "files"])]
-    service: String,
+    /// [default: kv, or the snapshot's]
+    #[arg(long, value_name = "SERVICE", value_parser = ["kv", "sql", "files"])]
+    service: Option<String>,
+    /// Start the new cluster from a snapshot (`redoubt snapshot`): its service, its state
+    /// size, and its pages as every executing node's initial state
+    #[arg(long, value_name = "FILE")]
+    from_snapshot: Option<PathBuf>,
     /// Run replica and client traffic over the overlay network: also write overlay.toml (one
     /// daemon beside each replica, one for the clients, every pair linked, every tunnel),
     /// the matching [[overlay_tunnel]] entries, and the daemons' key files
@@ -60,6 +66,23 @@ pub struct InitArgs {
 }
 
 pub fn run(args: InitArgs) -> anyhow::Result<()> {
+    let snapshot = match &args.from_snapshot {
+        Some(path) => Some(read_snapshot(path, args.service.as_deref())?),
+        None => None,
+    };
+    let service = match (&snapshot, args.service) {
+        (Some(s), _) => s.header.service.clone(),
+        (None, service) => service.unwrap_or_else(|| "kv".into()),
+    };
+    let state_geometry = match &snapshot {
+        Some(s) => Some((
+            s.size_mib()
+                .context("the snapshot's state is not a whole number of MiB")?,
+            s.header.page_bytes,
+            s.header.fanout,
+        )),
+        None => None,
+    };
     let opts = InitOptions {
         replicas: args.replicas,
         executors: args.execution,
@@ -71,12 +94,13 @@ pub fn run(args: InitArgs) -> anyhow::Result<()> {
         name: args.name,
         static_keys: args.static_keys,
         ordering: args.ordering,
-        service: args.service,
+        service,
         executable_blake3: if args.static_keys {
             None
         } else {
             Some(redoubt_localcluster::executable_blake3()?)
         },
+        state_geometry,
     };
     let path = init_cluster(&opts)?;
     let load = || {
@@ -88,6 +112,14 @@ pub fn run(args: InitArgs) -> anyhow::Result<()> {
         })
     };
     let mut cfg = load()?;
+    if let Some(snap) = &snapshot {
+        install_snapshot(&cfg, snap).with_context(|| {
+            format!(
+                "cannot install the snapshot; remove {} and run `redoubt init` again",
+                args.out.display()
+            )
+        })?;
+    }
     let overlay = if args.overlay {
         let written = crate::init_overlay::write(&cfg, opts.base_port)?;
         cfg = load()?;
@@ -96,8 +128,52 @@ pub fn run(args: InitArgs) -> anyhow::Result<()> {
         None
     };
     print!("{}", summary(&cfg));
+    if let Some(s) = &snapshot {
+        println!(
+            "Initial state: checkpoint {} of cluster {:?} (digest {}), in every {}'s home.",
+            s.header.seq,
+            s.header.cluster,
+            s.header.digest.short(),
+            if cfg.executors.is_empty() {
+                "replica"
+            } else {
+                "execution node"
+            }
+        );
+    }
     if let Some(w) = overlay {
         print!("{}", overlay_summary(&cfg, &w));
+    }
+    Ok(())
+}
+
+/// Reads a snapshot and checks its pages against its digest and its service against the one
+/// asked for.
+fn read_snapshot(path: &Path, service: Option<&str>) -> anyhow::Result<Snapshot> {
+    let snap = Snapshot::read(path)?;
+    snap.verify()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    if let Some(asked) = service.filter(|s| *s != snap.header.service) {
+        anyhow::bail!(
+            "{} holds a {} state, not {asked}: leave out --service",
+            path.display(),
+            snap.header.service
+        );
+    }
+    Ok(snap)
+}
+
+/// Makes the snapshot's pages the initial state of every node that executes: the replicas,
+/// or the execution nodes of a separated deployment.
+fn install_snapshot(cfg: &ClusterConfig, snap: &Snapshot) -> anyhow::Result<()> {
+    let executing = if cfg.executors.is_empty() {
+        &cfg.replicas
+    } else {
+        &cfg.executors
+    };
+    for node in executing {
+        let state = cfg.resolve(&node.home).join("state");
+        snap.install(&state).map_err(|e| anyhow::anyhow!(e))?;
     }
     Ok(())
 }
@@ -440,6 +516,7 @@ mod tests {
                 ordering: Default::default(),
                 service: "kv".into(),
                 executable_blake3: None,
+                state_geometry: None,
             };
             let path = init_cluster(&opts).unwrap();
             let text = summary(&ClusterConfig::load(&path).unwrap());

@@ -23,6 +23,7 @@ mod cmd_mount;
 mod cmd_overlay;
 mod cmd_pin;
 mod cmd_replica;
+mod cmd_snapshot;
 mod cmd_sql_gateway;
 mod cmd_status;
 mod cmd_vip;
@@ -82,6 +83,9 @@ enum Command {
     Kv(cmd_kv::KvArgs),
     /// Show the cluster's service and every replica's view, progress and health
     Status(cmd_status::StatusArgs),
+    /// Back up the service state: a replica on this machine writes its stable checkpoint,
+    /// which f+1 replicas must vouch for (`--verify FILE` checks a snapshot file)
+    Snapshot(cmd_snapshot::SnapshotArgs),
     /// Serve PostgreSQL clients from a cluster running the SQL service (no authentication)
     SqlGateway(cmd_sql_gateway::SqlGatewayArgs),
     /// Mount the replicated file system (`init --service files`) with FUSE until SIGINT/SIGTERM
@@ -166,6 +170,7 @@ fn main() -> ExitCode {
         Command::Kv(a) => cmd_kv::run(a),
         Command::Status(a) => cmd_status::run(a),
         Command::Pin(a) => cmd_pin::run(a),
+        Command::Snapshot(a) => cmd_snapshot::run(a),
         Command::SqlGateway(a) => cmd_sql_gateway::run(a),
         Command::Mount(a) => cmd_mount::run(a),
         Command::Demo(a) => demo::run(a),

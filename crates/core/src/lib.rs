@@ -44,6 +44,7 @@ pub use preopen::{preopen, preopen_from, Preopened};
 pub use redoubt_state as state;
 pub use replica::{Footprint, Input, PrimeFootprint, Replica, Stats, VC_VIEWS_AHEAD};
 pub use service::{ExecContext, Service};
+pub use transfer::checkpoint_digest_of;
 #[cfg(feature = "mutants")]
 pub use types::Mutant;
 pub use types::{

@@ -32,8 +32,9 @@ pub fn checkpoint_digest(seq: Seq, root: &Digest, aux_digest: &Digest) -> Digest
         .finish()
 }
 
-/// [`checkpoint_digest`] of a checkpoint whose auxiliary bytes are `aux`.
-pub(crate) fn checkpoint_digest_of(seq: Seq, root: &Digest, aux: &[u8]) -> Digest {
+/// The digest of checkpoint `seq` whose state has root `root` and auxiliary bytes `aux`: what
+/// replicas agree on in CHECKPOINT messages ([`checkpoint_digest`] of the bytes' digest).
+pub fn checkpoint_digest_of(seq: Seq, root: &Digest, aux: &[u8]) -> Digest {
     checkpoint_digest(seq, root, &crate::execution::aux_digest(aux))
 }
 

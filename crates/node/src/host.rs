@@ -78,6 +78,9 @@ pub(crate) trait Hosted {
     fn holder_answer(&mut self, _answer: HolderAnswer) {}
     /// SIGUSR1, for nodes whose [`Signals`] take it: check the state now.
     fn check_state(&mut self) {}
+    /// SIGUSR2, for nodes whose [`Signals`] take it: write a snapshot of the stable
+    /// checkpoint.
+    fn snapshot(&mut self) {}
     /// Every frame that waited has been handled (after a turn of frames, or a key holder's
     /// answer, which may release held ones): work that serves the whole turn goes now. A
     /// tick does such work itself.
@@ -90,23 +93,28 @@ pub(crate) trait Hosted {
     fn stopped(&mut self);
 }
 
-/// The signals a node stops on (SIGTERM, SIGINT) and, for some, SIGUSR1 (a state check).
+/// The signals a node stops on (SIGTERM, SIGINT) and, for nodes that hold state, SIGUSR1 (a
+/// state check) and SIGUSR2 (a snapshot).
 pub(crate) struct Signals {
     term: Signal,
     int: Signal,
     check_state: Option<Signal>,
+    snapshot: Option<Signal>,
 }
 
 impl Signals {
-    /// Takes SIGTERM and SIGINT, and SIGUSR1 if `check_state` (otherwise it keeps its default
-    /// action).
-    pub(crate) fn new(check_state: bool) -> Result<Signals, NodeError> {
+    /// Takes SIGTERM and SIGINT, and SIGUSR1 and SIGUSR2 if `holds_state` (otherwise they keep
+    /// their default action).
+    pub(crate) fn new(holds_state: bool) -> Result<Signals, NodeError> {
         let take = |kind| signal(kind).map_err(NodeError::Signal);
         Ok(Signals {
             term: take(SignalKind::terminate())?,
             int: take(SignalKind::interrupt())?,
-            check_state: check_state
+            check_state: holds_state
                 .then(|| take(SignalKind::user_defined1()))
+                .transpose()?,
+            snapshot: holds_state
+                .then(|| take(SignalKind::user_defined2()))
                 .transpose()?,
         })
     }
@@ -175,6 +183,7 @@ pub(crate) async fn serve<H: Hosted>(
     enum Wake<F> {
         Stop,
         CheckState,
+        Snapshot,
         Tick,
         Listener(ConnId, Charged<F>),
         Link(Charged<F>),
@@ -192,6 +201,7 @@ pub(crate) async fn serve<H: Hosted>(
             _ = signals.term.recv() => Wake::Stop,
             _ = signals.int.recv() => Wake::Stop,
             _ = next(&mut signals.check_state) => Wake::CheckState,
+            _ = next(&mut signals.snapshot) => Wake::Snapshot,
             _ = tick.tick() => Wake::Tick,
             Some((conn, frame)) = inbound.listener.recv() => Wake::Listener(conn, frame),
             Some(frame) = inbound.links.recv() => Wake::Link(frame),
@@ -209,6 +219,7 @@ pub(crate) async fn serve<H: Hosted>(
                 }
             }
             Wake::CheckState => host.check_state(),
+            Wake::Snapshot => host.snapshot(),
             Wake::Tick => host.tick(),
             Wake::Listener(conn, frame) => {
                 host.listener_frame(conn, frame.take());

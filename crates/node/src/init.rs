@@ -68,6 +68,9 @@ pub struct InitOptions {
     /// BLAKE3 of the replica executable the monitor may start (`[recovery]
     /// executable_blake3`); `None` leaves the check off.
     pub executable_blake3: Option<String>,
+    /// The state's geometry (`[state] size_mib`, `page_bytes`, `fanout`); `None` for the
+    /// defaults. A cluster started from a snapshot takes the snapshot's.
+    pub state_geometry: Option<(u64, u32, u32)>,
 }
 
 impl Default for InitOptions {
@@ -85,6 +88,7 @@ impl Default for InitOptions {
             ordering: OrderProtocol::Pbft,
             service: "kv".into(),
             executable_blake3: None,
+            state_geometry: None,
         }
     }
 }
@@ -260,9 +264,18 @@ pub fn init_cluster(opts: &InitOptions) -> Result<PathBuf, ConfigError> {
         client: ClientSection::default(),
         node: NodeSection::default(),
         storage: StorageSection::default(),
-        state: StateSection {
-            service: opts.service.clone(),
-            ..StateSection::default()
+        state: match opts.state_geometry {
+            Some((size_mib, page_bytes, fanout)) => StateSection {
+                service: opts.service.clone(),
+                size_mib,
+                page_bytes,
+                fanout,
+                ..StateSection::default()
+            },
+            None => StateSection {
+                service: opts.service.clone(),
+                ..StateSection::default()
+            },
         },
         keys: KeysSection {
             mode: if opts.static_keys {

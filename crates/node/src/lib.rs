@@ -9,6 +9,7 @@
 //! - [`executor`]: the execution node process (`redoubt executor`, separated deployment);
 //! - [`filter`]: the filter node process (`redoubt filter`, firewall deployment);
 //! - [`metrics`] and [`status`]: Prometheus metrics and the JSON status over HTTP;
+//! - [`snapshot`]: a stable checkpoint's state in one file (backups, new clusters from it);
 //! - [`logging`]: human or JSON logs.
 //!
 //! The protocol logic itself lives in `redoubt-core`; this crate must never decide anything the
@@ -24,6 +25,7 @@ pub mod init;
 pub mod logging;
 pub mod metrics;
 pub mod runtime;
+pub mod snapshot;
 pub mod status;
 pub mod storage;
 pub mod tamper;

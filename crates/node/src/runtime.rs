@@ -13,6 +13,7 @@ use crate::endpoints::{
 use crate::holder::{call_holder, load_keys, HolderDesk};
 use crate::host::{now_ms, serve, tick_period, Depths, Hosted, Inbound, Signals, Stop};
 use crate::metrics::Metrics;
+use crate::snapshot::Snapshots;
 use crate::status::{RecoveryBreakdown, StatusReport};
 use crate::storage::{Journal, StorageError};
 use crate::tamper::{Hooks, Outgoing};
@@ -139,6 +140,8 @@ struct Node<S: Service, O: Outgoing> {
     outgoing: O,
     /// The key holder's thread, with session keys (the core's `Effect::Holder`).
     holder: Option<HolderDesk>,
+    /// Snapshots written on SIGUSR2, and the stable checkpoints the status reports.
+    snapshots: Snapshots,
 }
 
 impl<S: Service, O: Outgoing> Node<S, O> {
@@ -301,7 +304,13 @@ impl<S: Service, O: Outgoing> Node<S, O> {
                     seq, "undid a tentatively executed batch that did not commit in its view"
                 );
             }
-            Event::CheckpointTaken { .. } | Event::Stable { .. } => {}
+            Event::Stable { seq } => {
+                if self.replica.stable_checkpoint() == seq {
+                    self.snapshots
+                        .stable(seq, self.replica.stable_checkpoint_digest());
+                }
+            }
+            Event::CheckpointTaken { .. } => {}
             Event::KeysRefreshed => {
                 debug!(replica = self.id, "sent NEW-KEY (fresh session keys)");
             }
@@ -553,6 +562,8 @@ impl<S: Service, O: Outgoing> Node<S, O> {
             last_recovery: self.last_recovery.clone(),
             window_of_vulnerability_s: tv,
             executable_blake3: crate::status::own_executable_blake3().to_string(),
+            stable_checkpoints: self.snapshots.stable_seen(),
+            last_snapshot: self.snapshots.last(),
         };
         self.last_stats = s;
         let lstats = self.listener.stats();
@@ -674,6 +685,33 @@ impl<S: Service, O: Outgoing> Hosted for Node<S, O> {
             took_ms = started.elapsed().as_millis() as u64,
             "state check done"
         );
+        self.input(Input::Tick, None);
+    }
+
+    /// SIGUSR2: writes a snapshot of the stable checkpoint into `home/snapshots`.
+    fn snapshot(&mut self) {
+        let seq = self.replica.stable_checkpoint();
+        let digest = self.replica.stable_checkpoint_digest();
+        info!(
+            replica = self.id,
+            seq, "writing a snapshot of the stable checkpoint (SIGUSR2)"
+        );
+        let seen = self
+            .snapshots
+            .write(self.replica.state(), seq, digest, now_ms());
+        match &seen.error {
+            None => info!(
+                replica = self.id,
+                seq,
+                digest = %digest.short(),
+                path = %seen.path,
+                bytes = seen.bytes,
+                took_ms = seen.took_ms,
+                "snapshot written"
+            ),
+            Some(e) => warn!(replica = self.id, seq, error = %e, "snapshot not written"),
+        }
+        self.update_status();
         self.input(Input::Tick, None);
     }
 
@@ -864,7 +902,8 @@ pub async fn run_replica_with<S: Service + Send + 'static, O: Outgoing + 'static
         .filter_map(|x| cfg.filters.get(x as usize))
         .map(|x| Link::spawn(x.addr, link_cfg.clone(), link_tx.clone()))
         .collect();
-    // SIGUSR1: check every page of the state against its digest now (a scrub on demand).
+    // SIGUSR1: check every page of the state against its digest now (a scrub on demand);
+    // SIGUSR2: write a snapshot of the stable checkpoint.
     let signals = Signals::new(true)?;
     info!(
         replica = id,
@@ -915,7 +954,12 @@ pub async fn run_replica_with<S: Service + Send + 'static, O: Outgoing + 'static
         bytes_received: 0,
         outgoing: hooks.outgoing,
         holder,
+        snapshots: Snapshots::new(&home, &cfg.cluster.name, &cfg.state.service),
     };
+    node.snapshots.stable(
+        node.replica.stable_checkpoint(),
+        node.replica.stable_checkpoint_digest(),
+    );
     node.metrics
         .key_refresh_period_seconds
         .set(cfg.protocol.key_refresh_ms as f64 / 1000.0);

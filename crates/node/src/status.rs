@@ -56,6 +56,34 @@ pub struct StatusReport {
     /// executable_blake3` pins; empty when it could not be read.
     #[serde(default)]
     pub executable_blake3: String,
+    /// The latest stable checkpoints seen here, oldest first (at most
+    /// [`crate::snapshot::STABLE_SEEN_MAX`]): what `redoubt snapshot` counts vouchers in.
+    #[serde(default)]
+    pub stable_checkpoints: Vec<CheckpointSeen>,
+    /// The last snapshot this replica wrote (SIGUSR2), if any since it started.
+    #[serde(default)]
+    pub last_snapshot: Option<SnapshotSeen>,
+}
+
+/// A stable checkpoint and its digest (hex).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointSeen {
+    pub seq: u64,
+    pub digest: String,
+}
+
+/// A snapshot a replica wrote: its checkpoint, the file, or why it failed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotSeen {
+    /// Unix time (ms) the snapshot was asked for.
+    pub asked_at_ms: u64,
+    pub seq: u64,
+    pub digest: String,
+    pub path: String,
+    pub bytes: u64,
+    pub took_ms: u64,
+    /// Why no file was written (then `path` is empty).
+    pub error: Option<String>,
 }
 
 /// BLAKE3 (hex) of the executable this process runs, hashed once (from `/proc/self/exe`,

@@ -28,7 +28,8 @@ use std::path::{Path, PathBuf};
 
 const JOURNAL: &str = "journal.log";
 const JOURNAL_TMP: &str = "journal.tmp";
-const LOCK: &str = "LOCK";
+/// Locked by the process that uses the home; holds its process id.
+pub const LOCK: &str = "LOCK";
 /// Largest record accepted when reading the journal back (bytes).
 const RECORD_BYTES_MAX: usize = 1 << 30;
 /// The first bytes of a journal in the current format.
@@ -104,6 +105,13 @@ impl Journal {
         if lock.try_lock().is_err() {
             return Err(StorageError::Locked(dir.to_path_buf()));
         }
+        // The holder's process id, for tools that signal it (`redoubt snapshot`).
+        lock.set_len(0)
+            .and_then(|()| (&lock).write_all(format!("{}\n", std::process::id()).as_bytes()))
+            .map_err(|source| StorageError::Home {
+                path: dir.to_path_buf(),
+                source,
+            })?;
         let path = dir.join(JOURNAL);
         let io = |source| StorageError::Io {
             path: path.clone(),

@@ -543,6 +543,7 @@ fn init_f2_with_host_and_base_port() {
         ordering: redoubt_core::OrderProtocol::Pbft,
         service: "kv".into(),
         executable_blake3: None,
+        state_geometry: None,
     })
     .unwrap();
     let cfg = ClusterConfig::load(&path).unwrap();

@@ -20,5 +20,5 @@ pub use file::FileStore;
 pub use geometry::{Geometry, DEFAULT_FANOUT, DEFAULT_PAGE_SIZE};
 pub use store::{Base, CommitPage, Entry, MemStore, PageStore, StateCommit};
 pub use tree::{
-    meta_digest, page_digest, CheckReport, NodeId, PagedState, StateFootprint, INVALID,
+    meta_digest, page_digest, root_of, CheckReport, NodeId, PagedState, StateFootprint, INVALID,
 };

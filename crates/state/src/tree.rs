@@ -124,6 +124,35 @@ fn io_fatal(what: &str, e: std::io::Error) -> ! {
     panic!("page store {what} failed: {e}")
 }
 
+/// The partition tree over `pages` (one entry per page), level 0 (the root) first.
+fn build_tree(geo: Geometry, pages: Vec<Entry>) -> Vec<Vec<Entry>> {
+    let depth = geo.depth();
+    let mut tree: Vec<Vec<Entry>> = vec![Vec::new(); depth as usize + 1];
+    tree[depth as usize] = pages;
+    for level in (0..depth).rev() {
+        let below = &tree[level as usize + 1];
+        let row = (0..geo.nodes_at(level))
+            .map(|i| {
+                let kids = &below
+                    [geo.children(level, i).start as usize..geo.children(level, i).end as usize];
+                let lm = kids.iter().map(|e| e.lm).max().unwrap_or(0);
+                Entry {
+                    lm,
+                    digest: meta_digest(level, i, lm, kids.iter()),
+                }
+            })
+            .collect();
+        tree[level as usize] = row;
+    }
+    tree
+}
+
+/// The root digest of a state of `geo` whose pages have `entries` (one per page, in order):
+/// what [`PagedState::root`] gives for that state. `None` if the count is not the geometry's.
+pub fn root_of(geo: Geometry, entries: Vec<Entry>) -> Option<Digest> {
+    (entries.len() as u64 == geo.pages()).then(|| build_tree(geo, entries)[0][0].digest)
+}
+
 impl PagedState {
     /// Opens the state held by `store`: its durable base (checkpoint `seq` with `aux`), or, for
     /// a fresh store, all-zero pages at checkpoint 0 with `initial_aux` (made durable now).
@@ -154,24 +183,7 @@ impl PagedState {
                 "tree entries do not match the page count",
             ));
         }
-        let depth = geo.depth();
-        let mut tree: Vec<Vec<Entry>> = vec![Vec::new(); depth as usize + 1];
-        tree[depth as usize] = base.entries;
-        for level in (0..depth).rev() {
-            let below = &tree[level as usize + 1];
-            let row = (0..geo.nodes_at(level))
-                .map(|i| {
-                    let kids = &below[geo.children(level, i).start as usize
-                        ..geo.children(level, i).end as usize];
-                    let lm = kids.iter().map(|e| e.lm).max().unwrap_or(0);
-                    Entry {
-                        lm,
-                        digest: meta_digest(level, i, lm, kids.iter()),
-                    }
-                })
-                .collect();
-            tree[level as usize] = row;
-        }
+        let tree = build_tree(geo, base.entries);
         let mut s = PagedState {
             geo,
             store,

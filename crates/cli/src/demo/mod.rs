@@ -294,6 +294,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         ordering: args.ordering,
         service: args.service.clone(),
         executable_blake3: None,
+        state_geometry: None,
     })
     .with_context(|| format!("cannot create the demo cluster in {}", dir.display()))?;
     if !args.sets.is_empty() {

@@ -392,6 +392,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub fn stable_checkpoint(&self) -> Seq {
         self.ordering.ckpt_votes.stable_seq()
     }
+    /// The digest of the stable checkpoint (the one 2f+1 replicas agreed on).
+    pub fn stable_checkpoint_digest(&self) -> Digest {
+        self.ordering.ckpt_votes.stable_digest()
+    }
     pub fn service(&self) -> &S {
         self.exec.service()
     }
