@@ -24,6 +24,7 @@ mod cmd_overlay;
 mod cmd_pin;
 mod cmd_replica;
 mod cmd_snapshot;
+mod cmd_sql_dump;
 mod cmd_sql_gateway;
 mod cmd_status;
 mod cmd_vip;
@@ -86,6 +87,8 @@ enum Command {
     /// Back up the service state: a replica on this machine writes its stable checkpoint,
     /// which f+1 replicas must vouch for (`--verify FILE` checks a snapshot file)
     Snapshot(cmd_snapshot::SnapshotArgs),
+    /// Write the SQL database of a snapshot as SQL that `psql -f` restores through the gateway
+    SqlDump(cmd_sql_dump::SqlDumpArgs),
     /// Serve PostgreSQL clients from a cluster running the SQL service (no authentication)
     SqlGateway(cmd_sql_gateway::SqlGatewayArgs),
     /// Mount the replicated file system (`init --service files`) with FUSE until SIGINT/SIGTERM
@@ -171,6 +174,7 @@ fn main() -> ExitCode {
         Command::Status(a) => cmd_status::run(a),
         Command::Pin(a) => cmd_pin::run(a),
         Command::Snapshot(a) => cmd_snapshot::run(a),
+        Command::SqlDump(a) => cmd_sql_dump::run(a).map(|()| ExitCode::SUCCESS),
         Command::SqlGateway(a) => cmd_sql_gateway::run(a),
         Command::Mount(a) => cmd_mount::run(a),
         Command::Demo(a) => demo::run(a),

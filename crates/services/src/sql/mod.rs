@@ -20,10 +20,12 @@
 //! [`SqlOp::Write`] that checks every statement still returns what its client saw
 //! ([`Transaction`]).
 
+mod dump;
 mod engine;
 mod op;
 mod vfs;
 
+pub use dump::dump;
 pub use engine::Engine;
 pub(crate) use op::{decode_exact, encode};
 pub use op::{
