@@ -252,6 +252,17 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.remote.queue.acked = acked;
             self.remote.queue.ack_progress_ms = self.now();
             self.remote.queue.retried_since_progress = false;
+            if self.cfg.firewall() {
+                // The execution cluster moved: what it lacks next goes out again after one
+                // status interval, not after the back-off an earlier outage grew (up to
+                // `view_change_timeout_max_ms`). The separated deployment does the same per
+                // execution node on its acknowledgements (`on_exec_ack`). Simulator seed 1121
+                // of `--firewall`: a piece lost after an execution node's reboot waited 3 s,
+                // through two view changes.
+                let base = self.cfg.status_interval_ms;
+                let due = self.now() + base;
+                self.remote.queue.retransmit.insert(0, (due, base));
+            }
             // Room in the execution pipeline: what queued goes out.
             self.try_propose();
         }
