@@ -1,17 +1,19 @@
 //! `redoubt snapshot`: a backup of the service state that f+1 replicas vouch for.
 //!
-//! Run on a replica's machine (it signals that replica's process, found through the `LOCK`
-//! file of its home). The replica writes its stable checkpoint into `home/snapshots`; the
+//! Run on the machine of a node that holds the state (it signals that node's process, found
+//! through the `LOCK` file of its home): a replica, or an execution node of a separated or
+//! firewall deployment. The node writes its stable checkpoint into `home/snapshots`; the
 //! command checks that the file makes the checkpoint digest it names, waits until f+1
-//! replicas report that digest for that checkpoint among their stable ones, and copies the
-//! file to `--out`. `--verify FILE` checks a snapshot file on its own (its pages against its
+//! replicas (g+1 execution nodes) report that digest for that checkpoint among their stable
+//! ones, and copies the file to `--out`. `--verify FILE` checks a snapshot file on its own (its pages against its
 //! digest; who vouched for the digest is not in the file). `redoubt init --from-snapshot`
 //! starts a new cluster from one.
 
 use anyhow::{bail, Context as _};
 use clap::Args;
 use redoubt_config::ClusterConfig;
-use redoubt_localcluster::probe::{fetch, fetch_all};
+use redoubt_config::ReplicaEntry;
+use redoubt_localcluster::probe::fetch;
 use redoubt_node::snapshot::Snapshot;
 use redoubt_node::status::{SnapshotSeen, StatusReport};
 use std::path::{Path, PathBuf};
@@ -28,9 +30,13 @@ pub struct SnapshotArgs {
         required_unless_present = "verify"
     )]
     config: Option<PathBuf>,
-    /// The replica that writes the snapshot: one running on this machine
-    #[arg(long, value_name = "ID", default_value_t = 0)]
-    replica: u32,
+    /// The replica that writes the snapshot: one running on this machine [default: 0]
+    #[arg(long, value_name = "ID", conflicts_with = "executor")]
+    replica: Option<u32>,
+    /// Separated and firewall deployments: the execution node that writes it (they hold the
+    /// state), one running on this machine
+    #[arg(long, value_name = "ID")]
+    executor: Option<u32>,
     /// Where to write the snapshot
     #[arg(long, value_name = "FILE", required_unless_present = "verify")]
     out: Option<PathBuf>,
@@ -56,15 +62,40 @@ pub fn run(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
         bail!("--config and --out are needed (or --verify FILE)");
     };
     let cfg = ClusterConfig::load(config)?;
-    if !cfg.executors.is_empty() {
-        bail!(
-            "this cluster executes on execution nodes (separated deployment): snapshots are \
-             taken from co-located replicas only"
-        );
-    }
-    let entry = cfg.replica(args.replica)?;
+    let (who, entry, holders, needed) = match (args.replica, args.executor) {
+        (_, Some(x)) => {
+            if cfg.executors.is_empty() {
+                bail!(
+                    "this cluster has no execution nodes: its replicas hold the state (--replica)"
+                );
+            }
+            let needed = cfg.protocol.g() as usize + 1;
+            (
+                format!("execution node {x}"),
+                cfg.executor(x)?,
+                &cfg.executors,
+                needed,
+            )
+        }
+        (r, None) => {
+            if !cfg.executors.is_empty() {
+                bail!(
+                    "this cluster's state is on its execution nodes (separated deployment): \
+                     name one with --executor ID"
+                );
+            }
+            let r = r.unwrap_or(0);
+            let needed = cfg.protocol.f as usize + 1;
+            (
+                format!("replica {r}"),
+                cfg.replica(r)?,
+                &cfg.replicas,
+                needed,
+            )
+        }
+    };
     let home = cfg.resolve(&entry.home);
-    let pid = replica_pid(&home)?;
+    let pid = node_pid(&home)?;
     let deadline = Instant::now() + Duration::from_secs(args.timeout_s.max(1));
     let rt = crate::runtime(1)?;
     let ask = Duration::from_millis(1500);
@@ -72,17 +103,15 @@ pub fn run(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
         .block_on(fetch(entry.metrics_addr, ask))
         .map_err(|e| {
             anyhow::anyhow!(
-                "replica {} does not answer on its status endpoint {}: {e}",
-                args.replica,
+                "{who} does not answer on its status endpoint {}: {e}",
                 entry.metrics_addr
             )
         })?
         .last_snapshot;
-    // SAFETY: kill(2) with a pid read from the replica's lock file; no memory is involved.
+    // SAFETY: kill(2) with a pid read from the node's lock file; no memory is involved.
     if unsafe { libc::kill(pid as libc::pid_t, libc::SIGUSR2) } != 0 {
         bail!(
-            "cannot signal replica {} (pid {pid} from {}): {}; run this as the replica's user",
-            args.replica,
+            "cannot signal {who} (pid {pid} from {}): {}; run this as its user",
             home.join("LOCK").display(),
             std::io::Error::last_os_error()
         );
@@ -99,37 +128,35 @@ pub fn run(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
         }
         if Instant::now() >= deadline {
             bail!(
-                "replica {} reported no snapshot within {} s; see its log",
-                args.replica,
+                "{who} reported no snapshot within {} s; see its log",
                 args.timeout_s
             );
         }
         std::thread::sleep(Duration::from_millis(100));
     };
     if let Some(e) = &seen.error {
-        bail!("replica {} could not write its snapshot: {e}", args.replica);
+        bail!("{who} could not write its snapshot: {e}");
     }
     let snap = read_verified(Path::new(&seen.path))?;
     if snap.header.seq != seen.seq || snap.header.digest.to_hex() != seen.digest {
         bail!(
-            "{} holds checkpoint {} but the replica reported writing {}",
+            "{} holds checkpoint {} but {who} reported writing {}",
             seen.path,
             snap.header.seq,
             seen.seq
         );
     }
     let vouchers = loop {
-        let probes = rt.block_on(fetch_all(&cfg, ask));
+        let probes = rt.block_on(fetch_all(holders, ask));
         let v = vouchers(&probes, &seen);
-        if v.agree.len() > cfg.protocol.f as usize {
+        if v.agree.len() >= needed {
             break v;
         }
         if Instant::now() >= deadline {
             bail!(
-                "only {} of the f+1 = {} replicas needed vouch for checkpoint {} (digest {}): \
+                "only {} of the {needed} nodes needed vouch for checkpoint {} (digest {}): \
                  {}; the snapshot is not trusted",
                 v.agree.len(),
-                cfg.protocol.f + 1,
                 seen.seq,
                 &seen.digest[..16],
                 v.others.join("; ")
@@ -142,15 +169,36 @@ pub fn run(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
     }
     copy_synced(Path::new(&seen.path), out)?;
     println!("{}", describe(&snap));
+    let kind = if args.executor.is_some() {
+        "execution nodes"
+    } else {
+        "replicas"
+    };
     println!(
-        "vouched for by replicas {:?}; written to {}",
+        "vouched for by {kind} {:?}; written to {}",
         vouchers.agree,
         out.display()
     );
     Ok(ExitCode::SUCCESS)
 }
 
-/// The replicas that report checkpoint `seen.seq` stable with `seen.digest`, and what the
+/// Every node's status, concurrently; index = position in `nodes`.
+async fn fetch_all(nodes: &[ReplicaEntry], timeout: Duration) -> Vec<Result<StatusReport, String>> {
+    let tasks: Vec<_> = nodes
+        .iter()
+        .map(|n| tokio::spawn(fetch(n.metrics_addr, timeout)))
+        .collect();
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(
+            t.await
+                .unwrap_or_else(|e| Err(format!("query failed: {e}"))),
+        );
+    }
+    out
+}
+
+/// The nodes that report checkpoint `seen.seq` stable with `seen.digest`, and what the
 /// others said.
 struct Vouchers {
     agree: Vec<u32>,
@@ -164,16 +212,16 @@ fn vouchers(probes: &[Result<StatusReport, String>], seen: &SnapshotSeen) -> Vou
     };
     for (id, p) in probes.iter().enumerate() {
         match p {
-            Err(e) => v.others.push(format!("replica {id}: {e}")),
+            Err(e) => v.others.push(format!("node {id}: {e}")),
             Ok(s) => match s.stable_checkpoints.iter().find(|c| c.seq == seen.seq) {
                 Some(c) if c.digest == seen.digest => v.agree.push(id as u32),
                 Some(c) => v.others.push(format!(
-                    "replica {id} reports digest {} for checkpoint {}",
+                    "node {id} reports digest {} for checkpoint {}",
                     &c.digest[..16.min(c.digest.len())],
                     seen.seq
                 )),
                 None => v.others.push(format!(
-                    "replica {id} has not reported checkpoint {} stable (its stable: {})",
+                    "node {id} has not reported checkpoint {} stable (its stable: {})",
                     seen.seq, s.stable_checkpoint
                 )),
             },
@@ -206,17 +254,17 @@ fn describe(s: &Snapshot) -> String {
 }
 
 /// The process id in the home's `LOCK` file, if that process is running.
-fn replica_pid(home: &Path) -> anyhow::Result<u32> {
+fn node_pid(home: &Path) -> anyhow::Result<u32> {
     let lock = home.join("LOCK");
     let text = std::fs::read_to_string(&lock).with_context(|| {
         format!(
-            "cannot read {} (is this the replica's machine, and has it started?)",
+            "cannot read {} (is this the node's machine, and has it started?)",
             lock.display()
         )
     })?;
     let pid: u32 = text.trim().parse().with_context(|| {
         format!(
-            "{} names no process id (a replica of an older version?)",
+            "{} names no process id (a node of an older version?)",
             lock.display()
         )
     })?;
@@ -225,7 +273,7 @@ fn replica_pid(home: &Path) -> anyhow::Result<u32> {
         && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
     {
         bail!(
-            "the replica that used {} (pid {pid}) is not running",
+            "the node that used {} (pid {pid}) is not running",
             home.display()
         );
     }
@@ -285,7 +333,7 @@ mod tests {
             "{:?}",
             v.others
         );
-        assert!(v.others[1].contains("replica 2 has not reported checkpoint 256"));
-        assert!(v.others[2].contains("replica 3: connection refused"));
+        assert!(v.others[1].contains("node 2 has not reported checkpoint 256"));
+        assert!(v.others[2].contains("node 3: connection refused"));
     }
 }

@@ -60,7 +60,7 @@ async fn a_vouched_snapshot_restores_into_a_new_cluster() {
     assert_eq!(code, Some(0), "{out}{err}{}", cluster.logs_hint());
     assert!(out.contains("vouched for by replicas"), "{out}");
     assert!(
-        err.contains("replica 3"),
+        err.contains("node 3"),
         "the replica down is named: {err}"
     );
     // Writes after the snapshot are not in it.
@@ -231,4 +231,44 @@ async fn an_sql_snapshot_dumps_to_sql_that_psql_restores() {
         _ => None,
     });
     assert_eq!(id, Some((expected.len() + 1).to_string()));
+}
+
+/// A separated deployment: the execution nodes hold the state, g+1 of them vouch, and a new
+/// separated cluster starts from the snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_execution_node_snapshot_restores_into_a_new_separated_cluster() {
+    let mut cluster = Cluster::start_separated(1, 3).await;
+    let kv = KvClient::connect(cluster.client_setup(1, DEADLINE))
+        .await
+        .expect("client");
+    for i in 0..200 {
+        kv.put(format!("key-{i:04}"), format!("value-{i}").into_bytes())
+            .await
+            .expect("put");
+    }
+    drop(kv);
+    let file = cluster.config_path().with_file_name("sep.rdsnap");
+    let (code, out, err) = snapshot(cluster.config_path(), 0, &file);
+    assert_eq!(code, Some(1), "--replica refused: {out}{err}");
+    assert!(err.contains("--executor"), "{err}");
+    let mut cmd = redoubt();
+    cmd.args(["snapshot", "--executor", "2", "--config"])
+        .arg(cluster.config_path())
+        .arg("--out")
+        .arg(&file);
+    let (code, out, err) = run(cmd);
+    assert_eq!(code, Some(0), "{out}{err}{}", cluster.logs_hint());
+    assert!(out.contains("vouched for by execution nodes"), "{out}");
+    cluster.stop_all();
+    for e in 0..3 {
+        cluster.kill_executor(e);
+    }
+
+    let file_arg = file.display().to_string();
+    let restored = Cluster::start_init_separated(&["--from-snapshot", &file_arg], 1, 3).await;
+    let kv = KvClient::connect(restored.client_setup(1, DEADLINE))
+        .await
+        .expect("client of the new cluster");
+    let got = kv.get("key-0000").await.expect("get");
+    assert_eq!(got, Some(b"value-0".to_vec()));
 }

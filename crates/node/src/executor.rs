@@ -13,10 +13,13 @@ use crate::holder::{call_holder, load_keys, HolderDesk};
 use crate::host::{now_ms, serve, tick_period, Hosted, Inbound, Signals};
 use crate::metrics::Metrics;
 use crate::runtime::NodeError;
+use crate::snapshot::Snapshots;
 use crate::status::StatusReport;
 use redoubt_config::ClusterConfig;
 use redoubt_core::state::FileStore;
-use redoubt_core::{open_state, Effect, Env, Event, Executor, Input, Keys, Principal, Service};
+use redoubt_core::{
+    checkpoint_digest_of, open_state, Effect, Env, Event, Executor, Input, Keys, Principal, Service,
+};
 use redoubt_transport::{ConnId, Link, Listener};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -42,9 +45,19 @@ struct ExecNode<S: Service> {
     leak: Option<(redoubt_crypto::threshold::KeyShare, Instant)>,
     /// The key holder's thread, with session keys (the core's `Effect::Holder`).
     holder: Option<HolderDesk>,
+    /// Snapshots written on SIGUSR2, and the stable checkpoints the status reports.
+    snapshots: Snapshots,
+    /// The home's lock, held while the node runs.
+    _lock: std::fs::File,
 }
 
 impl<S: Service> ExecNode<S> {
+    /// The digest of checkpoint `seq`, if the state holds it.
+    fn checkpoint_digest(&self, seq: u64) -> Option<redoubt_crypto::Digest> {
+        let (root, aux) = self.core.state().held(seq)?;
+        Some(checkpoint_digest_of(seq, &root, &aux))
+    }
+
     /// A compromised execution node's leak attempt (demonstrations and tests only): once a
     /// second it reads its state's pages in clear and sends them to the top row of filters,
     /// as a reply certificate of its own making and as a bundle under its own valid share.
@@ -185,6 +198,9 @@ impl<S: Service> ExecNode<S> {
             }
             Event::Stable { seq } => {
                 debug!(executor = self.id, seq, "checkpoint stable");
+                if let Some(digest) = self.checkpoint_digest(seq) {
+                    self.snapshots.stable(seq, digest);
+                }
             }
             Event::KeyHolderFailed(e) => {
                 warn!(executor = self.id, error = %e, "key holder failed; retrying");
@@ -235,6 +251,8 @@ impl<S: Service> ExecNode<S> {
             uptime_s: self.started.elapsed().as_secs_f64(),
             key_refreshes: s.key_refreshes,
             executable_blake3: crate::status::own_executable_blake3().to_string(),
+            stable_checkpoints: self.snapshots.stable_seen(),
+            last_snapshot: self.snapshots.last(),
             ..StatusReport::default()
         };
         self.last = s;
@@ -265,6 +283,38 @@ impl<S: Service> Hosted for ExecNode<S> {
         self.update_status();
     }
 
+    /// SIGUSR2: writes a snapshot of the stable checkpoint into `home/snapshots`.
+    fn snapshot(&mut self) {
+        let seq = self.core.stable_checkpoint();
+        info!(
+            executor = self.id,
+            seq, "writing a snapshot of the stable checkpoint (SIGUSR2)"
+        );
+        let Some(digest) = self.checkpoint_digest(seq) else {
+            warn!(
+                executor = self.id,
+                seq, "snapshot not written: the stable checkpoint is not held"
+            );
+            return;
+        };
+        let seen = self
+            .snapshots
+            .write(self.core.state(), seq, digest, now_ms());
+        match &seen.error {
+            None => info!(
+                executor = self.id,
+                seq,
+                digest = %digest.short(),
+                path = %seen.path,
+                bytes = seen.bytes,
+                took_ms = seen.took_ms,
+                "snapshot written"
+            ),
+            Some(e) => warn!(executor = self.id, seq, error = %e, "snapshot not written"),
+        }
+        self.update_status();
+    }
+
     fn stopped(&mut self) {
         info!(executor = self.id, "shut down cleanly");
     }
@@ -287,6 +337,7 @@ pub async fn run_executor<S: Service + Send + 'static>(
         reason,
     };
     let geometry = cfg.state.geometry().map_err(restore_err)?;
+    let lock = crate::storage::lock_home(&home)?;
     let state_dir = home.join("state");
     std::fs::create_dir_all(&state_dir)
         .map_err(|e| restore_err(format!("cannot create {}: {e}", state_dir.display())))?;
@@ -346,7 +397,8 @@ pub async fn run_executor<S: Service + Send + 'static>(
         .iter()
         .map(|x| (x.id != id).then(|| Link::spawn(x.addr, link_cfg.clone(), link_tx.clone())))
         .collect();
-    let signals = Signals::new(false)?;
+    // SIGUSR2: write a snapshot of the stable checkpoint.
+    let signals = Signals::new(false, true)?;
     info!(
         executor = id,
         addr = %entry.addr,
@@ -370,7 +422,13 @@ pub async fn run_executor<S: Service + Send + 'static>(
         started: Instant::now(),
         leak: None,
         holder,
+        snapshots: Snapshots::new(&home, &cfg.cluster.name, &cfg.state.service),
+        _lock: lock,
     };
+    let stable = node.core.stable_checkpoint();
+    if let Some(digest) = node.checkpoint_digest(stable) {
+        node.snapshots.stable(stable, digest);
+    }
     if compromised_leak && cfg.protocol.firewall() {
         warn!(
             executor = id,

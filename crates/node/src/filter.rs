@@ -245,7 +245,7 @@ pub async fn run_filter(config_path: &Path, id: u32) -> Result<(), NodeError> {
         .into_iter()
         .map(|(p, addr)| (p, Link::spawn(addr, link_cfg.clone(), link_tx.clone())))
         .collect();
-    let signals = Signals::new(false)?;
+    let signals = Signals::new(false, false)?;
     info!(
         filter = id,
         row,

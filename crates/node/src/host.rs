@@ -103,17 +103,17 @@ pub(crate) struct Signals {
 }
 
 impl Signals {
-    /// Takes SIGTERM and SIGINT, and SIGUSR1 and SIGUSR2 if `holds_state` (otherwise they keep
-    /// their default action).
-    pub(crate) fn new(holds_state: bool) -> Result<Signals, NodeError> {
+    /// Takes SIGTERM and SIGINT, SIGUSR1 if `check_state` and SIGUSR2 if `snapshot`
+    /// (otherwise they keep their default action).
+    pub(crate) fn new(check_state: bool, snapshot: bool) -> Result<Signals, NodeError> {
         let take = |kind| signal(kind).map_err(NodeError::Signal);
         Ok(Signals {
             term: take(SignalKind::terminate())?,
             int: take(SignalKind::interrupt())?,
-            check_state: holds_state
+            check_state: check_state
                 .then(|| take(SignalKind::user_defined1()))
                 .transpose()?,
-            snapshot: holds_state
+            snapshot: snapshot
                 .then(|| take(SignalKind::user_defined2()))
                 .transpose()?,
         })
@@ -355,7 +355,7 @@ mod tests {
     async fn a_node_that_hands_over_runs_on_until_it_has_then_flushes_and_stops() {
         let (inbound, listener, _links) = queues();
         let log = Arc::new(Mutex::new(Log::default()));
-        let signals = Signals::new(false).unwrap();
+        let signals = Signals::new(false, false).unwrap();
         let host = tokio::spawn(serve(
             Recorder(log.clone()),
             signals,

@@ -904,7 +904,7 @@ pub async fn run_replica_with<S: Service + Send + 'static, O: Outgoing + 'static
         .collect();
     // SIGUSR1: check every page of the state against its digest now (a scrub on demand);
     // SIGUSR2: write a snapshot of the stable checkpoint.
-    let signals = Signals::new(true)?;
+    let signals = Signals::new(true, true)?;
     info!(
         replica = id,
         addr = %entry.addr,

@@ -85,6 +85,30 @@ pub struct Journal {
     pub rewrites: u64,
 }
 
+/// Locks the home directory `dir` (created if missing) for this process, which no other may
+/// then use, and writes this process's id into its `LOCK` file (for tools that signal it:
+/// `redoubt snapshot`). The lock lasts as long as the returned file is open.
+pub fn lock_home(dir: &Path) -> Result<File, StorageError> {
+    let home = |source| StorageError::Home {
+        path: dir.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(home)?;
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(LOCK))
+        .map_err(home)?;
+    if lock.try_lock().is_err() {
+        return Err(StorageError::Locked(dir.to_path_buf()));
+    }
+    lock.set_len(0)
+        .and_then(|()| (&lock).write_all(format!("{}\n", std::process::id()).as_bytes()))
+        .map_err(home)?;
+    Ok(lock)
+}
+
 impl Journal {
     /// Opens (creating) the journal in `dir`, returning it with the records it holds that a
     /// restart needs (compacted; the file is rewritten with just those).
@@ -93,25 +117,7 @@ impl Journal {
             path: dir.to_path_buf(),
             source,
         })?;
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(LOCK))
-            .map_err(|source| StorageError::Home {
-                path: dir.to_path_buf(),
-                source,
-            })?;
-        if lock.try_lock().is_err() {
-            return Err(StorageError::Locked(dir.to_path_buf()));
-        }
-        // The holder's process id, for tools that signal it (`redoubt snapshot`).
-        lock.set_len(0)
-            .and_then(|()| (&lock).write_all(format!("{}\n", std::process::id()).as_bytes()))
-            .map_err(|source| StorageError::Home {
-                path: dir.to_path_buf(),
-                source,
-            })?;
+        let lock = lock_home(dir)?;
         let path = dir.join(JOURNAL);
         let io = |source| StorageError::Io {
             path: path.clone(),

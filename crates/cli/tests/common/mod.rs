@@ -247,13 +247,16 @@ impl Cluster {
     /// every execution node and replica started (replicas with their key holders), all
     /// replicas answering `/status` in the same view.
     pub async fn start_separated(clients: u32, executors: u32) -> Cluster {
+        Cluster::start_init_separated(&[], clients, executors).await
+    }
+
+    /// [`Cluster::start_separated`] with extra `redoubt init` arguments.
+    pub async fn start_init_separated(extra: &[&str], clients: u32, executors: u32) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = init_with(
-            dir.path(),
-            4,
-            clients,
-            &["--execution", &executors.to_string()],
-        );
+        let executors_arg = executors.to_string();
+        let mut args = vec!["--execution", executors_arg.as_str()];
+        args.extend_from_slice(extra);
+        let config = init_with(dir.path(), 4, clients, &args);
         let mut c = Cluster::new(dir, config, false);
         c.executors = (0..executors).map(|_| None).collect();
         for e in 0..executors {
