@@ -12,8 +12,7 @@
 use anyhow::{bail, Context as _};
 use clap::Args;
 use redoubt_config::ClusterConfig;
-use redoubt_config::ReplicaEntry;
-use redoubt_localcluster::probe::fetch;
+use redoubt_localcluster::probe::{fetch, fetch_nodes};
 use redoubt_node::snapshot::Snapshot;
 use redoubt_node::status::{SnapshotSeen, StatusReport};
 use std::path::{Path, PathBuf};
@@ -147,7 +146,7 @@ pub fn run(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let vouchers = loop {
-        let probes = rt.block_on(fetch_all(holders, ask));
+        let probes = rt.block_on(fetch_nodes(holders, ask));
         let v = vouchers(&probes, &seen);
         if v.agree.len() >= needed {
             break v;
@@ -180,22 +179,6 @@ pub fn run(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
         out.display()
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// Every node's status, concurrently; index = position in `nodes`.
-async fn fetch_all(nodes: &[ReplicaEntry], timeout: Duration) -> Vec<Result<StatusReport, String>> {
-    let tasks: Vec<_> = nodes
-        .iter()
-        .map(|n| tokio::spawn(fetch(n.metrics_addr, timeout)))
-        .collect();
-    let mut out = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        out.push(
-            t.await
-                .unwrap_or_else(|e| Err(format!("query failed: {e}"))),
-        );
-    }
-    out
 }
 
 /// The nodes that report checkpoint `seen.seq` stable with `seen.digest`, and what the

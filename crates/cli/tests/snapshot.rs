@@ -59,10 +59,7 @@ async fn a_vouched_snapshot_restores_into_a_new_cluster() {
     let (code, out, err) = snapshot(cluster.config_path(), 1, &file);
     assert_eq!(code, Some(0), "{out}{err}{}", cluster.logs_hint());
     assert!(out.contains("vouched for by replicas"), "{out}");
-    assert!(
-        err.contains("node 3"),
-        "the replica down is named: {err}"
-    );
+    assert!(err.contains("node 3"), "the replica down is named: {err}");
     // Writes after the snapshot are not in it.
     for i in 0..20 {
         kv.put(format!("late-{i}"), b"after".to_vec())

@@ -2,7 +2,7 @@
 //! view most of them agree on.
 
 use crate::http;
-use redoubt_config::ClusterConfig;
+use redoubt_config::{ClusterConfig, ReplicaEntry};
 pub use redoubt_node::status::StatusReport;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -19,8 +19,12 @@ pub async fn fetch(addr: SocketAddr, timeout: Duration) -> Probe {
 
 /// Every replica's status, concurrently; index = replica id.
 pub async fn fetch_all(cfg: &ClusterConfig, timeout: Duration) -> Vec<Probe> {
-    let tasks: Vec<_> = cfg
-        .replicas
+    fetch_nodes(&cfg.replicas, timeout).await
+}
+
+/// Every node's status (replicas or execution nodes), concurrently; index = position.
+pub async fn fetch_nodes(nodes: &[ReplicaEntry], timeout: Duration) -> Vec<Probe> {
+    let tasks: Vec<_> = nodes
         .iter()
         .map(|r| tokio::spawn(fetch(r.metrics_addr, timeout)))
         .collect();

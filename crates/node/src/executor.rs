@@ -286,10 +286,6 @@ impl<S: Service> Hosted for ExecNode<S> {
     /// SIGUSR2: writes a snapshot of the stable checkpoint into `home/snapshots`.
     fn snapshot(&mut self) {
         let seq = self.core.stable_checkpoint();
-        info!(
-            executor = self.id,
-            seq, "writing a snapshot of the stable checkpoint (SIGUSR2)"
-        );
         let Some(digest) = self.checkpoint_digest(seq) else {
             warn!(
                 executor = self.id,
@@ -297,21 +293,13 @@ impl<S: Service> Hosted for ExecNode<S> {
             );
             return;
         };
-        let seen = self
-            .snapshots
-            .write(self.core.state(), seq, digest, now_ms());
-        match &seen.error {
-            None => info!(
-                executor = self.id,
-                seq,
-                digest = %digest.short(),
-                path = %seen.path,
-                bytes = seen.bytes,
-                took_ms = seen.took_ms,
-                "snapshot written"
-            ),
-            Some(e) => warn!(executor = self.id, seq, error = %e, "snapshot not written"),
-        }
+        self.snapshots.write_logged(
+            &format!("execution node {}", self.id),
+            self.core.state(),
+            seq,
+            digest,
+            now_ms(),
+        );
         self.update_status();
     }
 

@@ -692,25 +692,13 @@ impl<S: Service, O: Outgoing> Hosted for Node<S, O> {
     fn snapshot(&mut self) {
         let seq = self.replica.stable_checkpoint();
         let digest = self.replica.stable_checkpoint_digest();
-        info!(
-            replica = self.id,
-            seq, "writing a snapshot of the stable checkpoint (SIGUSR2)"
+        self.snapshots.write_logged(
+            &format!("replica {}", self.id),
+            self.replica.state(),
+            seq,
+            digest,
+            now_ms(),
         );
-        let seen = self
-            .snapshots
-            .write(self.replica.state(), seq, digest, now_ms());
-        match &seen.error {
-            None => info!(
-                replica = self.id,
-                seq,
-                digest = %digest.short(),
-                path = %seen.path,
-                bytes = seen.bytes,
-                took_ms = seen.took_ms,
-                "snapshot written"
-            ),
-            Some(e) => warn!(replica = self.id, seq, error = %e, "snapshot not written"),
-        }
         self.update_status();
         self.input(Input::Tick, None);
     }

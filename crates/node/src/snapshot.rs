@@ -363,6 +363,36 @@ impl Snapshots {
         });
     }
 
+    /// [`Snapshots::write`], logged for `node` (e.g. "replica 2"): the request, then the
+    /// file written or why not.
+    pub(crate) fn write_logged(
+        &mut self,
+        node: &str,
+        state: &redoubt_core::state::PagedState,
+        seq: u64,
+        digest: Digest,
+        now_ms: u64,
+    ) {
+        tracing::info!(
+            node,
+            seq,
+            "writing a snapshot of the stable checkpoint (SIGUSR2)"
+        );
+        let seen = self.write(state, seq, digest, now_ms);
+        match &seen.error {
+            None => tracing::info!(
+                node,
+                seq,
+                digest = %digest.short(),
+                path = %seen.path,
+                bytes = seen.bytes,
+                took_ms = seen.took_ms,
+                "snapshot written"
+            ),
+            Some(e) => tracing::warn!(node, seq, error = %e, "snapshot not written"),
+        }
+    }
+
     /// Writes a snapshot of stable checkpoint `seq` (`digest`) of `state`; what happened
     /// is reported in [`Snapshots::last`].
     pub(crate) fn write(
