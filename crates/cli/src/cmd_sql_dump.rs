@@ -8,6 +8,9 @@ use redoubt_node::snapshot::Snapshot;
 use std::io::Write as _;
 use std::path::PathBuf;
 
+/// Largest state `sql-dump` reads into memory (bytes).
+const STATE_BYTES_MAX: u64 = 16 << 30;
+
 #[derive(Args)]
 pub struct SqlDumpArgs {
     /// A snapshot of a cluster of the sql service (`redoubt snapshot`)
@@ -31,7 +34,14 @@ pub fn run(args: SqlDumpArgs) -> anyhow::Result<()> {
         );
     }
     let page = u64::from(snap.header.page_bytes);
-    let mut state = FlatState::new(snap.header.pages * page);
+    let bytes = snap.header.pages.saturating_mul(page);
+    if bytes > STATE_BYTES_MAX {
+        bail!(
+            "{} holds a state of {bytes} bytes; sql-dump reads at most {STATE_BYTES_MAX} into memory",
+            path.display()
+        );
+    }
+    let mut state = FlatState::new(bytes);
     for (index, bytes) in &snap.pages {
         state.write(index * page, bytes);
     }
