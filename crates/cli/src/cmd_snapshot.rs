@@ -312,7 +312,7 @@ mod tests {
         assert_eq!(v.agree, vec![0, 4]);
         assert_eq!(v.others.len(), 3);
         assert!(
-            v.others[0].contains("replica 1 reports digest bbbb"),
+            v.others[0].contains("node 1 reports digest bbbb"),
             "{:?}",
             v.others
         );
