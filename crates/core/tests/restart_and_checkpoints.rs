@@ -322,3 +322,48 @@ fn journal_records_beyond_the_window_stay_out_of_the_log() {
     assert_eq!(c.replica(3).check_invariants(), Ok(()));
     assert_eq!(c.replica(3).stats.state_unreadable, 1);
 }
+
+/// A peer reports having executed as far as our newest checkpoint without holding it stable:
+/// it lost our vote (refused across a key refresh, or dropped), and nothing else will make
+/// us send it again once the workload stops. We send our vote again on its STATUS. Found by
+/// the simulator (default seed 52990: checkpoint 1408 never became stable at 4 of 7
+/// replicas after a key refresh, and a proactive recovery waited for it forever).
+#[test]
+fn a_peer_at_our_checkpoint_without_it_stable_gets_our_vote_again() {
+    let mut c = short_log(2, false);
+    for n in 1..=2u64 {
+        let pp = pre_prepare(0, n, vec![c.request(7, n, &[n as u8])]);
+        c.agree(3, pp, &[1, 2], &[0, 1]);
+    }
+    let ours = c
+        .events(3)
+        .iter()
+        .find_map(|e| match e {
+            Event::Executed { seq: 2, .. } => Some(()),
+            _ => None,
+        })
+        .is_some();
+    assert!(ours, "replica 3 executed slot 2");
+    let status = |executed: Seq| Status {
+        replica: 1,
+        view: 0,
+        normal: true,
+        stable: 0,
+        last_executed: executed,
+        ..Status::default()
+    };
+    let vote_in = |out: &Out| {
+        out.find(|m| match m {
+            Message::Checkpoint(k) if k.seq == 2 && k.replica == 3 => Some(()),
+            _ => None,
+        })
+        .is_some()
+    };
+    let behind = c.receive(3, 1, status(1));
+    assert!(vote_in(&behind), "a peer behind us gets our vote");
+    let level = c.receive(3, 1, status(2));
+    assert!(
+        vote_in(&level),
+        "a peer that executed slot 2 but holds only checkpoint 0 stable must get our vote"
+    );
+}

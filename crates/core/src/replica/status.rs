@@ -126,8 +126,15 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.vouch_again();
             self.retransmit_log(from, &st);
         }
+        // Also when the peer executed as far as a checkpoint of ours it does not hold stable:
+        // it may have lost our vote (refused across a key refresh), and once the load stops
+        // nothing else sends it again.
         if st.stable < self.ordering.ckpt_votes.stable_seq()
             || st.last_executed < self.exec.last_executed()
+            || self
+                .exec
+                .latest_own_checkpoint()
+                .is_some_and(|c| c > st.stable && c <= st.last_executed)
         {
             self.send_checkpoints(from, &st);
         }
