@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use clap::Args;
-use redoubt_config::ClusterConfig;
+use redoubt_config::{ClusterConfig, StateSection};
 use redoubt_node::init::{init_cluster, InitOptions, DEFAULT_BASE_PORT};
 use redoubt_node::snapshot::Snapshot;
 use std::net::IpAddr;
@@ -58,12 +58,20 @@ pub struct InitArgs {
     /// size, and its pages as every executing node's initial state
     #[arg(long, value_name = "FILE")]
     from_snapshot: Option<PathBuf>,
+    /// Size of the service's state ([state] size_mib, MiB): what the store, database or file
+    /// system can hold [default: 1024 for files, 64 for kv and sql]
+    #[arg(long, value_name = "N", conflicts_with = "from_snapshot",
+          value_parser = clap::value_parser!(u64).range(1..=65536))]
+    size_mib: Option<u64>,
     /// Run replica and client traffic over the overlay network: also write overlay.toml (one
     /// daemon beside each replica, one for the clients, every pair linked, every tunnel),
     /// the matching [[overlay_tunnel]] entries, and the daemons' key files
     #[arg(long)]
     overlay: bool,
 }
+
+/// The file system's default size: files want more room than a store of small values.
+const FILES_SIZE_MIB: u64 = 1024;
 
 pub fn run(args: InitArgs) -> anyhow::Result<()> {
     let snapshot = match &args.from_snapshot {
@@ -81,7 +89,15 @@ pub fn run(args: InitArgs) -> anyhow::Result<()> {
             s.header.page_bytes,
             s.header.fanout,
         )),
-        None => None,
+        None => {
+            let default = StateSection::default();
+            let size_mib = args.size_mib.unwrap_or(if service == "files" {
+                FILES_SIZE_MIB
+            } else {
+                default.size_mib
+            });
+            Some((size_mib, default.page_bytes, default.fanout))
+        }
     };
     let opts = InitOptions {
         replicas: args.replicas,

@@ -49,6 +49,10 @@ pub struct MountArgs {
     /// after at most this long
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     ttl_ms: u64,
+    /// Send every write to the cluster before `write(2)` returns, instead of holding a file's
+    /// writes until it is closed or synced (or for at most the TTL)
+    #[arg(long)]
+    write_through: bool,
     /// At unmount, write how many operations of each kind the mount sent and their time to
     /// this CSV file (`op,count,failed,total_s`; for benchmarks)
     #[arg(long, value_name = "FILE", hide = true)]
@@ -86,6 +90,7 @@ pub fn run(args: MountArgs) -> anyhow::Result<ExitCode> {
     check_can_mount(&args.mountpoint)?;
     let options = MountOptions {
         ttl: Duration::from_millis(args.ttl_ms),
+        write_behind: !args.write_through,
         ..MountOptions::default()
     };
     let rt = crate::runtime(2)?;
@@ -171,9 +176,15 @@ fn serve<B: Backend>(
 ) -> anyhow::Result<ExitCode> {
     let mounted = mount(backend, mp, rt.handle().clone(), options)?;
     println!(
-        "mounted {what} at {} {detail}; attributes cached for {} ms; SIGINT or SIGTERM unmounts",
+        "mounted {what} at {} {detail}; attributes cached for {} ms; {}; SIGINT or SIGTERM \
+         unmounts",
         mp.display(),
-        options.ttl.as_millis()
+        options.ttl.as_millis(),
+        if options.write_behind {
+            "writes held until close or fsync"
+        } else {
+            "every write sent before it returns"
+        }
     );
     std::io::stdout().flush()?;
     let signalled = rt.block_on(wait_for_end(&mounted))?;

@@ -2,11 +2,13 @@
 //!
 //! fuser calls these methods one at a time on its own thread; each spawns a task on the tokio
 //! runtime and returns, so several requests can be in flight (as many as the backend allows).
-//! Nothing is kept per inode or per open file: inode numbers are the service's, `open` and
-//! `release` do nothing, and every answer comes from the service. Only an open directory keeps
-//! the listing it read at its start, so that the offsets the kernel hands back stay valid.
+//! Inode numbers are the service's and `open` and `release` keep no state. Two things are kept:
+//! an open directory's listing, read at its start, so that the offsets the kernel hands back
+//! stay valid; and, unless the mount writes through, the data of writes not yet sent
+//! ([`crate::behind`]), sent when the file is closed or synced.
 
 use crate::backend::{op_name, Backend};
+use crate::behind::{Behind, Dirty, FILE_BYTES_MAX, TOTAL_BYTES_MAX};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -21,8 +23,13 @@ use std::ffi::OsStr;
 use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The handle of a file opened read-only: closing it sends nothing.
+const READER: FileHandle = FileHandle(0);
+/// The handle of a file opened for writing (or created).
+const WRITER: FileHandle = FileHandle(1);
 
 /// One entry of an open directory's listing: inode, type, name.
 type Listed = (Ino, FileType, String);
@@ -43,6 +50,8 @@ struct Shared<B> {
     /// Unsupported requests already logged (each is logged once).
     refused: Mutex<HashSet<&'static str>>,
     calls: Arc<CallStats>,
+    /// Writes held until close or fsync; `None` when every write goes through at once.
+    behind: Option<Behind>,
 }
 
 /// Per operation of the service: how many the mount called, how many failed, and their total
@@ -76,19 +85,27 @@ impl CallStats {
 
 impl<B: Backend> FuseFs<B> {
     /// Serves `backend`, running its calls on `rt`; the kernel caches attributes and entries
-    /// for `ttl`.
-    pub fn new(backend: B, rt: tokio::runtime::Handle, ttl: Duration) -> FuseFs<B> {
-        FuseFs {
-            shared: Arc::new(Shared {
-                backend,
-                ttl,
-                dirs: Mutex::new(HashMap::new()),
-                next_fh: AtomicU64::new(1),
-                refused: Mutex::new(HashSet::new()),
-                calls: Arc::default(),
-            }),
-            rt,
+    /// for `ttl`. With `write_behind`, writes are held until the file is closed or synced (or
+    /// for at most `ttl`); without, each is sent before `write(2)` returns.
+    pub fn new(
+        backend: B,
+        rt: tokio::runtime::Handle,
+        ttl: Duration,
+        write_behind: bool,
+    ) -> FuseFs<B> {
+        let shared = Arc::new(Shared {
+            backend,
+            ttl,
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            refused: Mutex::new(HashSet::new()),
+            calls: Arc::default(),
+            behind: write_behind.then(Behind::default),
+        });
+        if write_behind {
+            rt.spawn(send_old_writes(Arc::downgrade(&shared)));
         }
+        FuseFs { shared, rt }
     }
 
     /// What this file system has asked of its backend.
@@ -113,16 +130,7 @@ impl<B: Backend> FuseFs<B> {
         };
         self.spawn(|s| async move {
             match s.attr(op).await {
-                Ok(a) => reply.entry(&s.ttl, &file_attr(&a), Generation(0)),
-                Err(e) => reply.error(Errno::from_i32(e)),
-            }
-        });
-    }
-
-    fn attr_op(&self, op: FileOp, reply: ReplyAttr) {
-        self.spawn(|s| async move {
-            match s.attr(op).await {
-                Ok(a) => reply.attr(&s.ttl, &file_attr(&a)),
+                Ok(a) => reply.entry(&s.ttl, &file_attr(&s.shown(a).await), Generation(0)),
                 Err(e) => reply.error(Errno::from_i32(e)),
             }
         });
@@ -137,6 +145,16 @@ impl<B: Backend> FuseFs<B> {
             match s.call(op).await {
                 Ok(FileReply::Done) => reply.ok(),
                 Ok(other) => reply.error(Errno::from_i32(unexpected("Done", &other))),
+                Err(e) => reply.error(Errno::from_i32(e)),
+            }
+        });
+    }
+
+    /// Sends `ino`'s held writes, then answers (with the error of the first that failed).
+    fn send_file_then(&self, ino: INodeNo, reply: ReplyEmpty) {
+        self.spawn(|s| async move {
+            match s.send_file(ino.0).await {
+                Ok(()) => reply.ok(),
                 Err(e) => reply.error(Errno::from_i32(e)),
             }
         });
@@ -162,6 +180,96 @@ impl<B: Backend> FuseFs<B> {
 }
 
 impl<B: Backend> Shared<B> {
+    /// The held writes of `ino`, locked, if it has an entry (`make`: made if need be, unless
+    /// the table is full).
+    async fn held(&self, ino: Ino, make: bool) -> Option<tokio::sync::OwnedMutexGuard<Dirty>> {
+        let b = self.behind.as_ref()?;
+        loop {
+            let e = if make { b.get_or_make(ino) } else { b.get(ino) }?;
+            let g = e.lock_owned().await;
+            if !Behind::is_retired(&g) {
+                return Some(g);
+            }
+        }
+    }
+
+    /// Sends the writes held in `d` for `ino`; the error of the first that failed (the rest
+    /// are dropped with it, as a failed COMMIT loses an NFS client's unstable writes).
+    async fn send_held(&self, ino: Ino, d: &mut Dirty) -> Result<(), i32> {
+        let Some(b) = &self.behind else {
+            return Ok(());
+        };
+        let held = d.bytes();
+        let writes = d.take_writes(self.backend.write_bytes_max() as usize);
+        b.add_bytes(-(held as isize));
+        for (offset, data) in writes {
+            let op = FileOp::Write { ino, offset, data };
+            match self.attr(op).await {
+                Ok(a) => d.learn(a),
+                // The file is gone, and its data with it.
+                Err(libc::ENOENT | libc::ESTALE) => return Ok(()),
+                Err(e) => {
+                    tracing::warn!(
+                        ino,
+                        offset,
+                        errno = e,
+                        held_bytes = held,
+                        "a held write failed: its file's held data is lost and the error \
+                         goes to the program's close or fsync"
+                    );
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `ino`'s held writes, if any, and forgets the file.
+    async fn send_file(&self, ino: Ino) -> Result<(), i32> {
+        let Some(mut g) = self.held(ino, false).await else {
+            return Ok(());
+        };
+        let result = self.send_held(ino, &mut g).await;
+        if let Some(b) = &self.behind {
+            b.retire_if_clean(ino, &mut g);
+        }
+        result
+    }
+
+    /// `a` as this mount shows it: with the held writes of its file.
+    async fn shown(&self, mut a: Attr) -> Attr {
+        if let Some(mut g) = self.held(a.ino, false).await {
+            g.learn(a);
+            g.patch(&mut a);
+        }
+        a
+    }
+
+    /// The file's bytes `[offset, offset + size)` from the service (split into reads the
+    /// service allows; short at its end of file).
+    async fn read_service(&self, ino: Ino, offset: u64, size: u32) -> Result<Vec<u8>, i32> {
+        let mut out = Vec::with_capacity(size as usize);
+        while out.len() < size as usize {
+            let len = (size - out.len() as u32).min(IO_BYTES_MAX);
+            let op = FileOp::Read {
+                ino,
+                offset: offset + out.len() as u64,
+                len,
+            };
+            match self.call(op).await? {
+                FileReply::Data(d) => {
+                    let short = d.len() < len as usize;
+                    out.extend_from_slice(&d);
+                    if short {
+                        break;
+                    }
+                }
+                other => return Err(unexpected("Data", &other)),
+            }
+        }
+        Ok(out)
+    }
+
     /// Runs `op` on the backend, counting it.
     async fn call(&self, op: FileOp) -> Result<FileReply, i32> {
         let name = op_name(&op);
@@ -223,6 +331,40 @@ impl<B: Backend> Shared<B> {
                 more,
             )),
             other => Err(unexpected("Entries", &other)),
+        }
+    }
+}
+
+/// Sends the held writes of files dirty for longer than the TTL (and forgets files with none
+/// held), every half TTL, for as long as the file system lives: another client sees a write
+/// that was never closed after about a TTL, as it sees attributes.
+async fn send_old_writes<B: Backend>(shared: Weak<Shared<B>>) {
+    let period = match shared.upgrade() {
+        Some(s) => (s.ttl / 2).max(Duration::from_millis(50)),
+        None => return,
+    };
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(s) = shared.upgrade() else {
+            return;
+        };
+        let Some(b) = &s.behind else {
+            return;
+        };
+        for ino in b.inodes() {
+            let Some(e) = b.get(ino) else {
+                continue;
+            };
+            // A file a request is working on now is left to it.
+            let Ok(mut g) = e.try_lock() else {
+                continue;
+            };
+            if g.older_than(s.ttl, Instant::now()) {
+                let _ = s.send_held(ino, &mut g).await;
+            }
+            b.retire_if_clean(ino, &mut g);
         }
     }
 }
@@ -318,6 +460,16 @@ impl<B: Backend> Filesystem for FuseFs<B> {
     }
 
     fn destroy(&mut self) {
+        // Unmounted: whatever is still held goes now.
+        if let Some(b) = &self.shared.behind {
+            let s = self.shared.clone();
+            let inodes = b.inodes();
+            self.rt.block_on(async move {
+                for ino in inodes {
+                    let _ = s.send_file(ino).await;
+                }
+            });
+        }
         // What the mount asked of the service: where its time went.
         for (op, c) in self.shared.calls.snapshot() {
             tracing::info!(
@@ -342,7 +494,7 @@ impl<B: Backend> Filesystem for FuseFs<B> {
         };
         self.spawn(|s| async move {
             match s.attr(op).await {
-                Ok(a) => reply.entry(&s.ttl, &file_attr(&a), Generation(0)),
+                Ok(a) => reply.entry(&s.ttl, &file_attr(&s.shown(a).await), Generation(0)),
                 // Inode 0 is an absent name the kernel may remember for the TTL, as it does
                 // names that exist: compilers and make look for the same absent files often.
                 Err(libc::ENOENT) => reply.entry(&s.ttl, &absent(), Generation(0)),
@@ -352,7 +504,16 @@ impl<B: Backend> Filesystem for FuseFs<B> {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.attr_op(FileOp::GetAttr { ino: ino.0 }, reply);
+        self.spawn(|s| async move {
+            // A file with held writes: its attributes as last learned, with them.
+            if let Some(a) = s.held(ino.0, false).await.and_then(|g| g.attr()) {
+                return reply.attr(&s.ttl, &file_attr(&a));
+            }
+            match s.attr(FileOp::GetAttr { ino: ino.0 }).await {
+                Ok(a) => reply.attr(&s.ttl, &file_attr(&s.shown(a).await)),
+                Err(e) => reply.error(Errno::from_i32(e)),
+            }
+        });
     }
 
     fn setattr(
@@ -393,7 +554,16 @@ impl<B: Backend> Filesystem for FuseFs<B> {
                 mtime: mtime.map(set_time),
             }
         };
-        self.attr_op(op, reply);
+        // Held writes go first: a truncation or a time set (`cp -p`, `touch`) comes after them.
+        self.spawn(|s| async move {
+            if let Err(e) = s.send_file(ino.0).await {
+                return reply.error(Errno::from_i32(e));
+            }
+            match s.attr(op).await {
+                Ok(a) => reply.attr(&s.ttl, &file_attr(&a)),
+                Err(e) => reply.error(Errno::from_i32(e)),
+            }
+        });
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -529,10 +699,16 @@ impl<B: Backend> Filesystem for FuseFs<B> {
         self.entry_op(op, reply);
     }
 
-    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, _ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         // No FOPEN_KEEP_CACHE: the kernel drops its cached pages at each open, so a file
-        // opened after another client wrote it is read afresh (close-to-open, as NFS).
-        reply.opened(FileHandle(0), FopenFlags::empty());
+        // opened after another client wrote it is read afresh (close-to-open, as NFS). The
+        // handle says only whether the file was opened for writing (its close sends).
+        let fh = if flags.0 & libc::O_ACCMODE == libc::O_RDONLY {
+            READER
+        } else {
+            WRITER
+        };
+        reply.opened(fh, FopenFlags::empty());
     }
 
     fn read(
@@ -547,27 +723,17 @@ impl<B: Backend> Filesystem for FuseFs<B> {
         reply: ReplyData,
     ) {
         self.spawn(|s| async move {
-            let mut out = Vec::with_capacity(size as usize);
-            while out.len() < size as usize {
-                let len = (size - out.len() as u32).min(IO_BYTES_MAX);
-                let op = FileOp::Read {
-                    ino: ino.0,
-                    offset: offset + out.len() as u64,
-                    len,
-                };
-                match s.call(op).await {
-                    Ok(FileReply::Data(d)) => {
-                        let short = d.len() < len as usize;
-                        out.extend_from_slice(&d);
-                        if short {
-                            break;
-                        }
-                    }
-                    Ok(other) => return reply.error(Errno::from_i32(unexpected("Data", &other))),
-                    Err(e) => return reply.error(Errno::from_i32(e)),
-                }
+            let held = s.held(ino.0, false).await;
+            if let Some(data) = held.as_ref().and_then(|g| g.read_held(offset, size)) {
+                return reply.data(&data);
             }
-            reply.data(&out);
+            match s.read_service(ino.0, offset, size).await {
+                Ok(got) => match held {
+                    Some(g) => reply.data(&g.read_over(offset, size, got)),
+                    None => reply.data(&got),
+                },
+                Err(e) => reply.error(Errno::from_i32(e)),
+            }
         });
     }
 
@@ -585,6 +751,24 @@ impl<B: Backend> Filesystem for FuseFs<B> {
     ) {
         let data = data.to_vec();
         self.spawn(|s| async move {
+            if let Some(mut g) = s.held(ino.0, true).await {
+                let before = g.bytes();
+                g.write(offset, &data, Instant::now(), ms(SystemTime::now()));
+                let total = s
+                    .behind
+                    .as_ref()
+                    .map_or(0, |b| b.add_bytes(g.bytes() as isize - before as isize));
+                if g.bytes() >= FILE_BYTES_MAX
+                    || total >= TOTAL_BYTES_MAX
+                    || g.older_than(s.ttl, Instant::now())
+                {
+                    if let Err(e) = s.send_held(ino.0, &mut g).await {
+                        return reply.error(Errno::from_i32(e));
+                    }
+                }
+                return reply.written(data.len() as u32);
+            }
+            // Writing through (or the table of held files is full).
             let mut done = 0usize;
             for chunk in data.chunks(s.backend.write_bytes_max() as usize) {
                 let op = FileOp::Write {
@@ -606,24 +790,28 @@ impl<B: Backend> Filesystem for FuseFs<B> {
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
+        ino: INodeNo,
+        fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Every write was replicated before it was acknowledged: nothing is buffered here.
-        reply.ok();
+        // close(2) of a descriptor open for writing: the file's held writes go to the service
+        // before it returns (closing a reader's sends nothing, as on NFS).
+        if fh == READER {
+            return reply.ok();
+        }
+        self.send_file_then(ino, reply);
     }
 
     fn fsync(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        self.send_file_then(ino, reply);
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -737,13 +925,20 @@ impl<B: Backend> Filesystem for FuseFs<B> {
         };
         self.spawn(|s| async move {
             match s.attr(op).await {
-                Ok(a) => reply.created(
-                    &s.ttl,
-                    &file_attr(&a),
-                    Generation(0),
-                    FileHandle(0),
-                    FopenFlags::empty(),
-                ),
+                Ok(a) => {
+                    // A new file's size is known: reads beyond what it is written need no
+                    // service, and its pieces may join over zeros.
+                    if let Some(mut g) = s.held(a.ino, true).await {
+                        g.learn(a);
+                    }
+                    reply.created(
+                        &s.ttl,
+                        &file_attr(&a),
+                        Generation(0),
+                        WRITER,
+                        FopenFlags::empty(),
+                    )
+                }
                 Err(e) => reply.error(Errno::from_i32(e)),
             }
         });

@@ -10,9 +10,12 @@
 //!
 //! What this crate must never do: keep file data or attributes beyond what the kernel caches
 //! for the TTL (the file system is shared with other clients; every answer comes from the
-//! service), or acknowledge a write before the backend did.
+//! service), or let `close(2)` or `fsync(2)` return before the backend acknowledged every write
+//! of the file. Writes are held until then (write-behind, [`behind`]: NFS v3's unstable writes
+//! and COMMIT), for at most the TTL, unless the mount writes through.
 
 mod backend;
+pub mod behind;
 mod fs;
 
 pub use backend::{op_name, write_bytes_max, Backend, ClusterBackend, LocalBackend};
@@ -81,6 +84,9 @@ pub struct MountOptions {
     pub ttl: Duration,
     /// The source name shown in /proc/mounts.
     pub fs_name: String,
+    /// Hold writes until the file is closed or synced (or for the TTL) rather than sending
+    /// each before `write(2)` returns.
+    pub write_behind: bool,
 }
 
 impl Default for MountOptions {
@@ -88,6 +94,7 @@ impl Default for MountOptions {
         MountOptions {
             ttl: DEFAULT_TTL,
             fs_name: "redoubt".into(),
+            write_behind: true,
         }
     }
 }
@@ -117,7 +124,7 @@ pub fn mount<B: Backend>(
         MountOption::NoAtime,
     ];
     config.acl = SessionACL::All;
-    let fs = FuseFs::new(backend, rt, options.ttl);
+    let fs = FuseFs::new(backend, rt, options.ttl, options.write_behind);
     let stats = fs.stats();
     let session =
         fuser::spawn_mount(fs, mountpoint, &config).map_err(|source| MountError::Mount {

@@ -419,7 +419,9 @@ pub(super) fn read(c: &Connection, op: &FileOp, state_bytes: u64, ready: bool) -
         FileOp::StatFs => {
             let used: i64 = c
                 .query_row(
-                    "SELECT (SELECT page_count FROM pragma_page_count()) * \
+                    // Pages on the free list are reused for new rows: free space.
+                    "SELECT ((SELECT page_count FROM pragma_page_count()) - \
+                     (SELECT freelist_count FROM pragma_freelist_count())) * \
                      (SELECT page_size FROM pragma_page_size())",
                     [],
                     |r| r.get(0),

@@ -280,7 +280,16 @@ fn a_full_state_refuses_the_write_and_keeps_the_rest() {
     .unwrap();
     fs.create(ROOT, "small").unwrap();
     match fs.op(FileOp::StatFs).unwrap() {
-        FileReply::Stats(s) => assert_eq!(s.files, 2),
+        FileReply::Stats(s) => {
+            assert_eq!(s.files, 2);
+            // The deleted file's pages are free again, and shown free (`df` after `rm`).
+            assert!(
+                s.blocks_free * BLOCK >= off * 9 / 10,
+                "{} of {} blocks free after deleting {off} bytes",
+                s.blocks_free,
+                s.blocks
+            );
+        }
         other => panic!("{other:?}"),
     }
 }
