@@ -42,6 +42,10 @@ pub struct AndrewArgs {
     /// Sync the replicas' journals (the baselines keep everything in memory either way)
     #[arg(long)]
     fsync: bool,
+    /// Mount both FUSE file systems with `--write-through`: every write sent before
+    /// `write(2)` returns, instead of held until close
+    #[arg(long)]
+    write_through: bool,
     /// Override a setting of the benchmarked cluster (repeatable; see docs/configuration.md)
     #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
     sets: Vec<String>,
@@ -151,6 +155,9 @@ async fn andrew(args: AndrewArgs) -> anyhow::Result<ExitCode> {
             ],
         };
         mount_args.extend(["--stats".into(), stats(fs).display().to_string()]);
+        if args.write_through {
+            mount_args.push("--write-through".into());
+        }
         let log = cluster.dir.join(format!("mount-{}.log", fs.name()));
         mounts.push(MountChild::start(
             &cluster.exe,

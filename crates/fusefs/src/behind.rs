@@ -6,7 +6,10 @@
 //! back, the pieces merge into as few writes as the service's size limit allows, sent when the
 //! file is closed (`flush`), synced (`fsync`), its attributes are set, it has been dirty for
 //! the attribute TTL, or the held bytes pass a bound. Until then this mount answers reads and
-//! attributes of the file with the held data laid over the service's.
+//! attributes of the file with the held data laid over the service's. After they are sent, the
+//! attributes the service answered the last write with answer `getattr` for up to the TTL, as
+//! the kernel's own cache would have (unless this mount changed the file's names or
+//! attributes since).
 //!
 //! [`Dirty`] is one file's held data: plain values, no I/O, tested below. [`Behind`] is the
 //! table of them the file system shares between its requests.
@@ -32,6 +35,8 @@ pub struct Dirty {
     /// a lookup or getattr, or the last write sent): what reads beyond its size and attribute
     /// requests are answered from.
     base: Option<Attr>,
+    /// When `base` was learned, and the table's epoch then.
+    learned: Option<(Instant, u64)>,
     /// When the oldest held write came.
     since: Option<Instant>,
     /// The time of the newest held write (ms since the epoch): the file's mtime until sent.
@@ -104,9 +109,16 @@ impl Dirty {
             .map_or(0, |(k, d)| k + d.len() as u64)
     }
 
-    /// Learns the service's attributes of the file.
-    pub fn learn(&mut self, a: Attr) {
+    /// Learns the service's attributes of the file, at `now` in the table's `epoch`.
+    pub fn learn(&mut self, a: Attr, now: Instant, epoch: u64) {
         self.base = Some(a);
+        self.learned = Some((now, epoch));
+    }
+
+    /// Whether the attributes learned are no older than `ttl` and from `epoch`.
+    fn fresh(&self, now: Instant, ttl: Duration, epoch: u64) -> bool {
+        self.learned
+            .is_some_and(|(t, e)| e == epoch && now.duration_since(t) < ttl)
     }
 
     /// The service's size of the file as last learned.
@@ -125,9 +137,14 @@ impl Dirty {
         a.ctime_ms = a.ctime_ms.max(self.written_ms);
     }
 
-    /// The attributes to answer with without asking the service, when known.
-    pub fn attr(&self) -> Option<Attr> {
+    /// The attributes to answer with without asking the service, when known: with held
+    /// data, as last learned with it; without, as learned no longer than `ttl` ago in the
+    /// table's current `epoch`.
+    pub fn attr(&self, now: Instant, ttl: Duration, epoch: u64) -> Option<Attr> {
         let mut a = self.base?;
+        if self.is_clean() && !self.fresh(now, ttl, epoch) {
+            return None;
+        }
         self.patch(&mut a);
         Some(a)
     }
@@ -135,6 +152,9 @@ impl Dirty {
     /// The file's bytes in `[offset, offset + len)` when the held data and the known size
     /// answer them without the service: every byte below the service's size is held.
     pub fn read_held(&self, offset: u64, len: u32) -> Option<Vec<u8>> {
+        if self.is_clean() {
+            return None;
+        }
         let base = self.base_size()?;
         let eof = base.max(self.end());
         if offset >= eof {
@@ -227,6 +247,10 @@ pub type Entry = Arc<tokio::sync::Mutex<Dirty>>;
 pub struct Behind {
     files: Mutex<HashMap<Ino, Entry>>,
     total: Mutex<usize>,
+    /// Counts this mount's operations that may change a file's attributes without naming
+    /// it (unlink, rename, link) or change them (setattr): attributes learned before are
+    /// not answered from.
+    epoch: std::sync::atomic::AtomicU64,
 }
 
 impl Behind {
@@ -247,9 +271,20 @@ impl Behind {
         Some(files.entry(ino).or_default().clone())
     }
 
-    /// Takes `ino`'s entry out of the table if it holds nothing; the caller holds its lock.
-    pub fn retire_if_clean(&self, ino: Ino, d: &mut Dirty) {
-        if d.is_clean() && !d.retired {
+    /// The current epoch.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// A change of some file's attributes is under way: forget what was learned.
+    pub fn changing(&self) {
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Takes `ino`'s entry out of the table if it holds nothing and its attributes are no
+    /// longer fresh (`ttl`); the caller holds its lock.
+    pub fn retire_if_stale(&self, ino: Ino, d: &mut Dirty, now: Instant, ttl: Duration) {
+        if d.is_clean() && !d.retired && !d.fresh(now, ttl, self.epoch()) {
             d.retired = true;
             self.files.lock().expect("not poisoned").remove(&ino);
         }
@@ -301,7 +336,7 @@ mod tests {
     fn held(writes: &[(u64, &[u8])], base: Option<u64>) -> Dirty {
         let mut d = Dirty::default();
         if let Some(b) = base {
-            d.learn(attr(b));
+            d.learn(attr(b), Instant::now(), 0);
         }
         for (o, data) in writes {
             d.write(*o, data, Instant::now(), 99);
@@ -389,12 +424,24 @@ mod tests {
 
     #[test]
     fn attributes_show_the_held_size_and_time() {
+        let (now, ttl) = (Instant::now(), Duration::from_secs(1));
         let d = held(&[(100, b"abc")], Some(50));
-        let a = d.attr().unwrap();
+        let a = d.attr(now, ttl, 0).unwrap();
         assert_eq!((a.size, a.mtime_ms, a.ctime_ms), (103, 99, 99));
         let d = held(&[(1, b"abc")], Some(50));
-        assert_eq!(d.attr().unwrap().size, 50);
-        assert!(held(&[], None).attr().is_none());
+        assert_eq!(d.attr(now, ttl, 0).unwrap().size, 50);
+        assert!(held(&[], None).attr(now, ttl, 0).is_none());
+        // Nothing held: answered while fresh, and in the same epoch only.
+        let d = held(&[], Some(50));
+        assert_eq!(d.attr(now, ttl, 0).unwrap().size, 50);
+        assert!(d.attr(now, ttl, 1).is_none(), "a change since");
+        assert!(
+            d.attr(now + ttl * 2, ttl, 0).is_none(),
+            "older than the TTL"
+        );
+        // Held data is answered in any epoch (the writes are this mount's own).
+        let d = held(&[(1, b"abc")], Some(50));
+        assert!(d.attr(now + ttl * 5, ttl, 7).is_some());
     }
 
     #[test]

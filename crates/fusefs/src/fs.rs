@@ -150,6 +150,14 @@ impl<B: Backend> FuseFs<B> {
         });
     }
 
+    /// An operation that may change a file's attributes (its links, its times) starts:
+    /// attributes learned before it are no longer answered from.
+    fn changing(&self) {
+        if let Some(b) = &self.shared.behind {
+            b.changing();
+        }
+    }
+
     /// Sends `ino`'s held writes, then answers (with the error of the first that failed).
     fn send_file_then(&self, ino: INodeNo, reply: ReplyEmpty) {
         self.spawn(|s| async move {
@@ -205,7 +213,7 @@ impl<B: Backend> Shared<B> {
         for (offset, data) in writes {
             let op = FileOp::Write { ino, offset, data };
             match self.attr(op).await {
-                Ok(a) => d.learn(a),
+                Ok(a) => d.learn(a, Instant::now(), b.epoch()),
                 // The file is gone, and its data with it.
                 Err(libc::ENOENT | libc::ESTALE) => return Ok(()),
                 Err(e) => {
@@ -231,15 +239,15 @@ impl<B: Backend> Shared<B> {
         };
         let result = self.send_held(ino, &mut g).await;
         if let Some(b) = &self.behind {
-            b.retire_if_clean(ino, &mut g);
+            b.retire_if_stale(ino, &mut g, Instant::now(), self.ttl);
         }
         result
     }
 
     /// `a` as this mount shows it: with the held writes of its file.
     async fn shown(&self, mut a: Attr) -> Attr {
-        if let Some(mut g) = self.held(a.ino, false).await {
-            g.learn(a);
+        if let (Some(mut g), Some(b)) = (self.held(a.ino, false).await, &self.behind) {
+            g.learn(a, Instant::now(), b.epoch());
             g.patch(&mut a);
         }
         a
@@ -364,7 +372,7 @@ async fn send_old_writes<B: Backend>(shared: Weak<Shared<B>>) {
             if g.older_than(s.ttl, Instant::now()) {
                 let _ = s.send_held(ino, &mut g).await;
             }
-            b.retire_if_clean(ino, &mut g);
+            b.retire_if_stale(ino, &mut g, Instant::now(), s.ttl);
         }
     }
 }
@@ -505,9 +513,12 @@ impl<B: Backend> Filesystem for FuseFs<B> {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         self.spawn(|s| async move {
-            // A file with held writes: its attributes as last learned, with them.
-            if let Some(a) = s.held(ino.0, false).await.and_then(|g| g.attr()) {
-                return reply.attr(&s.ttl, &file_attr(&a));
+            // A file with held writes (its attributes as last learned, with them), or whose
+            // last write this mount sent less than a TTL ago.
+            if let (Some(g), Some(b)) = (s.held(ino.0, false).await, &s.behind) {
+                if let Some(a) = g.attr(Instant::now(), s.ttl, b.epoch()) {
+                    return reply.attr(&s.ttl, &file_attr(&a));
+                }
             }
             match s.attr(FileOp::GetAttr { ino: ino.0 }).await {
                 Ok(a) => reply.attr(&s.ttl, &file_attr(&s.shown(a).await)),
@@ -555,12 +566,13 @@ impl<B: Backend> Filesystem for FuseFs<B> {
             }
         };
         // Held writes go first: a truncation or a time set (`cp -p`, `touch`) comes after them.
+        self.changing();
         self.spawn(|s| async move {
             if let Err(e) = s.send_file(ino.0).await {
                 return reply.error(Errno::from_i32(e));
             }
             match s.attr(op).await {
-                Ok(a) => reply.attr(&s.ttl, &file_attr(&a)),
+                Ok(a) => reply.attr(&s.ttl, &file_attr(&s.shown(a).await)),
                 Err(e) => reply.error(Errno::from_i32(e)),
             }
         });
@@ -623,6 +635,7 @@ impl<B: Backend> Filesystem for FuseFs<B> {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        self.changing();
         let op = name(n, Errno::ENOENT).map(|name| FileOp::Unlink {
             parent: parent.0,
             name,
@@ -672,6 +685,7 @@ impl<B: Backend> Filesystem for FuseFs<B> {
             // RENAME_NOREPLACE and RENAME_EXCHANGE: programs fall back to a plain rename.
             return reply.error(self.refuse("rename with flags", Errno::EINVAL));
         }
+        self.changing();
         let op = name(n, Errno::ENOENT).and_then(|name| {
             Ok(FileOp::Rename {
                 parent: parent.0,
@@ -691,6 +705,7 @@ impl<B: Backend> Filesystem for FuseFs<B> {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.changing();
         let op = name(newname, Errno::EINVAL).map(|new_name| FileOp::Link {
             ino: ino.0,
             new_parent: newparent.0,
@@ -928,8 +943,8 @@ impl<B: Backend> Filesystem for FuseFs<B> {
                 Ok(a) => {
                     // A new file's size is known: reads beyond what it is written need no
                     // service, and its pieces may join over zeros.
-                    if let Some(mut g) = s.held(a.ino, true).await {
-                        g.learn(a);
+                    if let (Some(mut g), Some(b)) = (s.held(a.ino, true).await, &s.behind) {
+                        g.learn(a, Instant::now(), b.epoch());
                     }
                     reply.created(
                         &s.ttl,
