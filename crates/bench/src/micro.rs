@@ -684,7 +684,13 @@ async fn run_system(
     } = *plan;
     let max_clients = *clients.iter().max().expect("non-empty");
     let baseline_child = versus::start(system, cluster, procs, caps, baseline_threads).await?;
-    let pool = versus::connect(&cluster.cfg, system, max_clients, conn == Connections::Own).await?;
+    let pool = versus::connect(
+        cluster.config_of(system).1,
+        system,
+        max_clients,
+        conn == Connections::Own,
+    )
+    .await?;
     // Preload the 4 KiB value, retrying while the baseline starts.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

@@ -249,7 +249,7 @@ async fn run_system(
     progress: &mut Progress,
 ) -> anyhow::Result<Run> {
     let max_clients = *w.clients.iter().max().expect("non-empty");
-    let cfg = &cluster.cfg;
+    let cfg = cluster.config_of(system).1;
     let baseline = versus::start(system, cluster, procs, None, None).await?;
     let pool = versus::connect(cfg, system, max_clients, false).await?;
     let sqls: Vec<SqlClient> = pool.iter().cloned().map(SqlClient::new).collect();

@@ -56,12 +56,24 @@ pub(super) struct Cluster {
     pub dir: PathBuf,
     pub config_path: PathBuf,
     pub cfg: ClusterConfig,
+    /// The baseline's cluster file: the same as the replicas' unless they run Prime, whose
+    /// session keys the baseline server has no key holder for (it then has one of its own,
+    /// with static keys).
+    baseline_config: Option<(PathBuf, ClusterConfig)>,
     /// The replicas [`System::Degraded`] runs without.
     pub down: Vec<u32>,
     _tmp: tempfile::TempDir,
 }
 
 impl Cluster {
+    /// The cluster file `system` runs from, and its path.
+    pub fn config_of(&self, system: System) -> (&Path, &ClusterConfig) {
+        match (&self.baseline_config, system) {
+            (Some((path, cfg)), System::Baseline) => (path, cfg),
+            _ => (&self.config_path, &self.cfg),
+        }
+    }
+
     /// The four replicas' processes, none started.
     pub fn replicas(&self) -> ReplicaProcs {
         ReplicaProcs::new(
@@ -140,26 +152,48 @@ pub(super) fn make_cluster(
         .tempdir()
         .context("cannot create a temporary directory")?;
     let dir = tmp.path().to_path_buf();
-    let config_path = init_cluster(&InitOptions {
-        replicas: 4,
-        executors: 0,
-        firewall: None,
-        clients: max_clients + 1,
-        out: dir.clone(),
-        base_port: free_base_port(4)?,
-        host: IpAddr::V4(Ipv4Addr::LOCALHOST),
-        name: format!("bench-{bench}"),
-        // The baseline server has no key holder: both sides run on static keys (key refresh
-        // costs one NEW-KEY per node every key_refresh_ms, nothing per request).
-        static_keys: true,
-        ordering: redoubt_core::OrderProtocol::Pbft,
-        service: service.into(),
-        executable_blake3: None,
-        state_geometry: None,
-    })?;
-    let mut cfg = ClusterConfig::load(&config_path)?;
-    cfg.storage.fsync = fsync;
-    rewrite_config(&config_path, cfg, max_clients, sets)?;
+    let prime = sets.iter().any(|s| is_prime_set(s));
+    let write = |out: PathBuf, prime: bool, sets: &[String]| -> anyhow::Result<PathBuf> {
+        let config_path = init_cluster(&InitOptions {
+            replicas: 4,
+            executors: 0,
+            firewall: None,
+            clients: max_clients + 1,
+            out,
+            base_port: free_base_port(4)?,
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            name: format!("bench-{bench}"),
+            // The baseline server has no key holder: both sides run on static keys (key
+            // refresh costs one NEW-KEY per node every key_refresh_ms, nothing per request),
+            // unless the replicas run Prime, which needs session keys (clients sign requests).
+            static_keys: !prime,
+            ordering: if prime {
+                redoubt_core::OrderProtocol::Prime
+            } else {
+                redoubt_core::OrderProtocol::Pbft
+            },
+            service: service.into(),
+            executable_blake3: None,
+            state_geometry: None,
+        })?;
+        let mut cfg = ClusterConfig::load(&config_path)?;
+        cfg.storage.fsync = fsync;
+        rewrite_config(&config_path, cfg, max_clients, sets)?;
+        Ok(config_path)
+    };
+    let config_path = write(dir.clone(), prime, sets)?;
+    let baseline_config = if prime {
+        // The ordering settings are the replicas' alone.
+        let common: Vec<String> = sets
+            .iter()
+            .filter(|s| !is_prime_set(s) && !s.trim_start().starts_with("protocol.tentative"))
+            .cloned()
+            .collect();
+        let path = write(dir.join("baseline"), false, &common)?;
+        Some((path.clone(), ClusterConfig::load(&path)?))
+    } else {
+        None
+    };
     for s in sets {
         println!("  setting {s}");
     }
@@ -168,8 +202,16 @@ pub(super) fn make_cluster(
         dir,
         cfg: ClusterConfig::load(&config_path)?,
         config_path,
+        baseline_config,
         down: down.to_vec(),
         _tmp: tmp,
+    })
+}
+
+/// Whether `--set` `s` makes the replicas run Prime.
+fn is_prime_set(s: &str) -> bool {
+    s.split_once('=').is_some_and(|(k, v)| {
+        k.trim() == "protocol.ordering" && v.trim().trim_matches('"') == "prime"
     })
 }
 
@@ -203,7 +245,8 @@ pub(super) async fn start(
     mut caps: Option<&mut CpuCaps>,
     baseline_threads: Option<usize>,
 ) -> anyhow::Result<Option<KillOnDrop>> {
-    let (cfg, exe, config_path) = (&cluster.cfg, &cluster.exe, &cluster.config_path);
+    let exe = &cluster.exe;
+    let (config_path, cfg) = cluster.config_of(system);
     match system {
         System::Redoubt | System::Degraded => {
             for i in 0..4 {
