@@ -53,6 +53,11 @@ pub struct MountArgs {
     /// writes until it is closed or synced (or for at most the TTL)
     #[arg(long)]
     write_through: bool,
+    /// Send each read-only operation to 2f+1 replicas first, as `[protocol]
+    /// read_only_to_quorum` has other clients do, instead of to all of them: less work for the
+    /// replicas, but a program waits whenever one of the 2f+1 is slow
+    #[arg(long)]
+    reads_to_quorum: bool,
     /// At unmount, write how many operations of each kind the mount sent and their time to
     /// this CSV file (`op,count,failed,total_s`; for benchmarks)
     #[arg(long, value_name = "FILE", hide = true)]
@@ -127,10 +132,12 @@ pub fn run(args: MountArgs) -> anyhow::Result<ExitCode> {
     let mut setups = Vec::with_capacity(ids.len());
     for &id in &ids {
         locks.push(lock_client(&config, id)?);
-        setups.push(
-            ClientSetup::from_cluster(&cfg, id)
-                .with_context(|| format!("client {id} is not usable in {}", config.display()))?,
-        );
+        let mut setup = ClientSetup::from_cluster(&cfg, id)
+            .with_context(|| format!("client {id} is not usable in {}", config.display()))?;
+        // A program waits for each operation of the mount: its reads go to every replica and
+        // the first 2f+1 matching answers count, rather than to 2f+1 that must all be quick.
+        setup.core.read_only_to_quorum = args.reads_to_quorum;
+        setups.push(setup);
     }
     let request_bytes_max = setups[0].core.request_bytes_max;
     let clients = rt.block_on(async {
