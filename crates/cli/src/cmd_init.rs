@@ -59,7 +59,7 @@ pub struct InitArgs {
     #[arg(long, value_name = "FILE")]
     from_snapshot: Option<PathBuf>,
     /// Size of the service's state ([state] size_mib, MiB): what the store, database or file
-    /// system can hold [default: 1024 for files, 64 for kv and sql]
+    /// system can hold [default: 256 for files, 64 for kv and sql]
     #[arg(long, value_name = "N", conflicts_with = "from_snapshot",
           value_parser = clap::value_parser!(u64).range(1..=65536))]
     size_mib: Option<u64>,
@@ -71,7 +71,7 @@ pub struct InitArgs {
 }
 
 /// The file system's default size: files want more room than a store of small values.
-const FILES_SIZE_MIB: u64 = 1024;
+const FILES_SIZE_MIB: u64 = 256;
 
 pub fn run(args: InitArgs) -> anyhow::Result<()> {
     let snapshot = match &args.from_snapshot {
