@@ -286,6 +286,47 @@ fn commits_of_tentative_batches_ride_with_the_next_batch_or_leave_on_a_tick() {
     );
 }
 
+/// A client that reads right after its write (a file system's stat after a write) waits for
+/// the write to commit at the replicas it reads from. Held until the next batch or tick, the
+/// COMMITs would make it wait for a tick (1-5 ms in the field); a read that waits for them
+/// sends them at once, and is answered as soon as the batch commits.
+#[test]
+fn a_read_behind_a_tentative_batch_sends_the_held_commits_at_once() {
+    let mut c = Cluster::builder(1)
+        .config(|c| {
+            c.tentative_execution = true;
+            c.tentative_batch_max = 1;
+            c.defer_tentative_commits = true;
+        })
+        .build();
+    c.advance(1);
+    let write = c.request(7, 1, b"put");
+    c.send(client(7), replica(0), write);
+    c.deliver_all();
+    assert!(commits_sent(&c).is_empty(), "{:?}", commits_sent(&c));
+    let read = c.read_request(7, 2, b"read:x");
+    for r in 0..4 {
+        c.send(client(7), replica(r), read.clone());
+    }
+    c.deliver_all();
+    assert_eq!(
+        commits_sent(&c).len(),
+        4 * 3,
+        "each replica's held COMMIT for n1 left with the read, before any tick"
+    );
+    let answered: std::collections::BTreeSet<Principal> = c
+        .sent()
+        .iter()
+        .filter(|e| e.to == client(7) && matches!(&e.msg, Message::Reply(r) if r.timestamp == 2))
+        .map(|e| e.from)
+        .collect();
+    assert_eq!(
+        answered.len(),
+        4,
+        "every replica answered the read: {answered:?}"
+    );
+}
+
 #[test]
 fn commits_of_batches_that_execute_once_committed_are_never_held() {
     for (tentative_batch_max, defer) in [(0, true), (1, false)] {

@@ -209,6 +209,12 @@ impl RequestPool {
         self.arrivals.is_empty()
     }
 
+    /// Whether a waiting request is not in a proposed batch yet (a next batch is coming).
+    pub(crate) fn has_unproposed(&self) -> bool {
+        self.in_order()
+            .any(|(c, w)| !self.inflight_covers(c, w.req.request.timestamp))
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.waiting.len()
     }

@@ -127,6 +127,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 return Ok(());
             }
             self.requests.reads.insert(req.client, sr.request);
+            // A read waits for what this replica prepared to commit. The COMMITs it holds back
+            // for a tentative batch ride with its next broadcast, or leave on a tick: with no
+            // request waiting to make a next batch, they go now, or a client reading its own
+            // write (a file system's stat after a write) waits for the tick.
+            if !self.reads_answerable() && !self.requests.pool.has_unproposed() {
+                self.flush_deferred_commits();
+            }
             self.answer_reads();
             return Ok(());
         }

@@ -539,6 +539,19 @@ impl Cluster {
         }
     }
 
+    /// A read-only request of client `c` at timestamp `ts` with its authenticator.
+    pub fn read_request(&self, c: ClientId, ts: u64, op: &[u8]) -> SignedRequest {
+        let mut sr = self.request(c, ts, op);
+        sr.request.read_only = true;
+        sr.auth = request_authenticator(
+            self.keys(Principal::Client(c)),
+            &sr.request.digest(),
+            self.n(),
+        )
+        .into();
+        sr
+    }
+
     /// `sr` signed by its client's key holder (session keys).
     pub fn sign(&self, mut sr: SignedRequest) -> SignedRequest {
         let keys = self.keys(Principal::Client(sr.request.client));
