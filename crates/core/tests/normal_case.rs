@@ -224,15 +224,20 @@ fn commits_sent(c: &Cluster) -> Vec<(Principal, u64)> {
         .collect()
 }
 
-#[test]
-fn commits_of_tentative_batches_ride_with_the_next_batch_or_leave_on_a_tick() {
-    let mut c = Cluster::builder(1)
+/// Four replicas executing one-request batches tentatively and holding their COMMITs back.
+fn deferring_commits() -> Cluster {
+    Cluster::builder(1)
         .config(|c| {
             c.tentative_execution = true;
             c.tentative_batch_max = 1;
             c.defer_tentative_commits = true;
         })
-        .build();
+        .build()
+}
+
+#[test]
+fn commits_of_tentative_batches_ride_with_the_next_batch_or_leave_on_a_tick() {
+    let mut c = deferring_commits();
     c.advance(1);
     let first = c.request(7, 1, b"put");
     c.send(client(7), replica(0), first);
@@ -292,13 +297,7 @@ fn commits_of_tentative_batches_ride_with_the_next_batch_or_leave_on_a_tick() {
 /// sends them at once, and is answered as soon as the batch commits.
 #[test]
 fn a_read_behind_a_tentative_batch_sends_the_held_commits_at_once() {
-    let mut c = Cluster::builder(1)
-        .config(|c| {
-            c.tentative_execution = true;
-            c.tentative_batch_max = 1;
-            c.defer_tentative_commits = true;
-        })
-        .build();
+    let mut c = deferring_commits();
     c.advance(1);
     let write = c.request(7, 1, b"put");
     c.send(client(7), replica(0), write);
