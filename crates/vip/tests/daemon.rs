@@ -1,4 +1,4 @@
-//! The daemon without root: members on 127.0.0.1 whose `ip_command` is a script that records
+//! The daemon without root: members on loopback addresses whose `ip_command` is a script that records
 //! what it is asked to do (or fails), so the runtime's ordering, fail-over and failure
 //! handling are checked on any machine.
 
@@ -71,16 +71,18 @@ fn configured(dir: &Path, name: &str) -> BTreeSet<String> {
     held
 }
 
-/// `n` distinct free UDP ports: every socket is held until all are picked, so the kernel
-/// cannot hand the same port out twice (the ports are free again when this returns).
-fn free_ports<const N: usize>() -> [u16; N] {
+/// `n` distinct free UDP ports on `ip`: every socket is held until all are picked, so the
+/// kernel cannot hand the same port out twice (the ports are free again when this returns).
+/// Each test uses its own loopback address, so a port another test picked and released at the
+/// same moment cannot collide with its members.
+fn free_ports<const N: usize>(ip: &str) -> [u16; N] {
     let held: Vec<std::net::UdpSocket> = (0..N)
-        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+        .map(|_| std::net::UdpSocket::bind((ip, 0)).unwrap())
         .collect();
     std::array::from_fn(|i| held[i].local_addr().unwrap().port())
 }
 
-fn config(dir: &Path, members: &[(u32, u16, &Path)], extra: &str) -> Vec<VipConfig> {
+fn config(dir: &Path, ip: &str, members: &[(u32, u16, &Path)], extra: &str) -> Vec<VipConfig> {
     members
         .iter()
         .map(|(id, _, script)| {
@@ -92,7 +94,7 @@ fn config(dir: &Path, members: &[(u32, u16, &Path)], extra: &str) -> Vec<VipConf
                 script.display()
             );
             for (m, port, _) in members {
-                text += &format!("[[member]]\nid = {m}\naddr = \"127.0.0.1:{port}\"\n");
+                text += &format!("[[member]]\nid = {m}\naddr = \"{ip}:{port}\"\n");
             }
             VipConfig::parse(&text, &dir.join(format!("vip{id}.toml"))).unwrap()
         })
@@ -127,8 +129,9 @@ fn spawn(cfg: VipConfig) -> (oneshot::Sender<()>, tokio::task::JoinHandle<Report
 async fn two_daemons_share_and_hand_over_on_leave() {
     let dir = TempDir::new("daemon-pair");
     let (s0, s1) = (fake_ip(&dir.0, "ip0", false), fake_ip(&dir.0, "ip1", false));
-    let [p0, p1] = free_ports();
-    let cfgs = config(&dir.0, &[(0, p0, &s0), (1, p1, &s1)], "");
+    let ip = "127.0.77.1";
+    let [p0, p1] = free_ports(ip);
+    let cfgs = config(&dir.0, ip, &[(0, p0, &s0), (1, p1, &s1)], "");
     let (stop0, task0) = spawn(cfgs[0].clone());
     let (stop1, task1) = spawn(cfgs[1].clone());
 
@@ -176,8 +179,9 @@ async fn two_daemons_share_and_hand_over_on_leave() {
 async fn a_failing_ip_command_is_counted_and_retried() {
     let dir = TempDir::new("daemon-fail");
     let script = fake_ip(&dir.0, "ip0", true);
-    let [p0] = free_ports();
-    let cfgs = config(&dir.0, &[(0, p0, &script)], "retry_ms = 100");
+    let ip = "127.0.77.2";
+    let [p0] = free_ports(ip);
+    let cfgs = config(&dir.0, ip, &[(0, p0, &script)], "retry_ms = 100");
     let (stop, task) = spawn(cfgs[0].clone());
     // Immature for 300 ms, then it takes all four addresses; each `ip addr add` fails and is
     // retried every 100 ms.
