@@ -253,8 +253,6 @@ pub struct ClientSetup {
     pub deadline: Duration,
     /// Largest frame sent or accepted on a connection (bytes).
     pub frame_bytes_max: usize,
-    /// Firewall deployment: the keys a certified reply is checked against.
-    pub firewall: Option<Arc<redoubt_core::FirewallKeys>>,
     /// Rewrites every frame before it is sent to a replica (the attack harness's faulty
     /// clients; `None` for every correct client).
     pub rewrite: Option<Rewrite>,
@@ -285,7 +283,6 @@ impl ClientSetup {
             keys,
             deadline: Duration::from_secs(5),
             frame_bytes_max,
-            firewall: None,
             rewrite: None,
         }
     }
@@ -303,7 +300,6 @@ impl ClientSetup {
         cfg.client_entry(id)?;
         let keys = redoubt_config::load_file_keys(cfg, Principal::Client(id))?;
         Ok(ClientSetup {
-            firewall: redoubt_config::load_firewall(cfg)?,
             timing: cfg.client_timing(),
             deadline: Duration::from_millis(cfg.client.deadline_ms),
             ..ClientSetup::new(
@@ -516,10 +512,6 @@ impl Client {
             setup.id,
             setup.keys.clone(),
         );
-        let core = match &setup.firewall {
-            Some(keys) => core.with_firewall(keys.clone()),
-            None => core,
-        };
         let driver = Driver {
             core,
             inbound,

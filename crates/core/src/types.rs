@@ -156,11 +156,15 @@ pub enum Mutant {
     /// retired incarnations included, as before the second review's G2: a leader's made-up
     /// old rows stop its summaries for good.
     TrustRetiredRows,
+    /// Behind the firewall a client takes the first certified reply a replica passes on,
+    /// without f+1 matching ones or a check of its certificate: a faulty replica's made-up
+    /// result completes the request.
+    TrustOneCertifiedCopy,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 37] = [
+    pub const ALL: [(&'static str, Mutant); 38] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -201,6 +205,7 @@ impl Mutant {
         ("trust-view-hint", Mutant::TrustViewHint),
         ("forget-own-acks", Mutant::ForgetOwnAcks),
         ("trust-retired-rows", Mutant::TrustRetiredRows),
+        ("trust-one-certified-copy", Mutant::TrustOneCertifiedCopy),
     ];
 }
 

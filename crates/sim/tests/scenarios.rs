@@ -431,6 +431,7 @@ fn every_mutant_is_caught() {
             Mutant::FilterUnvouched
             | Mutant::ThresholdAtG
             | Mutant::TrustViewHint
+            | Mutant::TrustOneCertifiedCopy
             | Mutant::OneFilterVouches => Optimizations::Firewall,
             Mutant::PoAcksAtF
             | Mutant::CutWithoutQuorum

@@ -1,16 +1,14 @@
 //! The view a client behind a privacy firewall follows (second review, G7).
 
 use crate::types::{ReplicaId, View};
-use std::sync::Arc;
 
-/// What a client behind a firewall keeps: the keys reply certificates are checked against,
-/// and per replica the highest view it reported with a certified reply. The view a reply
+/// What a client behind a firewall keeps: per replica the highest view it reported with a
+/// certified reply. The view a reply
 /// reports lies outside the execution cluster's signature, so one replica's report is no
 /// evidence (second review, G7: a faulty replica naming a view it leads had every later
 /// request of the client go to it first, at a retransmission timeout each); the view the
 /// client follows is the (f+1)-th highest report, vouched for by a correct replica.
 pub(super) struct FirewallView {
-    pub(super) keys: Arc<crate::filter::FirewallKeys>,
     pub(super) views: Vec<View>,
 }
 

@@ -17,7 +17,7 @@ use crate::bodies::{self, Opened};
 use crate::effect::{Bytes, Effect, Env};
 use crate::keys::KeyTable;
 use crate::keys::Purpose;
-use crate::message::{decode_body, FrameRef};
+use crate::message::FrameRef;
 use crate::message::{
     decode_frame_ref, designated_replier, designated_replier_except, reply_header, Message,
     Request, RequestSig, SignedRequest,
@@ -195,8 +195,7 @@ pub struct Client<A: KeyTable> {
     /// every periodic key refresh), and sessions started.
     body: Option<([u8; ENC_LEN], BodyKey)>,
     pub body_sessions: u64,
-    /// Firewall deployment: the keys certified replies are checked against, and the views
-    /// the replicas passing them on reported.
+    /// Firewall deployment: the views the replicas passing certified replies on reported.
     firewall: Option<FirewallView>,
     /// Until when new requests go signed: a request of ours completed only after its
     /// retransmission timeout ran out (see [`Client::complete`]).
@@ -208,6 +207,11 @@ pub struct Client<A: KeyTable> {
 impl<A: KeyTable> Client<A> {
     pub fn new(cfg: Config, timing: ClientTiming, id: ClientId, auth: A) -> Self {
         let srtt_ms = timing.initial_rtt_ms as f64;
+        // Behind a firewall a client takes its replies from f+1 replicas passing on matching
+        // entries of reply certificates they took in, not from g+1 execution nodes' replies.
+        let firewall = cfg.firewall().then(|| FirewallView {
+            views: vec![0; cfg.n() as usize],
+        });
         Client {
             cfg,
             timing,
@@ -237,20 +241,10 @@ impl<A: KeyTable> Client<A> {
             full_result_asks: 0,
             body: None,
             body_sessions: 0,
-            firewall: None,
+            firewall,
             wary_until_ms: 0,
             wary_requests: 0,
         }
-    }
-
-    /// Gives a client of a firewall deployment the firewall's public keys: it accepts one
-    /// reply certificate of the execution cluster instead of g+1 replies.
-    pub fn with_firewall(mut self, keys: Arc<crate::filter::FirewallKeys>) -> Self {
-        self.firewall = Some(FirewallView {
-            keys,
-            views: vec![0; self.cfg.n() as usize],
-        });
-        self
     }
 
     /// The replicas the host cannot reach now (its connection to them is down and connecting
@@ -814,10 +808,14 @@ impl<A: KeyTable> Client<A> {
         self.refresh_keys_soon_for(p);
     }
 
-    /// Behind a firewall: a certified reply passed on by a replica (whichever: the
-    /// execution cluster's threshold signature is what vouches for it).
+    /// Behind a firewall: a certified reply passed on by a replica. A replica passes a
+    /// client's entry on only once it took the reply certificate in (every bottom-row filter
+    /// vouched for it, or its threshold signature checked there), so f+1 replicas passing
+    /// matching entries include a correct one that did: the client completes on those
+    /// without a pairing of its own (ADR 0006). The view is the (f+1)-th highest the
+    /// replicas reported.
     fn receive_certified(&mut self, env: Env, frame: &FrameRef<'_>) -> Option<Completion> {
-        let (from, cert) = match (frame.from, decode_body(frame.body)) {
+        let (from, cert) = match (frame.from, open(&self.auth, frame)) {
             (Principal::Replica(r), Ok(Message::CertifiedReply(c))) if r < self.cfg.n() => (r, c),
             (Principal::Replica(_), Ok(Message::NewKey(nk))) if nk.from == frame.from => {
                 self.asked_for_keys(frame.from);
@@ -832,9 +830,8 @@ impl<A: KeyTable> Client<A> {
             self.unwanted += 1;
             return None;
         }
-        // The view is the sending replica's claim, whatever the certificate: counted for
-        // every reply addressed to us, late ones included (every replica answers a
-        // retransmission with the certificate it holds).
+        // The view is the sending replica's claim: counted for every reply addressed to us,
+        // late ones included (every replica answers a retransmission with the reply it holds).
         let f = self.cfg.f;
         let fw = self.firewall.as_mut()?;
         let view = fw.report(f, from, cert.view);
@@ -848,13 +845,35 @@ impl<A: KeyTable> Client<A> {
             self.unwanted += 1;
             return None;
         }
-        let fw = self.firewall.as_ref()?;
-        if !fw.keys.check_certified_reply(&cert) {
-            self.rejected += 1;
+        let o = self.outstanding.as_mut().expect("wanted");
+        let digest = cert.entry.leaf();
+        o.replies.insert(
+            from,
+            Vote {
+                view: cert.view,
+                digest,
+                result: Some(cert.entry.result),
+                tentative: false,
+            },
+        );
+        #[cfg(feature = "mutants")]
+        let needed = if self.cfg.mutant == crate::types::Mutant::TrustOneCertifiedCopy {
+            1
+        } else {
+            self.cfg.weak_quorum()
+        };
+        #[cfg(not(feature = "mutants"))]
+        let needed = self.cfg.weak_quorum();
+        if o.replies.values().filter(|v| v.digest == digest).count() < needed {
             return None;
         }
         let o = self.outstanding.take().expect("wanted");
-        Some(self.complete(env, o, cert.entry.result, view))
+        let result = o
+            .replies
+            .get(&from)
+            .and_then(|v| v.result.clone())
+            .expect("just recorded");
+        Some(self.complete(env, o, result, view))
     }
 
     /// The request `o` completed with `result` (sealed when bodies are) in `view`.

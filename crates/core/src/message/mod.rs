@@ -22,7 +22,7 @@ pub use prime::*;
 pub use separated::*;
 
 /// Wire format version carried by every frame.
-pub const WIRE_VERSION: u8 = 5;
+pub const WIRE_VERSION: u8 = 6;
 
 /// The digest that stands for the null request in view changes.
 pub const NULL_DIGEST: Digest = Digest::ZERO;
@@ -696,11 +696,12 @@ impl Message {
             | Message::ReplyShare(_)
             | Message::StableShare(_)
             | Message::VouchedCert(_)
-            | Message::StableCert(_)
-            | Message::CertifiedReply(_) => TagKind::None,
+            | Message::StableCert(_) => TagKind::None,
             // A PO-ARU row is signed: it travels inside others' messages.
             Message::PoAru(_) => TagKind::None,
+            // A certified reply counts as its sender's word (f+1 make a reply): MACed.
             Message::Reply(_)
+            | Message::CertifiedReply(_)
             | Message::ViewChangeAck(_)
             | Message::Fetch(_)
             | Message::StateData(_)

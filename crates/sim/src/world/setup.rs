@@ -84,22 +84,16 @@ impl World {
         );
         let clients = (1..=sc.clients as ClientId)
             .map(|c| SimClient {
-                core: {
-                    let client = Client::new(
-                        sc.core.clone(),
-                        ClientTiming {
-                            retransmit_min_ms: 50,
-                            retransmit_max_ms: 2000,
-                            initial_rtt_ms: 50,
-                        },
-                        c,
-                        keys(Principal::Client(c)),
-                    );
-                    match &dealt {
-                        Some(d) => client.with_firewall(d.keys.clone()),
-                        None => client,
-                    }
-                },
+                core: Client::new(
+                    sc.core.clone(),
+                    ClientTiming {
+                        retransmit_min_ms: 50,
+                        retransmit_max_ms: 2000,
+                        initial_rtt_ms: 50,
+                    },
+                    c,
+                    keys(Principal::Client(c)),
+                ),
                 done: 0,
                 current: None,
                 counter: 0,
