@@ -338,11 +338,26 @@ mod tests {
         }
     }
 
+    /// Opens the journal in `dir`, waiting while it is locked: a lock just dropped may still
+    /// be held for a moment through a child another test's thread forked (it holds a copy of
+    /// the close-on-exec descriptor until it executes its program).
+    fn reopen(dir: &std::path::Path, fsync: bool) -> (Journal, Vec<Record>) {
+        for _ in 0..200 {
+            match Journal::open(dir, fsync) {
+                Err(StorageError::Locked(_)) => {
+                    std::thread::sleep(std::time::Duration::from_millis(5))
+                }
+                r => return r.unwrap(),
+            }
+        }
+        Journal::open(dir, fsync).unwrap()
+    }
+
     #[test]
     fn append_sync_reopen_and_torn_tail() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let (mut j, recs) = Journal::open(dir.path(), true).unwrap();
+            let (mut j, recs) = reopen(dir.path(), true);
             assert!(recs.is_empty());
             for n in 1..=5 {
                 j.append(ex(n)).unwrap();
@@ -354,7 +369,7 @@ mod tests {
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(&[9, 0, 0, 0, 1, 2]).unwrap();
         drop(f);
-        let (j, recs) = Journal::open(dir.path(), true).unwrap();
+        let (j, recs) = reopen(dir.path(), true);
         assert_eq!(recs, (1..=5).map(ex).collect::<Vec<_>>());
         assert_eq!(j.truncated_tail_bytes, 6);
         // A second process cannot open the same home.
@@ -367,7 +382,7 @@ mod tests {
     #[test]
     fn checkpoint_compacts() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut j, _) = Journal::open(dir.path(), false).unwrap();
+        let (mut j, _) = reopen(dir.path(), false);
         for n in 1..=10 {
             j.append(ex(n)).unwrap();
         }
@@ -378,7 +393,7 @@ mod tests {
         .unwrap();
         assert_eq!(j.len(), 3, "checkpoint + executions 9 and 10");
         drop(j);
-        let (_, recs) = Journal::open(dir.path(), false).unwrap();
+        let (_, recs) = reopen(dir.path(), false);
         assert_eq!(recs.len(), 3);
     }
 
@@ -392,7 +407,7 @@ mod tests {
             assert_eq!(n, j.file_bytes(), "the journal tracks its file's size");
             n
         };
-        let (mut j, _) = Journal::open(dir.path(), false).unwrap();
+        let (mut j, _) = reopen(dir.path(), false);
         j.rewrite_slack = 1000;
         for n in 1..=100 {
             j.append(ex(n)).unwrap();
@@ -418,14 +433,14 @@ mod tests {
         assert!(on_disk(&mut j) > after);
         drop(j);
         // A restart sees only what is needed, and the file is clean again.
-        let (mut j, recs) = Journal::open(dir.path(), false).unwrap();
+        let (mut j, recs) = reopen(dir.path(), false);
         let mut want: Vec<Record> = (106..=110).map(ex).collect();
         want.push(ck(105));
         assert_eq!(recs, want);
         assert_eq!(j.len(), 6);
         let clean = on_disk(&mut j);
         drop(j);
-        let (_, again) = Journal::open(dir.path(), false).unwrap();
+        let (_, again) = reopen(dir.path(), false);
         assert_eq!(again, want);
         assert!(clean < after + 10 * 60, "{clean}");
     }
@@ -443,20 +458,20 @@ mod tests {
             old.extend_from_slice(&payload);
         }
         std::fs::write(&path, &old).unwrap();
-        let (j, recs) = Journal::open(dir.path(), false).unwrap();
+        let (j, recs) = reopen(dir.path(), false);
         assert_eq!(recs, (1..=4).map(ex).collect::<Vec<_>>());
         assert_eq!(j.truncated_tail_bytes, 0);
         drop(j);
         let now = std::fs::read(&path).unwrap();
         assert!(now.starts_with(MAGIC), "rewritten in the current format");
-        let (_, again) = Journal::open(dir.path(), false).unwrap();
+        let (_, again) = reopen(dir.path(), false);
         assert_eq!(again, (1..=4).map(ex).collect::<Vec<_>>());
         // A flipped byte in a record's payload ends the journal there (torn or corrupt).
         let mut bad = now.clone();
         let last = bad.len() - 1;
         bad[last] ^= 1;
         std::fs::write(&path, &bad).unwrap();
-        let (j, recs) = Journal::open(dir.path(), false).unwrap();
+        let (j, recs) = reopen(dir.path(), false);
         assert_eq!(recs, (1..=3).map(ex).collect::<Vec<_>>());
         assert!(j.truncated_tail_bytes > 0);
     }
