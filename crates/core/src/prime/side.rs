@@ -28,10 +28,12 @@ use redoubt_crypto::Digest;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+mod arrivals;
 mod keys;
 #[cfg(test)]
 mod tests;
 
+pub use arrivals::{Arrivals, ARRIVALS_MAX};
 pub use keys::KeyOf;
 use keys::PrimeKeys;
 
@@ -69,6 +71,8 @@ pub struct PrimeFootprint {
     pub pings: usize,
     /// Eligibility vectors kept per checkpoint above the stable one.
     pub checkpoints: usize,
+    /// Requests and rows held for the turn's end.
+    pub arrivals: usize,
 }
 
 /// When each of Prime's periodic jobs is next due.
@@ -109,6 +113,8 @@ pub struct PrimeSide {
     row: Option<SignedPoAru>,
     /// What this turn's inputs asked of the host, done once at the turn's end.
     deferred: TurnWork,
+    /// Clients' requests and rows this turn brought, checked together at its end.
+    arrivals: Arrivals,
     outs: Vec<Out>,
 }
 
@@ -162,6 +168,7 @@ impl PrimeSide {
             at_checkpoint: BTreeMap::new(),
             row: None,
             deferred: TurnWork::default(),
+            arrivals: Arrivals::default(),
             outs: Vec::new(),
         };
         #[cfg(feature = "mutants")]
@@ -210,6 +217,7 @@ impl PrimeSide {
             challenges,
             pings,
             checkpoints: self.at_checkpoint.len(),
+            arrivals: self.arrivals.len(),
         }
     }
 
@@ -769,6 +777,7 @@ pub fn prime_bounds(cfg: &Config, ckpts: usize) -> PrimeFootprint {
         challenges: sus.challenges_max,
         pings: sus.pings_max,
         checkpoints: ckpts,
+        arrivals: 2 * ARRIVALS_MAX,
     }
 }
 

@@ -170,6 +170,7 @@ impl Footprint {
                 self.prime.checkpoints,
                 bound.prime.checkpoints,
             ),
+            ("prime_arrivals", self.prime.arrivals, bound.prime.arrivals),
         ];
         pairs
             .iter()

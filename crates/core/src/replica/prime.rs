@@ -83,6 +83,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// The end of the host's turn: what its inputs asked for, once for all of them
     /// ([`TurnWork`]).
     pub(super) fn prime_turn_end(&mut self) {
+        self.handle_arrivals();
         let Some(p) = self.prime.as_mut() else {
             return;
         };
@@ -104,6 +105,44 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         if w.execute {
             self.try_execute();
+        }
+    }
+
+    /// The clients' requests and rows this turn brought: their signatures checked in one
+    /// batch each, then each handled as it would have been alone ([`Arrivals`]).
+    fn handle_arrivals(&mut self) {
+        let Some(p) = self.prime.as_mut() else {
+            return;
+        };
+        if p.arrivals_empty() {
+            return;
+        }
+        let a = p.take_arrivals();
+        if a.requests.len() > 1 {
+            let sigs: Vec<(&Request, Digest, RequestSig)> = a
+                .requests
+                .iter()
+                .filter_map(|(_, sr, d)| sr.sig.map(|s| (&sr.request, *d, s)))
+                .collect();
+            // The verdicts are remembered; each request's own check reads them.
+            let _ = self.request_signatures_valid(&sigs);
+        }
+        for (from, sr, digest) in a.requests {
+            if let Err(e) = self.admit_prime_request(from, sr, digest) {
+                self.reject(from, "request", e);
+            }
+        }
+        if a.rows.is_empty() {
+            return;
+        }
+        let exec = &self.exec;
+        self.side_ref()
+            .check_rows_together(&a.rows, &|j| installed_key(exec, j));
+        for row in a.rows {
+            let from = Principal::Replica(row.row.replica);
+            if let Err(e) = self.take_row(row) {
+                self.reject(from, "po-aru", e);
+            }
         }
     }
 
@@ -302,18 +341,45 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     return Err(Reject::BadRequestAuth);
                 }
             }
-            // Clients send to replicas themselves.
+            // Clients send to replicas themselves; their signatures are checked together at
+            // the turn's end.
             None if !matches!(from, Principal::Client(_)) => return Err(Reject::Unexpected),
+            None if sr.sig.is_none() => return Err(Reject::BadRequestAuth),
             None => {
-                if !sr
-                    .sig
-                    .is_some_and(|s| self.request_signature_valid(req, &digest, &s))
-                {
-                    return Err(Reject::BadRequestAuth);
-                }
-                self.stats.requests_signed += 1;
+                let back = self.side().hold_request(from, sr, digest);
+                return match back {
+                    None => Ok(()),
+                    Some((from, sr, digest)) => self.admit_prime_request(from, sr, digest),
+                };
             }
         }
+        self.admit_request(sr, digest)
+    }
+
+    /// A client's request to us as its originator, at the turn's end: its signature, then
+    /// into the pool.
+    fn admit_prime_request(
+        &mut self,
+        from: Principal,
+        sr: SignedRequest,
+        digest: Digest,
+    ) -> Result<(), Reject> {
+        debug_assert!(matches!(from, Principal::Client(_)));
+        if !sr
+            .sig
+            .is_some_and(|s| self.request_signature_valid(&sr.request, &digest, &s))
+        {
+            return Err(Reject::BadRequestAuth);
+        }
+        self.stats.requests_signed += 1;
+        self.admit_request(sr, digest)
+    }
+
+    /// An authentic request (a client's, or a recovering replica's) into the pool, to be
+    /// introduced at the turn's end.
+    fn admit_request(&mut self, sr: SignedRequest, digest: Digest) -> Result<(), Reject> {
+        let req = &sr.request;
+        let c = req.client;
         if let Some(last) = self.exec.last_reply(c) {
             if req.timestamp < last.timestamp {
                 return Err(Reject::Stale);
@@ -404,6 +470,17 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// A signed row (it authenticates itself: any sender may pass it on).
     pub(super) fn on_po_aru(&mut self, row: SignedPoAru) -> Result<(), Reject> {
+        if !self.prime_ready() {
+            return Err(Reject::Unexpected);
+        }
+        match self.side().hold_row(row) {
+            None => Ok(()), // checked at the turn's end, with the turn's other rows
+            Some(row) => self.take_row(row),
+        }
+    }
+
+    /// A row, checked alone (its verdict decided already if it was in a turn's batch).
+    fn take_row(&mut self, row: SignedPoAru) -> Result<(), Reject> {
         if !self.prime_ready() {
             return Err(Reject::Unexpected);
         }

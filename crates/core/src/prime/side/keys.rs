@@ -168,7 +168,8 @@ impl PrimeSide {
 
     /// Whether the row's replica signed `statement` with its order key in force. A row we
     /// already hold is not checked again: every proposal repeats the rows its backups
-    /// received themselves (an Ed25519 verification each, on the ordering path). In a
+    /// received themselves (an Ed25519 verification each, on the ordering path, under ZIP
+    /// 215's rules as in the batches of [`PrimeSide::check_rows_together`]). In a
     /// proposal (`in_proposal`), a row of an incarnation a recovery retired passes unchecked:
     /// it counts for nothing where the ordinal runs ([`Matrix::masked`]), and a leader that
     /// has not run the recovery yet may still hold it. Of a later incarnation than we know,
@@ -190,7 +191,7 @@ impl PrimeSide {
         if row.inc != inc {
             return false;
         }
-        self.po.holds_row(row.replica, statement, sig) || pk::verify(&key, &statement.0, sig)
+        self.po.holds_row(row.replica, statement, sig) || pk::verify_zip215(&key, &statement.0, sig)
     }
 
     /// Checks a proposed matrix: shape, and every row's signature.
