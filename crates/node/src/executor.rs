@@ -52,8 +52,12 @@ struct ExecNode<S: Service> {
 }
 
 impl<S: Service> ExecNode<S> {
-    /// The digest of checkpoint `seq`, if the state holds it.
+    /// The digest of checkpoint `seq`, if the state holds it: the core's record of its own
+    /// checkpoints, or else computed from the state (its auxiliary bytes hashed).
     fn checkpoint_digest(&self, seq: u64) -> Option<redoubt_crypto::Digest> {
+        if let Some(d) = self.core.checkpoint_digest(seq) {
+            return Some(d);
+        }
         let (root, aux) = self.core.state().held(seq)?;
         Some(checkpoint_digest_of(seq, &root, &aux))
     }

@@ -235,6 +235,11 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     pub fn stable_checkpoint(&self) -> Seq {
         self.window.stable
     }
+    /// The digest of our checkpoint `seq` (taken, fetched or restored; kept from the stable
+    /// one on), without hashing the state again; `None` if we hold no such checkpoint.
+    pub fn checkpoint_digest(&self, seq: Seq) -> Option<Digest> {
+        self.exec.own_checkpoint(seq)
+    }
     pub fn service(&self) -> &S {
         self.exec.service()
     }
