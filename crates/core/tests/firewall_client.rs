@@ -45,18 +45,34 @@ fn setup() -> Setup {
 /// Replica `from`'s copy of the client's entry with `result`, MACed by `signer` (the sender
 /// itself unless a forger).
 fn copy(s: &mut Setup, from: ReplicaId, signer: ReplicaId, result: &[u8]) -> Vec<u8> {
-    let entry = ReplyEntry {
+    sealed_copy(s, from, signer, result, false)
+}
+
+/// The same, with `digest_only` the entry's digest in place of its result.
+fn sealed_copy(
+    s: &mut Setup,
+    from: ReplicaId,
+    signer: ReplicaId,
+    result: &[u8],
+    digest_only: bool,
+) -> Vec<u8> {
+    let mut entry = ReplyEntry {
         client: CLIENT,
         timestamp: s.timestamp,
         result: result.to_vec(),
     };
+    let leaf = entry.leaf();
+    if digest_only {
+        entry.result = leaf.0.to_vec();
+    }
     let msg = Message::CertifiedReply(CertifiedReply {
         view: 0,
         seq: 1,
         index: 0,
-        leaves: vec![entry.leaf()],
+        leaves: if digest_only { Vec::new() } else { vec![leaf] },
         entry,
         signature: redoubt_crypto::threshold::ThresholdSig([0; 96]),
+        digest_only,
     });
     let keys = s.ring.keys(Principal::Replica(signer));
     let mut bytes = seal(&keys, &msg, Some(Principal::Client(CLIENT)), 4);
@@ -103,4 +119,24 @@ fn a_copy_in_another_replicas_name_counts_for_nothing() {
     assert_eq!(s.client.rejected, 1);
     let honest = copy(&mut s, 2, 2, b"made up");
     assert!(receive(&mut s, &honest).is_some());
+}
+
+#[test]
+fn digest_only_copies_count_for_the_match_and_the_result_comes_in_full() {
+    let mut s = setup();
+    let result = b"a result longer than a digest, sent in full by the designated replica";
+    let d0 = sealed_copy(&mut s, 0, 0, result, true);
+    assert_eq!(receive(&mut s, &d0), None);
+    let d2 = sealed_copy(&mut s, 2, 2, result, true);
+    assert_eq!(receive(&mut s, &d2), None, "f+1 digests, no result yet");
+    assert_eq!(
+        s.client.full_result_asks, 1,
+        "the retransmission is brought forward"
+    );
+    // A full copy of another result does not complete it.
+    let other = copy(&mut s, 3, 3, b"another result");
+    assert_eq!(receive(&mut s, &other), None);
+    let full = copy(&mut s, 1, 1, result);
+    let done = receive(&mut s, &full).expect("f+1 matching, one in full");
+    assert_eq!(done.result, result);
 }

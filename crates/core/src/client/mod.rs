@@ -845,17 +845,31 @@ impl<A: KeyTable> Client<A> {
             self.unwanted += 1;
             return None;
         }
+        let Some(digest) = cert.entry_digest() else {
+            self.rejected += 1;
+            return None;
+        };
         let o = self.outstanding.as_mut().expect("wanted");
-        let digest = cert.entry.leaf();
-        o.replies.insert(
-            from,
-            Vote {
-                view: cert.view,
-                digest,
-                result: Some(cert.entry.result),
-                tentative: false,
-            },
-        );
+        let full = (!cert.digest_only).then_some(cert.entry.result);
+        match o.replies.get_mut(&from) {
+            // The same replica again for the same entry: keep the result if it came in full.
+            Some(v) if v.digest == digest => {
+                if v.result.is_none() {
+                    v.result = full;
+                }
+            }
+            _ => {
+                o.replies.insert(
+                    from,
+                    Vote {
+                        view: cert.view,
+                        digest,
+                        result: full,
+                        tentative: false,
+                    },
+                );
+            }
+        }
         #[cfg(feature = "mutants")]
         let needed = if self.cfg.mutant == crate::types::Mutant::TrustOneCertifiedCopy {
             1
@@ -864,15 +878,21 @@ impl<A: KeyTable> Client<A> {
         };
         #[cfg(not(feature = "mutants"))]
         let needed = self.cfg.weak_quorum();
-        if o.replies.values().filter(|v| v.digest == digest).count() < needed {
+        let matching = || o.replies.values().filter(|v| v.digest == digest);
+        if matching().count() < needed {
             return None;
         }
+        let Some(result) = matching().find_map(|v| v.result.clone()) else {
+            // Matching digests, but the designated replica's full copy is missing (faulty, or
+            // its frame was lost): every replica answers the retransmission in full.
+            if !o.asked_full {
+                o.asked_full = true;
+                o.retransmit_within(env.now_ms, self.srtt_ms);
+                self.full_result_asks += 1;
+            }
+            return None;
+        };
         let o = self.outstanding.take().expect("wanted");
-        let result = o
-            .replies
-            .get(&from)
-            .and_then(|v| v.result.clone())
-            .expect("just recorded");
         Some(self.complete(env, o, result, view))
     }
 

@@ -165,6 +165,10 @@ pub struct CertifiedReply {
     pub leaves: Vec<Digest>,
     pub entry: ReplyEntry,
     pub signature: ThresholdSig,
+    /// The entry's result is the entry's leaf (32 bytes), not the result: a copy from a replica
+    /// other than the designated one, which the client counts for its match only (as PBFT's
+    /// digest replies). Such a copy carries no leaves.
+    pub digest_only: bool,
 }
 
 impl CertifiedReply {
@@ -182,10 +186,22 @@ impl CertifiedReply {
             leaves: leaves.to_vec(),
             entry: cert.bundle.entries.get(index)?.clone(),
             signature: cert.signature,
+            digest_only: false,
         })
+    }
+    /// The digest the copies of one entry match on: the entry's leaf.
+    pub fn entry_digest(&self) -> Option<Digest> {
+        if !self.digest_only {
+            return Some(self.entry.leaf());
+        }
+        let d: [u8; 32] = self.entry.result.as_slice().try_into().ok()?;
+        Some(Digest(d))
     }
     /// The statement the signature must cover, if the entry is the leaf it claims to be.
     pub fn statement(&self) -> Option<Digest> {
+        if self.digest_only {
+            return None;
+        }
         let leaf = self.leaves.get(self.index as usize)?;
         (*leaf == self.entry.leaf()).then(|| bundle_statement(self.seq, &self.leaves))
     }

@@ -482,6 +482,7 @@ mod tests {
                 result: vec![9; 40],
             },
             signature: redoubt_crypto::threshold::ThresholdSig([4; 96]),
+            digest_only: false,
         });
         let bytes = frame(&certified);
         assert_eq!(reply_header(&bytes), Some((654_321, 1_700_000_000_001)));

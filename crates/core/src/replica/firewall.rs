@@ -15,7 +15,8 @@
 //! without checking the signature itself (a pairing, about 1.3 ms of the client's CPU). The
 //! designated replier of an entry sends it with the certificate's leaves, so that the client
 //! holds what anyone can check against the execution cluster's key; the others send the
-//! entry alone.
+//! entry alone, or with `digest_replies` and a result longer than a digest only the entry's
+//! digest.
 //!
 //! Bounds: one cached certified reply per client with an exactly-once entry; the statements
 //! of the last `log_size` reply certificates taken in here; at most
@@ -196,6 +197,17 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             if let Some(r) = CertifiedReply::of(&c.cert, &c.leaves, i, self.views.installed) {
                 if designated_replier(e.client, e.timestamp, self.cfg.n()) == self.id {
                     out.push(r.clone());
+                } else if self.cfg.digest_replies && e.result.len() >= DIGEST_REPLY_MIN_BYTES {
+                    // The others' copies count for the match only: the entry's digest.
+                    out.push(CertifiedReply {
+                        leaves: Vec::new(),
+                        entry: ReplyEntry {
+                            result: e.leaf().0.to_vec(),
+                            ..e.clone()
+                        },
+                        digest_only: true,
+                        ..r.clone()
+                    });
                 } else {
                     out.push(CertifiedReply {
                         leaves: Vec::new(),
