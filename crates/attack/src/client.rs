@@ -7,6 +7,7 @@
 //! to a retransmission (which would let every replica vouch) is stripped.
 
 use redoubt_client::Rewrite;
+use redoubt_core::message::ClientMessage;
 use redoubt_core::message::{
     decode_body, decode_frame_ref, encode_body, encode_frame_parts, Message,
 };
@@ -19,7 +20,7 @@ pub fn big_mac(to: u32, bytes: &[u8]) -> Vec<u8> {
     let Ok(frame) = decode_frame_ref(bytes, usize::MAX) else {
         return bytes.to_vec();
     };
-    let Ok(Message::Request(mut sr)) = decode_body(frame.body) else {
+    let Ok(Message::Client(ClientMessage::Request(mut sr))) = decode_body(frame.body) else {
         return bytes.to_vec();
     };
     let auth: Vec<Mac> = sr
@@ -38,7 +39,7 @@ pub fn big_mac(to: u32, bytes: &[u8]) -> Vec<u8> {
         .collect();
     sr.auth = auth.into();
     sr.sig = None;
-    let body = encode_body(&Message::Request(sr));
+    let body = encode_body(&Message::from(sr));
     encode_frame_parts(frame.version, frame.from, frame.epoch, &body, &frame.tag)
 }
 
@@ -69,7 +70,7 @@ mod tests {
         };
         let d = request.digest();
         let auth = request_authenticator(&keys, &d, 4);
-        let msg = Message::Request(SignedRequest {
+        let msg = Message::from(SignedRequest {
             request,
             auth: auth.clone().into(),
             sig: None,
@@ -77,7 +78,7 @@ mod tests {
         let frame = seal(&keys, &msg, None, 4);
         let out = big_mac(2, &frame);
         let f = decode_frame_ref(&out, usize::MAX).unwrap();
-        let Message::Request(sr) = decode_body(f.body).unwrap() else {
+        let Message::Client(ClientMessage::Request(sr)) = decode_body(f.body).unwrap() else {
             panic!("still a request");
         };
         assert!(sr.sig.is_none());
@@ -85,7 +86,12 @@ mod tests {
             assert_eq!(got == made, r == 2, "entry {r}");
         }
         // Not a request: unchanged.
-        let other = seal(&keys, &Message::Status(Default::default()), None, 4);
+        let other = seal(
+            &keys,
+            &Message::from(redoubt_core::message::Status::default()),
+            None,
+            4,
+        );
         assert_eq!(big_mac(2, &other), other);
     }
 }

@@ -184,7 +184,7 @@ mod tests {
     }
 
     fn pre_prepare(seq: u64) -> Bytes {
-        frame(&Message::PrePrepare(PrePrepare {
+        frame(&Message::from(PrePrepare {
             view: 0,
             seq,
             digest: Digest::of(b"b"),
@@ -198,7 +198,7 @@ mod tests {
     }
 
     fn commit() -> Bytes {
-        frame(&Message::Commit(Commit {
+        frame(&Message::from(Commit {
             view: 0,
             seq: 1,
             digest: Digest::of(b"b"),
@@ -207,7 +207,7 @@ mod tests {
     }
 
     fn status() -> Bytes {
-        frame(&Message::Status(Status::default()))
+        frame(&Message::from(Status::default()))
     }
 
     const MS: Duration = Duration::from_millis(1);

@@ -226,7 +226,7 @@ fn garbage_frame(kind: Garbage, n: u32, forged: &StaticKeys) -> Vec<u8> {
         }
         Garbage::OversizedPrefix => return u32::MAX.to_be_bytes().to_vec(),
         Garbage::ForgedReplica => {
-            let msg = Message::Prepare(Prepare {
+            let msg = Message::from(Prepare {
                 view: 0,
                 seq: rng.random_range(1..100),
                 digest: Digest::of(&rng.random::<[u8; 8]>()),
@@ -251,7 +251,7 @@ fn garbage_frame(kind: Garbage, n: u32, forged: &StaticKeys) -> Vec<u8> {
                 version: WIRE_VERSION,
                 from: Principal::Client(2),
                 epoch: 0,
-                body: encode_body(&Message::Request(SignedRequest {
+                body: encode_body(&Message::from(SignedRequest {
                     request,
                     auth: (0..n).map(|_| Mac(rng.random())).collect(),
                     sig: None,
@@ -260,7 +260,7 @@ fn garbage_frame(kind: Garbage, n: u32, forged: &StaticKeys) -> Vec<u8> {
             })
         }
         Garbage::Flipped => {
-            let msg = Message::Prepare(Prepare {
+            let msg = Message::from(Prepare {
                 view: 0,
                 seq: 1,
                 digest: Digest::ZERO,

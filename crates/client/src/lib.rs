@@ -33,7 +33,7 @@ pub mod kv;
 pub mod sql;
 
 use redoubt_config::{ClusterConfig, ConfigError};
-use redoubt_core::message::reply_header;
+use redoubt_core::message::{reply_header, ReplyHeader};
 use redoubt_core::ClientId as Id;
 use redoubt_core::{
     Auth, ClientId, ClientTiming, Completion, Config, Effect, Env, InvokeError, Keys, Principal,
@@ -112,9 +112,9 @@ impl Inbound for Router {
         // queue drops the frame, as a full link would.
         let t = table.lock().unwrap_or_else(|p| p.into_inner());
         match demux_target(&frame, self.frame_bytes_max) {
-            Some((c, timestamp)) => match t.get(&c) {
-                Some(route) if route.wanted.load(Acquire) == timestamp => {
-                    route.offer(Arc::new(frame))
+            Some(h) => match t.get(&h.client) {
+                Some(route) if route.wanted.load(Acquire) == h.timestamp => {
+                    route.offer(Arc::new(frame), Some(h))
                 }
                 Some(_) => {
                     // Beyond the certificate, or late: not worth waking the client (it would
@@ -129,7 +129,7 @@ impl Inbound for Router {
                 // faulty replica's frame costs its size once, not once per client.
                 let frame = Arc::new(frame);
                 for route in t.values() {
-                    let _ = route.offer(frame.clone());
+                    let _ = route.offer(frame.clone(), None);
                 }
                 true
             }
@@ -137,9 +137,17 @@ impl Inbound for Router {
     }
 }
 
+/// A frame queued for one client: its reply header as the router read it (`None`: not a
+/// reply), and the charge on the client's byte budget it holds until taken.
+struct Arrived {
+    frame: Arc<Vec<u8>>,
+    header: Option<ReplyHeader>,
+    charge: Charge,
+}
+
 /// Where the replies for one client go.
 struct Route {
-    tx: mpsc::Sender<(Arc<Vec<u8>>, Charge)>,
+    tx: mpsc::Sender<Arrived>,
     /// The timestamp of the client's outstanding request (0: none), published by its invocations.
     wanted: Arc<AtomicU64>,
     /// The bytes `tx`'s queue may hold: frames wait there between invocations, and a faulty
@@ -149,9 +157,16 @@ struct Route {
 
 impl Route {
     /// Queues `frame` for the client unless the queue is full in frames or in bytes.
-    fn offer(&self, frame: Arc<Vec<u8>>) -> bool {
+    fn offer(&self, frame: Arc<Vec<u8>>, header: Option<ReplyHeader>) -> bool {
         match self.budget.charge(frame.len()) {
-            Some(charge) => self.tx.try_send((frame, charge)).is_ok(),
+            Some(charge) => self
+                .tx
+                .try_send(Arrived {
+                    frame,
+                    header,
+                    charge,
+                })
+                .is_ok(),
             None => false,
         }
     }
@@ -223,13 +238,13 @@ impl Connections {
 
 /// A client's end of its route: each frame with its charge of the route's byte budget, returned
 /// when the frame is taken.
-type Received = mpsc::Receiver<(Arc<Vec<u8>>, Charge)>;
+type Received = mpsc::Receiver<Arrived>;
 
 /// The client a frame from a replica is for, and the request it answers: the client and
 /// timestamp named in a reply; `None` (every client) for anything else a replica sends
 /// clients (its NEW-KEY asking for their keys) or for a frame that does not decode (each
 /// client counts it as rejected).
-fn demux_target(frame: &[u8], max: usize) -> Option<(Id, u64)> {
+fn demux_target(frame: &[u8], max: usize) -> Option<ReplyHeader> {
     if frame.len() > max {
         return None;
     }
@@ -714,10 +729,10 @@ impl Driver {
         // before this request goes out (the core answers it with this client's keys).
         // At most what is queued now: frames arriving meanwhile wait for the loop below.
         for _ in 0..self.inbound.len() {
-            let Ok((frame, _charge)) = self.inbound.try_recv() else {
+            let Ok(arrived) = self.inbound.try_recv() else {
                 break;
             };
-            let _ = self.receive(&frame);
+            let _ = self.receive(arrived);
         }
         if self.core.is_busy() {
             // The caller of the previous invocation stopped waiting before it completed.
@@ -761,14 +776,13 @@ impl Driver {
         loop {
             tokio::select! {
                 frame = self.inbound.recv() => {
-                    let Some((frame, charge)) = frame else {
+                    let Some(arrived) = frame else {
                         // Every link is gone: nothing more can arrive.
                         self.core.abandon();
                         self.publish();
                         return Err(ClientError::Closed);
                     };
-                    drop(charge);
-                    if let Some(c) = self.receive(&frame) {
+                    if let Some(c) = self.receive(arrived) {
                         return self.complete(c);
                     }
                 }
@@ -777,9 +791,16 @@ impl Driver {
         }
     }
 
-    /// Feeds one frame to the core; its completion, if it completed the outstanding request.
-    fn receive(&mut self, frame: &[u8]) -> Option<Completion> {
-        let completion = self.core.receive(self.clock.env(), frame);
+    /// Feeds one frame to the core (its byte charge is given back once it is read); its
+    /// completion, if it completed the outstanding request.
+    fn receive(&mut self, arrived: Arrived) -> Option<Completion> {
+        let Arrived {
+            frame,
+            header,
+            charge,
+        } = arrived;
+        drop(charge);
+        let completion = self.core.receive_routed(self.clock.env(), &frame, header);
         self.note_rejected();
         if completion.is_some() {
             self.publish();
@@ -961,23 +982,23 @@ mod tests {
             wanted: Arc::new(AtomicU64::new(0)),
             budget: budget.clone(),
         };
-        assert!(route.offer(Arc::new(vec![0; 60])));
+        assert!(route.offer(Arc::new(vec![0; 60]), None));
         // 60 + 50 > 100: refused, and the refusal leaves the count as it was.
-        assert!(!route.offer(Arc::new(vec![0; 50])));
+        assert!(!route.offer(Arc::new(vec![0; 50]), None));
         assert_eq!(budget.queued(), 60);
-        assert!(route.offer(Arc::new(vec![0; 40])));
-        assert!(route.offer(Arc::default()));
-        assert!(route.offer(Arc::default()));
+        assert!(route.offer(Arc::new(vec![0; 40]), None));
+        assert!(route.offer(Arc::default(), None));
+        assert!(route.offer(Arc::default(), None));
         // Four frames: the channel's bound refuses a fifth, even an empty one, and gives its
         // bytes back.
-        assert!(!route.offer(Arc::default()));
+        assert!(!route.offer(Arc::default(), None));
         assert_eq!(budget.queued(), 100);
         let taken = received.try_recv().unwrap();
         drop(taken);
         assert_eq!(budget.queued(), 40);
         // Room for 60 bytes again, and one frame.
-        assert!(route.offer(Arc::new(vec![0; 60])));
-        assert!(!route.offer(Arc::new(vec![0; 1])));
+        assert!(route.offer(Arc::new(vec![0; 60]), None));
+        assert!(!route.offer(Arc::new(vec![0; 1]), None));
     }
 
     #[test]
@@ -1003,7 +1024,10 @@ mod tests {
         };
         // Not a reply (a faulty replica's garbage): every client gets it, to count it.
         assert!(router.deliver(vec![0xee; 100_000]));
-        let frames: Vec<_> = queues.iter_mut().map(|q| q.try_recv().unwrap().0).collect();
+        let frames: Vec<_> = queues
+            .iter_mut()
+            .map(|q| q.try_recv().unwrap().frame)
+            .collect();
         assert!(frames.iter().all(|f| Arc::ptr_eq(f, &frames[0])));
         assert_eq!(frames[0].len(), 100_000);
     }

@@ -33,6 +33,7 @@
 //! one call per peer; the FETCH that needed it is answered with the answer).
 
 use crate::keys::{seal_info, Admitted, HolderError, KeyHolder, NewKey, NewKeyError, Purpose};
+use crate::message::RecoveryMessage;
 use crate::message::{checkpoint_statement, RecoveryOp};
 use crate::message::{Message, Reject};
 use crate::types::{ClientId, Principal, ReplicaId, Seq};
@@ -467,7 +468,7 @@ impl Calls {
     /// is ([`Calls::release`]). NEW-KEYs themselves go at once: their signature is their
     /// authentication.
     pub(crate) fn hold(&mut self, to: Principal, msg: &Message) -> bool {
-        if matches!(msg, Message::NewKey(_)) || !self.admitting(to) {
+        if matches!(msg, Message::Recovery(RecoveryMessage::NewKey(_))) || !self.admitting(to) {
             return false;
         }
         let q = self.held.entry(to).or_default();
@@ -708,6 +709,7 @@ impl Calls {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::PbftMessage;
     use redoubt_crypto::pk::Signature;
 
     fn nk(from: Principal, counter: u64) -> NewKey {
@@ -889,11 +891,11 @@ mod tests {
     fn messages_for_a_principal_wait_while_its_new_key_is_admitted() {
         let r1 = Principal::Replica(1);
         let mut a = Calls::default();
-        let status = Message::Batches(Vec::new());
+        let status = Message::Pbft(PbftMessage::Batches(Vec::new()));
         assert!(!a.hold(r1, &status), "no admission: sent at once");
         let call = a.admit(nk(r1, 5), 0).unwrap();
         assert!(a.hold(r1, &status));
-        assert!(!a.hold(r1, &Message::NewKey(nk(Principal::Replica(0), 1))));
+        assert!(!a.hold(r1, &Message::from(nk(Principal::Replica(0), 1))));
         assert!(!a.hold(Principal::Replica(2), &status));
         for _ in 0..HELD_PER_PRINCIPAL + 10 {
             a.hold(r1, &status);

@@ -10,6 +10,7 @@
 //! core's.
 
 use crate::auth::Auth;
+use crate::message::ClientMessage;
 use crate::message::{decode_body, decode_frame_ref, Frame, Message, Reject, Tag};
 use crate::types::Principal;
 use redoubt_crypto::Digest;
@@ -39,7 +40,7 @@ impl Preopened {
     pub fn request(&self) -> Option<(&crate::message::SignedRequest, Digest)> {
         match self.head.as_ref().ok()?.opened.as_ref()? {
             Opened {
-                msg: Ok(Message::Request(sr)),
+                msg: Ok(Message::Client(ClientMessage::Request(sr))),
                 request_digest: Some(d),
                 ..
             } => Some((sr, *d)),
@@ -99,7 +100,7 @@ impl Opened {
             _ => None,
         };
         let request_digest = match &msg {
-            Ok(Message::Request(sr)) => Some(sr.request.digest()),
+            Ok(Message::Client(ClientMessage::Request(sr))) => Some(sr.request.digest()),
             _ => None,
         };
         Opened {
@@ -166,7 +167,7 @@ mod tests {
     use crate::seal::{open, request_authenticator, seal, seal_body};
 
     fn frames(ks: &[StaticKeys]) -> Vec<Vec<u8>> {
-        let prepare = Message::Prepare(Prepare {
+        let prepare = Message::from(Prepare {
             view: 0,
             seq: 1,
             digest: Digest::ZERO,
@@ -180,7 +181,7 @@ mod tests {
             op: vec![9u8; 5000].into(),
         };
         let auth = request_authenticator(&ks[4], &request.digest(), 4);
-        let request = Message::Request(SignedRequest {
+        let request = Message::from(SignedRequest {
             request,
             auth: auth.into(),
             sig: None,

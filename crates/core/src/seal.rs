@@ -172,6 +172,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::auth::StaticKeys;
     use crate::message::{decode_frame, encode_body, Prepare};
+    use crate::message::{ClientMessage, PbftMessage};
 
     /// Keys of four replicas and client 7.
     pub(crate) fn cluster() -> Vec<StaticKeys> {
@@ -187,7 +188,7 @@ pub(crate) mod tests {
     #[test]
     fn authenticator_verifies_at_every_receiver_and_not_when_forged() {
         let ks = cluster();
-        let m = Message::Prepare(Prepare {
+        let m = Message::from(Prepare {
             view: 0,
             seq: 1,
             digest: Digest::of(b"x"),
@@ -224,14 +225,14 @@ pub(crate) mod tests {
     fn frames_sealed_in_one_buffer_equal_the_body_encoded_first() {
         let ks = cluster();
         let msgs = [
-            Message::Prepare(Prepare {
+            Message::Pbft(PbftMessage::Prepare(Prepare {
                 view: 3,
                 seq: 300,
                 digest: Digest::of(b"x"),
                 replica: 1,
                 doubts: Vec::new(),
-            }),
-            Message::Reply(crate::message::Reply {
+            })),
+            Message::Client(ClientMessage::Reply(crate::message::Reply {
                 view: 0,
                 timestamp: 1 << 40,
                 client: 7,
@@ -239,7 +240,7 @@ pub(crate) mod tests {
                 digest_only: false,
                 tentative: true,
                 result: vec![9; 5000],
-            }),
+            })),
         ];
         for m in &msgs {
             for (kind, to) in [

@@ -5,6 +5,7 @@
 //! the client NEW-KEYs it admitted across restarts, so a replayed one is refused.
 
 use redoubt_core::keys::Accepted;
+use redoubt_core::message::{ClientMessage, RecoveryMessage};
 use redoubt_core::*;
 use redoubt_crypto::Digest;
 
@@ -177,7 +178,9 @@ fn a_client_re_keys_between_requests_and_listens_again_soon_after_a_re_key() {
         let to_r0 = out
             .messages()
             .into_iter()
-            .filter(|(to, m)| *to == Some(replica(0)) && matches!(m, Message::Request(_)))
+            .filter(|(to, m)| {
+                *to == Some(replica(0)) && matches!(m, Message::Client(ClientMessage::Request(_)))
+            })
             .count();
         if to_r0 > 0 {
             requests.push(t);
@@ -268,7 +271,9 @@ fn a_replica_holding_an_older_client_key_asks_for_the_new_one() {
     let mut c = refreshing_every_5_s_after_one_operation();
     // The periodic NEW-KEY at 5 s never reaches the primary.
     let lost = c.block(|e| {
-        e.from == client(CLIENT) && e.to == replica(0) && matches!(e.msg, Message::NewKey(_))
+        e.from == client(CLIENT)
+            && e.to == replica(0)
+            && matches!(e.msg, Message::Recovery(RecoveryMessage::NewKey(_)))
     });
     c.advance_to(5_100);
     c.run(100);

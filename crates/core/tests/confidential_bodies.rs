@@ -149,7 +149,7 @@ fn results_for(op: Vec<u8>) -> Vec<Vec<u8>> {
         .iter()
         .filter(|e| e.to == client(9))
         .filter_map(|e| match &e.msg {
-            Message::Reply(m) if !m.digest_only => Some(m.result.clone()),
+            Message::Client(ClientMessage::Reply(m)) if !m.digest_only => Some(m.result.clone()),
             _ => None,
         })
         .collect();

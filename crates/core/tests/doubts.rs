@@ -5,6 +5,7 @@
 //! Moved from `regressions.rs` (names unchanged); each scenario reproduced a bug before its
 //! fix.
 
+use redoubt_core::message::ClientMessage;
 use redoubt_core::message::SignedRequest;
 use redoubt_core::*;
 
@@ -313,7 +314,7 @@ fn a_request_older_than_a_committed_one_of_its_client_is_not_doubted() {
     let newer = c.request(7, 20, b"newer");
     let out = c.agree(3, pre_prepare(0, 1, vec![newer]), &[1, 2], &[0, 1, 2]);
     assert!(
-        out.any(|m| matches!(m, Message::Reply(r) if r.timestamp == 20)),
+        out.any(|m| matches!(m, Message::Client(ClientMessage::Reply(r)) if r.timestamp == 20)),
         "the newer request committed and executed"
     );
     let older = spoil(c.request(7, 10, b"older"), &[3]);

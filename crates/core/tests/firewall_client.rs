@@ -65,7 +65,7 @@ fn sealed_copy(
     if digest_only {
         entry.result = leaf.0.to_vec();
     }
-    let msg = Message::CertifiedReply(CertifiedReply {
+    let msg = Message::from(CertifiedReply {
         view: 0,
         seq: 1,
         index: 0,

@@ -3,6 +3,7 @@
 
 mod common;
 use common::*;
+use redoubt_core::message::ClientMessage;
 use redoubt_core::message::Message;
 
 /// The pre-prepare for backup 3 is lost: the others complete the request without it, and
@@ -59,7 +60,9 @@ fn a_lost_full_reply_is_asked_for_again_after_a_round_trip() {
     // A result long enough to be sent as a digest.
     let ts = c.invoke(7, &[b'x'; 100]);
     let t0 = c.env().now_ms;
-    c.block(move |e| e.at == t0 && matches!(&e.msg, Message::Reply(r) if !r.digest_only));
+    c.block(move |e| {
+        e.at == t0 && matches!(&e.msg, Message::Client(ClientMessage::Reply(r)) if !r.digest_only)
+    });
     let rto = c.client(7).rto_ms();
     assert!(
         c.run_until(rto / 2, |c| c.completed(7, ts)),
@@ -68,7 +71,7 @@ fn a_lost_full_reply_is_asked_for_again_after_a_round_trip() {
     assert!(c
         .dropped()
         .iter()
-        .any(|e| matches!(&e.msg, Message::Reply(r) if !r.digest_only)));
+        .any(|e| matches!(&e.msg, Message::Client(ClientMessage::Reply(r)) if !r.digest_only)));
     assert_eq!(c.client(7).full_result_asks, 1);
 }
 
@@ -89,14 +92,16 @@ fn after_a_timeout_a_client_signs_its_requests_for_a_while() {
     c.run(50);
     // Replica 0, the primary, drops what the client sends it, for the first request.
     let drops = c.block(|e| {
-        e.from == client(7) && e.to == replica(0) && matches!(e.msg, Message::Request(_))
+        e.from == client(7)
+            && e.to == replica(0)
+            && matches!(e.msg, Message::Client(ClientMessage::Request(_)))
     });
     let first_sends = |c: &Cluster, ts: u64| {
         let sends: Vec<_> = c
             .sent()
             .iter()
             .filter(|e| {
-                matches!(&e.msg, Message::Request(sr) if sr.request.timestamp == ts
+                matches!(&e.msg, Message::Client(ClientMessage::Request(sr)) if sr.request.timestamp == ts
                     && e.from == client(7))
             })
             .collect();
@@ -105,7 +110,7 @@ fn after_a_timeout_a_client_signs_its_requests_for_a_while() {
             .into_iter()
             .filter(|e| Some(e.at) == at)
             .map(|e| match &e.msg {
-                Message::Request(sr) => (e.to, sr.sig.is_some()),
+                Message::Client(ClientMessage::Request(sr)) => (e.to, sr.sig.is_some()),
                 _ => unreachable!(),
             })
             .collect::<Vec<_>>()

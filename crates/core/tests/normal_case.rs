@@ -23,7 +23,9 @@ fn replies_to_one_request(op: &[u8], tune: impl FnOnce(&mut Config)) -> Vec<(u32
         .iter()
         .filter(|e| e.to == client(7))
         .filter_map(|e| match (e.from, &e.msg) {
-            (Principal::Replica(r), Message::Reply(m)) => Some((r, m.clone())),
+            (Principal::Replica(r), Message::Client(ClientMessage::Reply(m))) => {
+                Some((r, m.clone()))
+            }
             _ => None,
         })
         .collect();
@@ -158,7 +160,7 @@ fn at_n_7_a_request_commits_at_2f_plus_1_replicas_and_not_at_2f() {
     assert!(
         c.sent()
             .iter()
-            .any(|e| matches!(&e.msg, Message::Prepare(p) if p.seq == 2)),
+            .any(|e| matches!(&e.msg, Message::Pbft(PbftMessage::Prepare(p)) if p.seq == 2)),
         "the request was proposed"
     );
     assert!(
@@ -203,10 +205,10 @@ fn at_n_7_2f_commits_do_not_commit_a_request() {
     assert!(!c.run_until(30_000, |c| c.completed(7, ts)), "completed");
     for i in 0..4 {
         assert_eq!(c.replica(i).last_executed(), 0, "replica {i} executed");
-        let committed = c
-            .sent()
-            .iter()
-            .any(|e| e.from == replica(i) && matches!(&e.msg, Message::Commit(m) if m.seq == 1));
+        let committed = c.sent().iter().any(|e| {
+            e.from == replica(i)
+                && matches!(&e.msg, Message::Pbft(PbftMessage::Commit(m)) if m.seq == 1)
+        });
         assert!(committed, "replica {i} prepared and sent its COMMIT");
     }
     assert_eq!(c.replica(4).last_executed(), 1, "replica 4 got 2f+1");
@@ -218,7 +220,7 @@ fn commits_sent(c: &Cluster) -> Vec<(Principal, u64)> {
     c.sent()
         .iter()
         .filter_map(|e| match &e.msg {
-            Message::Commit(m) => Some((e.from, m.seq)),
+            Message::Pbft(PbftMessage::Commit(m)) => Some((e.from, m.seq)),
             _ => None,
         })
         .collect()
@@ -254,14 +256,14 @@ fn commits_of_tentative_batches_ride_with_the_next_batch_or_leave_on_a_tick() {
     let sent = c.sent().to_vec();
     for r in 0..4u32 {
         let from = replica(r);
-        let commit1 = sent
-            .iter()
-            .position(|e| e.from == from && matches!(&e.msg, Message::Commit(m) if m.seq == 1));
+        let commit1 = sent.iter().position(|e| {
+            e.from == from && matches!(&e.msg, Message::Pbft(PbftMessage::Commit(m)) if m.seq == 1)
+        });
         let first_of_2 = sent.iter().position(|e| {
             e.from == from
                 && matches!(&e.msg,
-                    Message::PrePrepare(m) if m.seq == 2)
-                || matches!(&e.msg, Message::Prepare(m) if e.from == from && m.seq == 2)
+                    Message::Pbft(PbftMessage::PrePrepare(m)) if m.seq == 2)
+                || matches!(&e.msg, Message::Pbft(PbftMessage::Prepare(m)) if e.from == from && m.seq == 2)
         });
         let (Some(a), Some(b)) = (commit1, first_of_2) else {
             panic!(
@@ -281,7 +283,7 @@ fn commits_of_tentative_batches_ride_with_the_next_batch_or_leave_on_a_tick() {
     let of_2: std::collections::BTreeSet<(Principal, Principal)> = c
         .sent()
         .iter()
-        .filter(|e| matches!(&e.msg, Message::Commit(m) if m.seq == 2))
+        .filter(|e| matches!(&e.msg, Message::Pbft(PbftMessage::Commit(m)) if m.seq == 2))
         .map(|e| (e.from, e.to))
         .collect();
     assert_eq!(
@@ -316,7 +318,10 @@ fn a_read_behind_a_tentative_batch_sends_the_held_commits_at_once() {
     let answered: std::collections::BTreeSet<Principal> = c
         .sent()
         .iter()
-        .filter(|e| e.to == client(7) && matches!(&e.msg, Message::Reply(r) if r.timestamp == 2))
+        .filter(|e| {
+            e.to == client(7)
+                && matches!(&e.msg, Message::Client(ClientMessage::Reply(r)) if r.timestamp == 2)
+        })
         .map(|e| e.from)
         .collect();
     assert_eq!(

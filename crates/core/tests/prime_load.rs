@@ -4,6 +4,7 @@
 //! next tick. The clients' signatures in a PO-REQUEST are checked in one batch, and one bad
 //! signature among them refuses it.
 
+use redoubt_core::message::{ClientMessage, PrimeMessage};
 use redoubt_core::message::{Message, PoRequest, SignedRequest};
 use redoubt_core::*;
 use std::sync::Arc;
@@ -29,7 +30,12 @@ fn signed(c: &Cluster, cl: ClientId) -> SignedRequest {
 fn requests(c: &Cluster) -> Vec<(Principal, Message)> {
     CLIENTS
         .iter()
-        .map(|&cl| (Principal::Client(cl), Message::Request(signed(c, cl))))
+        .map(|&cl| {
+            (
+                Principal::Client(cl),
+                Message::Client(ClientMessage::Request(signed(c, cl))),
+            )
+        })
         .collect()
 }
 
@@ -44,7 +50,10 @@ fn po_requests(c: &Cluster) -> Vec<(Principal, Message)> {
                 seq: 1,
                 requests: vec![signed(c, cl)],
             };
-            (Principal::Replica(r), Message::PoRequest(Arc::new(po)))
+            (
+                Principal::Replica(r),
+                Message::Prime(PrimeMessage::PoRequest(Arc::new(po))),
+            )
         })
         .collect()
 }
@@ -53,7 +62,7 @@ fn po_requests(c: &Cluster) -> Vec<(Principal, Message)> {
 fn po_requests_sent(out: &Out) -> Vec<Arc<PoRequest>> {
     let mut sent: Vec<Arc<PoRequest>> = Vec::new();
     for (_, m) in out.messages() {
-        if let Message::PoRequest(p) = m {
+        if let Message::Prime(PrimeMessage::PoRequest(p)) = m {
             if !sent.contains(&p) {
                 sent.push(p);
             }
@@ -65,7 +74,7 @@ fn po_requests_sent(out: &Out) -> Vec<Arc<PoRequest>> {
 fn po_acks_sent(out: &Out) -> usize {
     out.messages()
         .iter()
-        .filter(|(_, m)| matches!(m, Message::PoAck(_)))
+        .filter(|(_, m)| matches!(m, Message::Prime(PrimeMessage::PoAck(_))))
         .count()
 }
 
@@ -96,7 +105,7 @@ fn po_requests_read_in_one_turn_are_acknowledged_in_one_po_ack() {
     assert_eq!(po_acks_sent(&out), 1, "{:?}", out.messages());
     let parts = out
         .find(|m| match m {
-            Message::PoAck(a) => Some(a.parts),
+            Message::Prime(PrimeMessage::PoAck(a)) => Some(a.parts),
             _ => None,
         })
         .expect("a PO-ACK");
@@ -131,11 +140,11 @@ fn po_request_signed(c: &Cluster, bad: Option<usize>) -> Message {
         let other = c.sign(c.request(CLIENTS[i], 1, b"put elsewhere v"));
         requests[i].sig = other.sig;
     }
-    Message::PoRequest(Arc::new(PoRequest {
+    Message::Prime(PrimeMessage::PoRequest(Arc::new(PoRequest {
         originator: 0,
         seq: 1,
         requests,
-    }))
+    })))
 }
 
 #[test]

@@ -15,11 +15,11 @@ fn asked(c: &Cluster, ts: u64) -> Vec<ReplicaId> {
         .sent()
         .iter()
         .filter_map(|e| match (&e.msg, e.from, e.to) {
-            (Message::Request(sr), Principal::Client(7), Principal::Replica(r))
-                if sr.request.timestamp == ts =>
-            {
-                Some(r)
-            }
+            (
+                Message::Client(ClientMessage::Request(sr)),
+                Principal::Client(7),
+                Principal::Replica(r),
+            ) if sr.request.timestamp == ts => Some(r),
             _ => None,
         })
         .collect();
@@ -138,7 +138,7 @@ fn a_replica_answering_wrong_costs_one_widening_then_is_left_out() {
             c.send(
                 Principal::Replica(2),
                 Principal::Client(7),
-                Message::Reply(Reply {
+                Message::Client(ClientMessage::Reply(Reply {
                     view: 0,
                     timestamp: ts,
                     client: 7,
@@ -146,7 +146,7 @@ fn a_replica_answering_wrong_costs_one_widening_then_is_left_out() {
                     digest_only: false,
                     tentative: false,
                     result: b"read:wrong".to_vec(),
-                }),
+                })),
             );
         }
         assert!(

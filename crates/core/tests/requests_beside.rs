@@ -21,7 +21,7 @@ fn large_request(c: &Cluster, client: u64, timestamp: u64) -> SignedRequest {
 /// Whether `out` holds replica `from`'s PREPARE for slot 1 with digest `d`.
 fn prepares(out: &Out, from: u32, d: Digest) -> bool {
     out.any(
-        |m| matches!(m, Message::Prepare(p) if p.seq == 1 && p.digest == d && p.replica == from),
+        |m| matches!(m, Message::Pbft(PbftMessage::Prepare(p)) if p.seq == 1 && p.digest == d && p.replica == from),
     )
 }
 
@@ -192,7 +192,7 @@ fn a_retransmitted_pre_prepare_names_large_requests_beside_it() {
         .messages()
         .into_iter()
         .filter_map(|(to, m)| match m {
-            Message::PrePrepare(pp) if to == Some(replica(3)) => Some(pp),
+            Message::Pbft(PbftMessage::PrePrepare(pp)) if to == Some(replica(3)) => Some(pp),
             _ => None,
         })
         .collect();
@@ -221,7 +221,7 @@ fn batch_bodies_a_status_asks_for_come_from_one_replica_per_turn() {
             let out = c.receive(to, 3, status_of_r3(vec![d]));
             if out.messages().iter().any(|(dest, m)| {
                 *dest == Some(replica(3))
-                    && matches!(m, Message::Batches(b) if b.iter().any(|b| b.digest() == d))
+                    && matches!(m, Message::Pbft(PbftMessage::Batches(b)) if b.iter().any(|b| b.digest() == d))
             }) {
                 answered.push((turn, to));
             }

@@ -5,6 +5,7 @@
 //! Moved from `regressions.rs` (names unchanged); each scenario reproduced a bug before its
 //! fix.
 
+use redoubt_core::message::PbftMessage;
 use redoubt_core::message::{Message, NewView, Status, ViewChange};
 use redoubt_core::*;
 use redoubt_crypto::Digest;
@@ -263,7 +264,7 @@ fn a_replica_that_lost_its_voucher_vouches_again_on_f_plus_1_reports() {
         c.advance(c.cfg.status_interval_ms);
         c.tick(3)
             .find(|m| match m {
-                Message::Status(s) => Some(s.new_view),
+                Message::Pbft(PbftMessage::Status(s)) => Some(s.new_view),
                 _ => None,
             })
             .expect("a status")
@@ -354,7 +355,7 @@ fn a_peer_at_our_checkpoint_without_it_stable_gets_our_vote_again() {
     };
     let vote_in = |out: &Out| {
         out.find(|m| match m {
-            Message::Checkpoint(k) if k.seq == 2 && k.replica == 3 => Some(()),
+            Message::Pbft(PbftMessage::Checkpoint(k)) if k.seq == 2 && k.replica == 3 => Some(()),
             _ => None,
         })
         .is_some()

@@ -55,7 +55,9 @@ fn a_view_change_planted_before_its_sender_re_keyed_no_longer_counts() {
         0,
         "joined a view on a message from before a re-key"
     );
-    assert!(!out.any(|m| matches!(m, Message::ViewChangeAck(a) if a.sender == 1)));
+    assert!(
+        !out.any(|m| matches!(m, Message::Pbft(PbftMessage::ViewChangeAck(a)) if a.sender == 1))
+    );
     assert!(c.replica(0).stats.view_changes_forgotten >= 1);
     // A fresh VIEW-CHANGE of replica 1 (under its new keys) counts again.
     c.receive(0, 1, lying_vc(&c, 2, 1));
@@ -71,7 +73,7 @@ fn a_replica_re_keying_forgets_the_view_changes_it_received_under_its_old_keys()
     c.advance(c.cfg.key_refresh_ms + 1);
     let out = c.tick(0);
     assert!(
-        out.any(|m| matches!(m, Message::NewKey(_))),
+        out.any(|m| matches!(m, Message::Recovery(RecoveryMessage::NewKey(_)))),
         "replica 0 re-keyed"
     );
     c.deliver_all();
@@ -481,7 +483,9 @@ fn a_recovery_request_signed_in_advance_does_not_veto_the_real_recovery() {
 fn summaries_from(c: &Cluster, r: ReplicaId, from: usize) -> usize {
     c.sent()[from..]
         .iter()
-        .filter(|e| e.from == replica(r) && matches!(e.msg, Message::Summary(_)))
+        .filter(|e| {
+            e.from == replica(r) && matches!(e.msg, Message::Prime(PrimeMessage::Summary(_)))
+        })
         .count()
 }
 
@@ -523,7 +527,9 @@ fn forged_rows_of_a_retired_incarnation_do_not_silence_a_backup() {
         .iter()
         .rev()
         .find_map(|e| match &e.msg {
-            Message::PrePrepare(pp) if e.from == replica(leader) && e.to == replica(3) => {
+            Message::Pbft(PbftMessage::PrePrepare(pp))
+                if e.from == replica(leader) && e.to == replica(3) =>
+            {
                 Some(pp.clone())
             }
             _ => None,
@@ -624,7 +630,9 @@ fn a_restarted_replica_measures_the_leader_of_its_view() {
     let views: Vec<u64> = c.sent()[mark..]
         .iter()
         .filter_map(|e| match &e.msg {
-            Message::Suspicion(s) if e.from == replica(3) => Some(s.msg.view()),
+            Message::Prime(PrimeMessage::Suspicion(s)) if e.from == replica(3) => {
+                Some(s.msg.view())
+            }
             _ => None,
         })
         .collect();
@@ -651,13 +659,13 @@ fn a_recovery_estimates_only_once_its_fresh_keys_are_installed() {
     c.run(2_000);
     c.hold_key_holder(3);
     let out = c.input(3, Input::Recover);
-    let new_key = |m: &Message| matches!(m, Message::NewKey(_));
+    let new_key = |m: &Message| matches!(m, Message::Recovery(RecoveryMessage::NewKey(_)));
     assert!(
         !out.any(new_key),
         "no NEW-KEY before the key holder answers"
     );
     assert!(
-        !out.any(|m| matches!(m, Message::QueryStable(_))),
+        !out.any(|m| matches!(m, Message::Recovery(RecoveryMessage::QueryStable(_)))),
         "no QUERY-STABLE under the old keys"
     );
     let answer = ReplyStable {
@@ -666,7 +674,11 @@ fn a_recovery_estimates_only_once_its_fresh_keys_are_installed() {
         c: 0,
         p: 0,
     };
-    let out = c.receive(3, 1, Message::ReplyStable(answer));
+    let out = c.receive(
+        3,
+        1,
+        Message::Recovery(RecoveryMessage::ReplyStable(answer)),
+    );
     assert!(
         out.rejected(),
         "a REPLY-STABLE before the keys counts for nothing"
@@ -674,7 +686,7 @@ fn a_recovery_estimates_only_once_its_fresh_keys_are_installed() {
     let out = c.release_key_holder(3);
     assert!(out.any(new_key), "the NEW-KEY goes out");
     assert!(
-        out.any(|m| matches!(m, Message::QueryStable(_))),
+        out.any(|m| matches!(m, Message::Recovery(RecoveryMessage::QueryStable(_)))),
         "then the estimate"
     );
     c.run(20_000);

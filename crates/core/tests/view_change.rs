@@ -23,7 +23,11 @@ fn forged_view_change_is_not_accepted_on_the_primary_ack_alone() {
     c.advance(1);
     c.receive(0, 1, new_view(1, &named, ck));
     assert!(!c.replica(0).is_normal());
-    c.receive(0, 1, Message::RelayViewChange(forged.clone()));
+    c.receive(
+        0,
+        1,
+        Message::Pbft(PbftMessage::RelayViewChange(forged.clone())),
+    );
     c.receive(0, 1, ack(1, 1, &forged));
     assert!(
         !c.replica(0).is_normal(),
@@ -93,7 +97,10 @@ fn ack_spam_then_view_change(spam: bool) -> bool {
                     out.messages()
                         .into_iter()
                         .filter_map(|(to, m)| match (to, m) {
-                            (Some(Principal::Replica(1)), Message::ViewChangeAck(a)) => Some(a),
+                            (
+                                Some(Principal::Replica(1)),
+                                Message::Pbft(PbftMessage::ViewChangeAck(a)),
+                            ) => Some(a),
                             _ => None,
                         }),
                 );
@@ -223,7 +230,7 @@ fn at_n_7_a_faulty_primary_is_replaced_once_2f_plus_1_replicas_change_view() {
         .sent()
         .iter()
         .find_map(|e| match &e.msg {
-            Message::Request(sr) if e.to == replica(0) => Some(sr.clone()),
+            Message::Client(ClientMessage::Request(sr)) if e.to == replica(0) => Some(sr.clone()),
             _ => None,
         })
         .expect("the client sends its request to the primary");

@@ -8,6 +8,7 @@
 use crate::holder::load_keys;
 use crate::runtime::NodeError;
 use redoubt_config::ClusterConfig;
+use redoubt_core::message::ClientMessage;
 use redoubt_core::message::{decode_frame_ref, Message, Reply};
 use redoubt_core::seal::{open, seal, verify_request};
 use redoubt_core::state::MemStore;
@@ -87,7 +88,7 @@ pub async fn run_baseline<S: Service>(
             rejected += 1;
             continue;
         };
-        let Ok(Message::Request(sr)) = open(&keys, &frame) else {
+        let Ok(Message::Client(ClientMessage::Request(sr))) = open(&keys, &frame) else {
             rejected += 1;
             continue;
         };
@@ -125,7 +126,7 @@ pub async fn run_baseline<S: Service>(
                 r
             }
         };
-        let reply = Message::Reply(Reply {
+        let reply = Message::from(Reply {
             tentative: false,
             view: 0,
             timestamp: req.timestamp,

@@ -98,14 +98,14 @@ impl<S: Service> ExecNode<S> {
         };
         let signed = share.sign(&bundle.statement().0);
         let me = Principal::Executor(self.id);
-        let forged = Message::VouchedCert(VouchedCert {
+        let forged = Message::from(VouchedCert {
             cert: ReplyCert {
                 bundle: bundle.clone(),
                 signature: signed,
             },
             vouch: redoubt_crypto::pk::Signature([0; 64]),
         });
-        let shared = Message::ReplyShare(ReplyShare {
+        let shared = Message::from(ReplyShare {
             executor: self.id,
             bundle,
             share: signed,

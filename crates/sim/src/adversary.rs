@@ -11,6 +11,9 @@ use redoubt_core::message::{
     decode_body, decode_frame, Batch, Commit, Message, NewView, PEntry, PrePrepare, Prepare,
     QEntry, Request, SignedRequest, StateItem, ViewChange, NULL_DIGEST,
 };
+use redoubt_core::message::{
+    ClientMessage, FirewallMessage, PbftMessage, RecoveryMessage, SeparatedMessage, TransferMessage,
+};
 use redoubt_core::seal::seal;
 use redoubt_core::viewchange::{self, Broken};
 use redoubt_core::{Config, Principal, ReplicaId};
@@ -141,7 +144,7 @@ impl Adversary {
         let Ok(frame) = decode_frame(bytes, usize::MAX) else {
             return vec![];
         };
-        let Ok(Message::Reply(reply)) = decode_body(&frame.body) else {
+        let Ok(Message::Client(ClientMessage::Reply(reply))) = decode_body(&frame.body) else {
             return vec![];
         };
         let read = (reply.client, reply.timestamp);
@@ -161,7 +164,7 @@ impl Adversary {
             }
             let mut copy = reply.clone();
             copy.replica = x;
-            out.push((x, (to, self.seal(x, &Message::Reply(copy), to), 0)));
+            out.push((x, (to, self.seal(x, &Message::from(copy), to), 0)));
         }
         while self.stale_copied.len() > 4096 {
             self.stale_copied.pop_first();
@@ -198,7 +201,7 @@ impl Adversary {
             return vec![];
         };
         let honest = vec![(to, bytes.to_vec(), 0)];
-        if let Message::SignedOrder(so) = &msg {
+        if let Message::Firewall(FirewallMessage::SignedOrder(so)) = &msg {
             // Firewall deployment: the same lie, signed with the replica's order key.
             if behavior == Behavior::Silent {
                 return vec![];
@@ -209,7 +212,7 @@ impl Adversary {
             if rng.random_bool(0.5) {
                 let lie = order_lie(&so.order);
                 let signature = key.sign(&redoubt_core::message::SignedOrder::statement(&lie).0);
-                let m = Message::SignedOrder(redoubt_core::message::SignedOrder {
+                let m = Message::from(redoubt_core::message::SignedOrder {
                     order: lie,
                     signature,
                 });
@@ -217,7 +220,7 @@ impl Adversary {
             }
             return honest;
         }
-        if let Message::Order(o) = &msg {
+        if let Message::Separated(SeparatedMessage::Order(o)) = &msg {
             // Separated deployment: its piece of the agreement certificate names another
             // batch (well formed, its digest right) for half the execution nodes.
             if behavior == Behavior::Silent {
@@ -226,7 +229,7 @@ impl Adversary {
             if rng.random_bool(0.5) {
                 let bytes = redoubt_core::seal::seal_to_executors(
                     &self.keys[&from],
-                    &Message::Order(order_lie(o)),
+                    &Message::from(order_lie(o)),
                     self.cfg.executors,
                 );
                 return vec![(to, bytes, 0)];
@@ -246,7 +249,7 @@ impl Adversary {
                 }
             }
             Behavior::Equivocate | Behavior::SameDigestEquivocate => match msg {
-                Message::PrePrepare(mut pp) => {
+                Message::Pbft(PbftMessage::PrePrepare(mut pp)) => {
                     // Receivers with odd id (relative to a per-seq coin) get the alternative.
                     let Principal::Replica(r) = to else {
                         return honest;
@@ -271,18 +274,20 @@ impl Adversary {
                         pp.digest = alt.digest();
                     }
                     pp.batch = alt;
-                    vec![(to, self.seal(from, &Message::PrePrepare(pp), to), 0)]
+                    vec![(to, self.seal(from, &Message::from(pp), to), 0)]
                 }
                 // Behind a firewall: a result of its own making in the client's entry (the
                 // execution cluster's signature no longer covers it).
-                Message::CertifiedReply(mut cert) if !cert.entry.result.is_empty() => {
+                Message::Client(ClientMessage::CertifiedReply(mut cert))
+                    if !cert.entry.result.is_empty() =>
+                {
                     for b in cert.entry.result.iter_mut() {
                         *b ^= 0x5a;
                     }
                     if let Some(leaf) = cert.leaves.get_mut(cert.index as usize) {
                         *leaf = cert.entry.leaf();
                     }
-                    vec![(to, self.seal(from, &Message::CertifiedReply(cert), to), 0)]
+                    vec![(to, self.seal(from, &Message::from(cert), to), 0)]
                 }
                 _ => honest,
             },
@@ -291,28 +296,33 @@ impl Adversary {
                     return honest;
                 }
                 let lie = match msg {
-                    Message::Prepare(mut p) => {
+                    Message::Pbft(PbftMessage::Prepare(mut p)) => {
                         p.digest = random_digest(rng);
-                        Message::Prepare(p)
+                        Message::Pbft(PbftMessage::Prepare(p))
                     }
-                    Message::Commit(mut c) => {
+                    Message::Pbft(PbftMessage::Commit(mut c)) => {
                         c.digest = random_digest(rng);
-                        Message::Commit(c)
+                        Message::Pbft(PbftMessage::Commit(c))
                     }
-                    Message::Checkpoint(mut c) => {
+                    Message::Pbft(PbftMessage::Checkpoint(mut c)) => {
                         c.digest = random_digest(rng);
-                        Message::Checkpoint(c)
+                        Message::Pbft(PbftMessage::Checkpoint(c))
                     }
                     _ => return honest,
                 };
                 vec![(to, self.seal(from, &lie, to), 0)]
             }
-            Behavior::VoteEverything if matches!(msg, Message::Prepare(_) | Message::Commit(_)) => {
+            Behavior::VoteEverything
+                if matches!(
+                    msg,
+                    Message::Pbft(PbftMessage::Prepare(_)) | Message::Pbft(PbftMessage::Commit(_))
+                ) =>
+            {
                 // Its honest votes are replaced by the selective ones of `on_delivery`.
                 vec![]
             }
             Behavior::BogusViewChange | Behavior::VoteEverything => match msg {
-                Message::ViewChange(mut vc) => {
+                Message::Pbft(PbftMessage::ViewChange(mut vc)) => {
                     let key = (from, vc.view);
                     if let Some(lie) = self.vc_lies.get(&key) {
                         return vec![(to, self.seal(from, lie, to), 0)];
@@ -397,7 +407,7 @@ impl Adversary {
                             }
                         }
                     }
-                    let lie = Message::ViewChange(vc);
+                    let lie = Message::from(vc);
                     if consistent {
                         self.vc_lies.insert(key, lie.clone());
                         while self.vc_lies.len() > 64 {
@@ -409,7 +419,7 @@ impl Adversary {
                 _ => honest,
             },
             Behavior::BogusNewView => match msg {
-                Message::NewView(mut nv) => {
+                Message::Pbft(PbftMessage::NewView(mut nv)) => {
                     match rng.random_range(0..4) {
                         0 if !nv.chosen.is_empty() => {
                             let i = rng.random_range(0..nv.chosen.len());
@@ -425,12 +435,12 @@ impl Adversary {
                             }
                         }
                     }
-                    vec![(to, self.seal(from, &Message::NewView(nv), to), 0)]
+                    vec![(to, self.seal(from, &Message::from(nv), to), 0)]
                 }
                 _ => honest,
             },
             Behavior::Slow => match msg {
-                Message::PrePrepare(_) => {
+                Message::Pbft(PbftMessage::PrePrepare(_)) => {
                     let hold = self.cfg.view_change_timeout_ms * 8 / 10;
                     vec![(to, bytes.to_vec(), hold)]
                 }
@@ -440,7 +450,7 @@ impl Adversary {
                 // The first forged proposal of a view at once, the later ones held back as a
                 // slow leader's: once a backup stopped summarizing, Suspect-Leader no longer
                 // measures the leader.
-                Message::PrePrepare(pp) => {
+                Message::Pbft(PbftMessage::PrePrepare(pp)) => {
                     let (view, seq) = (pp.view, pp.seq);
                     match self.forge_retired_rows(from, pp) {
                         Some(lie) => {
@@ -463,7 +473,7 @@ impl Adversary {
             Behavior::HintLiar => match msg {
                 // A view whose primary is this replica, above every lie told this client
                 // before: a client that trusted it would send its requests here.
-                Message::CertifiedReply(mut cert) => {
+                Message::Client(ClientMessage::CertifiedReply(mut cert)) => {
                     let n = u64::from(self.cfg.n());
                     let last = self.hints.get(&cert.entry.client).copied().unwrap_or(0);
                     let base = last.max(cert.view) + 1;
@@ -473,21 +483,23 @@ impl Adversary {
                         self.hints.pop_first();
                     }
                     cert.view = lie;
-                    vec![(to, self.seal(from, &Message::CertifiedReply(cert), to), 0)]
+                    vec![(to, self.seal(from, &Message::from(cert), to), 0)]
                 }
                 // What clients send it stays here.
-                Message::Request(_) => vec![],
+                Message::Client(ClientMessage::Request(_)) => vec![],
                 _ => honest,
             },
             Behavior::Sluggish => match msg {
-                Message::PrePrepare(pp) if pp.seq >= crate::scenario::SLUGGISH_FROM => {
+                Message::Pbft(PbftMessage::PrePrepare(pp))
+                    if pp.seq >= crate::scenario::SLUGGISH_FROM =>
+                {
                     let hold = self.cfg.view_change_timeout_ms * 4 / 10;
                     vec![(to, bytes.to_vec(), hold)]
                 }
                 _ => honest,
             },
             Behavior::LieState => match msg {
-                Message::StateData(mut d) => {
+                Message::Transfer(TransferMessage::StateData(mut d)) => {
                     // Honest often enough to stay the designated replier until it lies
                     // about pages, where a fetcher that skipped its checks would be fooled.
                     let has_pages = d.items.iter().any(|i| matches!(i, StateItem::Page { .. }));
@@ -539,26 +551,28 @@ impl Adversary {
                             }
                         }
                     }
-                    vec![(to, self.seal(from, &Message::StateData(d), to), 0)]
+                    vec![(to, self.seal(from, &Message::from(d), to), 0)]
                 }
                 _ => honest,
             },
             Behavior::ForgeRequest => match msg {
-                Message::PrePrepare(mut pp) => {
+                Message::Pbft(PbftMessage::PrePrepare(mut pp)) => {
                     let n = self.cfg.n() as usize;
                     let forged = self
                         .forged
                         .entry((from, pp.seq, pp.digest))
                         .or_insert_with(|| forge_into(rng, &mut pp, n))
                         .clone();
-                    vec![(to, self.seal(from, &Message::PrePrepare(forged), to), 0)]
+                    vec![(to, self.seal(from, &Message::from(forged), to), 0)]
                 }
                 _ => honest,
             },
             Behavior::StaleReads => match msg {
                 // Its own answers to reads are withheld: it answers a read only with what a
                 // lagging correct replica answered (`copy_stale_read`).
-                Message::Reply(r) if self.read_ops.contains_key(&(r.client, r.timestamp)) => {
+                Message::Client(ClientMessage::Reply(r))
+                    if self.read_ops.contains_key(&(r.client, r.timestamp)) =>
+                {
                     vec![]
                 }
                 _ => honest,
@@ -570,69 +584,69 @@ impl Adversary {
                 }
                 let mut big = || u64::MAX - rng.random_range(0..3u64);
                 let lie = match msg {
-                    Message::PrePrepare(mut m) => {
+                    Message::Pbft(PbftMessage::PrePrepare(mut m)) => {
                         m.seq = big();
-                        Message::PrePrepare(m)
+                        Message::Pbft(PbftMessage::PrePrepare(m))
                     }
-                    Message::Prepare(mut m) => {
+                    Message::Pbft(PbftMessage::Prepare(mut m)) => {
                         m.view = big();
                         m.seq = big();
-                        Message::Prepare(m)
+                        Message::Pbft(PbftMessage::Prepare(m))
                     }
-                    Message::Commit(mut m) => {
+                    Message::Pbft(PbftMessage::Commit(mut m)) => {
                         m.seq = big();
-                        Message::Commit(m)
+                        Message::Pbft(PbftMessage::Commit(m))
                     }
-                    Message::Checkpoint(mut m) => {
+                    Message::Pbft(PbftMessage::Checkpoint(mut m)) => {
                         m.seq = (u64::MAX / self.cfg.checkpoint_interval)
                             * self.cfg.checkpoint_interval;
-                        Message::Checkpoint(m)
+                        Message::Pbft(PbftMessage::Checkpoint(m))
                     }
-                    Message::ViewChange(mut m) => {
+                    Message::Pbft(PbftMessage::ViewChange(mut m)) => {
                         m.view = big();
-                        Message::ViewChange(m)
+                        Message::Pbft(PbftMessage::ViewChange(m))
                     }
-                    Message::ViewChangeAck(mut m) => {
+                    Message::Pbft(PbftMessage::ViewChangeAck(mut m)) => {
                         m.view = big();
-                        Message::ViewChangeAck(m)
+                        Message::Pbft(PbftMessage::ViewChangeAck(m))
                     }
-                    Message::NewView(mut m) => {
+                    Message::Pbft(PbftMessage::NewView(mut m)) => {
                         m.view = big();
                         m.checkpoint.0 = (u64::MAX / self.cfg.checkpoint_interval)
                             * self.cfg.checkpoint_interval;
-                        Message::NewView(m)
+                        Message::Pbft(PbftMessage::NewView(m))
                     }
-                    Message::Status(mut m) => {
+                    Message::Pbft(PbftMessage::Status(mut m)) => {
                         m.view = big();
                         m.last_executed = big();
                         m.stable = big();
                         m.prepared = vec![big()];
                         m.committed = vec![big()];
-                        Message::Status(m)
+                        Message::Pbft(PbftMessage::Status(m))
                     }
-                    Message::Fetch(mut m) => {
+                    Message::Transfer(TransferMessage::Fetch(mut m)) => {
                         m.seq = big();
-                        Message::Fetch(m)
+                        Message::Transfer(TransferMessage::Fetch(m))
                     }
-                    Message::StateData(mut m) => {
+                    Message::Transfer(TransferMessage::StateData(mut m)) => {
                         m.seq = big();
                         m.stable = big();
-                        Message::StateData(m)
+                        Message::Transfer(TransferMessage::StateData(m))
                     }
-                    Message::Reply(mut m) => {
+                    Message::Client(ClientMessage::Reply(mut m)) => {
                         m.view = big();
                         m.timestamp = big();
-                        Message::Reply(m)
+                        Message::Client(ClientMessage::Reply(m))
                     }
-                    Message::ReplyStable(mut m) => {
+                    Message::Recovery(RecoveryMessage::ReplyStable(mut m)) => {
                         m.c = big();
                         m.p = big();
-                        Message::ReplyStable(m)
+                        Message::Recovery(RecoveryMessage::ReplyStable(m))
                     }
-                    Message::RelayViewChange(mut m) => {
+                    Message::Pbft(PbftMessage::RelayViewChange(mut m)) => {
                         m.view = big();
                         m.ls = 0;
-                        Message::RelayViewChange(m)
+                        Message::Pbft(PbftMessage::RelayViewChange(m))
                     }
                     _ => return honest,
                 };
@@ -641,7 +655,7 @@ impl Adversary {
             Behavior::LieStatus => {
                 let k = self.cfg.checkpoint_interval;
                 let lie = match msg {
-                    Message::Status(mut m) => {
+                    Message::Pbft(PbftMessage::Status(mut m)) => {
                         match rng.random_range(0..4) {
                             0 => {
                                 m.view = m.view.saturating_add(1);
@@ -663,9 +677,9 @@ impl Adversary {
                                     vec![(rng.random_range(0..self.cfg.n()), random_digest(rng))];
                             }
                         }
-                        Message::Status(m)
+                        Message::Pbft(PbftMessage::Status(m))
                     }
-                    Message::ReplyStable(mut m) => {
+                    Message::Recovery(RecoveryMessage::ReplyStable(mut m)) => {
                         match rng.random_range(0..3) {
                             0 => {
                                 m.c = m.c.saturating_add(1000 * k);
@@ -677,22 +691,23 @@ impl Adversary {
                             }
                             _ => m.p = m.p.saturating_add(10 * k),
                         }
-                        Message::ReplyStable(m)
+                        Message::Recovery(RecoveryMessage::ReplyStable(m))
                     }
                     _ => return honest,
                 };
                 vec![(to, self.seal(from, &lie, to), 0)]
             }
             Behavior::PushView => match msg {
-                Message::Status(st) => {
-                    let vc = Message::ViewChange(redoubt_core::message::ViewChange {
-                        view: st.view.saturating_add(1),
-                        replica: from,
-                        ls: st.stable,
-                        checkpoints: Vec::new(),
-                        p: Vec::new(),
-                        q: Vec::new(),
-                    });
+                Message::Pbft(PbftMessage::Status(st)) => {
+                    let vc =
+                        Message::Pbft(PbftMessage::ViewChange(redoubt_core::message::ViewChange {
+                            view: st.view.saturating_add(1),
+                            replica: from,
+                            ls: st.stable,
+                            checkpoints: Vec::new(),
+                            p: Vec::new(),
+                            q: Vec::new(),
+                        }));
                     vec![(to, bytes.to_vec(), 0), (to, self.seal(from, &vc, to), 0)]
                 }
                 _ => honest,
@@ -705,32 +720,32 @@ impl Adversary {
                     return honest;
                 }
                 match msg {
-                    Message::ViewChange(mut vc) => {
+                    Message::Pbft(PbftMessage::ViewChange(mut vc)) => {
                         vc.p.clear();
                         vc.q.clear();
-                        vec![(to, self.seal(from, &Message::ViewChange(vc), to), 0)]
+                        vec![(to, self.seal(from, &Message::from(vc), to), 0)]
                     }
-                    Message::NewView(_) => vec![],
+                    Message::Pbft(PbftMessage::NewView(_)) => vec![],
                     _ => honest,
                 }
             }
             Behavior::LaterNull => match msg {
-                Message::ViewChange(vc) => {
-                    let lie = Message::ViewChange(null_claims(vc, false));
+                Message::Pbft(PbftMessage::ViewChange(vc)) => {
+                    let lie = Message::from(null_claims(vc, false));
                     vec![(to, self.seal(from, &lie, to), 0)]
                 }
-                Message::NewView(_) => vec![],
+                Message::Pbft(PbftMessage::NewView(_)) => vec![],
                 _ => honest,
             },
             Behavior::ForgeNewView => match msg {
-                Message::ViewChange(vc) => {
+                Message::Pbft(PbftMessage::ViewChange(vc)) => {
                     self.own_vcs.insert((from, vc.view), vc);
                     while self.own_vcs.len() > 64 {
                         self.own_vcs.pop_first();
                     }
                     honest
                 }
-                Message::NewView(nv) => {
+                Message::Pbft(PbftMessage::NewView(nv)) => {
                     let Principal::Replica(r) = to else {
                         return honest;
                     };
@@ -742,16 +757,16 @@ impl Adversary {
                 _ => honest,
             },
             Behavior::PrepareToPrimary => match msg {
-                Message::Prepare(mut p)
+                Message::Pbft(PbftMessage::Prepare(mut p))
                     if self.colluded.contains(&(from, p.view, p.seq, p.digest)) =>
                 {
                     if to != Principal::Replica(self.cfg.primary(p.view)) {
                         return vec![];
                     }
                     p.doubts.clear();
-                    vec![(to, self.seal(from, &Message::Prepare(p), to), 0)]
+                    vec![(to, self.seal(from, &Message::from(p), to), 0)]
                 }
-                Message::ViewChange(_) => vec![],
+                Message::Pbft(PbftMessage::ViewChange(_)) => vec![],
                 _ => honest,
             },
             Behavior::CutBroadcast => {
@@ -760,7 +775,7 @@ impl Adversary {
                     .map(|i| Principal::Replica((from + i) % n))
                     .collect();
                 match (self.cut.get(&from).copied(), msg) {
-                    (Some((seq, d)), Message::PrePrepare(pp))
+                    (Some((seq, d)), Message::Pbft(PbftMessage::PrePrepare(pp)))
                         if pp.seq == seq && pp.digest == d =>
                     {
                         if receivers.contains(&to) {
@@ -770,7 +785,9 @@ impl Adversary {
                         }
                     }
                     (Some(_), _) => vec![],
-                    (None, Message::PrePrepare(pp)) if self.holds_colluder(&pp) => {
+                    (None, Message::Pbft(PbftMessage::PrePrepare(pp)))
+                        if self.holds_colluder(&pp) =>
+                    {
                         self.cut.insert(from, (pp.seq, pp.digest));
                         if receivers.contains(&to) {
                             honest
@@ -812,7 +829,7 @@ impl Adversary {
         ) else {
             return vec![];
         };
-        let nv = Message::NewView(NewView {
+        let nv = Message::from(NewView {
             view: own.view,
             vcs: made_up.iter().map(|m| (m.replica, m.digest())).collect(),
             checkpoint: dec.checkpoint,
@@ -821,7 +838,7 @@ impl Adversary {
         });
         let mut out = vec![(to, self.seal(from, &nv, to), 0)];
         for m in made_up {
-            let relay = Message::RelayViewChange(m);
+            let relay = Message::Pbft(PbftMessage::RelayViewChange(m));
             // Relayed just after the NEW-VIEW (a relayed message is kept only for a NEW-VIEW
             // that names it), and again later in case the first copy was lost.
             out.push((to, self.seal(from, &relay, to), 1));
@@ -836,7 +853,7 @@ impl Adversary {
         if self.behaviors.get(&at) == Some(&Behavior::PrepareToPrimary) {
             // Remember the pre-prepares holding a colluder's request.
             if let Ok(frame) = decode_frame(bytes, usize::MAX) {
-                if let Ok(Message::PrePrepare(pp)) = decode_body(&frame.body) {
+                if let Ok(Message::Pbft(PbftMessage::PrePrepare(pp))) = decode_body(&frame.body) {
                     if self.holds_colluder(&pp) {
                         self.colluded.insert((at, pp.view, pp.seq, pp.digest));
                         while self.colluded.len() > 1024 {
@@ -850,7 +867,7 @@ impl Adversary {
         if self.behaviors.get(&at) == Some(&Behavior::StaleReads) {
             // Remember which operation each read-only request asked for.
             if let Ok(frame) = decode_frame(bytes, usize::MAX) {
-                if let Ok(Message::Request(sr)) = decode_body(&frame.body) {
+                if let Ok(Message::Client(ClientMessage::Request(sr))) = decode_body(&frame.body) {
                     if sr.request.read_only {
                         let r = &sr.request;
                         self.read_ops.insert((r.client, r.timestamp), r.op.to_vec());
@@ -868,7 +885,7 @@ impl Adversary {
         let Ok(frame) = decode_frame(bytes, usize::MAX) else {
             return vec![];
         };
-        let Ok(Message::PrePrepare(pp)) = decode_body(&frame.body) else {
+        let Ok(Message::Pbft(PbftMessage::PrePrepare(pp))) = decode_body(&frame.body) else {
             return vec![];
         };
         let mut out = Vec::new();
@@ -881,14 +898,14 @@ impl Adversary {
                 continue;
             }
             let to = Principal::Replica(r);
-            let p = Message::Prepare(Prepare {
+            let p = Message::from(Prepare {
                 view: pp.view,
                 seq: pp.seq,
                 digest: pp.digest,
                 replica: at,
                 doubts: Vec::new(),
             });
-            let c = Message::Commit(Commit {
+            let c = Message::from(Commit {
                 view: pp.view,
                 seq: pp.seq,
                 digest: pp.digest,

@@ -16,8 +16,14 @@ impl<A: KeyTable> Client<A> {
         frame: &FrameRef<'_>,
     ) -> Option<Completion> {
         let (from, cert) = match (frame.from, open(&self.auth, frame)) {
-            (Principal::Replica(r), Ok(Message::CertifiedReply(c))) if r < self.cfg.n() => (r, c),
-            (Principal::Replica(_), Ok(Message::NewKey(nk))) if nk.from == frame.from => {
+            (Principal::Replica(r), Ok(Message::Client(ClientMessage::CertifiedReply(c))))
+                if r < self.cfg.n() =>
+            {
+                (r, c)
+            }
+            (Principal::Replica(_), Ok(Message::Recovery(RecoveryMessage::NewKey(nk))))
+                if nk.from == frame.from =>
+            {
                 self.asked_for_keys(frame.from);
                 return None;
             }

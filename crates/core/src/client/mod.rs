@@ -20,8 +20,9 @@ use crate::keys::Purpose;
 use crate::message::FrameRef;
 use crate::message::{
     decode_frame_ref, designated_replier, designated_replier_except, reply_header, Message,
-    Request, RequestSig, SignedRequest,
+    ReplyHeader, Request, RequestSig, SignedRequest,
 };
+use crate::message::{ClientMessage, RecoveryMessage};
 use crate::seal::{open, request_authenticator, seal};
 use crate::types::{ClientId, Config, Principal, ReplicaId, View};
 use redoubt_crypto::body::{BodyKey, ENC_LEN};
@@ -354,7 +355,7 @@ impl<A: KeyTable> Client<A> {
                     // replica opens no body sealed after it recovered.
                     self.body = None;
                 }
-                let bytes = Arc::new(seal(&self.auth, &Message::NewKey(nk), None, self.cfg.n()));
+                let bytes = Arc::new(seal(&self.auth, &Message::from(nk), None, self.cfg.n()));
                 if due {
                     self.last_new_key = Some(bytes.clone());
                 }
@@ -378,7 +379,7 @@ impl<A: KeyTable> Client<A> {
     /// The request with an authenticator under the current keys, sealed in a frame.
     fn seal_request(&self, request: &Request, sig: Option<RequestSig>) -> Bytes {
         let auth = request_authenticator(&self.auth, &request.digest(), self.cfg.n());
-        let msg = Message::Request(SignedRequest {
+        let msg = Message::from(SignedRequest {
             request: request.clone(),
             auth: auth.into(),
             sig,
@@ -638,11 +639,22 @@ impl<A: KeyTable> Client<A> {
 
     /// Handles a frame; returns the completion if this reply finished the request.
     pub fn receive(&mut self, env: Env, bytes: &[u8]) -> Option<Completion> {
+        self.receive_routed(env, bytes, reply_header(bytes))
+    }
+
+    /// Like [`receive`](Self::receive), for a frame whose [`reply_header`] its host already
+    /// read to route it (`None`: not a reply); the header is not read again.
+    pub fn receive_routed(
+        &mut self,
+        env: Env,
+        bytes: &[u8],
+        header: Option<ReplyHeader>,
+    ) -> Option<Completion> {
         // Replies to anything but the outstanding request are dropped before they are decoded
         // or verified: with n replicas answering and 2f+1 (or f+1) enough, the rest of every
         // request's replies arrive after it completed.
-        if let Some((_, timestamp)) = reply_header(bytes) {
-            if !self.wants(timestamp) {
+        if let Some(h) = header {
+            if !self.wants(h.timestamp) {
                 self.unwanted += 1;
                 return None;
             }
@@ -669,8 +681,8 @@ impl<A: KeyTable> Client<A> {
             }
         };
         let reply = match open(&self.auth, &frame) {
-            Ok(Message::Reply(r)) => r,
-            Ok(Message::NewKey(nk)) if nk.from == frame.from => {
+            Ok(Message::Client(ClientMessage::Reply(r))) => r,
+            Ok(Message::Recovery(RecoveryMessage::NewKey(nk))) if nk.from == frame.from => {
                 self.asked_for_keys(frame.from);
                 return None;
             }

@@ -56,7 +56,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             return Err(Reject::UnknownSender);
         }
         let msg = decode_body(body)?;
-        let Message::SignedOrder(so) = msg else {
+        let Message::Firewall(FirewallMessage::SignedOrder(so)) = msg else {
             return Err(Reject::Unexpected);
         };
         let frame = Arc::new(encode_frame_parts(
@@ -116,7 +116,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             return;
         };
         let share = fw.share.sign(&bundle.statement().0);
-        let msg = Message::ReplyShare(ReplyShare {
+        let msg = Message::from(ReplyShare {
             executor: self.id,
             bundle,
             share,
@@ -141,7 +141,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             Some((s, bytes)) if *s == seq => bytes.clone(),
             _ => {
                 let share = fw.share.sign(&stable_statement(seq).0);
-                let msg = Message::StableShare(StableShare {
+                let msg = Message::from(StableShare {
                     executor: self.id,
                     seq,
                     share,

@@ -116,7 +116,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                 s.install_refresh(nk.clone(), fresh);
                 self.keying.refreshed(now, &self.cfg);
                 self.stats.key_refreshes += 1;
-                let m = Message::NewKey(nk);
+                let m = Message::from(nk);
                 for p in self.key_peers() {
                     self.send(p, &m);
                 }

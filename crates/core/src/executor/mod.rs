@@ -343,39 +343,47 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         let n = self.cfg.n();
         let e = self.cfg.executors;
         match (msg, from) {
-            (Message::Order(o), Principal::Replica(r)) if r < n && o.replica == r => {
+            (Message::Separated(SeparatedMessage::Order(o)), Principal::Replica(r))
+                if r < n && o.replica == r =>
+            {
                 self.on_order(r, o, Arc::new(bytes.to_vec()))?;
                 self.try_execute();
                 Ok(())
             }
-            (Message::Retry(m), Principal::Replica(r)) if r < n && m.replica == r => {
+            (Message::Separated(SeparatedMessage::Retry(m)), Principal::Replica(r))
+                if r < n && m.replica == r =>
+            {
                 self.on_retry(m);
                 Ok(())
             }
-            (Message::ExecCheckpoint(c), Principal::Executor(p))
+            (Message::Separated(SeparatedMessage::ExecCheckpoint(c)), Principal::Executor(p))
                 if p < e && p != self.id && c.executor == p =>
             {
                 self.on_checkpoint(c)
             }
-            (Message::Missing(m), Principal::Executor(p))
+            (Message::Separated(SeparatedMessage::Missing(m)), Principal::Executor(p))
                 if p < e && p != self.id && m.executor == p =>
             {
                 self.on_missing(m);
                 Ok(())
             }
-            (Message::Certified(c), Principal::Executor(p))
+            (Message::Separated(SeparatedMessage::Certified(c)), Principal::Executor(p))
                 if p < e && p != self.id && c.executor == p =>
             {
                 self.on_certified(c);
                 Ok(())
             }
-            (Message::Fetch(f), Principal::Executor(p)) if p < e && p != self.id => {
+            (Message::Transfer(TransferMessage::Fetch(f)), Principal::Executor(p))
+                if p < e && p != self.id =>
+            {
                 self.on_fetch(p, f)
             }
-            (Message::StateData(d), Principal::Executor(p)) if p < e && p != self.id => {
+            (Message::Transfer(TransferMessage::StateData(d)), Principal::Executor(p))
+                if p < e && p != self.id =>
+            {
                 self.on_state_data(p, d)
             }
-            (Message::NewKey(nk), _) => self.on_new_key(from, nk),
+            (Message::Recovery(RecoveryMessage::NewKey(nk)), _) => self.on_new_key(from, nk),
             _ => Err(Reject::Unexpected),
         }
     }
@@ -452,7 +460,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         };
         self.stats.retries_answered += 1;
         // Through the agreement node that saw the retransmission: it reaches the client.
-        self.send_reply(m.client, &Message::Reply(reply), m.replica);
+        self.send_reply(m.client, &Message::from(reply), m.replica);
     }
 
     fn on_checkpoint(&mut self, c: ExecCheckpoint) -> Result<(), Reject> {
@@ -480,7 +488,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                 .is_none_or(|t| now >= t + self.cfg.status_interval_ms);
             if let Some(d) = self.exec.own_checkpoint(c.seq).filter(|_| due) {
                 self.pacing.vote_answered.insert(c.executor, now);
-                let m = Message::ExecCheckpoint(ExecCheckpoint {
+                let m = Message::from(ExecCheckpoint {
                     executor: self.id,
                     seq: c.seq,
                     digest: d,
@@ -544,7 +552,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             proof: self.checkpoint_proof(),
             votes: self.signed_proof(),
         };
-        self.send(Principal::Executor(m.executor), &Message::Certified(c));
+        self.send(Principal::Executor(m.executor), &Message::from(c));
     }
 
     /// A peer's answer: each frame is an agreement node's piece, checked on its own.
@@ -560,7 +568,9 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             };
             if self.cfg.firewall() {
                 // Signed pieces, each checked on its own.
-                let Ok(Message::SignedOrder(so)) = decode_body(frame.body) else {
+                let Ok(Message::Firewall(FirewallMessage::SignedOrder(so))) =
+                    decode_body(frame.body)
+                else {
                     self.stats.orders_refused += 1;
                     continue;
                 };
@@ -568,7 +578,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                 let _ = self.on_signed_order(so, bytes);
                 continue;
             }
-            let (Principal::Replica(r), Ok(Message::Order(o))) =
+            let (Principal::Replica(r), Ok(Message::Separated(SeparatedMessage::Order(o)))) =
                 (frame.from, open(&self.auth, &frame))
             else {
                 self.stats.orders_refused += 1;
@@ -710,7 +720,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         let digest_only = self.cfg.digest_replies
             && result.len() >= DIGEST_REPLY_MIN_BYTES
             && designated_replier(client, timestamp, self.cfg.executors) != self.id;
-        Message::Reply(Reply {
+        Message::Client(ClientMessage::Reply(Reply {
             view,
             timestamp,
             client,
@@ -722,7 +732,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             } else {
                 result.to_vec()
             },
-        })
+        }))
     }
 
     /// Tells every agreement node how far we executed.
@@ -732,7 +742,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             // go down as certificates too (`firewall.rs`).
             return;
         }
-        let ack = Message::ExecAck(ExecAck {
+        let ack = Message::from(ExecAck {
             executor: self.id,
             seq: self.exec.last_executed(),
             stable: self.window.stable,
@@ -760,7 +770,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     }
 
     fn send_vote(&mut self, seq: Seq, digest: Digest) {
-        let m = Message::ExecCheckpoint(ExecCheckpoint {
+        let m = Message::from(ExecCheckpoint {
             executor: self.id,
             seq,
             digest,
@@ -841,7 +851,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
     /// Seals `msg` for client `c` and hands it to agreement node `via` to pass on.
     fn relay(&mut self, c: ClientId, msg: &Message, via: ReplicaId) {
         let frame = seal(&self.auth, msg, Some(Principal::Client(c)), self.cfg.n());
-        let m = Message::Relay(Relay {
+        let m = Message::from(Relay {
             client: c,
             frame: serde_bytes::ByteBuf::from(frame),
         });
@@ -856,8 +866,8 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
             return;
         };
         match to {
-            Principal::Client(c) => self.relay(c, &Message::NewKey(nk), via),
-            _ => self.send(to, &Message::NewKey(nk)),
+            Principal::Client(c) => self.relay(c, &Message::from(nk), via),
+            _ => self.send(to, &Message::from(nk)),
         }
     }
 
@@ -905,7 +915,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         {
             self.pacing.next_missing_ms = now + self.cfg.status_interval_ms;
             self.stats.missing_sent += 1;
-            let m = Message::Missing(Missing {
+            let m = Message::from(Missing {
                 executor: self.id,
                 seq: next,
             });

@@ -122,7 +122,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
                 }
             }
         }
-        self.send(Principal::Executor(to), &Message::Fetch(fetch));
+        self.send(Principal::Executor(to), &Message::from(fetch));
     }
 
     /// The key holder answered the call for our state session's randomness (`None`: given
@@ -196,7 +196,7 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         if let Some(key) = &key {
             crate::transfer::seal_answer(key, self.id, self.env.entropy, &mut data);
         }
-        self.send(Principal::Executor(from), &Message::StateData(data));
+        self.send(Principal::Executor(from), &Message::from(data));
         Ok(())
     }
 

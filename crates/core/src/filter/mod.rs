@@ -294,23 +294,33 @@ impl Filter {
         let kind = msg.kind();
         let body = frame.body;
         let res = match (msg, from) {
-            (Message::SignedOrder(so), f) if self.below(f) => self.on_piece(so, body),
-            (Message::ReplyShare(s), Principal::Executor(e)) if self.top() && s.executor == e => {
+            (Message::Firewall(FirewallMessage::SignedOrder(so)), f) if self.below(f) => {
+                self.on_piece(so, body)
+            }
+            (Message::Firewall(FirewallMessage::ReplyShare(s)), Principal::Executor(e))
+                if self.top() && s.executor == e =>
+            {
                 self.on_reply_share(s)
             }
-            (Message::StableShare(s), Principal::Executor(e)) if self.top() && s.executor == e => {
+            (Message::Firewall(FirewallMessage::StableShare(s)), Principal::Executor(e))
+                if self.top() && s.executor == e =>
+            {
                 self.on_stable_share(s)
             }
-            (Message::VouchedCert(v), Principal::Filter(x)) if self.above(from) => {
+            (Message::Firewall(FirewallMessage::VouchedCert(v)), Principal::Filter(x))
+                if self.above(from) =>
+            {
                 self.on_vouched(x, v)
             }
-            (Message::VouchedCert(_), Principal::Executor(_)) if self.above(from) => {
+            (Message::Firewall(FirewallMessage::VouchedCert(_)), Principal::Executor(_))
+                if self.above(from) =>
+            {
                 // Execution nodes send shares only: a certificate of one's own making is a
                 // leak attempt, refused unchecked.
                 self.stats.certificates_rejected += 1;
                 Err(Reject::Unexpected)
             }
-            (Message::StableCert(c), f) if self.above(f) => {
+            (Message::Firewall(FirewallMessage::StableCert(c)), f) if self.above(f) => {
                 if c.seq <= self.stable_down {
                     return;
                 }
@@ -571,10 +581,9 @@ impl Filter {
     /// The message body of `cert` (`key` its statement) with our vouch.
     fn vouched_body(&self, key: Digest, cert: ReplyCert) -> Arc<Vec<u8>> {
         let vouch = self.vouch_key.sign(&key.0);
-        Arc::new(encode_body(&Message::VouchedCert(VouchedCert {
-            cert,
-            vouch,
-        })))
+        Arc::new(encode_body(&Message::Firewall(
+            FirewallMessage::VouchedCert(VouchedCert { cert, vouch }),
+        )))
     }
 
     fn complete_stable(&mut self, c: StableCert) {
@@ -584,7 +593,9 @@ impl Filter {
         }
         self.stable_down = c.seq;
         self.stats.stable_forwarded += 1;
-        let body = Arc::new(encode_body(&Message::StableCert(c)));
+        let body = Arc::new(encode_body(&Message::Firewall(
+            FirewallMessage::StableCert(c),
+        )));
         self.send_down(&body);
         self.stable_body = Some(body);
     }

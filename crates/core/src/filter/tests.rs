@@ -58,7 +58,7 @@ fn filter(s: &Setup, x: FilterId) -> Filter {
 /// `cert` as filter `x` passes it down, vouched for with `by`'s filter key.
 fn vouched(s: &Setup, x: FilterId, by: FilterId, cert: &ReplyCert) -> Vec<u8> {
     let key = VouchedCert::statement(cert.bundle.seq, &cert.bundle.statement(), &cert.signature);
-    let m = Message::VouchedCert(VouchedCert {
+    let m = Message::from(VouchedCert {
         cert: cert.clone(),
         vouch: s.vouching[by as usize].sign(&key.0),
     });
@@ -91,7 +91,7 @@ fn piece(s: &Setup, r: ReplicaId, seq: Seq, b: &Batch, via: Principal) -> Vec<u8
         batch: Some(b.clone()),
     };
     let signature = s.orders[r as usize].sign(&SignedOrder::statement(&order).0);
-    frame(via, &Message::SignedOrder(SignedOrder { order, signature }))
+    frame(via, &Message::from(SignedOrder { order, signature }))
 }
 
 fn bundle(seq: Seq) -> ReplyBundle {
@@ -106,7 +106,7 @@ fn bundle(seq: Seq) -> ReplyBundle {
 }
 
 fn share(s: &Setup, e: ExecutorId, b: &ReplyBundle) -> Vec<u8> {
-    let m = Message::ReplyShare(ReplyShare {
+    let m = Message::from(ReplyShare {
         executor: e,
         bundle: b.clone(),
         share: s.shares[e as usize].sign(&b.statement().0),
@@ -149,7 +149,7 @@ fn a_batch_goes_up_once_f_plus_one_agreement_nodes_vouch_for_it() {
     assert!(out
         .iter()
         .all(|(to, m)| matches!(to, Principal::Filter(2 | 3))
-            && matches!(m, Message::SignedOrder(_))));
+            && matches!(m, Message::Firewall(FirewallMessage::SignedOrder(_)))));
     // A third piece within the status interval: nothing more goes up.
     assert!(step(&mut x0, 2, &piece(&s, 2, 1, &b, Principal::Replica(2))).is_empty());
     // A piece under another replica's name, or for another body, does not count.
@@ -181,7 +181,7 @@ fn a_reply_goes_down_only_when_asked_for_and_once_per_request() {
     assert!(step(&mut top, 3, &piece(&s, 0, 1, &batch1, below)).is_empty());
     let out = step(&mut top, 4, &piece(&s, 1, 1, &batch1, below));
     assert_eq!(out.len(), 2);
-    let Message::VouchedCert(v) = &out[0].1 else {
+    let Message::Firewall(FirewallMessage::VouchedCert(v)) = &out[0].1 else {
         panic!("a reply certificate goes down, not {:?}", out[0].1);
     };
     assert!(s.keys.check_reply(&v.cert));
@@ -198,7 +198,7 @@ fn a_reply_goes_down_only_when_asked_for_and_once_per_request() {
     assert_eq!(out.len(), 2);
     assert!(out
         .iter()
-        .all(|(_, m)| matches!(m, Message::VouchedCert(_))));
+        .all(|(_, m)| matches!(m, Message::Firewall(FirewallMessage::VouchedCert(_)))));
 }
 
 #[test]
@@ -213,7 +213,7 @@ fn a_bad_share_does_not_stall_the_certificate_and_g_shares_make_none() {
     // Execution node 0 signs with node 1's share: its share does not verify as its own.
     let bad = frame(
         Principal::Executor(0),
-        &Message::ReplyShare(ReplyShare {
+        &Message::from(ReplyShare {
             executor: 0,
             bundle: b.clone(),
             share: s.shares[1].sign(&b.statement().0),
@@ -271,7 +271,7 @@ fn a_certificate_every_filter_above_vouched_for_is_taken_unchecked_and_held_unti
     assert_eq!(out.len(), 4);
     let key = VouchedCert::statement(1, &good.bundle.statement(), &good.signature);
     assert!(out.iter().all(|(to, m)| matches!(to, Principal::Replica(_))
-        && matches!(m, Message::VouchedCert(v) if v.cert == good && s.keys.check_vouch(0, &key, &v.vouch))));
+        && matches!(m, Message::Firewall(FirewallMessage::VouchedCert(v)) if v.cert == good && s.keys.check_vouch(0, &key, &v.vouch))));
 }
 
 #[test]
@@ -316,7 +316,7 @@ fn a_vouch_in_another_filters_name_or_from_below_counts_for_nothing() {
     assert_eq!(x0.stats.vouches_rejected, 1);
     let from_below = {
         let key = VouchedCert::statement(1, &good.bundle.statement(), &good.signature);
-        let m = Message::VouchedCert(VouchedCert {
+        let m = Message::from(VouchedCert {
             cert: good.clone(),
             vouch: s.vouching[2].sign(&key.0),
         });
@@ -346,7 +346,7 @@ fn execution_checkpoint_certificates_go_down_once_and_again_on_request() {
     let stable = |e: ExecutorId| {
         frame(
             Principal::Executor(e),
-            &Message::StableShare(StableShare {
+            &Message::from(StableShare {
                 executor: e,
                 seq: 8,
                 share: s.shares[e as usize].sign(&st.0),
@@ -358,7 +358,7 @@ fn execution_checkpoint_certificates_go_down_once_and_again_on_request() {
     assert_eq!(out.len(), 2);
     assert!(matches!(
         out[0].1,
-        Message::StableCert(StableCert { seq: 8, .. })
+        Message::Firewall(FirewallMessage::StableCert(StableCert { seq: 8, .. }))
     ));
     assert!(step(&mut top, 2, &stable(2)).is_empty(), "once each");
 }

@@ -140,27 +140,34 @@ pub struct FrameRef<'a> {
     pub tag: Tag,
 }
 
+/// Whom a reply frame is for: the client and the timestamp of the request it answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplyHeader {
+    pub client: ClientId,
+    pub timestamp: u64,
+}
+
 /// The client and the request timestamp a REPLY frame is for, read from the start of its body
 /// without decoding or copying the rest (a process whose clients share connections routes
 /// replies with it, and a client drops replies to requests it no longer waits for before
 /// verifying them); `None` for any other frame or a malformed one. Unauthenticated, like the
 /// routing it serves: the client itself verifies the replies it keeps.
-pub fn reply_header(bytes: &[u8]) -> Option<(ClientId, u64)> {
+pub fn reply_header(bytes: &[u8]) -> Option<ReplyHeader> {
     let (frame, _) = postcard::take_from_bytes::<FrameRef<'_>>(bytes).ok()?;
     if frame.version != WIRE_VERSION {
         return None;
     }
-    // A message is its variant index, then the fields in order: for REPLY, view, timestamp,
-    // client; for CERTIFIED-REPLY, view, seq, index, the bundle's leaves (a length, then
-    // 32 bytes each), then the entry's client and timestamp.
-    let (variant, rest) = postcard::take_from_bytes::<u32>(frame.body).ok()?;
-    match variant {
-        REPLY_VARIANT => {
+    // A message is its tag, then the fields in order: for REPLY, view, timestamp, client; for
+    // CERTIFIED-REPLY, view, seq, index, the bundle's leaves (a length, then 32 bytes each),
+    // then the entry's client and timestamp.
+    let (tag, rest) = postcard::take_from_bytes::<u32>(frame.body).ok()?;
+    match tag {
+        tag::REPLY => {
             let ((_view, timestamp, client), _) =
                 postcard::take_from_bytes::<(View, u64, ClientId)>(rest).ok()?;
-            Some((client, timestamp))
+            Some(ReplyHeader { client, timestamp })
         }
-        CERTIFIED_REPLY_VARIANT => {
+        tag::CERTIFIED_REPLY => {
             let ((_view, _seq, _index, leaves), rest) =
                 postcard::take_from_bytes::<(View, Seq, u32, u64)>(rest).ok()?;
             let skip = usize::try_from(leaves)
@@ -168,7 +175,7 @@ pub fn reply_header(bytes: &[u8]) -> Option<(ClientId, u64)> {
                 .checked_mul(redoubt_crypto::DIGEST_LEN)?;
             let ((client, timestamp), _) =
                 postcard::take_from_bytes::<(ClientId, u64)>(rest.get(skip..)?).ok()?;
-            Some((client, timestamp))
+            Some(ReplyHeader { client, timestamp })
         }
         _ => None,
     }
@@ -181,11 +188,6 @@ pub fn frame_sender(bytes: &[u8]) -> Option<Principal> {
     let ((version, from), _) = postcard::take_from_bytes::<(u8, Principal)>(bytes).ok()?;
     (version == WIRE_VERSION).then_some(from)
 }
-
-/// Index of [`Message::Reply`] among the variants of [`Message`] (checked by a test).
-const REPLY_VARIANT: u32 = 4;
-/// Index of [`Message::CertifiedReply`] (checked by a test).
-const CERTIFIED_REPLY_VARIANT: u32 = 29;
 
 /// Decodes a frame without verifying it. Bounded by `max_bytes`.
 pub fn decode_frame(bytes: &[u8], max_bytes: usize) -> Result<Frame, Reject> {
@@ -408,7 +410,7 @@ mod tests {
 
     #[test]
     fn frame_sender_reads_the_header_of_any_frame() {
-        let body = encode_body(&Message::Commit(Commit {
+        let body = encode_body(&Message::from(Commit {
             view: 1,
             seq: 2,
             digest: NULL_DIGEST,
@@ -437,7 +439,7 @@ mod tests {
 
     #[test]
     fn reply_header_reads_client_and_timestamp_of_replies_only() {
-        let reply = Message::Reply(Reply {
+        let reply = Message::from(Reply {
             view: 7,
             timestamp: 1_700_000_000_000,
             client: 123_456,
@@ -457,9 +459,12 @@ mod tests {
         };
         assert_eq!(
             reply_header(&frame(&reply)),
-            Some((123_456, 1_700_000_000_000))
+            Some(ReplyHeader {
+                client: 123_456,
+                timestamp: 1_700_000_000_000
+            })
         );
-        let commit = Message::Commit(Commit {
+        let commit = Message::from(Commit {
             view: 1,
             seq: 2,
             digest: NULL_DIGEST,
@@ -471,7 +476,7 @@ mod tests {
         assert_eq!(reply_header(b"garbage"), None);
         // A certified reply (the firewall's): its entry's client and timestamp, after the
         // leaves of its bundle.
-        let certified = Message::CertifiedReply(CertifiedReply {
+        let certified = Message::from(CertifiedReply {
             view: 7,
             seq: 99,
             index: 1,
@@ -485,7 +490,13 @@ mod tests {
             digest_only: false,
         });
         let bytes = frame(&certified);
-        assert_eq!(reply_header(&bytes), Some((654_321, 1_700_000_000_001)));
+        assert_eq!(
+            reply_header(&bytes),
+            Some(ReplyHeader {
+                client: 654_321,
+                timestamp: 1_700_000_000_001
+            })
+        );
         assert_eq!(reply_header(&bytes[..bytes.len() / 2]), None);
     }
 
@@ -541,7 +552,7 @@ mod tests {
     #[test]
     fn huge_length_prefix_does_not_allocate() {
         // A body that claims a vector of 2^60 elements must fail fast, not allocate.
-        let mut body = vec![13u8]; // variant index of Batches
+        let mut body = vec![tag::BATCHES as u8];
         body.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0f]);
         assert_eq!(decode_body(&body), Err(Reject::Malformed));
     }

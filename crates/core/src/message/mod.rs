@@ -16,10 +16,12 @@ mod firewall;
 mod frame;
 mod prime;
 mod separated;
+mod table;
 pub use firewall::*;
 pub use frame::*;
 pub use prime::*;
 pub use separated::*;
+pub use table::*;
 
 /// Wire format version carried by every frame.
 pub const WIRE_VERSION: u8 = 6;
@@ -500,65 +502,6 @@ impl std::fmt::Debug for StateData {
     }
 }
 
-/// Every protocol message.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Message {
-    Request(SignedRequest),
-    PrePrepare(PrePrepare),
-    Prepare(Prepare),
-    Commit(Commit),
-    Reply(Reply),
-    Checkpoint(Checkpoint),
-    ViewChange(ViewChange),
-    ViewChangeAck(ViewChangeAck),
-    NewView(NewView),
-    Status(Status),
-    Fetch(Fetch),
-    StateData(StateData),
-    /// Retransmitted batch bodies, checked against digests the receiver already knows.
-    Batches(Vec<Batch>),
-    /// A VIEW-CHANGE forwarded by another replica; accepted only with matching acks.
-    RelayViewChange(ViewChange),
-    /// NEW-KEY (BFT-PR §4.1): fresh session keys, signed by the sender's key holder.
-    NewKey(crate::keys::NewKey),
-    /// QUERY-STABLE (BFT-PR §4.4): a recovering replica asks for checkpoint and prepared seqs.
-    QueryStable(QueryStable),
-    /// REPLY-STABLE: the answer, echoing the nonce.
-    ReplyStable(ReplyStable),
-    /// Separated deployment (see `separated.rs`): agreement to execution.
-    Order(Order),
-    Retry(Retry),
-    /// Execution to agreement.
-    ExecAck(ExecAck),
-    /// Among execution nodes.
-    ExecCheckpoint(ExecCheckpoint),
-    Missing(Missing),
-    Certified(Certified),
-    /// Execution node to agreement node: a frame for a client.
-    Relay(Relay),
-    /// Privacy firewall (see `firewall.rs`): agreement nodes up through the filters,
-    SignedOrder(SignedOrder),
-    /// execution nodes to the top row of filters,
-    ReplyShare(ReplyShare),
-    StableShare(StableShare),
-    /// filters down to the agreement nodes (reply certificates with each filter's vouch),
-    VouchedCert(VouchedCert),
-    StableCert(StableCert),
-    /// and agreement nodes to clients.
-    CertifiedReply(CertifiedReply),
-    /// Prime (ADR 0007): pre-ordering,
-    PoRequest(std::sync::Arc<PoRequest>),
-    PoAck(PoAck),
-    PoAru(SignedPoAru),
-    /// summaries to the leader,
-    Summary(Summary),
-    /// Suspect-Leader,
-    Suspicion(Suspicion),
-    /// and filling holes.
-    PoFetch(PoFetch),
-    PoCopy(PoCopy),
-}
-
 /// QUERY-STABLE: the estimation step of a recovery; `nonce` ties the answers to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueryStable {
@@ -639,98 +582,6 @@ pub fn recovery_client(r: ReplicaId) -> ClientId {
 pub fn recovery_replica(c: ClientId) -> Option<ReplicaId> {
     (c >= RECOVERY_CLIENT_BASE && c - RECOVERY_CLIENT_BASE < (1 << 20))
         .then(|| (c - RECOVERY_CLIENT_BASE) as ReplicaId)
-}
-
-impl Message {
-    /// Short name, used for metrics labels and traces.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Message::Request(_) => "request",
-            Message::PrePrepare(_) => "pre-prepare",
-            Message::Prepare(_) => "prepare",
-            Message::Commit(_) => "commit",
-            Message::Reply(_) => "reply",
-            Message::Checkpoint(_) => "checkpoint",
-            Message::ViewChange(_) => "view-change",
-            Message::ViewChangeAck(_) => "view-change-ack",
-            Message::NewView(_) => "new-view",
-            Message::Status(_) => "status",
-            Message::Fetch(_) => "fetch",
-            Message::StateData(_) => "state-data",
-            Message::Batches(_) => "batches",
-            Message::RelayViewChange(_) => "relay-view-change",
-            Message::NewKey(_) => "new-key",
-            Message::QueryStable(_) => "query-stable",
-            Message::ReplyStable(_) => "reply-stable",
-            Message::Order(_) => "order",
-            Message::Retry(_) => "retry",
-            Message::ExecAck(_) => "exec-ack",
-            Message::ExecCheckpoint(_) => "exec-checkpoint",
-            Message::Missing(_) => "missing",
-            Message::Certified(_) => "certified",
-            Message::Relay(_) => "relay",
-            Message::SignedOrder(_) => "signed-order",
-            Message::ReplyShare(_) => "reply-share",
-            Message::StableShare(_) => "stable-share",
-            Message::VouchedCert(_) => "vouched-cert",
-            Message::StableCert(_) => "stable-cert",
-            Message::CertifiedReply(_) => "certified-reply",
-            Message::PoRequest(_) => "po-request",
-            Message::PoAck(_) => "po-ack",
-            Message::PoAru(_) => "po-aru",
-            Message::Summary(_) => "summary",
-            Message::Suspicion(_) => "suspicion",
-            Message::PoFetch(_) => "po-fetch",
-            Message::PoCopy(_) => "po-copy",
-        }
-    }
-
-    /// The authentication a message of this kind must carry.
-    pub fn required_tag(&self) -> TagKind {
-        match self {
-            // Requests authenticate themselves (client authenticator inside); NEW-KEY is
-            // signed by the sender's key holder.
-            Message::Request(_) | Message::NewKey(_) => TagKind::None,
-            // Firewall messages carry signatures (see `firewall.rs`).
-            Message::SignedOrder(_)
-            | Message::ReplyShare(_)
-            | Message::StableShare(_)
-            | Message::VouchedCert(_)
-            | Message::StableCert(_) => TagKind::None,
-            // A PO-ARU row is signed: it travels inside others' messages.
-            Message::PoAru(_) => TagKind::None,
-            // A certified reply counts as its sender's word (f+1 make a reply): MACed.
-            Message::Reply(_)
-            | Message::CertifiedReply(_)
-            | Message::ViewChangeAck(_)
-            | Message::Fetch(_)
-            | Message::StateData(_)
-            | Message::Batches(_)
-            | Message::RelayViewChange(_)
-            | Message::ReplyStable(_)
-            | Message::Retry(_)
-            | Message::ExecAck(_)
-            | Message::ExecCheckpoint(_)
-            | Message::Missing(_)
-            | Message::Certified(_)
-            | Message::Relay(_)
-            | Message::Summary(_)
-            | Message::PoCopy(_) => TagKind::Mac,
-            Message::PrePrepare(_)
-            | Message::Prepare(_)
-            | Message::Commit(_)
-            | Message::Checkpoint(_)
-            | Message::ViewChange(_)
-            | Message::NewView(_)
-            | Message::Status(_)
-            | Message::QueryStable(_)
-            | Message::Order(_)
-            | Message::PoRequest(_)
-            | Message::PoAck(_)
-            | Message::PoFetch(_)
-            | Message::Suspicion(_) => TagKind::Authenticator,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 //! [`ACK_PARTS_MAX`] parts per PO-ACK and [`FETCH_MAX`] PO-REQUESTs per PO-FETCH.
 
 use crate::journal::Record;
+use crate::message::PrimeMessage;
 use crate::message::{
     Batch, Message, PoAck, PoCopy, PoFetch, Reject, SignedRequest, Summary, Suspicion,
 };
@@ -284,7 +285,7 @@ impl PrimeSide {
         self.persist(Record::Acked {
             parts: acks.clone(),
         });
-        self.broadcast(Message::PoAck(PoAck {
+        self.broadcast(Message::from(PoAck {
             replica: self.me,
             parts: acks,
         }));
@@ -303,10 +304,10 @@ impl PrimeSide {
         self.sus.summary_sent(&matrix, now);
         self.send(
             leader,
-            Message::Summary(Summary {
+            Message::Prime(PrimeMessage::Summary(Summary {
                 replica: self.me,
                 matrix,
-            }),
+            })),
         );
     }
 
@@ -341,7 +342,7 @@ impl PrimeSide {
         self.persist(Record::Introduced {
             request: po.clone(),
         });
-        self.broadcast(Message::PoRequest(po));
+        self.broadcast(Message::from(po));
     }
 
     /// Signs our row if our certificates grew, keeps it in our own matrix, and sends it;
@@ -373,7 +374,7 @@ impl PrimeSide {
         self.po.receive_row(signed.clone());
         self.row = Some(signed.clone());
         self.timers.last_row_ms = now;
-        self.broadcast(Message::PoAru(signed));
+        self.broadcast(Message::from(signed));
         true
     }
 
@@ -411,30 +412,33 @@ impl PrimeSide {
         let (own, acks) = self.po.unsettled();
         for r in own {
             if self.po.certified_copy(r.originator, r.seq).is_none() {
-                self.broadcast(Message::PoRequest(r));
+                self.broadcast(Message::from(r));
                 continue;
             }
             let lacking: Vec<ReplicaId> = (0..n)
                 .filter(|j| *j != me && self.po.known(*j, me) < r.seq)
                 .collect();
             for j in lacking {
-                self.send(j, Message::PoRequest(r.clone()));
+                self.send(j, Message::from(r.clone()));
             }
         }
         if !acks.is_empty() {
-            self.broadcast(Message::PoAck(PoAck {
+            self.broadcast(Message::from(PoAck {
                 replica: me,
                 parts: acks,
             }));
         }
         if let Some(row) = self.row.clone() {
-            self.broadcast(Message::PoAru(row));
+            self.broadcast(Message::from(row));
         }
         // Peers whose rows lag ours get our acknowledgements again.
         for j in (0..n).filter(|j| *j != me) {
             let parts = self.po.acks_for(j, ACK_PARTS_MAX);
             if !parts.is_empty() {
-                self.send(j, Message::PoAck(PoAck { replica: me, parts }));
+                self.send(
+                    j,
+                    Message::Prime(PrimeMessage::PoAck(PoAck { replica: me, parts })),
+                );
             }
         }
         let missing = self.po.missing(FETCH_MAX);
@@ -462,7 +466,7 @@ impl PrimeSide {
         }
         *next = now + self.cfg.status_interval_ms;
         holes.truncate(FETCH_MAX);
-        self.broadcast(Message::PoFetch(PoFetch {
+        self.broadcast(Message::from(PoFetch {
             replica: self.me,
             wanted: holes,
         }));
@@ -472,7 +476,7 @@ impl PrimeSide {
 
     fn send_suspicion(&mut self, outs: Vec<crate::prime::suspect::Out>) {
         for o in outs {
-            let msg = Message::Suspicion(Suspicion {
+            let msg = Message::from(Suspicion {
                 replica: self.me,
                 msg: o.msg,
             });
@@ -607,10 +611,10 @@ impl PrimeSide {
         for c in copies {
             self.send(
                 from,
-                Message::PoCopy(PoCopy {
+                Message::Prime(PrimeMessage::PoCopy(PoCopy {
                     replica: self.me,
                     request: (*c).clone(),
-                }),
+                })),
             );
         }
         Ok(())
@@ -681,7 +685,7 @@ impl PrimeSide {
     /// Sends reconciliation's copies (see [`Self::executed`]).
     pub fn push(&mut self, pushes: Vec<(Vec<ReplicaId>, Arc<PoRequest>)>) {
         for (to, c) in pushes {
-            let msg = Message::PoCopy(PoCopy {
+            let msg = Message::from(PoCopy {
                 replica: self.me,
                 request: (*c).clone(),
             });

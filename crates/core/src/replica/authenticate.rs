@@ -63,7 +63,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 });
             }
             let view = self.views.view;
-            self.broadcast(&Message::Prepare(Prepare {
+            self.broadcast(&Message::from(Prepare {
                 view,
                 seq,
                 digest,

@@ -316,7 +316,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             });
             match (to, reply) {
                 (_, None) => {} // a quiet primary: the backups answer
-                (Principal::Replica(r), Some(Message::Reply(m))) if r == self.id => {
+                (Principal::Replica(r), Some(Message::Client(ClientMessage::Reply(m))))
+                    if r == self.id =>
+                {
                     let _ = self.on_recovery_reply(r, m);
                 }
                 (to, Some(reply)) => self.send(to, &reply),
@@ -382,7 +384,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.prime_checkpoint(seq);
         self.event(Event::CheckpointTaken { seq, digest });
         let id = self.id;
-        self.broadcast(&Message::Checkpoint(Checkpoint {
+        self.broadcast(&Message::from(Checkpoint {
             seq,
             digest,
             replica: id,

@@ -77,7 +77,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return; // checked at construction: a firewall replica has its keys
         };
         let signature = fw.order_key.sign(&SignedOrder::statement(&order).0);
-        let msg = Message::SignedOrder(SignedOrder { order, signature });
+        let msg = Message::from(SignedOrder { order, signature });
         let bytes: Bytes = Arc::new(seal(&self.auth, &msg, None, self.cfg.n()));
         for x in self.cfg.filter_row(0) {
             self.out.effects.push(Effect::Send {
@@ -101,8 +101,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return Err(Reject::WrongTag);
         }
         match msg {
-            Message::VouchedCert(v) => self.on_reply_cert(x, v),
-            Message::StableCert(c) => self.on_stable_cert(c),
+            Message::Firewall(FirewallMessage::VouchedCert(v)) => self.on_reply_cert(x, v),
+            Message::Firewall(FirewallMessage::StableCert(c)) => self.on_stable_cert(c),
             _ => Err(Reject::Unexpected),
         }
     }
@@ -265,7 +265,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// admitted: the client retired the key we hold now).
     fn send_certified(&mut self, client: ClientId, r: CertifiedReply) {
         let to = Principal::Client(client);
-        let msg = Message::CertifiedReply(r);
+        let msg = Message::from(r);
         if self.keying.calls.hold(to, &msg) {
             return;
         }

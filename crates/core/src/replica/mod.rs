@@ -684,7 +684,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let kind = msg.kind();
         // A request is held for its client's key (see `on_request`), whoever sent it.
         let client = match &msg {
-            Message::Request(sr) => Some(Principal::Client(sr.request.client)),
+            Message::Client(ClientMessage::Request(sr)) => {
+                Some(Principal::Client(sr.request.client))
+            }
             _ => None,
         };
         match self.dispatch(from, msg, bytes.len(), request_digest) {
@@ -723,40 +725,66 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
             Principal::Executor(e) => {
                 return match msg {
-                    Message::ExecAck(a) => self.on_exec_ack(e, a),
-                    Message::Relay(m) => self.on_relay(e, m),
-                    Message::NewKey(m) => self.on_new_key(from, m),
+                    Message::Separated(SeparatedMessage::ExecAck(a)) => self.on_exec_ack(e, a),
+                    Message::Separated(SeparatedMessage::Relay(m)) => self.on_relay(e, m),
+                    Message::Recovery(RecoveryMessage::NewKey(m)) => self.on_new_key(from, m),
                     _ => Err(Reject::Unexpected),
                 };
             }
             Principal::Client(_) | Principal::Filter(_) => None,
         };
         match (msg, sender) {
-            (Message::Request(r), _) => self.on_request(from, r, request_digest),
-            (Message::PrePrepare(m), Some(s)) => self.on_pre_prepare(s, m),
-            (Message::Prepare(m), Some(s)) => self.on_prepare(s, m),
-            (Message::Commit(m), Some(s)) => self.on_commit(s, m),
-            (Message::Checkpoint(m), Some(s)) => self.on_checkpoint(s, m),
-            (Message::ViewChange(m), Some(s)) => self.on_view_change(s, m),
-            (Message::ViewChangeAck(m), Some(s)) => self.on_ack(s, m),
-            (Message::NewView(m), Some(s)) => self.on_new_view(s, m),
-            (Message::Status(m), Some(s)) => self.on_status(s, m),
-            (Message::Fetch(m), Some(s)) => self.on_fetch(s, m),
-            (Message::StateData(m), Some(s)) => self.on_state_data(s, m, len),
-            (Message::Batches(m), Some(_)) => self.on_batches(m),
-            (Message::RelayViewChange(m), Some(s)) => self.on_relayed_vc(s, m),
-            (Message::NewKey(m), _) => self.on_new_key(from, m),
-            (Message::QueryStable(m), Some(s)) => self.on_query_stable(s, m),
-            (Message::ReplyStable(m), Some(s)) => self.on_reply_stable(s, m),
-            (Message::Reply(m), Some(s)) => self.on_recovery_reply(s, m),
-            (Message::PoRequest(m), Some(s)) => self.on_po_request(s, m),
-            (Message::PoAck(m), Some(s)) => self.on_po_ack(s, m),
-            (Message::PoAru(m), _) => self.on_po_aru(m),
-            (Message::Summary(m), Some(s)) => self.on_summary(s, m),
-            (Message::Suspicion(m), Some(s)) => self.on_suspicion(s, m),
-            (Message::PoFetch(m), Some(s)) => self.on_po_fetch(s, m),
-            (Message::PoCopy(m), Some(s)) => self.on_po_copy(s, m),
+            (Message::Client(ClientMessage::Request(r)), _) => {
+                self.on_request(from, r, request_digest)
+            }
+            // A recovering replica's own recovery request, answered by the others.
+            (Message::Client(ClientMessage::Reply(m)), Some(s)) => self.on_recovery_reply(s, m),
+            (Message::Recovery(RecoveryMessage::NewKey(m)), _) => self.on_new_key(from, m),
+            (Message::Recovery(m), Some(s)) => self.on_recovery_message(s, m),
+            (Message::Pbft(m), Some(s)) => self.on_pbft(s, m),
+            (Message::Transfer(m), Some(s)) => self.on_transfer(s, m, len),
+            // A PO-ARU row is signed: it may come from anyone who passes it on.
+            (Message::Prime(PrimeMessage::PoAru(m)), _) => self.on_po_aru(m),
+            (Message::Prime(m), Some(s)) => self.on_prime(s, m),
             _ => Err(Reject::Unexpected),
+        }
+    }
+
+    /// PBFT's agreement messages from replica `s`.
+    fn on_pbft(&mut self, s: ReplicaId, msg: PbftMessage) -> Result<(), Reject> {
+        match msg {
+            PbftMessage::PrePrepare(m) => self.on_pre_prepare(s, m),
+            PbftMessage::Prepare(m) => self.on_prepare(s, m),
+            PbftMessage::Commit(m) => self.on_commit(s, m),
+            PbftMessage::Checkpoint(m) => self.on_checkpoint(s, m),
+            PbftMessage::ViewChange(m) => self.on_view_change(s, m),
+            PbftMessage::ViewChangeAck(m) => self.on_ack(s, m),
+            PbftMessage::NewView(m) => self.on_new_view(s, m),
+            PbftMessage::Status(m) => self.on_status(s, m),
+            PbftMessage::Batches(m) => self.on_batches(m),
+            PbftMessage::RelayViewChange(m) => self.on_relayed_vc(s, m),
+        }
+    }
+
+    /// State-transfer messages from replica `s` (`len`: the frame's length).
+    fn on_transfer(
+        &mut self,
+        s: ReplicaId,
+        msg: TransferMessage,
+        len: usize,
+    ) -> Result<(), Reject> {
+        match msg {
+            TransferMessage::Fetch(m) => self.on_fetch(s, m),
+            TransferMessage::StateData(m) => self.on_state_data(s, m, len),
+        }
+    }
+
+    /// A recovery's estimation messages from replica `s` (NEW-KEY is anyone's).
+    fn on_recovery_message(&mut self, s: ReplicaId, msg: RecoveryMessage) -> Result<(), Reject> {
+        match msg {
+            RecoveryMessage::NewKey(m) => self.on_new_key(Principal::Replica(s), m),
+            RecoveryMessage::QueryStable(m) => self.on_query_stable(s, m),
+            RecoveryMessage::ReplyStable(m) => self.on_reply_stable(s, m),
         }
     }
 
@@ -925,7 +953,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .collect();
         for r in reqs {
             let c = r.request.client;
-            self.send_replica(p, &Message::Request(r));
+            self.send_replica(p, &Message::from(r));
             self.requests.pool.mark_relayed(c, self.views.view);
         }
     }

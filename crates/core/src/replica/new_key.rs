@@ -68,7 +68,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 self.keying.refreshed(now, &self.cfg);
                 self.stats.key_refreshes += 1;
                 self.drop_incomplete_certificates();
-                let nk = Message::NewKey(nk);
+                let nk = Message::from(nk);
                 let peers = self.key_peers();
                 self.broadcast(&nk);
                 for p in peers
@@ -115,7 +115,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // Ours were never received under any key: send them again under the new ones.
         if !self.views.normal {
             if let Some((vc, _)) = self.views.mine.clone() {
-                self.broadcast(&Message::ViewChange(vc));
+                self.broadcast(&Message::from(vc));
             }
         }
     }
@@ -251,7 +251,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn resend_new_key(&mut self, to: Principal) {
         let now = self.now();
         if let Some(nk) = self.keying.new_key_for(&self.auth, to, now) {
-            self.send(to, &Message::NewKey(nk));
+            self.send(to, &Message::from(nk));
         }
     }
 
@@ -281,7 +281,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         }
         self.stats.client_keys_asked += 1;
-        self.send(client, &Message::NewKey(nk));
+        self.send(client, &Message::from(nk));
     }
 
     /// Periodic key work, from `tick`.

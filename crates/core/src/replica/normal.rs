@@ -449,7 +449,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             slot.doubts.insert(self.id, doubts.clone());
         }
         let id = self.id;
-        self.broadcast(&Message::Prepare(Prepare {
+        self.broadcast(&Message::from(Prepare {
             view,
             seq,
             digest,
@@ -541,7 +541,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Sends the COMMITs held back for tentative batches.
     pub(super) fn flush_deferred_commits(&mut self) {
         for c in std::mem::take(&mut self.ordering.order.deferred_commits) {
-            let bytes = self.seal(&Message::Commit(c), None);
+            let bytes = self.seal(&Message::from(c), None);
             self.out.effects.push(Effect::Broadcast { bytes });
         }
     }
@@ -614,7 +614,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 );
                 self.ordering.order.deferred_commits.push(c);
             } else {
-                self.broadcast(&Message::Commit(c));
+                self.broadcast(&Message::from(c));
             }
         }
         if committed || (prepared && self.cfg.tentative_execution) {

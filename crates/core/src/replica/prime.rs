@@ -408,11 +408,20 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         Ok(())
     }
 
-    pub(super) fn on_po_request(
-        &mut self,
-        from: ReplicaId,
-        req: Arc<PoRequest>,
-    ) -> Result<(), Reject> {
+    /// Prime's messages from replica `s` (a PO-ARU row may come from anyone: see `dispatch`).
+    pub(super) fn on_prime(&mut self, s: ReplicaId, msg: PrimeMessage) -> Result<(), Reject> {
+        match msg {
+            PrimeMessage::PoRequest(m) => self.on_po_request(s, m),
+            PrimeMessage::PoAck(m) => self.on_po_ack(s, m),
+            PrimeMessage::PoAru(m) => self.on_po_aru(m),
+            PrimeMessage::Summary(m) => self.on_summary(s, m),
+            PrimeMessage::Suspicion(m) => self.on_suspicion(s, m),
+            PrimeMessage::PoFetch(m) => self.on_po_fetch(s, m),
+            PrimeMessage::PoCopy(m) => self.on_po_copy(s, m),
+        }
+    }
+
+    fn on_po_request(&mut self, from: ReplicaId, req: Arc<PoRequest>) -> Result<(), Reject> {
         if !self.prime_ready() {
             return Err(Reject::Unexpected);
         }
@@ -454,7 +463,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         Ok(())
     }
 
-    pub(super) fn on_po_ack(&mut self, from: ReplicaId, ack: PoAck) -> Result<(), Reject> {
+    fn on_po_ack(&mut self, from: ReplicaId, ack: PoAck) -> Result<(), Reject> {
         if !self.prime_ready() {
             return Err(Reject::Unexpected);
         }
@@ -496,7 +505,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     /// A summary matrix sent to us as leader: its rows update our matrix.
-    pub(super) fn on_summary(&mut self, from: ReplicaId, s: Summary) -> Result<(), Reject> {
+    fn on_summary(&mut self, from: ReplicaId, s: Summary) -> Result<(), Reject> {
         if !self.prime_ready() {
             return Err(Reject::Unexpected);
         }
@@ -506,7 +515,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         Ok(())
     }
 
-    pub(super) fn on_suspicion(&mut self, from: ReplicaId, s: Suspicion) -> Result<(), Reject> {
+    fn on_suspicion(&mut self, from: ReplicaId, s: Suspicion) -> Result<(), Reject> {
         if !self.prime_ready() {
             return Err(Reject::Unexpected);
         }
@@ -517,7 +526,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         Ok(())
     }
 
-    pub(super) fn on_po_fetch(&mut self, from: ReplicaId, f: PoFetch) -> Result<(), Reject> {
+    fn on_po_fetch(&mut self, from: ReplicaId, f: PoFetch) -> Result<(), Reject> {
         if !self.prime_ready() {
             return Err(Reject::Unexpected);
         }
@@ -529,7 +538,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         Ok(())
     }
 
-    pub(super) fn on_po_copy(&mut self, from: ReplicaId, c: PoCopy) -> Result<(), Reject> {
+    fn on_po_copy(&mut self, from: ReplicaId, c: PoCopy) -> Result<(), Reject> {
         if !self.prime_ready() {
             return Err(Reject::Unexpected);
         }

@@ -214,7 +214,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             // signed one, which runs our view-change timer, is relayed all the same, so
             // that a client sending to the backups alone costs no view change.
             let p = self.primary();
-            self.send_replica(p, &Message::Request(sr));
+            self.send_replica(p, &Message::from(sr));
             self.requests.pool.mark_relayed(c, self.views.view);
         }
         self.arm_request_timer();
@@ -231,7 +231,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             .exec
             .tentative()
             .is_some_and(|t| t.executed.iter().any(|(x, _)| *x == c));
-        let reply = Message::Reply(Reply {
+        let reply = Message::from(Reply {
             view: self.views.view,
             timestamp: last.timestamp,
             client: c,
@@ -322,7 +322,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         } else {
             result.to_vec()
         };
-        Message::Reply(Reply {
+        Message::Client(ClientMessage::Reply(Reply {
             view: self.views.view,
             timestamp,
             client,
@@ -330,7 +330,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             digest_only,
             tentative,
             result,
-        })
+        }))
     }
 
     /// The replica that sends the full result of a long reply (digest replies).
@@ -393,7 +393,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let sr = w.req.clone();
         let p = self.primary();
-        self.send_replica(p, &Message::Request(sr));
+        self.send_replica(p, &Message::from(sr));
         self.requests.pool.mark_relayed(c, self.views.view);
     }
 
@@ -567,7 +567,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             batch: Some(batch.clone()),
             vouched: true,
         });
-        self.broadcast(&Message::PrePrepare(pp));
+        self.broadcast(&Message::from(pp));
         self.prime_proposal_accepted(&batch);
         self.check_slot(seq);
     }

@@ -86,7 +86,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Sends our piece of the agreement certificate for batch `digest` (`None`: the null
     /// request) at `seq` to every execution node.
     pub(super) fn forward(&mut self, seq: Seq, digest: Digest, batch: Option<&Batch>) {
-        let msg = Message::Order(Order {
+        let msg = Message::from(Order {
             replica: self.id,
             view: self.views.view,
             seq,
@@ -104,7 +104,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         }
         if self.cfg.firewall() {
-            let Message::Order(o) = msg else {
+            let Message::Separated(SeparatedMessage::Order(o)) = msg else {
                 unreachable!("built above")
             };
             return self.send_signed_order(o);
@@ -124,7 +124,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return false;
         };
         let batch = batch.map(|b| (*b).clone());
-        let msg = Message::Order(Order {
+        let msg = Message::from(Order {
             replica: self.id,
             view: self.views.view,
             seq,
@@ -135,7 +135,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return false;
         }
         if self.cfg.firewall() {
-            let Message::Order(o) = msg else {
+            let Message::Separated(SeparatedMessage::Order(o)) = msg else {
                 unreachable!("built above")
             };
             self.send_signed_order(o);
@@ -326,7 +326,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let bytes: Bytes = Arc::new(seal(
             &self.auth,
-            &Message::NewKey(nk.clone()),
+            &Message::from(nk.clone()),
             None,
             self.cfg.n(),
         ));
@@ -347,7 +347,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             // Nothing goes up but agreement certificates: the certified reply, if it came.
             return self.answer_from_certificates(client, timestamp);
         }
-        let m = Message::Retry(Retry {
+        let m = Message::from(Retry {
             replica: self.id,
             client,
             timestamp,

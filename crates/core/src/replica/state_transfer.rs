@@ -81,7 +81,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     }
                 }
             }
-            self.send_replica(to, &Message::Fetch(fetch));
+            self.send_replica(to, &Message::from(fetch));
         }
     }
 
@@ -90,7 +90,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn probe_for_checkpoint(&mut self) {
         let retry = self.cfg.state_transfer_retry_ms;
         if let Some(fetch) = self.exec.probe_due(self.now(), retry) {
-            let msg = Message::Fetch(fetch);
+            let msg = Message::from(fetch);
             for r in 0..self.cfg.n() {
                 self.send_replica(r, &msg);
             }
@@ -129,7 +129,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     crate::transfer::seal_answer(key, self.id, self.env.entropy, &mut data);
                 }
                 self.stats.transfer_bytes_out += used as u64;
-                self.send_replica(from, &Message::StateData(data));
+                self.send_replica(from, &Message::from(data));
                 Ok(())
             }
             Err(Refused::Rejected(r)) => Err(r),
@@ -252,7 +252,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // and a recovering replica waits for exactly that (seed 1224 of --all-optimizations).
         let id = self.id;
         self.ordering.ckpt_votes.record(id, seq, digest);
-        self.broadcast(&Message::Checkpoint(Checkpoint {
+        self.broadcast(&Message::from(Checkpoint {
             seq,
             digest,
             replica: id,

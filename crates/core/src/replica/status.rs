@@ -98,7 +98,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             missing_vcs,
         };
         self.stats.bodies_asked += st.missing_batches.len() as u64;
-        self.broadcast(&Message::Status(st));
+        self.broadcast(&Message::from(st));
     }
 
     pub(super) fn on_status(&mut self, from: ReplicaId, st: Status) -> Result<(), Reject> {
@@ -142,7 +142,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.answers_bodies_to(from) {
             let bodies = self.bodies_within_budget(&st.missing_batches, self.status_body_budget());
             if !bodies.is_empty() {
-                self.send_replica(from, &Message::Batches(bodies));
+                self.send_replica(from, &Message::Pbft(PbftMessage::Batches(bodies)));
             }
         }
         self.send_view_changes(from, &st.missing_vcs);
@@ -177,14 +177,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         {
             if let Some(mut nv) = self.views.new_view.clone() {
                 nv.batches = self.bodies_within_budget(&nv.chosen, self.cfg.message_bytes_max / 2);
-                self.send_replica(from, &Message::NewView(nv));
+                self.send_replica(from, &Message::from(nv));
             }
         }
         if let Some((vc, _)) = self.views.mine.clone() {
             if vc.view == self.views.view
                 && self.views.view_change_sent.pass(from, vc.view, now, gap)
             {
-                self.send_replica(from, &Message::ViewChange(vc));
+                self.send_replica(from, &Message::from(vc));
             }
         }
         if st.view == self.views.view && !self.views.normal && from == self.primary() {
@@ -202,7 +202,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 })
                 .collect();
             for a in acks {
-                self.send_replica(from, &Message::ViewChangeAck(a));
+                self.send_replica(from, &Message::from(a));
             }
         }
     }
@@ -247,7 +247,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                         });
                     if let Some(pp) = pp.filter(|pp| pp.batch.op_bytes() <= body_bytes_left) {
                         body_bytes_left -= pp.batch.op_bytes();
-                        self.send_replica(from, &Message::PrePrepare(pp));
+                        self.send_replica(from, &Message::from(pp));
                         sent = true;
                     }
                 }
@@ -259,7 +259,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                         replica: self.id,
                         doubts: s.doubts.get(&self.id).cloned().unwrap_or_default(),
                     };
-                    self.send_replica(from, &Message::Prepare(p));
+                    self.send_replica(from, &Message::from(p));
                     sent = true;
                 }
             }
@@ -270,7 +270,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     digest: d,
                     replica: self.id,
                 };
-                self.send_replica(from, &Message::Commit(c));
+                self.send_replica(from, &Message::from(c));
                 sent = true;
             }
             if sent {
@@ -306,7 +306,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 digest,
                 replica: self.id,
             };
-            self.send_replica(from, &Message::Checkpoint(c));
+            self.send_replica(from, &Message::from(c));
         }
     }
 
@@ -316,7 +316,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             if r == self.id {
                 let mine = [self.views.mine.clone(), self.views.prev.clone()];
                 if let Some((m, _)) = mine.into_iter().flatten().find(|(_, md)| *md == d) {
-                    self.send_replica(from, &Message::ViewChange(m));
+                    self.send_replica(from, &Message::from(m));
                 }
             } else if let Some(m) = self.views.store.of_sender_with(r, &d) {
                 // Relayed with our ack (the asker's own too: a replica whose recovery
@@ -327,8 +327,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     sender: r,
                     digest: d,
                 };
-                self.send_replica(from, &Message::RelayViewChange(m));
-                self.send_replica(from, &Message::ViewChangeAck(ack));
+                self.send_replica(from, &Message::Pbft(PbftMessage::RelayViewChange(m)));
+                self.send_replica(from, &Message::from(ack));
             }
         }
     }

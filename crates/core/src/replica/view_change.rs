@@ -105,7 +105,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         });
         self.event(Event::ViewChangeStarted { view: v, cause });
         self.prime_view(v, true);
-        self.broadcast(&Message::ViewChange(vc));
+        self.broadcast(&Message::from(vc));
         // Vouch now for the view changes of this view we stored before entering it.
         let p = self.cfg.primary(v);
         if p != self.id {
@@ -122,7 +122,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 })
                 .collect();
             for a in acks {
-                self.send_replica(p, &Message::ViewChangeAck(a));
+                self.send_replica(p, &Message::from(a));
             }
         }
         self.gc_batches();
@@ -160,7 +160,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // for views we may never enter would only fill the primary's bounded ack store.
         let p = self.cfg.primary(view);
         if p != from && p != self.id && view <= self.views.view.saturating_add(1) {
-            let ack = Message::ViewChangeAck(ViewChangeAck {
+            let ack = Message::from(ViewChangeAck {
                 view,
                 acker: self.id,
                 sender: from,
@@ -299,7 +299,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     chosen: dec.chosen,
                     batches: bodies,
                 };
-                self.broadcast(&Message::NewView(nv.clone()));
+                self.broadcast(&Message::from(nv.clone()));
                 let now = self.now();
                 let others = (0..self.cfg.n()).filter(|r| *r != self.id);
                 self.views
@@ -658,7 +658,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         for (n, d) in prepares {
             let id = self.id;
             let view = self.views.view;
-            self.broadcast(&Message::Prepare(Prepare {
+            self.broadcast(&Message::from(Prepare {
                 view,
                 seq: n,
                 digest: d,

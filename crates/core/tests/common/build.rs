@@ -20,32 +20,9 @@ pub trait Wire {
     fn into_message(self) -> Message;
 }
 
-macro_rules! wire {
-    ($($t:ty => $variant:ident),* $(,)?) => {
-        $(impl Wire for $t {
-            fn into_message(self) -> Message {
-                Message::$variant(self)
-            }
-        })*
-    };
-}
-
-wire!(
-    SignedRequest => Request,
-    PrePrepare => PrePrepare,
-    Prepare => Prepare,
-    Commit => Commit,
-    Checkpoint => Checkpoint,
-    ViewChange => ViewChange,
-    ViewChangeAck => ViewChangeAck,
-    NewView => NewView,
-    Status => Status,
-    NewKey => NewKey,
-);
-
-impl Wire for Message {
+impl<T: Into<Message>> Wire for T {
     fn into_message(self) -> Message {
-        self
+        self.into()
     }
 }
 

@@ -613,7 +613,7 @@ impl Cluster {
             out.extend(self.receive(i, vc.replica, vc));
         }
         out.find(|m| match m {
-            Message::ViewChange(vc) if vc.replica == i => Some(vc),
+            Message::Pbft(PbftMessage::ViewChange(vc)) if vc.replica == i => Some(vc),
             _ => None,
         })
         .unwrap_or_else(|| panic!("replica {i} did not join the view"))
@@ -887,7 +887,7 @@ impl Cluster {
 /// A scripted node with session keys takes a NEW-KEY sent to it: (sender, outcome); `None`
 /// for any other frame.
 fn take_new_key(keys: &mut Keys, now_ms: u64, bytes: &[u8]) -> Option<KeyOutcome> {
-    let Message::NewKey(nk) = super::decode(bytes) else {
+    let Message::Recovery(RecoveryMessage::NewKey(nk)) = super::decode(bytes) else {
         return None;
     };
     Some((nk.from, keys.session()?.accept(&nk, now_ms)))

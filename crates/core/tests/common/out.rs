@@ -17,7 +17,7 @@ macro_rules! first_sent {
             $($(#[$doc])*
             pub fn $name(&self) -> Option<$kind> {
                 self.find(|m| match m {
-                    Message::$kind(x) => Some(x),
+                    Message::Pbft(PbftMessage::$kind(x)) => Some(x),
                     _ => None,
                 })
             })*
@@ -88,12 +88,12 @@ impl Out {
 
     /// Whether a COMMIT went out.
     pub fn commits(&self) -> bool {
-        self.any(|m| matches!(m, Message::Commit(_)))
+        self.any(|m| matches!(m, Message::Pbft(PbftMessage::Commit(_))))
     }
 
     /// Whether a NEW-VIEW went out.
     pub fn new_view(&self) -> bool {
-        self.any(|m| matches!(m, Message::NewView(_)))
+        self.any(|m| matches!(m, Message::Pbft(PbftMessage::NewView(_))))
     }
 
     /// The NEW-KEYs sent to single receivers: (receiver, message).
@@ -101,7 +101,7 @@ impl Out {
         self.messages()
             .into_iter()
             .filter_map(|(to, m)| match (to, m) {
-                (Some(to), Message::NewKey(nk)) => Some((to, nk)),
+                (Some(to), Message::Recovery(RecoveryMessage::NewKey(nk))) => Some((to, nk)),
                 _ => None,
             })
             .collect()

@@ -5,6 +5,7 @@
 //! retired incarnations.
 
 use super::*;
+use redoubt_core::message::{PbftMessage, PrimeMessage};
 use redoubt_core::prime::matrix::{PoAru, SignedPoAru};
 use redoubt_core::prime::suspect::SuspectMsg;
 
@@ -56,7 +57,7 @@ impl Adversary {
         }
         pp.batch.matrix = Some(std::sync::Arc::new(forged));
         pp.digest = pp.batch.digest();
-        Some(Message::PrePrepare(pp))
+        Some(Message::Pbft(PbftMessage::PrePrepare(pp)))
     }
 
     /// Prime's lies (see [`Behavior::PrimeLiar`]); `None`: the honest message.
@@ -68,7 +69,7 @@ impl Adversary {
         msg: Message,
     ) -> Option<Vec<Out>> {
         let lie = match msg {
-            Message::PoRequest(po) => {
+            Message::Prime(PrimeMessage::PoRequest(po)) => {
                 let Principal::Replica(r) = to else {
                     return None;
                 };
@@ -77,28 +78,28 @@ impl Adversary {
                 }
                 let mut other = (*po).clone();
                 other.requests.pop();
-                Message::PoRequest(std::sync::Arc::new(other))
+                Message::Prime(PrimeMessage::PoRequest(std::sync::Arc::new(other)))
             }
-            Message::PoAck(mut ack) => {
+            Message::Prime(PrimeMessage::PoAck(mut ack)) => {
                 for p in ack.parts.iter_mut() {
                     if rng.random_bool(0.5) {
                         p.digest = Digest(rng.random());
                     }
                 }
-                Message::PoAck(ack)
+                Message::Prime(PrimeMessage::PoAck(ack))
             }
-            Message::PoAru(mut row) => {
+            Message::Prime(PrimeMessage::PoAru(mut row)) => {
                 let key = self.order_keys.get(from as usize)?;
                 for x in row.row.aru.iter_mut() {
                     *x += 1 + self.cfg.prime_window;
                 }
                 row.row.num = row.row.aru.iter().sum();
                 row.sig = key.sign(&row.row.statement().0);
-                Message::PoAru(row)
+                Message::Prime(PrimeMessage::PoAru(row))
             }
             // Suspect-Leader: frame the leader (a huge turnaround), tighten the bound (an
             // alpha of 0), skew peers' round trips either way, and never answer a ping.
-            Message::Suspicion(mut sus) => {
+            Message::Prime(PrimeMessage::Suspicion(mut sus)) => {
                 match &mut sus.msg {
                     SuspectMsg::TatMeasure { max_tat_ms, .. } => *max_tat_ms = 60_000,
                     SuspectMsg::TatUb { alpha_ms, .. } => *alpha_ms = 0,
@@ -108,7 +109,7 @@ impl Adversary {
                     SuspectMsg::Pong { .. } => return Some(vec![]),
                     SuspectMsg::Ping { .. } => return None,
                 }
-                Message::Suspicion(sus)
+                Message::Prime(PrimeMessage::Suspicion(sus))
             }
             _ => return None,
         };

@@ -27,7 +27,7 @@ impl World {
             // A faulty client still has to hand replicas its keys for them to listen.
             let replicas: Vec<Principal> = (0..n).map(Principal::Replica).collect();
             if let Ok(nk) = self.byz_clients[i].keys.refresh(&replicas) {
-                let bytes = seal(&self.byz_clients[i].keys, &Message::NewKey(nk), None, n);
+                let bytes = seal(&self.byz_clients[i].keys, &Message::from(nk), None, n);
                 for to in replicas {
                     self.transmit(from, to, bytes.clone(), 0);
                 }
@@ -51,13 +51,13 @@ impl World {
                 let b = make(self, KvOp::Delete { key }, ts);
                 for r in 0..n {
                     let sr = if r % 2 == 0 { a.clone() } else { b.clone() };
-                    let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
+                    let bytes = seal(&self.byz_clients[i].keys, &Message::from(sr), None, n);
                     self.transmit(from, Principal::Replica(r), bytes, 0);
                 }
             }
             ClientAttack::SubsetOnly => {
                 let sr = make(self, KvOp::Put { key, value }, ts);
-                let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
+                let bytes = seal(&self.byz_clients[i].keys, &Message::from(sr), None, n);
                 let r = self.rng.random_range(0..n);
                 self.transmit(from, Principal::Replica(r), bytes, 0);
             }
@@ -68,7 +68,7 @@ impl World {
                     let j = self.rng.random_range(0..n as usize);
                     std::sync::Arc::make_mut(&mut sr.auth)[j].0[0] ^= 0xff;
                 }
-                let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
+                let bytes = seal(&self.byz_clients[i].keys, &Message::from(sr), None, n);
                 for r in 0..n {
                     self.transmit(from, Principal::Replica(r), bytes.clone(), 0);
                 }
@@ -80,7 +80,7 @@ impl World {
                 let r = self.rng.random_range(0..n);
                 self.transmit(from, Principal::Replica(r), junk, 0);
                 // A well-formed frame claiming to come from a replica, with a random MAC.
-                let fake = Message::Commit(redoubt_core::message::Commit {
+                let fake = Message::from(redoubt_core::message::Commit {
                     view: 0,
                     seq: 1,
                     digest: random_digest(&mut self.rng),
@@ -102,7 +102,7 @@ impl World {
                 let p = self.sc.core.primary(self.correct_view());
                 let mut sr = make(self, KvOp::Put { key, value }, ts);
                 std::sync::Arc::make_mut(&mut sr.auth)[p as usize].0[0] ^= 0xff;
-                let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
+                let bytes = seal(&self.byz_clients[i].keys, &Message::from(sr), None, n);
                 for r in 0..n {
                     self.transmit(from, Principal::Replica(r), bytes.clone(), 0);
                 }
@@ -137,14 +137,14 @@ impl World {
                         mac.0[0] ^= 0xff;
                     }
                 }
-                let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
+                let bytes = seal(&self.byz_clients[i].keys, &Message::from(sr), None, n);
                 for r in 0..n {
                     self.transmit(from, Principal::Replica(r), bytes.clone(), 0);
                 }
             }
             ClientAttack::Replay => {
                 let sr = make(self, KvOp::Put { key, value }, ts);
-                let bytes = seal(&self.byz_clients[i].keys, &Message::Request(sr), None, n);
+                let bytes = seal(&self.byz_clients[i].keys, &Message::from(sr), None, n);
                 self.byz_clients[i].sent.push(bytes.clone());
                 if self.byz_clients[i].sent.len() > 16 {
                     self.byz_clients[i].sent.remove(0);

@@ -8,6 +8,7 @@
 //! are not updates (an ordered read after a failed fast read is, under its new timestamp).
 
 use super::*;
+use redoubt_core::message::ClientMessage;
 
 /// One update's way through the replicas.
 #[derive(Clone, Copy, Debug)]
@@ -32,7 +33,7 @@ impl DelayProbe {
         let Ok(f) = decode_frame(bytes, usize::MAX) else {
             return;
         };
-        let Ok(Message::Request(sr)) = decode_body(&f.body) else {
+        let Ok(Message::Client(ClientMessage::Request(sr))) = decode_body(&f.body) else {
             return;
         };
         let r = &sr.request;

@@ -12,6 +12,7 @@ use redoubt_core::message::{
     checkpoint_statement, decode_frame, Certified, Relay, Reply, ReplyBundle, ReplyCert,
     SignedVote, VouchedCert,
 };
+use redoubt_core::message::{ClientMessage, FirewallMessage, SeparatedMessage};
 use redoubt_core::{Executor, ExecutorId};
 use redoubt_crypto::threshold::ThresholdSig;
 
@@ -197,14 +198,14 @@ impl World {
         let msg = decode_body(&frame.body).ok()?;
         let lie = match msg {
             // Its replies travel inside relays: the reply inside is rewritten.
-            Message::Relay(r) => {
+            Message::Separated(SeparatedMessage::Relay(r)) => {
                 let inner = self.exec_lie(e, Principal::Client(r.client), &r.frame)?;
-                Message::Relay(Relay {
+                Message::Separated(SeparatedMessage::Relay(Relay {
                     client: r.client,
                     frame: serde_bytes::ByteBuf::from(inner),
-                })
+                }))
             }
-            Message::Reply(r) => {
+            Message::Client(ClientMessage::Reply(r)) => {
                 // A wrong result; with sealed bodies, half the time a tagged value in clear
                 // instead, as a leak.
                 let result = if self.sc.core.confidential_bodies && self.rng.random_bool(0.5) {
@@ -214,28 +215,28 @@ impl World {
                 } else {
                     KvResult::Value(Some(b"lie".to_vec())).encode()
                 };
-                Message::Reply(Reply {
+                Message::Client(ClientMessage::Reply(Reply {
                     digest_only: false,
                     result,
                     ..r
-                })
+                }))
             }
-            Message::ExecAck(mut a) => {
+            Message::Separated(SeparatedMessage::ExecAck(mut a)) => {
                 a.seq += self.rng.random_range(1..3 * self.sc.core.log_size);
-                Message::ExecAck(a)
+                Message::Separated(SeparatedMessage::ExecAck(a))
             }
-            Message::ExecCheckpoint(mut c) => {
+            Message::Separated(SeparatedMessage::ExecCheckpoint(mut c)) => {
                 // A wrong digest, signed by our key holder when votes are signed: a faulty
                 // node's vote is valid, only never matched by g correct ones.
                 c.digest = random_digest(&mut self.rng);
                 if c.signed.is_some() {
                     c.signed = self.exec_sign_vote(e, c.seq, &c.digest);
                 }
-                Message::ExecCheckpoint(c)
+                Message::Separated(SeparatedMessage::ExecCheckpoint(c))
             }
             // Behind a firewall: half the time a bundle leaking a value in clear, under its
             // own (valid) share, else a share of garbage.
-            Message::ReplyShare(mut s) => {
+            Message::Firewall(FirewallMessage::ReplyShare(mut s)) => {
                 if self.rng.random_bool(0.5) {
                     let mut v = secrets::SECRET_TAG.to_vec();
                     v.extend_from_slice(b"leaked");
@@ -254,13 +255,13 @@ impl World {
                 } else {
                     s.share = ThresholdSig([0xee; redoubt_crypto::threshold::SIG_LEN]);
                 }
-                Message::ReplyShare(s)
+                Message::Firewall(FirewallMessage::ReplyShare(s))
             }
-            Message::StableShare(mut s) => {
+            Message::Firewall(FirewallMessage::StableShare(mut s)) => {
                 s.share = ThresholdSig([0xdd; redoubt_crypto::threshold::SIG_LEN]);
-                Message::StableShare(s)
+                Message::Firewall(FirewallMessage::StableShare(s))
             }
-            Message::Certified(c) => {
+            Message::Separated(SeparatedMessage::Certified(c)) => {
                 // Garbage frames, a later stable checkpoint, and a "proof" of it: our own
                 // signed vote for a made-up digest, repeated g+1 times.
                 let stable = c.stable + self.sc.core.checkpoint_interval;
@@ -278,12 +279,12 @@ impl World {
                     }
                     None => c.votes,
                 };
-                Message::Certified(Certified {
+                Message::Separated(SeparatedMessage::Certified(Certified {
                     frames: vec![serde_bytes::ByteBuf::from(vec![0xAB; 64])],
                     stable,
                     votes,
                     ..c
-                })
+                }))
             }
             _ => return None,
         };
@@ -314,7 +315,7 @@ impl World {
         }
         let mut v = secrets::SECRET_TAG.to_vec();
         v.extend_from_slice(b"smuggled");
-        let cert = Message::VouchedCert(VouchedCert {
+        let cert = Message::from(VouchedCert {
             cert: ReplyCert {
                 bundle: ReplyBundle {
                     seq: self.execs[e as usize].core.last_executed(),

@@ -228,7 +228,7 @@ impl World {
                 Some(d) => d.vouching[x as usize].sign(&key.0),
                 None => return,
             };
-            let cert = Message::VouchedCert(VouchedCert { cert, vouch });
+            let cert = Message::from(VouchedCert { cert, vouch });
             out.push(redoubt_core::message::encode_body(&cert));
         }
         let peers: Vec<Principal> = (0..self.sc.core.n())

@@ -2,6 +2,10 @@
 //! holders of simulated principals.
 
 use super::*;
+use redoubt_core::message::{
+    ClientMessage, FirewallMessage, PbftMessage, PrimeMessage, RecoveryMessage, SeparatedMessage,
+    TransferMessage,
+};
 use redoubt_crypto::body::ExecutorSecret;
 
 /// The message a frame carries, if it decodes.
@@ -12,11 +16,10 @@ pub(super) fn message_of(bytes: &[u8]) -> Option<Message> {
 }
 
 /// Whether a frame carries a NEW-KEY (looked up without decoding the body: its first byte is
-/// the message's variant index).
+/// the message's tag).
 pub(super) fn is_new_key(bytes: &[u8]) -> bool {
-    const NEW_KEY_VARIANT: u8 = 14;
     redoubt_core::message::decode_frame_ref(bytes, usize::MAX)
-        .is_ok_and(|f| f.body.first() == Some(&NEW_KEY_VARIANT))
+        .is_ok_and(|f| f.body.first() == Some(&(redoubt_core::message::tag::NEW_KEY as u8)))
 }
 
 /// A one-line description of a frame for traces.
@@ -28,8 +31,8 @@ pub fn describe(bytes: &[u8]) -> String {
         return format!("<bad body {}B>", f.body.len());
     };
     match m {
-        Message::Request(r) => format!("REQUEST {:?}", r.request),
-        Message::PrePrepare(p) => format!(
+        Message::Client(ClientMessage::Request(r)) => format!("REQUEST {:?}", r.request),
+        Message::Pbft(PbftMessage::PrePrepare(p)) => format!(
             "PRE-PREPARE v{} n{} {:?} [{} reqs, {} beside]",
             p.view,
             p.seq,
@@ -37,29 +40,35 @@ pub fn describe(bytes: &[u8]) -> String {
             p.batch.requests.len(),
             p.beside.len()
         ),
-        Message::Prepare(p) if p.doubts.is_empty() => {
+        Message::Pbft(PbftMessage::Prepare(p)) if p.doubts.is_empty() => {
             format!("PREPARE v{} n{} {:?}", p.view, p.seq, p.digest)
         }
-        Message::Prepare(p) => format!(
+        Message::Pbft(PbftMessage::Prepare(p)) => format!(
             "PREPARE v{} n{} {:?} doubts{:?}",
             p.view, p.seq, p.digest, p.doubts
         ),
-        Message::Commit(c) => format!("COMMIT v{} n{} {:?}", c.view, c.seq, c.digest),
-        Message::Reply(r) => format!("REPLY v{} c{} t{}", r.view, r.client, r.timestamp),
-        Message::Checkpoint(c) => format!("CHECKPOINT n{} {:?}", c.seq, c.digest),
-        Message::ViewChange(v) => format!(
+        Message::Pbft(PbftMessage::Commit(c)) => {
+            format!("COMMIT v{} n{} {:?}", c.view, c.seq, c.digest)
+        }
+        Message::Client(ClientMessage::Reply(r)) => {
+            format!("REPLY v{} c{} t{}", r.view, r.client, r.timestamp)
+        }
+        Message::Pbft(PbftMessage::Checkpoint(c)) => {
+            format!("CHECKPOINT n{} {:?}", c.seq, c.digest)
+        }
+        Message::Pbft(PbftMessage::ViewChange(v)) => format!(
             "VIEW-CHANGE v{} ls{} C{:?} P{:?} Q{:?}",
             v.view, v.ls, v.checkpoints, v.p, v.q
         ),
-        Message::ViewChangeAck(a) => format!(
+        Message::Pbft(PbftMessage::ViewChangeAck(a)) => format!(
             "VC-ACK v{} {}->{} {:?}",
             a.view, a.acker, a.sender, a.digest
         ),
-        Message::NewView(nv) => format!(
+        Message::Pbft(PbftMessage::NewView(nv)) => format!(
             "NEW-VIEW v{} V{:?} ckpt{:?} X{:?}",
             nv.view, nv.vcs, nv.checkpoint, nv.chosen
         ),
-        Message::Status(s) => format!(
+        Message::Pbft(PbftMessage::Status(s)) => format!(
             "STATUS v{}{} exec{} stable{} P{:?} C{:?} missB{} missVC{}",
             s.view,
             if s.normal { "" } else { "(vc)" },
@@ -70,14 +79,22 @@ pub fn describe(bytes: &[u8]) -> String {
             s.missing_batches.len(),
             s.missing_vcs.len()
         ),
-        Message::Fetch(f) => format!("FETCH n{} {} items", f.seq, f.items.len()),
-        Message::StateData(d) => format!("{d:?}"),
-        Message::Batches(b) => format!("BATCHES {}", b.len()),
-        Message::RelayViewChange(v) => format!("RELAY-VC v{} r{}", v.view, v.replica),
-        Message::NewKey(k) => format!("{k:?}"),
-        Message::QueryStable(q) => format!("QUERY-STABLE r{} nonce{}", q.replica, q.nonce),
-        Message::ReplyStable(r) => format!("REPLY-STABLE r{} c{} p{}", r.replica, r.c, r.p),
-        Message::Order(o) => format!(
+        Message::Transfer(TransferMessage::Fetch(f)) => {
+            format!("FETCH n{} {} items", f.seq, f.items.len())
+        }
+        Message::Transfer(TransferMessage::StateData(d)) => format!("{d:?}"),
+        Message::Pbft(PbftMessage::Batches(b)) => format!("BATCHES {}", b.len()),
+        Message::Pbft(PbftMessage::RelayViewChange(v)) => {
+            format!("RELAY-VC v{} r{}", v.view, v.replica)
+        }
+        Message::Recovery(RecoveryMessage::NewKey(k)) => format!("{k:?}"),
+        Message::Recovery(RecoveryMessage::QueryStable(q)) => {
+            format!("QUERY-STABLE r{} nonce{}", q.replica, q.nonce)
+        }
+        Message::Recovery(RecoveryMessage::ReplyStable(r)) => {
+            format!("REPLY-STABLE r{} c{} p{}", r.replica, r.c, r.p)
+        }
+        Message::Separated(SeparatedMessage::Order(o)) => format!(
             "ORDER r{} v{} n{} {:?}{}",
             o.replica,
             o.view,
@@ -85,25 +102,35 @@ pub fn describe(bytes: &[u8]) -> String {
             o.digest,
             if o.batch.is_some() { "" } else { " (no body)" }
         ),
-        Message::Retry(r) => format!("RETRY c{} t{}", r.client, r.timestamp),
-        Message::ExecAck(a) => format!("EXEC-ACK e{} n{}", a.executor, a.seq),
-        Message::ExecCheckpoint(c) => {
+        Message::Separated(SeparatedMessage::Retry(r)) => {
+            format!("RETRY c{} t{}", r.client, r.timestamp)
+        }
+        Message::Separated(SeparatedMessage::ExecAck(a)) => {
+            format!("EXEC-ACK e{} n{}", a.executor, a.seq)
+        }
+        Message::Separated(SeparatedMessage::ExecCheckpoint(c)) => {
             format!("EXEC-CHECKPOINT e{} n{} {:?}", c.executor, c.seq, c.digest)
         }
-        Message::Missing(m) => format!("MISSING e{} n{}", m.executor, m.seq),
-        Message::Relay(r) => format!("RELAY c{} {}B", r.client, r.frame.len()),
-        Message::SignedOrder(o) => format!(
+        Message::Separated(SeparatedMessage::Missing(m)) => {
+            format!("MISSING e{} n{}", m.executor, m.seq)
+        }
+        Message::Separated(SeparatedMessage::Relay(r)) => {
+            format!("RELAY c{} {}B", r.client, r.frame.len())
+        }
+        Message::Firewall(FirewallMessage::SignedOrder(o)) => format!(
             "SIGNED-ORDER r{} v{} n{} {:?}",
             o.order.replica, o.order.view, o.order.seq, o.order.digest
         ),
-        Message::ReplyShare(s) => format!(
+        Message::Firewall(FirewallMessage::ReplyShare(s)) => format!(
             "REPLY-SHARE e{} n{} {} entries",
             s.executor,
             s.bundle.seq,
             s.bundle.entries.len()
         ),
-        Message::StableShare(s) => format!("STABLE-SHARE e{} n{}", s.executor, s.seq),
-        Message::VouchedCert(v) => format!(
+        Message::Firewall(FirewallMessage::StableShare(s)) => {
+            format!("STABLE-SHARE e{} n{}", s.executor, s.seq)
+        }
+        Message::Firewall(FirewallMessage::VouchedCert(v)) => format!(
             "VOUCHED-CERT n{} {:?}",
             v.cert.bundle.seq,
             v.cert
@@ -113,24 +140,24 @@ pub fn describe(bytes: &[u8]) -> String {
                 .map(|e| format!("c{} t{}", e.client, e.timestamp))
                 .collect::<Vec<_>>()
         ),
-        Message::StableCert(c) => format!("STABLE-CERT n{}", c.seq),
-        Message::CertifiedReply(r) => format!(
+        Message::Firewall(FirewallMessage::StableCert(c)) => format!("STABLE-CERT n{}", c.seq),
+        Message::Client(ClientMessage::CertifiedReply(r)) => format!(
             "CERTIFIED-REPLY c{} t{} n{}",
             r.entry.client, r.entry.timestamp, r.seq
         ),
-        Message::Certified(c) => format!(
+        Message::Separated(SeparatedMessage::Certified(c)) => format!(
             "CERTIFIED e{} stable{} {} frames",
             c.executor,
             c.stable,
             c.frames.len()
         ),
-        Message::PoRequest(r) => format!(
+        Message::Prime(PrimeMessage::PoRequest(r)) => format!(
             "PO-REQUEST r{} s{} {} reqs",
             r.originator,
             r.seq,
             r.requests.len()
         ),
-        Message::PoAck(a) => format!(
+        Message::Prime(PrimeMessage::PoAck(a)) => format!(
             "PO-ACK r{} {}",
             a.replica,
             a.parts
@@ -139,11 +166,19 @@ pub fn describe(bytes: &[u8]) -> String {
                 .collect::<Vec<_>>()
                 .join(",")
         ),
-        Message::PoAru(r) => format!("PO-ARU r{} #{} {:?}", r.row.replica, r.row.num, r.row.aru),
-        Message::Summary(s) => format!("SUMMARY r{} {:?}", s.replica, s.matrix.digest()),
-        Message::Suspicion(s) => format!("SUSPICION r{} {:?}", s.replica, s.msg),
-        Message::PoFetch(f) => format!("PO-FETCH r{} {:?}", f.replica, f.wanted),
-        Message::PoCopy(c) => format!(
+        Message::Prime(PrimeMessage::PoAru(r)) => {
+            format!("PO-ARU r{} #{} {:?}", r.row.replica, r.row.num, r.row.aru)
+        }
+        Message::Prime(PrimeMessage::Summary(s)) => {
+            format!("SUMMARY r{} {:?}", s.replica, s.matrix.digest())
+        }
+        Message::Prime(PrimeMessage::Suspicion(s)) => {
+            format!("SUSPICION r{} {:?}", s.replica, s.msg)
+        }
+        Message::Prime(PrimeMessage::PoFetch(f)) => {
+            format!("PO-FETCH r{} {:?}", f.replica, f.wanted)
+        }
+        Message::Prime(PrimeMessage::PoCopy(c)) => format!(
             "PO-COPY r{} of r{} s{}",
             c.replica, c.request.originator, c.request.seq
         ),

@@ -20,6 +20,7 @@
 
 use super::*;
 use redoubt_core::message::{Checkpoint, NewView, ViewChange, ViewChangeAck};
+use redoubt_core::message::{PbftMessage, PrimeMessage};
 use redoubt_core::prime::matrix::{PoAru, SignedPoAru};
 use redoubt_core::{Seq, View, VC_VIEWS_AHEAD};
 use redoubt_crypto::Digest;
@@ -266,7 +267,7 @@ impl World {
         // by a newer one; the recovery's fresh order key retires it).
         if cfg.prime() && self.rng.random_bool(0.3) {
             if let Some(row) = self.planted_row(r) {
-                return Message::PoAru(row);
+                return Message::Prime(PrimeMessage::PoAru(row));
             }
         }
         let (n, k, l) = (cfg.n(), cfg.checkpoint_interval, cfg.log_size);
@@ -282,7 +283,7 @@ impl World {
                     Some(t) => cur.saturating_add(self.rng.random_range(1..=3)).min(t - 1),
                     None => self.plant_view(cur),
                 };
-                Message::ViewChange(self.planted_vc(r, v, None))
+                Message::Pbft(PbftMessage::ViewChange(self.planted_vc(r, v, None)))
             }
             5 | 6 => {
                 // An ack for another replica's view change: one the adversary planted as
@@ -297,12 +298,12 @@ impl World {
                     Some(vc) => vc.digest(),
                     None => random_digest(&mut self.rng),
                 };
-                Message::ViewChangeAck(ViewChangeAck {
+                Message::Pbft(PbftMessage::ViewChangeAck(ViewChangeAck {
                     view,
                     acker: r,
                     sender: other,
                     digest,
-                })
+                }))
             }
             7 => {
                 // A NEW-VIEW for the next view `r` is primary of, naming its planted view
@@ -334,13 +335,13 @@ impl World {
                         }
                     })
                     .collect();
-                Message::NewView(NewView {
+                Message::Pbft(PbftMessage::NewView(NewView {
                     view,
                     vcs,
                     checkpoint,
                     chosen,
                     batches: vec![],
-                })
+                }))
             }
             _ => {
                 // A vote for a future checkpoint: within the next windows, far ahead or near
@@ -356,11 +357,11 @@ impl World {
                 } else {
                     random_digest(&mut self.rng)
                 };
-                Message::Checkpoint(Checkpoint {
+                Message::Pbft(PbftMessage::Checkpoint(Checkpoint {
                     seq,
                     digest,
                     replica: r,
-                })
+                }))
             }
         }
     }
@@ -402,7 +403,7 @@ impl World {
             .map(|j| (j.view, j.fake_seq));
         if let Some((v, fake)) = target {
             if self.max_view(Some(r)) < v {
-                let vc = Message::ViewChange(self.planted_vc(r, v, Some(fake)));
+                let vc = Message::from(self.planted_vc(r, v, Some(fake)));
                 for t in (0..n).filter(|t| *t != r) {
                     let bytes = seal(&keys, &vc, Some(Principal::Replica(t)), n);
                     self.stats.planted_sent += 1;
@@ -610,8 +611,8 @@ impl World {
             return false;
         };
         match decode_body(&frame.body) {
-            Ok(Message::ViewChange(vc)) => vc.view == j.view,
-            Ok(Message::ViewChangeAck(a)) => a.view == j.view,
+            Ok(Message::Pbft(PbftMessage::ViewChange(vc))) => vc.view == j.view,
+            Ok(Message::Pbft(PbftMessage::ViewChangeAck(a))) => a.view == j.view,
             _ => false,
         }
     }
@@ -632,13 +633,13 @@ impl World {
         };
         let victims = j.victims.clone();
         let slots: Vec<(u64, redoubt_crypto::Digest)> = match decode_body(&frame.body) {
-            Ok(Message::ViewChange(vc))
+            Ok(Message::Pbft(PbftMessage::ViewChange(vc)))
                 if vc.view == view && victims[1..].contains(&vc.replica) =>
             {
                 // A cut-off replica's view change: the attacker vouches for it to the
                 // primary of the view, so that it enters S with the lies.
                 if let Some(keys) = self.keys_of(at) {
-                    let ack = Message::ViewChangeAck(ViewChangeAck {
+                    let ack = Message::from(ViewChangeAck {
                         view,
                         acker: at,
                         sender: vc.replica,
@@ -651,8 +652,10 @@ impl World {
                 }
                 return;
             }
-            Ok(Message::PrePrepare(pp)) if pp.view == view => vec![(pp.seq, pp.digest)],
-            Ok(Message::NewView(nv)) if nv.view == view => nv
+            Ok(Message::Pbft(PbftMessage::PrePrepare(pp))) if pp.view == view => {
+                vec![(pp.seq, pp.digest)]
+            }
+            Ok(Message::Pbft(PbftMessage::NewView(nv))) if nv.view == view => nv
                 .chosen
                 .iter()
                 .enumerate()
@@ -665,14 +668,14 @@ impl World {
         };
         let n = self.sc.core.n();
         for (seq, digest) in slots {
-            let prepare = Message::Prepare(redoubt_core::message::Prepare {
+            let prepare = Message::from(redoubt_core::message::Prepare {
                 view,
                 seq,
                 digest,
                 replica: at,
                 doubts: vec![],
             });
-            let commit = Message::Commit(redoubt_core::message::Commit {
+            let commit = Message::from(redoubt_core::message::Commit {
                 view,
                 seq,
                 digest,
@@ -713,7 +716,7 @@ impl World {
         }
         let early = self.now < self.planting.join.as_ref().map_or(0, |j| j.sent_at) + 300;
         if tries.is_multiple_of(20) {
-            let msg = Message::ViewChange(vc);
+            let msg = Message::from(vc);
             for t in (0..n).filter(|t| *t != attacker && !(early && planters.contains(t))) {
                 if self.replicas[t as usize].view() < view {
                     let bytes = seal(&keys, &msg, Some(Principal::Replica(t)), n);
@@ -731,7 +734,7 @@ impl World {
                 let Some(pv) = self.planting.vcs.get(&(s, view)) else {
                     continue;
                 };
-                let ack = Message::ViewChangeAck(ViewChangeAck {
+                let ack = Message::from(ViewChangeAck {
                     view,
                     acker: attacker,
                     sender: s,

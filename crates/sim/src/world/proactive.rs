@@ -2,6 +2,7 @@
 //! frames forged with the keys the adversary stole.
 
 use super::*;
+use redoubt_core::message::PbftMessage;
 use redoubt_core::message::{recovery_client, RecoveryOp};
 
 impl World {
@@ -79,7 +80,7 @@ impl World {
             auth: auth.into(),
             sig: None,
         };
-        let bytes = seal(&keys, &Message::Request(sr), None, n);
+        let bytes = seal(&keys, &Message::from(sr), None, n);
         self.log(|| format!("r{r} (held) sends a recovery request signed in advance"));
         for t in (0..n).filter(|t| *t != r) {
             self.transmit(
@@ -136,25 +137,25 @@ impl World {
         };
         let other = (c + self.rng.random_range(1..n)) % n;
         let msg = match self.rng.random_range(0..3) {
-            0 => Message::Commit(redoubt_core::message::Commit {
+            0 => Message::Pbft(PbftMessage::Commit(redoubt_core::message::Commit {
                 view: self.replicas[other as usize].view(),
                 seq: self.replicas[other as usize].last_executed() + 1,
                 digest: random_digest(&mut self.rng),
                 replica: 0,
-            }),
-            1 => Message::Prepare(redoubt_core::message::Prepare {
+            })),
+            1 => Message::Pbft(PbftMessage::Prepare(redoubt_core::message::Prepare {
                 view: self.replicas[other as usize].view(),
                 seq: self.replicas[other as usize].last_executed() + 1,
                 digest: random_digest(&mut self.rng),
                 replica: 0,
                 doubts: Vec::new(),
-            }),
-            _ => Message::Checkpoint(redoubt_core::message::Checkpoint {
+            })),
+            _ => Message::Pbft(PbftMessage::Checkpoint(redoubt_core::message::Checkpoint {
                 seq: self.replicas[other as usize].stable_checkpoint()
                     + self.sc.core.checkpoint_interval,
                 digest: random_digest(&mut self.rng),
                 replica: 0,
-            }),
+            })),
         };
         let keys = &self.stolen[i].keys;
         let (from, to, forger) = if self.rng.random_bool(0.5) {
@@ -177,17 +178,17 @@ impl World {
             (other, c, forger)
         };
         let msg = match msg {
-            Message::Commit(mut m) => {
+            Message::Pbft(PbftMessage::Commit(mut m)) => {
                 m.replica = from;
-                Message::Commit(m)
+                Message::Pbft(PbftMessage::Commit(m))
             }
-            Message::Prepare(mut m) => {
+            Message::Pbft(PbftMessage::Prepare(mut m)) => {
                 m.replica = from;
-                Message::Prepare(m)
+                Message::Pbft(PbftMessage::Prepare(m))
             }
-            Message::Checkpoint(mut m) => {
+            Message::Pbft(PbftMessage::Checkpoint(mut m)) => {
                 m.replica = from;
-                Message::Checkpoint(m)
+                Message::Pbft(PbftMessage::Checkpoint(m))
             }
             m => m,
         };

@@ -14,6 +14,7 @@ use super::frames::message_of;
 use super::*;
 use crate::scenario::Split;
 use redoubt_core::message::{AckPart, PoAck, PoRequest, SignedPoAru};
+use redoubt_core::message::{PbftMessage, PrimeMessage};
 use std::sync::Arc;
 
 /// Where the attack stands.
@@ -47,7 +48,7 @@ impl World {
         };
         let spare = Principal::Replica(plan.spare);
         if self.split.v1.is_none() {
-            let Message::PoRequest(po) = &msg else {
+            let Message::Prime(PrimeMessage::PoRequest(po)) = &msg else {
                 return false;
             };
             let (Some(a), Some(b)) = (self.split_write(1), self.split_write(2)) else {
@@ -78,17 +79,17 @@ impl World {
         match msg {
             // The first version in place of its own, to all but the spare; no later
             // number of its own.
-            Message::PoRequest(po) if po.seq == s => {
+            Message::Prime(PrimeMessage::PoRequest(po)) if po.seq == s => {
                 let recovering = Principal::Replica(plan.recovering);
                 if to != spare && !(self.split.recovering && to == recovering) {
-                    self.split_send(r, to, Message::PoRequest(v1));
+                    self.split_send(r, to, Message::Prime(PrimeMessage::PoRequest(v1)));
                 }
                 true
             }
-            Message::PoRequest(po) => po.seq > s,
+            Message::Prime(PrimeMessage::PoRequest(po)) => po.seq > s,
             // Its acknowledgements name v1 for (o, s) (v2 to the two it sent v2), and none
             // reaches the spare before v2: the spare must acknowledge v2 first.
-            Message::PoAck(mut ack) => {
+            Message::Prime(PrimeMessage::PoAck(mut ack)) => {
                 let to_pair = to == spare || to == Principal::Replica(plan.recovering);
                 let v2 = self
                     .split
@@ -105,18 +106,18 @@ impl World {
                     }
                 }
                 if !ack.parts.is_empty() {
-                    self.split_send(r, to, Message::PoAck(ack));
+                    self.split_send(r, to, Message::Prime(PrimeMessage::PoAck(ack)));
                 }
                 true
             }
-            Message::PoCopy(_) => true,
+            Message::Prime(PrimeMessage::PoCopy(_)) => true,
             // Its rows never reach s in its own column, and it sends the leader no
             // summary matrix (which holds its own row).
-            Message::Summary(_) => true,
+            Message::Prime(PrimeMessage::Summary(_)) => true,
             // As leader it proposes nothing (its proposal would carry its own row): it is
             // replaced.
-            Message::PrePrepare(_) => true,
-            Message::PoAru(row) => {
+            Message::Pbft(PbftMessage::PrePrepare(_)) => true,
+            Message::Prime(PrimeMessage::PoAru(row)) => {
                 self.split_capped_row(r, to, row, s);
                 true
             }
@@ -173,7 +174,7 @@ impl World {
             };
             row.sig = key.sign(&row.row.statement().0);
         }
-        self.split_send(o, to, Message::PoAru(row));
+        self.split_send(o, to, Message::Prime(PrimeMessage::PoAru(row)));
     }
 
     /// Whether the network keeps this frame from its receiver: a copy of (o, s) from
@@ -198,10 +199,12 @@ impl World {
             return false;
         };
         match msg {
-            Message::PoCopy(c) if c.request.originator == o && c.request.seq == s => {
+            Message::Prime(PrimeMessage::PoCopy(c))
+                if c.request.originator == o && c.request.seq == s =>
+            {
                 b == plan.spare || !self.split.v2_sent
             }
-            Message::PoAck(ack) => {
+            Message::Prime(PrimeMessage::PoAck(ack)) => {
                 b == plan.spare
                     && a == plan.recovering
                     && !self.split.recovering
@@ -257,7 +260,10 @@ impl World {
         let n = self.sc.core.n();
         for t in [plan.recovering, plan.spare] {
             let to = Principal::Replica(t);
-            for m in [Message::PoRequest(v2.clone()), Message::PoAck(ack.clone())] {
+            for m in [
+                Message::Prime(PrimeMessage::PoRequest(v2.clone())),
+                Message::Prime(PrimeMessage::PoAck(ack.clone())),
+            ] {
                 let bytes = seal(&keys, &m, Some(to), n);
                 self.transmit(Principal::Replica(o), to, bytes, 2);
             }

@@ -12,8 +12,8 @@ fn new_key_frames_are_recognised_without_decoding_them() {
     let nk = keys
         .refresh(&[Principal::Replica(0)])
         .expect("local key holder");
-    assert!(is_new_key(&seal(&keys, &Message::NewKey(nk), None, 4)));
-    let other = Message::QueryStable(redoubt_core::message::QueryStable {
+    assert!(is_new_key(&seal(&keys, &Message::from(nk), None, 4)));
+    let other = Message::from(redoubt_core::message::QueryStable {
         replica: 0,
         nonce: 1,
     });

@@ -90,27 +90,27 @@ impl Net {
             }
             let s = &mut self.sides[to as usize];
             let fresh = match msg {
-                Message::PoRequest(r) => {
+                Message::Prime(PrimeMessage::PoRequest(r)) => {
                     s.po_request_shape(from, r.originator, &r).unwrap();
                     s.on_po_request(r).unwrap()
                 }
-                Message::PoAck(a) => {
+                Message::Prime(PrimeMessage::PoAck(a)) => {
                     s.on_po_ack(from, &a).unwrap();
                     true
                 }
-                Message::PoAru(row) => {
+                Message::Prime(PrimeMessage::PoAru(row)) => {
                     s.on_po_aru(row, &dealt).unwrap();
                     false
                 }
-                Message::PoCopy(c) => {
+                Message::Prime(PrimeMessage::PoCopy(c)) => {
                     s.po_request_shape(from, c.replica, &c.request).unwrap();
                     s.on_po_copy(from, c.request)
                 }
-                Message::PoFetch(f) => {
+                Message::Prime(PrimeMessage::PoFetch(f)) => {
                     s.on_po_fetch(from, &f, usize::MAX).unwrap();
                     false
                 }
-                Message::Summary(sum) => {
+                Message::Prime(PrimeMessage::Summary(sum)) => {
                     for row in s.summary_rows(from, sum).unwrap() {
                         s.on_po_aru(row, &dealt).unwrap();
                     }
@@ -219,11 +219,11 @@ fn a_replica_missing_an_ordered_request_asks_and_fills_it_from_f_plus_one_copies
     let fetches = s3
         .take_outs()
         .into_iter()
-        .filter(|o| matches!(o, Out::Broadcast(Message::PoFetch(_))))
+        .filter(|o| matches!(o, Out::Broadcast(Message::Prime(PrimeMessage::PoFetch(_)))))
         .count();
     assert_eq!(fetches, 1);
     // Every peer answers; replica 1's copy is lost on the cut link, two others' suffice.
-    let fetch = Message::PoFetch(PoFetch {
+    let fetch = Message::from(PoFetch {
         replica: 3,
         wanted: vec![(1, 1)],
     });
@@ -335,7 +335,7 @@ fn rows_under_load_wait_for_the_interval_and_one_covering_everything_goes_at_onc
     let rows = s
         .take_outs()
         .into_iter()
-        .filter(|o| matches!(o, Out::Broadcast(Message::PoAru(_))))
+        .filter(|o| matches!(o, Out::Broadcast(Message::Prime(PrimeMessage::PoAru(_)))))
         .count();
     assert_eq!(rows, 2);
 }

@@ -36,7 +36,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             p: self.last_prepared_seq(),
             nonce: q.nonce,
         };
-        self.send_replica(from, &Message::ReplyStable(r));
+        self.send_replica(from, &Message::from(r));
         Ok(())
     }
 

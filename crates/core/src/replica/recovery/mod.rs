@@ -175,7 +175,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                         replica: self.id,
                         nonce: rec.nonce,
                     };
-                    self.broadcast(&Message::QueryStable(q));
+                    self.broadcast(&Message::from(q));
                 }
             }
             Phase::Requesting => {
@@ -194,7 +194,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 if let Some(sr) = rec.request.clone() {
                     if now >= rec.next_retry_ms {
                         rec.next_retry_ms = now + self.cfg.status_interval_ms * 5;
-                        self.broadcast(&Message::Request(sr.clone()));
+                        self.broadcast(&Message::from(sr.clone()));
                         self.recovery = Some(rec);
                         let me = Principal::Replica(self.id);
                         let _ = self.on_request(me, sr, None);
@@ -257,11 +257,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return false;
         };
         let seq = match msg {
-            Message::PrePrepare(m) => m.seq,
-            Message::Prepare(m) => m.seq,
-            Message::Commit(m) => m.seq,
-            Message::Checkpoint(m) => m.seq,
-            Message::Order(m) => m.seq,
+            Message::Pbft(PbftMessage::PrePrepare(m)) => m.seq,
+            Message::Pbft(PbftMessage::Prepare(m)) => m.seq,
+            Message::Pbft(PbftMessage::Commit(m)) => m.seq,
+            Message::Pbft(PbftMessage::Checkpoint(m)) => m.seq,
+            Message::Separated(SeparatedMessage::Order(m)) => m.seq,
             _ => return false,
         };
         seq > cap
