@@ -56,3 +56,44 @@ fn sql_bank_conserves_money_across_a_primary_crash() {
         assert!(stdout.contains(fact), "no {fact:?} in:\n{stdout}");
     }
 }
+
+/// `redoubt demo --vip`: three `redoubt vip` members in network namespaces; a crash, a return
+/// and a leave, each address held once and answering after each. Needs root (it prints why
+/// and passes otherwise), as does the demo itself.
+#[test]
+fn vip_demo_moves_addresses_and_cleans_up() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("skipping the vip demo: it needs root");
+        return;
+    }
+    let namespaces = || {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .expect("ip netns list");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("rvip"))
+            .map(str::to_string)
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let before = namespaces();
+    let mut cmd = common::redoubt();
+    cmd.args(["demo", "--vip"]);
+    let stdout = common::stdout_of_success(cmd, Duration::from_secs(90));
+    for fact in [
+        "the members formed a group and shared the addresses",
+        "member 1 crashes",
+        "its 2 addresses are on the survivors",
+        "member 1 comes back",
+        "it holds 2 addresses again",
+        "member 2 leaves (SIGTERM)",
+        "client interruption (ms)",
+        "OK: every address was held by exactly one member",
+    ] {
+        assert!(stdout.contains(fact), "no {fact:?} in:\n{stdout}");
+    }
+    let left: Vec<String> = namespaces().difference(&before).cloned().collect();
+    assert!(left.is_empty(), "namespaces left behind: {left:?}");
+}

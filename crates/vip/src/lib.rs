@@ -9,7 +9,8 @@
 //! - [`alloc`]: its two deterministic procedures, conflict resolution and reallocation;
 //! - [`wire`]: datagrams, authenticated with a MAC under the group key, bounded decoding;
 //! - [`daemon`]: the tokio host: UDP, `ip addr add/del`, gratuitous ARP ([`arp`]);
-//! - [`config`]: the group's TOML file; [`run_vip`]: the entry point of `redoubt vip`.
+//! - [`config`]: the group's TOML file; [`run_vip`]: the entry point of `redoubt vip`;
+//! - [`lab`]: a group on one machine in network namespaces (`redoubt demo --vip`, tests).
 //!
 //! What it must never do: panic or allocate without bound on network input (datagrams are
 //! refused with a counted reason); acquire an address while gathering states, or hold one it
@@ -26,6 +27,7 @@ pub mod arp;
 pub mod config;
 pub mod daemon;
 pub mod host;
+pub mod lab;
 pub mod machine;
 mod membership;
 pub mod wire;

@@ -78,9 +78,18 @@ pub struct DemoArgs {
     /// transfers between accounts and audits of the total, checked at the end)
     #[arg(long, default_value = "kv", value_name = "SERVICE", value_parser = ["kv", "sql"])]
     service: String,
+    /// Virtual-address fail-over instead of a cluster (`redoubt vip`): three members and a
+    /// client in network namespaces on one bridge; a member's host crashes and comes back,
+    /// another member leaves. Needs root
+    #[arg(long, conflicts_with_all = ["separated", "firewall", "ordering", "service", "sets",
+                                      "replicas", "clients", "duration"])]
+    vip: bool,
 }
 
 pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
+    if args.vip {
+        return vip::run(args.keep.as_deref());
+    }
     let rt = crate::runtime(2)?;
     rt.block_on(demo(args))
 }
@@ -971,3 +980,4 @@ mod phase;
 use phase::{percentile_ms, Phase};
 mod deployments;
 use deployments::{firewall_check, ExecStory, FW_LEAKER, FW_VICTIM};
+mod vip;
