@@ -6,6 +6,37 @@ use super::*;
 use crate::holder::HolderResult;
 use crate::keying::Session;
 
+/// A batch agreement committed, next in order, as execution takes it: what the ordering
+/// protocol hands down (the sequence number, the digest it agreed on, the batch) and what
+/// runs.
+pub(super) struct Committed {
+    pub(super) seq: Seq,
+    /// The digest agreement committed (under Prime, of the leader's matrix proposal).
+    pub(super) digest: Digest,
+    /// The committed batch; `None` for the null request.
+    pub(super) batch: Option<Arc<Batch>>,
+    /// Prime: what the batch's matrix made eligible; `None` under PBFT, where the batch
+    /// itself runs.
+    pub(super) eligible: Option<Eligible>,
+}
+
+/// Prime: the requests an ordered matrix made eligible, in execution order, and the
+/// eligibility after them.
+pub(super) struct Eligible {
+    pub(super) run: Batch,
+    pub(super) after: Vec<Seq>,
+}
+
+impl Committed {
+    /// The requests that run (`None`: none, the null request).
+    pub(super) fn runs(&self) -> Option<&Batch> {
+        match &self.eligible {
+            Some(e) => Some(&e.run),
+            None => self.batch.as_deref(),
+        }
+    }
+}
+
 impl<S: Service, A: KeyTable> Replica<S, A> {
     // ----- execution --------------------------------------------------------------------------
 
@@ -39,36 +70,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 if self.remote.queue.waiting() {
                     break; // separated: the checkpoint waits for the execution cluster
                 }
-                let n = self.exec.last_executed() + 1;
-                let Some(slot) = self.ordering.order.log.get(&n) else {
+                let Some(c) = self.next_committed() else {
                     break;
                 };
-                if !slot.committed {
-                    break;
+                if c.runs().is_some_and(|b| !self.learn_sessions(b)) {
+                    break; // the key holder failed: retried on the next tick
                 }
-                let d = slot.pp.expect("committed implies pre-prepared");
-                if d == NULL_DIGEST {
-                    self.execute(n, NULL_DIGEST, None);
-                } else if let Some(b) = self.ordering.order.batches.get(&d).cloned() {
-                    if self.cfg.prime() {
-                        // What the ordered matrix makes eligible runs once every PO-REQUEST
-                        // it needs is here (holes are asked for meanwhile).
-                        let Ok((run, after)) = self.prime_derive(&b) else {
-                            break;
-                        };
-                        if !self.learn_sessions(&run) {
-                            break;
-                        }
-                        self.execute_prime(n, d, b, run, after);
-                        continue;
-                    }
-                    if !self.learn_sessions(&b) {
-                        break; // the key holder failed: retried on the next tick
-                    }
-                    self.execute(n, d, Some(b));
-                } else {
-                    break; // the body is fetched through status messages
-                }
+                self.execute_committed(c);
             }
             self.try_tentative();
         }
@@ -133,7 +141,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         };
         self.persist_executed(t.seq, t.digest, Some(&t.batch));
-        self.finish_execution(t.seq, t.digest, Some(&*t.batch), t.executed);
+        self.finish_execution(t.seq, t.digest, t.digest, Some(&*t.batch), t.executed);
     }
 
     /// Undoes the tentative batch, if any (a view change, or state about to be replaced).
@@ -225,30 +233,56 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
     }
 
-    /// Executes batch `digest` (`None`: the null request) at `seq`, the next in order.
-    pub(super) fn execute(&mut self, seq: Seq, digest: Digest, batch: Option<Arc<Batch>>) {
-        debug_assert_eq!(seq, self.exec.last_executed() + 1);
-        debug_assert_eq!(digest, batch.as_ref().map_or(NULL_DIGEST, |b| b.digest()));
-        self.persist_executed(seq, digest, batch.as_ref());
-        let executed = match &batch {
-            Some(b) => self.apply(seq, b, false),
-            None => Vec::new(),
-        };
-        self.finish_execution(seq, digest, batch.as_deref(), executed);
+    /// The next batch in order, if agreement committed it and execution can take it: `None`
+    /// while its slot has not committed, while its body is fetched (through status messages),
+    /// or under Prime while a PO-REQUEST its matrix needs is missing (asked for meanwhile).
+    fn next_committed(&mut self) -> Option<Committed> {
+        let seq = self.exec.last_executed() + 1;
+        let slot = self.ordering.order.log.get(&seq)?;
+        if !slot.committed {
+            return None;
+        }
+        let digest = slot.pp.expect("committed implies pre-prepared");
+        if digest == NULL_DIGEST {
+            return Some(Committed {
+                seq,
+                digest,
+                batch: None,
+                eligible: None,
+            });
+        }
+        let batch = self.ordering.order.batches.get(&digest).cloned()?;
+        let eligible = self.prime_eligible(&batch).ok()?;
+        Some(Committed {
+            seq,
+            digest,
+            batch: Some(batch),
+            eligible,
+        })
     }
 
-    /// Executes Prime's matrix batch `proposal` (digest `digest`) at `seq`, the next in order:
-    /// `run` holds the requests its matrix made eligible, which leaves the eligibility at
-    /// `after`.
-    pub(super) fn execute_prime(
-        &mut self,
-        seq: Seq,
-        digest: Digest,
-        proposal: Arc<Batch>,
-        run: Batch,
-        after: Vec<Seq>,
-    ) {
+    /// Executes `c`, the next batch in order.
+    pub(super) fn execute_committed(&mut self, c: Committed) {
+        let Committed {
+            seq,
+            digest,
+            batch,
+            eligible,
+        } = c;
         debug_assert_eq!(seq, self.exec.last_executed() + 1);
+        let Some(Eligible { run, after }) = eligible else {
+            debug_assert_eq!(digest, batch.as_ref().map_or(NULL_DIGEST, |b| b.digest()));
+            self.persist_executed(seq, digest, batch.as_ref());
+            let executed = match &batch {
+                Some(b) => self.apply(seq, b, false),
+                None => Vec::new(),
+            };
+            self.finish_execution(seq, digest, digest, batch.as_deref(), executed);
+            return;
+        };
+        // Prime: the matrix batch is what was agreed and journaled; what it made eligible
+        // runs, and the eligibility it leaves is recorded first.
+        let proposal = batch.expect("a matrix batch");
         let before = crate::prime::side::padded(self.exec.eligible(), self.cfg.n() as usize);
         self.persist(Record::Ran {
             seq,
@@ -264,7 +298,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             // A recovery ran: keys and numbering changed.
             self.prime_refresh_incarnations();
         }
-        self.finish_execution(seq, digest, Some(&run), executed);
+        self.finish_execution(seq, digest, run.digest(), Some(&run), executed);
     }
 
     /// Runs a batch's requests against the service (exactly once per client timestamp) and
@@ -328,11 +362,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     /// Completes the execution of batch `seq` (its requests ran, committed): it settles its
-    /// requests, advances `last_executed`, and takes a checkpoint when one is due.
+    /// requests, advances `last_executed`, and takes a checkpoint when one is due. `ran` is
+    /// the digest of what ran: under Prime the proposal's digest names a matrix, and the
+    /// event names the requests its ordinal ran, so that two replicas running different
+    /// versions of one PO-REQUEST differ in it (the simulator's agreement check, second
+    /// review G1).
     pub(super) fn finish_execution(
         &mut self,
         seq: Seq,
         digest: Digest,
+        ran: Digest,
         batch: Option<&Batch>,
         executed: Vec<(ClientId, u64)>,
     ) {
@@ -351,13 +390,6 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if !executed.is_empty() {
             self.views.timer.executed();
         }
-        // Under Prime the proposal's digest names a matrix, not what ran: the event names the
-        // requests its ordinal ran, so that two replicas running different versions of one
-        // PO-REQUEST differ in it (the simulator's agreement check, second review G1).
-        let ran = match batch {
-            Some(b) if self.cfg.prime() => b.digest(),
-            _ => digest,
-        };
         self.event(Event::Executed {
             seq,
             view: self.views.view,

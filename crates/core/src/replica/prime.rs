@@ -8,6 +8,7 @@
 //! and filled from f+1 matching copies); a leader Suspect-Leader finds slower than the bound
 //! the replicas measured is replaced by a view change.
 
+use super::execute::Eligible;
 use super::*;
 use crate::prime::side::{derived, padded, Out, PrimeSide, TurnWork};
 
@@ -578,10 +579,21 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     // ----- execution --------------------------------------------------------------------------
 
+    /// What the committed batch `b` makes eligible under Prime; `Ok(None)` under PBFT (the
+    /// batch itself runs); `Err` while a PO-REQUEST its matrix needs is missing (asked for,
+    /// rate-limited).
+    pub(super) fn prime_eligible(&mut self, b: &Batch) -> Result<Option<Eligible>, ()> {
+        if self.prime.is_none() {
+            return Ok(None);
+        }
+        let (run, after) = self.prime_derive(b)?;
+        Ok(Some(Eligible { run, after }))
+    }
+
     /// The requests the matrix batch `b` makes eligible after what we executed, and the
     /// eligibility after it; `Err` with the holes (asked for, rate-limited) if a PO-REQUEST is
     /// missing.
-    pub(super) fn prime_derive(&mut self, b: &Batch) -> Result<(Batch, Vec<Seq>), ()> {
+    fn prime_derive(&mut self, b: &Batch) -> Result<(Batch, Vec<Seq>), ()> {
         let n = self.cfg.n() as usize;
         let before = padded(self.exec.eligible(), n);
         let Some(m) = b.matrix.as_ref() else {

@@ -1,6 +1,7 @@
 //! Restart from the journal: a replica rebuilt from the records its host made durable (see
 //! [`crate::journal`]) never contradicts what it said before the crash.
 
+use super::execute::{Committed, Eligible};
 use super::*;
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
@@ -153,26 +154,34 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
             // The digest is recomputed: the journal's checksums catch torn writes, not lies.
             let digest = batch.as_ref().map_or(NULL_DIGEST, |b| b.digest());
-            if let Some(b) = batch.as_ref().filter(|b| b.matrix.is_some()) {
+            let eligible = match batch.as_ref().filter(|b| b.matrix.is_some()) {
                 // Prime: what the matrix made eligible, as recorded when it ran.
-                let Some((eligible, requests)) = ran.get(&seq) else {
-                    break;
-                };
-                let run = Batch {
-                    nondet: b.nondet,
-                    requests: requests.clone(),
-                    matrix: None,
-                };
-                if !self.learn_sessions(&run) {
-                    break;
+                Some(b) => {
+                    let Some((after, requests)) = ran.get(&seq) else {
+                        break;
+                    };
+                    let run = Batch {
+                        nondet: b.nondet,
+                        requests: requests.clone(),
+                        matrix: None,
+                    };
+                    Some(Eligible {
+                        run,
+                        after: after.clone(),
+                    })
                 }
-                self.execute_prime(seq, digest, b.clone(), run, eligible.clone());
-                continue;
-            }
-            if batch.as_ref().is_some_and(|b| !self.learn_sessions(b)) {
+                None => None,
+            };
+            let c = Committed {
+                seq,
+                digest,
+                batch,
+                eligible,
+            };
+            if c.runs().is_some_and(|b| !self.learn_sessions(b)) {
                 break; // the key holder failed: the rest is fetched
             }
-            self.execute(seq, digest, batch);
+            self.execute_committed(c);
         }
     }
 
