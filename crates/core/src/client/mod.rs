@@ -155,6 +155,11 @@ pub struct Client<A: KeyTable> {
     id: ClientId,
     auth: A,
     view: View,
+    /// Prime: the replica our ordered requests go to first, which introduces them. It starts
+    /// at our id modulo n and moves to the next replica whenever a request completed only
+    /// after its retransmission to every replica: a faulty home that never introduces our
+    /// requests costs one retransmission timeout, not one per request.
+    home: ReplicaId,
     last_timestamp: u64,
     srtt_ms: f64,
     outstanding: Option<Outstanding>,
@@ -214,12 +219,14 @@ impl<A: KeyTable> Client<A> {
         let firewall = cfg.firewall().then(|| FirewallView {
             views: vec![0; cfg.n() as usize],
         });
+        let home = (id % cfg.n() as u64) as ReplicaId;
         Client {
             cfg,
             timing,
             id,
             auth,
             view: 0,
+            home,
             last_timestamp: 0,
             srtt_ms,
             outstanding: None,
@@ -526,9 +533,8 @@ impl<A: KeyTable> Client<A> {
         let bytes = self.seal_request(&request, sig);
         let mut unasked = Vec::new();
         if prime {
-            let home = (self.id % self.cfg.n() as u64) as u32;
             self.effects.push(Effect::Send {
-                to: Principal::Replica(home),
+                to: Principal::Replica(self.home),
                 bytes: bytes.clone(),
             });
         } else if fast_read || self.cfg.travels_beside(request.op.len()) {
@@ -843,6 +849,11 @@ impl<A: KeyTable> Client<A> {
         }
         if view > self.view {
             self.view = view;
+        }
+        if o.timed_out && !o.fast_read && self.cfg.prime() {
+            // Our home did not have the request ordered before the timeout: it may be faulty
+            // (or the network lost the request); the next requests go to the next replica.
+            self.home = (self.home + 1) % self.cfg.n();
         }
         if o.timed_out && !o.fast_read && !self.cfg.prime() {
             // Sent to the primary unsigned, it went unanswered until the timeout: every
