@@ -56,26 +56,15 @@ impl<A: KeyTable> Client<A> {
             return None;
         };
         let o = self.outstanding.as_mut().expect("wanted");
-        let full = (!cert.digest_only).then_some(cert.entry.result);
-        match o.replies.get_mut(&from) {
-            // The same replica again for the same entry: keep the result if it came in full.
-            Some(v) if v.digest == digest => {
-                if v.result.is_none() {
-                    v.result = full;
-                }
-            }
-            _ => {
-                o.replies.insert(
-                    from,
-                    Vote {
-                        view: cert.view,
-                        digest,
-                        result: full,
-                        tentative: false,
-                    },
-                );
-            }
-        }
+        o.vote(
+            from,
+            Vote {
+                view: cert.view,
+                digest,
+                result: (!cert.digest_only).then_some(cert.entry.result),
+                tentative: false,
+            },
+        );
         #[cfg(feature = "mutants")]
         let needed = if self.cfg.mutant == crate::types::Mutant::TrustOneCertifiedCopy {
             1
@@ -90,10 +79,8 @@ impl<A: KeyTable> Client<A> {
         }
         let Some(result) = matching().find_map(|v| v.result.clone()) else {
             // Matching digests, but the designated replica's full copy is missing (faulty, or
-            // its frame was lost): every replica answers the retransmission in full.
-            if !o.asked_full {
-                o.asked_full = true;
-                o.retransmit_within(env.now_ms, self.srtt_ms);
+            // its frame was lost).
+            if o.ask_for_full_result(env.now_ms, self.srtt_ms) {
                 self.full_result_asks += 1;
             }
             return None;

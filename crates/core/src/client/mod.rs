@@ -113,6 +113,36 @@ struct Outstanding {
 }
 
 impl Outstanding {
+    /// Records `from`'s vote. The same replica again for the same result keeps what either
+    /// vote vouches for (the result itself; committed over tentative; the later view); a vote
+    /// for another result replaces its earlier one.
+    fn vote(&mut self, from: ReplicaId, vote: Vote) {
+        match self.replies.get_mut(&from) {
+            Some(v) if v.digest == vote.digest => {
+                if v.result.is_none() {
+                    v.result = vote.result;
+                }
+                v.tentative &= vote.tentative;
+                v.view = v.view.max(vote.view);
+            }
+            _ => {
+                self.replies.insert(from, vote);
+            }
+        }
+    }
+
+    /// Matching digests made a certificate but no vote carries the result in full (its
+    /// designated sender is faulty, or the frame was lost): brings the retransmission forward,
+    /// once per request, since every replica answers a retransmission in full. Whether it did.
+    fn ask_for_full_result(&mut self, now_ms: u64, srtt_ms: f64) -> bool {
+        if self.asked_full {
+            return false;
+        }
+        self.asked_full = true;
+        self.retransmit_within(now_ms, srtt_ms);
+        true
+    }
+
     /// Brings the next retransmission forward to one round trip (`srtt_ms`) from `now_ms`,
     /// if it was due later: the answers the client still lacks should have come by then.
     fn retransmit_within(&mut self, now_ms: u64, srtt_ms: f64) {
@@ -709,29 +739,15 @@ impl<A: KeyTable> Client<A> {
             self.rejected += 1;
             return None;
         };
-        let full = (!reply.digest_only).then_some(reply.result);
-        match o.replies.get_mut(&from) {
-            // The same replica again for the same result: keep what either reply vouches
-            // for (the result itself; committed over tentative).
-            Some(v) if v.digest == d => {
-                if v.result.is_none() {
-                    v.result = full;
-                }
-                v.tentative &= reply.tentative;
-                v.view = v.view.max(reply.view);
-            }
-            _ => {
-                o.replies.insert(
-                    from,
-                    Vote {
-                        view: reply.view,
-                        digest: d,
-                        result: full,
-                        tentative: reply.tentative,
-                    },
-                );
-            }
-        }
+        o.vote(
+            from,
+            Vote {
+                view: reply.view,
+                digest: d,
+                result: (!reply.digest_only).then_some(reply.result),
+                tentative: reply.tentative,
+            },
+        );
         // A certificate: f+1 matching committed replies (one from a correct replica), or
         // 2f+1 matching replies of any kind. Read-only answers always need 2f+1: they come
         // from states that may not include the latest writes.
@@ -786,9 +802,7 @@ impl<A: KeyTable> Client<A> {
                 o.widen_ms = env.now_ms;
                 return None;
             }
-            if !o.asked_full {
-                o.asked_full = true;
-                o.retransmit_within(env.now_ms, self.srtt_ms);
+            if o.ask_for_full_result(env.now_ms, self.srtt_ms) {
                 self.full_result_asks += 1;
             }
             return None;
