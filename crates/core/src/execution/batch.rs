@@ -6,10 +6,11 @@
 //! caller's: it walks the batch with [`Execution::next_request`] and acts on each [`Step`]
 //! in the batch's order, so replies leave in that order.
 
+use super::recovery::{run_recovery, Recoveries};
 use super::{Execution, LastReply};
 use crate::message::Batch;
 use crate::service::{ExecContext, Service};
-use crate::types::{ClientId, Seq};
+use crate::types::{ReplicaId, Seq};
 
 /// A batch being run (see [`Execution::begin_batch`]).
 pub(crate) struct BatchRun {
@@ -30,10 +31,14 @@ pub(crate) enum Step {
     Ran { index: usize },
     /// It ran before: nothing ran, nothing was recorded.
     Again { index: usize },
-    /// Its client is reserved for the caller (a replica's recovery requests): the caller
-    /// runs it in `ctx` and records its result with [`Execution::record`] before the next
-    /// step.
-    Reserved { index: usize, ctx: ExecContext },
+    /// It is replica `replica`'s recovery request and ran (see `recovery.rs`); its result
+    /// is recorded like any other. If it was `accepted`, the caller acts on what it means
+    /// for keys before the next step.
+    Recovery {
+        index: usize,
+        replica: ReplicaId,
+        accepted: bool,
+    },
 }
 
 impl<S: Service> Execution<S> {
@@ -51,20 +56,50 @@ impl<S: Service> Execution<S> {
     }
 
     /// Runs the next request of `batch` (the one `run` was begun for); `None` once every
-    /// request had its step. `reserved` names the clients whose requests the caller runs.
+    /// request had its step. `recoveries` says how recovery requests are treated (skipped
+    /// ones have no step).
     pub(crate) fn next_request(
         &mut self,
         run: &mut BatchRun,
         batch: &Batch,
-        reserved: impl Fn(ClientId) -> bool,
+        recoveries: &Recoveries,
     ) -> Option<Step> {
-        let index = run.next;
-        let req = &batch.requests.get(index)?.request;
-        run.next += 1;
-        let c = req.client;
-        if self.ran(c, req.timestamp) {
-            return Some(Step::Again { index });
+        loop {
+            let index = run.next;
+            let req = &batch.requests.get(index)?.request;
+            run.next += 1;
+            let c = req.client;
+            if self.ran(c, req.timestamp) {
+                return Some(Step::Again { index });
+            }
+            let Some(replica) = recoveries.replica_of(c) else {
+                return Some(self.run_request(run, batch, index));
+            };
+            let Recoveries::Run(rules) = recoveries else {
+                continue; // not run here
+            };
+            let (result, accepted) = run_recovery(
+                rules,
+                self.last_reply(c),
+                &req.op,
+                req.timestamp,
+                run.seq,
+                run.time_ms,
+            );
+            let timestamp = req.timestamp;
+            self.record(c, LastReply { timestamp, result });
+            return Some(Step::Recovery {
+                index,
+                replica,
+                accepted,
+            });
         }
+    }
+
+    /// Runs (or only records) request `index` of `batch`, an ordinary one not run before.
+    fn run_request(&mut self, run: &BatchRun, batch: &Batch, index: usize) -> Step {
+        let req = &batch.requests[index].request;
+        let c = req.client;
         let ctx = ExecContext {
             seq: run.seq,
             client: c,
@@ -72,9 +107,6 @@ impl<S: Service> Execution<S> {
             batch_seed: run.seed,
             index: index as u64,
         };
-        if reserved(c) {
-            return Some(Step::Reserved { index, ctx });
-        }
         let result = if run.runs_service {
             self.run(req, &ctx)
         } else {
@@ -87,6 +119,6 @@ impl<S: Service> Execution<S> {
                 result,
             },
         );
-        Some(Step::Ran { index })
+        Step::Ran { index }
     }
 }

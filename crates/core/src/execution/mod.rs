@@ -14,11 +14,13 @@
 
 mod batch;
 mod fetch;
+mod recovery;
 mod replies;
 mod serve;
 mod sessions;
 pub(crate) use batch::Step;
 pub(crate) use fetch::{Answered, Due, Finished};
+pub(crate) use recovery::{Recoveries, RecoveryRules};
 pub(crate) use replies::{aux_digest, LastReply};
 pub(crate) use serve::{Refused, ServeLimits};
 
@@ -549,8 +551,9 @@ impl<S: Service> Execution<S> {
 
 #[cfg(test)]
 mod tests {
+    use super::recovery::run_recovery;
     use super::*;
-    use crate::message::{NonDet, SignedRequest};
+    use crate::message::{NonDet, RecoveryResult, SignedRequest};
     use redoubt_state::{Geometry, MemStore, StateRead, StateWrite};
 
     /// Adds each operation's first byte to a counter at offset 0 and returns the new value.
@@ -829,48 +832,64 @@ mod tests {
         }
     }
 
-    fn steps(e: &mut Execution<Counter>, b: &Batch, runs: bool) -> Vec<String> {
+    /// Replica 1's recovery client (of four replicas).
+    const RC: ClientId = crate::message::RECOVERY_CLIENT_BASE + 1;
+
+    fn rules() -> RecoveryRules {
+        RecoveryRules {
+            n: 4,
+            interval_min_ms: 1_000,
+            checkpoint_interval: 4,
+            log_size: 8,
+            prime: false,
+            interval_only: false,
+        }
+    }
+
+    fn steps_with(
+        e: &mut Execution<Counter>,
+        b: &Batch,
+        runs: bool,
+        recoveries: Recoveries,
+    ) -> Vec<String> {
         let mut run = e.begin_batch(3, b, runs);
         let mut out = Vec::new();
-        while let Some(step) = e.next_request(&mut run, b, |c| c == 99) {
+        while let Some(step) = e.next_request(&mut run, b, &recoveries) {
             out.push(match step {
                 Step::Ran { index } => format!("ran {index}"),
                 Step::Again { index } => format!("again {index}"),
-                Step::Reserved { index, ctx } => {
-                    assert_eq!((ctx.seq, ctx.time_ms, ctx.index), (3, 40, index as u64));
-                    let r = &b.requests[index].request;
-                    e.record(
-                        r.client,
-                        LastReply {
-                            timestamp: r.timestamp,
-                            result: vec![1],
-                        },
-                    );
-                    format!("reserved {index}")
-                }
+                Step::Recovery {
+                    index,
+                    replica,
+                    accepted,
+                } => format!("recovery {index} of {replica} accepted {accepted}"),
             });
         }
         out
     }
 
+    fn steps(e: &mut Execution<Counter>, b: &Batch, runs: bool) -> Vec<String> {
+        steps_with(e, b, runs, Recoveries::Run(rules()))
+    }
+
     #[test]
-    fn each_request_runs_once_in_order_and_reserved_ones_go_to_the_caller() {
+    fn each_request_runs_once_in_order_and_recovery_requests_run_by_their_rules() {
         let mut e = exec();
         // Client 7's request 5 twice in one batch (a faulty primary's), an older one of
-        // client 7 after it, a reserved client's request twice.
+        // client 7 after it, a recovery request twice.
         let b = batch_of(vec![
             (7, 5, 2),
-            (99, 1, 0),
+            (RC, 1, 0),
             (7, 5, 2),
             (7, 4, 3),
-            (99, 1, 0),
+            (RC, 1, 0),
             (8, 1, 1),
         ]);
         assert_eq!(
             steps(&mut e, &b, true),
             [
                 "ran 0",
-                "reserved 1",
+                "recovery 1 of 1 accepted true",
                 "again 2",
                 "again 3",
                 "again 4",
@@ -878,11 +897,71 @@ mod tests {
             ]
         );
         assert_eq!(value(&e), 3, "2 and 1 added, each once");
-        assert_eq!(e.last_reply(99).map(|l| l.result.clone()), Some(vec![1]));
+        let result = e.last_reply(RC).map(|l| l.result.clone()).unwrap();
+        let result: RecoveryResult = postcard::from_bytes(&result).unwrap();
+        assert_eq!((result.seq, result.accepted, result.target), (3, true, 8));
+        assert_eq!(result.last_accepted_ms, Some(e.last_time_ms));
         // The next batch runs later on the agreed clock, and nothing in it twice.
         assert_eq!(
             steps(&mut e, &b, true),
             ["again 0", "again 1", "again 2", "again 3", "again 4", "again 5"]
+        );
+        // Execution nodes skip recovery requests: no step, nothing recorded. A reserved id
+        // beyond the replicas is an ordinary client at a replica.
+        let mut x = exec();
+        let beyond = crate::message::RECOVERY_CLIENT_BASE + 4;
+        let b = batch_of(vec![(RC, 1, 0), (beyond, 1, 1), (8, 1, 1)]);
+        assert_eq!(steps_with(&mut x, &b, true, Recoveries::Skip), ["ran 2"]);
+        assert!(x.last_reply(RC).is_none() && x.last_reply(beyond).is_none());
+        let mut y = exec();
+        assert_eq!(
+            steps(&mut y, &b, true),
+            ["recovery 0 of 1 accepted true", "ran 1", "ran 2"]
+        );
+    }
+
+    /// What a recovery request's result is after `previous` (counter, agreed time).
+    fn recover(
+        rules: &RecoveryRules,
+        previous: Option<&LastReply>,
+        counter: u64,
+        time_ms: u64,
+    ) -> (LastReply, RecoveryResult) {
+        let (result, _) = run_recovery(rules, previous, &[], counter, 13, time_ms);
+        let decoded = postcard::from_bytes(&result).unwrap();
+        let last = LastReply {
+            timestamp: counter,
+            result,
+        };
+        (last, decoded)
+    }
+
+    #[test]
+    fn a_recovery_within_the_interval_is_refused_unless_of_a_later_epoch() {
+        let rules = rules();
+        let (first, r) = recover(&rules, None, 1, 5_000);
+        assert!(r.accepted);
+        assert_eq!(r.target, 20, "max(H_M, H_R), H_M = 0 (no op), H_R = 12 + 8");
+        let (refused, r) = recover(&rules, Some(&first), 2, 5_500);
+        assert!(!r.accepted);
+        assert_eq!(
+            (r.last_accepted_ms, r.last_accepted_counter),
+            (Some(5_000), Some(1))
+        );
+        assert!(
+            recover(&rules, Some(&refused), 3, 6_000).1.accepted,
+            "the interval passed"
+        );
+        let later_epoch = crate::keys::next_epoch(1);
+        assert!(recover(&rules, Some(&first), later_epoch, 5_500).1.accepted);
+        let mutant = RecoveryRules {
+            interval_only: true,
+            ..rules
+        };
+        assert!(
+            !recover(&mutant, Some(&first), later_epoch, 5_500)
+                .1
+                .accepted
         );
     }
 

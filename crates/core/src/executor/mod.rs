@@ -37,7 +37,7 @@ mod signed_votes;
 mod transfer;
 
 use crate::effect::{Bytes, Effect, Env, Event};
-use crate::execution::{Execution, Step};
+use crate::execution::{Execution, Recoveries, Step};
 use crate::keying::Session;
 use crate::keys::{Accepted, KeyTable, NewKey};
 use crate::message::*;
@@ -658,12 +658,9 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         if let Some(b) = &cert.batch {
             // Recovery requests concern the agreement nodes' keys only: they do not run here.
             let mut run = self.exec.begin_batch(seq, b, true);
-            while let Some(step) = self
-                .exec
-                .next_request(&mut run, b, |c| recovery_replica(c).is_some())
-            {
+            while let Some(step) = self.exec.next_request(&mut run, b, &Recoveries::Skip) {
                 let (index, fresh) = match step {
-                    Step::Reserved { .. } => continue,
+                    Step::Recovery { .. } => continue, // none: skipped here
                     Step::Again { index } => (index, false),
                     Step::Ran { index } => (index, true),
                 };

@@ -309,27 +309,20 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // Separated: the execution nodes run the requests and answer; here they are only
         // ordered (and recorded, exactly once).
         let separated = self.cfg.separated();
-        let n = self.cfg.n();
+        let recoveries = self.recoveries();
         let mut run = self.exec.begin_batch(seq, b, !separated);
-        while let Some(step) = self
-            .exec
-            .next_request(&mut run, b, |c| recovery::recovery_of(c, n).is_some())
-        {
+        while let Some(step) = self.exec.next_request(&mut run, b, &recoveries) {
             let index = match step {
                 Step::Again { .. } => continue, // exactly once
                 Step::Ran { index } => index,
-                Step::Reserved { index, ctx } => {
-                    let req = &b.requests[index].request;
-                    let r = recovery::recovery_of(req.client, n).expect("reserved");
-                    let op = postcard::from_bytes::<RecoveryOp>(&req.op).ok();
-                    let result = self.execute_recovery(r, op, req.timestamp, seq, ctx.time_ms);
-                    self.exec.record(
-                        req.client,
-                        LastReply {
-                            timestamp: req.timestamp,
-                            result,
-                        },
-                    );
+                Step::Recovery {
+                    index,
+                    replica,
+                    accepted,
+                } => {
+                    if accepted {
+                        self.recovery_executed(replica, seq);
+                    }
                     index
                 }
             };

@@ -31,9 +31,7 @@ use crate::agreement::pool::{Pick, RequestPool, Waiting};
 use crate::agreement::vcstore::{Stored, ACKS_PER_ACKER_MAX};
 use crate::auth::Auth;
 use crate::effect::{Bytes, Effect, Env, Event, RecoveryReport, ViewChangeCause};
-use crate::execution::{
-    Answered, Due, Execution, Finished, LastReply, Refused, ServeLimits, Step, Undone,
-};
+use crate::execution::{Answered, Due, Execution, Finished, Refused, ServeLimits, Step, Undone};
 use crate::journal::Record;
 use crate::keys::KeyTable;
 use crate::keys::NewKey;

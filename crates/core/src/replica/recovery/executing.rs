@@ -1,76 +1,38 @@
-//! Recovery requests as every replica executes them (BFT-PR §4.4): accepted at most once per
-//! `recovery_interval_min_ms` within a key-holder epoch, each re-keys every other replica and,
+//! Recovery requests as every replica executes them (BFT-PR §4.4; their results are computed
+//! by execution, `execution/recovery.rs`): each accepted one re-keys every other replica and,
 //! under Prime, installs the recovering replica's fresh order key; their replicated results
 //! say which checkpoint a recovery waits for.
 
 use super::*;
+use crate::execution::{Recoveries, RecoveryRules};
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
-    /// Executes replica `r`'s recovery request (operation `op`, key-holder counter
-    /// `counter`) at `seq` (agreed time `time_ms`): refused if `r`'s previous accepted
-    /// recovery is more recent than `recovery_interval_min_ms`; otherwise every replica but
-    /// `r` refreshes its keys, so the keys an attacker may have taken from `r` stop working,
-    /// and under Prime the order key the request names replaces `r`'s (incarnation
-    /// `counter`) and `r`'s pre-ordering numbering is fenced.
-    pub(in crate::replica) fn execute_recovery(
-        &mut self,
-        r: ReplicaId,
-        op: Option<RecoveryOp>,
-        counter: u64,
-        seq: Seq,
-        time_ms: u64,
-    ) -> Vec<u8> {
-        let op_h_m = op.map_or(0, |op| op.h_m);
-        let before = self
-            .exec
-            .last_reply(recovery_client(r))
-            .and_then(|l| postcard::from_bytes::<RecoveryResult>(&l.result).ok());
-        let previous = before.as_ref().and_then(|p| p.last_accepted_ms);
-        let previous_counter = before.as_ref().and_then(|p| p.last_accepted_counter);
-        let previous_key = before.and_then(|p| p.row_key);
-        // Within the interval only a request of a later key-holder epoch (signed after a
-        // reboot by the monitor) is accepted: one signed in advance while the replica was
-        // held cannot veto its real recovery (second review, G8).
-        let new_epoch = previous_counter.is_some_and(|c| epoch_of(counter) > epoch_of(c))
-            && !self.mutant("recovery-interval-only");
-        let accepted = new_epoch
-            || previous
-                .is_none_or(|t| time_ms.saturating_sub(t) >= self.cfg.recovery_interval_min_ms);
-        let (k, l) = (self.cfg.checkpoint_interval, self.cfg.log_size);
-        let h_r = seq / k * k + l;
-        let target = if accepted {
-            op_h_m.max(h_r).min(h_r + l).div_ceil(k) * k
-        } else {
-            0
-        };
-        let fresh_key = op
-            .and_then(|op| op.row_key)
-            .filter(|_| accepted && self.cfg.prime());
-        let result = RecoveryResult {
-            seq,
-            accepted,
-            last_accepted_ms: if accepted { Some(time_ms) } else { previous },
-            last_accepted_counter: if accepted {
-                Some(counter)
-            } else {
-                previous_counter
-            },
-            target,
-            row_key: fresh_key.map(|k| (counter, k)).or(previous_key),
-        };
-        if accepted && self.cfg.prime() {
+    /// How this replica's execution runs recovery requests (see `execution/recovery.rs`).
+    pub(in crate::replica) fn recoveries(&self) -> Recoveries {
+        Recoveries::Run(RecoveryRules {
+            n: self.cfg.n(),
+            interval_min_ms: self.cfg.recovery_interval_min_ms,
+            checkpoint_interval: self.cfg.checkpoint_interval,
+            log_size: self.cfg.log_size,
+            prime: self.cfg.prime(),
+            interval_only: self.mutant("recovery-interval-only"),
+        })
+    }
+
+    /// Replica `r`'s recovery request was accepted at `seq`: every replica but `r` refreshes
+    /// its keys, so the keys an attacker may have taken from `r` stop working, and under
+    /// Prime `r`'s pre-ordering numbering is fenced.
+    pub(in crate::replica) fn recovery_executed(&mut self, r: ReplicaId, seq: Seq) {
+        if self.cfg.prime() {
             self.prime_recovered(r);
         }
-        if accepted {
-            self.stats.recovery_requests_executed += 1;
-            if !self.out.replaying {
-                self.event(Event::RecoveryExecuted { replica: r, seq });
-            }
-            if r != self.id {
-                self.rekey();
-            }
+        self.stats.recovery_requests_executed += 1;
+        if !self.out.replaying {
+            self.event(Event::RecoveryExecuted { replica: r, seq });
         }
-        postcard::to_stdvec(&result).expect("encodes")
+        if r != self.id {
+            self.rekey();
+        }
     }
 
     /// After a state transfer: if the fetched state executed a recovery request we did not,

@@ -28,7 +28,6 @@ mod executing;
 mod request;
 use crate::execution::initial_aux;
 use crate::holder::{HolderRequest, HolderResult};
-use crate::keys::epoch_of;
 use crate::message::{
     recovery_client, recovery_replica, QueryStable, RecoveryOp, RecoveryResult, ReplyStable,
 };
