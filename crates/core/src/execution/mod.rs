@@ -852,20 +852,37 @@ mod tests {
         runs: bool,
         recoveries: Recoveries,
     ) -> Vec<String> {
-        let mut run = e.begin_batch(3, b, runs);
+        let executed = e.run_batch(3, b, runs, &recoveries);
         let mut out = Vec::new();
-        while let Some(step) = e.next_request(&mut run, b, &recoveries) {
+        for step in executed.steps {
             out.push(match step {
-                Step::Ran { index } => format!("ran {index}"),
-                Step::Again { index } => format!("again {index}"),
+                Step::Ran { index, result } => format!("ran {index}{}", shown(&result)),
+                Step::Again { index, last } => {
+                    let recovery = b.requests[index].request.client == RC;
+                    let last = match last {
+                        Some(_) if recovery => " = the recovery's result".to_string(),
+                        Some(l) => shown(&l),
+                        None => String::new(),
+                    };
+                    format!("again {index}{last}")
+                }
                 Step::Recovery {
                     index,
                     replica,
                     accepted,
+                    ..
                 } => format!("recovery {index} of {replica} accepted {accepted}"),
             });
         }
         out
+    }
+
+    /// A counter's result as the steps show it.
+    fn shown(result: &[u8]) -> String {
+        match <[u8; 8]>::try_from(result) {
+            Ok(v) => format!(" = {}", u64::from_le_bytes(v)),
+            Err(_) => format!(" ({} bytes)", result.len()),
+        }
     }
 
     fn steps(e: &mut Execution<Counter>, b: &Batch, runs: bool) -> Vec<String> {
@@ -888,12 +905,12 @@ mod tests {
         assert_eq!(
             steps(&mut e, &b, true),
             [
-                "ran 0",
+                "ran 0 = 2",
                 "recovery 1 of 1 accepted true",
-                "again 2",
+                "again 2 = 2",
                 "again 3",
-                "again 4",
-                "ran 5"
+                "again 4 = the recovery's result",
+                "ran 5 = 3"
             ]
         );
         assert_eq!(value(&e), 3, "2 and 1 added, each once");
@@ -904,19 +921,29 @@ mod tests {
         // The next batch runs later on the agreed clock, and nothing in it twice.
         assert_eq!(
             steps(&mut e, &b, true),
-            ["again 0", "again 1", "again 2", "again 3", "again 4", "again 5"]
+            [
+                "again 0 = 2",
+                "again 1 = the recovery's result",
+                "again 2 = 2",
+                "again 3",
+                "again 4 = the recovery's result",
+                "again 5 = 3"
+            ]
         );
         // Execution nodes skip recovery requests: no step, nothing recorded. A reserved id
         // beyond the replicas is an ordinary client at a replica.
         let mut x = exec();
         let beyond = crate::message::RECOVERY_CLIENT_BASE + 4;
         let b = batch_of(vec![(RC, 1, 0), (beyond, 1, 1), (8, 1, 1)]);
-        assert_eq!(steps_with(&mut x, &b, true, Recoveries::Skip), ["ran 2"]);
+        assert_eq!(
+            steps_with(&mut x, &b, true, Recoveries::Skip),
+            ["ran 2 = 1"]
+        );
         assert!(x.last_reply(RC).is_none() && x.last_reply(beyond).is_none());
         let mut y = exec();
         assert_eq!(
             steps(&mut y, &b, true),
-            ["recovery 0 of 1 accepted true", "ran 1", "ran 2"]
+            ["recovery 0 of 1 accepted true", "ran 1 = 1", "ran 2 = 2"]
         );
     }
 
@@ -969,7 +996,7 @@ mod tests {
     fn a_batch_only_ordered_here_is_recorded_not_run() {
         let mut e = exec();
         let b = batch_of(vec![(7, 5, 2)]);
-        assert_eq!(steps(&mut e, &b, false), ["ran 0"]);
+        assert_eq!(steps(&mut e, &b, false), ["ran 0 (0 bytes)"]);
         assert_eq!(value(&e), 0, "the service did not run");
         assert_eq!(
             e.last_reply(7).map(|l| (l.timestamp, l.result.len())),

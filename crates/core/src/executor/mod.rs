@@ -657,35 +657,35 @@ impl<S: Service, A: KeyTable> Executor<S, A> {
         let mut bundle = Vec::new();
         if let Some(b) = &cert.batch {
             // Recovery requests concern the agreement nodes' keys only: they do not run here.
-            let mut run = self.exec.begin_batch(seq, b, true);
-            while let Some(step) = self.exec.next_request(&mut run, b, &Recoveries::Skip) {
-                let (index, fresh) = match step {
+            let done = self.exec.run_batch(seq, b, true, &Recoveries::Skip);
+            for step in done.steps {
+                let (index, fresh, result) = match step {
                     Step::Recovery { .. } => continue, // none: skipped here
-                    Step::Again { index } => (index, false),
-                    Step::Ran { index } => (index, true),
+                    Step::Again { index, last } => (index, false, last),
+                    Step::Ran { index, result } => (index, true, Some(result)),
                 };
                 let req = &b.requests[index].request;
                 let (c, ts) = (req.client, req.timestamp);
-                let last = self.exec.last_reply(c).filter(|l| l.timestamp == ts);
-                if self.firewall.is_some() {
+                if fresh {
+                    executed.push((c, ts));
+                }
+                match result {
                     // Behind a firewall a reply goes into this batch's bundle, the only way
                     // back; one that ran before (its client asked again) goes in again (Yin
                     // et al. §3.2.1: a fresh reply with the new sequence number).
-                    if let Some(last) = last {
+                    Some(result) if self.firewall.is_some() => {
                         bundle.push(ReplyEntry {
                             client: c,
                             timestamp: ts,
-                            result: last.result.clone(),
+                            result,
                         });
                     }
-                } else if fresh {
-                    let result = &last.expect("just recorded").result;
-                    let reply = self.reply(c, ts, result, cert.view);
-                    let via = designated_replier(c, ts, self.cfg.n());
-                    self.send_reply(c, &reply, via);
-                }
-                if fresh {
-                    executed.push((c, ts));
+                    Some(result) if fresh => {
+                        let reply = self.reply(c, ts, &result, cert.view);
+                        let via = designated_replier(c, ts, self.cfg.n());
+                        self.send_reply(c, &reply, via);
+                    }
+                    _ => {}
                 }
             }
             self.stats.bodies_refused = self.exec.bodies_refused();

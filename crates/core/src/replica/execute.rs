@@ -310,23 +310,24 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // ordered (and recorded, exactly once).
         let separated = self.cfg.separated();
         let recoveries = self.recoveries();
-        let mut run = self.exec.begin_batch(seq, b, !separated);
-        while let Some(step) = self.exec.next_request(&mut run, b, &recoveries) {
-            let index = match step {
+        let done = self.exec.run_batch(seq, b, !separated, &recoveries);
+        self.stats.bodies_refused = self.exec.bodies_refused();
+        for step in done.steps {
+            let (index, result) = match step {
                 Step::Again { .. } => continue, // exactly once
-                Step::Ran { index } => index,
+                Step::Ran { index, result } => (index, result),
                 Step::Recovery {
                     index,
                     replica,
                     accepted,
+                    result,
                 } => {
                     if accepted {
                         self.recovery_executed(replica, seq);
                     }
-                    index
+                    (index, result)
                 }
             };
-            self.stats.bodies_refused = self.exec.bodies_refused();
             let req = &b.requests[index].request;
             let (c, ts) = (req.client, req.timestamp);
             executed.push((c, ts));
@@ -337,10 +338,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             if separated && matches!(to, Principal::Client(_)) {
                 continue;
             }
-            let reply = (!(quiet && matches!(to, Principal::Client(_)))).then(|| {
-                let result = &self.exec.last_reply(c).expect("just recorded").result;
-                self.reply(c, ts, result, tentative)
-            });
+            let reply = (!(quiet && matches!(to, Principal::Client(_))))
+                .then(|| self.reply(c, ts, &result, tentative));
             match (to, reply) {
                 (_, None) => {} // a quiet primary: the backups answer
                 (Principal::Replica(r), Some(Message::Client(ClientMessage::Reply(m))))
