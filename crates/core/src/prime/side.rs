@@ -112,11 +112,25 @@ pub struct PrimeSide {
     /// Our latest signed row (resent at every status interval: rows are not retransmitted
     /// otherwise).
     row: Option<SignedPoAru>,
+    /// Ordinals the journal says ran here that the restart's replay did not reach (the key
+    /// holder failed it): see [`PrimeSide::keep_journaled`].
+    journaled: BTreeMap<Seq, JournaledRun>,
     /// What this turn's inputs asked of the host, done once at the turn's end.
     deferred: TurnWork,
     /// Clients' requests and rows this turn brought, checked together at its end.
     arrivals: Arrivals,
     outs: Vec<Out>,
+}
+
+/// An ordinal as the journal recorded it ran here (its `Executed` and `Ran` records).
+#[derive(Clone, Debug)]
+pub struct JournaledRun {
+    /// The digest of the matrix batch agreement committed.
+    pub digest: Digest,
+    /// The requests that ran, in order.
+    pub requests: Vec<SignedRequest>,
+    /// The eligibility after them.
+    pub after: Vec<Seq>,
 }
 
 /// Work Prime's inputs ask for that serves every input of a turn at once: done at the end of
@@ -168,6 +182,7 @@ impl PrimeSide {
             summarized: vec![0; n],
             at_checkpoint: BTreeMap::new(),
             row: None,
+            journaled: BTreeMap::new(),
             deferred: TurnWork::default(),
             arrivals: Arrivals::default(),
             outs: Vec::new(),
@@ -735,6 +750,24 @@ impl PrimeSide {
                 _ => {}
             }
         }
+    }
+
+    /// Keeps what the journal says ordinal `seq` (matrix batch `digest`) ran here before a
+    /// restart, for when its replay stopped short of it. Executing it again needs the
+    /// PO-REQUESTs its matrix names, and after a restart we may hold none of them (the
+    /// copies of others' requests are not journaled) while no peer can send them: a peer
+    /// answers only with certified copies it holds, and those it had were restarted away
+    /// too (simulator seed 8,121 of `--ordering prime`: a whole-cluster restart, two
+    /// replicas' replays stopped by a key holder that failed, the cluster halted).
+    pub fn keep_journaled(&mut self, seq: Seq, run: JournaledRun) {
+        self.journaled.insert(seq, run);
+    }
+
+    /// What the journal says ordinal `seq` ran, if it ran the matrix batch `digest`;
+    /// ordinals through `executed` are forgotten first.
+    pub fn journaled(&mut self, seq: Seq, digest: &Digest, executed: Seq) -> Option<&JournaledRun> {
+        self.journaled = self.journaled.split_off(&(executed + 1));
+        self.journaled.get(&seq).filter(|r| r.digest == *digest)
     }
 
     /// Our peers' keys changed (we re-keyed): acknowledgements and offered copies towards

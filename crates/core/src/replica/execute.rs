@@ -252,7 +252,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             });
         }
         let batch = self.ordering.order.batches.get(&digest).cloned()?;
-        let eligible = self.prime_eligible(&batch).ok()?;
+        let eligible = self.prime_eligible(seq, &digest, &batch).ok()?;
         Some(Committed {
             seq,
             digest,

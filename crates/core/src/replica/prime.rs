@@ -582,9 +582,25 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// What the committed batch `b` makes eligible under Prime; `Ok(None)` under PBFT (the
     /// batch itself runs); `Err` while a PO-REQUEST its matrix needs is missing (asked for,
     /// rate-limited).
-    pub(super) fn prime_eligible(&mut self, b: &Batch) -> Result<Option<Eligible>, ()> {
-        if self.prime.is_none() {
+    pub(super) fn prime_eligible(
+        &mut self,
+        seq: Seq,
+        digest: &Digest,
+        b: &Batch,
+    ) -> Result<Option<Eligible>, ()> {
+        let executed = self.exec.last_executed();
+        let Some(p) = self.prime.as_mut() else {
             return Ok(None);
+        };
+        if let Some(j) = p.journaled(seq, digest, executed) {
+            // It ran here before a restart: the same again (see `PrimeSide::keep_journaled`).
+            let run = Batch {
+                nondet: b.nondet,
+                requests: j.requests.clone(),
+                matrix: None,
+            };
+            let after = j.after.clone();
+            return Ok(Some(Eligible { run, after }));
         }
         let (run, after) = self.prime_derive(b)?;
         Ok(Some(Eligible { run, after }))

@@ -3,6 +3,7 @@
 
 use super::execute::{Committed, Eligible};
 use super::*;
+use crate::prime::side::JournaledRun;
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Rebuilds a replica after a crash from the records its host made durable (see
@@ -143,7 +144,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             })
             .collect();
         self.remote.queue.replay_until = executed.keys().next_back().copied().unwrap_or(0);
-        for (seq, batch) in executed {
+        for (&seq, batch) in &executed {
             if self.exec.diverged() || self.remote.queue.waiting() {
                 // Diverged: fetched instead. Waiting (separated deployment): the rest runs
                 // once the execution cluster acknowledged the checkpoint, from the log.
@@ -153,6 +154,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 break;
             }
             // The digest is recomputed: the journal's checksums catch torn writes, not lies.
+            let batch = batch.clone();
             let digest = batch.as_ref().map_or(NULL_DIGEST, |b| b.digest());
             let eligible = match batch.as_ref().filter(|b| b.matrix.is_some()) {
                 // Prime: what the matrix made eligible, as recorded when it ran.
@@ -182,6 +184,23 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 break; // the key holder failed: the rest is fetched
             }
             self.execute_committed(c);
+        }
+        // Prime: what the replay did not reach runs the same once the key holder answers.
+        let last = self.exec.last_executed();
+        if let Some(p) = self.prime.as_mut() {
+            for (&seq, batch) in executed.range(last + 1..) {
+                let (Some(b), Some((after, requests))) = (batch, ran.get(&seq)) else {
+                    continue;
+                };
+                if b.matrix.is_some() {
+                    let run = JournaledRun {
+                        digest: b.digest(),
+                        requests: requests.clone(),
+                        after: after.clone(),
+                    };
+                    p.keep_journaled(seq, run);
+                }
+            }
         }
     }
 

@@ -330,6 +330,10 @@ impl Cluster {
     /// with a new incarnation of its keys; `records` become its journal.
     pub fn restart(&mut self, i: ReplicaId, records: &[Record]) {
         let keys = self.keyring.keys(Principal::Replica(i));
+        self.restart_with(i, records, keys);
+    }
+
+    fn restart_with(&mut self, i: ReplicaId, records: &[Record], keys: Keys) {
         let cfg = self.cfg.clone();
         let (store, st) = fresh_store();
         self.stores[i as usize] = store;
@@ -340,6 +344,21 @@ impl Cluster {
         }
         self.replicas[i as usize] = Node::Live(Box::new(r));
         self.journals[i as usize] = records.to_vec();
+    }
+
+    /// Like [`Cluster::restart`] with session keys whose key holder fails every call opening
+    /// a body session while `failing` is set.
+    pub fn restart_failing_bodies(
+        &mut self,
+        i: ReplicaId,
+        records: &[Record],
+        failing: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        let keys = Keys::Session(
+            self.keyring
+                .session_failing_bodies(Principal::Replica(i), failing),
+        );
+        self.restart_with(i, records, keys);
     }
 
     /// Everything replica `i` journaled (since its last restart: what it restarted from, then

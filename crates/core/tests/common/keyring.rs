@@ -2,14 +2,17 @@
 //! master secret, or session keys over per-principal key holders whose non-volatile memory
 //! (counter, admitted NEW-KEY counters) survives restarts.
 
+use redoubt_core::keys::{Admitted, HolderError, KeyHolder, NewKey, Purpose, SharedHolder};
 use redoubt_core::keys::{AdmittedCounters, LocalHolder};
 use redoubt_core::*;
 use redoubt_crypto::body::ExecutorSecret;
+use redoubt_crypto::body::{BodyKey, ENC_LEN};
 use redoubt_crypto::pk::HolderSecrets;
+use redoubt_crypto::pk::{SealPublicKey, Signature};
 use redoubt_crypto::Digest;
 use redoubt_crypto::MacKey;
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The master secret static keys derive from.
@@ -100,6 +103,21 @@ impl Keyring {
         }
     }
 
+    /// Session keys of a new incarnation of `p`'s key holder that fails every call opening a
+    /// body session while `failing` is set.
+    pub fn session_failing_bodies(
+        &mut self,
+        p: Principal,
+        failing: Arc<AtomicBool>,
+    ) -> SessionKeys {
+        let keys = self.session(p);
+        let inner = keys.holder();
+        SessionKeys::new(
+            Box::new(FailingBodies { inner, failing }),
+            self.directory.clone(),
+        )
+    }
+
     /// Session keys of a new incarnation of `p`'s key holder (whatever the mode).
     pub fn session(&mut self, p: Principal) -> SessionKeys {
         let incarnation = self.incarnations.entry(p).or_insert(0);
@@ -118,5 +136,55 @@ impl Keyring {
             holder = holder.with_executor(executors());
         }
         SessionKeys::new(Box::new(holder), self.directory.clone())
+    }
+}
+
+/// A key holder whose calls opening body sessions fail while `failing` is set (unreachable),
+/// the rest answered by `inner`.
+struct FailingBodies {
+    inner: SharedHolder,
+    failing: Arc<AtomicBool>,
+}
+
+impl FailingBodies {
+    fn inner<T>(&self, f: impl FnOnce(&mut dyn KeyHolder) -> T) -> T {
+        f(self.inner.lock().expect("key holder").as_mut())
+    }
+}
+
+impl KeyHolder for FailingBodies {
+    fn principal(&self) -> Principal {
+        self.inner(|h| h.principal())
+    }
+    fn sign(
+        &mut self,
+        purpose: Purpose,
+        content: &Digest,
+    ) -> Result<(u64, Signature), HolderError> {
+        self.inner(|h| h.sign(purpose, content))
+    }
+    fn fresh_key(&mut self) -> Result<MacKey, HolderError> {
+        self.inner(|h| h.fresh_key())
+    }
+    fn seal(
+        &mut self,
+        to: &SealPublicKey,
+        info: &[u8],
+        key: &MacKey,
+    ) -> Result<Vec<u8>, HolderError> {
+        self.inner(|h| h.seal(to, info, key))
+    }
+    fn admit(&mut self, nk: &NewKey) -> Result<Admitted, HolderError> {
+        self.inner(|h| h.admit(nk))
+    }
+    fn open_body(
+        &mut self,
+        info: &[u8],
+        enc: &[u8; ENC_LEN],
+    ) -> Result<Option<BodyKey>, HolderError> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(HolderError::Unreachable("failing (test)".into()));
+        }
+        self.inner(|h| h.open_body(info, enc))
     }
 }
