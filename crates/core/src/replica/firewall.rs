@@ -115,7 +115,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return Err(Reject::Unexpected);
         };
         let seq = v.cert.bundle.seq;
-        if seq <= self.remote.queue.acked.saturating_sub(self.cfg.log_size) {
+        if seq <= self.remote.queue.acked().saturating_sub(self.cfg.log_size) {
             return Ok(()); // old news
         }
         let VouchedCert { cert, vouch } = v;
@@ -220,7 +220,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // Replies only for clients still in the exactly-once table.
         let exec = &self.exec;
         fw.replies.retain(|c, _| exec.last_reply(*c).is_some());
-        let stable = self.remote.queue.stable_acked;
+        let stable = self.remote.queue.stable_acked();
         self.exec_progress(seq, stable);
         if !self.out.replaying {
             for r in out {
@@ -233,13 +233,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let Some(fw) = &self.remote.firewall else {
             return Err(Reject::Unexpected);
         };
-        if c.seq <= self.remote.queue.stable_acked {
+        if c.seq <= self.remote.queue.stable_acked() {
             return Ok(());
         }
         if !fw.keys.check_stable(&c) {
             return Err(Reject::BadSignature);
         }
-        let acked = self.remote.queue.acked.max(c.seq);
+        let acked = self.remote.queue.acked().max(c.seq);
         self.exec_progress(acked, c.seq);
         Ok(())
     }

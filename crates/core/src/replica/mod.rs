@@ -385,7 +385,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Separated deployment: the sequence number the execution cluster acknowledged
     /// executing through, as this replica learnt it.
     pub fn execution_acked(&self) -> Seq {
-        self.remote.queue.acked
+        self.remote.queue.acked()
     }
     pub fn stable_checkpoint(&self) -> Seq {
         self.ordering.ckpt_votes.stable_seq()

@@ -143,7 +143,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 _ => None,
             })
             .collect();
-        self.remote.queue.replay_until = executed.keys().next_back().copied().unwrap_or(0);
+        let until = executed.keys().next_back().copied().unwrap_or(0);
+        self.remote.queue.replaying_until(until);
         for (&seq, batch) in &executed {
             if self.exec.diverged() || self.remote.queue.waiting() {
                 // Diverged: fetched instead. Waiting (separated deployment): the rest runs

@@ -23,6 +23,7 @@
 //! certificates retransmitted per round.
 
 use super::*;
+use crate::agreement::queue::{ExecQueue, QueueRules};
 use crate::seal::seal_to_executors;
 use crate::types::ExecutorId;
 
@@ -30,38 +31,9 @@ use crate::types::ExecutorId;
 /// execution nodes (separated deployment), and behind a firewall its keys and what came down.
 #[derive(Default)]
 pub(super) struct Remote {
-    pub(super) queue: Queue,
+    pub(super) queue: ExecQueue,
     /// Firewall deployment: keys, and what came down (see `firewall.rs`).
     pub(super) firewall: Option<super::firewall::FirewallSide>,
-}
-
-/// The message queue towards the execution cluster.
-#[derive(Default)]
-pub(super) struct Queue {
-    /// What each execution node last acknowledged: how far it executed, and its stable
-    /// checkpoint (either may go down: it restarted from its durable state).
-    acks: BTreeMap<ExecutorId, (Seq, Seq)>,
-    /// The highest sequence number g+1 execution nodes acknowledged executing, and the
-    /// highest that g+1 of them hold as a stable checkpoint.
-    pub(super) acked: Seq,
-    pub(super) stable_acked: Seq,
-    /// Per execution node: when what it has not acknowledged is next sent again (ms), and
-    /// the current back-off interval (reset when it acknowledges more).
-    retransmit: BTreeMap<ExecutorId, (u64, u64)>,
-    /// The batches executed here above some execution node's stable checkpoint, for sending
-    /// again (at most [`resend_max`], the oldest dropped first). Kept apart from the log,
-    /// whose garbage collection only waits for g+1 acknowledgements, which faulty execution
-    /// nodes can give falsely.
-    resend: BTreeMap<Seq, (Digest, Option<Arc<Batch>>)>,
-    /// The checkpoint waiting for its acknowledgement; nothing executes past it meanwhile.
-    waiting_checkpoint: Option<Seq>,
-    /// While replaying the journal: the last sequence number it executed before the restart
-    /// (checkpoints below it were acknowledged then, or execution would not have gone on).
-    pub(super) replay_until: Seq,
-    /// When g+1 execution nodes last acknowledged more (or had acknowledged everything).
-    ack_progress_ms: u64,
-    /// Whether a client asked again for a request ordered here since then.
-    retried_since_progress: bool,
 }
 
 /// How many unacknowledged batches a replica keeps for sending again: 2L + K. With g faulty
@@ -76,12 +48,6 @@ pub(super) fn resend_max(cfg: &Config) -> Seq {
     2 * cfg.log_size + cfg.checkpoint_interval
 }
 
-impl Queue {
-    pub(super) fn waiting(&self) -> bool {
-        self.waiting_checkpoint.is_some()
-    }
-}
-
 impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Sends our piece of the agreement certificate for batch `digest` (`None`: the null
     /// request) at `seq` to every execution node.
@@ -93,13 +59,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             digest,
             batch: batch.cloned(),
         });
+        let rules = self.queue_rules();
         self.remote
             .queue
-            .resend
-            .insert(seq, (digest, batch.map(|b| Arc::new(b.clone()))));
-        while self.remote.queue.resend.len() as u64 > resend_max(&self.cfg) {
-            self.remote.queue.resend.pop_first();
-        }
+            .forwarded(&rules, seq, digest, batch.map(|b| Arc::new(b.clone())));
         if self.out.replaying || self.above_cap(&msg) {
             return;
         }
@@ -120,7 +83,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// Sends our piece for `seq` again, to execution node `to` only.
     fn forward_again(&mut self, to: ExecutorId, seq: Seq) -> bool {
-        let Some((d, batch)) = self.remote.queue.resend.get(&seq).cloned() else {
+        let Some((d, batch)) = self.remote.queue.kept(seq).cloned() else {
             return false;
         };
         let batch = batch.map(|b| (*b).clone());
@@ -152,15 +115,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Whether the checkpoint at `seq`, just executed, must wait for the execution
     /// cluster's acknowledgement (and nothing execute past it meanwhile).
     pub(super) fn checkpoint_waits(&mut self, seq: Seq) -> bool {
-        // A replaying replica waits too (its replay stops there): a checkpoint taken before
-        // the execution cluster has the batches would let the replicas' garbage collection
-        // drop what no execution node may have.
-        let acknowledged_before = self.out.replaying && seq < self.remote.queue.replay_until;
-        if !self.cfg.separated() || self.remote.queue.stable_acked >= seq || acknowledged_before {
-            return false;
-        }
-        self.remote.queue.waiting_checkpoint = Some(seq);
-        true
+        self.cfg.separated() && self.remote.queue.checkpoint_waits(seq, self.out.replaying)
     }
 
     pub(super) fn on_exec_ack(&mut self, from: ExecutorId, a: ExecAck) -> Result<(), Reject> {
@@ -174,45 +129,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if a.stable > a.seq {
             return Err(Reject::Inconsistent);
         }
-        let before = self.remote.queue.acks.insert(from, (a.seq, a.stable));
-        if before == Some((a.seq, a.stable)) {
-            return Ok(());
+        let (rules, now) = (self.queue_rules(), self.now());
+        if let Some((acked, stable)) = self
+            .remote
+            .queue
+            .acknowledged(&rules, from, a.seq, a.stable, now)
+        {
+            self.exec_progress(acked, stable);
         }
-        // What every execution node holds durably need not be sent again.
-        let all = (0..self.cfg.executors)
-            .map(|e| self.remote.queue.acks.get(&e).map_or(0, |(_, s)| *s))
-            .min()
-            .unwrap_or(0);
-        self.remote.queue.resend = self.remote.queue.resend.split_off(&(all + 1));
-        if before.is_none_or(|(seq, _)| a.seq != seq) {
-            // It moved (or went back: it restarted): what it lacks goes out at once.
-            let base = self.cfg.status_interval_ms;
-            let due = if before.is_some_and(|(seq, _)| a.seq < seq) {
-                self.now()
-            } else {
-                self.now() + base
-            };
-            self.remote.queue.retransmit.insert(from, (due, base));
-        }
-        // What g+1 execution nodes executed (progress), and what g+1 hold as a stable
-        // checkpoint: our checkpoint waits for the latter, so our garbage collection never
-        // drops what a lagging correct execution node may still need from us and cannot get
-        // from its peers (they vouch for no checkpoint it could fetch until it votes too).
-        let quorum_of = |xs: Vec<Seq>| {
-            let mut xs = xs;
-            xs.sort_unstable_by(|x, y| y.cmp(x));
-            xs.get(self.cfg.exec_quorum() - 1).copied().unwrap_or(0)
-        };
-        let acked = quorum_of(
-            self.remote
-                .queue
-                .acks
-                .values()
-                .map(|(seq, _)| *seq)
-                .collect(),
-        );
-        let stable = quorum_of(self.remote.queue.acks.values().map(|(_, s)| *s).collect());
-        self.exec_progress(acked, stable);
         Ok(())
     }
 
@@ -230,58 +154,21 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         } else {
             self.exec.last_executed()
         };
-        if ordered.saturating_sub(self.remote.queue.acked) < self.cfg.exec_inflight_batches_max {
-            return false;
-        }
-        // A batching aid, not a gate: when acknowledgements stall for a heartbeat (lost, or
-        // the execution nodes slow), the primary orders on up to the log window as it would
-        // without the bound (simulator seeds 9205 of `--separated` and 605 of `--firewall`,
-        // with a quarter of the messages lost, ran out of their liveness budget otherwise).
-        self.now()
-            < self
-                .remote
-                .queue
-                .ack_progress_ms
-                .saturating_add(self.cfg.status_interval_ms)
+        let max = self.cfg.exec_inflight_batches_max;
+        self.remote
+            .queue
+            .pipeline_full(&self.queue_rules(), ordered, max, self.now())
     }
 
     /// g+1 execution nodes executed through `acked` and hold a stable checkpoint at
     /// `stable` (from their acknowledgements, or from the firewall's certificates).
     pub(super) fn exec_progress(&mut self, acked: Seq, stable: Seq) {
-        if acked > self.remote.queue.acked {
-            self.remote.queue.acked = acked;
-            self.remote.queue.ack_progress_ms = self.now();
-            self.remote.queue.retried_since_progress = false;
-            if self.cfg.firewall() {
-                // The execution cluster moved: what it lacks next goes out again after one
-                // status interval, not after the back-off an earlier outage grew (up to
-                // `view_change_timeout_max_ms`). The separated deployment does the same per
-                // execution node on its acknowledgements (`on_exec_ack`). Simulator seed 1121
-                // of `--firewall`: a piece lost after an execution node's reboot waited 3 s,
-                // through two view changes.
-                let base = self.cfg.status_interval_ms;
-                let due = self.now() + base;
-                self.remote.queue.retransmit.insert(0, (due, base));
-            }
+        let (rules, now) = (self.queue_rules(), self.now());
+        if self.remote.queue.executed(&rules, acked, now) {
             // Room in the execution pipeline: what queued goes out.
             self.try_propose();
         }
-        if stable <= self.remote.queue.stable_acked {
-            return;
-        }
-        self.remote.queue.stable_acked = stable;
-        if self.cfg.firewall() {
-            // No per-node acknowledgements behind the firewall: g+1 stable checkpoints (one
-            // correct node's) are what the execution nodes fetch state from.
-            self.remote.queue.resend = self.remote.queue.resend.split_off(&(stable + 1));
-        }
-        if let Some(seq) = self
-            .remote
-            .queue
-            .waiting_checkpoint
-            .filter(|s| *s <= stable)
-        {
-            self.remote.queue.waiting_checkpoint = None;
+        if let Some(seq) = self.remote.queue.stable(&rules, stable) {
             if seq == self.exec.last_executed() && seq > self.exec.state().latest() {
                 self.take_checkpoint(seq);
             }
@@ -292,8 +179,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Execution node `e` sent fresh keys (it refreshes them, or it restarted): what it has
     /// not acknowledged goes out again at once, under keys it can check.
     pub(super) fn executor_rekeyed(&mut self, e: ExecutorId) {
-        let base = self.cfg.status_interval_ms;
-        self.remote.queue.retransmit.insert(e, (self.now(), base));
+        let (rules, now) = (self.queue_rules(), self.now());
+        self.remote.queue.rekeyed(&rules, e, now);
     }
 
     /// Passes an execution node's frame on to its client, unread: only frames of that
@@ -342,7 +229,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// answer it again (their reply may have been lost).
     /// Behind a firewall: `true` if the certified reply went out again.
     pub(super) fn hint_retry(&mut self, client: ClientId, timestamp: u64) -> bool {
-        self.remote.queue.retried_since_progress = true;
+        self.remote.queue.retried();
         if self.cfg.firewall() {
             // Nothing goes up but agreement certificates: the certified reply, if it came.
             return self.answer_from_certificates(client, timestamp);
@@ -365,22 +252,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// replicas together again; its timeout doubles as for any view change that does not
     /// help (the execution nodes may be down).
     fn check_execution_stall(&mut self, now: u64, last: Seq) {
-        if self.remote.queue.acked >= last || !self.views.normal {
-            self.remote.queue.ack_progress_ms = now;
-            self.remote.queue.retried_since_progress = false;
-            return;
-        }
-        if self.remote.queue.retried_since_progress
-            && now
-                >= self
-                    .remote
-                    .queue
-                    .ack_progress_ms
-                    .saturating_add(self.views.timer.timeout_ms())
-        {
+        let (normal, timeout) = (self.views.normal, self.views.timer.timeout_ms());
+        if self.remote.queue.stalled(now, last, normal, timeout) {
             self.stats.execution_stalls += 1;
-            self.remote.queue.ack_progress_ms = now;
-            self.remote.queue.retried_since_progress = false;
             self.views.timer.back_off();
             self.start_view_change(
                 self.views.view.saturating_add(1),
@@ -398,61 +272,24 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let now = self.now();
         let last = self.exec.last_executed();
         self.check_execution_stall(now, last);
-        let base = self.cfg.status_interval_ms;
-        // Behind a firewall the filters are one destination, and the certificates coming
-        // down the acknowledgement of all execution nodes at once.
-        let targets = if self.cfg.firewall() {
-            1
-        } else {
-            self.cfg.executors
-        };
-        for e in 0..targets {
-            let acked = if self.cfg.firewall() {
-                // A checkpoint waiting for the execution checkpoint certificate asks again
-                // with the last piece (its answer brings the certificate down again).
-                let stuck = self
-                    .remote
-                    .queue
-                    .waiting_checkpoint
-                    .is_some_and(|s| s > self.remote.queue.stable_acked);
-                if stuck && self.remote.queue.acked >= last {
-                    last.saturating_sub(1)
-                } else {
-                    self.remote.queue.acked
-                }
-            } else {
-                self.remote.queue.acks.get(&e).map_or(0, |(seq, _)| *seq)
-            };
-            if acked >= last {
-                continue;
-            }
-            let (due, backoff) = *self
-                .remote
-                .queue
-                .retransmit
-                .entry(e)
-                .or_insert((now + base, base));
-            if now < due {
-                continue;
-            }
-            let backoff2 = (backoff * 2).min(self.cfg.view_change_timeout_max_ms);
-            self.remote
-                .queue
-                .retransmit
-                .insert(e, (now + backoff2, backoff2));
-            let oldest = self
-                .remote
-                .queue
-                .resend
-                .keys()
-                .next()
-                .copied()
-                .unwrap_or(last);
-            let from = (acked + 1).max(oldest);
-            let to = last.min(from + self.cfg.retransmit_entries_max as Seq - 1);
-            for seq in from..=to {
+        let rules = self.queue_rules();
+        for (e, seqs) in self.remote.queue.due(&rules, now, last) {
+            for seq in seqs {
                 self.forward_again(e, seq);
             }
+        }
+    }
+
+    /// The rules of the queue towards the execution cluster, from our configuration.
+    fn queue_rules(&self) -> QueueRules {
+        QueueRules {
+            executors: self.cfg.executors,
+            exec_quorum: self.cfg.exec_quorum(),
+            interval_ms: self.cfg.status_interval_ms,
+            backoff_max_ms: self.cfg.view_change_timeout_max_ms,
+            entries_max: self.cfg.retransmit_entries_max as Seq,
+            resend_max: resend_max(&self.cfg),
+            firewall: self.cfg.firewall(),
         }
     }
 }
