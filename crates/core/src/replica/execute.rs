@@ -91,7 +91,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// while replaying, recovering or off the normal case.
     pub(super) fn try_tentative(&mut self) {
         if !self.cfg.tentative_execution
-            || self.cfg.separated()
+            || !self.sink().here()
             || self.exec.tentative().is_some()
             || self.out.replaying
             || !self.views.normal
@@ -128,7 +128,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn executes_tentatively(&self, batch: &Batch) -> bool {
         let nn = self.cfg.n();
         self.cfg.tentative_for(batch.requests.len())
-            && !self.cfg.separated()
+            && self.sink().here()
             && !batch
                 .requests
                 .iter()
@@ -186,7 +186,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Like [`Replica::learn_sessions`] for one request: `Some(true)` if it may run,
     /// `Some(false)` while its session is asked for, `None` if the key holder failed.
     pub(super) fn learn_session(&mut self, req: &Request) -> Option<bool> {
-        if self.cfg.separated() {
+        if !self.sink().here() {
             return Some(true); // the execution nodes open bodies, not the replicas
         }
         let now = self.now();
@@ -306,11 +306,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn apply(&mut self, seq: Seq, b: &Batch, tentative: bool) -> Vec<(ClientId, u64)> {
         let mut executed = Vec::new();
         let quiet = self.quiet_for(b.requests.len());
-        // Separated: the execution nodes run the requests and answer; here they are only
-        // ordered (and recorded, exactly once).
-        let separated = self.cfg.separated();
+        // Unless the service runs here, the execution nodes run the requests and answer the
+        // clients; here they are only ordered (and recorded, exactly once).
+        let here = self.sink().here();
         let recoveries = self.recoveries();
-        let done = self.exec.run_batch(seq, b, !separated, &recoveries);
+        let done = self.exec.run_batch(seq, b, here, &recoveries);
         self.stats.bodies_refused = self.exec.bodies_refused();
         for step in done.steps {
             let (index, result) = match step {
@@ -335,7 +335,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 continue;
             }
             let to = self.requester(c);
-            if separated && matches!(to, Principal::Client(_)) {
+            if !here && matches!(to, Principal::Client(_)) {
                 continue;
             }
             let reply = (!(quiet && matches!(to, Principal::Client(_))))
@@ -389,7 +389,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             requests: executed,
         });
         self.arm_request_timer();
-        if self.cfg.separated() {
+        if !self.sink().here() {
             self.forward(seq, digest, batch);
         }
         if seq.is_multiple_of(self.cfg.checkpoint_interval) && !self.checkpoint_waits(seq) {

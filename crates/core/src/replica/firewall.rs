@@ -93,7 +93,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         x: FilterId,
         msg: impl FnOnce() -> Result<Message, Reject>,
     ) -> Result<(), Reject> {
-        if !self.cfg.firewall() || !self.cfg.filter_row(0).any(|f| f == x) {
+        if !self.sink().firewall() || !self.cfg.filter_row(0).any(|f| f == x) {
             return Err(Reject::UnknownSender);
         }
         let msg = msg()?;

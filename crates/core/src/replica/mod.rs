@@ -278,6 +278,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let ckpt_votes = CheckpointVotes::new(cfg.log_size, cfg.checkpoint_interval);
         let requests = requests::Requests::new(&cfg);
         let confidential = cfg.confidential_bodies;
+        let sink = separated::Sink::of(&cfg);
         let views = views::Views::new(&cfg, id);
         let mut r = Replica {
             cfg,
@@ -302,7 +303,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             keying: Default::default(),
             recovery: None,
             unreadable: None,
-            remote: separated::Remote::default(),
+            remote: separated::Remote {
+                sink,
+                ..Default::default()
+            },
             prime: None,
         };
         if r.cfg.prime() {
@@ -354,6 +358,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.cfg.vouchers(),
         ));
         self
+    }
+
+    /// Where our committed batches go.
+    fn sink(&self) -> separated::Sink {
+        self.remote.sink
     }
 
     pub fn id(&self) -> ReplicaId {
@@ -907,7 +916,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.is_primary()
             && (self.requests.pool.is_empty()
                 || self.recovery_progress_target().is_some()
-                || self.cfg.separated())
+                || !self.sink().here())
         {
             self.try_propose();
         }

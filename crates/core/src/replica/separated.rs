@@ -27,10 +27,47 @@ use crate::agreement::queue::{ExecQueue, QueueRules};
 use crate::seal::seal_to_executors;
 use crate::types::ExecutorId;
 
+/// Where this replica's committed batches go, chosen when it is made from its configuration
+/// (ADR 0009): the replica asks it, not the configuration, what to do with a batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) enum Sink {
+    /// It runs them and answers the clients (co-located): it opens clients' bodies, executes
+    /// tentatively, answers reads on the fast path and seals its state for transfer.
+    #[default]
+    Here,
+    /// The execution nodes run them and answer the clients (separated deployment): the
+    /// replica only records which request of each client was ordered.
+    ExecutionNodes,
+    /// The execution nodes behind the privacy firewall: only certificates come back, and
+    /// a client asking again has its request ordered again.
+    Firewall,
+}
+
+impl Sink {
+    pub(super) fn of(cfg: &Config) -> Sink {
+        match (cfg.executors, cfg.filter_rows) {
+            (0, _) => Sink::Here,
+            (_, 0) => Sink::ExecutionNodes,
+            _ => Sink::Firewall,
+        }
+    }
+
+    /// Whether the service runs here (see [`Sink::Here`]).
+    pub(super) fn here(self) -> bool {
+        self == Sink::Here
+    }
+
+    /// Whether the execution nodes stand behind the privacy firewall.
+    pub(super) fn firewall(self) -> bool {
+        self == Sink::Firewall
+    }
+}
+
 /// Where execution goes when this replica does not execute: the message queue towards the
 /// execution nodes (separated deployment), and behind a firewall its keys and what came down.
 #[derive(Default)]
 pub(super) struct Remote {
+    pub(super) sink: Sink,
     pub(super) queue: ExecQueue,
     /// Firewall deployment: keys, and what came down (see `firewall.rs`).
     pub(super) firewall: Option<super::firewall::FirewallSide>,
@@ -66,7 +103,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.out.replaying || self.above_cap(&msg) {
             return;
         }
-        if self.cfg.firewall() {
+        if self.sink().firewall() {
             let Message::Separated(SeparatedMessage::Order(o)) = msg else {
                 unreachable!("built above")
             };
@@ -97,7 +134,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.above_cap(&msg) {
             return false;
         }
-        if self.cfg.firewall() {
+        if self.sink().firewall() {
             let Message::Separated(SeparatedMessage::Order(o)) = msg else {
                 unreachable!("built above")
             };
@@ -115,15 +152,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Whether the checkpoint at `seq`, just executed, must wait for the execution
     /// cluster's acknowledgement (and nothing execute past it meanwhile).
     pub(super) fn checkpoint_waits(&mut self, seq: Seq) -> bool {
-        self.cfg.separated() && self.remote.queue.checkpoint_waits(seq, self.out.replaying)
+        !self.sink().here() && self.remote.queue.checkpoint_waits(seq, self.out.replaying)
     }
 
     pub(super) fn on_exec_ack(&mut self, from: ExecutorId, a: ExecAck) -> Result<(), Reject> {
-        if !self.cfg.separated()
-            || self.cfg.firewall()
-            || from >= self.cfg.executors
-            || a.executor != from
-        {
+        if self.sink() != Sink::ExecutionNodes || from >= self.cfg.executors || a.executor != from {
             return Err(Reject::Unexpected);
         }
         if a.stable > a.seq {
@@ -146,7 +179,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// (they go out together when the execution cluster catches up), and a backup does not
     /// blame it for that.
     pub(super) fn exec_pipeline_full(&self) -> bool {
-        if !self.cfg.separated() {
+        if self.sink().here() {
             return false;
         }
         let ordered = if self.is_primary() {
@@ -187,7 +220,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// execution node itself (its reply or NEW-KEY, which the client authenticates), to a
     /// client of the cluster.
     pub(super) fn on_relay(&mut self, from: ExecutorId, m: Relay) -> Result<(), Reject> {
-        if !self.cfg.separated() || self.cfg.firewall() || from >= self.cfg.executors {
+        if self.sink() != Sink::ExecutionNodes || from >= self.cfg.executors {
             return Err(Reject::Unexpected);
         }
         let to = Principal::Client(m.client);
@@ -208,7 +241,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// A client's NEW-KEY we accepted carries keys for the execution nodes too: it goes on
     /// to them (clients talk to the agreement nodes only).
     pub(super) fn pass_client_key_on(&mut self, nk: &NewKey) {
-        if !self.cfg.separated() || self.cfg.firewall() || self.out.replaying {
+        if self.sink() != Sink::ExecutionNodes || self.out.replaying {
             return;
         }
         let bytes: Bytes = Arc::new(seal(
@@ -230,7 +263,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Behind a firewall: `true` if the certified reply went out again.
     pub(super) fn hint_retry(&mut self, client: ClientId, timestamp: u64) -> bool {
         self.remote.queue.retried();
-        if self.cfg.firewall() {
+        if self.sink().firewall() {
             // Nothing goes up but agreement certificates: the certified reply, if it came.
             return self.answer_from_certificates(client, timestamp);
         }
@@ -266,7 +299,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Sends each execution node what it has not acknowledged (what the log still holds,
     /// at most `retransmit_entries_max` sequence numbers per round), with back-off.
     pub(super) fn tick_queue(&mut self) {
-        if !self.cfg.separated() {
+        if self.sink().here() {
             return;
         }
         let now = self.now();
@@ -289,7 +322,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             backoff_max_ms: self.cfg.view_change_timeout_max_ms,
             entries_max: self.cfg.retransmit_entries_max as Seq,
             resend_max: resend_max(&self.cfg),
-            firewall: self.cfg.firewall(),
+            firewall: self.sink().firewall(),
         }
     }
 }
