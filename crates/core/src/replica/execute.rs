@@ -67,7 +67,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         if self.exec.tentative().is_none() {
             loop {
-                if self.remote.queue.waiting() {
+                if self.sink.waiting() {
                     break; // separated: the checkpoint waits for the execution cluster
                 }
                 let Some(c) = self.next_committed() else {
@@ -91,7 +91,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// while replaying, recovering or off the normal case.
     pub(super) fn try_tentative(&mut self) {
         if !self.cfg.tentative_execution
-            || !self.sink().here()
+            || !self.sink.here()
             || self.exec.tentative().is_some()
             || self.out.replaying
             || !self.views.normal
@@ -128,7 +128,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     pub(super) fn executes_tentatively(&self, batch: &Batch) -> bool {
         let nn = self.cfg.n();
         self.cfg.tentative_for(batch.requests.len())
-            && self.sink().here()
+            && self.sink.here()
             && !batch
                 .requests
                 .iter()
@@ -186,7 +186,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Like [`Replica::learn_sessions`] for one request: `Some(true)` if it may run,
     /// `Some(false)` while its session is asked for, `None` if the key holder failed.
     pub(super) fn learn_session(&mut self, req: &Request) -> Option<bool> {
-        if !self.sink().here() {
+        if !self.sink.here() {
             return Some(true); // the execution nodes open bodies, not the replicas
         }
         let now = self.now();
@@ -308,7 +308,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         let quiet = self.quiet_for(b.requests.len());
         // Unless the service runs here, the execution nodes run the requests and answer the
         // clients; here they are only ordered (and recorded, exactly once).
-        let here = self.sink().here();
+        let here = self.sink.here();
         let recoveries = self.recoveries();
         let done = self.exec.run_batch(seq, b, here, &recoveries);
         self.stats.bodies_refused = self.exec.bodies_refused();
@@ -389,7 +389,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             requests: executed,
         });
         self.arm_request_timer();
-        if !self.sink().here() {
+        if !self.sink.here() {
             self.forward(seq, digest, batch);
         }
         if seq.is_multiple_of(self.cfg.checkpoint_interval) && !self.checkpoint_waits(seq) {

@@ -73,7 +73,7 @@ impl FirewallSide {
 impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Signs our piece and sends it to the bottom row of filters.
     pub(super) fn send_signed_order(&mut self, order: Order) {
-        let Some(fw) = &self.remote.firewall else {
+        let Some(fw) = self.sink.side() else {
             return; // checked at construction: a firewall replica has its keys
         };
         let signature = fw.order_key.sign(&SignedOrder::statement(&order).0);
@@ -93,7 +93,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         x: FilterId,
         msg: impl FnOnce() -> Result<Message, Reject>,
     ) -> Result<(), Reject> {
-        if !self.sink().firewall() || !self.cfg.filter_row(0).any(|f| f == x) {
+        if !self.sink.firewall() || !self.cfg.filter_row(0).any(|f| f == x) {
             return Err(Reject::UnknownSender);
         }
         let msg = msg()?;
@@ -111,13 +111,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// once; the replica takes it in once every bottom-row filter vouched for it, or its
     /// signature checked (see the module's text).
     fn on_reply_cert(&mut self, x: FilterId, v: VouchedCert) -> Result<(), Reject> {
-        let Some(fw) = &mut self.remote.firewall else {
+        if self.sink.side().is_none() {
             return Err(Reject::Unexpected);
-        };
+        }
         let seq = v.cert.bundle.seq;
-        if seq <= self.remote.queue.acked().saturating_sub(self.cfg.log_size) {
+        if seq <= self.sink.acked().saturating_sub(self.cfg.log_size) {
             return Ok(()); // old news
         }
+        let fw = self.sink.side_mut().expect("checked above");
         let VouchedCert { cert, vouch } = v;
         let leaves = cert.bundle.leaves();
         let st = bundle_statement(seq, &leaves);
@@ -143,7 +144,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             }
             Vouched::First(w) => w,
         };
-        let fw = self.remote.firewall.as_mut().expect("checked above");
+        let fw = self.sink.side_mut().expect("checked above");
         if !fw.unchecked.full() {
             fw.unchecked.wait(w);
             return Ok(());
@@ -159,7 +160,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// At a tick: checks the signatures of the reply certificates that waited since the tick
     /// before, taking in those that hold.
     pub(super) fn check_reply_certs(&mut self) {
-        let Some(fw) = &mut self.remote.firewall else {
+        let Some(fw) = self.sink.side_mut() else {
             return;
         };
         let due = fw.unchecked.take_due();
@@ -179,7 +180,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// to their clients and kept for the clients asking again, and the execution progress it
     /// shows.
     fn accept_reply_cert(&mut self, c: Unchecked) {
-        let Some(fw) = &mut self.remote.firewall else {
+        let Some(fw) = self.sink.side_mut() else {
             return;
         };
         let seq = c.cert.bundle.seq;
@@ -220,7 +221,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // Replies only for clients still in the exactly-once table.
         let exec = &self.exec;
         fw.replies.retain(|c, _| exec.last_reply(*c).is_some());
-        let stable = self.remote.queue.stable_acked();
+        let stable = self.sink.stable_acked();
         self.exec_progress(seq, stable);
         if !self.out.replaying {
             for r in out {
@@ -230,16 +231,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     fn on_stable_cert(&mut self, c: StableCert) -> Result<(), Reject> {
-        let Some(fw) = &self.remote.firewall else {
+        let Some(fw) = self.sink.side() else {
             return Err(Reject::Unexpected);
         };
-        if c.seq <= self.remote.queue.stable_acked() {
+        if c.seq <= self.sink.stable_acked() {
             return Ok(());
         }
         if !fw.keys.check_stable(&c) {
             return Err(Reject::BadSignature);
         }
-        let acked = self.remote.queue.acked().max(c.seq);
+        let acked = self.sink.acked().max(c.seq);
         self.exec_progress(acked, c.seq);
         Ok(())
     }
@@ -248,9 +249,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// reply, if one came down.
     pub(super) fn answer_from_certificates(&mut self, client: ClientId, timestamp: u64) -> bool {
         let Some(r) = self
-            .remote
-            .firewall
-            .as_ref()
+            .sink
+            .side()
             .and_then(|fw| fw.replies.get(&client))
             .filter(|r| r.entry.timestamp == timestamp)
             .cloned()

@@ -237,7 +237,7 @@ pub struct Replica<S: Service, A: KeyTable> {
     /// Why the stored checkpoint did not load at start-up (reported once restored).
     unreadable: Option<String>,
     /// Separated and firewall deployments: where execution goes (see `separated.rs`).
-    remote: separated::Remote,
+    sink: separated::Sink,
     /// Prime ordering: pre-ordering, Suspect-Leader, keys (see `prime.rs`).
     prime: Option<crate::prime::side::PrimeSide>,
 }
@@ -303,10 +303,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             keying: Default::default(),
             recovery: None,
             unreadable: None,
-            remote: separated::Remote {
-                sink,
-                ..Default::default()
-            },
+            sink,
             prime: None,
         };
         if r.cfg.prime() {
@@ -352,17 +349,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         keys: Arc<crate::filter::FirewallKeys>,
         order_key: redoubt_crypto::pk::HolderSecrets,
     ) -> Self {
-        self.remote.firewall = Some(firewall::FirewallSide::new(
-            keys,
-            order_key,
-            self.cfg.vouchers(),
-        ));
+        let vouchers = self.cfg.vouchers();
+        if let separated::Sink::Firewall { side, .. } = &mut self.sink {
+            *side = Some(Box::new(firewall::FirewallSide::new(
+                keys, order_key, vouchers,
+            )));
+        }
         self
-    }
-
-    /// Where our committed batches go.
-    fn sink(&self) -> separated::Sink {
-        self.remote.sink
     }
 
     pub fn id(&self) -> ReplicaId {
@@ -394,7 +387,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Separated deployment: the sequence number the execution cluster acknowledged
     /// executing through, as this replica learnt it.
     pub fn execution_acked(&self) -> Seq {
-        self.remote.queue.acked()
+        self.sink.acked()
     }
     pub fn stable_checkpoint(&self) -> Seq {
         self.ordering.ckpt_votes.stable_seq()
@@ -916,7 +909,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.is_primary()
             && (self.requests.pool.is_empty()
                 || self.recovery_progress_target().is_some()
-                || !self.sink().here())
+                || !self.sink.here())
         {
             self.try_propose();
         }

@@ -41,7 +41,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// execution nodes (they send us acknowledgements); behind a firewall they send us nothing
     /// but certificates, and are out of reach.
     fn key_peers(&self) -> Vec<Principal> {
-        let executors = if self.sink().firewall() {
+        let executors = if self.sink.firewall() {
             0
         } else {
             self.cfg.executors

@@ -103,7 +103,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // A recovery request authenticates itself by its key-holder signature, which every
         // replica checks alike: signed in the sense of the view-change timer.
         let signed = signed || (mac_ok && recovery_replica(req.client).is_some());
-        if req.read_only && self.cfg.read_only_fast_path && self.sink().here() {
+        if req.read_only && self.cfg.read_only_fast_path && self.sink.here() {
             if !matches!(from, Principal::Client(_)) {
                 return Err(Reject::Unexpected); // read-only requests are never relayed
             }
@@ -139,14 +139,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let ordered = self.exec.last_reply(req.client).map(|l| l.timestamp);
         let from_client = matches!(client, Principal::Client(_));
-        if ordered == Some(req.timestamp) && !self.sink().here() && from_client {
+        if ordered == Some(req.timestamp) && !self.sink.here() && from_client {
             // Ordered already: the execution nodes hold the reply (replicas answer their
             // peers' recovery requests themselves). Behind a firewall, the certified reply
             // if one came down; else the request is ordered again, and the execution nodes
             // answer it in that batch's bundle (Yin et al. §3.2.1: a retransmission takes a
             // new sequence number).
             let answered = self.hint_retry(req.client, req.timestamp);
-            if answered || !self.sink().firewall() {
+            if answered || !self.sink.firewall() {
                 return Ok(());
             }
         }
@@ -154,7 +154,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             if req.timestamp < last.timestamp {
                 return Err(Reject::Stale);
             }
-            let order_again = self.sink().firewall() && from_client;
+            let order_again = self.sink.firewall() && from_client;
             if req.timestamp == last.timestamp && !order_again {
                 // Already executed: resend the cached reply.
                 let tentative = self.resend_reply(req.client);

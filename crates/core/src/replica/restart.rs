@@ -144,9 +144,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             })
             .collect();
         let until = executed.keys().next_back().copied().unwrap_or(0);
-        self.remote.queue.replaying_until(until);
+        if let Some(q) = self.sink.queue_mut() {
+            q.replaying_until(until);
+        }
         for (&seq, batch) in &executed {
-            if self.exec.diverged() || self.remote.queue.waiting() {
+            if self.exec.diverged() || self.sink.waiting() {
                 // Diverged: fetched instead. Waiting (separated deployment): the rest runs
                 // once the execution cluster acknowledged the checkpoint, from the log.
                 break;

@@ -22,55 +22,100 @@
 //! Bounds: one acknowledgement per execution node; at most `retransmit_entries_max`
 //! certificates retransmitted per round.
 
+use super::firewall::FirewallSide;
 use super::*;
 use crate::agreement::queue::{ExecQueue, QueueRules};
 use crate::seal::seal_to_executors;
 use crate::types::ExecutorId;
 
 /// Where this replica's committed batches go, chosen when it is made from its configuration
-/// (ADR 0009): the replica asks it, not the configuration, what to do with a batch.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// (ADR 0009): the replica asks it, not the configuration, what to do with a batch, and it
+/// holds what going elsewhere needs.
 pub(super) enum Sink {
     /// It runs them and answers the clients (co-located): it opens clients' bodies, executes
     /// tentatively, answers reads on the fast path and seals its state for transfer.
-    #[default]
     Here,
     /// The execution nodes run them and answer the clients (separated deployment): the
-    /// replica only records which request of each client was ordered.
-    ExecutionNodes,
-    /// The execution nodes behind the privacy firewall: only certificates come back, and
-    /// a client asking again has its request ordered again.
-    Firewall,
+    /// replica only records which request of each client was ordered, and hands the batches
+    /// down through the message queue.
+    ExecutionNodes { queue: ExecQueue },
+    /// The execution nodes behind the privacy firewall: only certificates come back, and a
+    /// client asking again has its request ordered again. `side` holds the firewall's keys
+    /// and what came down (see `firewall.rs`), from [`Replica::with_firewall`].
+    Firewall {
+        queue: ExecQueue,
+        side: Option<Box<FirewallSide>>,
+    },
 }
 
 impl Sink {
     pub(super) fn of(cfg: &Config) -> Sink {
         match (cfg.executors, cfg.filter_rows) {
             (0, _) => Sink::Here,
-            (_, 0) => Sink::ExecutionNodes,
-            _ => Sink::Firewall,
+            (_, 0) => Sink::ExecutionNodes {
+                queue: ExecQueue::default(),
+            },
+            _ => Sink::Firewall {
+                queue: ExecQueue::default(),
+                side: None,
+            },
         }
     }
 
     /// Whether the service runs here (see [`Sink::Here`]).
-    pub(super) fn here(self) -> bool {
-        self == Sink::Here
+    pub(super) fn here(&self) -> bool {
+        matches!(self, Sink::Here)
     }
 
     /// Whether the execution nodes stand behind the privacy firewall.
-    pub(super) fn firewall(self) -> bool {
-        self == Sink::Firewall
+    pub(super) fn firewall(&self) -> bool {
+        matches!(self, Sink::Firewall { .. })
     }
-}
 
-/// Where execution goes when this replica does not execute: the message queue towards the
-/// execution nodes (separated deployment), and behind a firewall its keys and what came down.
-#[derive(Default)]
-pub(super) struct Remote {
-    pub(super) sink: Sink,
-    pub(super) queue: ExecQueue,
-    /// Firewall deployment: keys, and what came down (see `firewall.rs`).
-    pub(super) firewall: Option<super::firewall::FirewallSide>,
+    /// The queue towards the execution cluster, unless the service runs here.
+    pub(super) fn queue(&self) -> Option<&ExecQueue> {
+        match self {
+            Sink::Here => None,
+            Sink::ExecutionNodes { queue } | Sink::Firewall { queue, .. } => Some(queue),
+        }
+    }
+
+    pub(super) fn queue_mut(&mut self) -> Option<&mut ExecQueue> {
+        match self {
+            Sink::Here => None,
+            Sink::ExecutionNodes { queue } | Sink::Firewall { queue, .. } => Some(queue),
+        }
+    }
+
+    /// The firewall's keys and what came down, behind a firewall once it has its keys.
+    pub(super) fn side(&self) -> Option<&FirewallSide> {
+        match self {
+            Sink::Firewall { side, .. } => side.as_deref(),
+            _ => None,
+        }
+    }
+
+    pub(super) fn side_mut(&mut self) -> Option<&mut FirewallSide> {
+        match self {
+            Sink::Firewall { side, .. } => side.as_deref_mut(),
+            _ => None,
+        }
+    }
+
+    /// Whether a checkpoint waits for the execution cluster (nothing executes meanwhile).
+    pub(super) fn waiting(&self) -> bool {
+        self.queue().is_some_and(|q| q.waiting())
+    }
+
+    /// How far g+1 execution nodes executed (0 where the service runs here).
+    pub(super) fn acked(&self) -> Seq {
+        self.queue().map_or(0, |q| q.acked())
+    }
+
+    /// The highest checkpoint g+1 execution nodes hold as stable.
+    pub(super) fn stable_acked(&self) -> Seq {
+        self.queue().map_or(0, |q| q.stable_acked())
+    }
 }
 
 /// How many unacknowledged batches a replica keeps for sending again: 2L + K. With g faulty
@@ -97,13 +142,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             batch: batch.cloned(),
         });
         let rules = self.queue_rules();
-        self.remote
-            .queue
-            .forwarded(&rules, seq, digest, batch.map(|b| Arc::new(b.clone())));
+        if let Some(q) = self.sink.queue_mut() {
+            q.forwarded(&rules, seq, digest, batch.map(|b| Arc::new(b.clone())));
+        }
         if self.out.replaying || self.above_cap(&msg) {
             return;
         }
-        if self.sink().firewall() {
+        if self.sink.firewall() {
             let Message::Separated(SeparatedMessage::Order(o)) = msg else {
                 unreachable!("built above")
             };
@@ -120,7 +165,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// Sends our piece for `seq` again, to execution node `to` only.
     fn forward_again(&mut self, to: ExecutorId, seq: Seq) -> bool {
-        let Some((d, batch)) = self.remote.queue.kept(seq).cloned() else {
+        let Some((d, batch)) = self.sink.queue().and_then(|q| q.kept(seq)).cloned() else {
             return false;
         };
         let batch = batch.map(|b| (*b).clone());
@@ -134,7 +179,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.above_cap(&msg) {
             return false;
         }
-        if self.sink().firewall() {
+        if self.sink.firewall() {
             let Message::Separated(SeparatedMessage::Order(o)) = msg else {
                 unreachable!("built above")
             };
@@ -152,11 +197,17 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Whether the checkpoint at `seq`, just executed, must wait for the execution
     /// cluster's acknowledgement (and nothing execute past it meanwhile).
     pub(super) fn checkpoint_waits(&mut self, seq: Seq) -> bool {
-        !self.sink().here() && self.remote.queue.checkpoint_waits(seq, self.out.replaying)
+        let replaying = self.out.replaying;
+        self.sink
+            .queue_mut()
+            .is_some_and(|q| q.checkpoint_waits(seq, replaying))
     }
 
     pub(super) fn on_exec_ack(&mut self, from: ExecutorId, a: ExecAck) -> Result<(), Reject> {
-        if self.sink() != Sink::ExecutionNodes || from >= self.cfg.executors || a.executor != from {
+        if !matches!(self.sink, Sink::ExecutionNodes { .. })
+            || from >= self.cfg.executors
+            || a.executor != from
+        {
             return Err(Reject::Unexpected);
         }
         if a.stable > a.seq {
@@ -164,9 +215,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let (rules, now) = (self.queue_rules(), self.now());
         if let Some((acked, stable)) = self
-            .remote
-            .queue
-            .acknowledged(&rules, from, a.seq, a.stable, now)
+            .sink
+            .queue_mut()
+            .and_then(|q| q.acknowledged(&rules, from, a.seq, a.stable, now))
         {
             self.exec_progress(acked, stable);
         }
@@ -179,7 +230,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// (they go out together when the execution cluster catches up), and a backup does not
     /// blame it for that.
     pub(super) fn exec_pipeline_full(&self) -> bool {
-        if self.sink().here() {
+        if self.sink.here() {
             return false;
         }
         let ordered = if self.is_primary() {
@@ -188,20 +239,25 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.exec.last_executed()
         };
         let max = self.cfg.exec_inflight_batches_max;
-        self.remote
-            .queue
-            .pipeline_full(&self.queue_rules(), ordered, max, self.now())
+        let (rules, now) = (self.queue_rules(), self.now());
+        self.sink
+            .queue()
+            .is_some_and(|q| q.pipeline_full(&rules, ordered, max, now))
     }
 
     /// g+1 execution nodes executed through `acked` and hold a stable checkpoint at
     /// `stable` (from their acknowledgements, or from the firewall's certificates).
     pub(super) fn exec_progress(&mut self, acked: Seq, stable: Seq) {
         let (rules, now) = (self.queue_rules(), self.now());
-        if self.remote.queue.executed(&rules, acked, now) {
+        if self
+            .sink
+            .queue_mut()
+            .is_some_and(|q| q.executed(&rules, acked, now))
+        {
             // Room in the execution pipeline: what queued goes out.
             self.try_propose();
         }
-        if let Some(seq) = self.remote.queue.stable(&rules, stable) {
+        if let Some(seq) = self.sink.queue_mut().and_then(|q| q.stable(&rules, stable)) {
             if seq == self.exec.last_executed() && seq > self.exec.state().latest() {
                 self.take_checkpoint(seq);
             }
@@ -213,14 +269,16 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// not acknowledged goes out again at once, under keys it can check.
     pub(super) fn executor_rekeyed(&mut self, e: ExecutorId) {
         let (rules, now) = (self.queue_rules(), self.now());
-        self.remote.queue.rekeyed(&rules, e, now);
+        if let Some(q) = self.sink.queue_mut() {
+            q.rekeyed(&rules, e, now);
+        }
     }
 
     /// Passes an execution node's frame on to its client, unread: only frames of that
     /// execution node itself (its reply or NEW-KEY, which the client authenticates), to a
     /// client of the cluster.
     pub(super) fn on_relay(&mut self, from: ExecutorId, m: Relay) -> Result<(), Reject> {
-        if self.sink() != Sink::ExecutionNodes || from >= self.cfg.executors {
+        if !matches!(self.sink, Sink::ExecutionNodes { .. }) || from >= self.cfg.executors {
             return Err(Reject::Unexpected);
         }
         let to = Principal::Client(m.client);
@@ -241,7 +299,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// A client's NEW-KEY we accepted carries keys for the execution nodes too: it goes on
     /// to them (clients talk to the agreement nodes only).
     pub(super) fn pass_client_key_on(&mut self, nk: &NewKey) {
-        if self.sink() != Sink::ExecutionNodes || self.out.replaying {
+        if !matches!(self.sink, Sink::ExecutionNodes { .. }) || self.out.replaying {
             return;
         }
         let bytes: Bytes = Arc::new(seal(
@@ -262,8 +320,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// answer it again (their reply may have been lost).
     /// Behind a firewall: `true` if the certified reply went out again.
     pub(super) fn hint_retry(&mut self, client: ClientId, timestamp: u64) -> bool {
-        self.remote.queue.retried();
-        if self.sink().firewall() {
+        if let Some(q) = self.sink.queue_mut() {
+            q.retried();
+        }
+        if self.sink.firewall() {
             // Nothing goes up but agreement certificates: the certified reply, if it came.
             return self.answer_from_certificates(client, timestamp);
         }
@@ -286,7 +346,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// help (the execution nodes may be down).
     fn check_execution_stall(&mut self, now: u64, last: Seq) {
         let (normal, timeout) = (self.views.normal, self.views.timer.timeout_ms());
-        if self.remote.queue.stalled(now, last, normal, timeout) {
+        if self
+            .sink
+            .queue_mut()
+            .is_some_and(|q| q.stalled(now, last, normal, timeout))
+        {
             self.stats.execution_stalls += 1;
             self.views.timer.back_off();
             self.start_view_change(
@@ -299,14 +363,19 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Sends each execution node what it has not acknowledged (what the log still holds,
     /// at most `retransmit_entries_max` sequence numbers per round), with back-off.
     pub(super) fn tick_queue(&mut self) {
-        if self.sink().here() {
+        if self.sink.here() {
             return;
         }
         let now = self.now();
         let last = self.exec.last_executed();
         self.check_execution_stall(now, last);
         let rules = self.queue_rules();
-        for (e, seqs) in self.remote.queue.due(&rules, now, last) {
+        let due = self
+            .sink
+            .queue_mut()
+            .map(|q| q.due(&rules, now, last))
+            .unwrap_or_default();
+        for (e, seqs) in due {
             for seq in seqs {
                 self.forward_again(e, seq);
             }
@@ -322,7 +391,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             backoff_max_ms: self.cfg.view_change_timeout_max_ms,
             entries_max: self.cfg.retransmit_entries_max as Seq,
             resend_max: resend_max(&self.cfg),
-            firewall: self.sink().firewall(),
+            firewall: self.sink.firewall(),
         }
     }
 }

@@ -296,7 +296,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         // In a separated deployment the replicas' state holds no operation or result (only
         // which requests were ordered), and they hold no executors' secret to open sessions.
-        self.cfg.confidential_bodies && self.sink().here()
+        self.cfg.confidential_bodies && self.sink.here()
     }
 
     /// Our state session with the executors for the transfer under way (see
