@@ -551,7 +551,6 @@ impl<S: Service> Execution<S> {
 
 #[cfg(test)]
 mod tests {
-    use super::recovery::run_recovery;
     use super::*;
     use crate::message::{NonDet, RecoveryResult, SignedRequest};
     use redoubt_state::{Geometry, MemStore, StateRead, StateWrite};
@@ -835,17 +834,6 @@ mod tests {
     /// Replica 1's recovery client (of four replicas).
     const RC: ClientId = crate::message::RECOVERY_CLIENT_BASE + 1;
 
-    fn rules() -> RecoveryRules {
-        RecoveryRules {
-            n: 4,
-            interval_min_ms: 1_000,
-            checkpoint_interval: 4,
-            log_size: 8,
-            prime: false,
-            interval_only: false,
-        }
-    }
-
     fn steps_with(
         e: &mut Execution<Counter>,
         b: &Batch,
@@ -886,7 +874,7 @@ mod tests {
     }
 
     fn steps(e: &mut Execution<Counter>, b: &Batch, runs: bool) -> Vec<String> {
-        steps_with(e, b, runs, Recoveries::Run(rules()))
+        steps_with(e, b, runs, Recoveries::Run(recovery::tests::rules()))
     }
 
     #[test]
@@ -944,51 +932,6 @@ mod tests {
         assert_eq!(
             steps(&mut y, &b, true),
             ["recovery 0 of 1 accepted true", "ran 1 = 1", "ran 2 = 2"]
-        );
-    }
-
-    /// What a recovery request's result is after `previous` (counter, agreed time).
-    fn recover(
-        rules: &RecoveryRules,
-        previous: Option<&LastReply>,
-        counter: u64,
-        time_ms: u64,
-    ) -> (LastReply, RecoveryResult) {
-        let (result, _) = run_recovery(rules, previous, &[], counter, 13, time_ms);
-        let decoded = postcard::from_bytes(&result).unwrap();
-        let last = LastReply {
-            timestamp: counter,
-            result,
-        };
-        (last, decoded)
-    }
-
-    #[test]
-    fn a_recovery_within_the_interval_is_refused_unless_of_a_later_epoch() {
-        let rules = rules();
-        let (first, r) = recover(&rules, None, 1, 5_000);
-        assert!(r.accepted);
-        assert_eq!(r.target, 20, "max(H_M, H_R), H_M = 0 (no op), H_R = 12 + 8");
-        let (refused, r) = recover(&rules, Some(&first), 2, 5_500);
-        assert!(!r.accepted);
-        assert_eq!(
-            (r.last_accepted_ms, r.last_accepted_counter),
-            (Some(5_000), Some(1))
-        );
-        assert!(
-            recover(&rules, Some(&refused), 3, 6_000).1.accepted,
-            "the interval passed"
-        );
-        let later_epoch = crate::keys::next_epoch(1);
-        assert!(recover(&rules, Some(&first), later_epoch, 5_500).1.accepted);
-        let mutant = RecoveryRules {
-            interval_only: true,
-            ..rules
-        };
-        assert!(
-            !recover(&mutant, Some(&first), later_epoch, 5_500)
-                .1
-                .accepted
         );
     }
 

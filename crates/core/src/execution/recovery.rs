@@ -1,6 +1,6 @@
 //! Recovery requests as execution runs them (BFT-PR §4.4). A replica's recovery request is a
-//! request of its reserved client ([`crate::message::recovery_client`]) whose operation is a [`RecoveryOp`]
-//! and whose timestamp is its key holder's counter. Its result, a [`RecoveryResult`], is a
+//! request of its reserved client ([`crate::message::recovery_client`]) whose operation is a
+//! [`RecoveryOp`] and whose timestamp is its key holder's counter. Its result, a [`RecoveryResult`], is a
 //! function of the reply table, the request and the agreed time, so every replica computes
 //! the same bytes: accepted at most once per `recovery_interval_min_ms` within a key-holder
 //! epoch, the checkpoint the recovery waits for, and under Prime the order key in force.
@@ -95,4 +95,66 @@ pub(crate) fn run_recovery(
         row_key: fresh_key.map(|k| (counter, k)).or(previous_key),
     };
     (postcard::to_stdvec(&result).expect("encodes"), accepted)
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    /// Rules of four replicas, K = 4, L = 8, a 1 s interval.
+    pub(in crate::execution) fn rules() -> RecoveryRules {
+        RecoveryRules {
+            n: 4,
+            interval_min_ms: 1_000,
+            checkpoint_interval: 4,
+            log_size: 8,
+            prime: false,
+            interval_only: false,
+        }
+    }
+
+    /// What a recovery request's result is after `previous` (counter, agreed time).
+    fn recover(
+        rules: &RecoveryRules,
+        previous: Option<&LastReply>,
+        counter: u64,
+        time_ms: u64,
+    ) -> (LastReply, RecoveryResult) {
+        let (result, _) = run_recovery(rules, previous, &[], counter, 13, time_ms);
+        let decoded = postcard::from_bytes(&result).unwrap();
+        let last = LastReply {
+            timestamp: counter,
+            result,
+        };
+        (last, decoded)
+    }
+
+    #[test]
+    fn a_recovery_within_the_interval_is_refused_unless_of_a_later_epoch() {
+        let rules = rules();
+        let (first, r) = recover(&rules, None, 1, 5_000);
+        assert!(r.accepted);
+        assert_eq!(r.target, 20, "max(H_M, H_R), H_M = 0 (no op), H_R = 12 + 8");
+        let (refused, r) = recover(&rules, Some(&first), 2, 5_500);
+        assert!(!r.accepted);
+        assert_eq!(
+            (r.last_accepted_ms, r.last_accepted_counter),
+            (Some(5_000), Some(1))
+        );
+        assert!(
+            recover(&rules, Some(&refused), 3, 6_000).1.accepted,
+            "the interval passed"
+        );
+        let later_epoch = crate::keys::next_epoch(1);
+        assert!(recover(&rules, Some(&first), later_epoch, 5_500).1.accepted);
+        let mutant = RecoveryRules {
+            interval_only: true,
+            ..rules
+        };
+        assert!(
+            !recover(&mutant, Some(&first), later_epoch, 5_500)
+                .1
+                .accepted
+        );
+    }
 }

@@ -2,7 +2,7 @@
 //! master secret, or session keys over per-principal key holders whose non-volatile memory
 //! (counter, admitted NEW-KEY counters) survives restarts.
 
-use redoubt_core::keys::{Admitted, HolderError, KeyHolder, NewKey, Purpose, SharedHolder};
+use redoubt_core::keys::{Admitted, HolderError, KeyHolder, NewKey, Purpose};
 use redoubt_core::keys::{AdmittedCounters, LocalHolder};
 use redoubt_core::*;
 use redoubt_crypto::body::ExecutorSecret;
@@ -110,8 +110,7 @@ impl Keyring {
         p: Principal,
         failing: Arc<AtomicBool>,
     ) -> SessionKeys {
-        let keys = self.session(p);
-        let inner = keys.holder();
+        let inner = self.holder(p);
         SessionKeys::new(
             Box::new(FailingBodies { inner, failing }),
             self.directory.clone(),
@@ -120,6 +119,12 @@ impl Keyring {
 
     /// Session keys of a new incarnation of `p`'s key holder (whatever the mode).
     pub fn session(&mut self, p: Principal) -> SessionKeys {
+        let holder = self.holder(p);
+        SessionKeys::new(holder, self.directory.clone())
+    }
+
+    /// A new incarnation of `p`'s key holder over its memory.
+    fn holder(&mut self, p: Principal) -> Box<dyn KeyHolder> {
         let incarnation = self.incarnations.entry(p).or_insert(0);
         *incarnation += 1;
         let seed = Digest::of(format!("holder of {p:?}, incarnation {incarnation}").as_bytes());
@@ -135,36 +140,30 @@ impl Keyring {
         if matches!(p, Principal::Replica(_)) {
             holder = holder.with_executor(executors());
         }
-        SessionKeys::new(Box::new(holder), self.directory.clone())
+        Box::new(holder)
     }
 }
 
 /// A key holder whose calls opening body sessions fail while `failing` is set (unreachable),
 /// the rest answered by `inner`.
 struct FailingBodies {
-    inner: SharedHolder,
+    inner: Box<dyn KeyHolder>,
     failing: Arc<AtomicBool>,
-}
-
-impl FailingBodies {
-    fn inner<T>(&self, f: impl FnOnce(&mut dyn KeyHolder) -> T) -> T {
-        f(self.inner.lock().expect("key holder").as_mut())
-    }
 }
 
 impl KeyHolder for FailingBodies {
     fn principal(&self) -> Principal {
-        self.inner(|h| h.principal())
+        self.inner.principal()
     }
     fn sign(
         &mut self,
         purpose: Purpose,
         content: &Digest,
     ) -> Result<(u64, Signature), HolderError> {
-        self.inner(|h| h.sign(purpose, content))
+        self.inner.sign(purpose, content)
     }
     fn fresh_key(&mut self) -> Result<MacKey, HolderError> {
-        self.inner(|h| h.fresh_key())
+        self.inner.fresh_key()
     }
     fn seal(
         &mut self,
@@ -172,10 +171,10 @@ impl KeyHolder for FailingBodies {
         info: &[u8],
         key: &MacKey,
     ) -> Result<Vec<u8>, HolderError> {
-        self.inner(|h| h.seal(to, info, key))
+        self.inner.seal(to, info, key)
     }
     fn admit(&mut self, nk: &NewKey) -> Result<Admitted, HolderError> {
-        self.inner(|h| h.admit(nk))
+        self.inner.admit(nk)
     }
     fn open_body(
         &mut self,
@@ -185,6 +184,6 @@ impl KeyHolder for FailingBodies {
         if self.failing.load(Ordering::SeqCst) {
             return Err(HolderError::Unreachable("failing (test)".into()));
         }
-        self.inner(|h| h.open_body(info, enc))
+        self.inner.open_body(info, enc)
     }
 }
