@@ -1,8 +1,8 @@
 //! Recovery requests as execution runs them (BFT-PR §4.4). A replica's recovery request is a
 //! request of its reserved client ([`crate::message::recovery_client`]) whose operation is a
-//! [`RecoveryOp`] and whose timestamp is its key holder's counter. Its result, a [`RecoveryResult`], is a
-//! function of the reply table, the request and the agreed time, so every replica computes
-//! the same bytes: accepted at most once per `recovery_interval_min_ms` within a key-holder
+//! [`RecoveryOp`] and whose timestamp is its key holder's counter. Its result, a
+//! [`RecoveryResult`], is a function of the reply table, the request and the agreed time, so
+//! every replica computes the same bytes: accepted at most once per `recovery_interval_min_ms` within a key-holder
 //! epoch, the checkpoint the recovery waits for, and under Prime the order key in force.
 //!
 //! What an accepted request means for the replica that runs it (fresh session keys, Prime's
