@@ -10,6 +10,7 @@ pub(crate) mod claims;
 pub(crate) mod heard;
 pub(crate) mod log;
 pub(crate) mod pool;
+pub(crate) mod proposals;
 pub(crate) mod queue;
 pub(crate) mod reports;
 pub(crate) mod vcstore;

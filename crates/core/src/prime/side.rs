@@ -31,6 +31,7 @@ use std::sync::Arc;
 
 mod arrivals;
 mod keys;
+mod proposals;
 #[cfg(test)]
 mod tests;
 
@@ -196,11 +197,6 @@ impl PrimeSide {
         side
     }
 
-    /// What Prime would send or journal since the last call, in order.
-    pub fn take_outs(&mut self) -> Vec<Out> {
-        std::mem::take(&mut self.outs)
-    }
-
     fn broadcast(&mut self, msg: Message) {
         self.outs.push(Out::Broadcast(msg));
     }
@@ -221,6 +217,15 @@ impl PrimeSide {
             return 0;
         }
         2 * self.cfg.f as usize
+    }
+
+    /// The simulator's mutant `trust-retired-rows`: a proposal's matrix answers our summaries
+    /// as it stands, rows of retired incarnations included.
+    fn trusts_retired_rows(&self) -> bool {
+        #[cfg(feature = "mutants")]
+        return self.cfg.mutant == crate::types::Mutant::TrustRetiredRows;
+        #[cfg(not(feature = "mutants"))]
+        false
     }
 
     /// The sizes of its structures now.
@@ -509,19 +514,6 @@ impl PrimeSide {
             .then(|| (self.sus.tat_leader(), self.sus.bound().unwrap_or(0)))
     }
 
-    /// A view change to `v` began (`changing`) or view `v` was installed.
-    pub fn view(&mut self, v: View, changing: bool, now: u64) {
-        if changing {
-            self.sus.reset(v, true, now);
-        } else {
-            if self.sus.view() != v {
-                self.sus.reset(v, false, now);
-            }
-            self.sus.view_installed(now);
-        }
-        self.timers.proposal_ms = now;
-    }
-
     // ----- receiving --------------------------------------------------------------------------
 
     /// Whether a PO-REQUEST (or a copy of one) from `from` is shaped as one from
@@ -710,82 +702,11 @@ impl PrimeSide {
         }
     }
 
-    /// We took checkpoint `seq` at eligibility `eligible`.
-    pub fn checkpoint(&mut self, seq: Seq, eligible: Vec<Seq>) {
-        self.at_checkpoint.insert(seq, eligible);
-    }
-
-    /// Checkpoint `seq` is stable: the certified copies of what it covers go.
-    pub fn stable(&mut self, seq: Seq) {
-        let n = self.cfg.n() as usize;
-        if let Some(e) = self.at_checkpoint.remove(&seq) {
-            self.po.forget_through(&padded(&e, n));
-        }
-        self.at_checkpoint = self.at_checkpoint.split_off(&seq);
-    }
-
-    /// The state jumped to eligibility `e` (a fetched checkpoint, or a restart):
-    /// pre-ordering forgets what the state executed.
-    pub fn sync(&mut self, e: &[Seq]) {
-        self.po.executed_through(e);
-        self.po.forget_through(e);
-        for (s, x) in self.summarized.iter_mut().zip(e) {
-            *s = (*s).max(*x);
-        }
-    }
-
-    /// Prime's records from the journal, after the replay: our own PO-REQUESTs not yet run
-    /// (held again, and resent by the retransmission), the others' we accepted, our
-    /// acknowledgements, and the order keys we drew.
-    pub fn restore(&mut self, records: &[Record]) {
-        for x in records {
-            match x {
-                Record::OrderKey { seed } => {
-                    self.keys.remember_drawn(HolderSecrets::from_seed(seed))
-                }
-                Record::Introduced { request } => self.po.restore_own(request.clone()),
-                Record::Held { request } => self.po.restore_held(request.clone()),
-                Record::Acked { parts } => self.po.restore_acks(parts),
-                Record::Certified { parts } => self.po.restore_certified(parts),
-                _ => {}
-            }
-        }
-    }
-
-    /// Keeps what the journal says ordinal `seq` (matrix batch `digest`) ran here before a
-    /// restart, for when its replay stopped short of it. Executing it again needs the
-    /// PO-REQUESTs its matrix names, and after a restart we may hold none of them (the
-    /// copies of others' requests are not journaled) while no peer can send them: a peer
-    /// answers only with certified copies it holds, and those it had were restarted away
-    /// too (simulator seed 8,121 of `--ordering prime`: a whole-cluster restart, two
-    /// replicas' replays stopped by a key holder that failed, the cluster halted).
-    pub fn keep_journaled(&mut self, seq: Seq, run: JournaledRun) {
-        self.journaled.insert(seq, run);
-    }
-
     /// What the journal says ordinal `seq` ran, if it ran the matrix batch `digest`;
     /// ordinals through `executed` are forgotten first.
     pub fn journaled(&mut self, seq: Seq, digest: &Digest, executed: Seq) -> Option<&JournaledRun> {
         self.journaled = self.journaled.split_off(&(executed + 1));
         self.journaled.get(&seq).filter(|r| r.digest == *digest)
-    }
-
-    /// Our peers' keys changed (we re-keyed): acknowledgements and offered copies towards
-    /// PO certificates not yet formed go.
-    pub fn drop_uncertified_votes(&mut self) {
-        self.po.drop_uncertified_votes();
-    }
-
-    /// A recovery starts here: what the journal gave back of pre-ordering is not trusted.
-    /// (`forget_own`: the mutant that also forgets our own acknowledgements.)
-    pub fn forget(&mut self, forget_own: bool) {
-        self.po.forget_all();
-        #[cfg(feature = "mutants")]
-        if forget_own {
-            self.po.forget_own_acks();
-        }
-        let _ = forget_own;
-        self.row = None;
     }
 }
 

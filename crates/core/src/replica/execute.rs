@@ -3,6 +3,7 @@
 //! §4.3).
 
 use super::*;
+use crate::agreement::proposals::Eligible;
 use crate::holder::HolderResult;
 use crate::keying::Session;
 
@@ -18,13 +19,6 @@ pub(super) struct Committed {
     /// Prime: what the batch's matrix made eligible; `None` under PBFT, where the batch
     /// itself runs.
     pub(super) eligible: Option<Eligible>,
-}
-
-/// Prime: the requests an ordered matrix made eligible, in execution order, and the
-/// eligibility after them.
-pub(super) struct Eligible {
-    pub(super) run: Batch,
-    pub(super) after: Vec<Seq>,
 }
 
 impl Committed {
@@ -252,7 +246,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             });
         }
         let batch = self.ordering.order.batches.get(&digest).cloned()?;
-        let eligible = self.prime_eligible(seq, &digest, &batch).ok()?;
+        let eligible = self.proposal_runs(seq, &digest, &batch)?;
         Some(Committed {
             seq,
             digest,
@@ -283,7 +277,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // Prime: the matrix batch is what was agreed and journaled; what it made eligible
         // runs, and the eligibility it leaves is recorded first.
         let proposal = batch.expect("a matrix batch");
-        let before = crate::prime::side::padded(self.exec.eligible(), self.cfg.n() as usize);
+        let before = self.exec.eligible().to_vec();
         self.persist(Record::Ran {
             seq,
             eligible: after.clone(),
@@ -291,12 +285,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         });
         self.persist_executed(seq, digest, Some(&proposal));
         let executed = self.apply(seq, &run, false);
-        let fenced = self.prime_fence(&after);
+        let fenced = self.proposals.fence(&after);
         self.exec.set_eligible(fenced.clone());
-        self.prime_executed(&proposal, &before, &after, &fenced);
+        self.proposal_ran(&proposal, &before, &after, &fenced);
         if fenced != after {
             // A recovery ran: keys and numbering changed.
-            self.prime_refresh_incarnations();
+            self.refresh_incarnations();
         }
         self.finish_execution(seq, digest, run.digest(), Some(&run), executed);
     }
@@ -405,7 +399,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         };
         self.exec.note_checkpoint(seq, digest);
-        self.prime_checkpoint(seq);
+        self.proposals.checkpoint(seq, self.exec.eligible());
         self.event(Event::CheckpointTaken { seq, digest });
         let id = self.id;
         self.broadcast(&Message::from(Checkpoint {
@@ -502,7 +496,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.ordering.proposing.next_seq = seq + 1;
         }
         self.gc_batches();
-        self.prime_stable(seq);
+        self.proposals.stable(seq);
         self.event(Event::Stable { seq });
     }
 

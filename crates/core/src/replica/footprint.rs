@@ -27,8 +27,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             body_sessions: self.exec.sessions_len(),
             state: self.exec.state().footprint(),
             prime: self
-                .prime
-                .as_ref()
+                .proposals
+                .prime()
                 .map(|p| p.footprint())
                 .unwrap_or_default(),
         }
@@ -69,7 +69,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 dirty_pages: self.exec.state().geometry().pages() as usize,
                 invalid_pages: self.exec.state().geometry().pages() as usize,
             },
-            prime: if self.prime.is_some() {
+            prime: if self.proposals.prime().is_some() {
                 crate::prime::side::prime_bounds(&self.cfg, ckpts)
             } else {
                 PrimeFootprint::default()

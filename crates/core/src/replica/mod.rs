@@ -28,6 +28,7 @@ use crate::agreement::certificates::CheckpointVotes;
 use crate::agreement::heard::Heard;
 use crate::agreement::log::{Slot, SlotLog};
 use crate::agreement::pool::{Pick, RequestPool, Waiting};
+use crate::agreement::proposals::{Batches, Host, Proposals};
 use crate::agreement::vcstore::{Stored, ACKS_PER_ACKER_MAX};
 use crate::auth::Auth;
 use crate::effect::{Bytes, Effect, Env, Event, RecoveryReport, ViewChangeCause};
@@ -56,6 +57,8 @@ mod new_key;
 mod normal;
 mod pace;
 mod prime;
+mod proposals;
+use prime::installed_key;
 mod recovery;
 mod requests;
 mod restart;
@@ -238,8 +241,9 @@ pub struct Replica<S: Service, A: KeyTable> {
     unreadable: Option<String>,
     /// Separated and firewall deployments: where execution goes (see `separated.rs`).
     sink: separated::Sink,
-    /// Prime ordering: pre-ordering, Suspect-Leader, keys (see `prime.rs`).
-    prime: Option<crate::prime::side::PrimeSide>,
+    /// What a proposal is and what becomes of it: PBFT's batches, or Prime's matrices with
+    /// pre-ordering, Suspect-Leader and order keys (see `agreement/proposals.rs`, `prime.rs`).
+    proposals: Box<dyn Proposals>,
 }
 
 /// What a step sends, records and reports (the effects handed to the host at its end), and
@@ -304,10 +308,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             recovery: None,
             unreadable: None,
             sink,
-            prime: None,
+            proposals: Box::new(Batches),
         };
         if r.cfg.prime() {
-            r.prime = Some(crate::prime::side::PrimeSide::new(&r.cfg, id, 0));
+            r.proposals = Box::new(crate::prime::side::PrimeSide::new(&r.cfg, id, 0));
         }
         #[cfg(feature = "mutants")]
         if r.cfg.mutant == crate::types::Mutant::ClearBodies {
@@ -336,7 +340,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         r.ordering.ckpt_votes.set_stable(seq, digest);
         r.ordering.proposing.next_seq = seq + 1;
         r.exec.note_checkpoint(seq, digest);
-        r.prime_sync();
+        r.sync_proposals();
         Ok(r)
     }
 
@@ -892,9 +896,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.try_execute();
             self.answer_reads();
         }
-        if self.prime.is_some() {
-            self.prime_tick();
-        }
+        self.prime_tick();
         self.check_reply_certs();
         self.drive_transfer();
         self.tick_queue();
@@ -940,7 +942,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// A backup in normal operation sends the primary the requests waiting here, oldest
     /// first, as many as one batch holds (as on entering a view).
     pub(super) fn relay_waiting(&mut self) {
-        if !self.views.normal || self.is_primary() || self.cfg.prime() {
+        if !self.views.normal || self.is_primary() || !self.proposals.leader_batches() {
             return;
         }
         let p = self.primary();

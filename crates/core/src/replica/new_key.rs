@@ -109,9 +109,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.ordering.ckpt_votes.forget_others_above(me, stable);
         self.forget_view_changes_of(None);
         // Prime: acknowledgements and offered copies towards PO certificates not yet formed.
-        if let Some(p) = self.prime.as_mut() {
-            p.drop_uncertified_votes();
-        }
+        self.proposals.keys_changed();
         // Ours were never received under any key: send them again under the new ones.
         if !self.views.normal {
             if let Some((vc, _)) = self.views.mine.clone() {

@@ -321,11 +321,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if pp.beside.len() > self.cfg.batch_requests_max {
             return Err(Reject::TooLarge);
         }
-        // Prime proposes summary matrices and nothing else (their requests are derived when
-        // they execute); PBFT never carries one.
-        if self.cfg.prime() != pp.batch.matrix.is_some()
-            || (self.cfg.prime() && (!pp.beside.is_empty() || !pp.batch.requests.is_empty()))
-        {
+        // PBFT's are batches of requests; Prime proposes summary matrices and nothing else.
+        if !self.proposals.well_formed(&pp.batch, pp.beside.len()) {
             return Err(Reject::Inconsistent);
         }
         let (pp, from_replaced) = match self.resolve(pp) {
@@ -408,11 +405,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if self.now().abs_diff(pp.batch.nondet.time_ms) > self.cfg.clock_skew_max_ms {
             return Err(Reject::BadNonDet);
         }
-        if pp
-            .batch
-            .matrix
-            .as_ref()
-            .is_some_and(|m| !self.matrix_valid(m))
+        let exec = &self.exec;
+        if !self
+            .proposals
+            .signed_validly(&pp.batch, &|j| installed_key(exec, j))
         {
             return Err(Reject::BadSignature);
         }
@@ -439,7 +435,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             batch: Some(batch.clone()),
             vouched: doubts.is_empty(),
         });
-        self.prime_proposal_accepted(&batch);
+        self.proposal_accepted(&batch);
         self.ordering.order.batches.insert(digest, batch);
         let slot = self.ordering.order.log.slot(seq);
         slot.pp = Some(digest);

@@ -161,7 +161,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// The pace check, from the tick in normal operation (see the module comment).
     pub(super) fn check_primary_pace(&mut self, now: u64) {
         let window = self.cfg.primary_pace_window_ms;
-        if window == 0 || self.prime.is_some() {
+        if window == 0 || !self.proposals.leader_batches() {
             return;
         }
         let executed = self.stats.requests_executed;

@@ -8,9 +8,8 @@
 //! and filled from f+1 matching copies); a leader Suspect-Leader finds slower than the bound
 //! the replicas measured is replaced by a view change.
 
-use super::execute::Eligible;
 use super::*;
-use crate::prime::side::{derived, padded, Out, PrimeSide, TurnWork};
+use crate::prime::side::{padded, PrimeSide, TurnWork};
 
 mod keys;
 pub(super) use keys::installed_key;
@@ -27,30 +26,16 @@ const HELD_CHANGED: TurnWork = TurnWork {
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
     fn prime_ready(&self) -> bool {
-        self.prime.as_ref().is_some_and(|p| p.ready())
+        self.proposals.prime().is_some_and(|p| p.ready())
     }
 
     /// Prime's component (only called under Prime).
     fn side(&mut self) -> &mut PrimeSide {
-        self.prime.as_mut().expect("prime")
+        self.proposals.prime_mut().expect("prime")
     }
 
     fn side_ref(&self) -> &PrimeSide {
-        self.prime.as_ref().expect("prime")
-    }
-
-    /// Does what Prime's component returned, in order.
-    fn prime_apply(&mut self) {
-        let Some(p) = self.prime.as_mut() else {
-            return;
-        };
-        for o in p.take_outs() {
-            match o {
-                Out::Broadcast(m) => self.broadcast(&m),
-                Out::Send(to, m) => self.send_replica(to, &m),
-                Out::Persist(r) => self.persist(r),
-            }
-        }
+        self.proposals.prime().expect("prime")
     }
 
     // ----- timers -----------------------------------------------------------------------------
@@ -72,12 +57,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.sign_row();
         }
         self.side().suspect_tick(now);
-        self.prime_apply();
+        self.apply_proposals();
         self.check_leader();
         if self.side().resend_due(now) {
             let replaying = self.out.replaying;
             self.side().resend(now, replaying);
-            self.prime_apply();
+            self.apply_proposals();
         }
     }
 
@@ -85,7 +70,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// ([`TurnWork`]).
     pub(super) fn prime_turn_end(&mut self) {
         self.handle_arrivals();
-        let Some(p) = self.prime.as_mut() else {
+        let Some(p) = self.proposals.prime_mut() else {
             return;
         };
         let w = p.take_deferred();
@@ -112,7 +97,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// The clients' requests and rows this turn brought: their signatures checked in one
     /// batch each, then each handled as it would have been alone ([`Arrivals`]).
     fn handle_arrivals(&mut self) {
-        let Some(p) = self.prime.as_mut() else {
+        let Some(p) = self.proposals.prime_mut() else {
             return;
         };
         if p.arrivals_empty() {
@@ -149,7 +134,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
 
     /// Notes work for the end of the turn.
     fn defer(&mut self, w: TurnWork) {
-        if let Some(p) = self.prime.as_mut() {
+        if let Some(p) = self.proposals.prime_mut() {
             p.defer(w);
         }
     }
@@ -167,7 +152,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Acknowledges what we now hold contiguously.
     fn send_acks(&mut self) {
         self.side().send_acks();
-        self.prime_apply();
+        self.apply_proposals();
     }
 
     /// A backup sends the leader its summary matrix when it would make more eligible than
@@ -178,7 +163,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let (now, leader) = (self.now(), self.primary());
         self.side().send_summary(now, leader);
-        self.prime_apply();
+        self.apply_proposals();
     }
 
     /// Our matrix changed: a backup tells the leader, the leader proposes.
@@ -193,7 +178,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// The leader proposes at once while fewer than `inflight_batches_max` of its proposals
     /// wait to execute, and otherwise at most once per `Δpp` (its periodic proposal comes
     /// from the tick).
-    fn leader_may_propose(&mut self) {
+    pub(super) fn leader_may_propose(&mut self) {
         if !self.is_primary() {
             return;
         }
@@ -210,7 +195,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// Our waiting clients' requests (signed, not yet introduced) go out in our next
     /// PO-REQUEST.
     fn introduce(&mut self) {
-        if !self.prime_may_speak() || !self.prime.as_ref().is_some_and(|p| p.can_introduce()) {
+        if !self.prime_may_speak() || !self.proposals.prime().is_some_and(|p| p.can_introduce()) {
             return;
         }
         let n = self.cfg.n();
@@ -237,7 +222,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 .mark_inflight(r.request.client, r.request.timestamp);
         }
         self.side().introduce(requests);
-        self.prime_apply();
+        self.apply_proposals();
     }
 
     /// Signs our row if our certificates grew, keeps it in our own matrix, and sends it.
@@ -247,7 +232,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let now = self.now();
         if self.side().sign_row(now) {
-            self.prime_apply();
+            self.apply_proposals();
             self.matrix_changed();
         }
     }
@@ -300,7 +285,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if !self.views.normal || self.exec.transfer_target().is_some() {
             return;
         }
-        let Some((tat_ms, bound_ms)) = self.prime.as_ref().and_then(|p| p.leader_too_slow()) else {
+        let Some((tat_ms, bound_ms)) = self.proposals.prime().and_then(|p| p.leader_too_slow())
+        else {
             return;
         };
         self.stats.leaders_suspected += 1;
@@ -308,14 +294,6 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.views.view.saturating_add(1),
             ViewChangeCause::LeaderSlow { tat_ms, bound_ms },
         );
-    }
-
-    /// A view change to `v` began (`changing`) or view `v` was installed.
-    pub(super) fn prime_view(&mut self, v: View, changing: bool) {
-        let now = self.now();
-        if let Some(p) = self.prime.as_mut() {
-            p.view(v, changing, now);
-        }
     }
 
     // ----- receiving --------------------------------------------------------------------------
@@ -431,7 +409,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.check_po_requests(&req)?;
         let new = self.side().on_po_request(req)?;
         if new {
-            self.prime_apply();
+            self.apply_proposals();
             self.defer(HELD_CHANGED);
         }
         Ok(())
@@ -469,7 +447,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return Err(Reject::Unexpected);
         }
         self.side().on_po_ack(from, &ack)?;
-        self.prime_apply();
+        self.apply_proposals();
         self.defer(TurnWork {
             row: true,
             execute: true,
@@ -495,7 +473,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return Err(Reject::Unexpected);
         }
         let exec = &self.exec;
-        let p = self.prime.as_mut().expect("prime");
+        let p = self.proposals.prime_mut().expect("prime");
         if p.on_po_aru(row, &|j| installed_key(exec, j))? {
             self.defer(TurnWork {
                 matrix: true,
@@ -522,7 +500,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let now = self.now();
         self.side().on_suspicion(from, &s, now)?;
-        self.prime_apply();
+        self.apply_proposals();
         self.check_leader();
         Ok(())
     }
@@ -535,7 +513,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // at once must not make us send gigabytes); it asks again for the rest.
         let budget = self.status_body_budget();
         self.side().on_po_fetch(from, &f, budget)?;
-        self.prime_apply();
+        self.apply_proposals();
         Ok(())
     }
 
@@ -550,142 +528,5 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             self.defer(HELD_CHANGED);
         }
         Ok(())
-    }
-
-    /// A proposal of the current view accepted here: its matrix answers our summaries. What
-    /// it answers is read from the matrix as the ordinal will count it ([`Self::counted`]):
-    /// a row of an incarnation a recovery retired passes unchecked in a proposal, and taken
-    /// as it stands, a leader's made-up old rows claiming everything closed every challenge
-    /// and stopped our summaries for good, in every later view (second review, G2).
-    pub(super) fn prime_proposal_accepted(&mut self, batch: &Batch) {
-        let now = self.now();
-        let Some(m) = batch.matrix.as_ref() else {
-            return;
-        };
-        let counted = if self.mutant("trust-retired-rows") {
-            (**m).clone()
-        } else {
-            self.counted(m)
-        };
-        let own = m
-            .rows
-            .get(self.id as usize)
-            .and_then(|r| r.as_ref())
-            .map(|r| &r.row);
-        if let Some(p) = self.prime.as_mut() {
-            p.proposal_accepted(&counted, own, now);
-        }
-    }
-
-    // ----- execution --------------------------------------------------------------------------
-
-    /// What the committed batch `b` makes eligible under Prime; `Ok(None)` under PBFT (the
-    /// batch itself runs); `Err` while a PO-REQUEST its matrix needs is missing (asked for,
-    /// rate-limited).
-    pub(super) fn prime_eligible(
-        &mut self,
-        seq: Seq,
-        digest: &Digest,
-        b: &Batch,
-    ) -> Result<Option<Eligible>, ()> {
-        let executed = self.exec.last_executed();
-        let Some(p) = self.prime.as_mut() else {
-            return Ok(None);
-        };
-        if let Some(j) = p.journaled(seq, digest, executed) {
-            // It ran here before a restart: the same again (see `PrimeSide::keep_journaled`).
-            let run = Batch {
-                nondet: b.nondet,
-                requests: j.requests.clone(),
-                matrix: None,
-            };
-            let after = j.after.clone();
-            return Ok(Some(Eligible { run, after }));
-        }
-        let (run, after) = self.prime_derive(b)?;
-        Ok(Some(Eligible { run, after }))
-    }
-
-    /// The requests the matrix batch `b` makes eligible after what we executed, and the
-    /// eligibility after it; `Err` with the holes (asked for, rate-limited) if a PO-REQUEST is
-    /// missing.
-    fn prime_derive(&mut self, b: &Batch) -> Result<(Batch, Vec<Seq>), ()> {
-        let n = self.cfg.n() as usize;
-        let before = padded(self.exec.eligible(), n);
-        let Some(m) = b.matrix.as_ref() else {
-            // Cannot be prepared by 2f+1 replicas checking shapes: runs nothing.
-            return Ok((derived(b, Vec::new()), before));
-        };
-        let m = &self.counted(m);
-        let Some(p) = self.prime.as_ref() else {
-            return Err(());
-        };
-        match p.derive(m, &before) {
-            Ok(d) => Ok((derived(b, d.requests), d.after)),
-            Err(holes) => {
-                let (now, replaying) = (self.now(), self.out.replaying);
-                self.side().ask_for(holes, true, now, replaying);
-                self.prime_apply();
-                Err(())
-            }
-        }
-    }
-
-    /// A matrix batch ran: its PO-REQUESTs are forgotten, and the designated senders push
-    /// them to the replicas not known to hold them (reconciliation).
-    pub(super) fn prime_executed(
-        &mut self,
-        b: &Batch,
-        before: &[Seq],
-        after: &[Seq],
-        fenced: &[Seq],
-    ) {
-        let counted = b.matrix.as_ref().map(|m| self.counted(m));
-        let Some(p) = self.prime.as_mut() else {
-            return;
-        };
-        let pushes = p.executed(counted.as_ref(), before, after, fenced);
-        if self.out.replaying {
-            return;
-        }
-        // A proposal slot freed: the leader orders what waits.
-        self.leader_may_propose();
-        self.side().push(pushes);
-        self.prime_apply();
-    }
-
-    /// We took checkpoint `seq`: remember the eligibility it holds.
-    pub(super) fn prime_checkpoint(&mut self, seq: Seq) {
-        let e = self.exec.eligible().to_vec();
-        if let Some(p) = self.prime.as_mut() {
-            p.checkpoint(seq, e);
-        }
-    }
-
-    /// Checkpoint `seq` is stable: the certified copies of what it covers go.
-    pub(super) fn prime_stable(&mut self, seq: Seq) {
-        if let Some(p) = self.prime.as_mut() {
-            p.stable(seq);
-        }
-    }
-
-    /// The state jumped (a fetched checkpoint, or a restart): pre-ordering forgets what the
-    /// state executed.
-    pub(super) fn prime_sync(&mut self) {
-        let e = padded(self.exec.eligible(), self.cfg.n() as usize);
-        if let Some(p) = self.prime.as_mut() {
-            p.sync(&e);
-        }
-        // The state may have run recoveries we did not.
-        self.prime_refresh_incarnations();
-    }
-
-    /// Prime's records from the journal, after the replay.
-    pub(super) fn prime_restore(&mut self, records: &[Record]) {
-        let Some(p) = self.prime.as_mut() else {
-            return;
-        };
-        p.restore(records);
-        self.prime_refresh_incarnations();
     }
 }

@@ -69,7 +69,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let digest = digest.unwrap_or_else(|| req.digest());
         debug_assert_eq!(digest, req.digest());
-        if self.cfg.prime() && !(req.read_only && self.cfg.read_only_fast_path) {
+        // Prime's requests are ordered first by the replica they came to (but fast-path reads).
+        if !(self.proposals.leader_batches() || (req.read_only && self.cfg.read_only_fast_path)) {
             return self.on_prime_request(from, sr, digest);
         }
         let mac_ok = self.request_authentic(req, &digest, &sr.auth);
@@ -380,7 +381,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// for the rest of the run). A large request its client multicast is relayed only when
     /// signed, as on arrival.
     fn relay_timed(&mut self, c: ClientId) {
-        if self.cfg.prime() {
+        if !self.proposals.leader_batches() {
             return;
         }
         let Some(w) = self.requests.pool.get(c) else {
@@ -451,7 +452,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if !self.views.normal
             || !self.is_primary()
             || self.exec.transfer_target().is_some()
-            || self.cfg.prime()
+            || !self.proposals.leader_batches()
         {
             return;
         }
@@ -568,7 +569,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             vouched: true,
         });
         self.broadcast(&Message::from(pp));
-        self.prime_proposal_accepted(&batch);
+        self.proposal_accepted(&batch);
         self.check_slot(seq);
     }
 }

@@ -1,8 +1,9 @@
 //! Restart from the journal: a replica rebuilt from the records its host made durable (see
 //! [`crate::journal`]) never contradicts what it said before the crash.
 
-use super::execute::{Committed, Eligible};
+use super::execute::Committed;
 use super::*;
+use crate::agreement::proposals::Eligible;
 use crate::prime::side::JournaledRun;
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
@@ -66,7 +67,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         r.out.replaying = false;
         // Prime: our own PO-REQUESTs that had not run are held again (and sent again by
         // the retransmission), and our numbering continues after the last.
-        r.prime_restore(records);
+        r.proposals.restore(records);
+        r.refresh_incarnations();
         r.out.effects.clear();
         // Checkpoints the replay made stable move the base here, at start-up, not by effects.
         r.exec
@@ -84,7 +86,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // Prime: Suspect-Leader measures the leader of the view the journal gave back, not
         // of view 0 (its messages for another view count nowhere, and with a faulty replica
         // a slow leader was then never replaced by 2f+1 suspicions).
-        r.prime_view(r.views.view, !r.views.normal);
+        r.proposals_view(r.views.view, !r.views.normal);
         r.restore_log(records, h);
         // A watermark above the checkpoint the state holds: report it, and fetch it, again.
         if let Some(Record::Watermark { seq, digest }) = records
@@ -190,19 +192,17 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         // Prime: what the replay did not reach runs the same once the key holder answers.
         let last = self.exec.last_executed();
-        if let Some(p) = self.prime.as_mut() {
-            for (&seq, batch) in executed.range(last + 1..) {
-                let (Some(b), Some((after, requests))) = (batch, ran.get(&seq)) else {
-                    continue;
+        for (&seq, batch) in executed.range(last + 1..) {
+            let (Some(b), Some((after, requests))) = (batch, ran.get(&seq)) else {
+                continue;
+            };
+            if b.matrix.is_some() {
+                let run = JournaledRun {
+                    digest: b.digest(),
+                    requests: requests.clone(),
+                    after: after.clone(),
                 };
-                if b.matrix.is_some() {
-                    let run = JournaledRun {
-                        digest: b.digest(),
-                        requests: requests.clone(),
-                        after: after.clone(),
-                    };
-                    p.keep_journaled(seq, run);
-                }
+                self.proposals.keep_journaled(seq, run);
             }
         }
     }

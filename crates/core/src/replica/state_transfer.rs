@@ -230,8 +230,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         }
         self.exec.set_diverged(false);
-        self.prime_sync();
-        if self.cfg.prime() {
+        if self.sync_proposals() {
             // The journal learns what the fetched state ran (see `journal::kept`).
             self.persist(Record::Ran {
                 seq,

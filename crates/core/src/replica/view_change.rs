@@ -80,7 +80,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.stats.view_changes += 1;
         self.views.timer.left_view();
         self.requests.timer = None;
-        if !self.cfg.prime() {
+        if self.proposals.leader_batches() {
             // Prime's requests stay in their PO-REQUESTs across views.
             self.requests.pool.clear_inflight();
         }
@@ -104,7 +104,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             doubted: self.views.claims.doubted_wire(),
         });
         self.event(Event::ViewChangeStarted { view: v, cause });
-        self.prime_view(v, true);
+        self.proposals_view(v, true);
         self.broadcast(&Message::from(vc));
         // Vouch now for the view changes of this view we stored before entering it.
         let p = self.cfg.primary(v);
@@ -654,7 +654,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.event(Event::NewViewInstalled {
             view: self.views.view,
         });
-        self.prime_view(self.views.view, false);
+        self.proposals_view(self.views.view, false);
         for (n, d) in prepares {
             let id = self.id;
             let view = self.views.view;
@@ -673,7 +673,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // Requests still waiting go to the new primary; the timer restarts for them.
         if primary {
             self.try_propose();
-        } else if self.cfg.prime() {
+        } else if !self.proposals.leader_batches() {
             // Prime's requests travel in PO-REQUESTs, not through the leader.
             self.arm_request_timer();
         } else {

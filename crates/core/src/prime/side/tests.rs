@@ -2,6 +2,7 @@
 //! around them (the host's part here is only what `replica/prime.rs` does on each message).
 
 use super::*;
+use crate::agreement::proposals::Proposals;
 use crate::message::Request;
 use crate::types::OrderProtocol;
 use std::collections::VecDeque;
@@ -338,4 +339,112 @@ fn rows_under_load_wait_for_the_interval_and_one_covering_everything_goes_at_onc
         .filter(|o| matches!(o, Out::Broadcast(Message::Prime(PrimeMessage::PoAru(_)))))
         .count();
     assert_eq!(rows, 2);
+}
+
+/// Prime's proposals driven through agreement's interface alone, as agreement drives them: a
+/// matrix proposal is well formed (a batch of requests is not), is accepted, and when
+/// committed runs what it made eligible; a replica missing an ordered PO-REQUEST is told to
+/// wait and asks for it; the ordinal's execution is followed by reconciliation's copies, not
+/// while replaying; checkpoints, stability and a state jump keep pre-ordering in step.
+#[test]
+fn prime_proposals_through_the_ordering_interface() {
+    use crate::agreement::proposals::Host;
+    let mut net = Net::new();
+    net.cut = vec![(1, 3)];
+    let req = request(7, b"put a 1");
+    net.introduce(1, vec![req.clone()]);
+    let m = net.sides[0].proposing(10);
+    let proposal = Batch {
+        nondet: crate::message::NonDet {
+            time_ms: 10,
+            seed: 1,
+        },
+        requests: Vec::new(),
+        matrix: Some(m),
+    };
+    let host = |eligible: &'static [Seq], replaying| Host {
+        now: 10,
+        replaying,
+        executed: 0,
+        eligible,
+        installed: &dealt,
+    };
+    let digest = proposal.digest();
+    for (i, s) in net.sides.iter_mut().enumerate() {
+        let p: &mut dyn Proposals = s;
+        assert!(!p.leader_batches());
+        assert!(p.well_formed(&proposal, 0));
+        assert!(
+            !p.well_formed(&proposal, 1),
+            "nothing travels beside a matrix"
+        );
+        assert!(
+            !p.well_formed(&request_batch(&req), 0),
+            "Prime proposes matrices"
+        );
+        assert!(p.signed_validly(&proposal, &dealt));
+        p.accepted(&proposal, &host(&[], false));
+        let runs = p.runs(1, &digest, &proposal, &host(&[], false));
+        if i == 3 {
+            // Replica 3 never received the PO-REQUEST: not yet, and it asks.
+            assert!(runs.is_err());
+            assert!(p
+                .take_outs()
+                .iter()
+                .any(|o| matches!(o, Out::Broadcast(Message::Prime(PrimeMessage::PoFetch(_))))));
+            continue;
+        }
+        let e = runs
+            .expect("held")
+            .expect("a matrix runs what it made eligible");
+        assert_eq!(e.run.requests, vec![req.clone()]);
+        assert_eq!(e.after, vec![0, 1, 0, 0]);
+        let fenced = p.fence(&e.after);
+        assert_eq!(fenced, e.after);
+        assert!(p
+            .ran(&proposal, &[], &e.after, &fenced, &host(&[], true))
+            .is_none());
+    }
+    // A live ordinal is followed up: replica 1's copy goes to replica 3, which lacks it.
+    let s1: &mut dyn Proposals = &mut net.sides[1];
+    let _ = s1.take_outs();
+    let f = s1.ran(
+        &proposal,
+        &[],
+        &[0, 1, 0, 0],
+        &[0, 1, 0, 0],
+        &host(&[], false),
+    );
+    s1.follow_up(f.expect("a live ordinal is followed up"));
+    let copies: Vec<ReplicaId> = s1
+        .take_outs()
+        .into_iter()
+        .filter_map(|o| match o {
+            Out::Send(to, Message::Prime(PrimeMessage::PoCopy(_))) => Some(to),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        copies.contains(&3),
+        "reconciliation reaches the replica without it"
+    );
+    // Checkpoint 1 holds the eligibility; once stable, its certified copies go, and a
+    // state jump is journaled.
+    let s0: &mut dyn Proposals = &mut net.sides[0];
+    s0.checkpoint(1, &[0, 1, 0, 0]);
+    s0.stable(1);
+    assert!(s0.sync(&[0, 1, 0, 0]));
+    assert!(s0.order_keys());
+    assert!(s0.prime().is_some());
+}
+
+fn request_batch(req: &SignedRequest) -> Batch {
+    Batch {
+        nondet: crate::message::NonDet {
+            time_ms: 10,
+            seed: 1,
+        },
+        requests: vec![req.clone()],
+        matrix: None,
+    }
 }

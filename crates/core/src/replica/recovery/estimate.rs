@@ -211,6 +211,6 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             view: v,
             cause: ViewChangeCause::Recovery,
         });
-        self.prime_view(v, v != 0);
+        self.proposals_view(v, v != 0);
     }
 }

@@ -14,7 +14,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             interval_min_ms: self.cfg.recovery_interval_min_ms,
             checkpoint_interval: self.cfg.checkpoint_interval,
             log_size: self.cfg.log_size,
-            prime: self.cfg.prime(),
+            prime: self.proposals.order_keys(),
             interval_only: self.mutant("recovery-interval-only"),
         })
     }
@@ -23,9 +23,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// its keys, so the keys an attacker may have taken from `r` stop working, and under
     /// Prime `r`'s pre-ordering numbering is fenced.
     pub(in crate::replica) fn recovery_executed(&mut self, r: ReplicaId, seq: Seq) {
-        if self.cfg.prime() {
-            self.prime_recovered(r);
-        }
+        self.proposals.recovered(r);
         self.stats.recovery_requests_executed += 1;
         if !self.out.replaying {
             self.event(Event::RecoveryExecuted { replica: r, seq });

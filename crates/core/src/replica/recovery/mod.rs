@@ -84,7 +84,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if let Some(s) = self.auth.session() {
             s.discard_client_keys();
         }
-        self.prime_forget();
+        let own = self.mutant("forget-own-acks");
+        self.proposals.forget(own);
         // Which NEW-VIEW it entered its view on came from a journal the attacker may have
         // rewritten: it vouches for none (see `reports.rs`) until it enters a view again.
         self.views.entered_on = None;
@@ -184,7 +185,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                         replica: self.id,
                         h_m: rec.h_m,
                         // The mutant draws none: the replica keeps the key an attacker may hold.
-                        order_key: self.cfg.prime() && !self.mutant("keep-order-keys"),
+                        order_key: self.proposals.order_keys() && !self.mutant("keep-order-keys"),
                     };
                     if let Some(call) = self.keying.calls.sign_recovery(request, now) {
                         self.out.effects.push(Effect::Holder(call));
