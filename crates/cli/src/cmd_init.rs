@@ -45,8 +45,8 @@ pub struct InitArgs {
     /// proactive recovery)
     #[arg(long)]
     static_keys: bool,
-    /// The ordering protocol: pbft, or prime (bounded delay under attack; needs session keys
-    /// and the co-located deployment)
+    /// The ordering protocol: pbft, or prime (bounded delay under attack; needs session keys,
+    /// and no privacy firewall)
     #[arg(long, default_value = "pbft", value_name = "PROTOCOL")]
     ordering: redoubt_core::OrderProtocol,
     /// The service the replicas host: kv (the key-value store), sql (the SQL database,

@@ -587,9 +587,11 @@ impl Config {
             );
         }
         if self.prime() {
-            if self.executors > 0 {
+            if self.filter_rows > 0 {
                 return Err(
-                    "ordering = \"prime\" runs the co-located deployment (executors = 0)".into(),
+                    "ordering = \"prime\" runs co-located or separated (executors > 0), not \
+                     behind a privacy firewall (filter_rows = 0)"
+                        .into(),
                 );
             }
             if self.tentative_execution {
@@ -722,5 +724,27 @@ mod defaults {
     }
     pub fn prime_row_interval_ms() -> u64 {
         5
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Prime runs co-located or with separated execution nodes, not behind the firewall.
+    #[test]
+    fn prime_runs_separated_but_not_behind_the_firewall() {
+        let mut cfg = Config::new(1);
+        cfg.ordering = OrderProtocol::Prime;
+        cfg.tentative_execution = false;
+        assert_eq!(cfg.validate(), Ok(()));
+        cfg.executors = 3;
+        assert_eq!(cfg.validate(), Ok(()));
+        cfg.filter_rows = 2;
+        cfg.confidential_bodies = true;
+        let e = cfg.validate().unwrap_err();
+        assert!(e.contains("privacy firewall"), "{e}");
+        cfg.ordering = OrderProtocol::Pbft;
+        assert_eq!(cfg.validate(), Ok(()));
     }
 }

@@ -35,6 +35,9 @@ pub enum Optimizations {
     Prime,
     /// [`Optimizations::Prime`] with the bounded-delay check on.
     PrimeBounded,
+    /// Ordered by Prime, in the separated deployment ([`Scenario::prime`], then
+    /// [`Scenario::separate`]).
+    PrimeSeparated,
 }
 
 /// The scenario of a seed: random, with the given mutant.
@@ -53,6 +56,10 @@ pub fn scenario_for(seed: u64, mutant: Mutant, opts: Optimizations) -> Scenario 
             s.prime();
             s.bounded_delay = true;
             s.fast_holders();
+        }
+        Optimizations::PrimeSeparated => {
+            s.prime();
+            s.separate();
         }
     }
     s

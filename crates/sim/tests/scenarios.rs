@@ -248,6 +248,27 @@ fn two_hundred_seeds_in_the_separated_deployment() {
     );
 }
 
+/// Prime orders, 2g+1 execution nodes run the service (up to g of them faulty): what each
+/// ordered matrix made eligible goes down as the batch, which every correct replica derives
+/// alike. Seed 137 halted when replicas took clients' reads for the read-only fast path,
+/// which only a replica running the service has: under Prime they were pooled for a leader
+/// that never batches requests.
+#[test]
+fn a_hundred_seeds_ordered_by_prime_in_the_separated_deployment() {
+    let s = seeds_pass(
+        7_000_000,
+        100,
+        Optimizations::PrimeSeparated,
+        " --ordering prime --separated",
+    );
+    assert!(s.view_changes > 0 && s.state_transfers > 0, "{s:?}");
+    let out = run(
+        scenario_for(137, Mutant::None, Optimizations::PrimeSeparated),
+        false,
+    );
+    assert_passes(&out);
+}
+
 /// The firewall deployment in every seed: the separated deployment with sealed bodies and an
 /// (h+1)² array of filters between the clusters (up to h of them silent or leaking
 /// everything), faulty execution nodes leaking values through reply contents, extra

@@ -384,7 +384,9 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         });
         self.arm_request_timer();
         if !self.sink.here() {
-            self.forward(seq, digest, batch);
+            // What ran goes down (under Prime, the requests the matrix made eligible, which
+            // every correct replica derives alike).
+            self.forward(seq, ran, batch);
         }
         if seq.is_multiple_of(self.cfg.checkpoint_interval) && !self.checkpoint_waits(seq) {
             self.take_checkpoint(seq);

@@ -364,7 +364,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 return Err(Reject::Stale);
             }
             if req.timestamp == last.timestamp {
-                self.resend_reply(c);
+                // Run already: the reply again, from the execution nodes where they run
+                // clients' requests (replicas answer their peers' recovery requests).
+                if self.sink.here() || recovery::recovery_of(c, self.cfg.n()).is_some() {
+                    self.resend_reply(c);
+                } else {
+                    self.hint_retry(c, req.timestamp);
+                }
                 return Ok(());
             }
         }

@@ -69,8 +69,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         let digest = digest.unwrap_or_else(|| req.digest());
         debug_assert_eq!(digest, req.digest());
-        // Prime's requests are ordered first by the replica they came to (but fast-path reads).
-        if !(self.proposals.leader_batches() || (req.read_only && self.cfg.read_only_fast_path)) {
+        // Reads on the fast path are answered from the state this replica executed (where it
+        // runs the service); Prime's other requests are ordered first by the replica they
+        // came to.
+        let fast_read = req.read_only && self.cfg.read_only_fast_path && self.sink.here();
+        if !(self.proposals.leader_batches() || fast_read) {
             return self.on_prime_request(from, sr, digest);
         }
         let mac_ok = self.request_authentic(req, &digest, &sr.auth);
@@ -104,7 +107,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         // A recovery request authenticates itself by its key-holder signature, which every
         // replica checks alike: signed in the sense of the view-change timer.
         let signed = signed || (mac_ok && recovery_replica(req.client).is_some());
-        if req.read_only && self.cfg.read_only_fast_path && self.sink.here() {
+        if fast_read {
             if !matches!(from, Principal::Client(_)) {
                 return Err(Reject::Unexpected); // read-only requests are never relayed
             }

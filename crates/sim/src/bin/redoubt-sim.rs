@@ -57,7 +57,8 @@ struct Args {
     #[arg(long)]
     hybrid: bool,
     /// Run every random seed in the separated deployment: the replicas only order, 2g+1
-    /// execution nodes (up to g of them faulty) run the service (per-seed optimizations).
+    /// execution nodes (up to g of them faulty) run the service (per-seed optimizations;
+    /// with --ordering prime, Prime orders).
     #[arg(long, conflicts_with_all = ["all_optimizations", "quiet_primary", "hybrid"])]
     separated: bool,
     /// Run every random seed in the firewall deployment: the separated deployment with
@@ -68,7 +69,7 @@ struct Args {
     /// The ordering protocol of every random seed: pbft (default) or prime (ADR 0007; the
     /// seed's other draws kept, tentative execution off).
     #[arg(long, value_parser = ["pbft", "prime"], default_value = "pbft",
-          conflicts_with_all = ["all_optimizations", "quiet_primary", "hybrid", "separated", "firewall"])]
+          conflicts_with_all = ["all_optimizations", "quiet_primary", "hybrid", "firewall"])]
     ordering: String,
     /// With --ordering prime: also check that correct clients' updates received by a correct
     /// replica after stabilisation execute within the bound computed from the simulated
@@ -105,6 +106,8 @@ impl Args {
             Optimizations::Hybrid
         } else if self.all_optimizations {
             Optimizations::All
+        } else if self.separated && self.ordering == "prime" {
+            Optimizations::PrimeSeparated
         } else if self.separated {
             Optimizations::Separated
         } else if self.firewall {
