@@ -23,6 +23,7 @@ modes=(
   "firewall:--firewall"
   "prime:--ordering prime"
   "prime-bounded:--ordering prime --bounded-delay"
+  "prime-separated:--ordering prime --separated"
 )
 mkdir -p "$dir"
 status=0
