@@ -45,8 +45,7 @@ pub struct InitArgs {
     /// proactive recovery)
     #[arg(long)]
     static_keys: bool,
-    /// The ordering protocol: pbft, or prime (bounded delay under attack; needs session keys,
-    /// and no privacy firewall)
+    /// The ordering protocol: pbft, or prime (bounded delay under attack; needs session keys)
     #[arg(long, default_value = "pbft", value_name = "PROTOCOL")]
     ordering: redoubt_core::OrderProtocol,
     /// The service the replicas host: kv (the key-value store), sql (the SQL database,

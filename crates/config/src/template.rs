@@ -384,7 +384,7 @@ const PROTOCOL_OPTIONS: Section = Section {
             "The ordering protocol: \"pbft\" (the primary batches requests) or \"prime\" (Amir et al.:\n\
              every replica introduces its clients' requests, the leader orders summary matrices, and\n\
              Suspect-Leader replaces a leader slower than the bound measured from round trips; see\n\
-             docs/adr/0007-prime.md). Prime needs [keys] mode = \"session\", filter_rows = 0 and\n\
+             docs/adr/0007-prime.md). Prime needs [keys] mode = \"session\" and\n\
              tentative_execution = false; its replicas sign rows with the order keys `redoubt init`\n\
              deals (file [keys] firewall). Default: {default}.",
         ),

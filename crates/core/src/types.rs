@@ -587,13 +587,6 @@ impl Config {
             );
         }
         if self.prime() {
-            if self.filter_rows > 0 {
-                return Err(
-                    "ordering = \"prime\" runs co-located or separated (executors > 0), not \
-                     behind a privacy firewall (filter_rows = 0)"
-                        .into(),
-                );
-            }
             if self.tentative_execution {
                 return Err("ordering = \"prime\" needs tentative_execution = false".into());
             }
@@ -731,20 +724,19 @@ mod defaults {
 mod tests {
     use super::*;
 
-    /// Prime runs co-located or with separated execution nodes, not behind the firewall.
+    /// Prime runs in every deployment, without tentative execution.
     #[test]
-    fn prime_runs_separated_but_not_behind_the_firewall() {
+    fn prime_runs_in_every_deployment() {
         let mut cfg = Config::new(1);
         cfg.ordering = OrderProtocol::Prime;
+        let e = cfg.validate().unwrap_err();
+        assert!(e.contains("tentative_execution"), "{e}");
         cfg.tentative_execution = false;
         assert_eq!(cfg.validate(), Ok(()));
         cfg.executors = 3;
         assert_eq!(cfg.validate(), Ok(()));
         cfg.filter_rows = 2;
         cfg.confidential_bodies = true;
-        let e = cfg.validate().unwrap_err();
-        assert!(e.contains("privacy firewall"), "{e}");
-        cfg.ordering = OrderProtocol::Pbft;
         assert_eq!(cfg.validate(), Ok(()));
     }
 }

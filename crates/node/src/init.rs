@@ -60,7 +60,7 @@ pub struct InitOptions {
     pub name: String,
     /// Fixed pairwise MAC keys instead of session keys (no key refresh, no recovery).
     pub static_keys: bool,
-    /// The ordering protocol. Prime needs session keys and no privacy firewall; `init`
+    /// The ordering protocol. Prime needs session keys; `init`
     /// deals the replicas' order keys for it (a proactive recovery replaces a replica's).
     pub ordering: OrderProtocol,
     /// The service the replicas host (`[state] service`: "kv", "sql" or "files").

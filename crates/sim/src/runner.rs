@@ -38,6 +38,9 @@ pub enum Optimizations {
     /// Ordered by Prime, in the separated deployment ([`Scenario::prime`], then
     /// [`Scenario::separate`]).
     PrimeSeparated,
+    /// Ordered by Prime, in the firewall deployment ([`Scenario::prime`], then
+    /// [`Scenario::firewall`]).
+    PrimeFirewall,
 }
 
 /// The scenario of a seed: random, with the given mutant.
@@ -60,6 +63,10 @@ pub fn scenario_for(seed: u64, mutant: Mutant, opts: Optimizations) -> Scenario 
         Optimizations::PrimeSeparated => {
             s.prime();
             s.separate();
+        }
+        Optimizations::PrimeFirewall => {
+            s.prime();
+            s.firewall();
         }
     }
     s

@@ -269,6 +269,18 @@ fn a_hundred_seeds_ordered_by_prime_in_the_separated_deployment() {
     assert_passes(&out);
 }
 
+/// Prime orders behind the privacy firewall: the firewall's mix (filters, faulty execution
+/// nodes leaking values, the confidentiality check at every delivery) with Prime's.
+#[test]
+fn twenty_seeds_ordered_by_prime_behind_the_firewall() {
+    seeds_pass(
+        7_100_000,
+        20,
+        Optimizations::PrimeFirewall,
+        " --ordering prime --firewall",
+    );
+}
+
 /// The firewall deployment in every seed: the separated deployment with sealed bodies and an
 /// (h+1)² array of filters between the clusters (up to h of them silent or leaking
 /// everything), faulty execution nodes leaking values through reply contents, extra

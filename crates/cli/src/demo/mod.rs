@@ -70,14 +70,9 @@ pub struct DemoArgs {
     /// compromised execution node tries to leak every value it executes
     #[arg(long, conflicts_with = "separated")]
     firewall: bool,
-    /// The ordering protocol: pbft, or prime (bounded delay under attack; co-located or
-    /// --separated)
-    #[arg(
-        long,
-        default_value = "pbft",
-        value_name = "PROTOCOL",
-        conflicts_with = "firewall"
-    )]
+    /// The ordering protocol: pbft, or prime (bounded delay under attack), in any of the
+    /// deployments
+    #[arg(long, default_value = "pbft", value_name = "PROTOCOL")]
     ordering: redoubt_core::OrderProtocol,
     /// The service: kv (clients put and read back keys) or sql (a bank: serializable
     /// transfers between accounts and audits of the total, checked at the end)

@@ -368,10 +368,13 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                 // clients' requests (replicas answer their peers' recovery requests).
                 if self.sink.here() || recovery::recovery_of(c, self.cfg.n()).is_some() {
                     self.resend_reply(c);
-                } else {
-                    self.hint_retry(c, req.timestamp);
+                    return Ok(());
                 }
-                return Ok(());
+                if self.hint_retry(c, req.timestamp) || !self.sink.firewall() {
+                    return Ok(());
+                }
+                // Behind the firewall with no certified reply here: ordered again (Yin et
+                // al. §3.2.1), and the execution nodes answer in that batch's bundle.
             }
         }
         match self.requests.pool.get(c) {

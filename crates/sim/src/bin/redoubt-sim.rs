@@ -69,7 +69,7 @@ struct Args {
     /// The ordering protocol of every random seed: pbft (default) or prime (ADR 0007; the
     /// seed's other draws kept, tentative execution off).
     #[arg(long, value_parser = ["pbft", "prime"], default_value = "pbft",
-          conflicts_with_all = ["all_optimizations", "quiet_primary", "hybrid", "firewall"])]
+          conflicts_with_all = ["all_optimizations", "quiet_primary", "hybrid"])]
     ordering: String,
     /// With --ordering prime: also check that correct clients' updates received by a correct
     /// replica after stabilisation execute within the bound computed from the simulated
@@ -106,6 +106,8 @@ impl Args {
             Optimizations::Hybrid
         } else if self.all_optimizations {
             Optimizations::All
+        } else if self.firewall && self.ordering == "prime" {
+            Optimizations::PrimeFirewall
         } else if self.separated && self.ordering == "prime" {
             Optimizations::PrimeSeparated
         } else if self.separated {
