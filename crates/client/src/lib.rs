@@ -716,9 +716,9 @@ impl Driver {
             "completed"
         );
         self.state.view.fetch_max(self.core.view(), Relaxed);
-        let unwanted = self.core.unwanted;
-        let (widened, ordered) = (self.core.read_widenings, self.core.fallbacks);
-        let asked_again = self.core.full_result_asks;
+        let unwanted = self.core.stats.unwanted;
+        let (widened, ordered) = (self.core.stats.read_widenings, self.core.stats.fallbacks);
+        let asked_again = self.core.stats.full_result_asks;
         self.state.update(|s| {
             s.completed += 1;
             s.replies_unwanted = unwanted;
@@ -744,7 +744,7 @@ impl Driver {
     }
 
     fn note_rejected(&mut self) {
-        let rejected = self.core.rejected;
+        let rejected = self.core.stats.rejected;
         if rejected != self.rejected_seen {
             self.rejected_seen = rejected;
             self.state.update(|s| s.frames_rejected = rejected);

@@ -65,7 +65,7 @@ fn a_replica_that_lost_a_client_key_gets_a_new_one_for_itself_alone() {
     c.send(replica(2), client(CLIENT), ask.clone());
     c.deliver_all();
     assert!(c.completions(CLIENT).is_empty());
-    assert_eq!(c.client(CLIENT).keys_asked, 1);
+    assert_eq!(c.client(CLIENT).stats.keys_asked, 1);
     c.advance_to(5_001);
     let answer = c.tick_client(CLIENT).new_keys();
     assert_eq!(answer.len(), 1, "one NEW-KEY, to replica 2 only");

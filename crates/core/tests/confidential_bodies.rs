@@ -92,9 +92,9 @@ fn a_session_renewed_with_the_keys_still_opens_and_old_sessions_stop_working() {
     }
     let client = c.client(7);
     assert!(
-        client.body_sessions >= 3,
+        client.stats.body_sessions >= 3,
         "{} sessions",
-        client.body_sessions
+        client.stats.body_sessions
     );
     assert!(c.completions(7).iter().all(|d| d.refused.is_none()));
     assert_eq!(c.sent().iter().filter(|e| holds_mark(&e.bytes)).count(), 0);
@@ -188,7 +188,7 @@ fn read_only_answers_are_sealed_too() {
     let c = marked_workload(KeyMode::Session, true, true);
     // Answered on the fast path, not ordered.
     assert!(c.completions(7).iter().all(|d| d.latency_ms < 20));
-    assert_eq!(c.client(7).fallbacks, 0);
+    assert_eq!(c.client(7).stats.fallbacks, 0);
     assert_eq!(c.sent().iter().filter(|e| holds_mark(&e.bytes)).count(), 0);
 }
 

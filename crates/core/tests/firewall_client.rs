@@ -116,7 +116,7 @@ fn a_copy_in_another_replicas_name_counts_for_nothing() {
     // Replica 0 again, under replica 1's name: its MAC is not replica 1's.
     let forged = copy(&mut s, 1, 0, b"made up");
     assert_eq!(receive(&mut s, &forged), None);
-    assert_eq!(s.client.rejected, 1);
+    assert_eq!(s.client.stats.rejected, 1);
     let honest = copy(&mut s, 2, 2, b"made up");
     assert!(receive(&mut s, &honest).is_some());
 }
@@ -130,7 +130,7 @@ fn digest_only_copies_count_for_the_match_and_the_result_comes_in_full() {
     let d2 = sealed_copy(&mut s, 2, 2, result, true);
     assert_eq!(receive(&mut s, &d2), None, "f+1 digests, no result yet");
     assert_eq!(
-        s.client.full_result_asks, 1,
+        s.client.stats.full_result_asks, 1,
         "the retransmission is brought forward"
     );
     // A full copy of another result does not complete it.

@@ -72,7 +72,7 @@ fn a_lost_full_reply_is_asked_for_again_after_a_round_trip() {
         .dropped()
         .iter()
         .any(|e| matches!(&e.msg, Message::Client(ClientMessage::Reply(r)) if !r.digest_only)));
-    assert_eq!(c.client(7).full_result_asks, 1);
+    assert_eq!(c.client(7).stats.full_result_asks, 1);
 }
 
 /// A request that went unanswered until its retransmission timeout, sent unsigned to the
@@ -129,7 +129,7 @@ fn after_a_timeout_a_client_signs_its_requests_for_a_while() {
         [(replica(0), true)],
         "signed, to the primary"
     );
-    assert_eq!(c.client(7).wary_requests, 1);
+    assert_eq!(c.client(7).stats.wary_requests, 1);
 
     // Past the window, unsigned again.
     c.run(5_100);

@@ -69,8 +69,8 @@ fn a_read_goes_to_a_quorum_and_the_reads_spread_over_every_replica() {
         left_out.iter().all(|&k| k > 0),
         "every replica is left out of some reads: {left_out:?}"
     );
-    assert_eq!(c.client(7).read_widenings, 0);
-    assert_eq!(c.client(7).fallbacks, 0);
+    assert_eq!(c.client(7).stats.read_widenings, 0);
+    assert_eq!(c.client(7).stats.fallbacks, 0);
 }
 
 #[test]
@@ -92,8 +92,8 @@ fn long_results_come_in_full_from_an_asked_replica() {
         let ts = read(&mut c, op.as_bytes());
         assert_eq!(asked(&c, ts).len(), 3);
     }
-    assert_eq!(c.client(7).read_widenings, 0);
-    assert_eq!(c.client(7).fallbacks, 0);
+    assert_eq!(c.client(7).stats.read_widenings, 0);
+    assert_eq!(c.client(7).stats.fallbacks, 0);
 }
 
 #[test]
@@ -105,7 +105,7 @@ fn a_silent_replica_costs_one_widening_then_is_left_out() {
     for i in 0..12 {
         let ts = read(&mut c, format!("read:k{i}").as_bytes());
         let to = asked(&c, ts);
-        if c.client(7).read_widenings == 1 && widened_at.is_none() {
+        if c.client(7).stats.read_widenings == 1 && widened_at.is_none() {
             widened_at = Some(i);
             assert_eq!(
                 to,
@@ -120,8 +120,12 @@ fn a_silent_replica_costs_one_widening_then_is_left_out() {
         }
     }
     assert!(widened_at.is_some(), "some read asked the silent replica");
-    assert_eq!(c.client(7).read_widenings, 1);
-    assert_eq!(c.client(7).fallbacks, 0, "no read fell back to ordering");
+    assert_eq!(c.client(7).stats.read_widenings, 1);
+    assert_eq!(
+        c.client(7).stats.fallbacks,
+        0,
+        "no read fell back to ordering"
+    );
 }
 
 #[test]
@@ -158,11 +162,11 @@ fn a_replica_answering_wrong_costs_one_widening_then_is_left_out() {
     }
     assert!(asked_liar >= 1, "some read asked the lying replica");
     assert_eq!(
-        c.client(7).read_widenings,
+        c.client(7).stats.read_widenings,
         1,
         "only the first read it answered wrongly needed the others"
     );
-    assert_eq!(c.client(7).fallbacks, 0);
+    assert_eq!(c.client(7).stats.fallbacks, 0);
 }
 
 /// A replica the host reports unreachable (its connection is down and connecting failed) is
@@ -180,7 +184,7 @@ fn a_replica_the_host_cannot_reach_is_left_out_from_the_first_read() {
         let to = asked(&c, ts);
         assert!(!to.contains(&down), "read {i}: {to:?}");
     }
-    assert_eq!(c.client(7).read_widenings, 0);
+    assert_eq!(c.client(7).stats.read_widenings, 0);
     c.unblock(rule);
     c.client_mut(7).set_unreachable([]);
     let mut asked_down = false;
@@ -208,7 +212,7 @@ fn full_result_asks_with_a_backup_down(report_unreachable: bool, requests: usize
             "request {i} completes"
         );
     }
-    c.client(7).full_result_asks
+    c.client(7).stats.full_result_asks
 }
 
 /// The request's timestamp picks the replica that sends the result in full (digest replies):

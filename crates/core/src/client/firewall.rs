@@ -28,12 +28,12 @@ impl<A: KeyTable> Client<A> {
                 return None;
             }
             _ => {
-                self.rejected += 1;
+                self.stats.rejected += 1;
                 return None;
             }
         };
         if cert.entry.client != self.id {
-            self.unwanted += 1;
+            self.stats.unwanted += 1;
             return None;
         }
         // The view is the sending replica's claim: counted for every reply addressed to us,
@@ -48,11 +48,11 @@ impl<A: KeyTable> Client<A> {
             view
         };
         if !self.wants(cert.entry.timestamp) {
-            self.unwanted += 1;
+            self.stats.unwanted += 1;
             return None;
         }
         let Some(digest) = cert.entry_digest() else {
-            self.rejected += 1;
+            self.stats.rejected += 1;
             return None;
         };
         let o = self.outstanding.as_mut().expect("wanted");
@@ -81,7 +81,7 @@ impl<A: KeyTable> Client<A> {
             // Matching digests, but the designated replica's full copy is missing (faulty, or
             // its frame was lost).
             if o.ask_for_full_result(env.now_ms, self.srtt_ms) {
-                self.full_result_asks += 1;
+                self.stats.full_result_asks += 1;
             }
             return None;
         };

@@ -114,32 +114,34 @@ pub struct Client<A: KeyTable> {
     srtt_ms: f64,
     outstanding: Option<Outstanding>,
     effects: Vec<Effect>,
-    /// Frames dropped because they did not verify or did not match (for metrics).
+    /// What it counted (for metrics).
+    pub stats: ClientStats,
+    /// Which replicas fast reads go to.
+    reads: FastReads,
+    /// Session keys: NEW-KEYs due and sent.
+    rekey: Rekeying,
+    /// With confidential bodies: the current body session with the executors (renewed with
+    /// every periodic key refresh).
+    body: Option<([u8; ENC_LEN], BodyKey)>,
+    /// Firewall deployment: the views the replicas passing certified replies on reported.
+    firewall: Option<FirewallView>,
+    /// Until when new requests go signed: a request of ours completed only after its
+    /// retransmission timeout ran out (see [`Client::complete`]).
+    wary_until_ms: u64,
+}
+
+/// What a client counted (for metrics).
+#[derive(Clone, Debug, Default)]
+pub struct ClientStats {
+    /// Frames dropped because they did not verify or did not match.
     pub rejected: u64,
     /// Read-only operations reissued on the ordered path.
     pub fallbacks: u64,
     /// Fast reads sent to 2f+1 replicas that had to ask the others too.
     pub read_widenings: u64,
-    /// A replica that was late to answer a fast read, left out of the next reads (and how
-    /// many more).
-    read_skip: Option<(ReplicaId, u32)>,
-    /// Replicas the host cannot reach now (no connection, and connecting failed), left out
-    /// of fast reads first (see [`Client::set_unreachable`]).
-    unreachable: Vec<ReplicaId>,
-    /// Fast reads sent to 2f+1 replicas (turns the replicas left out).
-    reads_narrowed: u64,
     /// Replies dropped unverified because they answer no outstanding request (the replies
     /// beyond a certificate, late ones, retransmitted ones).
     pub unwanted: u64,
-    /// With session keys: when the next NEW-KEY is due (host clock, ms), and the last one.
-    next_rekey_ms: u64,
-    last_rekey_ms: Option<u64>,
-    /// The last NEW-KEY sent to every replica (sent again with stalled retransmissions).
-    last_new_key: Option<Bytes>,
-    /// Replicas that lost our key and get a NEW-KEY of their own, and when each last got one
-    /// (both at most n entries).
-    rekey_for: BTreeSet<Principal>,
-    last_rekey_of: BTreeMap<Principal, u64>,
     /// NEW-KEYs sent, replicas' requests for them, and failures of the key holder.
     pub key_refreshes: u64,
     pub keys_asked: u64,
@@ -148,17 +150,37 @@ pub struct Client<A: KeyTable> {
     pub requests_signed: u64,
     /// Retransmissions brought forward because matching digests came without the result.
     pub full_result_asks: u64,
-    /// With confidential bodies: the current body session with the executors (renewed with
-    /// every periodic key refresh), and sessions started.
-    body: Option<([u8; ENC_LEN], BodyKey)>,
+    /// With confidential bodies: body sessions started.
     pub body_sessions: u64,
-    /// Firewall deployment: the views the replicas passing certified replies on reported.
-    firewall: Option<FirewallView>,
-    /// Until when new requests go signed: a request of ours completed only after its
-    /// retransmission timeout ran out (see [`Client::complete`]).
-    wary_until_ms: u64,
-    /// Requests sent that way.
+    /// Requests sent signed while wary (see [`Client::complete`]).
     pub wary_requests: u64,
+}
+
+/// Which replicas a client's fast reads go to.
+#[derive(Default)]
+struct FastReads {
+    /// A replica that was late to answer a fast read, left out of the next reads (and how
+    /// many more).
+    read_skip: Option<(ReplicaId, u32)>,
+    /// Replicas the host cannot reach now (no connection, and connecting failed), left out
+    /// of fast reads first (see [`Client::set_unreachable`]).
+    unreachable: Vec<ReplicaId>,
+    /// Fast reads sent to 2f+1 replicas (turns the replicas left out).
+    reads_narrowed: u64,
+}
+
+/// A client's session keys: when NEW-KEYs are due, and what was sent.
+#[derive(Default)]
+struct Rekeying {
+    /// When the next NEW-KEY is due (host clock, ms), and the last one.
+    next_rekey_ms: u64,
+    last_rekey_ms: Option<u64>,
+    /// The last NEW-KEY sent to every replica (sent again with stalled retransmissions).
+    last_new_key: Option<Bytes>,
+    /// Replicas that lost our key and get a NEW-KEY of their own, and when each last got one
+    /// (both at most n entries).
+    rekey_for: BTreeSet<Principal>,
+    last_rekey_of: BTreeMap<Principal, u64>,
 }
 
 impl<A: KeyTable> Client<A> {
@@ -181,28 +203,12 @@ impl<A: KeyTable> Client<A> {
             srtt_ms,
             outstanding: None,
             effects: Vec::new(),
-            rejected: 0,
-            fallbacks: 0,
-            read_widenings: 0,
-            read_skip: None,
-            unreachable: Vec::new(),
-            reads_narrowed: 0,
-            unwanted: 0,
-            next_rekey_ms: 0,
-            last_rekey_ms: None,
-            last_new_key: None,
-            rekey_for: BTreeSet::new(),
-            last_rekey_of: BTreeMap::new(),
-            key_refreshes: 0,
-            keys_asked: 0,
-            key_holder_failures: 0,
-            requests_signed: 0,
-            full_result_asks: 0,
+            stats: ClientStats::default(),
+            reads: FastReads::default(),
+            rekey: Rekeying::default(),
             body: None,
-            body_sessions: 0,
             firewall,
             wary_until_ms: 0,
-            wary_requests: 0,
         }
     }
 
@@ -214,8 +220,9 @@ impl<A: KeyTable> Client<A> {
     /// retransmission. Only a hint: what a replica answers is checked as ever.
     pub fn set_unreachable(&mut self, replicas: impl IntoIterator<Item = ReplicaId>) {
         let n = self.cfg.n();
-        self.unreachable.clear();
-        self.unreachable
+        self.reads.unreachable.clear();
+        self.reads
+            .unreachable
             .extend(replicas.into_iter().filter(|r| *r < n).take(n as usize));
     }
 
@@ -238,7 +245,7 @@ impl<A: KeyTable> Client<A> {
         if self.auth.session_ref().is_none() || !known {
             return;
         }
-        self.rekey_for.insert(p);
+        self.rekey.rekey_for.insert(p);
     }
 
     /// The principals that hold this client's keys: the replicas, and the execution nodes
@@ -259,20 +266,22 @@ impl<A: KeyTable> Client<A> {
         }
         // A periodic refresh waits (at most KEY_FORCE_STALL_MS) for the request in flight to
         // complete: replies already sent under the keys it replaces no longer verify here.
-        let periodic = env.now_ms >= self.next_rekey_ms
+        let periodic = env.now_ms >= self.rekey.next_rekey_ms
             && (self.outstanding.is_none()
-                || env.now_ms >= self.next_rekey_ms + KEY_FORCE_STALL_MS);
+                || env.now_ms >= self.rekey.next_rekey_ms + KEY_FORCE_STALL_MS);
         let due = periodic
             || (force
                 && self
+                    .rekey
                     .last_rekey_ms
                     .is_none_or(|t| env.now_ms >= t + KEY_FORCE_STALL_MS));
         let targets: Vec<Principal> = if due {
             self.key_peers()
         } else {
             let now = env.now_ms;
-            let last = &self.last_rekey_of;
-            self.rekey_for
+            let last = &self.rekey.last_rekey_of;
+            self.rekey
+                .rekey_for
                 .iter()
                 .copied()
                 .filter(|r| last.get(r).is_none_or(|t| now >= t + KEY_FORCE_MIN_MS))
@@ -295,26 +304,26 @@ impl<A: KeyTable> Client<A> {
         };
         match s.refresh(&replicas) {
             Ok(nk) => {
-                self.key_refreshes += 1;
+                self.stats.key_refreshes += 1;
                 // Answers to the request in flight under the replaced keys are lost: hear it
                 // again after one round trip, by when the replicas hold the new keys.
                 if let Some(o) = self.outstanding.as_mut() {
                     o.retransmit_within(env.now_ms, self.srtt_ms);
                 }
                 for r in &targets {
-                    self.rekey_for.remove(r);
-                    self.last_rekey_of.insert(*r, env.now_ms);
+                    self.rekey.rekey_for.remove(r);
+                    self.rekey.last_rekey_of.insert(*r, env.now_ms);
                 }
                 if due {
-                    self.last_rekey_ms = Some(env.now_ms);
-                    self.next_rekey_ms = env.now_ms + self.cfg.key_refresh_ms;
+                    self.rekey.last_rekey_ms = Some(env.now_ms);
+                    self.rekey.next_rekey_ms = env.now_ms + self.cfg.key_refresh_ms;
                     // A new body session with the next request: a key stolen from a
                     // replica opens no body sealed after it recovered.
                     self.body = None;
                 }
                 let bytes = Arc::new(seal(&self.auth, &Message::from(nk), None, self.cfg.n()));
                 if due {
-                    self.last_new_key = Some(bytes.clone());
+                    self.rekey.last_new_key = Some(bytes.clone());
                 }
                 for to in replicas
                     .into_iter()
@@ -327,8 +336,8 @@ impl<A: KeyTable> Client<A> {
                 }
             }
             Err(_) => {
-                self.key_holder_failures += 1;
-                self.next_rekey_ms = env.now_ms + KEY_FORCE_MIN_MS;
+                self.stats.key_holder_failures += 1;
+                self.rekey.next_rekey_ms = env.now_ms + KEY_FORCE_MIN_MS;
             }
         }
     }
@@ -354,11 +363,11 @@ impl<A: KeyTable> Client<A> {
             .with_holder(|h| h.sign(Purpose::Request, &digest));
         match signed {
             Ok((counter, sig)) => {
-                self.requests_signed += 1;
+                self.stats.requests_signed += 1;
                 Some(RequestSig { counter, sig })
             }
             Err(_) => {
-                self.key_holder_failures += 1;
+                self.stats.key_holder_failures += 1;
                 None
             }
         }
@@ -415,9 +424,9 @@ impl<A: KeyTable> Client<A> {
         if self.body.is_none() {
             self.body = self.auth.start_body_session(env.entropy);
             if self.body.is_some() {
-                self.body_sessions += 1;
+                self.stats.body_sessions += 1;
             } else {
-                self.key_holder_failures += 1;
+                self.stats.key_holder_failures += 1;
             }
         }
         self.body.is_some()
@@ -445,7 +454,7 @@ impl<A: KeyTable> Client<A> {
         // retransmission. Timestamps need only increase, so skipping some costs nothing.
         if self.cfg.digest_replies && !self.cfg.separated() && !self.cfg.firewall() {
             for _ in 0..DESIGNATED_REDRAWS_MAX {
-                if !self.unreachable.contains(&self.designated(timestamp)) {
+                if !self.reads.unreachable.contains(&self.designated(timestamp)) {
                     break;
                 }
                 timestamp += 1;
@@ -478,7 +487,7 @@ impl<A: KeyTable> Client<A> {
             None
         };
         if wary {
-            self.wary_requests += 1;
+            self.stats.wary_requests += 1;
         }
         let bytes = self.seal_request(&request, sig);
         let mut unasked = Vec::new();
@@ -541,17 +550,17 @@ impl<A: KeyTable> Client<A> {
         }
         let designated = self.designated(timestamp);
         let mut skips = Vec::with_capacity(leave);
-        if let Some((r, left)) = self.read_skip {
+        if let Some((r, left)) = self.reads.read_skip {
             skips.push(r);
-            self.read_skip = left.checked_sub(1).map(|l| (r, l)).filter(|(_, l)| *l > 0);
+            self.reads.read_skip = left.checked_sub(1).map(|l| (r, l)).filter(|(_, l)| *l > 0);
         }
-        for r in &self.unreachable {
+        for r in &self.reads.unreachable {
             if skips.len() < leave && !skips.contains(r) {
                 skips.push(*r);
             }
         }
-        self.reads_narrowed = self.reads_narrowed.wrapping_add(1);
-        let start = (self.id.wrapping_add(self.reads_narrowed) % n as u64) as ReplicaId;
+        self.reads.reads_narrowed = self.reads.reads_narrowed.wrapping_add(1);
+        let start = (self.id.wrapping_add(self.reads.reads_narrowed) % n as u64) as ReplicaId;
         for r in (0..n).map(|i| (start + i) % n) {
             if skips.len() == leave {
                 break;
@@ -611,14 +620,14 @@ impl<A: KeyTable> Client<A> {
         // request's replies arrive after it completed.
         if let Some(h) = header {
             if !self.wants(h.timestamp) {
-                self.unwanted += 1;
+                self.stats.unwanted += 1;
                 return None;
             }
         }
         let frame = match decode_frame_ref(bytes, self.cfg.message_bytes_max) {
             Ok(f) => f,
             Err(_) => {
-                self.rejected += 1;
+                self.stats.rejected += 1;
                 return None;
             }
         };
@@ -632,7 +641,7 @@ impl<A: KeyTable> Client<A> {
             Principal::Replica(r) => (r, if separated { 0 } else { self.cfg.n() }),
             Principal::Executor(e) if separated => (e, self.cfg.executors),
             _ => {
-                self.rejected += 1;
+                self.stats.rejected += 1;
                 return None;
             }
         };
@@ -643,12 +652,12 @@ impl<A: KeyTable> Client<A> {
                 return None;
             }
             _ => {
-                self.rejected += 1;
+                self.stats.rejected += 1;
                 return None;
             }
         };
         if reply.replica != from || reply.client != self.id || from >= repliers {
-            self.rejected += 1;
+            self.stats.rejected += 1;
             return None;
         }
         let o = self.outstanding.as_mut()?;
@@ -656,7 +665,7 @@ impl<A: KeyTable> Client<A> {
             return None; // a late reply to an earlier request
         }
         let Some(d) = reply.result_digest() else {
-            self.rejected += 1;
+            self.stats.rejected += 1;
             return None;
         };
         o.vote(
@@ -723,7 +732,7 @@ impl<A: KeyTable> Client<A> {
                 return None;
             }
             if o.ask_for_full_result(env.now_ms, self.srtt_ms) {
-                self.full_result_asks += 1;
+                self.stats.full_result_asks += 1;
             }
             return None;
         }
@@ -736,7 +745,7 @@ impl<A: KeyTable> Client<A> {
             // A replica that answered something else made this read ask the others (it may
             // lie, or have read before or after a concurrent write): leave it out next.
             if let Some((&r, _)) = o.replies.iter().find(|(_, v)| v.digest != d) {
-                self.read_skip = Some((r, READ_SKIP_READS));
+                self.reads.read_skip = Some((r, READ_SKIP_READS));
             }
         }
         let result = o
@@ -757,7 +766,7 @@ impl<A: KeyTable> Client<A> {
     /// expired there) and sent its NEW-KEY: refresh at the next opportunity. Unverified on
     /// purpose: a forged one costs at most one NEW-KEY per KEY_FORCE_MIN_MS.
     fn asked_for_keys(&mut self, p: Principal) {
-        self.keys_asked += 1;
+        self.stats.keys_asked += 1;
         self.refresh_keys_soon_for(p);
     }
 
@@ -812,7 +821,7 @@ impl<A: KeyTable> Client<A> {
 
     /// Retransmits when the timeout expired: to every replica, with back-off and jitter.
     pub fn tick(&mut self, env: Env) -> Vec<Effect> {
-        let refreshes = self.key_refreshes;
+        let refreshes = self.stats.key_refreshes;
         self.refresh_keys(env, false);
         let rto = self.rto_ms();
         let max = self.timing.retransmit_max_ms;
@@ -826,7 +835,7 @@ impl<A: KeyTable> Client<A> {
             let late =
                 (0..self.cfg.n()).find(|r| !o.unasked.contains(r) && !o.replies.contains_key(r));
             if let Some(r) = late {
-                self.read_skip = Some((r, READ_SKIP_READS));
+                self.reads.read_skip = Some((r, READ_SKIP_READS));
             }
             for r in o.unasked.drain(..) {
                 self.effects.push(Effect::Send {
@@ -836,7 +845,7 @@ impl<A: KeyTable> Client<A> {
             }
             o.deadline_ms = o.deadline_ms.max(env.now_ms + rto);
             o.widened = true;
-            self.read_widenings += 1;
+            self.stats.read_widenings += 1;
             return std::mem::take(&mut self.effects);
         }
         if self
@@ -858,7 +867,7 @@ impl<A: KeyTable> Client<A> {
             if let Some(n) = self.outstanding.as_mut() {
                 n.backoff = 1;
             }
-            self.fallbacks += 1;
+            self.stats.fallbacks += 1;
             return std::mem::take(&mut self.effects);
         }
         let stalled = self
@@ -866,12 +875,12 @@ impl<A: KeyTable> Client<A> {
             .as_ref()
             .is_some_and(|o| env.now_ms >= o.deadline_ms && o.backoff >= 1);
         if stalled {
-            let before = self.key_refreshes;
+            let before = self.stats.key_refreshes;
             self.refresh_keys(env, true);
-            if self.key_refreshes == before {
+            if self.stats.key_refreshes == before {
                 // Not re-keyed now: the current NEW-KEY again, for a replica that lost it or
                 // got it after the request it preceded (it ignores one it already holds).
-                if let Some(b) = self.last_new_key.clone() {
+                if let Some(b) = self.rekey.last_new_key.clone() {
                     for r in 0..self.cfg.n() {
                         self.effects.push(Effect::Send {
                             to: Principal::Replica(r),
@@ -920,7 +929,7 @@ impl<A: KeyTable> Client<A> {
                 }
                 // Re-keyed with this retransmission: the answers to it may come under the
                 // keys just replaced (a NEW-KEY can arrive after the request it preceded).
-                if self.key_refreshes != refreshes {
+                if self.stats.key_refreshes != refreshes {
                     o.retransmit_within(env.now_ms, self.srtt_ms);
                 }
             }
