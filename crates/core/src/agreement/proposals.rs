@@ -15,11 +15,38 @@
 //! it comes in a [`Host`].
 
 use crate::journal::Record;
-use crate::message::Batch;
-use crate::prime::side::{JournaledRun, KeyOf, Out, PrimeSide};
+use crate::message::{Batch, Message, SignedRequest};
+use crate::prime::side::PrimeSide;
 use crate::types::{ReplicaId, Seq, View};
+use redoubt_crypto::pk::VerifyKey;
 use redoubt_crypto::Digest;
 use std::sync::Arc;
+
+/// What a [`Proposals`] would send or journal; its host does it, in order.
+#[derive(Clone, Debug)]
+pub enum Out {
+    /// To every other replica.
+    Broadcast(Message),
+    /// To one replica.
+    Send(ReplicaId, Message),
+    /// To the journal, before anything sent after it.
+    Persist(Record),
+}
+
+/// Replica `j`'s order key a recovery installed, and its incarnation, as the state executed
+/// here says (`None`: the key dealt at `init` is in force, incarnation 0).
+pub type KeyOf<'a> = &'a dyn Fn(ReplicaId) -> Option<(u64, VerifyKey)>;
+
+/// An ordinal as the journal recorded it ran here (its `Executed` and `Ran` records).
+#[derive(Clone, Debug)]
+pub struct JournaledRun {
+    /// The digest of the proposal agreement committed.
+    pub digest: Digest,
+    /// The requests that ran, in order.
+    pub requests: Vec<SignedRequest>,
+    /// The eligibility after them.
+    pub after: Vec<Seq>,
+}
 
 /// What a [`Proposals`] reads of the replica around it.
 pub struct Host<'a> {
@@ -240,8 +267,7 @@ impl Proposals for Batches {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{NonDet, Request, SignedRequest};
-    use redoubt_crypto::pk::VerifyKey;
+    use crate::message::{NonDet, Request};
 
     /// No recovery installed an order key anywhere.
     fn none_installed(_j: ReplicaId) -> Option<(u64, VerifyKey)> {

@@ -35,20 +35,9 @@ mod proposals;
 #[cfg(test)]
 mod tests;
 
+pub use crate::agreement::proposals::{JournaledRun, KeyOf, Out};
 pub use arrivals::{Arrivals, ARRIVALS_MAX};
-pub use keys::KeyOf;
 use keys::PrimeKeys;
-
-/// What Prime would send or journal; its host does it, in order.
-#[derive(Clone, Debug)]
-pub enum Out {
-    /// To every other replica.
-    Broadcast(Message),
-    /// To one replica.
-    Send(ReplicaId, Message),
-    /// To the journal, before anything sent after it.
-    Persist(Record),
-}
 
 /// What an ordered matrix makes eligible after what ran: the requests, in order, and the
 /// eligibility after them.
@@ -121,17 +110,6 @@ pub struct PrimeSide {
     /// Clients' requests and rows this turn brought, checked together at its end.
     arrivals: Arrivals,
     outs: Vec<Out>,
-}
-
-/// An ordinal as the journal recorded it ran here (its `Executed` and `Ran` records).
-#[derive(Clone, Debug)]
-pub struct JournaledRun {
-    /// The digest of the matrix batch agreement committed.
-    pub digest: Digest,
-    /// The requests that ran, in order.
-    pub requests: Vec<SignedRequest>,
-    /// The eligibility after them.
-    pub after: Vec<Seq>,
 }
 
 /// Work Prime's inputs ask for that serves every input of a turn at once: done at the end of

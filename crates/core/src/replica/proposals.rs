@@ -3,8 +3,7 @@
 //! [`Host`]), and what it does with the answers: their sends and records, in order.
 
 use super::*;
-use crate::agreement::proposals::Eligible;
-use crate::prime::side::{KeyOf, Out};
+use crate::agreement::proposals::{Eligible, KeyOf, Out};
 
 /// What the proposals' rules read of the replica: the execution state `exec` and the
 /// replica's clock and replay flag.

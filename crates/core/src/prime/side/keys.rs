@@ -8,10 +8,6 @@
 
 use super::*;
 
-/// Replica `j`'s order key a recovery installed, and its incarnation, as the state executed
-/// here says (`None`: the key dealt at `init` is in force, incarnation 0).
-pub type KeyOf<'a> = &'a dyn Fn(ReplicaId) -> Option<(u64, VerifyKey)>;
-
 /// Fresh order keys kept per replica (a refused recovery request draws another), as many as
 /// the journal keeps.
 const DRAWN_KEYS_MAX: usize = crate::journal::ORDER_KEYS_KEPT;
