@@ -71,6 +71,21 @@ pub struct Eligible {
     pub after: Vec<Seq>,
 }
 
+impl Eligible {
+    /// What the committed `proposal` ran here before, as the journal recorded it: the
+    /// `requests` with the proposal's agreed clock and seed, and the eligibility `after`.
+    pub fn as_journaled(proposal: &Batch, requests: &[SignedRequest], after: &[Seq]) -> Self {
+        Eligible {
+            run: Batch {
+                nondet: proposal.nondet,
+                requests: requests.to_vec(),
+                matrix: None,
+            },
+            after: after.to_vec(),
+        }
+    }
+}
+
 /// What follows a proposal's execution once the leader has had its chance to propose again
 /// (Prime: reconciliation's certified copies to the replicas not known to hold them).
 pub struct Followup {

@@ -167,15 +167,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                     let Some((after, requests)) = ran.get(&seq) else {
                         break;
                     };
-                    let run = Batch {
-                        nondet: b.nondet,
-                        requests: requests.clone(),
-                        matrix: None,
-                    };
-                    Some(Eligible {
-                        run,
-                        after: after.clone(),
-                    })
+                    Some(Eligible::as_journaled(b, requests, after))
                 }
                 None => None,
             };

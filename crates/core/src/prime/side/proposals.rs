@@ -59,13 +59,7 @@ impl Proposals for PrimeSide {
         host: &Host<'_>,
     ) -> Result<Option<Eligible>, ()> {
         if let Some(j) = self.journaled(seq, digest, host.executed) {
-            let run = Batch {
-                nondet: batch.nondet,
-                requests: j.requests.clone(),
-                matrix: None,
-            };
-            let after = j.after.clone();
-            return Ok(Some(Eligible { run, after }));
+            return Ok(Some(Eligible::as_journaled(batch, &j.requests, &j.after)));
         }
         let before = padded(host.eligible, self.cfg.n() as usize);
         let Some(m) = batch.matrix.as_ref() else {
