@@ -152,6 +152,9 @@ pub enum Mutant {
     /// before the second review's G1: it acknowledges a second version of a number it
     /// acknowledged before its recovery.
     ForgetOwnAcks,
+    /// Prime: an originator takes its client's request on its MAC alone, without the
+    /// signature the other replicas may need.
+    OriginatorTrustsMacs,
     /// Prime: a backup reads what a proposal answered from its matrix as it stands, rows of
     /// retired incarnations included, as before the second review's G2: a leader's made-up
     /// old rows stop its summaries for good.
@@ -164,7 +167,7 @@ pub enum Mutant {
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 38] = [
+    pub const ALL: [(&'static str, Mutant); 39] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -204,6 +207,7 @@ impl Mutant {
         ("timer-for-unsigned", Mutant::TimerForUnsigned),
         ("trust-view-hint", Mutant::TrustViewHint),
         ("forget-own-acks", Mutant::ForgetOwnAcks),
+        ("originator-trusts-macs", Mutant::OriginatorTrustsMacs),
         ("trust-retired-rows", Mutant::TrustRetiredRows),
         ("trust-one-certified-copy", Mutant::TrustOneCertifiedCopy),
     ];

@@ -1,10 +1,11 @@
 //! Prime under load. Work per turn (`Input::Idle`): the requests, PO-REQUESTs and
 //! acknowledgements a busy replica reads in one turn of its host cost one PO-REQUEST and one
 //! PO-ACK, not one per frame read; a host that never ends a turn still gets them out at the
-//! next tick. The clients' signatures in a PO-REQUEST are checked in one batch, and one bad
-//! signature among them refuses it.
+//! next tick. A client's request in a PO-REQUEST is authentic by its MAC for the receiver
+//! or, where that fails, by its signature (those checked in one batch); a copy filling a hole
+//! is not authenticated again.
 
-use redoubt_core::message::{ClientMessage, PrimeMessage};
+use redoubt_core::message::{ClientMessage, PoCopy, PrimeMessage};
 use redoubt_core::message::{Message, PoRequest, SignedRequest};
 use redoubt_core::*;
 use std::sync::Arc;
@@ -14,10 +15,13 @@ use common::*;
 
 const CLIENTS: [ClientId; 3] = [1, 2, 3];
 
-/// A Prime cluster whose replicas have exchanged their session keys.
+/// A Prime cluster whose replicas and clients have exchanged their session keys.
 fn cluster() -> Cluster {
     let mut c = Cluster::builder(1).prime().clients(CLIENTS).build();
     c.run(1_000);
+    for cl in CLIENTS {
+        c.rekey(client(cl), &[0, 1, 2, 3]);
+    }
     c
 }
 
@@ -133,42 +137,88 @@ fn a_turn_that_never_ends_goes_out_at_the_next_tick() {
 }
 
 /// Replica 0's PO-REQUEST 1 introducing every client's request, the one at `bad` (if any)
-/// under a signature of another request.
-fn po_request_signed(c: &Cluster, bad: Option<usize>) -> Message {
+/// under a signature of another request, every one with its MACs for `spoiled` spoiled.
+fn po_request_signed(c: &Cluster, bad: Option<usize>, spoiled: &[ReplicaId]) -> PoRequest {
     let mut requests: Vec<SignedRequest> = CLIENTS.iter().map(|&cl| signed(c, cl)).collect();
     if let Some(i) = bad {
         let other = c.sign(c.request(CLIENTS[i], 1, b"put elsewhere v"));
         requests[i].sig = other.sig;
     }
-    Message::Prime(PrimeMessage::PoRequest(Arc::new(PoRequest {
+    PoRequest {
         originator: 0,
         seq: 1,
-        requests,
-    })))
+        requests: requests.into_iter().map(|r| spoil(r, spoiled)).collect(),
+    }
 }
 
+fn po_request_message(po: PoRequest) -> Message {
+    Message::Prime(PrimeMessage::PoRequest(Arc::new(po)))
+}
+
+fn refused(out: &Out) -> bool {
+    out.events().iter().any(|e| {
+        matches!(
+            e,
+            Event::Rejected {
+                reason: Reject::BadRequestAuth,
+                ..
+            }
+        )
+    })
+}
+
+/// A client's request in a PO-REQUEST is authentic here by its MAC for us or, where that
+/// fails, by its signature: one bad signature refuses the PO-REQUEST only where the MACs
+/// fail too.
 #[test]
-fn one_bad_client_signature_refuses_the_po_request_wherever_it_is() {
+fn one_bad_client_signature_refuses_the_po_request_where_the_macs_fail() {
     for bad in 0..CLIENTS.len() {
         let mut c = cluster();
-        let m = po_request_signed(&c, Some(bad));
+        let m = po_request_message(po_request_signed(&c, Some(bad), &[1]));
         let out = c.receive_turn(1, vec![(Principal::Replica(0), m)], true);
-        assert!(
-            out.events().iter().any(|e| matches!(
-                e,
-                Event::Rejected {
-                    reason: Reject::BadRequestAuth,
-                    ..
-                }
-            )),
-            "bad at {bad}: {:?}",
-            out.events()
-        );
+        assert!(refused(&out), "bad at {bad}: {:?}", out.events());
         assert_eq!(po_acks_sent(&out), 0, "bad at {bad}");
+        // Where the MACs verify, the bad signature is not even looked at.
+        let m = po_request_message(po_request_signed(&c, Some(bad), &[1]));
+        let out = c.receive_turn(2, vec![(Principal::Replica(0), m)], true);
+        assert!(!out.rejected(), "bad at {bad}: {:?}", out.events());
+        assert_eq!(po_acks_sent(&out), 1, "bad at {bad}");
     }
+    // Good signatures with MACs that fail here: taken by the signatures.
     let mut c = cluster();
-    let m = po_request_signed(&c, None);
+    let m = po_request_message(po_request_signed(&c, None, &[1]));
     let out = c.receive_turn(1, vec![(Principal::Replica(0), m)], true);
     assert!(!out.rejected(), "{:?}", out.events());
     assert_eq!(po_acks_sent(&out), 1);
+}
+
+/// A faulty originator's PO-REQUEST whose requests are authentic at replicas 2 and 3 only
+/// (their MACs), refused at replica 1 (its MACs and the signatures fail): once 2 and 3 hold
+/// it, their copies fill replica 1's hole; a copy's requests are not authenticated again
+/// (f+1 matching copies include a correct replica's, which took them as authentic).
+#[test]
+fn copies_fill_a_hole_their_requests_fail_to_authenticate_here() {
+    let mut c = cluster();
+    let po = po_request_signed(&c, Some(0), &[1]);
+    let out = c.receive_turn(
+        1,
+        vec![(Principal::Replica(0), po_request_message(po.clone()))],
+        true,
+    );
+    assert!(refused(&out), "{:?}", out.events());
+    let copies = [2u32, 3]
+        .iter()
+        .map(|&r| {
+            (
+                Principal::Replica(r),
+                Message::Prime(PrimeMessage::PoCopy(PoCopy {
+                    replica: r,
+                    request: po.clone(),
+                })),
+            )
+        })
+        .collect();
+    let out = c.receive_turn(1, copies, true);
+    assert!(!out.rejected(), "{:?}", out.events());
+    assert_eq!(po_acks_sent(&out), 1, "the hole is filled and acknowledged");
 }

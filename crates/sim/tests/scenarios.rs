@@ -469,7 +469,8 @@ fn every_mutant_is_caught() {
             Mutant::PoAcksAtF
             | Mutant::CutWithoutQuorum
             | Mutant::KeepOrderKeys
-            | Mutant::ForgetOwnAcks => Optimizations::Prime,
+            | Mutant::ForgetOwnAcks
+            | Mutant::OriginatorTrustsMacs => Optimizations::Prime,
             Mutant::LeaderNeverSuspected | Mutant::TrustRetiredRows => Optimizations::PrimeBounded,
             _ => Optimizations::PerSeed,
         };

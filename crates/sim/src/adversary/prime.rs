@@ -5,7 +5,7 @@
 //! retired incarnations.
 
 use super::*;
-use redoubt_core::message::{PbftMessage, PrimeMessage};
+use redoubt_core::message::{PbftMessage, PoRequest, PrimeMessage};
 use redoubt_core::prime::matrix::{PoAru, SignedPoAru};
 use redoubt_core::prime::suspect::SuspectMsg;
 
@@ -60,6 +60,26 @@ impl Adversary {
         Some(Message::Pbft(PbftMessage::PrePrepare(pp)))
     }
 
+    /// Originator `from`'s PO-REQUEST with its clients' signatures corrupted and their MACs
+    /// for one other replica (chosen by the number) too: the others take it by their MACs,
+    /// the one can take it only from copies once it is certified (a copy's requests are not
+    /// authenticated again: core test `copies_fill_a_hole_their_requests_fail_to_authenticate_here`).
+    fn unsigned_for_one(&self, from: ReplicaId, po: &PoRequest) -> PoRequest {
+        let n = self.cfg.n();
+        let victim = (from + 1 + (po.seq % u64::from(n - 1)) as ReplicaId) % n;
+        let mut other = po.clone();
+        for r in other.requests.iter_mut() {
+            let Some(sig) = r.sig.as_mut() else {
+                continue; // a recovering replica's request: its signature is inside
+            };
+            sig.sig.0[0] ^= 0xff;
+            if let Some(mac) = std::sync::Arc::make_mut(&mut r.auth).get_mut(victim as usize) {
+                mac.0[0] ^= 0xff;
+            }
+        }
+        other
+    }
+
     /// Prime's lies (see [`Behavior::PrimeLiar`]); `None`: the honest message.
     pub(super) fn prime_lie(
         &mut self,
@@ -73,11 +93,13 @@ impl Adversary {
                 let Principal::Replica(r) = to else {
                     return None;
                 };
-                if r % 2 == 0 || po.requests.is_empty() {
+                if po.requests.is_empty() {
                     return None;
                 }
-                let mut other = (*po).clone();
-                other.requests.pop();
+                let mut other = self.unsigned_for_one(from, &po);
+                if r % 2 == 1 {
+                    other.requests.pop();
+                }
                 Message::Prime(PrimeMessage::PoRequest(std::sync::Arc::new(other)))
             }
             Message::Prime(PrimeMessage::PoAck(mut ack)) => {

@@ -130,7 +130,8 @@ pub enum Behavior {
     /// join rule ignores it). Not in [`Behavior::ALL`].
     PushView,
     /// Prime: equivocates as an originator (receivers with an odd id get another PO-REQUEST
-    /// under the same number: its last request dropped), acknowledges made-up digests, signs
+    /// under the same number: its last request dropped), corrupts its PO-REQUESTs' client
+    /// signatures and their MACs for one replica per number, acknowledges made-up digests, signs
     /// rows claiming certificates far beyond what it holds, and lies to Suspect-Leader (a
     /// turnaround of 60 s to frame the leader, an alpha of 0 to tighten the bound, round
     /// trips of 0 or 60 s, no pongs). Otherwise honest. Not in [`Behavior::ALL`].

@@ -3,6 +3,26 @@
 use super::*;
 
 impl World {
+    /// Faulty client `i`'s key-holder signature of a request (Prime), corrupted in one
+    /// request of two under [`ClientAttack::BadAuthenticator`]: with MACs that verify at some
+    /// replicas only, a correct originator must still refuse it (mutant
+    /// `originator-trusts-macs`).
+    fn byz_sign(
+        &mut self,
+        i: usize,
+        digest: &redoubt_crypto::Digest,
+        attack: ClientAttack,
+    ) -> Option<redoubt_core::message::RequestSig> {
+        let (counter, mut sig) = self.byz_clients[i]
+            .keys
+            .with_holder(|h| h.sign(redoubt_core::keys::Purpose::Request, digest))
+            .ok()?;
+        if attack == ClientAttack::BadAuthenticator && self.rng.random_bool(0.5) {
+            sig.0[0] ^= 0xff;
+        }
+        Some(redoubt_core::message::RequestSig { counter, sig })
+    }
+
     pub(super) fn byz_client_act(&mut self, i: usize) {
         let n = self.sc.core.n();
         let f = self.sc.core.f;
@@ -16,11 +36,20 @@ impl World {
                 read_only: false,
                 op: op.encode().into(),
             };
-            let auth = request_authenticator(&w.byz_clients[i].keys, &request.digest(), n);
+            let digest = request.digest();
+            let auth = request_authenticator(&w.byz_clients[i].keys, &digest, n);
+            // Under Prime a client's request needs its signature at its originator: a
+            // faulty client signs too (its key holder's signature, or, with bad
+            // authenticators, one in two corrupted).
+            let sig =
+                w.sc.core
+                    .prime()
+                    .then(|| w.byz_sign(i, &digest, attack))
+                    .flatten();
             SignedRequest {
                 request,
                 auth: auth.into(),
-                sig: None,
+                sig,
             }
         };
         if self.now >= self.byz_clients[i].next_rekey_ms {
