@@ -5,7 +5,7 @@
 //! or, where that fails, by its signature (those checked in one batch); a copy filling a hole
 //! is not authenticated again.
 
-use redoubt_core::message::{ClientMessage, PoCopy, PrimeMessage};
+use redoubt_core::message::{AckPart, ClientMessage, PoCopy, PoFetch, PrimeMessage};
 use redoubt_core::message::{Message, PoRequest, SignedRequest};
 use redoubt_core::*;
 use std::sync::Arc;
@@ -221,4 +221,87 @@ fn copies_fill_a_hole_their_requests_fail_to_authenticate_here() {
     let out = c.receive_turn(1, copies, true);
     assert!(!out.rejected(), "{:?}", out.events());
     assert_eq!(po_acks_sent(&out), 1, "the hole is filled and acknowledged");
+}
+
+/// An acknowledgement planted in a replica's journal (by an attacker that held it before its
+/// proactive recovery) of a PO-REQUEST with a request no client sent: one faulty replica's
+/// copy must not fill that hole on the acknowledgement's word, or the recovered replica hands
+/// the copy on as certified and, with the faulty one's, makes f+1 matching copies elsewhere
+/// (review of 8f08114; a restart from the journal stands in for the recovery, which keeps the
+/// replica's own acknowledgements the same way).
+#[test]
+fn a_planted_acknowledgement_does_not_let_a_forged_copy_in() {
+    let mut c = cluster();
+    let forged = SignedRequest {
+        sig: None,
+        ..spoil(c.request(1, 999, b"put k1 forged"), &[0, 1, 2, 3])
+    };
+    let po = PoRequest {
+        originator: 0,
+        seq: 1,
+        requests: vec![forged],
+    };
+    let d = po.digest();
+    let mut journal = c.journal(1).to_vec();
+    journal.push(Record::Acked {
+        parts: vec![AckPart {
+            originator: 0,
+            seq: 1,
+            digest: d,
+        }],
+    });
+    c.restart(1, &journal);
+    c.run(200);
+    let copy = Message::Prime(PrimeMessage::PoCopy(PoCopy {
+        replica: 0,
+        request: po.clone(),
+    }));
+    let _ = c.receive_turn(1, vec![(Principal::Replica(0), copy)], true);
+    let fetch = Message::Prime(PrimeMessage::PoFetch(PoFetch {
+        replica: 2,
+        wanted: vec![(0, 1)],
+    }));
+    let out = c.receive_turn(1, vec![(Principal::Replica(2), fetch)], true);
+    let handed_on = out.messages().iter().any(
+        |(_, m)| matches!(m, Message::Prime(PrimeMessage::PoCopy(pc)) if pc.request.digest() == d),
+    );
+    assert!(!handed_on, "the forged copy was taken as certified");
+}
+
+/// The originator takes its client's request only with a valid signature, even where the
+/// MAC for it verifies: the other replicas whose MACs fail need the signature (mutant
+/// `originator-trusts-macs` in the simulator).
+#[test]
+fn an_originator_refuses_a_request_whose_mac_verifies_but_signature_does_not() {
+    let mut c = cluster();
+    let mut sr = signed(&c, 1);
+    let other = c.sign(c.request(1, 1, b"put elsewhere v"));
+    sr.sig = other.sig;
+    let out = c.receive_turn(
+        1,
+        vec![(
+            Principal::Client(1),
+            Message::Client(ClientMessage::Request(sr)),
+        )],
+        true,
+    );
+    assert!(refused(&out), "{:?}", out.events());
+    assert!(po_requests_sent(&out).is_empty());
+    // With its signature it goes out in a PO-REQUEST.
+    let out = c.receive_turn(1, vec![requests(&c).remove(0)], true);
+    assert!(!out.rejected(), "{:?}", out.events());
+    assert_eq!(po_requests_sent(&out).len(), 1);
+}
+
+/// An originator acknowledges its own PO-REQUEST in the turn it introduces it: when one
+/// peer's acknowledgements are slow, the certificate needs the originator's, and with every
+/// client homed on one replica no peer's PO-REQUEST comes to carry it, so each request waited
+/// for the next pre-ordering round (`redoubt bench attack --attack slow-acks`: ~10 ms a
+/// request, a third of the fault-free throughput, in one run of eight).
+#[test]
+fn an_originator_acknowledges_its_po_request_in_the_same_turn() {
+    let mut c = cluster();
+    let out = c.receive_turn(1, vec![requests(&c).remove(0)], true);
+    assert_eq!(po_requests_sent(&out).len(), 1, "{:?}", out.events());
+    assert_eq!(po_acks_sent(&out), 1, "its own PO-ACK goes with it");
 }

@@ -627,8 +627,10 @@ impl PreOrder {
 
     /// A copy of a PO-REQUEST from replica `from`, to fill a hole: taken once f+1 replicas
     /// offered copies with one digest, or at once if it has the digest 2f+1 replicas
-    /// acknowledged. `true` if it filled the hole.
-    pub fn offer(&mut self, from: ReplicaId, req: Arc<PoRequest>) -> bool {
+    /// acknowledged, or the digest we acknowledged ourselves and `authentic` (its clients'
+    /// requests authenticate here: after a proactive recovery our own acknowledgement may be
+    /// one the attacker wrote). `true` if it filled the hole.
+    pub fn offer(&mut self, from: ReplicaId, req: Arc<PoRequest>, authentic: bool) -> bool {
         let (i, s) = (req.originator, req.seq);
         if from >= self.cfg.n || self.in_window(i, s).is_err() {
             return false;
@@ -649,8 +651,10 @@ impl PreOrder {
         slot.offered.entry(from).or_insert((digest, req));
         let matching = slot.offered.values().filter(|(d, _)| *d == digest).count();
         // With 2f+1 acknowledgements of this digest seen, or our own (we held it from its
-        // originator, before a restart), one copy that matches will do.
-        let vouched = slot.certified == Some(digest) || slot.acks.get(&self.me) == Some(&digest);
+        // originator, before a restart) and requests that authenticate here, one copy that
+        // matches will do.
+        let vouched = slot.certified == Some(digest)
+            || (authentic && slot.acks.get(&self.me) == Some(&digest));
         if matching < f + 1 && !vouched {
             return false;
         }

@@ -605,11 +605,11 @@ impl PrimeSide {
         Ok(())
     }
 
-    /// A copy of a certified PO-REQUEST from `from` whose shape and clients' requests the
-    /// host checked; true if it filled a hole (the host acknowledges, signs a row, tries to
-    /// execute).
-    pub fn on_po_copy(&mut self, from: ReplicaId, request: PoRequest) -> bool {
-        self.po.offer(from, Arc::new(request))
+    /// A copy of a certified PO-REQUEST from `from` whose shape the host checked, `authentic`
+    /// if its clients' requests authenticate here; true if it filled a hole (the host
+    /// acknowledges, signs a row, tries to execute).
+    pub fn on_po_copy(&mut self, from: ReplicaId, request: PoRequest, authentic: bool) -> bool {
+        self.po.offer(from, Arc::new(request), authentic)
     }
 
     /// A proposal of the current view was accepted here, whose matrix the next ordinal

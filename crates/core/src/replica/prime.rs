@@ -223,6 +223,11 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         self.side().introduce(requests);
         self.apply_proposals();
+        // Our own acknowledgement goes with it: when a peer's acknowledgements are slow (or
+        // it lags), the certificate needs ours, which would otherwise wait for the next
+        // pre-ordering round (`prime_preorder_period_ms`) unless a peer's PO-REQUEST came in
+        // this turn. With every client homed here, that made every request wait for a round.
+        self.send_acks();
     }
 
     /// Signs our row if our certificates grew, keeps it in our own matrix, and sends it.
@@ -461,11 +466,14 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         Ok(())
     }
 
-    /// A copy's client requests need no authentication here: a copy is taken only with f+1
-    /// matching ones or under a certificate's digest (`PreOrder::offer`), so a correct replica
-    /// took its requests as authentic. Checking them again could refuse for good what a
-    /// faulty originator made certified with MACs that verify at other replicas only.
-    fn check_po_copy(&self, req: &PoRequest) -> Result<(), Reject> {
+    /// A copy's shape, and whether its client requests are authentic here (as in a
+    /// PO-REQUEST: by MAC or signature). A copy is taken with f+1 matching ones or under the
+    /// digest 2f+1 replicas acknowledged whether or not they are (`PreOrder::offer`: a correct
+    /// replica among them took the requests as authentic; refusing could leave a hole a faulty
+    /// originator made with MACs that verify at other replicas only, for good), but on our own
+    /// acknowledgement alone only if they are: after a proactive recovery that acknowledgement
+    /// may be one the attacker wrote into our journal.
+    fn check_po_copy(&self, req: &PoRequest) -> Result<bool, Reject> {
         if req
             .requests
             .iter()
@@ -473,7 +481,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         {
             return Err(Reject::Inconsistent);
         }
-        Ok(())
+        Ok(self.check_po_requests(req).is_ok())
     }
 
     fn on_po_ack(&mut self, from: ReplicaId, ack: PoAck) -> Result<(), Reject> {
@@ -557,8 +565,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         }
         self.side_ref()
             .po_request_shape(from, c.replica, &c.request)?;
-        self.check_po_copy(&c.request)?;
-        if self.side().on_po_copy(from, c.request) {
+        let authentic = self.check_po_copy(&c.request)?;
+        if self.side().on_po_copy(from, c.request, authentic) {
             self.defer(HELD_CHANGED);
         }
         Ok(())

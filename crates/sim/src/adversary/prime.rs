@@ -62,8 +62,9 @@ impl Adversary {
 
     /// Originator `from`'s PO-REQUEST with its clients' signatures corrupted and their MACs
     /// for one other replica (chosen by the number) too: the others take it by their MACs,
-    /// the one can take it only from copies once it is certified (a copy's requests are not
-    /// authenticated again: core test `copies_fill_a_hole_their_requests_fail_to_authenticate_here`).
+    /// the one can take it only from copies once it is certified (f+1 matching copies fill
+    /// the hole without authenticating the requests again: core test
+    /// `copies_fill_a_hole_their_requests_fail_to_authenticate_here`).
     fn unsigned_for_one(&self, from: ReplicaId, po: &PoRequest) -> PoRequest {
         let n = self.cfg.n();
         let victim = (from + 1 + (po.seq % u64::from(n - 1)) as ReplicaId) % n;
@@ -96,10 +97,18 @@ impl Adversary {
                 if po.requests.is_empty() {
                     return None;
                 }
-                let mut other = self.unsigned_for_one(from, &po);
-                if r % 2 == 1 {
+                // Odd numbers: equivocation (receivers with an odd id get another version);
+                // even ones: one version to everyone, authentic at all but one replica.
+                let other = if po.seq % 2 == 1 {
+                    if r % 2 == 0 {
+                        return None;
+                    }
+                    let mut other = (*po).clone();
                     other.requests.pop();
-                }
+                    other
+                } else {
+                    self.unsigned_for_one(from, &po)
+                };
                 Message::Prime(PrimeMessage::PoRequest(std::sync::Arc::new(other)))
             }
             Message::Prime(PrimeMessage::PoAck(mut ack)) => {

@@ -129,9 +129,10 @@ pub enum Behavior {
     /// one it reports: one replica alone trying to drag the others into view changes (the f+1
     /// join rule ignores it). Not in [`Behavior::ALL`].
     PushView,
-    /// Prime: equivocates as an originator (receivers with an odd id get another PO-REQUEST
-    /// under the same number: its last request dropped), corrupts its PO-REQUESTs' client
-    /// signatures and their MACs for one replica per number, acknowledges made-up digests, signs
+    /// Prime: equivocates as an originator under odd numbers (receivers with an odd id get
+    /// another PO-REQUEST: its last request dropped), sends its PO-REQUESTs of even numbers
+    /// with their client signatures corrupted and their MACs for one other replica too,
+    /// acknowledges made-up digests, signs
     /// rows claiming certificates far beyond what it holds, and lies to Suspect-Leader (a
     /// turnaround of 60 s to frame the leader, an alpha of 0 to tighten the bound, round
     /// trips of 0 or 60 s, no pongs). Otherwise honest. Not in [`Behavior::ALL`].

@@ -118,8 +118,11 @@ fn an_equivocating_originator_gets_at_most_one_version_certified() {
     assert_eq!(s[2].ready(&[(3, 1)]), Err(vec![(3, 1)]));
     // A copy of the other version does not fill the hole; with the certificate of a
     // seen, one copy of a does.
-    assert!(!s[2].offer(1, b.clone()), "not the certified version");
-    assert!(s[2].offer(3, a.clone()), "the digest 2f+1 acknowledged");
+    assert!(!s[2].offer(1, b.clone(), true), "not the certified version");
+    assert!(
+        s[2].offer(3, a.clone(), true),
+        "the digest 2f+1 acknowledged"
+    );
     assert_eq!(s[2].cum_aru()[3], 1);
     assert_eq!(s[2].ready(&[(3, 1)]).map(|v| v[0].digest()), Ok(a.digest()));
 }
@@ -260,8 +263,8 @@ fn reconciliation_goes_from_designated_senders_to_those_not_known_to_hold_it() {
         "holds nothing"
     );
     // Replica 3 fills its hole from f+1 copies.
-    assert!(!s[3].offer(1, r.clone()));
-    assert!(s[3].offer(2, r.clone()));
+    assert!(!s[3].offer(1, r.clone(), true));
+    assert!(s[3].offer(2, r.clone(), true));
     assert!(s[3].ready(&[(0, 1)]).is_ok());
 }
 
@@ -302,15 +305,15 @@ fn a_hole_without_a_certificate_seen_needs_f_plus_1_matching_copies() {
     let a = po(2, 1, b"a");
     let forged = po(2, 1, b"forged");
     assert!(
-        !s.offer(1, forged.clone()),
+        !s.offer(1, forged.clone(), true),
         "one copy may be a faulty replica's"
     );
-    assert!(!s.offer(3, a.clone()));
+    assert!(!s.offer(3, a.clone(), true));
     assert!(
-        !s.offer(1, a.clone()),
+        !s.offer(1, a.clone(), true),
         "a second offer from 1 does not count"
     );
-    assert!(s.offer(2, a.clone()), "f+1 = 2 replicas offered a");
+    assert!(s.offer(2, a.clone(), true), "f+1 = 2 replicas offered a");
     assert_eq!(s.ready(&[(2, 1)]).map(|v| v[0].digest()), Ok(a.digest()));
 }
 
@@ -370,7 +373,7 @@ fn a_restored_certificate_marks_the_copy_held_or_replaces_another_version() {
     s.receive_acks(1, &[cert(&a)]);
     s.receive_acks(3, &[cert(&a)]);
     assert_eq!(s.missing(10), vec![(2, 1)]);
-    assert!(s.offer(3, a.clone()));
+    assert!(s.offer(3, a.clone(), true));
     assert_eq!(s.ready(&[(2, 1)]).map(|v| v[0].digest()), Ok(a.digest()));
 }
 
@@ -430,4 +433,26 @@ fn a_recovered_replica_never_acknowledges_a_second_version() {
         }],
     );
     assert_eq!(s[2].certified_copy(3, 1), None);
+}
+
+/// Our own acknowledgement of a digest lets one copy fill the hole only if the copy's
+/// requests authenticate here: after a proactive recovery the acknowledgement may be one the
+/// attacker wrote into the journal (review of 8f08114), and one faulty replica's copy would
+/// then bring in requests no client sent. f+1 matching copies still do without.
+#[test]
+fn our_own_acknowledgement_vouches_only_for_an_authentic_copy() {
+    let forged = po(2, 1, b"forged");
+    let ours = AckPart {
+        originator: 2,
+        seq: 1,
+        digest: forged.digest(),
+    };
+    let mut s = PreOrder::new(cfg(), 0);
+    s.restore_acks(&[ours]);
+    assert!(!s.offer(2, forged.clone(), false), "one unauthentic copy");
+    assert_eq!(s.ready(&[(2, 1)]), Err(vec![(2, 1)]));
+    assert!(s.offer(3, forged.clone(), false), "f+1 = 2 matching copies");
+    let mut s = PreOrder::new(cfg(), 0);
+    s.restore_acks(&[ours]);
+    assert!(s.offer(2, forged.clone(), true), "one authentic copy");
 }

@@ -105,7 +105,7 @@ impl Net {
                 }
                 Message::Prime(PrimeMessage::PoCopy(c)) => {
                     s.po_request_shape(from, c.replica, &c.request).unwrap();
-                    s.on_po_copy(from, c.request)
+                    s.on_po_copy(from, c.request, true)
                 }
                 Message::Prime(PrimeMessage::PoFetch(f)) => {
                     s.on_po_fetch(from, &f, usize::MAX).unwrap();
