@@ -440,18 +440,22 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// most pay one MAC per request instead of a signature check (ADR 0007).
     fn check_po_requests(&self, req: &PoRequest) -> Result<(), Reject> {
         let n = self.cfg.n();
+        if req
+            .requests
+            .iter()
+            .any(|r| r.request.op.len() > self.cfg.op_bytes_max())
+        {
+            return Err(Reject::Inconsistent); // before any request's authenticity
+        }
         let mut signed = Vec::new();
         for r in &req.requests {
-            if r.request.op.len() > self.cfg.op_bytes_max() {
-                return Err(Reject::Inconsistent);
-            }
-            let digest = r.request.digest();
             if let Some(rr) = recovery::recovery_of(r.request.client, n) {
                 if !self.recovery_authentic(rr, &r.request) {
                     return Err(Reject::BadRequestAuth);
                 }
                 continue;
             }
+            let digest = r.request.digest();
             if self.request_authentic(&r.request, &digest, &r.auth) {
                 continue;
             }
@@ -473,15 +477,12 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     /// originator made with MACs that verify at other replicas only, for good), but on our own
     /// acknowledgement alone only if they are: after a proactive recovery that acknowledgement
     /// may be one the attacker wrote into our journal.
+    /// (`check_po_requests` checks every request's size before any authenticity.)
     fn check_po_copy(&self, req: &PoRequest) -> Result<bool, Reject> {
-        if req
-            .requests
-            .iter()
-            .any(|r| r.request.op.len() > self.cfg.op_bytes_max())
-        {
-            return Err(Reject::Inconsistent);
+        match self.check_po_requests(req) {
+            Err(Reject::Inconsistent) => Err(Reject::Inconsistent),
+            checked => Ok(checked.is_ok()),
         }
-        Ok(self.check_po_requests(req).is_ok())
     }
 
     fn on_po_ack(&mut self, from: ReplicaId, ack: PoAck) -> Result<(), Reject> {

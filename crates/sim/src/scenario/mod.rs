@@ -132,10 +132,10 @@ pub enum Behavior {
     /// Prime: equivocates as an originator under odd numbers (receivers with an odd id get
     /// another PO-REQUEST: its last request dropped), sends its PO-REQUESTs of even numbers
     /// with their client signatures corrupted and their MACs for one other replica too,
-    /// acknowledges made-up digests, signs
-    /// rows claiming certificates far beyond what it holds, and lies to Suspect-Leader (a
-    /// turnaround of 60 s to frame the leader, an alpha of 0 to tighten the bound, round
-    /// trips of 0 or 60 s, no pongs). Otherwise honest. Not in [`Behavior::ALL`].
+    /// acknowledges made-up digests, signs rows claiming certificates far beyond what it
+    /// holds, and lies to Suspect-Leader (a turnaround of 60 s to frame the leader, an alpha
+    /// of 0 to tighten the bound, round trips of 0 or 60 s, no pongs). Otherwise honest. Not
+    /// in [`Behavior::ALL`].
     PrimeLiar,
     /// Firewall deployment: rewrites the view of every certified reply it passes down to a
     /// later view whose primary it is (the view lies outside the certificate's signature),
