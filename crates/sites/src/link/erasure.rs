@@ -1,0 +1,495 @@
+//! The erasure-coded logical link (Amir et al. 2009 §4.1; spec/attack.md §2.5).
+//!
+//! Virtual link i joins server i of the sending site S with server i of the receiving site R.
+//! Every server of S encodes the signed message with an MDS(3f+1, f+1) code (Reed-Solomon:
+//! f+1 data parts, 2f redundant ones, any f+1 of them decode) and sends *its own* part, part i,
+//! signed with its own key, to its peer. With both sites correct, at least f+1 of the 3f+1
+//! virtual links have correct servers at both ends, so f+1 parts arrive whatever the faulty
+//! servers do, and each costs 1/(f+1) of the message: (3f+1)/(f+1) in all, against (f+1)^2
+//! for the naive link.
+//!
+//! The receiver introduces each part into R's local ordering; parts are collected as they are
+//! *locally executed*, and the message is decoded when f+1 distinct parts of it have been
+//! (trap 6: decoding on receipt would have servers decode different subsets and disagree on
+//! which decodings failed). A decoded message is handed over only under S's threshold
+//! signature. A decoding that yields no validly signed message is reported as a
+//! [`FailedDecoding`] naming the f+1 parts used, the same at every correct server of R: the
+//! blacklisting protocol of Figure 3 ([`super::inquiry`]) starts from it; until it resolves, R
+//! handles nothing more from S on this link but the answer.
+
+use super::inquiry::{Control, Inquiries};
+use super::{Delivered, Executed, LinkEvent, LogicalLink, Payload, Wan};
+use crate::message::{Refused, SignedMessage, SiteKeys};
+use crate::{Server, Shape, SiteId};
+use redoubt_crypto::pk::{self, HolderSecrets, Signature, VerifyKey};
+use redoubt_crypto::DigestBuilder;
+use reed_solomon_erasure::galois_8::ReedSolomon;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Messages of one sending site being collected at once; beyond it the lowest number is
+/// dropped (counted).
+pub const COLLECTING_PER_SITE_MAX: usize = 1024;
+
+/// One erasure part of a signed message, signed by the server that made it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Part {
+    /// The sending site S and the receiving site R.
+    pub site: SiteId,
+    pub to: SiteId,
+    /// The message's number at S (erasureSeq).
+    pub seq: u64,
+    /// The part's number: the index of the server of S that made and sent it.
+    pub index: Server,
+    /// Bytes of the encoded message.
+    pub len: u32,
+    #[serde(with = "serde_bytes")]
+    pub shard: Vec<u8>,
+    /// Server `index` of S's signature over everything above.
+    pub sig: Signature,
+}
+
+impl Part {
+    /// What the server that made the part signs: everything in it but the signature.
+    pub fn statement(&self) -> [u8; 32] {
+        DigestBuilder::new("redoubt.site.part.v1")
+            .u64(self.site.0 as u64)
+            .u64(self.to.0 as u64)
+            .u64(self.seq)
+            .u64(self.index.0 as u64)
+            .u64(self.len as u64)
+            .long_bytes(&self.shard)
+            .finish()
+            .0
+    }
+}
+
+/// Every server's verification key, by site and index.
+#[derive(Clone, Debug)]
+pub struct ServerKeys {
+    keys: Vec<Vec<VerifyKey>>,
+}
+
+impl ServerKeys {
+    pub fn new(keys: Vec<Vec<VerifyKey>>) -> ServerKeys {
+        ServerKeys { keys }
+    }
+    pub fn key(&self, site: SiteId, server: Server) -> Option<&VerifyKey> {
+        self.keys.get(site.0 as usize)?.get(server.0 as usize)
+    }
+    /// Whether the server that `part` names signed it.
+    pub fn signed(&self, part: &Part) -> bool {
+        self.key(part.site, part.index)
+            .is_some_and(|key| pk::verify(key, &part.statement(), &part.sig))
+    }
+}
+
+/// f+1 locally executed parts that decoded to no message validly signed by their site: every
+/// correct server of the receiving site reports the same one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailedDecoding {
+    pub site: SiteId,
+    pub seq: u64,
+    /// The parts used, by index.
+    pub parts: Vec<Part>,
+}
+
+/// The MDS(3f+1, f+1) code of a site shape.
+struct Codec {
+    data: usize,
+    rs: ReedSolomon,
+}
+
+impl Codec {
+    fn new(shape: &Shape) -> Codec {
+        let data = shape.f() + 1;
+        let parity = shape.servers() - data;
+        Codec {
+            data,
+            rs: ReedSolomon::new(data, parity).expect("1 <= f+1 and 2f <= 255"),
+        }
+    }
+
+    fn shard_len(&self, len: usize) -> usize {
+        len.div_ceil(self.data).max(1)
+    }
+
+    /// Every part of `bytes`, part i at index i.
+    fn encode(&self, bytes: &[u8]) -> Vec<Vec<u8>> {
+        let shard = self.shard_len(bytes.len());
+        let total = self.rs.total_shard_count();
+        let mut shards: Vec<Vec<u8>> = (0..total)
+            .map(|i| {
+                let mut s = vec![0u8; shard];
+                if i < self.data {
+                    let from = (i * shard).min(bytes.len());
+                    let to = ((i + 1) * shard).min(bytes.len());
+                    s[..to - from].copy_from_slice(&bytes[from..to]);
+                }
+                s
+            })
+            .collect();
+        self.rs.encode(&mut shards).expect("equal shards");
+        shards
+    }
+
+    /// The `len` bytes that f+1 parts (index, shard) decode to, if they decode at all.
+    fn decode(&self, len: usize, parts: &[(usize, &[u8])]) -> Option<Vec<u8>> {
+        let shard = self.shard_len(len);
+        let mut shards: Vec<Option<Vec<u8>>> = vec![None; self.rs.total_shard_count()];
+        for (i, s) in parts {
+            if s.len() != shard {
+                return None;
+            }
+            shards[*i] = Some(s.to_vec());
+        }
+        self.rs.reconstruct_data(&mut shards).ok()?;
+        let mut bytes: Vec<u8> = shards
+            .into_iter()
+            .take(self.data)
+            .flat_map(|s| s.expect("reconstructed"))
+            .collect();
+        bytes.truncate(len);
+        Some(bytes)
+    }
+}
+
+/// Counters for metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ErasureStats {
+    pub parts_sent: u64,
+    pub parts_executed: u64,
+    pub decoded: u64,
+    pub failed_decodings: u64,
+    pub collecting_dropped: u64,
+    /// Parts executed but set aside: their site suspended or blacklisted, their server
+    /// blacklisted, or their message already handed over.
+    pub parts_ignored: u64,
+}
+
+/// Our own messages kept to answer INQUIRYs about them (trap 8); beyond it the oldest go.
+pub const RETAINED_MAX: usize = 4096;
+
+/// The erasure-coded link as one server runs it.
+pub struct Erasure {
+    shape: Shape,
+    site: SiteId,
+    me: Server,
+    keys: SiteKeys,
+    servers: ServerKeys,
+    secret: HolderSecrets,
+    frame_bytes_max: usize,
+    codec: Codec,
+    delivered: Delivered,
+    collecting: BTreeMap<SiteId, BTreeMap<u64, BTreeMap<Server, Part>>>,
+    retained: BTreeMap<u64, SignedMessage>,
+    inquiries: Inquiries,
+    stats: ErasureStats,
+}
+
+impl Erasure {
+    pub fn new(
+        shape: Shape,
+        site: SiteId,
+        me: Server,
+        keys: SiteKeys,
+        servers: ServerKeys,
+        secret: HolderSecrets,
+        frame_bytes_max: usize,
+    ) -> Erasure {
+        Erasure {
+            codec: Codec::new(&shape),
+            shape,
+            site,
+            me,
+            keys,
+            servers,
+            secret,
+            frame_bytes_max,
+            delivered: Delivered::default(),
+            collecting: BTreeMap::new(),
+            retained: BTreeMap::new(),
+            inquiries: Inquiries::new(shape, site),
+            stats: ErasureStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> &ErasureStats {
+        &self.stats
+    }
+
+    /// The blacklisting protocol's state: suspended sites, blacklists, proofs.
+    pub fn inquiries(&self) -> &Inquiries {
+        &self.inquiries
+    }
+
+    /// The failed decoding a site is suspended on, if it is.
+    pub fn suspended(&self, site: SiteId) -> Option<&FailedDecoding> {
+        self.inquiries.pending(site)
+    }
+
+    /// What every part must satisfy wherever it is looked at: addressed to us, from a server
+    /// and site that exist, of the size its length implies, signed by the server that made it.
+    fn check_part(&self, part: &Part) -> Result<(), Refused> {
+        if part.to != self.site || part.site == self.site {
+            return Err(Refused::Malformed("part addressed to another site".into()));
+        }
+        if !self.shape.has_site(part.site) {
+            return Err(Refused::UnknownSite(part.site));
+        }
+        if !self.shape.has_server(part.index) {
+            return Err(Refused::Malformed("part number out of range".into()));
+        }
+        if part.len as usize > self.frame_bytes_max
+            || part.shard.len() != self.codec.shard_len(part.len as usize)
+        {
+            return Err(Refused::Malformed(
+                "part size does not match its length".into(),
+            ));
+        }
+        if !self.servers.signed(part) {
+            return Err(Refused::Malformed("part signature does not verify".into()));
+        }
+        Ok(())
+    }
+
+    fn decode(
+        &mut self,
+        site: SiteId,
+        seq: u64,
+        parts: &BTreeMap<Server, Part>,
+    ) -> Result<SignedMessage, ()> {
+        // The length the lowest-numbered part claims; a part claiming another has the wrong
+        // size for it and fails the decoding like any other bad part.
+        let len = parts.values().next().expect("f+1 parts").len as usize;
+        let shards: Vec<(usize, &[u8])> = parts
+            .values()
+            .map(|p| (p.index.0 as usize, p.shard.as_slice()))
+            .collect();
+        let bytes = self.codec.decode(len, &shards).ok_or(())?;
+        let msg = SignedMessage::decode(&bytes, self.frame_bytes_max).map_err(|_| ())?;
+        if msg.site != site || msg.seq != seq || self.keys.check(&msg).is_err() {
+            return Err(());
+        }
+        Ok(msg)
+    }
+
+    fn ignores(&self, site: SiteId) -> bool {
+        self.inquiries.site_blacklisted(site) || self.inquiries.pending(site).is_some()
+    }
+
+    fn executed_part(&mut self, part: &Part) -> Executed {
+        if let Err(e) = self.check_part(part) {
+            return Executed::refused(e);
+        }
+        self.stats.parts_executed += 1;
+        let mut out = Executed::default();
+        if self.ignores(part.site)
+            || self.inquiries.server_blacklisted(part.site, part.index)
+            || self.delivered.contains(part.site, part.seq)
+        {
+            self.stats.parts_ignored += 1;
+            return out;
+        }
+        let site_parts = self.collecting.entry(part.site).or_default();
+        let parts = site_parts.entry(part.seq).or_default();
+        // A server's first part of a message stands.
+        parts.entry(part.index).or_insert_with(|| part.clone());
+        if parts.len() <= self.shape.f() {
+            if site_parts.len() > COLLECTING_PER_SITE_MAX {
+                site_parts.pop_first();
+                self.stats.collecting_dropped += 1;
+            }
+            return out;
+        }
+        let parts = site_parts.remove(&part.seq).expect("just inserted");
+        match self.decode(part.site, part.seq, &parts) {
+            Ok(msg) => {
+                self.stats.decoded += 1;
+                self.delivered.first_time(part.site, part.seq);
+                out.delivered.push(msg);
+            }
+            Err(()) => {
+                self.stats.failed_decodings += 1;
+                let failed = FailedDecoding {
+                    site: part.site,
+                    seq: part.seq,
+                    parts: parts.into_values().collect(),
+                };
+                // Everything else collected from that site waits for the answer and is
+                // dropped: it is not handled until the site is resumed.
+                self.collecting.remove(&part.site);
+                out.emit.extend(self.inquiries.failed(failed.clone()));
+                out.failed.push(failed);
+            }
+        }
+        out
+    }
+
+    fn executed_control(&mut self, msg: &SignedMessage) -> Executed {
+        if msg.site == self.site || self.inquiries.site_blacklisted(msg.site) {
+            return Executed::refused(Refused::Blacklisted(msg.site));
+        }
+        if let Err(e) = self.keys.check(msg) {
+            return Executed::refused(e);
+        }
+        let Ok(Payload::Control(control)) = Payload::decode(&msg.body) else {
+            return Executed::refused(Refused::Malformed(
+                "a whole global message on the erasure link".into(),
+            ));
+        };
+        if self.delivered.contains(msg.site, msg.seq) {
+            return Executed::default();
+        }
+        let outcome = match &control {
+            Control::Inquiry(inq) => {
+                let retained = self.retained.get(&inq.erasure_seq).cloned();
+                let servers = &self.servers;
+                self.inquiries
+                    .on_inquiry(msg, inq, retained.as_ref(), |p| servers.signed(p))
+            }
+            Control::Response(resp) => {
+                let checks = self.keys.check(&resp.message).is_ok();
+                self.inquiries.on_response(msg, resp, checks)
+            }
+        };
+        let mut out = Executed {
+            emit: outcome.emit.into_iter().collect(),
+            misbehaviour: outcome.misbehaviour,
+            blocked_on: outcome.blocked_on,
+            ..Executed::default()
+        };
+        if out.blocked_on.is_none() {
+            self.delivered.first_time(msg.site, msg.seq);
+        }
+        if let Some(m) = outcome.deliver {
+            if self.delivered.first_time(m.site, m.seq) {
+                out.delivered.push(m);
+            }
+        }
+        out
+    }
+}
+
+impl LogicalLink for Erasure {
+    fn send(&mut self, msg: &SignedMessage, to: SiteId) -> Vec<Wan> {
+        if to == self.site || msg.site != self.site {
+            return Vec::new();
+        }
+        if let Ok(Payload::Control(_)) = Payload::decode(&msg.body) {
+            // Figure 3's messages go whole, peer to peer, never erasure coded.
+            return vec![Wan {
+                to_site: to,
+                to_server: self.me,
+                frame: LinkEvent::Message(msg.clone()).encode(),
+            }];
+        }
+        if self.retained.len() >= RETAINED_MAX && !self.retained.contains_key(&msg.seq) {
+            self.retained.pop_first();
+        }
+        self.retained.insert(msg.seq, msg.clone());
+        let bytes = msg.encode();
+        let mut shards = self.codec.encode(&bytes);
+        let mut part = Part {
+            site: self.site,
+            to,
+            seq: msg.seq,
+            index: self.me,
+            len: bytes.len() as u32,
+            shard: shards.swap_remove(self.me.0 as usize),
+            sig: Signature::default(),
+        };
+        part.sig = self.secret.sign(&part.statement());
+        self.stats.parts_sent += 1;
+        vec![Wan {
+            to_site: to,
+            to_server: self.me,
+            frame: LinkEvent::Part(part).encode(),
+        }]
+    }
+
+    fn receive(
+        &mut self,
+        site: SiteId,
+        from: Server,
+        frame: &[u8],
+    ) -> Result<Option<LinkEvent>, Refused> {
+        match LinkEvent::decode(frame, self.frame_bytes_max)? {
+            LinkEvent::Part(part) => {
+                // Part i travels only on virtual link i.
+                if part.site != site || part.index != from || part.index != self.me {
+                    return Err(Refused::Malformed("part off its virtual link".into()));
+                }
+                self.check_part(&part)?;
+                if self.delivered.contains(part.site, part.seq) {
+                    return Ok(None);
+                }
+                Ok(Some(LinkEvent::Part(part)))
+            }
+            LinkEvent::Message(msg) => {
+                if msg.site != site || from != self.me {
+                    return Err(Refused::Malformed(
+                        "control message off its virtual link".into(),
+                    ));
+                }
+                if !matches!(Payload::decode(&msg.body), Ok(Payload::Control(_))) {
+                    return Err(Refused::Malformed(
+                        "a whole global message on the erasure link".into(),
+                    ));
+                }
+                if self.delivered.contains(msg.site, msg.seq) {
+                    return Ok(None);
+                }
+                self.keys.check(&msg)?;
+                Ok(Some(LinkEvent::Message(msg)))
+            }
+        }
+    }
+
+    fn executed(&mut self, event: &LinkEvent) -> Executed {
+        match event {
+            LinkEvent::Part(part) => self.executed_part(part),
+            LinkEvent::Message(msg) => self.executed_control(msg),
+        }
+    }
+}
+
+/// Which servers' parts in a failed decoding are not the parts of `msg` (the message the
+/// sending site says it encoded): the servers whose parts were bad, or none, if every part
+/// matches (then the sending site encoded a badly signed message itself).
+pub fn bad_parts(shape: &Shape, failed: &FailedDecoding, msg: &SignedMessage) -> BTreeSet<Server> {
+    let codec = Codec::new(shape);
+    let bytes = msg.encode();
+    let expected = codec.encode(&bytes);
+    failed
+        .parts
+        .iter()
+        .filter(|p| p.len as usize != bytes.len() || expected[p.index.0 as usize] != p.shard)
+        .map(|p| p.index)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_f_plus_one_parts_decode() {
+        let shape = Shape::new(4, 7).unwrap(); // f = 2: 3 data parts, 4 redundant
+        let codec = Codec::new(&shape);
+        for len in [0usize, 1, 2, 3, 4, 100, 1000, 1001] {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            let parts = codec.encode(&bytes);
+            assert_eq!(parts.len(), 7);
+            for pick in [[0, 1, 2], [4, 5, 6], [0, 3, 6], [2, 5, 1]] {
+                let chosen: Vec<(usize, &[u8])> =
+                    pick.iter().map(|&i| (i, parts[i].as_slice())).collect();
+                assert_eq!(
+                    codec.decode(len, &chosen),
+                    Some(bytes.clone()),
+                    "{len} {pick:?}"
+                );
+            }
+        }
+    }
+}

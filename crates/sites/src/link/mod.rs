@@ -1,0 +1,181 @@
+//! Logical links behind one interface (Amir et al. 2009 §4; ADR 0010, decision 5).
+//!
+//! A logical link carries a site's signed global messages to another site. Sending, a server
+//! turns a message its site signed into the WAN frames *it* sends (which depends on the link:
+//! the whole message to a few peers, or one erasure part to its own peer). Receiving, a server
+//! checks a WAN frame and introduces what it carries into its site's local ordering as a
+//! [`LinkEvent`]; only when local ordering executes that event does the link hand messages to
+//! the logical machine, so every correct server of the site hands over the same messages at
+//! the same point of the local order (trap 6).
+//!
+//! Safety never rests on the link: a message reaches the logical machine only under its site's
+//! threshold signature, checked again at execution (a faulty server can introduce anything).
+//!
+//! - [`naive`]: f+1 senders each send the whole message to f+1 receivers;
+//! - [`erasure`]: MDS(3f+1, f+1) parts, part i from server i to its peer.
+
+pub mod erasure;
+pub mod inquiry;
+pub mod naive;
+
+use crate::message::{Refused, SignedMessage};
+use crate::{Server, SiteId};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+pub use erasure::{Erasure, Part};
+pub use inquiry::{Control, Misbehaviour};
+pub use naive::Naive;
+
+/// What a signed message's body carries: a frame of the global protocol, for the logical
+/// machine, or a message of a link's own protocol (the erasure-coded link's blacklisting),
+/// which that link handles itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Payload {
+    Global(#[serde(with = "serde_bytes")] Vec<u8>),
+    Control(Control),
+}
+
+impl Payload {
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_stdvec(self).expect("a payload encodes")
+    }
+    pub fn decode(bytes: &[u8]) -> Result<Payload, Refused> {
+        postcard::from_bytes(bytes).map_err(|e| Refused::Malformed(e.to_string()))
+    }
+}
+
+/// A link-protocol message the logical machine must sign (in the bundle of the event being
+/// executed) and send to `to`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Emit {
+    pub to: SiteId,
+    pub control: Control,
+}
+
+/// A frame this server sends across the wide area to one server of another site.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wan {
+    pub to_site: SiteId,
+    pub to_server: Server,
+    pub frame: Vec<u8>,
+}
+
+/// What a server introduces into its site's local ordering for a link.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LinkEvent {
+    /// A whole signed message.
+    Message(SignedMessage),
+    /// One erasure part of a message.
+    Part(Part),
+}
+
+impl LinkEvent {
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_stdvec(self).expect("a link event encodes")
+    }
+    pub fn decode(bytes: &[u8], bytes_max: usize) -> Result<LinkEvent, Refused> {
+        if bytes.len() > bytes_max {
+            return Err(Refused::TooLarge(bytes.len(), bytes_max));
+        }
+        postcard::from_bytes(bytes).map_err(|e| Refused::Malformed(e.to_string()))
+    }
+}
+
+/// What executing a link event gave the logical machine, and what went wrong.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Executed {
+    /// Messages the logical machine now processes, each once.
+    pub delivered: Vec<SignedMessage>,
+    /// The event was refused at execution (a faulty server introduced it).
+    pub refused: Option<Refused>,
+    /// Parts that decoded to no validly signed message (see [`erasure`]).
+    pub failed: Vec<erasure::FailedDecoding>,
+    /// Link-protocol messages to sign and send.
+    pub emit: Vec<Emit>,
+    /// Servers or sites found faulty, with the proof.
+    pub misbehaviour: Vec<Misbehaviour>,
+    /// The event cannot be executed until this server has sent its site's message with this
+    /// number (an INQUIRY about it came first): execute the same event again after that.
+    pub blocked_on: Option<u64>,
+}
+
+impl Executed {
+    pub(crate) fn refused(r: Refused) -> Executed {
+        Executed {
+            refused: Some(r),
+            ..Executed::default()
+        }
+    }
+}
+
+/// One logical link, as one server of a site runs it.
+pub trait LogicalLink {
+    /// This server's frames for a message its site signed, to site `to`.
+    fn send(&mut self, msg: &SignedMessage, to: SiteId) -> Vec<Wan>;
+    /// A frame that came from server `from` of site `site` (as the hop's transport says; only
+    /// signatures are trusted): the event to introduce into local ordering, if any.
+    fn receive(
+        &mut self,
+        site: SiteId,
+        from: Server,
+        frame: &[u8],
+    ) -> Result<Option<LinkEvent>, Refused>;
+    /// Local ordering executed `event`.
+    fn executed(&mut self, event: &LinkEvent) -> Executed;
+}
+
+/// Messages handed to the logical machine, per sending site: each is handed over once.
+/// Bounded: the newest [`DELIVERED_PER_SITE_MAX`] numbers of each site are remembered, and a
+/// number at or below the oldest forgotten one counts as delivered.
+#[derive(Clone, Debug, Default)]
+pub struct Delivered {
+    sites: BTreeMap<SiteId, (Option<u64>, BTreeSet<u64>)>,
+}
+
+pub const DELIVERED_PER_SITE_MAX: usize = 4096;
+
+impl Delivered {
+    pub fn contains(&self, site: SiteId, seq: u64) -> bool {
+        self.sites
+            .get(&site)
+            .is_some_and(|(floor, seen)| floor.is_some_and(|f| seq <= f) || seen.contains(&seq))
+    }
+    /// Records `seq` of `site`; whether it was new.
+    pub fn first_time(&mut self, site: SiteId, seq: u64) -> bool {
+        if self.contains(site, seq) {
+            return false;
+        }
+        let (floor, seen) = self.sites.entry(site).or_default();
+        seen.insert(seq);
+        while seen.len() > DELIVERED_PER_SITE_MAX {
+            let oldest = seen.pop_first().expect("not empty");
+            *floor = Some(oldest);
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_is_delivered_once_and_memory_stays_bounded() {
+        let mut d = Delivered::default();
+        assert!(d.first_time(SiteId(1), 5));
+        assert!(!d.first_time(SiteId(1), 5));
+        assert!(d.first_time(SiteId(2), 5));
+        for s in 10..10 + DELIVERED_PER_SITE_MAX as u64 {
+            assert!(d.first_time(SiteId(1), s));
+        }
+        // 5 was forgotten: it and everything below it now count as delivered.
+        assert!(
+            d.contains(SiteId(1), 3),
+            "below the floor counts as delivered"
+        );
+        assert!(!d.first_time(SiteId(1), 5));
+        assert!(!d.contains(SiteId(1), 1_000_000));
+        assert_eq!(d.sites[&SiteId(1)].1.len(), DELIVERED_PER_SITE_MAX);
+    }
+}
