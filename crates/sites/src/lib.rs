@@ -12,7 +12,10 @@
 //! - [`timeouts`]: a global timeout fires when f+1 servers' proposals of it are locally
 //!   executed, never on one server's clock (trap 1);
 //! - [`link`]: logical links behind one interface (the naive f+1 x f+1 link and the
-//!   erasure-coded link).
+//!   erasure-coded link, with its blacklisting protocol);
+//! - [`machine`]: the logical machine, which feeds locally executed events to the global
+//!   protocol (a [`machine::Participant`]) and numbers what it emits;
+//! - [`server`]: one site server, tying the machine, the signer and the links together.
 //!
 //! Everything here is pure: no clock, no socket, no thread, no randomness of its own. A host
 //! (the node runtime or the simulator) feeds inputs and carries out what comes back, so the
@@ -20,8 +23,10 @@
 //! forwarder: a global message is acted on only under its site's threshold signature.
 
 pub mod link;
+pub mod machine;
 pub mod merkle;
 pub mod message;
+pub mod server;
 pub mod sign;
 pub mod timeouts;
 

@@ -25,7 +25,7 @@ use redoubt_crypto::pk::{self, HolderSecrets, Signature, VerifyKey};
 use redoubt_crypto::DigestBuilder;
 use reed_solomon_erasure::galois_8::ReedSolomon;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Messages of one sending site being collected at once; beyond it the lowest number is
 /// dropped (counted).
@@ -162,6 +162,9 @@ pub struct ErasureStats {
     pub decoded: u64,
     pub failed_decodings: u64,
     pub collecting_dropped: u64,
+    /// Parts of suspended sites held, and those dropped beyond the bound.
+    pub parts_held: u64,
+    pub held_dropped: u64,
     /// Parts executed but set aside: their site suspended or blacklisted, their server
     /// blacklisted, or their message already handed over.
     pub parts_ignored: u64,
@@ -169,6 +172,8 @@ pub struct ErasureStats {
 
 /// Our own messages kept to answer INQUIRYs about them (trap 8); beyond it the oldest go.
 pub const RETAINED_MAX: usize = 4096;
+/// Parts of a suspended site held for when it is resumed; beyond it the oldest go (counted).
+pub const HELD_PER_SITE_MAX: usize = 4096;
 
 /// The erasure-coded link as one server runs it.
 pub struct Erasure {
@@ -182,6 +187,10 @@ pub struct Erasure {
     codec: Codec,
     delivered: Delivered,
     collecting: BTreeMap<SiteId, BTreeMap<u64, BTreeMap<Server, Part>>>,
+    /// Parts of a site suspended on an INQUIRY, in the order they were executed: handled, in
+    /// that order, once the site is resumed, so that one bad part loses no message of a
+    /// correct site.
+    held: BTreeMap<SiteId, VecDeque<Part>>,
     retained: BTreeMap<u64, SignedMessage>,
     inquiries: Inquiries,
     stats: ErasureStats,
@@ -208,6 +217,7 @@ impl Erasure {
             frame_bytes_max,
             delivered: Delivered::default(),
             collecting: BTreeMap::new(),
+            held: BTreeMap::new(),
             retained: BTreeMap::new(),
             inquiries: Inquiries::new(shape, site),
             stats: ErasureStats::default(),
@@ -284,12 +294,34 @@ impl Erasure {
         }
         self.stats.parts_executed += 1;
         let mut out = Executed::default();
+        self.collect(part, &mut out);
+        out
+    }
+
+    fn hold(&mut self, part: Part) {
+        let held = self.held.entry(part.site).or_default();
+        if held.len() >= HELD_PER_SITE_MAX {
+            held.pop_front();
+            self.stats.held_dropped += 1;
+        }
+        held.push_back(part);
+        self.stats.parts_held += 1;
+    }
+
+    fn collect(&mut self, part: &Part, out: &mut Executed) {
+        if self.inquiries.pending(part.site).is_some()
+            && !self.inquiries.server_blacklisted(part.site, part.index)
+            && !self.delivered.contains(part.site, part.seq)
+        {
+            self.hold(part.clone());
+            return;
+        }
         if self.ignores(part.site)
             || self.inquiries.server_blacklisted(part.site, part.index)
             || self.delivered.contains(part.site, part.seq)
         {
             self.stats.parts_ignored += 1;
-            return out;
+            return;
         }
         let site_parts = self.collecting.entry(part.site).or_default();
         let parts = site_parts.entry(part.seq).or_default();
@@ -300,7 +332,7 @@ impl Erasure {
                 site_parts.pop_first();
                 self.stats.collecting_dropped += 1;
             }
-            return out;
+            return;
         }
         let parts = site_parts.remove(&part.seq).expect("just inserted");
         match self.decode(part.site, part.seq, &parts) {
@@ -316,14 +348,34 @@ impl Erasure {
                     seq: part.seq,
                     parts: parts.into_values().collect(),
                 };
-                // Everything else collected from that site waits for the answer and is
-                // dropped: it is not handled until the site is resumed.
-                self.collecting.remove(&part.site);
+                // Everything else collected from that site waits for the answer: it is
+                // handled again, in order, once the site is resumed.
+                let collected = self.collecting.remove(&part.site).unwrap_or_default();
                 out.emit.extend(self.inquiries.failed(failed.clone()));
                 out.failed.push(failed);
+                for p in collected
+                    .into_values()
+                    .flat_map(|parts| parts.into_values())
+                {
+                    self.hold(p);
+                }
             }
         }
-        out
+    }
+
+    /// A site was resumed: its held parts are handled now, in the order they came.
+    fn resume(&mut self, site: SiteId, out: &mut Executed) {
+        let mut held = self.held.remove(&site).unwrap_or_default();
+        while let Some(p) = held.pop_front() {
+            self.collect(&p, out);
+            if self.inquiries.pending(site).is_some() {
+                // Another failure: the rest waits again, behind what that one held.
+                let again = self.held.entry(site).or_default();
+                held.extend(again.drain(..));
+                *again = held;
+                return;
+            }
+        }
     }
 
     fn executed_control(&mut self, msg: &SignedMessage) -> Executed {
@@ -363,9 +415,11 @@ impl Erasure {
             self.delivered.first_time(msg.site, msg.seq);
         }
         if let Some(m) = outcome.deliver {
+            let site = m.site;
             if self.delivered.first_time(m.site, m.seq) {
                 out.delivered.push(m);
             }
+            self.resume(site, &mut out);
         }
         out
     }

@@ -8,8 +8,8 @@
 //! S but the answer. S, knowing what it encoded, recomputes the parts:
 //!
 //! - every part in the INQUIRY is a correct part: R's inquiry is spurious, S blacklists R;
-//! - the bad parts name only servers S already blacklisted: R asked twice about the same
-//!   server, S blacklists R;
+//! - the bad parts name only servers S's earlier answers to R already named: R asked twice
+//!   about the same server, S blacklists R;
 //! - otherwise S blacklists its own servers whose parts were bad and answers with an
 //!   INQUIRY-RESPONSE carrying the whole message.
 //!
@@ -112,8 +112,10 @@ pub struct Inquiries {
     /// suspended meanwhile).
     next_to: BTreeMap<SiteId, u64>,
     pending: BTreeMap<SiteId, (u64, FailedDecoding)>,
-    /// As S: the next INQUIRY number each R may send.
+    /// As S: the next INQUIRY number each R may send, and the servers of ours our answers
+    /// to it implicated (R ignores their parts since, so it has no cause to ask about them).
     expected_from: BTreeMap<SiteId, u64>,
+    implicated_to: BTreeMap<SiteId, BTreeSet<Server>>,
     /// Servers found faulty, by site (our own site included), and whole sites.
     servers: BTreeMap<SiteId, BTreeSet<Server>>,
     sites: BTreeSet<SiteId>,
@@ -128,6 +130,7 @@ impl Inquiries {
             next_to: BTreeMap::new(),
             pending: BTreeMap::new(),
             expected_from: BTreeMap::new(),
+            implicated_to: BTreeMap::new(),
             servers: BTreeMap::new(),
             sites: BTreeSet::new(),
             proofs: VecDeque::new(),
@@ -263,11 +266,15 @@ impl Inquiries {
             self.found(spurious("every part was correct"), &mut out);
             return out;
         }
-        let known = self.servers.get(&self.site).cloned().unwrap_or_default();
-        if bad.is_subset(&known) {
-            self.found(spurious("only servers already found faulty"), &mut out);
+        let told = self.implicated_to.entry(r).or_default();
+        if bad.is_subset(told) {
+            self.found(
+                spurious("only servers our answers already named to it"),
+                &mut out,
+            );
             return out;
         }
+        told.extend(bad.iter().copied());
         self.expected_from.insert(r, inq.seq + 1);
         self.found(
             Misbehaviour::BadParts {
