@@ -425,6 +425,13 @@ pub trait KeyTable: Auth {
     fn session_ref(&self) -> Option<&SessionKeys> {
         None
     }
+    /// The principals' public keys that clients' request signatures (and recovery requests)
+    /// are checked against: the session table's directory, where keys are refreshed by
+    /// NEW-KEY; a table may also hold one without sessions (a wide-area site's global core,
+    /// whose peers authenticate by site signature).
+    fn directory(&self) -> Option<&redoubt_keys::Directory> {
+        self.session_ref().map(|s| s.directory())
+    }
     /// Client side: starts a body session with the executors (see `redoubt_crypto::body`):
     /// the encapsulation to send and the session's key. `entropy` is mixed into the key
     /// holder's randomness. `None`: no executors' public key is known, or the key holder

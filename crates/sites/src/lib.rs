@@ -15,13 +15,15 @@
 //!   erasure-coded link, with its blacklisting protocol);
 //! - [`machine`]: the logical machine, which feeds locally executed events to the global
 //!   protocol (a [`machine::Participant`]) and numbers what it emits;
-//! - [`server`]: one site server, tying the machine, the signer and the links together.
+//! - [`server`]: one site server, tying the machine, the signer and the links together;
+//! - [`global`]: global Prime, the core's replica among the sites, as the participant.
 //!
 //! Everything here is pure: no clock, no socket, no thread, no randomness of its own. A host
 //! (the node runtime or the simulator) feeds inputs and carries out what comes back, so the
 //! same code runs under the seeded simulator. Nothing here trusts a link, a hub or a
 //! forwarder: a global message is acted on only under its site's threshold signature.
 
+pub mod global;
 pub mod link;
 pub mod machine;
 pub mod merkle;

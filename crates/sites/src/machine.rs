@@ -129,6 +129,11 @@ impl<P: Participant, L: LogicalLink> LogicalMachine<P, L> {
     pub fn participant(&self) -> &P {
         &self.participant
     }
+    /// The participant, for what the host reads off it (observations, metrics); it must not
+    /// be fed inputs other than through [`LogicalMachine::execute`].
+    pub fn participant_mut(&mut self) -> &mut P {
+        &mut self.participant
+    }
     pub fn link(&self) -> &L {
         &self.link
     }

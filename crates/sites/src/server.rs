@@ -78,6 +78,9 @@ impl<P: Participant, L: LogicalLink> SiteServer<P, L> {
     pub fn machine(&self) -> &LogicalMachine<P, L> {
         &self.machine
     }
+    pub fn machine_mut(&mut self) -> &mut LogicalMachine<P, L> {
+        &mut self.machine
+    }
     pub fn signer(&self) -> &SiteSigner {
         &self.signer
     }

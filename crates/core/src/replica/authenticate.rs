@@ -148,10 +148,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         if recovery_replica(req.client).is_some() {
             return None;
         }
-        let pubkeys = self
-            .auth
-            .session_ref()
-            .and_then(|s| s.directory().get(c).copied())?;
+        let pubkeys = self.auth.directory().and_then(|d| d.get(c).copied())?;
         let st = crate::keys::holder_statement(Purpose::Request, c, sig.counter, digest);
         Some((pubkeys.verify, st.0))
     }
@@ -165,8 +162,8 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         };
         let Some(pubkeys) = self
             .auth
-            .session_ref()
-            .and_then(|s| s.directory().get(Principal::Replica(r)).copied())
+            .directory()
+            .and_then(|d| d.get(Principal::Replica(r)).copied())
         else {
             return false;
         };

@@ -402,10 +402,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
     }
 
     /// Whether a waiting request left unordered blames the primary (runs the view-change
-    /// timer, counts as waiting for the pace check): it may be ordered, and with session
-    /// keys it is signed (see [`Self::arm_request_timer`]).
+    /// timer, counts as waiting for the pace check): it may be ordered, and where clients
+    /// sign (their keys are in a directory) it is signed (see [`Self::arm_request_timer`]).
     pub(super) fn blames_primary(&self, w: &Waiting) -> bool {
-        let clients_sign = self.auth.session_ref().is_some() && !self.mutant("timer-for-unsigned");
+        let clients_sign = self.auth.directory().is_some() && !self.mutant("timer-for-unsigned");
         (w.signed || !clients_sign) && self.orderable(w)
     }
 
