@@ -14,6 +14,7 @@ pub mod checker;
 pub mod linearizability;
 pub mod runner;
 pub mod scenario;
+pub mod sites;
 pub mod throughput;
 pub mod world;
 

@@ -35,6 +35,31 @@ pub mod timeouts;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+/// Deliberately broken variants, for the simulator to show its checkers catch them (never set
+/// outside it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Mutant {
+    #[default]
+    None,
+    /// The logical machine takes each server's own clock for an event's time instead of the
+    /// time local ordering agreed (trap 1).
+    ServerClock,
+    /// The site signer sends a combined signature out without checking it, so one bad share
+    /// spoils it.
+    ShareUnverified,
+    /// The erasure link's receiving side does not blacklist the servers an INQUIRY-RESPONSE
+    /// proved faulty (Figure 3, E7).
+    NoBlacklisting,
+}
+
+impl Mutant {
+    pub const ALL: [(&'static str, Mutant); 3] = [
+        ("server-clock", Mutant::ServerClock),
+        ("share-unverified", Mutant::ShareUnverified),
+        ("no-blacklisting", Mutant::NoBlacklisting),
+    ];
+}
+
 /// A site: one participant of the global protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct SiteId(pub u16);

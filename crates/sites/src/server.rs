@@ -52,6 +52,7 @@ pub struct SiteServer<P, L> {
     proposed: u64,
     round_since_ms: Option<u64>,
     tick_ms: u64,
+    mutant: crate::Mutant,
 }
 
 impl<P: Participant, L: LogicalLink> SiteServer<P, L> {
@@ -72,7 +73,15 @@ impl<P: Participant, L: LogicalLink> SiteServer<P, L> {
             proposed: 0,
             round_since_ms: None,
             tick_ms,
+            mutant: crate::Mutant::None,
         }
+    }
+
+    /// The simulator's broken variants ([`crate::Mutant`]), in every part of the server.
+    pub fn set_mutant(&mut self, mutant: crate::Mutant) {
+        self.mutant = mutant;
+        self.signer.set_mutant(mutant);
+        self.machine.link_mut().set_mutant(mutant);
     }
 
     pub fn machine(&self) -> &LogicalMachine<P, L> {
@@ -88,7 +97,12 @@ impl<P: Participant, L: LogicalLink> SiteServer<P, L> {
     /// Local ordering executed `op`, submitted by `by`, in a batch of agreed time `agreed_ms`;
     /// `now_ms` is this server's clock.
     pub fn executed(&mut self, op: &[u8], by: Submitter, agreed_ms: u64, now_ms: u64) -> Work {
-        let step: Step = self.machine.execute(op, by, agreed_ms);
+        let time = if self.mutant == crate::Mutant::ServerClock {
+            now_ms
+        } else {
+            agreed_ms
+        };
+        let step: Step = self.machine.execute(op, by, time);
         let mut work = Work {
             replies: step.replies,
             misbehaviour: step.misbehaviour,

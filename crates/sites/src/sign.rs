@@ -110,6 +110,7 @@ pub struct SiteSigner {
     done_order: VecDeque<Digest>,
     blacklist: BTreeMap<Server, ShareProof>,
     stats: SignerStats,
+    mutant: crate::Mutant,
 }
 
 impl SiteSigner {
@@ -130,7 +131,13 @@ impl SiteSigner {
             done_order: VecDeque::new(),
             blacklist: BTreeMap::new(),
             stats: SignerStats::default(),
+            mutant: crate::Mutant::None,
         }
+    }
+
+    /// The simulator's broken variants ([`crate::Mutant`]).
+    pub fn set_mutant(&mut self, mutant: crate::Mutant) {
+        self.mutant = mutant;
     }
 
     pub fn stats(&self) -> &SignerStats {
@@ -241,7 +248,9 @@ impl SiteSigner {
                     .map(|(s, sig)| (s.0 as usize, *sig)),
             );
             let combined = self.group.combine(&chosen);
-            if let Some(sig) = combined.filter(|sig| self.group.verify(&message, sig)) {
+            let unchecked = self.mutant == crate::Mutant::ShareUnverified;
+            if let Some(sig) = combined.filter(|sig| unchecked || self.group.verify(&message, sig))
+            {
                 self.finish(root);
                 self.stats.roots_signed += 1;
                 out.push(Signing::Signed { root, sig });

@@ -96,6 +96,10 @@ struct Args {
     /// refactoring of the core is checked that way.
     #[arg(long)]
     per_seed: bool,
+    /// Wide-area sites as logical machines (ADR 0010): 4 sites, global Prime, the
+    /// erasure-coded or naive link, faulty servers and sites. Mutants: --list.
+    #[arg(long, conflicts_with_all = ["all_optimizations", "quiet_primary", "hybrid", "separated", "firewall", "scenario"])]
+    sites: bool,
 }
 
 impl Args {
@@ -124,8 +128,91 @@ impl Args {
     }
 }
 
+/// `--sites`: one seed (with `--seed`) or many.
+fn run_sites(args: &Args) -> ExitCode {
+    use redoubt_sim::sites::{run, SitesScenario};
+    let mutant = match args.mutant.as_deref() {
+        None => redoubt_sites::Mutant::None,
+        Some(name) => match redoubt_sites::Mutant::ALL.iter().find(|(n, _)| *n == name) {
+            Some((_, m)) => *m,
+            None => {
+                eprintln!("unknown sites mutant {name:?}; try --list");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let print = |out: &redoubt_sim::sites::SitesOutcome| {
+        println!(
+            "seed {} (sites: {}): {} updates acknowledged in {} rounds, {} events ordered, {} WAN frames, {} servers blacklisted",
+            out.seed, out.summary, out.updates_acked, out.rounds, out.events, out.wan_frames, out.blacklisted
+        );
+        for v in &out.violations {
+            println!("VIOLATION: {v}");
+        }
+    };
+    if let Some(seed) = args.seed {
+        let out = run(SitesScenario::draw(seed, mutant));
+        print(&out);
+        println!(
+            "{} passed, {} failed",
+            out.passed() as u32,
+            !out.passed() as u32
+        );
+        return if out.passed() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
+    let count = args.seeds.unwrap_or(DEFAULT_SEEDS);
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let next = std::sync::atomic::AtomicU64::new(args.start_seed);
+    let end = args.start_seed + count;
+    let failed = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1) {
+            scope.spawn(|| loop {
+                let seed = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if seed >= end {
+                    return;
+                }
+                if args
+                    .stop_after
+                    .is_some_and(|n| failed.lock().expect("lock").len() as u64 >= n)
+                {
+                    return;
+                }
+                let out = run(SitesScenario::draw(seed, mutant));
+                if args.per_seed || !out.passed() {
+                    print(&out);
+                }
+                if !out.passed() {
+                    failed.lock().expect("lock").push(seed);
+                }
+            });
+        }
+    });
+    let failed = failed.into_inner().expect("lock");
+    let ran = (next.load(std::sync::atomic::Ordering::SeqCst).min(end) - args.start_seed) as usize;
+    println!(
+        "{} passed, {} failed",
+        ran.saturating_sub(failed.len()),
+        failed.len()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.sites && !args.list {
+        return run_sites(&args);
+    }
     if args.list {
         println!("scenarios:");
         for s in Scenario::NAMED {
@@ -133,6 +220,10 @@ fn main() -> ExitCode {
         }
         println!("mutants:");
         for (n, _) in Mutant::ALL {
+            println!("  {n}");
+        }
+        println!("mutants with --sites:");
+        for (n, _) in redoubt_sites::Mutant::ALL {
             println!("  {n}");
         }
         return ExitCode::SUCCESS;

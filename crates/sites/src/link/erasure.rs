@@ -506,6 +506,17 @@ impl LogicalLink for Erasure {
             LinkEvent::Message(msg) => self.executed_control(msg),
         }
     }
+
+    fn set_mutant(&mut self, mutant: crate::Mutant) {
+        self.inquiries.set_mutant(mutant);
+    }
+
+    fn blacklists(&self) -> Option<super::Blacklists> {
+        Some(super::Blacklists {
+            sites: self.inquiries.blacklisted_sites().clone(),
+            servers: self.inquiries.blacklisted_servers().clone(),
+        })
+    }
 }
 
 /// Which servers' parts in a failed decoding are not the parts of `msg` (the message the

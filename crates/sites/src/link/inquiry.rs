@@ -120,6 +120,7 @@ pub struct Inquiries {
     servers: BTreeMap<SiteId, BTreeSet<Server>>,
     sites: BTreeSet<SiteId>,
     proofs: VecDeque<Misbehaviour>,
+    mutant: crate::Mutant,
 }
 
 impl Inquiries {
@@ -134,7 +135,12 @@ impl Inquiries {
             servers: BTreeMap::new(),
             sites: BTreeSet::new(),
             proofs: VecDeque::new(),
+            mutant: crate::Mutant::None,
         }
+    }
+
+    pub(crate) fn set_mutant(&mut self, mutant: crate::Mutant) {
+        self.mutant = mutant;
     }
 
     pub fn site_blacklisted(&self, site: SiteId) -> bool {
@@ -159,6 +165,8 @@ impl Inquiries {
 
     fn found(&mut self, m: Misbehaviour, out: &mut Outcome) {
         match &m {
+            Misbehaviour::BadParts { .. }
+                if self.mutant == crate::Mutant::NoBlacklisting && !self.is_own(&m) => {}
             Misbehaviour::BadParts { site, servers, .. } => {
                 let known = self.servers.entry(*site).or_default();
                 known.extend(servers.iter().copied());
@@ -184,6 +192,10 @@ impl Inquiries {
         }
         self.keep(m.clone());
         out.misbehaviour.insert(0, m);
+    }
+
+    fn is_own(&self, m: &Misbehaviour) -> bool {
+        matches!(m, Misbehaviour::BadParts { site, .. } if *site == self.site)
     }
 
     fn keep(&mut self, m: Misbehaviour) {

@@ -123,6 +123,43 @@ pub trait LogicalLink {
     ) -> Result<Option<LinkEvent>, Refused>;
     /// Local ordering executed `event`.
     fn executed(&mut self, event: &LinkEvent) -> Executed;
+    /// The simulator's broken variants ([`crate::Mutant`]); a link without one ignores it.
+    fn set_mutant(&mut self, _mutant: crate::Mutant) {}
+    /// The sites and servers this link found faulty, for a link that blacklists.
+    fn blacklists(&self) -> Option<Blacklists> {
+        None
+    }
+}
+
+/// A link chosen at run time.
+impl<L: LogicalLink + ?Sized> LogicalLink for Box<L> {
+    fn send(&mut self, msg: &SignedMessage, to: SiteId) -> Vec<Wan> {
+        (**self).send(msg, to)
+    }
+    fn receive(
+        &mut self,
+        site: SiteId,
+        from: Server,
+        frame: &[u8],
+    ) -> Result<Option<LinkEvent>, Refused> {
+        (**self).receive(site, from, frame)
+    }
+    fn executed(&mut self, event: &LinkEvent) -> Executed {
+        (**self).executed(event)
+    }
+    fn set_mutant(&mut self, mutant: crate::Mutant) {
+        (**self).set_mutant(mutant)
+    }
+    fn blacklists(&self) -> Option<Blacklists> {
+        (**self).blacklists()
+    }
+}
+
+/// Sites, and servers by site, a link found faulty.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Blacklists {
+    pub sites: BTreeSet<SiteId>,
+    pub servers: BTreeMap<SiteId, BTreeSet<Server>>,
 }
 
 /// Messages handed to the logical machine, per sending site: each is handed over once.

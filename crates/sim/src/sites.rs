@@ -1,0 +1,727 @@
+//! `redoubt-sim --sites`: wide-area sites as logical machines (ADR 0010), one seed at a time.
+//!
+//! Each seed draws 3F+1 = 4 sites of 3f+1 servers (4, or 7 in a quarter of the seeds), the
+//! logical link (erasure-coded or naive), a wholly faulty site (silent, or noisy: it signs junk
+//! global messages and spurious INQUIRYs with its own key) in half of the seeds, up to f faulty
+//! servers in every other site (bad shares, bad erasure parts, silence, tick proposals every
+//! round, forged events introduced into local ordering, bogus answers to clients), wide-area
+//! delays, reordering and loss, and each server's pace of execution. Every server runs the real
+//! `SiteServer` with global Prime (the core's replica) as its participant; local ordering is a
+//! perfect sequencer per site (local Prime is simulated on its own by the other modes).
+//! Closed-loop clients at the correct sites sign their updates and take an answer when f+1
+//! servers of their site gave the same one.
+//!
+//! Checkers: agreement (what every correct server of every correct site executed is a prefix of
+//! one order), every update runs at most once and every acknowledged update ran with the
+//! answer it got, every client finishes (liveness), no correct server or site is blacklisted
+//! by a correct one, and correct servers of a site that executed as far emitted as much.
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use redoubt_core::state::{Geometry, MemStore, StateRead, StateWrite};
+use redoubt_core::types::Principal;
+use redoubt_core::{open_state, Directory, ExecContext, Service};
+use redoubt_crypto::pk::HolderSecrets;
+use redoubt_crypto::threshold::{deal, GroupKey, KeyShare, ThresholdSig};
+use redoubt_sites::global::{reply_of, update_frame, GlobalPrime};
+use redoubt_sites::link::erasure::ServerKeys;
+use redoubt_sites::link::inquiry::Inquiry;
+use redoubt_sites::link::{Control, Erasure, LinkEvent, LogicalLink, Naive, Payload, Wan};
+use redoubt_sites::machine::{Event, LogicalMachine, Submitter};
+use redoubt_sites::message::{Bundle, SiteKeys};
+use redoubt_sites::server::SiteServer;
+use redoubt_sites::sign::{Share, SiteSigner};
+use redoubt_sites::{Mutant, Server, Shape, SiteId};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+const FRAME_MAX: usize = 1 << 20;
+const TICK_MS: u64 = 10;
+const ROUNDS_MAX: u64 = 12_000;
+const SETTLE_ROUNDS: u64 = 300;
+
+/// What a faulty server does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerFault {
+    BadShares,
+    BadParts,
+    Silent,
+    TickSpam,
+    ForgedEvents,
+    BogusAnswers,
+}
+
+/// What a wholly faulty site does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SiteFault {
+    Silent,
+    Noisy,
+}
+
+/// One seed's draws.
+#[derive(Clone, Debug)]
+pub struct SitesScenario {
+    pub seed: u64,
+    pub servers: usize,
+    pub erasure: bool,
+    pub faulty_site: Option<(usize, SiteFault)>,
+    pub faulty_servers: BTreeMap<(usize, usize), ServerFault>,
+    /// Wide-area delay in rounds (1 ms each), and loss per thousand frames.
+    pub wan_delay: (u64, u64),
+    pub wan_loss_permille: u32,
+    /// Events each server executes per round.
+    pub paces: Vec<Vec<usize>>,
+    pub updates: u64,
+    pub mutant: Mutant,
+}
+
+impl SitesScenario {
+    pub fn draw(seed: u64, mutant: Mutant) -> SitesScenario {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5175_e500);
+        let servers = if rng.random_bool(0.25) { 7 } else { 4 };
+        let f = (servers - 1) / 3;
+        let faulty_site = rng.random_bool(0.5).then(|| {
+            let fault = if rng.random_bool(0.5) {
+                SiteFault::Silent
+            } else {
+                SiteFault::Noisy
+            };
+            (rng.random_range(0..4), fault)
+        });
+        let erasure = rng.random_bool(0.5);
+        let mut faulty_servers = BTreeMap::new();
+        for s in 0..4 {
+            if faulty_site.is_some_and(|(fs, _)| fs == s) {
+                continue;
+            }
+            let k = rng.random_range(0..=f);
+            let mut chosen = BTreeSet::new();
+            while chosen.len() < k {
+                chosen.insert(rng.random_range(0..servers));
+            }
+            for i in chosen {
+                let fault = match rng.random_range(0..6) {
+                    0 => ServerFault::BadShares,
+                    1 => ServerFault::BadParts,
+                    2 => ServerFault::Silent,
+                    3 => ServerFault::TickSpam,
+                    4 => ServerFault::ForgedEvents,
+                    _ => ServerFault::BogusAnswers,
+                };
+                faulty_servers.insert((s, i), fault);
+            }
+        }
+        let lo = rng.random_range(1..4);
+        let wan_delay = (lo, lo + rng.random_range(0..8));
+        let wan_loss_permille = if rng.random_bool(0.3) {
+            rng.random_range(1..20)
+        } else {
+            0
+        };
+        let paces = (0..4)
+            .map(|_| (0..servers).map(|_| rng.random_range(1..5)).collect())
+            .collect();
+        SitesScenario {
+            seed,
+            servers,
+            erasure,
+            faulty_site,
+            faulty_servers,
+            wan_delay,
+            wan_loss_permille,
+            paces,
+            updates: rng.random_range(3..7),
+            mutant,
+        }
+    }
+
+    fn site_faulty(&self, s: usize) -> bool {
+        self.faulty_site.is_some_and(|(fs, _)| fs == s)
+    }
+
+    fn fault(&self, s: usize, i: usize) -> Option<ServerFault> {
+        self.faulty_servers.get(&(s, i)).copied()
+    }
+
+    fn correct(&self, s: usize, i: usize) -> bool {
+        !self.site_faulty(s) && self.fault(s, i).is_none()
+    }
+}
+
+/// Appends each update to a log and answers with its position.
+#[derive(Default)]
+struct Ledger {
+    ops: Vec<Vec<u8>>,
+}
+
+impl Service for Ledger {
+    fn execute(&mut self, state: &mut dyn StateWrite, op: &[u8], _ctx: &ExecContext) -> Vec<u8> {
+        let mut n = [0u8; 8];
+        state.read(0, &mut n);
+        let n = u64::from_le_bytes(n) + 1;
+        state.write(0, &n.to_le_bytes());
+        self.ops.push(op.to_vec());
+        n.to_le_bytes().to_vec()
+    }
+    fn execute_read_only(&self, _state: &dyn StateRead, _op: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+    fn load(&mut self, _state: &dyn StateRead) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+type Server_ = SiteServer<GlobalPrime<Ledger>, Box<dyn LogicalLink>>;
+
+struct Client {
+    site: usize,
+    id: u64,
+    key: HolderSecrets,
+    sent: u64,
+    /// Acknowledged updates: timestamp -> the answer f+1 servers gave.
+    acked: BTreeMap<u64, Vec<u8>>,
+}
+
+/// What one seed gave.
+#[derive(Debug)]
+pub struct SitesOutcome {
+    pub seed: u64,
+    pub violations: Vec<String>,
+    pub rounds: u64,
+    pub updates_acked: u64,
+    pub events: u64,
+    pub wan_frames: u64,
+    pub blacklisted: u64,
+    pub summary: String,
+}
+
+impl SitesOutcome {
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+struct Site {
+    servers: Vec<Server_>,
+    order: Vec<(Vec<u8>, Submitter, u64)>,
+    executed: Vec<usize>,
+    /// Answers each server sent to clients: (client, timestamp, answer).
+    answers: Vec<Vec<(u64, u64, Vec<u8>)>>,
+}
+
+struct World {
+    sc: SitesScenario,
+    shape: Shape,
+    rng: ChaCha8Rng,
+    sites: Vec<Site>,
+    shares: Vec<(u64, usize, usize, Share)>,
+    wan: Vec<(u64, SiteId, Server, Wan)>,
+    groups: Vec<GroupKey>,
+    shares_keys: Vec<Vec<KeyShare>>,
+    secrets: Vec<Vec<HolderSecrets>>,
+    clients: Vec<Client>,
+    now: u64,
+    wan_frames: u64,
+}
+
+fn ledger_core(
+    site: SiteId,
+    directory: &Directory,
+    orders: &Arc<Vec<redoubt_crypto::pk::VerifyKey>>,
+    order_key: HolderSecrets,
+) -> GlobalPrime<Ledger> {
+    let store = MemStore::new(Geometry::new(256, 16, 4).expect("geometry"));
+    let state = open_state(Box::new(store)).expect("in-memory state");
+    let cfg = redoubt_sites::global::config(1);
+    GlobalPrime::new(
+        cfg,
+        site,
+        directory.clone(),
+        Ledger::default(),
+        state,
+        orders.clone(),
+        order_key,
+    )
+    .expect("a valid global configuration")
+}
+
+impl World {
+    fn new(sc: SitesScenario) -> World {
+        let shape = Shape::new(4, sc.servers).expect("4 sites of 3f+1");
+        let seed = sc.seed;
+        let material = |tag: u8, a: usize, b: usize| -> [u8; 32] {
+            let d = redoubt_crypto::DigestBuilder::new("redoubt.sim.sites.v1")
+                .u64(seed)
+                .u64(tag as u64)
+                .u64(a as u64)
+                .u64(b as u64)
+                .finish();
+            d.0
+        };
+        let (groups, shares_keys): (Vec<GroupKey>, Vec<Vec<KeyShare>>) = (0..4)
+            .map(|s| deal(shape.f(), shape.servers(), material(1, s, 0)))
+            .unzip();
+        let secrets: Vec<Vec<HolderSecrets>> = (0..4)
+            .map(|s| {
+                (0..shape.servers())
+                    .map(|i| HolderSecrets::from_seed(&material(2, s, i)))
+                    .collect()
+            })
+            .collect();
+        let order_keys: Vec<HolderSecrets> = (0..4)
+            .map(|s| HolderSecrets::from_seed(&material(3, s, 0)))
+            .collect();
+        let orders = Arc::new(order_keys.iter().map(|k| k.public().verify).collect());
+        let clients: Vec<Client> = (0..4)
+            .filter(|s| !sc.site_faulty(*s))
+            .map(|s| Client {
+                site: s,
+                id: 100 + s as u64,
+                key: HolderSecrets::from_seed(&material(4, s, 0)),
+                sent: 0,
+                acked: BTreeMap::new(),
+            })
+            .collect();
+        let mut directory = Directory::default();
+        for c in &clients {
+            directory
+                .keys
+                .insert(Principal::Client(c.id), c.key.public());
+        }
+        let site_keys = SiteKeys::new(groups.clone());
+        let server_keys = ServerKeys::new(
+            secrets
+                .iter()
+                .map(|s| s.iter().map(|k| k.public().verify).collect())
+                .collect(),
+        );
+        let sites = (0..4)
+            .map(|s| {
+                let site = SiteId(s as u16);
+                let servers = (0..shape.servers())
+                    .map(|i| {
+                        let me = Server(i as u16);
+                        let link: Box<dyn LogicalLink> = if sc.erasure {
+                            Box::new(Erasure::new(
+                                shape,
+                                site,
+                                me,
+                                site_keys.clone(),
+                                server_keys.clone(),
+                                secrets[s][i].clone(),
+                                FRAME_MAX,
+                            ))
+                        } else {
+                            Box::new(Naive::new(shape, site, me, site_keys.clone(), FRAME_MAX))
+                        };
+                        let core = ledger_core(site, &directory, &orders, order_keys[s].clone());
+                        let machine = LogicalMachine::new(shape, site, core, link);
+                        let signer = SiteSigner::new(
+                            site,
+                            shape.servers(),
+                            groups[s].clone(),
+                            shares_keys[s][i].clone(),
+                        );
+                        let mut server = SiteServer::new(me, machine, signer, TICK_MS);
+                        if sc.correct(s, i) {
+                            server.set_mutant(sc.mutant);
+                        }
+                        server
+                    })
+                    .collect();
+                Site {
+                    servers,
+                    order: Vec::new(),
+                    executed: vec![0; shape.servers()],
+                    answers: vec![Vec::new(); shape.servers()],
+                }
+            })
+            .collect();
+        World {
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            sc,
+            shape,
+            sites,
+            shares: Vec::new(),
+            wan: Vec::new(),
+            groups,
+            shares_keys,
+            secrets,
+            clients,
+            now: 0,
+            wan_frames: 0,
+        }
+    }
+
+    fn introduce(&mut self, s: usize, event: Vec<u8>, by: Submitter) {
+        let now = self.now;
+        self.sites[s].order.push((event, by, now));
+    }
+
+    fn clients_act(&mut self) {
+        let f = self.shape.f();
+        for k in 0..self.clients.len() {
+            let (s, c, ts) = {
+                let cl = &self.clients[k];
+                (cl.site, cl.id, cl.sent)
+            };
+            if ts > 0 && !self.clients[k].acked.contains_key(&ts) {
+                // f+1 servers of the site with the same answer to `ts`.
+                let mut votes: BTreeMap<&Vec<u8>, BTreeSet<usize>> = BTreeMap::new();
+                for (i, answers) in self.sites[s].answers.iter().enumerate() {
+                    for (cl, t, a) in answers {
+                        if *cl == c && *t == ts {
+                            votes.entry(a).or_default().insert(i);
+                        }
+                    }
+                }
+                if let Some((a, _)) = votes.into_iter().find(|(_, v)| v.len() > f) {
+                    let a = a.clone();
+                    self.clients[k].acked.insert(ts, a);
+                }
+            }
+            let cl = &self.clients[k];
+            if (ts == 0 || cl.acked.contains_key(&ts)) && ts < self.sc.updates {
+                let next = ts + 1;
+                let op = format!("client {c} update {next}").into_bytes();
+                let frame = update_frame(c, next, op, &cl.key, next, 4);
+                self.clients[k].sent = next;
+                self.introduce(s, Event::Update(frame).encode(), Submitter::Client(c));
+            }
+        }
+    }
+
+    fn round(&mut self, clocks: bool) {
+        self.now += 1;
+        for s in 0..4 {
+            for i in 0..self.shape.servers() {
+                self.server_turn(s, i, clocks);
+            }
+        }
+        self.deliver();
+    }
+
+    fn server_turn(&mut self, s: usize, i: usize, clocks: bool) {
+        let fault = self.sc.fault(s, i);
+        let silent = self.sc.faulty_site == Some((s, SiteFault::Silent));
+        for _ in 0..self.sc.paces[s][i] {
+            let site = &mut self.sites[s];
+            let Some((op, by, agreed)) = site.order.get(site.executed[i]).cloned() else {
+                break;
+            };
+            let work = site.servers[i].executed(&op, by, agreed, self.now);
+            if work.blocked_on.is_some() {
+                break;
+            }
+            site.executed[i] += 1;
+            for (c, frame) in work.replies {
+                if let Some((_, t, a)) = reply_of(&frame) {
+                    let a = if fault == Some(ServerFault::BogusAnswers) {
+                        b"bogus".to_vec()
+                    } else {
+                        a
+                    };
+                    site.answers[i].push((c, t, a));
+                }
+            }
+            if !silent && fault != Some(ServerFault::Silent) {
+                self.emit(s, i, work.shares, work.wan);
+            }
+        }
+        if silent || fault == Some(ServerFault::Silent) {
+            return;
+        }
+        if clocks {
+            if let Some(tick) = self.sites[s].servers[i].clock(self.now) {
+                self.introduce(s, tick, Submitter::Server(Server(i as u16)));
+            }
+        }
+        let me = Submitter::Server(Server(i as u16));
+        match fault {
+            Some(ServerFault::TickSpam) => {
+                let round = self.sites[s].servers[i].machine().tick_round();
+                self.introduce(s, Event::Tick { round }.encode(), me);
+            }
+            Some(ServerFault::ForgedEvents) if self.rng.random_bool(0.05) => {
+                let junk: Vec<u8> = (0..self.rng.random_range(0..64))
+                    .map(|_| self.rng.random())
+                    .collect();
+                self.introduce(s, junk.clone(), me);
+                self.introduce(s, Event::Update(junk).encode(), me);
+            }
+            _ => {}
+        }
+        if self.sc.faulty_site == Some((s, SiteFault::Noisy)) && self.rng.random_bool(0.02) {
+            self.noise(s, i);
+        }
+    }
+
+    /// A faulty site's server sends a message its site signed with junk in it, or a spurious
+    /// INQUIRY, to a random server of a random other site.
+    fn noise(&mut self, s: usize, i: usize) {
+        let to_site = (s + self.rng.random_range(1..4)) % 4;
+        let to_server = Server(self.rng.random_range(0..self.shape.servers()) as u16);
+        let seq = self.rng.random_range(0..1_000_000);
+        let payload = if self.sc.erasure && self.rng.random_bool(0.5) {
+            Payload::Control(Control::Inquiry(Inquiry {
+                seq: self.rng.random_range(0..3),
+                parts: Vec::new(),
+                erasure_seq: seq,
+                from: SiteId(s as u16),
+                about: SiteId(to_site as u16),
+            }))
+        } else {
+            let junk: Vec<u8> = (0..self.rng.random_range(0..200))
+                .map(|_| self.rng.random())
+                .collect();
+            Payload::Global(junk)
+        };
+        let bundle = Bundle::new(SiteId(s as u16), seq, vec![payload.encode()]);
+        let statement = redoubt_sites::message::statement(SiteId(s as u16), &bundle.root());
+        let shares: Vec<(usize, ThresholdSig)> = (0..=self.shape.f())
+            .map(|k| (k, self.shares_keys[s][k].sign(&statement)))
+            .collect();
+        let group_sig = self.groups[s].combine(&shares);
+        let Some(sig) = group_sig else { return };
+        let msg = bundle.signed(sig).remove(0);
+        let frame = LinkEvent::Message(msg).encode();
+        self.push_wan(
+            SiteId(s as u16),
+            Server(i as u16),
+            Wan {
+                to_site: SiteId(to_site as u16),
+                to_server,
+                frame,
+            },
+        );
+    }
+
+    fn emit(&mut self, s: usize, i: usize, shares: Vec<Share>, wan: Vec<Wan>) {
+        let fault = self.sc.fault(s, i);
+        for mut share in shares {
+            if fault == Some(ServerFault::BadShares) {
+                share.share = self.shares_keys[s][i].sign(b"not the bundle");
+            }
+            for to in 0..self.shape.servers() {
+                if to != i {
+                    let at = self.now + self.rng.random_range(0..2);
+                    self.shares.push((at, s, to, share.clone()));
+                }
+            }
+        }
+        for mut w in wan {
+            if fault == Some(ServerFault::BadParts) {
+                w.frame = corrupt_part(&w.frame, &self.secrets[s][i]);
+            }
+            self.push_wan(SiteId(s as u16), Server(i as u16), w);
+        }
+    }
+
+    fn push_wan(&mut self, from_site: SiteId, from: Server, w: Wan) {
+        if self.sc.wan_loss_permille > 0
+            && self.rng.random_range(0..1000) < self.sc.wan_loss_permille
+        {
+            return;
+        }
+        let (lo, hi) = self.sc.wan_delay;
+        let at = self.now + self.rng.random_range(lo..=hi);
+        self.wan_frames += 1;
+        self.wan.push((at, from_site, from, w));
+    }
+
+    fn deliver(&mut self) {
+        let now = self.now;
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.shares)
+            .into_iter()
+            .partition(|(at, ..)| *at <= now);
+        self.shares = later;
+        for (_, s, to, share) in due {
+            if let Ok(work) = self.sites[s].servers[to].on_share(share) {
+                let silent = self.sc.faulty_site == Some((s, SiteFault::Silent))
+                    || self.sc.fault(s, to) == Some(ServerFault::Silent);
+                if !silent {
+                    self.emit(s, to, work.shares, work.wan);
+                }
+            }
+        }
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.wan)
+            .into_iter()
+            .partition(|(at, ..)| *at <= now);
+        self.wan = later;
+        for (_, from_site, from, w) in due {
+            let (r, i) = (w.to_site.0 as usize, w.to_server.0 as usize);
+            if self.sc.site_faulty(r) || self.sc.fault(r, i) == Some(ServerFault::Silent) {
+                continue;
+            }
+            if let Ok(Some(event)) = self.sites[r].servers[i].on_wan(from_site, from, &w.frame) {
+                self.introduce(r, event, Submitter::Server(Server(i as u16)));
+            }
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.clients
+            .iter()
+            .all(|c| c.acked.contains_key(&self.sc.updates))
+    }
+
+    fn check(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        let correct: Vec<(usize, usize)> = (0..4)
+            .flat_map(|s| (0..self.shape.servers()).map(move |i| (s, i)))
+            .filter(|&(s, i)| self.sc.correct(s, i))
+            .collect();
+        let ops = |s: usize, i: usize| {
+            &self.sites[s].servers[i]
+                .machine()
+                .participant()
+                .core()
+                .service()
+                .ops
+        };
+        let Some(&(rs, ri)) = correct.iter().max_by_key(|&&(s, i)| ops(s, i).len()) else {
+            return v;
+        };
+        let reference = ops(rs, ri);
+        for &(s, i) in &correct {
+            let mine = ops(s, i);
+            if reference[..mine.len()] != mine[..] {
+                v.push(format!(
+                    "agreement: site {s} server {i} executed a different order than site {rs} server {ri}"
+                ));
+            }
+        }
+        let mut seen = BTreeSet::new();
+        for op in reference {
+            if !seen.insert(op) {
+                v.push(format!(
+                    "an update ran twice: {}",
+                    String::from_utf8_lossy(op)
+                ));
+            }
+        }
+        for c in &self.clients {
+            for (ts, answer) in &c.acked {
+                let op = format!("client {} update {ts}", c.id).into_bytes();
+                let position = reference.iter().position(|o| *o == op);
+                let expected = position.map(|p| (p as u64 + 1).to_le_bytes().to_vec());
+                if expected.as_ref() != Some(answer) {
+                    v.push(format!(
+                        "client {} took an answer to update {ts} that is not its place in the order",
+                        c.id
+                    ));
+                }
+            }
+            if !c.acked.contains_key(&self.sc.updates) {
+                v.push(format!(
+                    "liveness: client {} finished {} of {} updates",
+                    c.id,
+                    c.acked.len(),
+                    self.sc.updates
+                ));
+            }
+        }
+        for &(s, i) in &correct {
+            let server = &self.sites[s].servers[i];
+            for bad in server.signer().blacklist().keys() {
+                if self.sc.correct(s, bad.0 as usize) {
+                    v.push(format!(
+                        "site {s} server {i} blacklisted correct server {}",
+                        bad.0
+                    ));
+                }
+            }
+            if let Some(blacklists) = server.machine().link().blacklists() {
+                for site in &blacklists.sites {
+                    if !self.sc.site_faulty(site.0 as usize) {
+                        v.push(format!(
+                            "site {s} server {i} blacklisted correct site {}",
+                            site.0
+                        ));
+                    }
+                }
+                for (site, servers) in &blacklists.servers {
+                    for b in servers {
+                        if self.sc.correct(site.0 as usize, b.0 as usize) {
+                            v.push(format!(
+                                "site {s} server {i} blacklisted correct server {} of site {}",
+                                b.0, site.0
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        // Correct servers of a site that executed as far emitted as many messages.
+        for s in 0..4 {
+            let mut by_executed: BTreeMap<usize, BTreeSet<u64>> = BTreeMap::new();
+            for i in (0..self.shape.servers()).filter(|&i| self.sc.correct(s, i)) {
+                by_executed
+                    .entry(self.sites[s].executed[i])
+                    .or_default()
+                    .insert(self.sites[s].servers[i].machine().next_seq());
+            }
+            if by_executed.values().any(|seqs| seqs.len() > 1) {
+                v.push(format!(
+                    "site {s}: servers that executed as far emitted different numbers of messages"
+                ));
+            }
+        }
+        v
+    }
+}
+
+/// A faulty server's part: one byte flipped and signed again with its own key.
+fn corrupt_part(frame: &[u8], key: &HolderSecrets) -> Vec<u8> {
+    match LinkEvent::decode(frame, FRAME_MAX) {
+        Ok(LinkEvent::Part(mut p)) => {
+            let last = p.shard.len() - 1;
+            p.shard[last] ^= 1;
+            p.sig = key.sign(&p.statement());
+            LinkEvent::Part(p).encode()
+        }
+        _ => frame.to_vec(),
+    }
+}
+
+/// Runs one seed.
+pub fn run(sc: SitesScenario) -> SitesOutcome {
+    let summary = format!(
+        "{} servers per site, {} link, faulty site {:?}, faulty servers {:?}, wan {}-{} ms loss {}‰",
+        sc.servers,
+        if sc.erasure { "erasure" } else { "naive" },
+        sc.faulty_site,
+        sc.faulty_servers,
+        sc.wan_delay.0,
+        sc.wan_delay.1,
+        sc.wan_loss_permille
+    );
+    let seed = sc.seed;
+    let mut w = World::new(sc);
+    let mut rounds = 0;
+    while rounds < ROUNDS_MAX && !w.done() {
+        w.clients_act();
+        w.round(true);
+        rounds += 1;
+    }
+    for _ in 0..SETTLE_ROUNDS {
+        w.round(false);
+    }
+    let violations = w.check();
+    let blacklisted = w
+        .sites
+        .iter()
+        .flat_map(|s| s.servers.iter())
+        .map(|s| s.signer().blacklist().len() as u64)
+        .sum();
+    SitesOutcome {
+        seed,
+        violations,
+        rounds,
+        updates_acked: w.clients.iter().map(|c| c.acked.len() as u64).sum(),
+        events: w.sites.iter().map(|s| s.order.len() as u64).sum(),
+        wan_frames: w.wan_frames,
+        blacklisted,
+        summary,
+    }
+}
