@@ -49,6 +49,9 @@ pub enum ServerFault {
     TickSpam,
     ForgedEvents,
     BogusAnswers,
+    /// Holds every frame it sends to other sites back by 300 ms (the paper's attack on the
+    /// erasure-coded link: its parts arrive late).
+    SlowFrames,
 }
 
 /// What a wholly faulty site does.
@@ -100,12 +103,13 @@ impl SitesScenario {
                 chosen.insert(rng.random_range(0..servers));
             }
             for i in chosen {
-                let fault = match rng.random_range(0..6) {
+                let fault = match rng.random_range(0..7) {
                     0 => ServerFault::BadShares,
                     1 => ServerFault::BadParts,
                     2 => ServerFault::Silent,
                     3 => ServerFault::TickSpam,
                     4 => ServerFault::ForgedEvents,
+                    5 => ServerFault::SlowFrames,
                     _ => ServerFault::BogusAnswers,
                 };
                 faulty_servers.insert((s, i), fault);
@@ -524,7 +528,14 @@ impl World {
             return;
         }
         let (lo, hi) = self.sc.wan_delay;
-        let at = self.now + self.rng.random_range(lo..=hi);
+        let held = if self.sc.fault(from_site.0 as usize, from.0 as usize)
+            == Some(ServerFault::SlowFrames)
+        {
+            300
+        } else {
+            0
+        };
+        let at = self.now + held + self.rng.random_range(lo..=hi);
         self.wan_frames += 1;
         self.wan.push((at, from_site, from, w));
     }

@@ -171,6 +171,7 @@ fn run_sites(args: &Args) -> ExitCode {
     let next = std::sync::atomic::AtomicU64::new(args.start_seed);
     let end = args.start_seed + count;
     let failed = std::sync::Mutex::new(Vec::new());
+    let ran = std::sync::atomic::AtomicU64::new(0);
     std::thread::scope(|scope| {
         for _ in 0..jobs.max(1) {
             scope.spawn(|| loop {
@@ -185,6 +186,7 @@ fn run_sites(args: &Args) -> ExitCode {
                     return;
                 }
                 let out = run(SitesScenario::draw(seed, mutant));
+                ran.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 if args.per_seed || !out.passed() {
                     print(&out);
                 }
@@ -195,7 +197,7 @@ fn run_sites(args: &Args) -> ExitCode {
         }
     });
     let failed = failed.into_inner().expect("lock");
-    let ran = (next.load(std::sync::atomic::Ordering::SeqCst).min(end) - args.start_seed) as usize;
+    let ran = ran.into_inner() as usize;
     println!(
         "{} passed, {} failed",
         ran.saturating_sub(failed.len()),
