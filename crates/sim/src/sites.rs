@@ -197,6 +197,8 @@ pub struct SitesOutcome {
     pub wan_frames: u64,
     pub blacklisted: u64,
     pub summary: String,
+    /// Where each server stood at the end (filled for a failing seed).
+    pub state: Vec<String>,
 }
 
 impl SitesOutcome {
@@ -218,7 +220,8 @@ struct World {
     shape: Shape,
     rng: ChaCha8Rng,
     sites: Vec<Site>,
-    shares: Vec<(u64, usize, usize, Share)>,
+    /// Shares in flight inside sites: (due, site, from, to, share).
+    shares: Vec<(u64, usize, usize, usize, Share)>,
     wan: Vec<(u64, SiteId, Server, Wan)>,
     groups: Vec<GroupKey>,
     shares_keys: Vec<Vec<KeyShare>>,
@@ -509,7 +512,7 @@ impl World {
             for to in 0..self.shape.servers() {
                 if to != i {
                     let at = self.now + self.rng.random_range(0..2);
-                    self.shares.push((at, s, to, share.clone()));
+                    self.shares.push((at, s, i, to, share.clone()));
                 }
             }
         }
@@ -546,8 +549,8 @@ impl World {
             .into_iter()
             .partition(|(at, ..)| *at <= now);
         self.shares = later;
-        for (_, s, to, share) in due {
-            if let Ok(work) = self.sites[s].servers[to].on_share(share) {
+        for (_, s, from, to, share) in due {
+            if let Ok(work) = self.sites[s].servers[to].on_share(Server(from as u16), share) {
                 let silent = self.sc.faulty_site == Some((s, SiteFault::Silent))
                     || self.sc.fault(s, to) == Some(ServerFault::Silent);
                 if !silent {
@@ -568,6 +571,38 @@ impl World {
                 self.introduce(r, event, Submitter::Server(Server(i as u16)));
             }
         }
+    }
+
+    /// Where each site stands, for a failing seed's report.
+    fn describe(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for (s, site) in self.sites.iter().enumerate() {
+            for (i, server) in site.servers.iter().enumerate() {
+                let core = server.machine().participant().core();
+                let link = server.machine().link();
+                let suspended: Vec<u16> = (0..4u16)
+                    .filter(|r| link.blacklists().is_some() && *r as usize != s)
+                    .filter(|r| {
+                        link.blacklists()
+                            .is_some_and(|b| b.sites.contains(&SiteId(*r)))
+                    })
+                    .collect();
+                lines.push(format!(
+                    "site {s} server {i}{}: executed {}/{} events, view {}, last executed {}, ops {}, next message {}, ticks {}, blacklisted sites {:?}, {:?}",
+                    if self.sc.correct(s, i) { "" } else { " (faulty)" },
+                    site.executed[i],
+                    site.order.len(),
+                    core.view(),
+                    core.last_executed(),
+                    core.service().ops.len(),
+                    server.machine().next_seq(),
+                    server.machine().stats().ticks,
+                    suspended,
+                    server.machine().stats(),
+                ));
+            }
+        }
+        lines
     }
 
     fn done(&self) -> bool {
@@ -719,6 +754,11 @@ pub fn run(sc: SitesScenario) -> SitesOutcome {
         w.round(false);
     }
     let violations = w.check();
+    let state = if violations.is_empty() {
+        Vec::new()
+    } else {
+        w.describe()
+    };
     let blacklisted = w
         .sites
         .iter()
@@ -734,5 +774,6 @@ pub fn run(sc: SitesScenario) -> SitesOutcome {
         wan_frames: w.wan_frames,
         blacklisted,
         summary,
+        state,
     }
 }

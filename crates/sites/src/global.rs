@@ -128,6 +128,12 @@ pub fn config(big_f: u32) -> Config {
     cfg.tentative_execution = false;
     cfg.primary_replies = true;
     cfg.digest_replies = false;
+    // The view-change timer is Prime's backstop behind Suspect-Leader. Among sites a request
+    // waits for local ordering at both ends, the wide area and, under attack, an INQUIRY's
+    // round trip: a site whose timer fires while the others see the leader keep pace is left
+    // alone in a later view, and its clients, who talk to it only, go unanswered.
+    cfg.view_change_timeout_ms = 5000;
+    cfg.view_change_timeout_max_ms = 20000;
     cfg
 }
 

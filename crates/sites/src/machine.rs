@@ -220,6 +220,12 @@ impl<P: Participant, L: LogicalLink> LogicalMachine<P, L> {
         let others: Vec<SiteId> = self.shape.site_ids().filter(|s| *s != self.site).collect();
         let mut bodies = Vec::new();
         let mut dests = Vec::new();
+        // The link's own messages first: a cut below never drops an INQUIRY whose answer the
+        // link already waits for.
+        for e in emits {
+            bodies.push(Payload::Control(e.control).encode());
+            dests.push(vec![e.to]);
+        }
         for out in outs {
             match out {
                 GlobalOut::Send { to, body } if to != self.site && self.shape.has_site(to) => {
@@ -234,15 +240,11 @@ impl<P: Participant, L: LogicalLink> LogicalMachine<P, L> {
                 GlobalOut::Reply { client, body } => step.replies.push((client, body)),
             }
         }
-        for e in emits {
-            bodies.push(Payload::Control(e.control).encode());
-            dests.push(vec![e.to]);
-        }
         if bodies.is_empty() {
             return;
         }
         // A participant emitting more in one event than a bundle holds is a bug of the
-        // participant; the cut keeps numbering and signing sound.
+        // participant; the cut drops its last messages and keeps numbering and signing sound.
         debug_assert!(bodies.len() <= BUNDLE_MESSAGES_MAX);
         bodies.truncate(BUNDLE_MESSAGES_MAX);
         dests.truncate(BUNDLE_MESSAGES_MAX);

@@ -123,9 +123,9 @@ impl<P: Participant, L: LogicalLink> SiteServer<P, L> {
         work
     }
 
-    /// A share from another server of the site.
-    pub fn on_share(&mut self, share: Share) -> Result<Work, ShareRefused> {
-        let out = self.signer.on_share(share)?;
+    /// A share that server `from` of the site sent (the local transport authenticated it).
+    pub fn on_share(&mut self, from: Server, share: Share) -> Result<Work, ShareRefused> {
+        let out = self.signer.on_share(from, share)?;
         let mut work = Work::default();
         self.signing(out, &mut work);
         Ok(work)

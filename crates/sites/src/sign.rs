@@ -81,6 +81,8 @@ pub enum ShareRefused {
     Ours,
     #[error("signer is blacklisted")]
     Blacklisted,
+    #[error("share names another server than the one that sent it")]
+    NotTheSender,
 }
 
 /// Counters for metrics.
@@ -186,15 +188,18 @@ impl SiteSigner {
         out
     }
 
-    /// A share from another server of the site (the local transport authenticated the sender
-    /// as `share.signer`).
-    pub fn on_share(&mut self, share: Share) -> Result<Vec<Signing>, ShareRefused> {
+    /// A share that server `from` of the site sent (as the local transport authenticated it):
+    /// a share it claims for another server is refused, so no server can have another one
+    /// blacklisted with a junk share in its name.
+    pub fn on_share(&mut self, from: Server, share: Share) -> Result<Vec<Signing>, ShareRefused> {
         let refused = if share.site != self.site {
             Some(ShareRefused::OtherSite)
         } else if share.signer.0 as usize >= self.servers {
             Some(ShareRefused::UnknownServer)
         } else if share.signer == self.me {
             Some(ShareRefused::Ours)
+        } else if share.signer != from {
+            Some(ShareRefused::NotTheSender)
         } else if self.blacklist.contains_key(&share.signer) {
             Some(ShareRefused::Blacklisted)
         } else {

@@ -84,7 +84,7 @@ impl World {
         }
         for sh in shares {
             if sh.signer != Server(0) {
-                for o in signers[0].on_share(sh).unwrap() {
+                for o in signers[0].on_share(sh.signer, sh).unwrap() {
                     if let Signing::Signed { sig, .. } = o {
                         return bundle.signed(sig);
                     }
@@ -125,7 +125,7 @@ fn sign_with_a_bad_server(w: &World, bad: usize) -> (Vec<SiteSigner>, Vec<Vec<Si
     for sh in &shares {
         for (i, s) in signers.iter_mut().enumerate() {
             if sh.signer.0 as usize != i {
-                outs[i].extend(s.on_share(sh.clone()).unwrap_or_default());
+                outs[i].extend(s.on_share(sh.signer, sh.clone()).unwrap_or_default());
             }
         }
     }
@@ -166,12 +166,26 @@ fn a_site_signs_its_bundle_once_and_blacklists_a_server_whose_share_is_bad() {
     assert!(sigs.windows(2).all(|p| p[0] == p[1]));
     // The blacklisted server's later shares are refused.
     let mut signers = signers;
-    let refused = signers[0].on_share(Share {
+    // A junk share in another server's name is refused, whoever sends it.
+    let junk = Share {
         site: SiteId(0),
-        signer: Server(3),
+        signer: Server(1),
         root: redoubt_crypto::Digest::of(b"any"),
         share: sigs[0],
-    });
+    };
+    assert_eq!(
+        signers[0].on_share(Server(3), junk),
+        Err(redoubt_sites::sign::ShareRefused::NotTheSender)
+    );
+    let refused = signers[0].on_share(
+        Server(3),
+        Share {
+            site: SiteId(0),
+            signer: Server(3),
+            root: redoubt_crypto::Digest::of(b"any"),
+            share: sigs[0],
+        },
+    );
     assert!(refused.is_err());
 }
 

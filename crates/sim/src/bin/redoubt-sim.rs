@@ -149,6 +149,9 @@ fn run_sites(args: &Args) -> ExitCode {
         for v in &out.violations {
             println!("VIOLATION: {v}");
         }
+        for line in &out.state {
+            println!("  {line}");
+        }
     };
     if let Some(seed) = args.seed {
         let out = run(SitesScenario::draw(seed, mutant));

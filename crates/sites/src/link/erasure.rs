@@ -405,6 +405,13 @@ impl Erasure {
                 self.inquiries.on_response(msg, resp, checks)
             }
         };
+        // Nothing more of a site found faulty is handled: what was kept of it goes.
+        for site in [msg.site, self.site] {
+            if self.inquiries.site_blacklisted(site) {
+                self.collecting.remove(&site);
+                self.held.remove(&site);
+            }
+        }
         let mut out = Executed {
             emit: outcome.emit.into_iter().collect(),
             misbehaviour: outcome.misbehaviour,

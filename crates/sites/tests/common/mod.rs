@@ -189,7 +189,7 @@ impl<P: Participant, L: LogicalLink> World<P, L> {
             self.shares.make_contiguous().reverse();
         }
         while let Some((s, to, share)) = self.shares.pop_front() {
-            if let Ok(work) = self.sites[s].servers[to].on_share(share) {
+            if let Ok(work) = self.sites[s].servers[to].on_share(share.signer, share) {
                 if !self.faulty(s, to) {
                     self.bad_shares_seen += work.bad_shares.len();
                 }
