@@ -580,13 +580,10 @@ impl World {
             for (i, server) in site.servers.iter().enumerate() {
                 let core = server.machine().participant().core();
                 let link = server.machine().link();
-                let suspended: Vec<u16> = (0..4u16)
-                    .filter(|r| link.blacklists().is_some() && *r as usize != s)
-                    .filter(|r| {
-                        link.blacklists()
-                            .is_some_and(|b| b.sites.contains(&SiteId(*r)))
-                    })
-                    .collect();
+                let blacklisted: Vec<u16> = link
+                    .blacklists()
+                    .map(|b| b.sites.iter().map(|s| s.0).collect())
+                    .unwrap_or_default();
                 lines.push(format!(
                     "site {s} server {i}{}: executed {}/{} events, view {}, last executed {}, ops {}, next message {}, ticks {}, blacklisted sites {:?}, {:?}",
                     if self.sc.correct(s, i) { "" } else { " (faulty)" },
@@ -597,7 +594,7 @@ impl World {
                     core.service().ops.len(),
                     server.machine().next_seq(),
                     server.machine().stats().ticks,
-                    suspended,
+                    blacklisted,
                     server.machine().stats(),
                 ));
             }

@@ -192,6 +192,8 @@ pub struct Erasure {
     /// correct site.
     held: BTreeMap<SiteId, VecDeque<Part>>,
     retained: BTreeMap<u64, SignedMessage>,
+    /// Our part of the message last sent (number, encoded length, part).
+    last_part: Option<(u64, u32, Vec<u8>)>,
     inquiries: Inquiries,
     stats: ErasureStats,
 }
@@ -219,6 +221,7 @@ impl Erasure {
             collecting: BTreeMap::new(),
             held: BTreeMap::new(),
             retained: BTreeMap::new(),
+            last_part: None,
             inquiries: Inquiries::new(shape, site),
             stats: ErasureStats::default(),
         }
@@ -449,15 +452,24 @@ impl LogicalLink for Erasure {
             self.retained.pop_first();
         }
         self.retained.insert(msg.seq, msg.clone());
-        let bytes = msg.encode();
-        let mut shards = self.codec.encode(&bytes);
+        // A message to several sites is encoded once: the part differs only in its address.
+        let (len, shard) = match &self.last_part {
+            Some((seq, len, shard)) if *seq == msg.seq => (*len, shard.clone()),
+            _ => {
+                let bytes = msg.encode();
+                let mut shards = self.codec.encode(&bytes);
+                let shard = shards.swap_remove(self.me.0 as usize);
+                self.last_part = Some((msg.seq, bytes.len() as u32, shard.clone()));
+                (bytes.len() as u32, shard)
+            }
+        };
         let mut part = Part {
             site: self.site,
             to,
             seq: msg.seq,
             index: self.me,
-            len: bytes.len() as u32,
-            shard: shards.swap_remove(self.me.0 as usize),
+            len,
+            shard,
             sig: Signature::default(),
         };
         part.sig = self.secret.sign(&part.statement());
