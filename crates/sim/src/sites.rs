@@ -1,7 +1,8 @@
 //! `redoubt-sim --sites`: wide-area sites as logical machines (ADR 0010), one seed at a time.
 //!
 //! Each seed draws 3F+1 = 4 sites of 3f+1 servers (4, or 7 in a quarter of the seeds), the
-//! logical link (erasure-coded or naive), a wholly faulty site (silent, or noisy: it signs junk
+//! logical link (erasure-coded, over broadcast hubs (Optimistic or Immediate), naive, or
+//! BLink), a wholly faulty site (silent, or noisy: it signs junk
 //! global messages and spurious INQUIRYs with its own key) in half of the seeds, up to f faulty
 //! servers in every other site (bad shares, bad erasure parts, silence, tick proposals every
 //! round, forged events introduced into local ordering, bogus answers to clients), wide-area
@@ -26,7 +27,9 @@ use redoubt_crypto::threshold::{deal, GroupKey, KeyShare, ThresholdSig};
 use redoubt_sites::global::{reply_of, update_frame, GlobalPrime};
 use redoubt_sites::link::erasure::ServerKeys;
 use redoubt_sites::link::inquiry::Inquiry;
-use redoubt_sites::link::{Control, Erasure, LinkEvent, LogicalLink, Naive, Payload, Wan};
+use redoubt_sites::link::{
+    BLink, Control, Erasure, HubConfig, LinkEvent, LogicalLink, Naive, Payload, Wan,
+};
 use redoubt_sites::machine::{Event, LogicalMachine, Submitter};
 use redoubt_sites::message::{Bundle, SiteKeys};
 use redoubt_sites::server::SiteServer;
@@ -39,6 +42,12 @@ const FRAME_MAX: usize = 1 << 20;
 const TICK_MS: u64 = 10;
 const ROUNDS_MAX: u64 = 12_000;
 const SETTLE_ROUNDS: u64 = 300;
+/// Events one server may have waiting in its site's local ordering.
+const WINDOW: usize = 256;
+/// BLink's timeout for an unacknowledged message.
+const BLINK_TIMEOUT_MS: u64 = 150;
+/// Hub-Optimistic's local timeout (the paper's 25 ms).
+const HUB_TIMEOUT_MS: u64 = 25;
 
 /// What a faulty server does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,9 +58,43 @@ pub enum ServerFault {
     TickSpam,
     ForgedEvents,
     BogusAnswers,
-    /// Holds every frame it sends to other sites back by 300 ms (the paper's attack on the
-    /// erasure-coded link: its parts arrive late).
+    /// Holds every frame it sends to other sites back: its parts arrive late (the paper's
+    /// attacks: 300 ms on the erasure-coded link, 100 ms on a hub, where the second set's
+    /// timeout then expires).
     SlowFrames,
+}
+
+/// The logical link of a seed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkKind {
+    Naive,
+    Erasure,
+    /// Over broadcast hubs: Hub-Optimistic (25 ms local timeout), or Hub-Immediate.
+    Hub {
+        immediate: bool,
+    },
+    /// One forwarder and one receiver per link, replaced after [`BLINK_TIMEOUT_MS`] without an
+    /// acknowledgement.
+    BLink,
+}
+
+impl LinkKind {
+    /// Whether messages travel as erasure parts (and Figure 3's blacklisting runs).
+    fn coded(self) -> bool {
+        matches!(self, LinkKind::Erasure | LinkKind::Hub { .. })
+    }
+    fn hub(self) -> bool {
+        matches!(self, LinkKind::Hub { .. })
+    }
+    /// How long a SlowFrames server holds its frames back: on BLink, just under the timeout
+    /// (the collusion the paper describes: the pair stays in power).
+    fn slow_ms(self) -> u64 {
+        match self {
+            LinkKind::Hub { .. } => 100,
+            LinkKind::BLink => BLINK_TIMEOUT_MS * 4 / 5,
+            _ => 300,
+        }
+    }
 }
 
 /// What a wholly faulty site does.
@@ -66,7 +109,7 @@ pub enum SiteFault {
 pub struct SitesScenario {
     pub seed: u64,
     pub servers: usize,
-    pub erasure: bool,
+    pub link: LinkKind,
     pub faulty_site: Option<(usize, SiteFault)>,
     pub faulty_servers: BTreeMap<(usize, usize), ServerFault>,
     /// Wide-area delay in rounds (1 ms each), and loss per thousand frames.
@@ -125,16 +168,26 @@ impl SitesScenario {
         let paces = (0..4)
             .map(|_| (0..servers).map(|_| rng.random_range(1..5)).collect())
             .collect();
+        let updates = rng.random_range(3..7);
+        // Drawn last, so that seeds drawn before hubs existed keep their other draws.
+        let link = match (erasure, rng.random_bool(0.5)) {
+            (false, false) => LinkKind::Naive,
+            (false, true) => LinkKind::BLink,
+            (true, false) => LinkKind::Erasure,
+            (true, true) => LinkKind::Hub {
+                immediate: rng.random_bool(0.3),
+            },
+        };
         SitesScenario {
             seed,
             servers,
-            erasure,
+            link,
             faulty_site,
             faulty_servers,
             wan_delay,
             wan_loss_permille,
             paces,
-            updates: rng.random_range(3..7),
+            updates,
             mutant,
         }
     }
@@ -211,6 +264,8 @@ struct Site {
     servers: Vec<Server_>,
     order: Vec<(Vec<u8>, Submitter, u64)>,
     executed: Vec<usize>,
+    /// Where each server's events stand in the order, for local ordering's window.
+    introduced: BTreeMap<Server, std::collections::VecDeque<usize>>,
     /// Answers each server sent to clients: (client, timestamp, answer).
     answers: Vec<Vec<(u64, u64, Vec<u8>)>>,
 }
@@ -223,6 +278,8 @@ struct World {
     /// Shares in flight inside sites: (due, site, from, to, share).
     shares: Vec<(u64, usize, usize, usize, Share)>,
     wan: Vec<(u64, SiteId, Server, Wan)>,
+    /// Frames overheard on the sending site's hub: (due, site, from, frame).
+    overheard: Vec<(u64, usize, Server, Vec<u8>)>,
     groups: Vec<GroupKey>,
     shares_keys: Vec<Vec<KeyShare>>,
     secrets: Vec<Vec<HolderSecrets>>,
@@ -308,8 +365,8 @@ impl World {
                 let servers = (0..shape.servers())
                     .map(|i| {
                         let me = Server(i as u16);
-                        let link: Box<dyn LogicalLink> = if sc.erasure {
-                            Box::new(Erasure::new(
+                        let erasure = || {
+                            Erasure::new(
                                 shape,
                                 site,
                                 me,
@@ -317,9 +374,27 @@ impl World {
                                 server_keys.clone(),
                                 secrets[s][i].clone(),
                                 FRAME_MAX,
-                            ))
-                        } else {
-                            Box::new(Naive::new(shape, site, me, site_keys.clone(), FRAME_MAX))
+                            )
+                        };
+                        let link: Box<dyn LogicalLink> = match sc.link {
+                            LinkKind::Naive => {
+                                Box::new(Naive::new(shape, site, me, site_keys.clone(), FRAME_MAX))
+                            }
+                            LinkKind::Erasure => Box::new(erasure()),
+                            LinkKind::BLink => Box::new(BLink::new(
+                                shape,
+                                site,
+                                me,
+                                site_keys.clone(),
+                                FRAME_MAX,
+                                BLINK_TIMEOUT_MS,
+                            )),
+                            LinkKind::Hub { immediate } => {
+                                Box::new(erasure().over_hub(HubConfig {
+                                    immediate,
+                                    timeout_ms: HUB_TIMEOUT_MS,
+                                }))
+                            }
                         };
                         let core = ledger_core(site, &directory, &orders, order_keys[s].clone());
                         let machine = LogicalMachine::new(shape, site, core, link);
@@ -340,6 +415,7 @@ impl World {
                     servers,
                     order: Vec::new(),
                     executed: vec![0; shape.servers()],
+                    introduced: BTreeMap::new(),
                     answers: vec![Vec::new(); shape.servers()],
                 }
             })
@@ -351,6 +427,7 @@ impl World {
             sites,
             shares: Vec::new(),
             wan: Vec::new(),
+            overheard: Vec::new(),
             groups,
             shares_keys,
             secrets,
@@ -360,9 +437,27 @@ impl World {
         }
     }
 
+    /// Local ordering takes `event`; from a server, only while fewer than [`WINDOW`] of its
+    /// events wait for 2f+1 servers to execute them (local Prime's bound on what one server
+    /// has in flight: a flooding server slows only itself).
     fn introduce(&mut self, s: usize, event: Vec<u8>, by: Submitter) {
         let now = self.now;
-        self.sites[s].order.push((event, by, now));
+        let quorum = 2 * self.shape.f() + 1;
+        let site = &mut self.sites[s];
+        if let Submitter::Server(server) = by {
+            let mut executed = site.executed.clone();
+            executed.sort_unstable_by(|a, b| b.cmp(a));
+            let frontier = executed[quorum - 1];
+            let waiting = site.introduced.entry(server).or_default();
+            while waiting.front().is_some_and(|&at| at < frontier) {
+                waiting.pop_front();
+            }
+            if waiting.len() >= WINDOW {
+                return;
+            }
+            waiting.push_back(site.order.len());
+        }
+        site.order.push((event, by, now));
     }
 
     fn clients_act(&mut self) {
@@ -411,7 +506,15 @@ impl World {
     fn server_turn(&mut self, s: usize, i: usize, clocks: bool) {
         let fault = self.sc.fault(s, i);
         let silent = self.sc.faulty_site == Some((s, SiteFault::Silent));
-        for _ in 0..self.sc.paces[s][i] {
+        // On a hub each part is introduced f+1 times and the copies are dropped at execution
+        // for the cost of a lookup: local ordering carries f+1 times the events (and all
+        // 3f+1 parts, where 2f+1 decode) for the same work.
+        let pace = if self.sc.link.hub() {
+            (self.sc.paces[s][i] + 1) * (self.shape.f() + 1)
+        } else {
+            self.sc.paces[s][i]
+        };
+        for _ in 0..pace {
             let site = &mut self.sites[s];
             let Some((op, by, agreed)) = site.order.get(site.executed[i]).cloned() else {
                 break;
@@ -438,11 +541,15 @@ impl World {
         if silent || fault == Some(ServerFault::Silent) {
             return;
         }
+        // The link's timers run on every server's clock; tick proposals only while clocks do.
+        let clocked =
+            self.sites[s].servers[i].clock(if clocks { self.now } else { self.now.min(1) });
         if clocks {
-            if let Some(tick) = self.sites[s].servers[i].clock(self.now) {
-                self.introduce(s, tick, Submitter::Server(Server(i as u16)));
+            for event in clocked.introduce {
+                self.introduce(s, event, Submitter::Server(Server(i as u16)));
             }
         }
+        self.emit(s, i, Vec::new(), clocked.wan);
         let me = Submitter::Server(Server(i as u16));
         match fault {
             Some(ServerFault::TickSpam) => {
@@ -469,7 +576,7 @@ impl World {
         let to_site = (s + self.rng.random_range(1..4)) % 4;
         let to_server = Server(self.rng.random_range(0..self.shape.servers()) as u16);
         let seq = self.rng.random_range(0..1_000_000);
-        let payload = if self.sc.erasure && self.rng.random_bool(0.5) {
+        let payload = if self.sc.link.coded() && self.rng.random_bool(0.5) {
             Payload::Control(Control::Inquiry(Inquiry {
                 seq: self.rng.random_range(0..3),
                 parts: Vec::new(),
@@ -534,10 +641,16 @@ impl World {
         let held = if self.sc.fault(from_site.0 as usize, from.0 as usize)
             == Some(ServerFault::SlowFrames)
         {
-            300
+            self.sc.link.slow_ms()
         } else {
             0
         };
+        if self.sc.link.hub() {
+            // The sender's site overhears the frame on its hub as it goes out.
+            let at = self.now + held + self.rng.random_range(0..2);
+            self.overheard
+                .push((at, from_site.0 as usize, from, w.frame.clone()));
+        }
         let at = self.now + held + self.rng.random_range(lo..=hi);
         self.wan_frames += 1;
         self.wan.push((at, from_site, from, w));
@@ -562,13 +675,31 @@ impl World {
             .into_iter()
             .partition(|(at, ..)| *at <= now);
         self.wan = later;
-        for (_, from_site, from, w) in due {
-            let (r, i) = (w.to_site.0 as usize, w.to_server.0 as usize);
-            if self.sc.site_faulty(r) || self.sc.fault(r, i) == Some(ServerFault::Silent) {
-                continue;
+        let (heard, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.overheard)
+            .into_iter()
+            .partition(|(at, ..)| *at <= now);
+        self.overheard = later;
+        for (_, s, from, frame) in heard {
+            for server in self.sites[s].servers.iter_mut() {
+                server.on_overheard(from, &frame);
             }
-            if let Ok(Some(event)) = self.sites[r].servers[i].on_wan(from_site, from, &w.frame) {
-                self.introduce(r, event, Submitter::Server(Server(i as u16)));
+        }
+        for (_, from_site, from, w) in due {
+            let r = w.to_site.0 as usize;
+            // A hub hands a frame to every server of its site (uniform reception).
+            let to: Vec<usize> = if self.sc.link.hub() {
+                (0..self.shape.servers()).collect()
+            } else {
+                vec![w.to_server.0 as usize]
+            };
+            for i in to {
+                if self.sc.site_faulty(r) || self.sc.fault(r, i) == Some(ServerFault::Silent) {
+                    continue;
+                }
+                if let Ok(Some(event)) = self.sites[r].servers[i].on_wan(from_site, from, &w.frame)
+                {
+                    self.introduce(r, event, Submitter::Server(Server(i as u16)));
+                }
             }
         }
     }
@@ -577,6 +708,22 @@ impl World {
     fn describe(&self) -> Vec<String> {
         let mut lines = Vec::new();
         for (s, site) in self.sites.iter().enumerate() {
+            let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+            for (op, ..) in &site.order {
+                let kind = match Event::decode(op) {
+                    Ok(Event::Link(LinkEvent::Part(_))) => "parts",
+                    Ok(Event::Link(LinkEvent::Message(_))) => "messages",
+                    Ok(Event::Link(LinkEvent::Suspect { .. })) => "suspicions",
+                    Ok(Event::Tick { .. }) => "ticks",
+                    Ok(Event::Update(_)) => "updates",
+                    Err(_) => "junk",
+                };
+                *kinds.entry(kind).or_default() += 1;
+            }
+            lines.push(format!(
+                "site {s} local order: {kinds:?}, paces {:?}",
+                self.sc.paces[s]
+            ));
             for (i, server) in site.servers.iter().enumerate() {
                 let core = server.machine().participant().core();
                 let link = server.machine().link();
@@ -730,9 +877,9 @@ fn corrupt_part(frame: &[u8], key: &HolderSecrets) -> Vec<u8> {
 /// Runs one seed.
 pub fn run(sc: SitesScenario) -> SitesOutcome {
     let summary = format!(
-        "{} servers per site, {} link, faulty site {:?}, faulty servers {:?}, wan {}-{} ms loss {}‰",
+        "{} servers per site, {:?} link, faulty site {:?}, faulty servers {:?}, wan {}-{} ms loss {}‰",
         sc.servers,
-        if sc.erasure { "erasure" } else { "naive" },
+        sc.link,
         sc.faulty_site,
         sc.faulty_servers,
         sc.wan_delay.0,

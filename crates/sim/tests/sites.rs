@@ -23,6 +23,7 @@ fn every_sites_mutant_is_caught() {
         ("server-clock", Mutant::ServerClock, 0),
         ("share-unverified", Mutant::ShareUnverified, 20),
         ("no-blacklisting", Mutant::NoBlacklisting, 4),
+        ("decode-on-receipt", Mutant::DecodeOnReceipt, 1),
     ] {
         // The same seed passes with correct sites.
         assert!(

@@ -50,13 +50,18 @@ pub enum Mutant {
     /// The erasure link's receiving side does not blacklist the servers an INQUIRY-RESPONSE
     /// proved faulty (Figure 3, E7).
     NoBlacklisting,
+    /// The erasure-coded link decodes from the parts a server *received* instead of those
+    /// local ordering executed (trap 6): on a hub, where every server receives every part,
+    /// servers decode at different points of the local order.
+    DecodeOnReceipt,
 }
 
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 3] = [
+    pub const ALL: [(&'static str, Mutant); 4] = [
         ("server-clock", Mutant::ServerClock),
         ("share-unverified", Mutant::ShareUnverified),
         ("no-blacklisting", Mutant::NoBlacklisting),
+        ("decode-on-receipt", Mutant::DecodeOnReceipt),
     ];
 }
 

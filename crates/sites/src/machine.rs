@@ -166,7 +166,11 @@ impl<P: Participant, L: LogicalLink> LogicalMachine<P, L> {
         let mut emits = Vec::new();
         match event {
             Event::Link(e) => {
-                let done = self.link.executed(&e);
+                let server = match by {
+                    Submitter::Server(s) => Some(s),
+                    Submitter::Client(_) => None,
+                };
+                let done = self.link.executed_by(&e, server);
                 if let Some(r) = done.refused {
                     return self.refuse(step, r.to_string());
                 }

@@ -5,7 +5,8 @@
 //!   local ordering executes an event ──► logical machine ──► bundle ──► share to the site
 //!   shares from the site ──► f+1 combine ──► signed messages ──► link ──► WAN frames
 //!   WAN frame ──► link check ──► event to introduce into local ordering
-//!   own clock ──► tick proposal to introduce into local ordering
+//!   own clock ──► tick proposal, link events to introduce; link frames due (hub timeouts)
+//!   frame a server of the site sent, overheard on the hub ──► link
 //! ```
 //!
 //! Pure, like everything in this crate: the host submits the events this returns to local
@@ -36,6 +37,15 @@ pub struct Work {
     pub blocked_on: Option<u64>,
     /// The event was refused, and why.
     pub refused: Option<String>,
+}
+
+/// What this server's clock gave.
+#[derive(Debug, Default)]
+pub struct Clocked {
+    /// Events to introduce into local ordering (a tick proposal, a link's own).
+    pub introduce: Vec<Vec<u8>>,
+    /// Frames to send to servers of other sites.
+    pub wan: Vec<Wan>,
 }
 
 /// A site server.
@@ -145,15 +155,32 @@ impl<P: Participant, L: LogicalLink> SiteServer<P, L> {
             .map(|e| Event::Link(e).encode()))
     }
 
-    /// This server's clock: a tick proposal to introduce, if one is due.
-    pub fn clock(&mut self, now_ms: u64) -> Option<Vec<u8>> {
+    /// This server's clock reads `now_ms`: a tick proposal if one is due, and what the link
+    /// does at this time.
+    pub fn clock(&mut self, now_ms: u64) -> Clocked {
+        let timed = self.machine.link_mut().timer(now_ms);
+        let mut out = Clocked {
+            introduce: timed
+                .introduce
+                .into_iter()
+                .map(|e| Event::Link(e).encode())
+                .collect(),
+            wan: timed.wan,
+        };
         let round = self.machine.tick_round();
         let since = *self.round_since_ms.get_or_insert(now_ms);
-        if self.proposed >= round || now_ms.saturating_sub(since) < self.tick_ms {
-            return None;
+        if self.proposed < round && now_ms.saturating_sub(since) >= self.tick_ms {
+            self.proposed = round;
+            out.introduce.push(Event::Tick { round }.encode());
         }
-        self.proposed = round;
-        Some(Event::Tick { round }.encode())
+        out
+    }
+
+    /// A frame server `from` of this site sent to the wide area, overheard on the site's hub.
+    pub fn on_overheard(&mut self, from: Server, frame: &[u8]) {
+        if from != self.me {
+            self.machine.link_mut().overhear(from, frame);
+        }
     }
 
     fn signing(&mut self, out: Vec<Signing>, work: &mut Work) {

@@ -413,7 +413,7 @@ fn a_bad_part_fails_the_same_decoding_everywhere_and_names_its_server() {
     assert!(indices.contains(&Server(4)));
     // Knowing the message, the parts that were not its parts are named.
     assert_eq!(
-        bad_parts(&w.shape, &failures[0], &msgs[0])
+        bad_parts(&w.shape, 3, &failures[0], &msgs[0])
             .into_iter()
             .collect::<Vec<_>>(),
         vec![Server(4)]

@@ -129,3 +129,60 @@ fn sites_agree_over_the_naive_link_with_a_faulty_server_and_a_silent_site() {
     let w = run(world(|_, _| Log::default(), common::naive));
     check(&w);
 }
+
+#[test]
+fn sites_agree_over_hubs_with_a_faulty_server_and_a_silent_site() {
+    let mut w = world(|_, _| Log::default(), common::hub);
+    w.hub = true;
+    let w = run(w);
+    check(&w);
+    // The faulty server's bad parts were overheard and counted, and failed decodings at the
+    // receiving sites, whose INQUIRYs blacklisted it there.
+    for s in 1..3 {
+        for i in 0..4 {
+            let link = w.sites[s].servers[i].machine().link();
+            assert!(
+                link.inquiries().server_blacklisted(SiteId(0), Server(3)),
+                "site {s} server {i}"
+            );
+        }
+    }
+    // Hub-Optimistic: the second set's parts were mostly cancelled by overhearing, and each
+    // received part was introduced by f+1 = 2 servers, not all four.
+    let mut scheduled = 0;
+    let mut cancelled = 0;
+    let mut not_ours = 0;
+    for s in 0..3 {
+        for i in 0..4 {
+            let h = w.sites[s].servers[i].machine().link().hub_stats().unwrap();
+            scheduled += h.scheduled;
+            cancelled += h.cancelled;
+            not_ours += h.not_ours;
+        }
+    }
+    assert!(scheduled > 0 && cancelled > 0, "{scheduled} {cancelled}");
+    assert!(not_ours > 0);
+}
+
+#[test]
+fn sites_agree_over_blink_with_a_faulty_server_and_a_silent_site() {
+    let w = run(world(|_, _| Log::default(), common::blink));
+    check(&w);
+    // The silent site acknowledges nothing: the pairs towards it keep being replaced, by
+    // every correct server at the same point, while the links between correct sites stay.
+    for s in 0..3 {
+        let first = w.sites[s].servers[0].machine().link();
+        for i in 1..3 {
+            let link = w.sites[s].servers[i].machine().link();
+            for to in 0..4u16 {
+                if to as usize != s {
+                    assert_eq!(link.epoch(SiteId(to)), first.epoch(SiteId(to)), "site {s}");
+                }
+            }
+        }
+        assert!(
+            first.epoch(SiteId(3)) > 0,
+            "site {s}: the silent site's pair moved"
+        );
+    }
+}

@@ -16,9 +16,14 @@
 //! [`FailedDecoding`] naming the f+1 parts used, the same at every correct server of R: the
 //! blacklisting protocol of Figure 3 ([`super::inquiry`]) starts from it; until it resolves, R
 //! handles nothing more from S on this link but the answer.
+//!
+//! The same link runs over a site's broadcast hub ([`Erasure::hub`], [`super::hub`]): a
+//! (2f+1, 3f+1) code, a first set of 2f+1 senders and a second set of f that send only when
+//! they do not overhear the first set's parts in time, and f+1 introducers per received part.
 
+use super::hub::{self, Hub, HubConfig, HubStats};
 use super::inquiry::{Control, Inquiries};
-use super::{Delivered, Executed, LinkEvent, LogicalLink, Payload, Wan};
+use super::{Delivered, Executed, LinkEvent, LogicalLink, Payload, Timed, Wan};
 use crate::message::{Refused, SignedMessage, SiteKeys};
 use crate::{Server, Shape, SiteId};
 use redoubt_crypto::pk::{self, HolderSecrets, Signature, VerifyKey};
@@ -94,19 +99,19 @@ pub struct FailedDecoding {
     pub parts: Vec<Part>,
 }
 
-/// The MDS(3f+1, f+1) code of a site shape.
+/// An MDS(3f+1, data) code over a site's servers: f+1 data parts on the erasure-coded link,
+/// 2f+1 on a hub.
 struct Codec {
     data: usize,
     rs: ReedSolomon,
 }
 
 impl Codec {
-    fn new(shape: &Shape) -> Codec {
-        let data = shape.f() + 1;
+    fn new(shape: &Shape, data: usize) -> Codec {
         let parity = shape.servers() - data;
         Codec {
             data,
-            rs: ReedSolomon::new(data, parity).expect("1 <= f+1 and 2f <= 255"),
+            rs: ReedSolomon::new(data, parity).expect("1 <= data and parity <= 255"),
         }
     }
 
@@ -175,6 +180,12 @@ pub const RETAINED_MAX: usize = 4096;
 /// Parts of a suspended site held for when it is resumed; beyond it the oldest go (counted).
 pub const HELD_PER_SITE_MAX: usize = 4096;
 
+/// How parts travel: each to the sender's peer, or through the sites' hubs.
+enum Mode {
+    Peer,
+    Hub(Hub),
+}
+
 /// The erasure-coded link as one server runs it.
 pub struct Erasure {
     shape: Shape,
@@ -185,6 +196,7 @@ pub struct Erasure {
     secret: HolderSecrets,
     frame_bytes_max: usize,
     codec: Codec,
+    mode: Mode,
     delivered: Delivered,
     collecting: BTreeMap<SiteId, BTreeMap<u64, BTreeMap<Server, Part>>>,
     /// Parts of a site suspended on an INQUIRY, in the order they were executed: handled, in
@@ -196,6 +208,8 @@ pub struct Erasure {
     last_part: Option<(u64, u32, Vec<u8>)>,
     inquiries: Inquiries,
     stats: ErasureStats,
+    /// [`crate::Mutant::DecodeOnReceipt`]: the parts this server received, by message.
+    received: Option<BTreeMap<(SiteId, u64), Vec<Part>>>,
 }
 
 impl Erasure {
@@ -208,8 +222,10 @@ impl Erasure {
         secret: HolderSecrets,
         frame_bytes_max: usize,
     ) -> Erasure {
+        let data = shape.f() + 1;
         Erasure {
-            codec: Codec::new(&shape),
+            codec: Codec::new(&shape, data),
+            mode: Mode::Peer,
             shape,
             site,
             me,
@@ -222,13 +238,31 @@ impl Erasure {
             held: BTreeMap::new(),
             retained: BTreeMap::new(),
             last_part: None,
-            inquiries: Inquiries::new(shape, site),
+            inquiries: Inquiries::new(shape, site, data),
             stats: ErasureStats::default(),
+            received: None,
         }
+    }
+
+    /// The same link over the sites' broadcast hubs ([`super::hub`]): a (2f+1, 3f+1) code.
+    pub fn over_hub(mut self, cfg: HubConfig) -> Erasure {
+        let data = hub::data_parts(&self.shape);
+        self.codec = Codec::new(&self.shape, data);
+        self.inquiries = Inquiries::new(self.shape, self.site, data);
+        self.mode = Mode::Hub(Hub::new(cfg, self.shape, self.me));
+        self
     }
 
     pub fn stats(&self) -> &ErasureStats {
         &self.stats
+    }
+
+    /// The hub's counters, on a hub.
+    pub fn hub_stats(&self) -> Option<&HubStats> {
+        match &self.mode {
+            Mode::Hub(h) => Some(&h.stats),
+            Mode::Peer => None,
+        }
     }
 
     /// The blacklisting protocol's state: suspended sites, blacklists, proofs.
@@ -287,16 +321,41 @@ impl Erasure {
         Ok(msg)
     }
 
+    fn own_blacklisted(&self) -> BTreeSet<Server> {
+        self.inquiries
+            .blacklisted_servers()
+            .get(&self.site)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     fn ignores(&self, site: SiteId) -> bool {
         self.inquiries.site_blacklisted(site) || self.inquiries.pending(site).is_some()
     }
 
     fn executed_part(&mut self, part: &Part) -> Executed {
+        // A copy of a part already counted, or of a message already handed over, costs a
+        // lookup, not a signature check: on a hub f+1 servers introduce every part.
+        let counted = self
+            .collecting
+            .get(&part.site)
+            .and_then(|m| m.get(&part.seq))
+            .is_some_and(|parts| parts.get(&part.index) == Some(part));
+        if counted || self.delivered.contains(part.site, part.seq) {
+            self.stats.parts_ignored += 1;
+            return Executed::default();
+        }
         if let Err(e) = self.check_part(part) {
             return Executed::refused(e);
         }
         self.stats.parts_executed += 1;
         let mut out = Executed::default();
+        if let Some(received) = &mut self.received {
+            // The broken variant: every part received so far counts as executed.
+            for p in received.remove(&(part.site, part.seq)).unwrap_or_default() {
+                self.collect(&p, &mut out);
+            }
+        }
         self.collect(part, &mut out);
         out
     }
@@ -330,7 +389,7 @@ impl Erasure {
         let parts = site_parts.entry(part.seq).or_default();
         // A server's first part of a message stands.
         parts.entry(part.index).or_insert_with(|| part.clone());
-        if parts.len() <= self.shape.f() {
+        if parts.len() < self.codec.data {
             if site_parts.len() > COLLECTING_PER_SITE_MAX {
                 site_parts.pop_first();
                 self.stats.collecting_dropped += 1;
@@ -396,6 +455,7 @@ impl Erasure {
         if self.delivered.contains(msg.site, msg.seq) {
             return Executed::default();
         }
+        let ours_before = self.own_blacklisted();
         let outcome = match &control {
             Control::Inquiry(inq) => {
                 let retained = self.retained.get(&inq.erasure_seq).cloned();
@@ -407,7 +467,20 @@ impl Erasure {
                 let checks = self.keys.check(&resp.message).is_ok();
                 self.inquiries.on_response(msg, resp, checks)
             }
+            Control::Ack { .. } => {
+                return Executed::refused(Refused::Malformed(
+                    "BLink's acknowledgement on the erasure link".into(),
+                ))
+            }
         };
+        if let Mode::Hub(h) = &mut self.mode {
+            let ours_after = self.inquiries.blacklisted_servers().get(&self.site);
+            for server in ours_after.into_iter().flatten() {
+                if !ours_before.contains(server) {
+                    h.blacklisted(*server);
+                }
+            }
+        }
         // Nothing more of a site found faulty is handled: what was kept of it goes.
         for site in [msg.site, self.site] {
             if self.inquiries.site_blacklisted(site) {
@@ -473,12 +546,17 @@ impl LogicalLink for Erasure {
             sig: Signature::default(),
         };
         part.sig = self.secret.sign(&part.statement());
-        self.stats.parts_sent += 1;
-        vec![Wan {
+        let wan = Wan {
             to_site: to,
             to_server: self.me,
             frame: LinkEvent::Part(part).encode(),
-        }]
+        };
+        let wan = match &mut self.mode {
+            Mode::Peer => Some(wan),
+            Mode::Hub(hub) => hub.outgoing(msg.seq, wan),
+        };
+        self.stats.parts_sent += wan.is_some() as u64;
+        wan.into_iter().collect()
     }
 
     fn receive(
@@ -489,17 +567,37 @@ impl LogicalLink for Erasure {
     ) -> Result<Option<LinkEvent>, Refused> {
         match LinkEvent::decode(frame, self.frame_bytes_max)? {
             LinkEvent::Part(part) => {
-                // Part i travels only on virtual link i.
-                if part.site != site || part.index != from || part.index != self.me {
+                // Part i comes from server i, and, peer to peer, only on virtual link i.
+                let peer = matches!(self.mode, Mode::Peer);
+                if part.site != site || part.index != from || (peer && part.index != self.me) {
                     return Err(Refused::Malformed("part off its virtual link".into()));
                 }
                 self.check_part(&part)?;
                 if self.delivered.contains(part.site, part.seq) {
                     return Ok(None);
                 }
+                if let Some(received) = &mut self.received {
+                    received
+                        .entry((part.site, part.seq))
+                        .or_default()
+                        .push(part.clone());
+                    while received.len() > COLLECTING_PER_SITE_MAX {
+                        received.pop_first();
+                    }
+                }
+                if !peer && !hub::introduces(&self.shape, part.index, part.seq, self.me) {
+                    if let Mode::Hub(h) = &mut self.mode {
+                        h.stats.not_ours += 1;
+                    }
+                    return Ok(None);
+                }
                 Ok(Some(LinkEvent::Part(part)))
             }
             LinkEvent::Message(msg) => {
+                // On a hub every server hears every server's copy; each introduces its peer's.
+                if matches!(self.mode, Mode::Hub(_)) && msg.site == site && from != self.me {
+                    return Ok(None);
+                }
                 if msg.site != site || from != self.me {
                     return Err(Refused::Malformed(
                         "control message off its virtual link".into(),
@@ -516,6 +614,9 @@ impl LogicalLink for Erasure {
                 self.keys.check(&msg)?;
                 Ok(Some(LinkEvent::Message(msg)))
             }
+            LinkEvent::Suspect { .. } => Err(Refused::Malformed(
+                "a local proposal from the wide area".into(),
+            )),
         }
     }
 
@@ -523,11 +624,50 @@ impl LogicalLink for Erasure {
         match event {
             LinkEvent::Part(part) => self.executed_part(part),
             LinkEvent::Message(msg) => self.executed_control(msg),
+            LinkEvent::Suspect { .. } => Executed::refused(Refused::Malformed(
+                "BLink's suspicion on the erasure link".into(),
+            )),
         }
     }
 
     fn set_mutant(&mut self, mutant: crate::Mutant) {
         self.inquiries.set_mutant(mutant);
+        if mutant == crate::Mutant::DecodeOnReceipt {
+            self.received = Some(BTreeMap::new());
+        }
+    }
+
+    fn overhear(&mut self, from: Server, frame: &[u8]) {
+        if !matches!(self.mode, Mode::Hub(_)) {
+            return;
+        }
+        let Ok(LinkEvent::Part(part)) = LinkEvent::decode(frame, self.frame_bytes_max) else {
+            return;
+        };
+        // Only a part our server `from` made and signed counts (trap 10: distinct servers),
+        // and not once our site found that server faulty (trap 9).
+        if part.site != self.site
+            || part.index != from
+            || self.inquiries.server_blacklisted(self.site, from)
+            || !self.servers.signed(&part)
+        {
+            return;
+        }
+        if let Mode::Hub(h) = &mut self.mode {
+            h.overheard(part.seq, part.to, part.index);
+        }
+    }
+
+    fn timer(&mut self, now_ms: u64) -> Timed {
+        let wan = match &mut self.mode {
+            Mode::Hub(h) => h.timer(now_ms),
+            Mode::Peer => Vec::new(),
+        };
+        self.stats.parts_sent += wan.len() as u64;
+        Timed {
+            wan,
+            ..Timed::default()
+        }
     }
 
     fn blacklists(&self) -> Option<super::Blacklists> {
@@ -541,8 +681,14 @@ impl LogicalLink for Erasure {
 /// Which servers' parts in a failed decoding are not the parts of `msg` (the message the
 /// sending site says it encoded): the servers whose parts were bad, or none, if every part
 /// matches (then the sending site encoded a badly signed message itself).
-pub fn bad_parts(shape: &Shape, failed: &FailedDecoding, msg: &SignedMessage) -> BTreeSet<Server> {
-    let codec = Codec::new(shape);
+/// `data`: the parts that decode a message on the link (f+1, or 2f+1 on a hub).
+pub fn bad_parts(
+    shape: &Shape,
+    data: usize,
+    failed: &FailedDecoding,
+    msg: &SignedMessage,
+) -> BTreeSet<Server> {
+    let codec = Codec::new(shape, data);
     let bytes = msg.encode();
     let expected = codec.encode(&bytes);
     failed
@@ -560,7 +706,7 @@ mod tests {
     #[test]
     fn any_f_plus_one_parts_decode() {
         let shape = Shape::new(4, 7).unwrap(); // f = 2: 3 data parts, 4 redundant
-        let codec = Codec::new(&shape);
+        let codec = Codec::new(&shape, shape.f() + 1);
         for len in [0usize, 1, 2, 3, 4, 100, 1000, 1001] {
             let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
             let parts = codec.encode(&bytes);

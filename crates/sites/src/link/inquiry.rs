@@ -38,6 +38,11 @@ pub const PROOFS_MAX: usize = 64;
 pub enum Control {
     Inquiry(Inquiry),
     Response(Response),
+    /// BLink: the receiving site handed over every message of the sender numbered up to this
+    /// that reached it.
+    Ack {
+        up_to: u64,
+    },
 }
 
 /// R asks S about a failed decoding.
@@ -108,6 +113,8 @@ pub(crate) struct Outcome {
 pub struct Inquiries {
     shape: Shape,
     site: SiteId,
+    /// Parts that decode a message on this link (f+1 erasure-coded, 2f+1 on a hub).
+    data: usize,
     /// As R: the number of the next INQUIRY to S, and the one awaiting its answer (S is
     /// suspended meanwhile).
     next_to: BTreeMap<SiteId, u64>,
@@ -124,10 +131,11 @@ pub struct Inquiries {
 }
 
 impl Inquiries {
-    pub fn new(shape: Shape, site: SiteId) -> Inquiries {
+    pub fn new(shape: Shape, site: SiteId, data: usize) -> Inquiries {
         Inquiries {
             shape,
             site,
+            data,
             next_to: BTreeMap::new(),
             pending: BTreeMap::new(),
             expected_from: BTreeMap::new(),
@@ -251,7 +259,7 @@ impl Inquiries {
             why,
         };
         let indices: BTreeSet<Server> = inq.parts.iter().map(|p| p.index).collect();
-        let well_formed = inq.parts.len() == self.shape.f() + 1
+        let well_formed = inq.parts.len() == self.data
             && indices.len() == inq.parts.len()
             && inq.parts.iter().all(|p| {
                 p.site == self.site
@@ -273,7 +281,7 @@ impl Inquiries {
             seq: inq.erasure_seq,
             parts: inq.parts.clone(),
         };
-        let bad = bad_parts(&self.shape, &failed, message);
+        let bad = bad_parts(&self.shape, self.data, &failed, message);
         if bad.is_empty() {
             self.found(spurious("every part was correct"), &mut out);
             return out;
@@ -333,7 +341,7 @@ impl Inquiries {
             return out;
         }
         let failed = failed.clone();
-        let bad = bad_parts(&self.shape, &failed, &resp.message);
+        let bad = bad_parts(&self.shape, self.data, &failed, &resp.message);
         if bad.is_empty() || !message_checks {
             self.found(
                 Misbehaviour::BadEncoding {

@@ -12,18 +12,26 @@
 //! threshold signature, checked again at execution (a faulty server can introduce anything).
 //!
 //! - [`naive`]: f+1 senders each send the whole message to f+1 receivers;
-//! - [`erasure`]: MDS(3f+1, f+1) parts, part i from server i to its peer.
+//! - [`erasure`]: MDS(3f+1, f+1) parts, part i from server i to its peer;
+//! - [`hub`]: the erasure-coded link over a broadcast hub, (2f+1, 3f+1) parts, a second set of
+//!   senders that stays quiet when it overhears the first set's parts in time;
+//! - [`blink`]: one elected forwarder and receiver, replaced when messages stay
+//!   unacknowledged too long (the foil: live, not attack-resilient).
 
+pub mod blink;
 pub mod erasure;
+pub mod hub;
 pub mod inquiry;
 pub mod naive;
 
-use crate::message::{Refused, SignedMessage};
+use crate::message::{Refused, SignedMessage, SiteKeys};
 use crate::{Server, SiteId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use blink::BLink;
 pub use erasure::{Erasure, Part};
+pub use hub::HubConfig;
 pub use inquiry::{Control, Misbehaviour};
 pub use naive::Naive;
 
@@ -68,6 +76,9 @@ pub enum LinkEvent {
     Message(SignedMessage),
     /// One erasure part of a message.
     Part(Part),
+    /// This server proposes that the link to `to` leave its `epoch` (BLink: a message stayed
+    /// unacknowledged too long); counted per submitting server.
+    Suspect { to: SiteId, epoch: u64 },
 }
 
 impl LinkEvent {
@@ -109,6 +120,15 @@ impl Executed {
     }
 }
 
+/// What a link does when its server's clock moves.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Timed {
+    /// Frames whose time came, to send now.
+    pub wan: Vec<Wan>,
+    /// Events to introduce into local ordering.
+    pub introduce: Vec<LinkEvent>,
+}
+
 /// One logical link, as one server of a site runs it.
 pub trait LogicalLink {
     /// This server's frames for a message its site signed, to site `to`.
@@ -123,6 +143,18 @@ pub trait LogicalLink {
     ) -> Result<Option<LinkEvent>, Refused>;
     /// Local ordering executed `event`.
     fn executed(&mut self, event: &LinkEvent) -> Executed;
+    /// Local ordering executed `event`, which server `by` of this site introduced (`None`: a
+    /// client did). Links that count servers' proposals need it; the others ignore it.
+    fn executed_by(&mut self, event: &LinkEvent, _by: Option<Server>) -> Executed {
+        self.executed(event)
+    }
+    /// A frame another server of this site sent to the wide area, seen on the site's hub
+    /// (overhearing, [`hub`]); a link without a hub ignores it.
+    fn overhear(&mut self, _from: Server, _frame: &[u8]) {}
+    /// This server's clock reads `now_ms` (its host calls this every few milliseconds).
+    fn timer(&mut self, _now_ms: u64) -> Timed {
+        Timed::default()
+    }
     /// The simulator's broken variants ([`crate::Mutant`]); a link without one ignores it.
     fn set_mutant(&mut self, _mutant: crate::Mutant) {}
     /// The sites and servers this link found faulty, for a link that blacklists.
@@ -147,12 +179,49 @@ impl<L: LogicalLink + ?Sized> LogicalLink for Box<L> {
     fn executed(&mut self, event: &LinkEvent) -> Executed {
         (**self).executed(event)
     }
+    fn executed_by(&mut self, event: &LinkEvent, by: Option<Server>) -> Executed {
+        (**self).executed_by(event, by)
+    }
+    fn overhear(&mut self, from: Server, frame: &[u8]) {
+        (**self).overhear(from, frame)
+    }
+    fn timer(&mut self, now_ms: u64) -> Timed {
+        (**self).timer(now_ms)
+    }
     fn set_mutant(&mut self, mutant: crate::Mutant) {
         (**self).set_mutant(mutant)
     }
     fn blacklists(&self) -> Option<Blacklists> {
         (**self).blacklists()
     }
+}
+
+/// What a link that carries whole messages makes of a frame from `site`: the message to
+/// introduce, checked against its site's signature, unless it was already handed over.
+pub(crate) fn receive_whole(
+    keys: &SiteKeys,
+    delivered: &Delivered,
+    site: SiteId,
+    frame: &[u8],
+    frame_bytes_max: usize,
+) -> Result<Option<LinkEvent>, Refused> {
+    let LinkEvent::Message(msg) = LinkEvent::decode(frame, frame_bytes_max)? else {
+        return Err(Refused::Malformed(
+            "not a whole message on this link".into(),
+        ));
+    };
+    if msg.site != site {
+        // A site's own messages only.
+        return Err(Refused::Malformed(format!(
+            "{} carried a message of {}",
+            site, msg.site
+        )));
+    }
+    if delivered.contains(msg.site, msg.seq) {
+        return Ok(None);
+    }
+    keys.check(&msg)?;
+    Ok(Some(LinkEvent::Message(msg)))
 }
 
 /// Sites, and servers by site, a link found faulty.

@@ -67,21 +67,13 @@ impl LogicalLink for Naive {
         _from: Server,
         frame: &[u8],
     ) -> Result<Option<LinkEvent>, Refused> {
-        let LinkEvent::Message(msg) = LinkEvent::decode(frame, self.frame_bytes_max)? else {
-            return Err(Refused::Malformed("a part on the naive link".into()));
-        };
-        if msg.site != site {
-            // The naive link carries a site's own messages only.
-            return Err(Refused::Malformed(format!(
-                "{} carried a message of {}",
-                site, msg.site
-            )));
-        }
-        if self.delivered.contains(msg.site, msg.seq) {
-            return Ok(None);
-        }
-        self.keys.check(&msg)?;
-        Ok(Some(LinkEvent::Message(msg)))
+        super::receive_whole(
+            &self.keys,
+            &self.delivered,
+            site,
+            frame,
+            self.frame_bytes_max,
+        )
     }
 
     fn executed(&mut self, event: &LinkEvent) -> Executed {

@@ -1,14 +1,18 @@
 //! The harness of the end-to-end site tests: sites of `SiteServer`s, a perfect local order
 //! per site (every server executes the same events in the same order, each at its own pace),
 //! shares delivered inside sites and frames between them, one server of site 0 sending bad
-//! shares and bad parts, and one site wholly faulty and silent.
+//! shares and bad parts, and one site wholly faulty and silent. With `hub` set, every site has
+//! a broadcast hub: a frame to a site reaches all its servers, and the sender's site overhears
+//! it.
 
 #![allow(dead_code)]
 
 use redoubt_crypto::pk::HolderSecrets;
 use redoubt_crypto::threshold::{deal, GroupKey, KeyShare};
 use redoubt_sites::link::erasure::ServerKeys;
-use redoubt_sites::link::{Erasure, LinkEvent, LogicalLink, Misbehaviour, Naive, Wan};
+use redoubt_sites::link::{
+    BLink, Erasure, HubConfig, LinkEvent, LogicalLink, Misbehaviour, Naive, Wan,
+};
 use redoubt_sites::machine::{LogicalMachine, Participant, Submitter};
 use redoubt_sites::message::SiteKeys;
 use redoubt_sites::server::SiteServer;
@@ -42,6 +46,8 @@ pub struct World<P, L> {
     /// A deliberately broken logical machine: each server takes its own clock for the time
     /// of an event instead of the time local ordering agreed (trap 1).
     pub server_clocks: bool,
+    /// Sites talk through broadcast hubs.
+    pub hub: bool,
 }
 
 pub fn keys(shape: Shape) -> (Vec<GroupKey>, Vec<Vec<KeyShare>>, Vec<Vec<HolderSecrets>>) {
@@ -75,6 +81,22 @@ pub fn erasure(
         secret,
         FRAME_MAX,
     )
+}
+
+/// The erasure-coded link over a hub, Hub-Optimistic with the paper's 25 ms timeout.
+pub fn hub(
+    site: SiteId,
+    me: Server,
+    keys: SiteKeys,
+    servers: ServerKeys,
+    secret: HolderSecrets,
+) -> Erasure {
+    erasure(site, me, keys, servers, secret).over_hub(HubConfig::default())
+}
+
+/// BLink with a 40 ms timeout.
+pub fn blink(site: SiteId, me: Server, keys: SiteKeys, _: ServerKeys, _: HolderSecrets) -> BLink {
+    BLink::new(Shape::new(4, 4).unwrap(), site, me, keys, FRAME_MAX, 40)
 }
 
 /// The naive link of server `me` of `site` in the 4 x 4 world.
@@ -137,6 +159,7 @@ pub fn world<P: Participant, L: LogicalLink>(
         proofs: Vec::new(),
         bad_shares_seen: 0,
         server_clocks: false,
+        hub: false,
     }
 }
 
@@ -174,14 +197,16 @@ impl<P: Participant, L: LogicalLink> World<P, L> {
                 if !clocks {
                     continue;
                 }
-                if let Some(tick) = self.sites[s].servers[i].clock(self.now) {
-                    if s != self.silent_site {
-                        let now = self.now;
+                let clocked = self.sites[s].servers[i].clock(self.now);
+                if s != self.silent_site {
+                    let now = self.now;
+                    for event in clocked.introduce {
                         self.sites[s]
                             .order
-                            .push((tick, Submitter::Server(Server(i as u16)), now));
+                            .push((event, Submitter::Server(Server(i as u16)), now));
                     }
                 }
+                self.emit(s, i, Vec::new(), clocked.wan);
             }
         }
         // Deliver in an order that varies with the round.
@@ -201,11 +226,24 @@ impl<P: Participant, L: LogicalLink> World<P, L> {
             if r == self.silent_site {
                 continue;
             }
-            if let Ok(Some(event)) = self.sites[r].servers[i].on_wan(from_site, from, &wan.frame) {
-                let now = self.now;
-                self.sites[r]
-                    .order
-                    .push((event, Submitter::Server(Server(i as u16)), now));
+            let to: Vec<usize> = if self.hub {
+                // Overheard by the sender's site, received by every server of the other.
+                for k in 0..self.shape.servers() {
+                    self.sites[from_site.0 as usize].servers[k].on_overheard(from, &wan.frame);
+                }
+                (0..self.shape.servers()).collect()
+            } else {
+                vec![i]
+            };
+            for i in to {
+                if let Ok(Some(event)) =
+                    self.sites[r].servers[i].on_wan(from_site, from, &wan.frame)
+                {
+                    let now = self.now;
+                    self.sites[r]
+                        .order
+                        .push((event, Submitter::Server(Server(i as u16)), now));
+                }
             }
         }
     }
