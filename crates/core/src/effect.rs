@@ -58,6 +58,8 @@ pub enum Event {
     Stable { seq: Seq },
     /// This replica sent VIEW-CHANGE for `view`, for `cause`.
     ViewChangeStarted { view: View, cause: ViewChangeCause },
+    /// Prime: this replica voted to leave `view`, for `cause`; it leaves once 2f+1 did.
+    LeaveVoted { view: View, cause: ViewChangeCause },
     /// This replica entered `view` (NEW-VIEW accepted or sent).
     NewViewInstalled { view: View },
     /// This replica replaced its state by a fetched checkpoint, fetching `pages` pages and
@@ -158,6 +160,8 @@ pub enum ViewChangeCause {
     LeaderSlow { tat_ms: u64, bound_ms: u64 },
     /// A recovering replica resumes at the view it estimated.
     Recovery,
+    /// Prime: 2f+1 replicas voted to leave the view (their own suspicions, or joining f+1).
+    VotedOut { votes: u64 },
 }
 
 impl ViewChangeCause {
@@ -175,6 +179,7 @@ impl ViewChangeCause {
             ViewChangeCause::PrimaryPace => "primary_pace",
             ViewChangeCause::LeaderSlow { .. } => "leader_slow",
             ViewChangeCause::Recovery => "recovery",
+            ViewChangeCause::VotedOut { .. } => "voted_out",
         }
     }
 }
@@ -206,6 +211,9 @@ impl std::fmt::Display for ViewChangeCause {
                 "Suspect-Leader: the leader's turnaround {tat_ms} ms exceeds the bound {bound_ms} ms"
             ),
             ViewChangeCause::Recovery => write!(f, "recovering at the estimated view"),
+            ViewChangeCause::VotedOut { votes } => {
+                write!(f, "{votes} replicas voted to leave the view")
+            }
         }
     }
 }

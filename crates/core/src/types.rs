@@ -163,11 +163,14 @@ pub enum Mutant {
     /// without f+1 matching ones or a check of its certificate: a faulty replica's made-up
     /// result completes the request.
     TrustOneCertifiedCopy,
+    /// Prime: a replica leaves its view on its own suspicion, as PBFT does, instead of voting
+    /// and leaving with 2f+1: one whose timer fired alone is stranded in the later view.
+    LeaveAlone,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 39] = [
+    pub const ALL: [(&'static str, Mutant); 40] = [
         ("commit-quorum", Mutant::CommitQuorum),
         ("skip-digest-check", Mutant::SkipDigestCheck),
         ("view-change-any-prepared", Mutant::ViewChangeAnyPrepared),
@@ -210,6 +213,7 @@ impl Mutant {
         ("originator-trusts-macs", Mutant::OriginatorTrustsMacs),
         ("trust-retired-rows", Mutant::TrustRetiredRows),
         ("trust-one-certified-copy", Mutant::TrustOneCertifiedCopy),
+        ("leave-alone", Mutant::LeaveAlone),
     ];
 }
 

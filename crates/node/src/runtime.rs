@@ -253,6 +253,14 @@ impl<S: Service, O: Outgoing> Node<S, O> {
                     .with_label_values(&[cause.label()])
                     .inc();
             }
+            Event::LeaveVoted { view, cause } => {
+                info!(
+                    replica = self.id,
+                    view,
+                    cause = cause.label(),
+                    "voted to leave the view: {cause}"
+                );
+            }
             Event::NewViewInstalled { view } => {
                 let primary = self.replica.primary();
                 info!(replica = self.id, view, primary, "entered view");

@@ -1,8 +1,8 @@
 //! `redoubt-sim --sites`: wide-area sites as logical machines (ADR 0010), one seed at a time.
 //!
 //! Each seed draws 3F+1 = 4 sites of 3f+1 servers (4, or 7 in a quarter of the seeds), the
-//! logical link (erasure-coded, over broadcast hubs (Optimistic or Immediate), naive, or
-//! BLink), a wholly faulty site (silent, or noisy: it signs junk
+//! logical link (erasure-coded, over broadcast hubs (Optimistic or Immediate), naive, BLink,
+//! or through dependable forwarders), a wholly faulty site (silent, or noisy: it signs junk
 //! global messages and spurious INQUIRYs with its own key) in half of the seeds, up to f faulty
 //! servers in every other site (bad shares, bad erasure parts, silence, tick proposals every
 //! round, forged events introduced into local ordering, bogus answers to clients), wide-area
@@ -24,11 +24,13 @@ use redoubt_core::types::Principal;
 use redoubt_core::{open_state, Directory, ExecContext, Service};
 use redoubt_crypto::pk::HolderSecrets;
 use redoubt_crypto::threshold::{deal, GroupKey, KeyShare, ThresholdSig};
+use redoubt_sites::forwarder::{Forwarder, ForwarderConfig, Header};
 use redoubt_sites::global::{reply_of, update_frame, GlobalPrime};
 use redoubt_sites::link::erasure::ServerKeys;
 use redoubt_sites::link::inquiry::Inquiry;
 use redoubt_sites::link::{
-    BLink, Control, Erasure, HubConfig, LinkEvent, LogicalLink, Naive, Payload, Wan,
+    df, BLink, Control, Df, Erasure, HubConfig, LinkEvent, LogicalLink, Naive, Payload, Wan,
+    FORWARDER,
 };
 use redoubt_sites::machine::{Event, LogicalMachine, Submitter};
 use redoubt_sites::message::{Bundle, SiteKeys};
@@ -44,6 +46,9 @@ const ROUNDS_MAX: u64 = 12_000;
 const SETTLE_ROUNDS: u64 = 300;
 /// Events one server may have waiting in its site's local ordering.
 const WINDOW: usize = 256;
+/// A server's frames its forwarder told it to hand again later, in order.
+type Blocked = std::collections::VecDeque<(Header, Vec<u8>)>;
+
 /// BLink's timeout for an unacknowledged message.
 const BLINK_TIMEOUT_MS: u64 = 150;
 /// Hub-Optimistic's local timeout (the paper's 25 ms).
@@ -76,6 +81,8 @@ pub enum LinkKind {
     /// One forwarder and one receiver per link, replaced after [`BLINK_TIMEOUT_MS`] without an
     /// acknowledgement.
     BLink,
+    /// Through each site's dependable forwarder.
+    Df,
 }
 
 impl LinkKind {
@@ -102,6 +109,11 @@ impl LinkKind {
 pub enum SiteFault {
     Silent,
     Noisy,
+    /// Its servers are correct, but its dependable forwarder drops everything, both ways,
+    /// from this time on (DF seeds only).
+    ForwarderWithholds {
+        from_ms: u64,
+    },
 }
 
 /// One seed's draws.
@@ -172,11 +184,26 @@ impl SitesScenario {
         // Drawn last, so that seeds drawn before hubs existed keep their other draws.
         let link = match (erasure, rng.random_bool(0.5)) {
             (false, false) => LinkKind::Naive,
-            (false, true) => LinkKind::BLink,
+            (false, true) => {
+                if rng.random_bool(0.5) {
+                    LinkKind::BLink
+                } else {
+                    LinkKind::Df
+                }
+            }
             (true, false) => LinkKind::Erasure,
             (true, true) => LinkKind::Hub {
                 immediate: rng.random_bool(0.3),
             },
+        };
+        let faulty_site = match faulty_site {
+            Some((s, _)) if link == LinkKind::Df && rng.random_bool(0.5) => Some((
+                s,
+                SiteFault::ForwarderWithholds {
+                    from_ms: rng.random_range(0..2000),
+                },
+            )),
+            other => other,
         };
         SitesScenario {
             seed,
@@ -280,6 +307,10 @@ struct World {
     wan: Vec<(u64, SiteId, Server, Wan)>,
     /// Frames overheard on the sending site's hub: (due, site, from, frame).
     overheard: Vec<(u64, usize, Server, Vec<u8>)>,
+    /// Each site's dependable forwarder, and the frames it told each server to hand again
+    /// later (that server's session is not read meanwhile).
+    forwarders: Vec<Forwarder>,
+    blocked: Vec<Vec<Blocked>>,
     groups: Vec<GroupKey>,
     shares_keys: Vec<Vec<KeyShare>>,
     secrets: Vec<Vec<HolderSecrets>>,
@@ -293,10 +324,14 @@ fn ledger_core(
     directory: &Directory,
     orders: &Arc<Vec<redoubt_crypto::pk::VerifyKey>>,
     order_key: HolderSecrets,
+    mutant: Mutant,
 ) -> GlobalPrime<Ledger> {
     let store = MemStore::new(Geometry::new(256, 16, 4).expect("geometry"));
     let state = open_state(Box::new(store)).expect("in-memory state");
-    let cfg = redoubt_sites::global::config(1);
+    let mut cfg = redoubt_sites::global::config(1);
+    if mutant == Mutant::LeaveAlone {
+        cfg.mutant = redoubt_core::Mutant::LeaveAlone;
+    }
     GlobalPrime::new(
         cfg,
         site,
@@ -381,6 +416,9 @@ impl World {
                                 Box::new(Naive::new(shape, site, me, site_keys.clone(), FRAME_MAX))
                             }
                             LinkKind::Erasure => Box::new(erasure()),
+                            LinkKind::Df => {
+                                Box::new(Df::new(shape, site, me, site_keys.clone(), FRAME_MAX))
+                            }
                             LinkKind::BLink => Box::new(BLink::new(
                                 shape,
                                 site,
@@ -396,7 +434,13 @@ impl World {
                                 }))
                             }
                         };
-                        let core = ledger_core(site, &directory, &orders, order_keys[s].clone());
+                        let core = ledger_core(
+                            site,
+                            &directory,
+                            &orders,
+                            order_keys[s].clone(),
+                            sc.mutant,
+                        );
                         let machine = LogicalMachine::new(shape, site, core, link);
                         let signer = SiteSigner::new(
                             site,
@@ -428,6 +472,13 @@ impl World {
             shares: Vec::new(),
             wan: Vec::new(),
             overheard: Vec::new(),
+            forwarders: (0..4)
+                .map(|s| {
+                    Forwarder::new(shape, SiteId(s), ForwarderConfig::for_shape(&shape))
+                        .expect("the paper's settings")
+                })
+                .collect(),
+            blocked: vec![vec![Default::default(); shape.servers()]; 4],
             groups,
             shares_keys,
             secrets,
@@ -599,15 +650,73 @@ impl World {
         let Some(sig) = group_sig else { return };
         let msg = bundle.signed(sig).remove(0);
         let frame = LinkEvent::Message(msg).encode();
+        // Through forwarders the faulty site's own forwarder sends it on.
+        let (from, to_server) = if self.sc.link == LinkKind::Df {
+            (FORWARDER, FORWARDER)
+        } else {
+            (Server(i as u16), to_server)
+        };
         self.push_wan(
             SiteId(s as u16),
-            Server(i as u16),
+            from,
             Wan {
                 to_site: SiteId(to_site as u16),
                 to_server,
                 frame,
             },
         );
+    }
+
+    fn withholds(&self, s: usize) -> bool {
+        matches!(self.sc.faulty_site, Some((fs, SiteFault::ForwarderWithholds { from_ms }))
+            if fs == s && self.now >= from_ms)
+    }
+
+    /// Server `i` of site `s` hands a frame to its forwarder (in order: behind any it was
+    /// told to hand again later).
+    fn hand_to_forwarder(&mut self, s: usize, i: usize, frame: &[u8]) {
+        let Ok((header, msg)) = df::unframe(frame) else {
+            return;
+        };
+        if self.blocked[s][i].is_empty() && self.offer(s, i, header, &msg) {
+            return;
+        }
+        self.blocked[s][i].push_back((header, msg));
+    }
+
+    /// Whether site `s`'s forwarder took the frame (or refused it for good).
+    fn offer(&mut self, s: usize, i: usize, header: Header, msg: &[u8]) -> bool {
+        match self.forwarders[s].from_server(Server(i as u16), header, msg) {
+            redoubt_sites::forwarder::Take::Later => false,
+            redoubt_sites::forwarder::Take::Refused(_) => true,
+            redoubt_sites::forwarder::Take::Now(out) => {
+                if !self.withholds(s) {
+                    for (to, bytes) in out {
+                        let w = Wan {
+                            to_site: to,
+                            to_server: FORWARDER,
+                            frame: bytes,
+                        };
+                        self.push_wan(SiteId(s as u16), FORWARDER, w);
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    /// Frames forwarders told servers to hand again, in order, as far as they are taken now.
+    fn retry_blocked(&mut self) {
+        for s in 0..4 {
+            for i in 0..self.shape.servers() {
+                while let Some((header, msg)) = self.blocked[s][i].pop_front() {
+                    if !self.offer(s, i, header, &msg) {
+                        self.blocked[s][i].push_front((header, msg));
+                        break;
+                    }
+                }
+            }
+        }
     }
 
     fn emit(&mut self, s: usize, i: usize, shares: Vec<Share>, wan: Vec<Wan>) {
@@ -624,6 +733,10 @@ impl World {
             }
         }
         for mut w in wan {
+            if w.to_server == FORWARDER {
+                self.hand_to_forwarder(s, i, &w.frame);
+                continue;
+            }
             if fault == Some(ServerFault::BadParts) {
                 w.frame = corrupt_part(&w.frame, &self.secrets[s][i]);
             }
@@ -684,8 +797,37 @@ impl World {
                 server.on_overheard(from, &frame);
             }
         }
+        self.retry_blocked();
         for (_, from_site, from, w) in due {
             let r = w.to_site.0 as usize;
+            if w.to_server == FORWARDER {
+                // A forwarder hands what it receives to every server of its site; a faulty
+                // site's forwarder to none, a withholding one once it started withholding.
+                let withholding = matches!(
+                    self.sc.faulty_site,
+                    Some((fs, SiteFault::ForwarderWithholds { .. })) if fs == r
+                );
+                let receives = if withholding {
+                    !self.withholds(r)
+                } else {
+                    !self.sc.site_faulty(r)
+                };
+                if receives {
+                    let out = self.forwarders[r].from_wan(from_site, &w.frame);
+                    for (i, frame) in out {
+                        let i = i.0 as usize;
+                        if self.sc.fault(r, i) == Some(ServerFault::Silent) {
+                            continue;
+                        }
+                        if let Ok(Some(event)) =
+                            self.sites[r].servers[i].on_wan(from_site, FORWARDER, &frame)
+                        {
+                            self.introduce(r, event, Submitter::Server(Server(i as u16)));
+                        }
+                    }
+                }
+                continue;
+            }
             // A hub hands a frame to every server of its site (uniform reception).
             let to: Vec<usize> = if self.sc.link.hub() {
                 (0..self.shape.servers()).collect()

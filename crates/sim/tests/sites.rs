@@ -24,6 +24,7 @@ fn every_sites_mutant_is_caught() {
         ("share-unverified", Mutant::ShareUnverified, 20),
         ("no-blacklisting", Mutant::NoBlacklisting, 4),
         ("decode-on-receipt", Mutant::DecodeOnReceipt, 1),
+        ("leave-alone", Mutant::LeaveAlone, 227),
     ] {
         // The same seed passes with correct sites.
         assert!(

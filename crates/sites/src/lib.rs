@@ -11,8 +11,9 @@
 //!   the blacklisting of a server whose share does not verify;
 //! - [`timeouts`]: a global timeout fires when f+1 servers' proposals of it are locally
 //!   executed, never on one server's clock (trap 1);
-//! - [`link`]: logical links behind one interface (the naive f+1 x f+1 link and the
-//!   erasure-coded link, with its blacklisting protocol);
+//! - [`link`]: logical links behind one interface (naive, erasure-coded with its blacklisting
+//!   protocol, over hubs, through dependable forwarders, and BLink);
+//! - [`forwarder`]: a site's dependable forwarder, protocol-neutral and keyless;
 //! - [`machine`]: the logical machine, which feeds locally executed events to the global
 //!   protocol (a [`machine::Participant`]) and numbers what it emits;
 //! - [`server`]: one site server, tying the machine, the signer and the links together;
@@ -23,6 +24,7 @@
 //! same code runs under the seeded simulator. Nothing here trusts a link, a hub or a
 //! forwarder: a global message is acted on only under its site's threshold signature.
 
+pub mod forwarder;
 pub mod global;
 pub mod link;
 pub mod machine;
@@ -54,14 +56,20 @@ pub enum Mutant {
     /// local ordering executed (trap 6): on a hub, where every server receives every part,
     /// servers decode at different points of the local order.
     DecodeOnReceipt,
+    /// Global Prime leaves a view on one site's own suspicion instead of with 2f+1 votes
+    /// (the core's `leave-alone`): a site whose timer fired alone is stranded in the later
+    /// view and answers none of its clients. Only the simulator, built with the core's
+    /// mutants, can set it.
+    LeaveAlone,
 }
 
 impl Mutant {
-    pub const ALL: [(&'static str, Mutant); 4] = [
+    pub const ALL: [(&'static str, Mutant); 5] = [
         ("server-clock", Mutant::ServerClock),
         ("share-unverified", Mutant::ShareUnverified),
         ("no-blacklisting", Mutant::NoBlacklisting),
         ("decode-on-receipt", Mutant::DecodeOnReceipt),
+        ("leave-alone", Mutant::LeaveAlone),
     ];
 }
 

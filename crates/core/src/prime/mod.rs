@@ -2,6 +2,7 @@
 //! components, each tested on its own. The replica composes them (`replica/prime.rs`; the
 //! design is ADR 0007).
 
+pub mod leave;
 pub mod matrix;
 pub mod preorder;
 pub mod side;

@@ -20,9 +20,11 @@ use crate::message::PrimeMessage;
 use crate::message::{
     Batch, Message, PoAck, PoCopy, PoFetch, Reject, SignedRequest, Summary, Suspicion,
 };
+use crate::prime::leave::LeaveVotes;
+pub use crate::prime::leave::Verdict;
 use crate::prime::matrix::{newly_eligible, Matrix, PoAru, RowOrder, SignedPoAru};
 use crate::prime::preorder::{PoError, PoRequest, PreOrder, PreOrderConfig};
-use crate::prime::suspect::{Suspect, SuspectConfig};
+use crate::prime::suspect::{Suspect, SuspectConfig, SuspectMsg};
 use crate::types::{ClientId, Config, ReplicaId, Seq, View};
 use redoubt_crypto::pk::{self, HolderSecrets, VerifyKey};
 use redoubt_crypto::Digest;
@@ -64,6 +66,8 @@ pub struct PrimeFootprint {
     pub checkpoints: usize,
     /// Requests and rows held for the turn's end.
     pub arrivals: usize,
+    /// Votes to leave views.
+    pub leave_votes: usize,
 }
 
 /// When each of Prime's periodic jobs is next due.
@@ -92,6 +96,7 @@ pub struct PrimeSide {
     keys: PrimeKeys,
     po: PreOrder,
     sus: Suspect,
+    leave: LeaveVotes,
     timers: Timers,
     /// What our last summary to the leader, or the last proposal we accepted, made eligible:
     /// a summary goes only when our matrix would make more eligible.
@@ -157,6 +162,7 @@ impl PrimeSide {
                 me,
             ),
             sus: Suspect::new(suspect_config(cfg), me, view, 0),
+            leave: LeaveVotes::new(cfg.f as usize, n, me, view),
             timers: Timers::default(),
             summarized: vec![0; n],
             at_checkpoint: BTreeMap::new(),
@@ -217,6 +223,7 @@ impl PrimeSide {
             pings,
             checkpoints: self.at_checkpoint.len(),
             arrivals: self.arrivals.len(),
+            leave_votes: self.leave.footprint(),
         }
     }
 
@@ -563,10 +570,39 @@ impl PrimeSide {
         if s.replica != from {
             return Err(Reject::Inconsistent);
         }
-        if let Some(out) = self.sus.receive(from, &s.msg, now) {
+        if let SuspectMsg::Leave { view } = s.msg {
+            self.leave.receive(from, view);
+        } else if let Some(out) = self.sus.receive(from, &s.msg, now) {
             self.send_suspicion(vec![out]);
         }
         Ok(())
+    }
+
+    /// We suspect the leader of our view: our vote to leave it (sent again while the
+    /// suspicion holds), and what the votes now say.
+    pub fn vote_to_leave(&mut self, now: u64) -> Verdict {
+        if let Some(view) = self.leave.suspect(now) {
+            self.send_suspicion(vec![crate::prime::suspect::Out {
+                to: None,
+                msg: SuspectMsg::Leave { view },
+            }]);
+        }
+        self.leave.verdict()
+    }
+
+    /// What the votes to leave our view say.
+    pub fn leave_verdict(&self) -> Verdict {
+        self.leave.verdict()
+    }
+
+    /// Votes to leave our view, ours included.
+    pub fn leave_votes(&self) -> usize {
+        self.leave.votes()
+    }
+
+    /// Whether we voted to leave our view.
+    pub fn leave_voted(&self) -> bool {
+        self.leave.voted()
     }
 
     /// A PO-FETCH: the certified copies we hold of what it asks for, at most `budget` bytes
@@ -714,6 +750,7 @@ pub fn prime_bounds(cfg: &Config, ckpts: usize) -> PrimeFootprint {
         pings: sus.pings_max,
         checkpoints: ckpts,
         arrivals: 2 * ARRIVALS_MAX,
+        leave_votes: n * (crate::prime::leave::VIEWS_AHEAD as usize + 1),
     }
 }
 

@@ -68,6 +68,8 @@ pub enum SuspectMsg {
     TatUb { view: View, alpha_ms: u64 },
     /// To all: the largest TAT the sender measured in this view.
     TatMeasure { view: View, max_tat_ms: u64 },
+    /// To all: the sender votes to leave `view` (see [`crate::prime::leave`]).
+    Leave { view: View },
 }
 
 impl SuspectMsg {
@@ -77,7 +79,8 @@ impl SuspectMsg {
             | SuspectMsg::Pong { view, .. }
             | SuspectMsg::RttMeasure { view, .. }
             | SuspectMsg::TatUb { view, .. }
-            | SuspectMsg::TatMeasure { view, .. } => *view,
+            | SuspectMsg::TatMeasure { view, .. }
+            | SuspectMsg::Leave { view } => *view,
         }
     }
 }
@@ -297,6 +300,8 @@ impl Suspect {
                 self.reported[j] = self.reported[j].max(max_tat_ms);
                 None
             }
+            // Counted by the leave votes, not here.
+            SuspectMsg::Leave { .. } => None,
         }
     }
 

@@ -171,6 +171,11 @@ impl Footprint {
                 bound.prime.checkpoints,
             ),
             ("prime_arrivals", self.prime.arrivals, bound.prime.arrivals),
+            (
+                "prime_leave_votes",
+                self.prime.leave_votes,
+                bound.prime.leave_votes,
+            ),
         ];
         pairs
             .iter()

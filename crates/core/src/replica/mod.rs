@@ -847,6 +847,10 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
                         self.requests.timer =
                             Some((at.min(now + self.views.timer.timeout_ms()), c, ts));
                         self.relay_waiting();
+                    } else if still && !self.is_primary() && self.prime_ready() {
+                        // Prime: a vote to leave, resent while the request waits.
+                        self.requests.timer = Some((now + self.views.timer.timeout_ms(), c, ts));
+                        self.vote_to_leave(ViewChangeCause::RequestTimer);
                     } else if still && !self.is_primary() {
                         self.views.timer.back_off();
                         self.start_view_change(

@@ -6,10 +6,11 @@
 //! ordinary pre-prepare path every `Δpp`; what an ordered matrix makes eligible runs when it
 //! commits, once every PO-REQUEST it needs is held with its certificate (holes are asked for
 //! and filled from f+1 matching copies); a leader Suspect-Leader finds slower than the bound
-//! the replicas measured is replaced by a view change.
+//! the replicas measured is replaced by a view change once 2f+1 replicas vote to leave its
+//! view ([`crate::prime::leave`]).
 
 use super::*;
-use crate::prime::side::{padded, PrimeSide, TurnWork};
+use crate::prime::side::{padded, PrimeSide, TurnWork, Verdict};
 
 mod keys;
 pub(super) use keys::installed_key;
@@ -25,7 +26,8 @@ const HELD_CHANGED: TurnWork = TurnWork {
 };
 
 impl<S: Service, A: KeyTable> Replica<S, A> {
-    fn prime_ready(&self) -> bool {
+    /// Whether Prime orders here and is ready (its keys installed).
+    pub(super) fn prime_ready(&self) -> bool {
         self.proposals.prime().is_some_and(|p| p.ready())
     }
 
@@ -295,10 +297,50 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
             return;
         };
         self.stats.leaders_suspected += 1;
-        self.start_view_change(
-            self.views.view.saturating_add(1),
-            ViewChangeCause::LeaderSlow { tat_ms, bound_ms },
-        );
+        self.vote_to_leave(ViewChangeCause::LeaderSlow { tat_ms, bound_ms });
+    }
+
+    /// Our own suspicion of the leader (Suspect-Leader's, or a request that waited too long):
+    /// a vote to leave the view, which we leave only with 2f+1 ([`crate::prime::leave`]).
+    pub(super) fn vote_to_leave(&mut self, cause: ViewChangeCause) {
+        if self.mutant("leave-alone") {
+            // The broken variant: leave at once, as PBFT does, and maybe be stranded.
+            self.views.timer.back_off();
+            self.start_view_change(self.views.view.saturating_add(1), cause);
+            return;
+        }
+        if !self.side_ref().leave_voted() {
+            self.event(Event::LeaveVoted {
+                view: self.views.view,
+                cause,
+            });
+        }
+        let now = self.now();
+        self.side().vote_to_leave(now);
+        self.act_on_leave_votes();
+    }
+
+    /// Joins f+1 votes to leave our view; leaves it with 2f+1.
+    fn act_on_leave_votes(&mut self) {
+        if !self.views.normal || !self.prime_ready() {
+            return;
+        }
+        if self.side_ref().leave_verdict() == Verdict::Join {
+            self.event(Event::LeaveVoted {
+                view: self.views.view,
+                cause: ViewChangeCause::JoinedOthers,
+            });
+            let now = self.now();
+            self.side().vote_to_leave(now);
+        }
+        if self.side_ref().leave_verdict() == Verdict::Leave {
+            let votes = self.side_ref().leave_votes() as u64;
+            self.views.timer.back_off();
+            self.start_view_change(
+                self.views.view.saturating_add(1),
+                ViewChangeCause::VotedOut { votes },
+            );
+        }
     }
 
     // ----- receiving --------------------------------------------------------------------------
@@ -545,6 +587,7 @@ impl<S: Service, A: KeyTable> Replica<S, A> {
         self.side().on_suspicion(from, &s, now)?;
         self.apply_proposals();
         self.check_leader();
+        self.act_on_leave_votes();
         Ok(())
     }
 

@@ -129,9 +129,14 @@ impl Adversary {
                 Message::Prime(PrimeMessage::PoAru(row))
             }
             // Suspect-Leader: frame the leader (a huge turnaround), tighten the bound (an
-            // alpha of 0), skew peers' round trips either way, and never answer a ping.
+            // alpha of 0), skew peers' round trips either way, never answer a ping, and vote
+            // to leave the view (now and then instead of a ping, and for later views too).
             Message::Prime(PrimeMessage::Suspicion(mut sus)) => {
                 match &mut sus.msg {
+                    SuspectMsg::Ping { view, .. } if rng.random_bool(0.2) => {
+                        sus.msg = SuspectMsg::Leave { view: *view };
+                    }
+                    SuspectMsg::Leave { view } => *view += rng.random_range(0..2),
                     SuspectMsg::TatMeasure { max_tat_ms, .. } => *max_tat_ms = 60_000,
                     SuspectMsg::TatUb { alpha_ms, .. } => *alpha_ms = 0,
                     SuspectMsg::RttMeasure { rtt_ms, .. } => {

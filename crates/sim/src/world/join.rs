@@ -97,8 +97,13 @@ impl World {
                     }
                 }
             }
-            Event::ViewChangeStarted { view, .. } => {
-                let v = *view;
+            // Under Prime a vote to leave view v asks for view v+1 as a view change does.
+            Event::ViewChangeStarted { .. } | Event::LeaveVoted { .. } => {
+                let v = match ev {
+                    Event::LeaveVoted { view, .. } => view.saturating_add(1),
+                    Event::ViewChangeStarted { view, .. } => *view,
+                    _ => unreachable!(),
+                };
                 if let Some(s) = self.join.step.filter(|s| s.replica == r) {
                     self.join_check(s, v);
                 }

@@ -16,20 +16,24 @@
 //! - [`hub`]: the erasure-coded link over a broadcast hub, (2f+1, 3f+1) parts, a second set of
 //!   senders that stays quiet when it overhears the first set's parts in time;
 //! - [`blink`]: one elected forwarder and receiver, replaced when messages stay
-//!   unacknowledged too long (the foil: live, not attack-resilient).
+//!   unacknowledged too long (the foil: live, not attack-resilient);
+//! - [`df`]: through each site's dependable forwarder ([`crate::forwarder`]), one copy of
+//!   each message on the wide area.
 
 pub mod blink;
+pub mod df;
 pub mod erasure;
 pub mod hub;
 pub mod inquiry;
 pub mod naive;
 
 use crate::message::{Refused, SignedMessage, SiteKeys};
-use crate::{Server, SiteId};
+use crate::{Server, Shape, SiteId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use blink::BLink;
+pub use df::{Df, FORWARDER};
 pub use erasure::{Erasure, Part};
 pub use hub::HubConfig;
 pub use inquiry::{Control, Misbehaviour};
@@ -196,6 +200,49 @@ impl<L: LogicalLink + ?Sized> LogicalLink for Box<L> {
     }
 }
 
+/// What every link that carries whole messages holds: who it serves, the keys that check a
+/// message, and which messages it handed over.
+#[derive(Clone, Debug)]
+pub(crate) struct Whole {
+    pub shape: Shape,
+    pub site: SiteId,
+    pub me: Server,
+    pub keys: SiteKeys,
+    pub frame_bytes_max: usize,
+    pub delivered: Delivered,
+}
+
+impl Whole {
+    pub fn new(
+        shape: Shape,
+        site: SiteId,
+        me: Server,
+        keys: SiteKeys,
+        frame_bytes_max: usize,
+    ) -> Whole {
+        Whole {
+            shape,
+            site,
+            me,
+            keys,
+            frame_bytes_max,
+            delivered: Delivered::default(),
+        }
+    }
+    pub fn receive(&self, site: SiteId, frame: &[u8]) -> Result<Option<LinkEvent>, Refused> {
+        receive_whole(
+            &self.keys,
+            &self.delivered,
+            site,
+            frame,
+            self.frame_bytes_max,
+        )
+    }
+    pub fn executed(&mut self, event: &LinkEvent) -> Executed {
+        execute_whole(&self.keys, &mut self.delivered, self.site, event)
+    }
+}
+
 /// What a link that carries whole messages makes of a frame from `site`: the message to
 /// introduce, checked against its site's signature, unless it was already handed over.
 pub(crate) fn receive_whole(
@@ -222,6 +269,33 @@ pub(crate) fn receive_whole(
     }
     keys.check(&msg)?;
     Ok(Some(LinkEvent::Message(msg)))
+}
+
+/// What a link that carries whole messages does when local ordering executed `event`: checks
+/// the message again (the server that introduced it may be faulty; the verdict is the same at
+/// every server, so every correct server hands over the same messages) and hands it over once.
+pub(crate) fn execute_whole(
+    keys: &SiteKeys,
+    delivered: &mut Delivered,
+    site: SiteId,
+    event: &LinkEvent,
+) -> Executed {
+    let LinkEvent::Message(msg) = event else {
+        return Executed::refused(Refused::Malformed(
+            "not a whole message on this link".into(),
+        ));
+    };
+    if msg.site == site {
+        return Executed::refused(Refused::Malformed("our own site's message".into()));
+    }
+    if let Err(e) = keys.check(msg) {
+        return Executed::refused(e);
+    }
+    let mut out = Executed::default();
+    if delivered.first_time(msg.site, msg.seq) {
+        out.delivered.push(msg.clone());
+    }
+    out
 }
 
 /// Sites, and servers by site, a link found faulty.

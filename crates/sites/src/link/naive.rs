@@ -7,19 +7,12 @@
 //! Which servers send and receive rotates with the message's number (servers seq, seq+1, ...,
 //! seq+f modulo 3f+1 on both sides), so the load is spread and no fixed f+1 carry everything.
 
-use super::{Delivered, Executed, LinkEvent, LogicalLink, Wan};
+use super::{Executed, LinkEvent, LogicalLink, Wan, Whole};
 use crate::message::{Refused, SignedMessage, SiteKeys};
 use crate::{Server, Shape, SiteId};
 
 /// The naive link as one server runs it.
-pub struct Naive {
-    shape: Shape,
-    site: SiteId,
-    me: Server,
-    keys: SiteKeys,
-    frame_bytes_max: usize,
-    delivered: Delivered,
-}
+pub struct Naive(Whole);
 
 impl Naive {
     pub fn new(
@@ -29,14 +22,7 @@ impl Naive {
         keys: SiteKeys,
         frame_bytes_max: usize,
     ) -> Naive {
-        Naive {
-            shape,
-            site,
-            me,
-            keys,
-            frame_bytes_max,
-            delivered: Delivered::default(),
-        }
+        Naive(Whole::new(shape, site, me, keys, frame_bytes_max))
     }
 
     /// The f+1 servers that send message `seq`, and (the same indices) receive it.
@@ -48,11 +34,12 @@ impl Naive {
 
 impl LogicalLink for Naive {
     fn send(&mut self, msg: &SignedMessage, to: SiteId) -> Vec<Wan> {
-        if to == self.site || !Naive::carriers(&self.shape, msg.seq).any(|s| s == self.me) {
+        let w = &self.0;
+        if to == w.site || !Naive::carriers(&w.shape, msg.seq).any(|s| s == w.me) {
             return Vec::new();
         }
         let frame = LinkEvent::Message(msg.clone()).encode();
-        Naive::carriers(&self.shape, msg.seq)
+        Naive::carriers(&w.shape, msg.seq)
             .map(|to_server| Wan {
                 to_site: to,
                 to_server,
@@ -67,31 +54,10 @@ impl LogicalLink for Naive {
         _from: Server,
         frame: &[u8],
     ) -> Result<Option<LinkEvent>, Refused> {
-        super::receive_whole(
-            &self.keys,
-            &self.delivered,
-            site,
-            frame,
-            self.frame_bytes_max,
-        )
+        self.0.receive(site, frame)
     }
 
     fn executed(&mut self, event: &LinkEvent) -> Executed {
-        let LinkEvent::Message(msg) = event else {
-            return Executed::refused(Refused::Malformed("a part on the naive link".into()));
-        };
-        if msg.site == self.site {
-            return Executed::refused(Refused::Malformed("our own site's message".into()));
-        }
-        // Checked again: the server that introduced it may be faulty. The verdict is the same
-        // at every server, so every correct server hands over the same messages.
-        if let Err(e) = self.keys.check(msg) {
-            return Executed::refused(e);
-        }
-        let mut out = Executed::default();
-        if self.delivered.first_time(msg.site, msg.seq) {
-            out.delivered.push(msg.clone());
-        }
-        out
+        self.0.executed(event)
     }
 }

@@ -176,6 +176,7 @@ impl Proposals for PrimeSide {
 
     /// Suspect-Leader measures the leader of the view in force from now.
     fn view(&mut self, v: View, changing: bool, now: u64) {
+        self.leave.entered(v);
         if changing {
             self.sus.reset(v, true, now);
         } else {

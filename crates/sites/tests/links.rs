@@ -1,14 +1,16 @@
 //! The hub-based logical link piece by piece (Amir et al. 2009 §4.2): the (2f+1, 3f+1) code,
 //! the first set sending at once, the second set waiting its local timeout unless it overhears
-//! 2f+1 parts of the message, f+1 introducers per received part, and Hub-Immediate.
+//! 2f+1 parts of the message, f+1 introducers per received part, and Hub-Immediate; and the
+//! dependable-forwarder link (§4.3) from server to forwarder to forwarder to server.
 
 mod common;
 
 use common::{keys, FRAME_MAX};
 use redoubt_crypto::threshold::ThresholdSig;
+use redoubt_sites::forwarder::{Forwarder, ForwarderConfig, Take};
 use redoubt_sites::link::erasure::ServerKeys;
 use redoubt_sites::link::hub::{first_set, introduces};
-use redoubt_sites::link::{Erasure, HubConfig, LinkEvent, LogicalLink};
+use redoubt_sites::link::{df, Df, Erasure, HubConfig, LinkEvent, LogicalLink, FORWARDER};
 use redoubt_sites::message::{statement, Bundle, SignedMessage, SiteKeys};
 use redoubt_sites::{Server, Shape, SiteId};
 
@@ -191,4 +193,59 @@ fn hub_immediate_sends_every_part_at_once_and_parts_are_smaller_than_on_the_eras
         "{hub_bytes} vs 4 x {ec_part}"
     );
     assert!(hub_bytes > msg.encode().len());
+}
+
+#[test]
+fn through_forwarders_one_copy_crosses_and_f_plus_one_servers_introduce_it() {
+    let h = Hubs::new(7); // f = 2
+    let (s, r) = (SiteId(1), SiteId(2));
+    let msg = h.signed(s, 12, body(300));
+    let links = |site| -> Vec<Df> {
+        h.shape
+            .server_ids()
+            .map(|i| Df::new(h.shape, site, i, h.site_keys.clone(), FRAME_MAX))
+            .collect()
+    };
+    let mut senders = links(s);
+    let mut fwd = Forwarder::new(h.shape, s, ForwarderConfig::for_shape(&h.shape)).unwrap();
+    let mut crossed = Vec::new();
+    for (i, l) in senders.iter_mut().enumerate() {
+        let frames = l.send(&msg, r);
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frames[0].to_server, FORWARDER);
+        let (header, whole) = df::unframe(&frames[0].frame).unwrap();
+        // Two faulty servers hand over a forged copy first: not enough to send.
+        if i < 2 {
+            let mut junk = whole.clone();
+            *junk.last_mut().unwrap() ^= 1;
+            assert_eq!(
+                fwd.from_server(Server(i as u16 + 5), header, &junk),
+                Take::Now(vec![])
+            );
+        }
+        if let Take::Now(out) = fwd.from_server(Server(i as u16), header, &whole) {
+            crossed.extend(out);
+        }
+    }
+    assert_eq!(crossed.len(), 1, "one copy, at the third matching one");
+    assert_eq!(crossed[0].0, r);
+    let mut receivers = links(r);
+    let mut introduced = Vec::new();
+    for (i, l) in receivers.iter_mut().enumerate() {
+        assert!(
+            l.receive(s, Server(3), &crossed[0].1).is_err(),
+            "only the forwarder hands messages to servers"
+        );
+        if let Some(e) = l.receive(s, FORWARDER, &crossed[0].1).unwrap() {
+            introduced.push((i, e));
+        }
+    }
+    assert_eq!(introduced.len(), 3, "f+1 introducers");
+    for l in receivers.iter_mut() {
+        let delivered: Vec<_> = introduced
+            .iter()
+            .flat_map(|(_, e)| l.executed(e).delivered)
+            .collect();
+        assert_eq!(delivered, vec![msg.clone()], "once, at every server");
+    }
 }
