@@ -249,3 +249,59 @@ fn through_forwarders_one_copy_crosses_and_f_plus_one_servers_introduce_it() {
         assert_eq!(delivered, vec![msg.clone()], "once, at every server");
     }
 }
+
+#[test]
+fn a_server_flooding_lone_parts_crowds_out_only_itself() {
+    let h = Hubs::new(4); // f = 1: 2 parts decode, a quota of 256 waiting parts per server
+    let (s, r) = (SiteId(0), SiteId(1));
+    let msg = h.signed(s, 5_000, body(100));
+    let mut senders: Vec<Erasure> = h
+        .shape
+        .server_ids()
+        .map(|i| {
+            Erasure::new(
+                h.shape,
+                s,
+                i,
+                h.site_keys.clone(),
+                h.server_keys.clone(),
+                h.keys.2[0][i.0 as usize].clone(),
+                FRAME_MAX,
+            )
+        })
+        .collect();
+    let part_of = |l: &mut Erasure| match LinkEvent::decode(&l.send(&msg, r)[0].frame, FRAME_MAX) {
+        Ok(e) => e,
+        Err(e) => panic!("{e}"),
+    };
+    let first = part_of(&mut senders[0]);
+    let second = part_of(&mut senders[1]);
+    let mut receiver = Erasure::new(
+        h.shape,
+        r,
+        Server(0),
+        h.site_keys.clone(),
+        h.server_keys.clone(),
+        h.keys.2[1][0].clone(),
+        FRAME_MAX,
+    );
+    assert!(receiver.executed(&first).delivered.is_empty());
+    // Faulty server 3 of s: 2,000 validly signed lone parts of numbers far ahead.
+    let faulty = &h.keys.2[0][3];
+    for seq in 10_000..12_000u64 {
+        let mut p = redoubt_sites::link::Part {
+            site: s,
+            to: r,
+            seq,
+            index: Server(3),
+            len: 2,
+            shard: vec![7],
+            sig: Default::default(),
+        };
+        p.sig = faulty.sign(&p.statement());
+        let out = receiver.executed(&LinkEvent::Part(p));
+        assert!(out.refused.is_none());
+    }
+    assert!(receiver.stats().collecting_dropped >= 2000 - 256);
+    assert_eq!(receiver.executed(&second).delivered, vec![msg.clone()]);
+}

@@ -589,6 +589,93 @@ fn an_inquiry_blacklists_the_server_that_sent_a_bad_part_at_both_sites_and_recov
 }
 
 #[test]
+fn a_lost_inquiry_and_a_lost_answer_are_sent_again_until_the_site_resumes() {
+    let w = World::new(4, 4);
+    let (s, r) = (SiteId(0), SiteId(1));
+    let msg = w.signed(0, 3, vec![global(b"po-summary")]).remove(0);
+    let (mut s_links, mut r_links) = (erasure_links(&w, s), erasure_links(&w, r));
+    for l in s_links.iter_mut().chain(r_links.iter_mut()) {
+        l.timer(10_000);
+    }
+    let inquiry = failed_at_r(&w, s, r, &msg, &[2], &mut s_links, &mut r_links);
+    // Every copy of the INQUIRY is lost; a second later each server of R sends it again.
+    let signed = w
+        .signed(
+            1,
+            50,
+            vec![Payload::Control(inquiry.control.clone()).encode()],
+        )
+        .remove(0);
+    let lost: Vec<Wan> = r_links
+        .iter_mut()
+        .flat_map(|l| l.send(&signed, s))
+        .collect();
+    assert!(r_links.iter_mut().all(|l| l.timer(10_500).wan.is_empty()));
+    let again: Vec<Wan> = r_links
+        .iter_mut()
+        .flat_map(|l| l.timer(11_000).wan)
+        .collect();
+    assert_eq!(again, lost);
+    // S executes it and answers; every copy of the answer is lost too.
+    let events: Vec<LinkEvent> = again
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            s_links[i]
+                .receive(r, Server(i as u16), &f.frame)
+                .unwrap()
+                .unwrap()
+        })
+        .collect();
+    let response = execute_all(&mut s_links, &events)[0].emit[0].clone();
+    let answer = w
+        .signed(
+            0,
+            60,
+            vec![Payload::Control(response.control.clone()).encode()],
+        )
+        .remove(0);
+    let lost: Vec<Wan> = s_links
+        .iter_mut()
+        .flat_map(|l| l.send(&answer, r))
+        .collect();
+    for l in s_links.iter_mut() {
+        l.timer(12_000);
+    }
+    // R, still suspended, asks again; S, having executed that INQUIRY, answers again.
+    let again: Vec<Wan> = r_links
+        .iter_mut()
+        .flat_map(|l| l.timer(12_000).wan)
+        .collect();
+    for (i, f) in again.iter().enumerate() {
+        assert!(s_links[i]
+            .receive(r, Server(i as u16), &f.frame)
+            .unwrap()
+            .is_none());
+    }
+    let answered: Vec<Wan> = s_links
+        .iter_mut()
+        .flat_map(|l| l.timer(12_001).wan)
+        .collect();
+    assert_eq!(answered, lost);
+    let events: Vec<LinkEvent> = answered
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            r_links[i]
+                .receive(s, Server(i as u16), &f.frame)
+                .unwrap()
+                .unwrap()
+        })
+        .collect();
+    for o in execute_all(&mut r_links, &events) {
+        assert_eq!(o.delivered, vec![msg.clone()]);
+    }
+    // Answered: nothing goes again.
+    assert!(r_links.iter_mut().all(|l| l.timer(20_000).wan.is_empty()));
+}
+
+#[test]
 fn a_spurious_or_repeated_inquiry_blacklists_the_site_that_sent_it() {
     let w = World::new(4, 4);
     let (s, r) = (SiteId(0), SiteId(1));

@@ -23,6 +23,7 @@
 
 use super::hub::{self, Hub, HubConfig, HubStats};
 use super::inquiry::{Control, Inquiries};
+use super::resend::Resend;
 use super::{Delivered, Executed, LinkEvent, LogicalLink, Payload, Timed, Wan};
 use crate::message::{Refused, SignedMessage, SiteKeys};
 use crate::{Server, Shape, SiteId};
@@ -33,7 +34,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Messages of one sending site being collected at once; beyond it the lowest number is
-/// dropped (counted).
+/// dropped (counted). Within it each server of the sending site has a quota of
+/// `COLLECTING_PER_SITE_MAX / 3f+1` parts waiting: beyond its quota a server's own oldest part
+/// goes, so a faulty server that sends lone parts of far-ahead numbers crowds out only itself.
 pub const COLLECTING_PER_SITE_MAX: usize = 1024;
 
 /// One erasure part of a signed message, signed by the server that made it.
@@ -177,7 +180,9 @@ pub struct ErasureStats {
 
 /// Our own messages kept to answer INQUIRYs about them (trap 8); beyond it the oldest go.
 pub const RETAINED_MAX: usize = 4096;
-/// Parts of a suspended site held for when it is resumed; beyond it the oldest go (counted).
+/// Parts of a suspended site held for when it is resumed, with a quota of
+/// `HELD_PER_SITE_MAX / 3f+1` per server (beyond it the server's own oldest go); beyond the
+/// whole bound the oldest go (counted).
 pub const HELD_PER_SITE_MAX: usize = 4096;
 
 /// How parts travel: each to the sender's peer, or through the sites' hubs.
@@ -208,6 +213,8 @@ pub struct Erasure {
     last_part: Option<(u64, u32, Vec<u8>)>,
     inquiries: Inquiries,
     stats: ErasureStats,
+    /// Figure 3's messages sent again until answered.
+    resend: Resend,
     /// [`crate::Mutant::DecodeOnReceipt`]: the parts this server received, by message.
     received: Option<BTreeMap<(SiteId, u64), Vec<Part>>>,
 }
@@ -240,6 +247,7 @@ impl Erasure {
             last_part: None,
             inquiries: Inquiries::new(shape, site, data),
             stats: ErasureStats::default(),
+            resend: Resend::default(),
             received: None,
         }
     }
@@ -361,7 +369,15 @@ impl Erasure {
     }
 
     fn hold(&mut self, part: Part) {
+        let quota = HELD_PER_SITE_MAX / self.shape.servers();
         let held = self.held.entry(part.site).or_default();
+        // Each server's quota, as for collecting: a flooding server pushes out its own.
+        if held.iter().filter(|p| p.index == part.index).count() >= quota {
+            if let Some(at) = held.iter().position(|p| p.index == part.index) {
+                held.remove(at);
+                self.stats.held_dropped += 1;
+            }
+        }
         if held.len() >= HELD_PER_SITE_MAX {
             held.pop_front();
             self.stats.held_dropped += 1;
@@ -385,11 +401,26 @@ impl Erasure {
             self.stats.parts_ignored += 1;
             return;
         }
+        let quota = COLLECTING_PER_SITE_MAX / self.shape.servers();
         let site_parts = self.collecting.entry(part.site).or_default();
         let parts = site_parts.entry(part.seq).or_default();
         // A server's first part of a message stands.
         parts.entry(part.index).or_insert_with(|| part.clone());
         if parts.len() < self.codec.data {
+            let waiting: Vec<u64> = site_parts
+                .iter()
+                .filter(|(_, p)| p.contains_key(&part.index))
+                .map(|(seq, _)| *seq)
+                .collect();
+            if waiting.len() > quota {
+                let oldest = waiting[0];
+                let parts = site_parts.get_mut(&oldest).expect("listed");
+                parts.remove(&part.index);
+                if parts.is_empty() {
+                    site_parts.remove(&oldest);
+                }
+                self.stats.collecting_dropped += 1;
+            }
             if site_parts.len() > COLLECTING_PER_SITE_MAX {
                 site_parts.pop_first();
                 self.stats.collecting_dropped += 1;
@@ -513,13 +544,20 @@ impl LogicalLink for Erasure {
         if to == self.site || msg.site != self.site {
             return Vec::new();
         }
-        if let Ok(Payload::Control(_)) = Payload::decode(&msg.body) {
-            // Figure 3's messages go whole, peer to peer, never erasure coded.
-            return vec![Wan {
+        if let Ok(Payload::Control(control)) = Payload::decode(&msg.body) {
+            // Figure 3's messages go whole, peer to peer, never erasure coded, and again
+            // until answered.
+            let wan = Wan {
                 to_site: to,
                 to_server: self.me,
                 frame: LinkEvent::Message(msg.clone()).encode(),
-            }];
+            };
+            match control {
+                Control::Inquiry(i) => self.resend.inquiry_sent(to, i.seq, wan.clone()),
+                Control::Response(r) => self.resend.response_sent(to, r.seq, wan.clone()),
+                Control::Ack { .. } => {}
+            }
+            return vec![wan];
         }
         if self.retained.len() >= RETAINED_MAX && !self.retained.contains_key(&msg.seq) {
             self.retained.pop_first();
@@ -609,6 +647,12 @@ impl LogicalLink for Erasure {
                     ));
                 }
                 if self.delivered.contains(msg.site, msg.seq) {
+                    // Asked again: our answer may have been lost.
+                    if let Ok(Payload::Control(Control::Inquiry(i))) = Payload::decode(&msg.body) {
+                        if i.from == msg.site {
+                            self.resend.asked_again(msg.site, i.seq);
+                        }
+                    }
                     return Ok(None);
                 }
                 self.keys.check(&msg)?;
@@ -659,11 +703,13 @@ impl LogicalLink for Erasure {
     }
 
     fn timer(&mut self, now_ms: u64) -> Timed {
-        let wan = match &mut self.mode {
+        let mut wan = match &mut self.mode {
             Mode::Hub(h) => h.timer(now_ms),
             Mode::Peer => Vec::new(),
         };
         self.stats.parts_sent += wan.len() as u64;
+        let inquiries = &self.inquiries;
+        wan.extend(self.resend.timer(now_ms, |s| inquiries.pending_inquiry(s)));
         Timed {
             wan,
             ..Timed::default()

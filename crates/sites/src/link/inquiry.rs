@@ -158,6 +158,11 @@ impl Inquiries {
         self.servers.get(&site).is_some_and(|s| s.contains(&server))
     }
     /// The failed decoding S is suspended on, if it is.
+    /// The number of our INQUIRY to `site` awaiting its answer.
+    pub fn pending_inquiry(&self, site: SiteId) -> Option<u64> {
+        self.pending.get(&site).map(|(seq, _)| *seq)
+    }
+
     pub fn pending(&self, site: SiteId) -> Option<&FailedDecoding> {
         self.pending.get(&site).map(|(_, f)| f)
     }

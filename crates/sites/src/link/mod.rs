@@ -26,6 +26,7 @@ pub mod erasure;
 pub mod hub;
 pub mod inquiry;
 pub mod naive;
+mod resend;
 
 use crate::message::{Refused, SignedMessage, SiteKeys};
 use crate::{Server, Shape, SiteId};
