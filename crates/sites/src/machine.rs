@@ -178,6 +178,11 @@ impl<P: Participant, L: LogicalLink> LogicalMachine<P, L> {
                 step.misbehaviour = done.misbehaviour;
                 emits = done.emit;
                 for msg in done.delivered {
+                    // A message signed for another site is not ours, whoever handed it over.
+                    if !msg.for_site(self.site) {
+                        self.stats.refused += 1;
+                        continue;
+                    }
                     // A link's own messages are the link's; only global frames go on.
                     if let Ok(Payload::Global(body)) = Payload::decode(&msg.body) {
                         self.stats.delivered += 1;
@@ -227,18 +232,18 @@ impl<P: Participant, L: LogicalLink> LogicalMachine<P, L> {
         // The link's own messages first: a cut below never drops an INQUIRY whose answer the
         // link already waits for.
         for e in emits {
-            bodies.push(Payload::Control(e.control).encode());
+            bodies.push((Payload::Control(e.control).encode(), Some(e.to)));
             dests.push(vec![e.to]);
         }
         for out in outs {
             match out {
                 GlobalOut::Send { to, body } if to != self.site && self.shape.has_site(to) => {
-                    bodies.push(Payload::Global(body).encode());
+                    bodies.push((Payload::Global(body).encode(), Some(to)));
                     dests.push(vec![to]);
                 }
                 GlobalOut::Send { .. } => {}
                 GlobalOut::Broadcast { body } => {
-                    bodies.push(Payload::Global(body).encode());
+                    bodies.push((Payload::Global(body).encode(), None));
                     dests.push(others.clone());
                 }
                 GlobalOut::Reply { client, body } => step.replies.push((client, body)),
@@ -252,7 +257,7 @@ impl<P: Participant, L: LogicalLink> LogicalMachine<P, L> {
         debug_assert!(bodies.len() <= BUNDLE_MESSAGES_MAX);
         bodies.truncate(BUNDLE_MESSAGES_MAX);
         dests.truncate(BUNDLE_MESSAGES_MAX);
-        let bundle = Bundle::new(self.site, self.next_seq, bodies);
+        let bundle = Bundle::addressed(self.site, self.next_seq, bodies);
         self.next_seq += bundle.len() as u64;
         self.stats.messages += bundle.len() as u64;
         step.bundle = Some((bundle, dests));

@@ -25,6 +25,9 @@ pub struct SignedMessage {
     pub site: SiteId,
     /// Its number among the messages that logical machine sent.
     pub seq: u64,
+    /// The site it is for, or `None` for every other site (signed with the rest: a faulty
+    /// server cannot hand one site's message to another).
+    pub to: Option<SiteId>,
     /// The global protocol's frame.
     #[serde(with = "serde_bytes")]
     pub body: Vec<u8>,
@@ -52,10 +55,11 @@ pub enum Refused {
 }
 
 /// The leaf of a message in its bundle's tree.
-pub fn leaf(site: SiteId, seq: u64, body: &[u8]) -> Digest {
-    DigestBuilder::new("redoubt.site.message.v1")
+pub fn leaf(site: SiteId, seq: u64, to: Option<SiteId>, body: &[u8]) -> Digest {
+    DigestBuilder::new("redoubt.site.message.v2")
         .u64(site.0 as u64)
         .u64(seq)
+        .u64(to.map_or(u64::MAX, |t| t.0 as u64))
         .long_bytes(body)
         .finish()
 }
@@ -73,19 +77,33 @@ pub fn statement(site: SiteId, root: &Digest) -> Vec<u8> {
 pub struct Bundle {
     site: SiteId,
     first_seq: u64,
-    bodies: Vec<Vec<u8>>,
+    bodies: Vec<(Vec<u8>, Option<SiteId>)>,
     root: Digest,
     paths: Vec<Path>,
 }
 
 impl Bundle {
-    /// 1 to [`BUNDLE_MESSAGES_MAX`] bodies.
+    /// 1 to [`BUNDLE_MESSAGES_MAX`] bodies, each for every other site.
     pub fn new(site: SiteId, first_seq: u64, bodies: Vec<Vec<u8>>) -> Bundle {
+        Bundle::addressed(
+            site,
+            first_seq,
+            bodies.into_iter().map(|b| (b, None)).collect(),
+        )
+    }
+
+    /// 1 to [`BUNDLE_MESSAGES_MAX`] bodies, each with the site it is for (`None`: every
+    /// other site).
+    pub fn addressed(
+        site: SiteId,
+        first_seq: u64,
+        bodies: Vec<(Vec<u8>, Option<SiteId>)>,
+    ) -> Bundle {
         assert!(!bodies.is_empty() && bodies.len() <= BUNDLE_MESSAGES_MAX);
         let leaves: Vec<Digest> = bodies
             .iter()
             .enumerate()
-            .map(|(i, b)| leaf(site, first_seq + i as u64, b))
+            .map(|(i, (b, to))| leaf(site, first_seq + i as u64, *to, b))
             .collect();
         let (root, paths) = merkle::paths(&leaves);
         Bundle {
@@ -114,9 +132,10 @@ impl Bundle {
             .iter()
             .zip(&self.paths)
             .enumerate()
-            .map(|(i, (body, path))| SignedMessage {
+            .map(|(i, ((body, to), path))| SignedMessage {
                 site: self.site,
                 seq: self.first_seq + i as u64,
+                to: *to,
                 body: body.clone(),
                 path: path.clone(),
                 sig,
@@ -144,7 +163,7 @@ impl SiteKeys {
         let group = self.group(msg.site).ok_or(Refused::UnknownSite(msg.site))?;
         let root = msg
             .path
-            .root_of(&leaf(msg.site, msg.seq, &msg.body))
+            .root_of(&leaf(msg.site, msg.seq, msg.to, &msg.body))
             .ok_or(Refused::BadPath)?;
         if group.verify(&statement(msg.site, &root), &msg.sig) {
             Ok(())
@@ -155,6 +174,11 @@ impl SiteKeys {
 }
 
 impl SignedMessage {
+    /// Whether it was signed for `site` (or for every site).
+    pub fn for_site(&self, site: SiteId) -> bool {
+        self.to.is_none_or(|t| t == site)
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         postcard::to_stdvec(self).expect("a signed message encodes")
     }

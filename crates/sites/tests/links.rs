@@ -10,7 +10,8 @@ use redoubt_crypto::threshold::ThresholdSig;
 use redoubt_sites::forwarder::{Forwarder, ForwarderConfig, Take};
 use redoubt_sites::link::erasure::ServerKeys;
 use redoubt_sites::link::hub::{first_set, introduces};
-use redoubt_sites::link::{df, Df, Erasure, HubConfig, LinkEvent, LogicalLink, FORWARDER};
+use redoubt_sites::link::{df, Df, Erasure, HubConfig, LinkEvent, LogicalLink, Naive, FORWARDER};
+use redoubt_sites::machine::{Event, GlobalOut, LogicalMachine, Submitter};
 use redoubt_sites::message::{statement, Bundle, SignedMessage, SiteKeys};
 use redoubt_sites::{Server, Shape, SiteId};
 
@@ -61,7 +62,17 @@ impl Hubs {
     }
 
     fn signed(&self, site: SiteId, seq: u64, body: Vec<u8>) -> SignedMessage {
-        let bundle = Bundle::new(site, seq, vec![body]);
+        self.signed_for(site, seq, body, None)
+    }
+
+    fn signed_for(
+        &self,
+        site: SiteId,
+        seq: u64,
+        body: Vec<u8>,
+        to: Option<SiteId>,
+    ) -> SignedMessage {
+        let bundle = Bundle::addressed(site, seq, vec![(body, to)]);
         let st = statement(site, &bundle.root());
         let shares: Vec<(usize, ThresholdSig)> = (0..=self.shape.f())
             .map(|k| (k, self.keys.1[site.0 as usize][k].sign(&st)))
@@ -304,4 +315,44 @@ fn a_server_flooding_lone_parts_crowds_out_only_itself() {
     }
     assert!(receiver.stats().collecting_dropped >= 2000 - 256);
     assert_eq!(receiver.executed(&second).delivered, vec![msg.clone()]);
+}
+
+/// Records the messages the logical machine hands it.
+#[derive(Default)]
+struct Heard(Vec<(SiteId, Vec<u8>)>);
+
+impl redoubt_sites::machine::Participant for Heard {
+    fn on_message(&mut self, _: u64, site: SiteId, body: &[u8]) -> Vec<GlobalOut> {
+        self.0.push((site, body.to_vec()));
+        Vec::new()
+    }
+    fn on_tick(&mut self, _: u64) -> Vec<GlobalOut> {
+        Vec::new()
+    }
+    fn on_update(&mut self, _: u64, _: u64, _: &[u8]) -> Vec<GlobalOut> {
+        Vec::new()
+    }
+}
+
+#[test]
+fn a_message_signed_for_one_site_is_refused_by_another() {
+    let h = Hubs::new(4);
+    let (s, r, other) = (SiteId(0), SiteId(1), SiteId(2));
+    let for_other = h.signed_for(s, 7, body(40), Some(other));
+    let for_r = h.signed_for(s, 8, body(41), Some(r));
+    let link = Naive::new(h.shape, r, Server(0), h.site_keys.clone(), FRAME_MAX);
+    let mut machine = LogicalMachine::new(h.shape, r, Heard::default(), link);
+    for (msg, handed) in [(for_other, false), (for_r, true)] {
+        // A faulty server of the sending site hands the message to the wrong site: it
+        // verifies (the site signed it), and the logical machine still drops it.
+        assert!(h.site_keys.check(&msg).is_ok());
+        let event = Event::Link(LinkEvent::Message(msg)).encode();
+        let step = machine.execute(&event, Submitter::Server(Server(1)), 0);
+        assert!(step.refused.is_none());
+        assert_eq!(machine.participant().0.len(), handed as usize);
+    }
+    // Changing the address breaks the signature.
+    let mut moved = h.signed_for(s, 9, body(42), Some(other));
+    moved.to = Some(r);
+    assert!(h.site_keys.check(&moved).is_err());
 }

@@ -166,8 +166,10 @@ impl BLink {
     }
 
     fn executed_message(&mut self, msg: &SignedMessage) -> Executed {
-        if msg.site == self.site {
-            return Executed::refused(Refused::Malformed("our own site's message".into()));
+        if msg.site == self.site || !msg.for_site(self.site) {
+            return Executed::refused(Refused::Malformed(
+                "our own site's message, or one for another site".into(),
+            ));
         }
         if let Err(e) = self.keys.check(msg) {
             return Executed::refused(e);

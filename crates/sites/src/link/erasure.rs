@@ -475,6 +475,11 @@ impl Erasure {
         if msg.site == self.site || self.inquiries.site_blacklisted(msg.site) {
             return Executed::refused(Refused::Blacklisted(msg.site));
         }
+        if !msg.for_site(self.site) {
+            return Executed::refused(Refused::Malformed(
+                "a control message for another site".into(),
+            ));
+        }
         if let Err(e) = self.keys.check(msg) {
             return Executed::refused(e);
         }
