@@ -275,6 +275,10 @@ pub struct SitesOutcome {
     pub updates_acked: u64,
     pub events: u64,
     pub wan_frames: u64,
+    /// Bytes of every frame between sites, and of one copy of each message the correct sites
+    /// signed per destination (a correct server's count, the highest in its site).
+    pub wan_bytes: u64,
+    pub message_bytes: u64,
     pub blacklisted: u64,
     pub summary: String,
     /// Where each server stood at the end (filled for a failing seed).
@@ -317,6 +321,7 @@ struct World {
     clients: Vec<Client>,
     now: u64,
     wan_frames: u64,
+    wan_bytes: u64,
 }
 
 fn ledger_core(
@@ -485,6 +490,7 @@ impl World {
             clients,
             now: 0,
             wan_frames: 0,
+            wan_bytes: 0,
         }
     }
 
@@ -766,6 +772,7 @@ impl World {
         }
         let at = self.now + held + self.rng.random_range(lo..=hi);
         self.wan_frames += 1;
+        self.wan_bytes += w.frame.len() as u64;
         self.wan.push((at, from_site, from, w));
     }
 
@@ -1058,8 +1065,79 @@ pub fn run(sc: SitesScenario) -> SitesOutcome {
         updates_acked: w.clients.iter().map(|c| c.acked.len() as u64).sum(),
         events: w.sites.iter().map(|s| s.order.len() as u64).sum(),
         wan_frames: w.wan_frames,
+        wan_bytes: w.wan_bytes,
+        message_bytes: (0..4)
+            .filter(|&s| !w.sc.site_faulty(s))
+            .map(|s| {
+                (0..w.shape.servers())
+                    .filter(|&i| w.sc.correct(s, i))
+                    .map(|i| w.sites[s].servers[i].sent().bytes)
+                    .max()
+                    .unwrap_or(0)
+            })
+            .sum(),
         blacklisted,
         summary,
         state,
     }
+}
+
+/// One link's wide-area cost in a fault-free run (no faulty server or site, no loss).
+#[derive(Clone, Debug)]
+pub struct LinkCost {
+    pub link: LinkKind,
+    pub servers: usize,
+    pub updates: u64,
+    pub wan_frames: u64,
+    pub wan_bytes: u64,
+    pub message_bytes: u64,
+}
+
+impl LinkCost {
+    /// Bytes on the wide area per byte of one copy of each message per destination
+    /// (Table 1's bandwidth overhead, signatures and framing included).
+    pub fn overhead(&self) -> f64 {
+        self.wan_bytes as f64 / self.message_bytes.max(1) as f64
+    }
+}
+
+/// Every link, with 4 and 7 servers per site, in the same fault-free scenario: what each
+/// costs on the wide area (`redoubt-sim --sites --link-costs`).
+pub fn link_costs() -> Vec<LinkCost> {
+    let links = [
+        LinkKind::Df,
+        LinkKind::Hub { immediate: false },
+        LinkKind::Hub { immediate: true },
+        LinkKind::Erasure,
+        LinkKind::BLink,
+        LinkKind::Naive,
+    ];
+    let mut out = Vec::new();
+    for servers in [4, 7] {
+        for link in links {
+            let sc = SitesScenario {
+                seed: 1,
+                servers,
+                link,
+                faulty_site: None,
+                faulty_servers: BTreeMap::new(),
+                wan_delay: (5, 5),
+                wan_loss_permille: 0,
+                paces: vec![vec![3; servers]; 4],
+                updates: 6,
+                mutant: Mutant::None,
+            };
+            let o = run(sc);
+            assert!(o.passed(), "{link:?} x {servers}: {:?}", o.violations);
+            out.push(LinkCost {
+                link,
+                servers,
+                updates: o.updates_acked,
+                wan_frames: o.wan_frames,
+                wan_bytes: o.wan_bytes,
+                message_bytes: o.message_bytes,
+            });
+        }
+    }
+    out
 }

@@ -63,6 +63,16 @@ pub struct SiteServer<P, L> {
     round_since_ms: Option<u64>,
     tick_ms: u64,
     mutant: crate::Mutant,
+    sent: Sent,
+}
+
+/// What this server handed its link to send: signed messages, counted once per destination,
+/// and their encoded bytes (what one copy per destination costs: the measure of a link's
+/// wide-area overhead).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sent {
+    pub messages: u64,
+    pub bytes: u64,
 }
 
 impl<P: Participant, L: LogicalLink> SiteServer<P, L> {
@@ -84,6 +94,7 @@ impl<P: Participant, L: LogicalLink> SiteServer<P, L> {
             round_since_ms: None,
             tick_ms,
             mutant: crate::Mutant::None,
+            sent: Sent::default(),
         }
     }
 
@@ -194,6 +205,8 @@ impl<P: Participant, L: LogicalLink> SiteServer<P, L> {
                     };
                     self.unsigned_order.remove(&bundle.first_seq());
                     for (msg, to) in bundle.signed(sig).iter().zip(dests) {
+                        self.sent.messages += to.len() as u64;
+                        self.sent.bytes += (msg.encode().len() * to.len()) as u64;
                         for site in to {
                             work.wan.extend(self.machine.link_mut().send(msg, site));
                         }
@@ -209,6 +222,10 @@ impl<P: Participant, L: LogicalLink> SiteServer<P, L> {
                 .expect("as many as unsigned");
             self.unsigned.remove(&oldest);
         }
+    }
+
+    pub fn sent(&self) -> Sent {
+        self.sent
     }
 
     pub fn me(&self) -> Server {

@@ -100,6 +100,10 @@ struct Args {
     /// erasure-coded or naive link, faulty servers and sites. Mutants: --list.
     #[arg(long, conflicts_with_all = ["all_optimizations", "quiet_primary", "hybrid", "separated", "firewall", "scenario"])]
     sites: bool,
+    /// With --sites: run every logical link in one fault-free scenario (4 and 7 servers per
+    /// site) and print what each costs on the wide area.
+    #[arg(long, requires = "sites")]
+    link_costs: bool,
 }
 
 impl Args {
@@ -141,6 +145,23 @@ fn run_sites(args: &Args) -> ExitCode {
             }
         },
     };
+    if args.link_costs {
+        println!("| link | servers per site | updates | WAN frames | WAN bytes | message bytes | overhead |");
+        println!("|---|---|---|---|---|---|---|");
+        for c in redoubt_sim::sites::link_costs() {
+            println!(
+                "| {:?} | {} | {} | {} | {} | {} | {:.2} |",
+                c.link,
+                c.servers,
+                c.updates,
+                c.wan_frames,
+                c.wan_bytes,
+                c.message_bytes,
+                c.overhead()
+            );
+        }
+        return ExitCode::SUCCESS;
+    }
     let print = |out: &redoubt_sim::sites::SitesOutcome| {
         println!(
             "seed {} (sites: {}): {} updates acknowledged in {} rounds, {} events ordered, {} WAN frames, {} servers blacklisted",
