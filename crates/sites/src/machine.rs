@@ -158,6 +158,12 @@ impl<P: Participant, L: LogicalLink> LogicalMachine<P, L> {
     pub fn execute(&mut self, op: &[u8], by: Submitter, now_ms: u64) -> Step {
         self.stats.events += 1;
         let mut step = Step::default();
+        // A server our site proved faulty (its bad parts, Figure 3) is not heard any more.
+        if let Submitter::Server(s) = by {
+            if self.link.own_blacklisted(s) {
+                return self.refuse(step, format!("{s} was found faulty by its own site"));
+            }
+        }
         let event = match Event::decode(op) {
             Ok(e) => e,
             Err(e) => return self.refuse(step, e),

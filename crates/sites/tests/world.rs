@@ -125,6 +125,23 @@ fn sites_agree_over_the_erasure_link_with_a_faulty_server_and_a_silent_site() {
 }
 
 #[test]
+fn a_server_its_own_site_found_faulty_is_not_heard_any_more() {
+    let w = run(world(|_, _| Log::default(), common::erasure));
+    check(&w);
+    // Site 0 answered an INQUIRY naming its server 3: from then on the tick proposals and
+    // parts server 3 introduces are refused at execution, at every correct server alike.
+    let refused: Vec<u64> = (0..3)
+        .map(|i| {
+            let server = &w.sites[0].servers[i];
+            assert!(server.machine().link().own_blacklisted(Server(3)));
+            server.machine().stats().refused
+        })
+        .collect();
+    assert!(refused[0] > 0, "{refused:?}");
+    assert!(refused.windows(2).all(|p| p[0] == p[1]), "{refused:?}");
+}
+
+#[test]
 fn sites_agree_over_the_naive_link_with_a_faulty_server_and_a_silent_site() {
     let w = run(world(|_, _| Log::default(), common::naive));
     check(&w);

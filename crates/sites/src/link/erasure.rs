@@ -721,6 +721,10 @@ impl LogicalLink for Erasure {
         }
     }
 
+    fn own_blacklisted(&self, server: Server) -> bool {
+        self.inquiries.server_blacklisted(self.site, server)
+    }
+
     fn blacklists(&self) -> Option<super::Blacklists> {
         Some(super::Blacklists {
             sites: self.inquiries.blacklisted_sites().clone(),

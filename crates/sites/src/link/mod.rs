@@ -166,6 +166,11 @@ pub trait LogicalLink {
     fn blacklists(&self) -> Option<Blacklists> {
         None
     }
+    /// Whether this site found its own server `server` faulty (at local execution, so every
+    /// correct server of the site agrees).
+    fn own_blacklisted(&self, _server: Server) -> bool {
+        false
+    }
 }
 
 /// A link chosen at run time.
@@ -198,6 +203,9 @@ impl<L: LogicalLink + ?Sized> LogicalLink for Box<L> {
     }
     fn blacklists(&self) -> Option<Blacklists> {
         (**self).blacklists()
+    }
+    fn own_blacklisted(&self, server: Server) -> bool {
+        (**self).own_blacklisted(server)
     }
 }
 
