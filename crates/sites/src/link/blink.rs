@@ -16,7 +16,7 @@
 //! signature when it is introduced and again when it is executed.
 
 use super::inquiry::Control;
-use super::{Delivered, Emit, Executed, LinkEvent, LogicalLink, Payload, Timed, Wan};
+use super::{Emit, Executed, LinkEvent, LogicalLink, Payload, Timed, Wan, Whole};
 use crate::message::{Refused, SignedMessage, SiteKeys};
 use crate::timeouts::TimeoutVotes;
 use crate::{Server, Shape, SiteId};
@@ -57,11 +57,8 @@ struct Watched {
 
 /// BLink as one server runs it.
 pub struct BLink {
-    shape: Shape,
-    site: SiteId,
-    me: Server,
-    keys: SiteKeys,
-    frame_bytes_max: usize,
+    /// Who this server is, the site keys, and what it handed over.
+    w: Whole,
     timeout_ms: u64,
     now_ms: u64,
     /// Per destination: the agreed epoch (changed only by executed proposals), the proposals
@@ -73,7 +70,6 @@ pub struct BLink {
     /// Destinations whose pair changed: the new forwarder sends their unacknowledged
     /// messages at the next timer call.
     replaced: BTreeSet<SiteId>,
-    delivered: Delivered,
     /// The highest message number handed over from each site (what we acknowledge).
     highest: BTreeMap<SiteId, u64>,
     stats: BLinkStats,
@@ -97,11 +93,7 @@ impl BLink {
             epochs.insert(to, 0);
         }
         BLink {
-            shape,
-            site,
-            me,
-            keys,
-            frame_bytes_max,
+            w: Whole::new(shape, site, me, keys, frame_bytes_max),
             timeout_ms,
             now_ms: 0,
             epochs,
@@ -109,7 +101,6 @@ impl BLink {
             proposed: BTreeMap::new(),
             unacked: BTreeMap::new(),
             replaced: BTreeSet::new(),
-            delivered: Delivered::default(),
             highest: BTreeMap::new(),
             stats: BLinkStats::default(),
         }
@@ -125,7 +116,7 @@ impl BLink {
     }
 
     fn current_pair(&self, to: SiteId) -> (Server, Server) {
-        pair(&self.shape, self.site, to, self.epoch(to))
+        pair(&self.w.shape, self.w.site, to, self.epoch(to))
     }
 
     fn frame_to(&self, to: SiteId, msg: &SignedMessage) -> Wan {
@@ -166,16 +157,16 @@ impl BLink {
     }
 
     fn executed_message(&mut self, msg: &SignedMessage) -> Executed {
-        if msg.site == self.site || !msg.for_site(self.site) {
+        if msg.site == self.w.site || !msg.for_site(self.w.site) {
             return Executed::refused(Refused::Malformed(
                 "our own site's message, or one for another site".into(),
             ));
         }
-        if let Err(e) = self.keys.check(msg) {
+        if let Err(e) = self.w.keys.check(msg) {
             return Executed::refused(e);
         }
         let mut out = Executed::default();
-        if !self.delivered.first_time(msg.site, msg.seq) {
+        if !self.w.delivered.first_time(msg.site, msg.seq) {
             return out;
         }
         match Payload::decode(&msg.body) {
@@ -202,7 +193,7 @@ impl BLink {
 
 impl LogicalLink for BLink {
     fn send(&mut self, msg: &SignedMessage, to: SiteId) -> Vec<Wan> {
-        if to == self.site || msg.site != self.site || !self.epochs.contains_key(&to) {
+        if to == self.w.site || msg.site != self.w.site || !self.epochs.contains_key(&to) {
             return Vec::new();
         }
         // Acknowledgements are not themselves acknowledged.
@@ -224,7 +215,7 @@ impl LogicalLink for BLink {
                 self.stats.unacked_dropped += 1;
             }
         }
-        if self.current_pair(to).0 != self.me {
+        if self.current_pair(to).0 != self.w.me {
             return Vec::new();
         }
         self.stats.forwarded += 1;
@@ -237,13 +228,7 @@ impl LogicalLink for BLink {
         _from: Server,
         frame: &[u8],
     ) -> Result<Option<LinkEvent>, Refused> {
-        super::receive_whole(
-            &self.keys,
-            &self.delivered,
-            site,
-            frame,
-            self.frame_bytes_max,
-        )
+        self.w.receive(site, frame)
     }
 
     fn executed(&mut self, event: &LinkEvent) -> Executed {
@@ -265,7 +250,7 @@ impl LogicalLink for BLink {
         let now = self.now_ms;
         let mut out = Timed::default();
         for to in std::mem::take(&mut self.replaced) {
-            if self.current_pair(to).0 == self.me {
+            if self.current_pair(to).0 == self.w.me {
                 let msgs: Vec<SignedMessage> = self
                     .unacked
                     .get(&to)

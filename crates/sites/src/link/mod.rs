@@ -238,73 +238,49 @@ impl Whole {
             delivered: Delivered::default(),
         }
     }
+    /// What a frame from `site` gives: the message to introduce, checked against its site's
+    /// signature, unless it was already handed over.
     pub fn receive(&self, site: SiteId, frame: &[u8]) -> Result<Option<LinkEvent>, Refused> {
-        receive_whole(
-            &self.keys,
-            &self.delivered,
-            site,
-            frame,
-            self.frame_bytes_max,
-        )
+        let LinkEvent::Message(msg) = LinkEvent::decode(frame, self.frame_bytes_max)? else {
+            return Err(Refused::Malformed(
+                "not a whole message on this link".into(),
+            ));
+        };
+        if msg.site != site {
+            // A site's own messages only.
+            return Err(Refused::Malformed(format!(
+                "{} carried a message of {}",
+                site, msg.site
+            )));
+        }
+        if self.delivered.contains(msg.site, msg.seq) {
+            return Ok(None);
+        }
+        self.keys.check(&msg)?;
+        Ok(Some(LinkEvent::Message(msg)))
     }
+
+    /// Local ordering executed `event`: the message is checked again (the server that
+    /// introduced it may be faulty; the verdict is the same at every server, so every correct
+    /// server hands over the same messages) and handed over once.
     pub fn executed(&mut self, event: &LinkEvent) -> Executed {
-        execute_whole(&self.keys, &mut self.delivered, self.site, event)
+        let LinkEvent::Message(msg) = event else {
+            return Executed::refused(Refused::Malformed(
+                "not a whole message on this link".into(),
+            ));
+        };
+        if msg.site == self.site {
+            return Executed::refused(Refused::Malformed("our own site's message".into()));
+        }
+        if let Err(e) = self.keys.check(msg) {
+            return Executed::refused(e);
+        }
+        let mut out = Executed::default();
+        if self.delivered.first_time(msg.site, msg.seq) {
+            out.delivered.push(msg.clone());
+        }
+        out
     }
-}
-
-/// What a link that carries whole messages makes of a frame from `site`: the message to
-/// introduce, checked against its site's signature, unless it was already handed over.
-pub(crate) fn receive_whole(
-    keys: &SiteKeys,
-    delivered: &Delivered,
-    site: SiteId,
-    frame: &[u8],
-    frame_bytes_max: usize,
-) -> Result<Option<LinkEvent>, Refused> {
-    let LinkEvent::Message(msg) = LinkEvent::decode(frame, frame_bytes_max)? else {
-        return Err(Refused::Malformed(
-            "not a whole message on this link".into(),
-        ));
-    };
-    if msg.site != site {
-        // A site's own messages only.
-        return Err(Refused::Malformed(format!(
-            "{} carried a message of {}",
-            site, msg.site
-        )));
-    }
-    if delivered.contains(msg.site, msg.seq) {
-        return Ok(None);
-    }
-    keys.check(&msg)?;
-    Ok(Some(LinkEvent::Message(msg)))
-}
-
-/// What a link that carries whole messages does when local ordering executed `event`: checks
-/// the message again (the server that introduced it may be faulty; the verdict is the same at
-/// every server, so every correct server hands over the same messages) and hands it over once.
-pub(crate) fn execute_whole(
-    keys: &SiteKeys,
-    delivered: &mut Delivered,
-    site: SiteId,
-    event: &LinkEvent,
-) -> Executed {
-    let LinkEvent::Message(msg) = event else {
-        return Executed::refused(Refused::Malformed(
-            "not a whole message on this link".into(),
-        ));
-    };
-    if msg.site == site {
-        return Executed::refused(Refused::Malformed("our own site's message".into()));
-    }
-    if let Err(e) = keys.check(msg) {
-        return Executed::refused(e);
-    }
-    let mut out = Executed::default();
-    if delivered.first_time(msg.site, msg.seq) {
-        out.delivered.push(msg.clone());
-    }
-    out
 }
 
 /// Sites, and servers by site, a link found faulty.
